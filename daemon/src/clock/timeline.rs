@@ -1,0 +1,1 @@
+//! Trace time and placement of clocks with no path (in progress).

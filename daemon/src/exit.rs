@@ -1,0 +1,12 @@
+//! sysexits(3) codes, as DESIGN.md §5 assigns them.
+
+pub const OK: u8 = 0;
+pub const USAGE: u8 = 64;
+pub const DATAERR: u8 = 65;
+pub const NOINPUT: u8 = 66;
+pub const UNAVAILABLE: u8 = 69;
+pub const SOFTWARE: u8 = 70;
+pub const CANTCREAT: u8 = 73;
+pub const IOERR: u8 = 74;
+pub const NOPERM: u8 = 77;
+pub const CONFIG: u8 = 78;

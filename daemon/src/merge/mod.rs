@@ -1,0 +1,1 @@
+//! `tracesync merge` (in progress).

@@ -1,0 +1,19 @@
+//! Wire formats of tracesync, with no runtime and no IO.
+//!
+//! - [`perfetto`]: prost types for tracesync's subset of Perfetto's trace
+//!   format (Perfetto's names and field numbers).
+//! - [`scan`]: a zero-copy scanner of a TracePacket's top-level fields, and
+//!   stamping/replacing of top-level fields in a packet's bytes.
+//! - [`reader`]: a streaming reader of Trace framing (field-1 records) that
+//!   takes input in arbitrary chunks and expands compressed packet bundles.
+
+pub mod perfetto {
+    //! Generated from `proto/perfetto_subset.proto`.
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    include!(concat!(env!("OUT_DIR"), "/perfetto.protos.rs"));
+}
+
+pub mod clock_ids;
+pub mod reader;
+pub mod scan;
+pub mod wire;

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Test-only dependencies (in progress).
+set -euo pipefail

@@ -1,0 +1,2 @@
+//! Helpers for tracesync's integration tests: building traces, running the
+//! binaries, and asking a real Perfetto trace processor about the output.
