@@ -1,1 +1,4 @@
 //! `tracesync merge` (in progress).
+
+pub mod inputs;
+pub mod manifest;
