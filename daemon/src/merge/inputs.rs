@@ -1064,6 +1064,28 @@ mod tests {
     }
 
     #[test]
+    fn unsupported_zip_method_rejected() {
+        let d = tempfile::tempdir().unwrap();
+        let mut z = zip_bytes(&[("a.pb", &trace_bytes(1), false)]);
+        // Claim bzip2 (method 12) in the local and central headers.
+        z[8] = 12;
+        let central = z.windows(4).position(|w| w == b"PK\x01\x02").unwrap();
+        z[central + 10] = 12;
+        let p = write(d.path(), "x.zip", &z);
+        let e = err_of(expand_inputs(std::slice::from_ref(&p), None));
+        assert_eq!(e.exit_code(), DATAERR);
+        let s = e.to_string();
+        assert!(
+            s.starts_with(&format!("{}:a.pb: compression method ", p.display())),
+            "{s}"
+        );
+        assert!(
+            s.ends_with(" is not supported; re-create the archive with stored or deflated members"),
+            "{s}"
+        );
+    }
+
+    #[test]
     fn hidden_rules() {
         assert!(is_hidden(".DS_Store"));
         assert!(is_hidden("a/.git/config"));
