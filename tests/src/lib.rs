@@ -1,2 +1,5 @@
 //! Helpers for tracesync's integration tests: building traces, running the
 //! binaries, and asking a real Perfetto trace processor about the output.
+
+pub mod build;
+pub mod tp;
