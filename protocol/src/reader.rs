@@ -231,14 +231,15 @@ fn inflate_bundle(data: &[u8], max: usize, out: &mut Vec<u8>) -> Result<(), Bund
 fn inflate_into(data: &[u8], zlib: bool, max: usize, out: &mut Vec<u8>) -> Result<(), BundleError> {
     out.clear();
     let mut dec = Decompress::new(zlib);
-    out.reserve(data.len().saturating_mul(4).clamp(4096, max.max(1)));
+    // Room for one byte past the limit, so overflow is detected.
+    let cap_limit = max.saturating_add(1);
+    out.reserve(data.len().saturating_mul(4).max(4096).min(cap_limit));
     loop {
         if out.len() == out.capacity() {
             if out.len() > max {
                 return Err(BundleError::TooLarge { max: max as u64 });
             }
-            // Room for one byte past the limit, so overflow is detected.
-            let room = (max + 1 - out.len()).min(out.len().max(4096));
+            let room = (cap_limit - out.len()).min(out.len().max(4096));
             out.reserve_exact(room);
         }
         let consumed = dec.total_in() as usize;
@@ -997,6 +998,12 @@ mod tests {
         assert_eq!(
             e.kind,
             ReadErrorKind::BadBundle(BundleError::TooLarge { max: 4096 })
+        );
+        // A limit below the initial reservation (found by the property tests).
+        let e = bundle_err(zlib(&[0u8; 1000]), 30);
+        assert_eq!(
+            e.kind,
+            ReadErrorKind::BadBundle(BundleError::TooLarge { max: 30 })
         );
 
         // Inner stream with a partial record after a good one.
