@@ -90,6 +90,7 @@ pub const fn data_field_name(field_number: u32) -> Option<&'static str> {
     Some(match field_number {
         1 => "ftrace_events",
         2 => "process_tree",
+        4 => "inode_file_map",
         5 => "chrome_events",
         6 => "clock_snapshot",
         7 => "sys_stats",
@@ -99,13 +100,53 @@ pub const fn data_field_name(field_number: u32) -> Option<&'static str> {
         34 => "ftrace_stats",
         35 => "trace_stats",
         36 => "synchronization_marker",
+        37 => "profile_packet",
+        38 => "battery",
+        39 => "android_log",
+        40 => "power_rails",
         43 => "process_descriptor",
         44 => "thread_descriptor",
         45 => "system_info",
+        46 => "trigger",
+        47 => "packages_list",
+        48 => "chrome_benchmark_metadata",
+        49 => "perfetto_metatrace",
         50 => "compressed_packets",
+        51 => "chrome_metadata",
+        52 => "gpu_counter_event",
+        53 => "gpu_render_stage_event",
+        54 => "streaming_profile_packet",
+        57 => "graphics_frame_event",
         60 => "track_descriptor",
+        61 => "module_symbols",
+        62 => "vulkan_memory_event",
+        63 => "gpu_log",
+        64 => "deobfuscation_mapping",
+        65 => "vulkan_api_event",
+        66 => "perf_sample",
+        67 => "cpu_info",
+        68 => "smaps_packet",
         69 => "service_event",
+        70 => "initial_display_state",
+        71 => "gpu_mem_total_event",
+        72 => "extension_descriptor",
+        73 => "memory_tracker_snapshot",
+        74 => "streaming_allocation",
+        75 => "streaming_free",
+        77 => "android_energy_estimation_breakdown",
+        78 => "ui_state",
+        82 => "translation_table",
+        83 => "android_game_intervention_list",
+        84 => "statsd_atom",
+        86 => "android_system_property",
+        89 => "trace_uuid",
+        90 => "track_event_range_of_interest",
+        91 => "entity_state_residency",
+        95 => "etw_events",
         107 => "remote_clock_sync",
+        109 => "chrome_trigger",
+        133 => "zstd_compressed_packets",
+        900 => "for_testing",
         _ => return None,
     })
 }
@@ -344,4 +385,251 @@ pub fn stamp_into(packet: &[u8], stamp: &Stamp, out: &mut Vec<u8>) -> Result<(),
         wire::put_varint_field(out, field::TIMESTAMP_CLOCK_ID, u64::from(clock));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perfetto::{TracePacket, TracePacketDefaults, trace_packet};
+    use prost::Message;
+
+    fn packet() -> TracePacket {
+        TracePacket {
+            timestamp: Some(123_456_789),
+            timestamp_clock_id: None,
+            optional_trusted_uid: Some(trace_packet::OptionalTrustedUid::TrustedUid(1000)),
+            optional_trusted_packet_sequence_id: Some(
+                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(7),
+            ),
+            trusted_pid: Some(42),
+            sequence_flags: Some(SEQ_NEEDS_INCREMENTAL_STATE),
+            previous_packet_dropped: Some(1),
+            machine_id: Some(3),
+            data: Some(trace_packet::Data::SystemInfo(Default::default())),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn scan_reads_top_level_fields() {
+        let mut p = packet();
+        p.trace_packet_defaults = Some(TracePacketDefaults {
+            timestamp_clock_id: Some(64),
+        });
+        p.timestamp_clock_id = Some(6);
+        let bytes = p.encode_to_vec();
+        let f = scan_packet(&bytes).unwrap();
+        assert_eq!(f.timestamp, Some(123_456_789));
+        assert_eq!(f.timestamp_clock_id, Some(6));
+        assert_eq!(f.trusted_packet_sequence_id, Some(7));
+        assert!(f.has_trusted_uid && f.has_trusted_pid);
+        assert!(f.needs_incremental_state() && !f.clears_incremental_state());
+        assert_eq!(f.previous_packet_dropped, 1);
+        assert_eq!(f.machine_id, Some(3));
+        assert_eq!(f.data_field, Some(field::SYSTEM_INFO));
+        assert_eq!(f.system_info, Some(&[][..]));
+        assert_eq!(f.kind().to_string(), "system_info");
+        let defaults = f.trace_packet_defaults.unwrap();
+        assert_eq!(defaults_timestamp_clock_id(defaults).unwrap(), Some(64));
+    }
+
+    #[test]
+    fn scan_empty_and_unknown_payload() {
+        assert_eq!(scan_packet(&[]).unwrap(), PacketFields::default());
+        let mut b = Vec::new();
+        wire::put_len_field(&mut b, 1234, b"x");
+        wire::put_varint_field(&mut b, field::SEQUENCE_FLAGS, 1);
+        let f = scan_packet(&b).unwrap();
+        assert_eq!(f.data_field, Some(1234));
+        assert!(f.clears_incremental_state());
+        assert_eq!(f.kind().to_string(), "field_1234");
+        assert_eq!(Kind(None).to_string(), "none");
+    }
+
+    #[test]
+    fn fields_iterates_every_wire_type() {
+        let mut b = Vec::new();
+        wire::put_varint_field(&mut b, 1, 300);
+        wire::put_tag(&mut b, 2, wire::WireType::Fixed64);
+        b.extend_from_slice(&7u64.to_le_bytes());
+        wire::put_tag(&mut b, 3, wire::WireType::Fixed32);
+        b.extend_from_slice(&9u32.to_le_bytes());
+        wire::put_len_field(&mut b, 4, b"abc");
+        let fields: Vec<_> = Fields::new(&b).map(Result::unwrap).collect();
+        let values: Vec<_> = fields.iter().map(|f| (f.number, f.value)).collect();
+        assert_eq!(
+            values,
+            [
+                (1, FieldValue::Varint(300)),
+                (2, FieldValue::Fixed64(7)),
+                (3, FieldValue::Fixed32(9)),
+                (4, FieldValue::Len(b"abc")),
+            ]
+        );
+        // Ranges tile the message.
+        assert_eq!(fields[0].start, 0);
+        for w in fields.windows(2) {
+            assert_eq!(w[0].end, w[1].start);
+        }
+        assert_eq!(fields[3].end, b.len());
+    }
+
+    fn first_error(b: &[u8]) -> ScanError {
+        Fields::new(b)
+            .find_map(Result::err)
+            .expect("malformed input must give an error")
+    }
+
+    #[test]
+    fn fields_errors_have_kind_and_offset() {
+        let ok = [0x08, 0x01]; // field 1 = 1
+        let cases: [(&[u8], WireError); 6] = [
+            (&[0x08], WireError::Truncated),
+            (&[0xff; 11], WireError::VarintTooLong),
+            (
+                &[0x12, 0x05, 1, 2],
+                WireError::LengthPastEnd {
+                    len: 5,
+                    available: 2,
+                },
+            ),
+            (&[0x0b], WireError::BadWireType(3)),
+            (&[0x00, 0x01], WireError::FieldZero),
+            (&[0x09, 1, 2, 3], WireError::Truncated),
+        ];
+        for (bad, error) in cases {
+            let b = [&ok[..], bad].concat();
+            assert_eq!(first_error(&b), ScanError { offset: 2, error }, "{bad:?}");
+            assert!(scan_packet(&b).is_err());
+            assert!(stamp_into(&b, &Stamp::default(), &mut Vec::new()).is_err());
+        }
+        // The iterator stops after an error.
+        let mut it = Fields::new(&[0x0b, 0x08, 0x01]);
+        assert!(it.next().unwrap().is_err());
+        assert!(it.next().is_none());
+    }
+
+    fn stamped(p: &TracePacket, stamp: &Stamp) -> (Vec<u8>, TracePacket) {
+        let mut out = vec![0xAA]; // stamp_into appends
+        stamp_into(&p.encode_to_vec(), stamp, &mut out).unwrap();
+        assert_eq!(out[0], 0xAA);
+        let out = out.split_off(1);
+        let decoded = TracePacket::decode(&out[..]).unwrap();
+        (out, decoded)
+    }
+
+    #[test]
+    fn stamp_replaces_fields() {
+        let p = packet();
+        let stamp = Stamp {
+            machine_id: Some(9),
+            trusted_packet_sequence_id: Some(77),
+            ..Stamp::default()
+        };
+        let (_, d) = stamped(&p, &stamp);
+        let mut want = p.clone();
+        want.machine_id = Some(9);
+        want.optional_trusted_packet_sequence_id =
+            Some(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(77));
+        assert_eq!(d, want);
+    }
+
+    #[test]
+    fn stamp_zero_machine_removes_it() {
+        let p = packet();
+        let stamp = Stamp {
+            machine_id: Some(0),
+            ..Stamp::default()
+        };
+        let (bytes, d) = stamped(&p, &stamp);
+        assert_eq!(d.machine_id, None);
+        assert_eq!(scan_packet(&bytes).unwrap().machine_id, None);
+        let mut want = p.clone();
+        want.machine_id = None;
+        assert_eq!(d, want);
+    }
+
+    #[test]
+    fn stamp_adds_missing_fields_and_clock_only_if_absent() {
+        let mut p = packet();
+        p.machine_id = None;
+        p.optional_trusted_packet_sequence_id = None;
+        let stamp = Stamp {
+            machine_id: Some(5),
+            trusted_packet_sequence_id: Some(8),
+            default_timestamp_clock_id: Some(6),
+            strip_trusted: false,
+        };
+        let (bytes, d) = stamped(&p, &stamp);
+        let f = scan_packet(&bytes).unwrap();
+        assert_eq!(
+            (f.machine_id, f.trusted_packet_sequence_id),
+            (Some(5), Some(8))
+        );
+        assert_eq!(d.timestamp_clock_id, Some(6));
+        // The original bytes come first, unchanged.
+        assert!(bytes.starts_with(&p.encode_to_vec()));
+
+        p.timestamp_clock_id = Some(64);
+        let (_, d) = stamped(&p, &stamp);
+        assert_eq!(d.timestamp_clock_id, Some(64));
+    }
+
+    #[test]
+    fn stamp_strip_trusted_keeps_other_bytes_in_order() {
+        let p = packet();
+        let original = p.encode_to_vec();
+        let stamp = Stamp {
+            strip_trusted: true,
+            ..Stamp::default()
+        };
+        let (bytes, d) = stamped(&p, &stamp);
+        let mut want = p.clone();
+        want.optional_trusted_uid = None;
+        want.trusted_pid = None;
+        want.machine_id = None;
+        want.optional_trusted_packet_sequence_id = None;
+        assert_eq!(d, want);
+        // Exactly the kept fields' bytes, in their original order.
+        let kept: Vec<u8> = Fields::new(&original)
+            .map(Result::unwrap)
+            .filter(|f| {
+                ![
+                    field::TRUSTED_UID,
+                    field::TRUSTED_PID,
+                    field::MACHINE_ID,
+                    field::TRUSTED_PACKET_SEQUENCE_ID,
+                ]
+                .contains(&f.number)
+            })
+            .flat_map(|f| original[f.start..f.end].to_vec())
+            .collect();
+        assert_eq!(bytes, kept);
+    }
+
+    #[test]
+    fn stamp_default_is_identity() {
+        let bytes = packet().encode_to_vec();
+        let mut out = Vec::new();
+        stamp_into(&bytes, &Stamp::default(), &mut out).unwrap();
+        assert_eq!(out, bytes);
+    }
+
+    #[test]
+    fn data_field_names_are_perfettos() {
+        for (n, name) in [
+            (1, "ftrace_events"),
+            (6, "clock_snapshot"),
+            (11, "track_event"),
+            (39, "android_log"),
+            (43, "process_descriptor"),
+            (50, "compressed_packets"),
+            (60, "track_descriptor"),
+            (66, "perf_sample"),
+            (107, "remote_clock_sync"),
+        ] {
+            assert_eq!(data_field_name(n), Some(name));
+        }
+        assert_eq!(data_field_name(8), None); // timestamp is metadata
+    }
 }
