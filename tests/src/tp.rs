@@ -153,7 +153,8 @@ pub fn as_i64(v: &serde_json::Value) -> Option<i64> {
         .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
 }
 
-/// The `stats` rows with value > 0: (name, idx, severity, value).
+/// The `stats` rows with value > 0: (name, idx, severity, value); idx is 0
+/// for stats that are not indexed (NULL in SQL).
 pub fn stats_nonzero(trace: &Path) -> Result<Vec<(String, i64, String, i64)>, String> {
     let lines = run(trace, true, &[])?;
     let res = to_result(&lines[0], "stats")?;
