@@ -1,7 +1,218 @@
-//! The `tracesync` command line.
+//! The `tracesync` command line: `merge` and `clocks` (live commands arrive
+//! with the daemon).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+use tracesync_protocol::clock_ids::builtin_name;
+
+use crate::exit;
+use crate::merge::output::Format;
+use crate::merge::{MergeOptions, Prepared, merge, prepare};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tracesync",
+    version,
+    about = "Merge Perfetto traces of many machines onto one timeline"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Merge recorded traces (plain, gzip, or .zip/.tar archives) into one multi-machine trace.
+    Merge {
+        /// A perfetto_manifest JSON file (version 1).
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+        /// Output file, or - for standard output.
+        #[arg(short = 'o', long = "output", default_value = "-")]
+        output: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Perfetto)]
+        format: Format,
+        /// Write counters (Perfetto's stat names) as JSON to this file.
+        #[arg(long)]
+        stats: Option<PathBuf>,
+        /// Fail on any bad input or any packet with no place on the timeline.
+        #[arg(long)]
+        strict: bool,
+        /// Give each input that would go to the host machine a machine of its own.
+        #[arg(long)]
+        machine_per_file: bool,
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+    },
+    /// List every edge of the clock graph of the given inputs, with its origin.
+    Clocks {
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+        #[arg(long)]
+        machine_per_file: bool,
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+    },
+}
+
 pub fn main() -> ExitCode {
-    eprintln!("tracesync: in progress");
-    ExitCode::from(crate::exit::SOFTWARE)
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let mut report = |fault: &crate::merge::first_pass::InputFault| eprintln!("tracesync: {fault}");
+    let code = match cli.command {
+        Command::Merge {
+            manifest,
+            output,
+            format,
+            stats,
+            strict,
+            machine_per_file,
+            inputs,
+        } => {
+            let opts = MergeOptions {
+                inputs,
+                manifest,
+                output: Some(output),
+                format,
+                stats,
+                strict,
+                machine_per_file,
+            };
+            match merge(&opts, &mut report) {
+                Ok(outcome) => {
+                    if outcome.stats.packets_dropped > 0 {
+                        eprintln!(
+                            "tracesync: warning: {} packets had no place on the timeline and were dropped (see --stats)",
+                            outcome.stats.packets_dropped
+                        );
+                    }
+                    outcome.exit_code()
+                }
+                Err(e) => {
+                    eprintln!("tracesync: error: {e}");
+                    e.exit_code()
+                }
+            }
+        }
+        Command::Clocks {
+            json,
+            manifest,
+            machine_per_file,
+            inputs,
+        } => {
+            match prepare(
+                &inputs,
+                manifest.as_deref(),
+                machine_per_file,
+                false,
+                &mut report,
+            ) {
+                Ok(prepared) => {
+                    let code = if prepared.faults.is_empty() {
+                        exit::OK
+                    } else {
+                        exit::DATAERR
+                    };
+                    match print_clocks(prepared, json) {
+                        Ok(()) => code,
+                        Err(e) => {
+                            eprintln!("tracesync: error: cannot write: {e}");
+                            exit::IOERR
+                        }
+                    }
+                }
+                Err(e) => {
+                    eprintln!("tracesync: error: {e}");
+                    e.exit_code()
+                }
+            }
+        }
+    };
+    ExitCode::from(code)
+}
+
+/// Prints the graph like Perfetto's clock_snapshot table, plus each edge's origin.
+fn print_clocks(prepared: Prepared, json: bool) -> std::io::Result<()> {
+    let Prepared {
+        inputs, mut plan, ..
+    } = prepared;
+    let mut sources: HashMap<(u32, u32), &str> = HashMap::new();
+    for (input, file) in inputs.iter().zip(&plan.files) {
+        for p in file
+            .machines
+            .base
+            .iter()
+            .chain(file.machines.embedded.values())
+        {
+            sources
+                .entry((p.machine, p.scope))
+                .or_insert(&input.display);
+        }
+    }
+    let edges = plan.timeline.graph().edges().to_vec();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if !json {
+        writeln!(
+            out,
+            "snapshot_id\torigin\tmachine\tsource\tclock_id\tclock_name\tseq\tclock_value\tts"
+        )?;
+    }
+    for edge in edges {
+        for (node, value) in &edge.clocks {
+            let machine = plan
+                .machines
+                .get(node.machine)
+                .name
+                .clone()
+                .unwrap_or_default();
+            let source = sources
+                .get(&(node.machine, node.scope))
+                .copied()
+                .unwrap_or("");
+            let ts = if plan.timeline.graph().is_incremental(*node) || *value < 0 {
+                None
+            } else {
+                plan.timeline.to_trace_time(*node, *value as u64).ok()
+            };
+            let origin = format!("{:?}", edge.origin).to_lowercase();
+            let name = builtin_name(node.clock);
+            if json {
+                let row = serde_json::json!({
+                    "snapshot_id": edge.snapshot_id, "origin": origin, "machine": machine,
+                    "raw_id": plan.machines.get(node.machine).raw_id, "source": source,
+                    "clock_id": node.clock, "clock_name": name, "seq": node.seq,
+                    "clock_value": value, "ts": ts,
+                });
+                writeln!(out, "{row}")?;
+            } else {
+                let ts = ts.map_or_else(|| "-".to_owned(), |t| t.to_string());
+                writeln!(
+                    out,
+                    "{}\t{origin}\t{machine}\t{source}\t{}\t{}\t{}\t{value}\t{ts}",
+                    edge.snapshot_id,
+                    node.clock,
+                    name.unwrap_or("-"),
+                    node.seq
+                )?;
+            }
+        }
+    }
+    out.flush()
 }

@@ -143,3 +143,95 @@ pub fn encode_trace(packets: &[TracePacket]) -> Vec<u8> {
     }
     .encode_to_vec()
 }
+
+/// One clock of a [`clock_snapshot_ext`] snapshot.
+#[derive(Clone, Copy, Debug)]
+pub struct SnapshotClockSpec {
+    pub clock: u32,
+    pub value: u64,
+    pub unit_multiplier_ns: Option<u64>,
+    pub incremental: bool,
+}
+
+impl SnapshotClockSpec {
+    /// A clock in nanoseconds.
+    pub fn ns(clock: u32, value: u64) -> Self {
+        Self {
+            clock,
+            value,
+            unit_multiplier_ns: None,
+            incremental: false,
+        }
+    }
+
+    /// A clock counting in units of `unit` ns.
+    pub fn unit(clock: u32, value: u64, unit: u64) -> Self {
+        Self {
+            unit_multiplier_ns: Some(unit),
+            ..Self::ns(clock, value)
+        }
+    }
+
+    /// An incremental clock (packets carry deltas) in units of `unit` ns.
+    pub fn incremental(clock: u32, value: u64, unit: u64) -> Self {
+        Self {
+            incremental: true,
+            ..Self::unit(clock, value, unit)
+        }
+    }
+}
+
+/// A ClockSnapshot on sequence `seq` with units, incremental flags and an
+/// optional `primary_trace_clock`.
+pub fn clock_snapshot_ext(
+    seq: u32,
+    clocks: &[SnapshotClockSpec],
+    primary: Option<u32>,
+) -> TracePacket {
+    let snap = ClockSnapshot {
+        clocks: clocks
+            .iter()
+            .map(|c| clock_snapshot::Clock {
+                clock_id: Some(c.clock),
+                timestamp: Some(c.value),
+                is_incremental: c.incremental.then_some(true),
+                unit_multiplier_ns: c.unit_multiplier_ns,
+            })
+            .collect(),
+        primary_trace_clock: primary.map(|p| p as i32),
+    };
+    let p = TracePacket {
+        data: Some(trace_packet::Data::ClockSnapshot(snap)),
+        ..packet()
+    };
+    on_sequence(p, seq)
+}
+
+/// A RemoteClockSync packet (as a relay host writes it) on sequence `seq`:
+/// one `synced_clocks` entry per `(client BOOTTIME, host BOOTTIME)` pair.
+pub fn remote_clock_sync(seq: u32, pairs: &[(u64, u64)]) -> TracePacket {
+    use tracesync_protocol::perfetto::RemoteClockSync;
+    use tracesync_protocol::perfetto::remote_clock_sync::SyncedClocks;
+    let boottime = |value| ClockSnapshot {
+        clocks: vec![clock_snapshot::Clock {
+            clock_id: Some(tracesync_protocol::clock_ids::BOOTTIME),
+            timestamp: Some(value),
+            ..Default::default()
+        }],
+        primary_trace_clock: None,
+    };
+    let synced_clocks = pairs
+        .iter()
+        .map(|&(c, h)| SyncedClocks {
+            client_clocks: Some(boottime(c)),
+            host_clocks: Some(boottime(h)),
+        })
+        .collect();
+    let p = TracePacket {
+        data: Some(trace_packet::Data::RemoteClockSync(RemoteClockSync {
+            synced_clocks,
+        })),
+        ..packet()
+    };
+    on_sequence(p, seq)
+}

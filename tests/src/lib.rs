@@ -2,4 +2,5 @@
 //! binaries, and asking a real Perfetto trace processor about the output.
 
 pub mod build;
+pub mod run;
 pub mod tp;

@@ -1,4 +1,293 @@
-//! `tracesync merge` (in progress).
+//! `tracesync merge`: recorded traces of several machines onto one timeline.
+//!
+//! Two passes, so memory does not grow with input size: the first
+//! ([`first_pass`]) reads only clock facts and machine ids, [`plan`] turns
+//! them into machines, trace time and a complete clock graph, and the second
+//! ([`second_pass`]) streams every input again, resolving each packet and
+//! interleaving the inputs by resolved time into the [`output`].
 
+pub mod first_pass;
 pub mod inputs;
+pub mod machines;
 pub mod manifest;
+pub mod output;
+pub mod plan;
+pub mod second_pass;
+pub mod stats;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::exit;
+use first_pass::{FileScan, InputFault, scan_input};
+use inputs::{InputError, InputSource, expand_inputs};
+use manifest::{Manifest, ManifestError, parse_manifest};
+use output::{Format, Writer};
+use plan::{Plan, build_plan};
+use second_pass::{Context, InputStream, SequenceIds};
+use stats::MergeStats;
+
+#[derive(Clone, Debug)]
+pub struct MergeOptions {
+    pub inputs: Vec<PathBuf>,
+    pub manifest: Option<PathBuf>,
+    /// None or "-" = standard output.
+    pub output: Option<PathBuf>,
+    pub format: Format,
+    pub stats: Option<PathBuf>,
+    pub strict: bool,
+    pub machine_per_file: bool,
+}
+
+/// What a merge produced besides its output.
+#[derive(Debug, Default)]
+pub struct MergeOutcome {
+    pub stats: MergeStats,
+    pub faults: Vec<InputFault>,
+}
+
+impl MergeOutcome {
+    /// 0, or 65 when an input was bad (the others were still merged).
+    pub fn exit_code(&self) -> u8 {
+        if self.faults.is_empty() {
+            exit::OK
+        } else {
+            exit::DATAERR
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("{0}")]
+    Input(#[from] InputError),
+    #[error("{source_name}: {error}")]
+    Manifest {
+        source_name: String,
+        error: ManifestError,
+    },
+    #[error("{0}")]
+    BadInput(InputFault),
+    #[error(
+        "--strict: {0} packets have no place on the timeline (see --stats); relate the clocks with snapshots or a manifest"
+    )]
+    Unplaced(u64),
+    #[error("cannot create {path}: {error}")]
+    Create { path: String, error: io::Error },
+    #[error("cannot write the output: {0}")]
+    Write(io::Error),
+}
+
+impl MergeError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Input(e) => e.exit_code(),
+            Self::Manifest { .. } | Self::BadInput(_) | Self::Unplaced(_) => exit::DATAERR,
+            Self::Create { .. } => exit::CANTCREAT,
+            Self::Write(_) => exit::IOERR,
+        }
+    }
+}
+
+/// Everything the first pass and the plan produce.
+pub struct Prepared {
+    pub inputs: Vec<InputSource>,
+    pub plan: Plan,
+    pub faults: Vec<InputFault>,
+}
+
+/// Expands inputs, reads the manifest, runs the first pass and plans.
+/// `report` is called with each input fault as it is found.
+pub fn prepare(
+    input_paths: &[PathBuf],
+    manifest_path: Option<&Path>,
+    machine_per_file: bool,
+    strict: bool,
+    report: &mut dyn FnMut(&InputFault),
+) -> Result<Prepared, MergeError> {
+    let expanded = expand_inputs(input_paths, manifest_path)?;
+    let manifest: Option<Manifest> = match &expanded.manifest {
+        Some((name, text)) => Some(parse_manifest(text).map_err(|error| MergeError::Manifest {
+            source_name: name.clone(),
+            error,
+        })?),
+        None => None,
+    };
+    let mut faults = Vec::new();
+    let mut scans: Vec<FileScan> = Vec::with_capacity(expanded.traces.len());
+    for source in &expanded.traces {
+        let scan = scan_input(source);
+        for fault in &scan.faults {
+            report(fault);
+            if strict {
+                return Err(MergeError::BadInput(fault.clone()));
+            }
+        }
+        faults.extend(scan.faults.iter().cloned());
+        scans.push(scan);
+    }
+    let plan = build_plan(
+        &expanded.traces,
+        &scans,
+        manifest.as_ref(),
+        machine_per_file,
+    )
+    .map_err(|error| MergeError::Manifest {
+        source_name: expanded
+            .manifest
+            .as_ref()
+            .map_or_else(|| "manifest".into(), |(n, _)| n.clone()),
+        error,
+    })?;
+    Ok(Prepared {
+        inputs: expanded.traces,
+        plan,
+        faults,
+    })
+}
+
+/// Runs a whole merge.
+pub fn merge(
+    opts: &MergeOptions,
+    report: &mut dyn FnMut(&InputFault),
+) -> Result<MergeOutcome, MergeError> {
+    let Prepared {
+        inputs,
+        mut plan,
+        faults,
+    } = prepare(
+        &opts.inputs,
+        opts.manifest.as_deref(),
+        opts.machine_per_file,
+        opts.strict,
+        report,
+    )?;
+    let mut stats = MergeStats {
+        inputs: inputs.len() as u64,
+        inputs_with_errors: inputs
+            .iter()
+            .filter(|i| faults.iter().any(|f| f.display == i.display))
+            .count() as u64,
+        machines: plan.machines.iter().filter(|(_, m)| m.used).count() as u64,
+        ..MergeStats::default()
+    };
+    let target = opts.output.as_deref().filter(|p| p.as_os_str() != "-");
+    let temp = target.map(|p| {
+        let mut name = p.as_os_str().to_owned();
+        name.push(".tmp");
+        PathBuf::from(name)
+    });
+    let sink: Box<dyn Write> = match &temp {
+        Some(t) => Box::new(File::create(t).map_err(|error| MergeError::Create {
+            path: t.display().to_string(),
+            error,
+        })?),
+        None => Box::new(io::stdout().lock()),
+    };
+    let result = write_merged(
+        &inputs,
+        &mut plan,
+        opts.format,
+        BufWriter::with_capacity(1 << 20, sink),
+        &mut stats,
+    );
+    let finished = result.and_then(|()| {
+        if opts.strict && stats.strict_failures() > 0 {
+            return Err(MergeError::Unplaced(stats.strict_failures()));
+        }
+        Ok(())
+    });
+    if let Err(e) = finished {
+        if let Some(t) = &temp {
+            let _ = std::fs::remove_file(t);
+        }
+        return Err(e);
+    }
+    if let (Some(t), Some(target)) = (&temp, target) {
+        std::fs::rename(t, target).map_err(|error| MergeError::Create {
+            path: target.display().to_string(),
+            error,
+        })?;
+    }
+    if let Some(path) = &opts.stats {
+        let json = serde_json::to_string_pretty(&stats).expect("stats serialize");
+        std::fs::write(path, json + "\n").map_err(|error| MergeError::Create {
+            path: path.display().to_string(),
+            error,
+        })?;
+    }
+    Ok(MergeOutcome { stats, faults })
+}
+
+fn write_merged<W: Write>(
+    inputs: &[InputSource],
+    plan: &mut Plan,
+    format: Format,
+    out: W,
+    stats: &mut MergeStats,
+) -> Result<(), MergeError> {
+    let trace_machine = plan.timeline.trace_clock().machine;
+    let mut writer = Writer::new(out, format, &plan.machines, trace_machine);
+    writer
+        .preamble(&plan.machines, stats)
+        .map_err(MergeError::Write)?;
+    let src_json: Vec<String> = inputs
+        .iter()
+        .map(|i| serde_json::to_string(&i.display).expect("string"))
+        .collect();
+    let mut sequences = SequenceIds::new();
+    let Plan {
+        machines,
+        files,
+        timeline,
+        ..
+    } = plan;
+    let mut streams: Vec<InputStream<'_>> = inputs
+        .iter()
+        .zip(files.iter())
+        .map(|(source, file)| InputStream::open(source, file))
+        .collect();
+    let mut live = crate::clock::ClockGraph::new();
+    live.set_trace_time_clock(timeline.trace_clock());
+    let mut ctx = Context {
+        timeline,
+        live: &mut live,
+        machines,
+        stats,
+        sequences: &mut sequences,
+    };
+    // Interleave the inputs by resolved time; ties keep input order, and a
+    // stream's own order is never changed.
+    let mut heap = BinaryHeap::new();
+    for (i, stream) in streams.iter_mut().enumerate() {
+        stream.advance(&mut ctx);
+        if let Some(h) = stream.head {
+            heap.push(Reverse((h.ts, i)));
+        }
+    }
+    while let Some(Reverse((_, i))) = heap.pop() {
+        let stream = &mut streams[i];
+        let head = stream.head.expect("queued streams have a head");
+        writer
+            .packet(&head, &stream.body, &src_json[i], ctx.machines, ctx.stats)
+            .map_err(MergeError::Write)?;
+        stream.advance(&mut ctx);
+        if let Some(h) = stream.head {
+            heap.push(Reverse((h.ts, i)));
+        }
+    }
+    writer.finish().map_err(MergeError::Write)?;
+    let t = ctx.timeline.stats();
+    let g = ctx.timeline.graph().stats();
+    let stats = ctx.stats;
+    stats.clock_sync_failure_unknown_source_clock = t.clock_sync_failure_unknown_source_clock;
+    stats.clock_sync_failure_no_path = t.clock_sync_failure_no_path;
+    stats.clock_sync_unrelatable_clock_domains = t.clock_sync_unrelatable_clock_domains;
+    stats.trace_sorter_negative_timestamp_dropped = t.trace_sorter_negative_timestamp_dropped;
+    stats.invalid_clock_snapshots = g.invalid_clock_snapshots;
+    stats.clock_sync_cache_miss = g.clock_sync_cache_miss;
+    Ok(())
+}

@@ -1,0 +1,306 @@
+//! First pass over one input: reads every packet's top-level fields but
+//! keeps only clock facts (snapshots, remote syncs), the machine ids seen,
+//! and the first SystemInfo per machine. Memory grows with the number of
+//! clock snapshots, never with the number of packets.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use prost::Message;
+use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
+use tracesync_protocol::reader::{FileReadError, TraceFile};
+use tracesync_protocol::scan::scan_packet;
+
+use super::inputs::InputSource;
+
+/// One clock of a snapshot as written in the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapClock {
+    pub clock: u32,
+    pub value: u64,
+    pub unit: u64,
+    pub incremental: bool,
+}
+
+/// One client/host exchange of a RemoteClockSync packet: (clock, value) lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncRound {
+    pub client: Vec<(u32, u64)>,
+    pub host: Vec<(u32, u64)>,
+}
+
+/// A clock fact, in stream order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClockEvent {
+    Snapshot {
+        embedded: u32,
+        seq: u32,
+        clocks: Vec<SnapClock>,
+        primary: Option<u32>,
+    },
+    RemoteSync {
+        embedded: u32,
+        rounds: Vec<SyncRound>,
+    },
+}
+
+/// A problem with an input, reported as one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputFault {
+    pub display: String,
+    pub offset: Option<u64>,
+    pub message: String,
+    /// The rest of the file was skipped (framing broken), as opposed to one packet.
+    pub fatal: bool,
+}
+
+impl std::fmt::Display for InputFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.display)?;
+        if let Some(offset) = self.offset {
+            write!(f, "byte offset {offset}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// What the first pass keeps of one input.
+#[derive(Clone, Debug, Default)]
+pub struct FileScan {
+    /// Embedded machine ids of its packets; 0 for packets without one.
+    pub ids: BTreeSet<u32>,
+    pub events: Vec<ClockEvent>,
+    /// First SystemInfo (raw bytes) per embedded id.
+    pub system_infos: BTreeMap<u32, Vec<u8>>,
+    pub has_clock_snapshots: bool,
+    /// The first primary_trace_clock a snapshot of this file declares.
+    pub primary_clock: Option<u32>,
+    pub faults: Vec<InputFault>,
+    pub packets: u64,
+    pub invalid_snapshot_packets: u64,
+}
+
+/// Reads one input from its start; never fails: problems become faults.
+pub fn scan_input(source: &InputSource) -> FileScan {
+    let mut scan = FileScan::default();
+    let fault = |offset, message: String, fatal| InputFault {
+        display: source.display.clone(),
+        offset,
+        message,
+        fatal,
+    };
+    let reader = match source.open().and_then(TraceFile::new) {
+        Ok(r) => r,
+        Err(e) => {
+            scan.faults
+                .push(fault(None, format!("cannot read: {e}"), true));
+            return scan;
+        }
+    };
+    let mut reader = reader;
+    loop {
+        let packet = match reader.next_packet() {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(FileReadError::Io(e)) => {
+                scan.faults.push(fault(
+                    None,
+                    format!("read error: {e}; the rest of this input is skipped"),
+                    true,
+                ));
+                break;
+            }
+            Err(FileReadError::Format(e)) => {
+                scan.faults.push(fault(
+                    Some(e.offset),
+                    format!("{e}; the rest of this input is skipped"),
+                    true,
+                ));
+                break;
+            }
+        };
+        scan.packets += 1;
+        let offset = packet.offset;
+        let fields = match scan_packet(packet.bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                scan.faults.push(fault(
+                    Some(offset),
+                    format!("malformed packet ({e}); packet skipped"),
+                    false,
+                ));
+                continue;
+            }
+        };
+        let embedded = fields.machine_id.unwrap_or(0);
+        scan.ids.insert(embedded);
+        let seq = fields.trusted_packet_sequence_id.unwrap_or(0);
+        if let Some(bytes) = fields.clock_snapshot {
+            match ClockSnapshot::decode(bytes) {
+                Ok(snapshot) => {
+                    scan.has_clock_snapshots = true;
+                    let primary = snapshot
+                        .primary_trace_clock
+                        .filter(|&c| c != 0)
+                        .map(|c| c as u32);
+                    if scan.primary_clock.is_none() {
+                        scan.primary_clock = primary;
+                    }
+                    let clocks = snapshot
+                        .clocks
+                        .iter()
+                        .map(|c| SnapClock {
+                            clock: c.clock_id.unwrap_or(0),
+                            value: c.timestamp.unwrap_or(0),
+                            unit: c.unit_multiplier_ns.filter(|&u| u != 0).unwrap_or(1),
+                            incremental: c.is_incremental.unwrap_or(false),
+                        })
+                        .collect();
+                    scan.events.push(ClockEvent::Snapshot {
+                        embedded,
+                        seq,
+                        clocks,
+                        primary,
+                    });
+                }
+                Err(e) => {
+                    scan.invalid_snapshot_packets += 1;
+                    scan.faults.push(fault(
+                        Some(offset),
+                        format!("undecodable ClockSnapshot ({e}); ignored"),
+                        false,
+                    ));
+                }
+            }
+        }
+        if let Some(bytes) = fields.remote_clock_sync {
+            match RemoteClockSync::decode(bytes) {
+                Ok(sync) => {
+                    let list = |s: &Option<ClockSnapshot>| {
+                        s.iter()
+                            .flat_map(|s| &s.clocks)
+                            .map(|c| (c.clock_id.unwrap_or(0), c.timestamp.unwrap_or(0)))
+                            .collect::<Vec<_>>()
+                    };
+                    let rounds = sync
+                        .synced_clocks
+                        .iter()
+                        .map(|r| SyncRound {
+                            client: list(&r.client_clocks),
+                            host: list(&r.host_clocks),
+                        })
+                        .collect();
+                    scan.events
+                        .push(ClockEvent::RemoteSync { embedded, rounds });
+                }
+                Err(e) => {
+                    scan.faults.push(fault(
+                        Some(offset),
+                        format!("undecodable RemoteClockSync ({e}); ignored"),
+                        false,
+                    ));
+                }
+            }
+        }
+        if let Some(bytes) = fields.system_info {
+            scan.system_infos
+                .entry(embedded)
+                .or_insert_with(|| bytes.to_vec());
+        }
+    }
+    scan
+}
+
+/// Perfetto's offset estimate from one RemoteClockSync packet, for `clock`:
+/// client-minus-host, the integer mean over adjacent entry pairs less than
+/// 30 s apart on the client's BOOTTIME of two three-timestamp round trips,
+/// `(t1c + t2c)/2 - t1h` and `t2c - (t1h + t2h)/2`.
+pub fn remote_sync_offset(rounds: &[SyncRound], clock: u32) -> Option<i64> {
+    const ROUND_GAP_NS: i128 = 30_000_000_000;
+    let value = |list: &[(u32, u64)], c: u32| {
+        list.iter()
+            .find(|(id, v)| *id == c && *v != 0)
+            .map(|(_, v)| i128::from(*v))
+    };
+    let mut offsets = Vec::new();
+    for pair in rounds.windows(2) {
+        let boot = tracesync_protocol::clock_ids::BOOTTIME;
+        if let (Some(b1), Some(b2)) = (value(&pair[0].client, boot), value(&pair[1].client, boot))
+            && b2 - b1 >= ROUND_GAP_NS
+        {
+            continue;
+        }
+        let (Some(t1c), Some(t1h), Some(t2c), Some(t2h)) = (
+            value(&pair[0].client, clock),
+            value(&pair[0].host, clock),
+            value(&pair[1].client, clock),
+            value(&pair[1].host, clock),
+        ) else {
+            continue;
+        };
+        // Integer division truncating toward zero, as in C++.
+        offsets.push((t1c + t2c) / 2 - t1h);
+        offsets.push(t2c - (t1h + t2h) / 2);
+    }
+    if offsets.is_empty() {
+        return None;
+    }
+    let mean = offsets.iter().sum::<i128>() / offsets.len() as i128;
+    i64::try_from(mean).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(client: &[(u32, u64)], host: &[(u32, u64)]) -> SyncRound {
+        SyncRound {
+            client: client.to_vec(),
+            host: host.to_vec(),
+        }
+    }
+
+    #[test]
+    fn tv13_offsets() {
+        let e0 = round(&[(6, 10000), (1, 25000)], &[(6, 120000), (1, 135000)]);
+        let e1 = round(&[(6, 20000), (1, 35000)], &[(6, 140000), (1, 150000)]);
+        assert_eq!(
+            remote_sync_offset(&[e0.clone(), e1.clone()], 6),
+            Some(-107500)
+        );
+        assert_eq!(remote_sync_offset(&[e0, e1], 1), Some(-106250));
+    }
+
+    #[test]
+    fn tv13_above_threshold_and_multi_rounds() {
+        let e = 30_000_000_000;
+        let e0 = round(&[(6, 10000)], &[(6, 120000)]);
+        let far = round(&[(6, 20000 + e)], &[(6, 140000 + e)]);
+        assert_eq!(remote_sync_offset(&[e0.clone(), far], 6), None);
+        let rounds = [
+            e0,
+            round(&[(6, 20000)], &[(6, 140000)]),
+            round(&[(6, 30000 + e)], &[(6, 160000 + e)]),
+            round(&[(6, 45000 + e)], &[(6, 170000 + e)]),
+        ];
+        assert_eq!(remote_sync_offset(&rounds, 6), Some(-114375));
+    }
+
+    #[test]
+    fn tv13_incomplete_and_tv14_tv23() {
+        let incomplete = [
+            round(&[(6, 10000)], &[(6, 120000)]),
+            round(&[(6, 25000)], &[]),
+        ];
+        assert_eq!(remote_sync_offset(&incomplete, 6), None);
+        let tv14 = [
+            round(&[(6, 100)], &[(6, 1000)]),
+            round(&[(6, 300)], &[(6, 1200)]),
+        ];
+        assert_eq!(remote_sync_offset(&tv14, 6), Some(-800));
+        let tv23 = [
+            round(&[(6, 50e9 as u64)], &[(6, 2e9 as u64)]),
+            round(&[(6, 50e9 as u64)], &[(6, 2e9 as u64)]),
+        ];
+        assert_eq!(remote_sync_offset(&tv23, 6), Some(48_000_000_000));
+    }
+}

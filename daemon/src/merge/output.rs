@@ -1,0 +1,192 @@
+//! Writers of the merged stream: a multi-machine Perfetto trace, or one
+//! jsonl record per resolved packet (DESIGN.md §5).
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use prost::Message;
+use tracesync_protocol::clock_ids::BOOTTIME;
+use tracesync_protocol::perfetto::clock_snapshot::Clock;
+use tracesync_protocol::perfetto::remote_clock_sync::SyncedClocks;
+use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync, TracePacket};
+use tracesync_protocol::scan::field;
+use tracesync_protocol::wire;
+
+use super::machines::{MachineIdx, MachineTable};
+use super::plan::offset_pair;
+use super::second_pass::{Head, OWN_SEQUENCE_ID};
+use super::stats::MergeStats;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// A Perfetto trace (protobuf).
+    Perfetto,
+    /// One JSON record per resolved packet.
+    Jsonl,
+}
+
+/// The sync point last written for a machine.
+#[derive(Clone, Copy, Debug)]
+struct SyncState {
+    client: u64,
+    offset: i64,
+}
+
+pub struct Writer<W: Write> {
+    out: W,
+    format: Format,
+    trace_machine: MachineIdx,
+    frame: Vec<u8>,
+    sync: HashMap<MachineIdx, SyncState>,
+    /// JSON-escaped machine names, by machine.
+    json_names: Vec<String>,
+}
+
+impl<W: Write> Writer<W> {
+    pub fn new(out: W, format: Format, machines: &MachineTable, trace_machine: MachineIdx) -> Self {
+        let json_names = machines
+            .iter()
+            .map(|(_, m)| serde_json::to_string(&m.name).unwrap_or_else(|_| "null".into()))
+            .collect();
+        Self {
+            out,
+            format,
+            trace_machine,
+            frame: Vec::new(),
+            sync: HashMap::new(),
+            json_names,
+        }
+    }
+
+    /// One SystemInfo per machine with machine_name set, before any packet.
+    pub fn preamble(&mut self, machines: &MachineTable, stats: &mut MergeStats) -> io::Result<()> {
+        if self.format != Format::Perfetto {
+            return Ok(());
+        }
+        // The output's host first, so Perfetto sees it as machine 0.
+        let mut order: Vec<_> = machines.iter().filter(|(_, m)| m.used).collect();
+        order.sort_by_key(|(idx, _)| *idx != self.trace_machine);
+        for (_, m) in order {
+            let mut info = m.system_info.clone().unwrap_or_default();
+            if let Some(name) = &m.name {
+                // A later field overrides an earlier one in protobuf, so
+                // appending machine_name keeps every other field as it was.
+                wire::put_len_field(&mut info, 17, name.as_bytes());
+            }
+            let mut packet = Vec::with_capacity(info.len() + 16);
+            wire::put_len_field(&mut packet, field::SYSTEM_INFO, &info);
+            wire::put_varint_field(
+                &mut packet,
+                field::TRUSTED_PACKET_SEQUENCE_ID,
+                u64::from(OWN_SEQUENCE_ID),
+            );
+            if m.output_id != 0 {
+                wire::put_varint_field(&mut packet, field::MACHINE_ID, u64::from(m.output_id));
+            }
+            self.write_framed(&packet, stats)?;
+        }
+        Ok(())
+    }
+
+    /// Writes one resolved packet, preceded by a sync point when its
+    /// machine's mapping to trace time differs from the last one written.
+    pub fn packet(
+        &mut self,
+        head: &Head,
+        body: &[u8],
+        src_json: &str,
+        machines: &MachineTable,
+        stats: &mut MergeStats,
+    ) -> io::Result<()> {
+        stats.packets_written += 1;
+        match self.format {
+            Format::Perfetto => {
+                if head.machine != self.trace_machine
+                    && let Some(c) = head.boottime
+                {
+                    self.sync_point(head.machine, c, c - head.ts, machines, stats)?;
+                }
+                self.write_framed(body, stats)
+            }
+            Format::Jsonl => {
+                let m = machines.get(head.machine);
+                let (clock, clock_ts) = match head.clock {
+                    Some((c, v)) => (c.to_string(), v.to_string()),
+                    None => ("null".to_owned(), "null".to_owned()),
+                };
+                let line = format!(
+                    "{{\"ts\":{},\"machine\":{},\"raw_id\":{},\"clock\":{},\"clock_ts\":{},\"seq\":{},\"src\":{},\"kind\":\"{}\",\"size\":{},\"err_ns\":0}}\n",
+                    head.ts.max(0),
+                    self.json_names[head.machine as usize],
+                    m.raw_id,
+                    clock,
+                    clock_ts,
+                    head.out_seq,
+                    src_json,
+                    head.kind,
+                    head.size,
+                );
+                stats.bytes_written += line.len() as u64;
+                self.out.write_all(line.as_bytes())
+            }
+        }
+    }
+
+    /// A RemoteClockSync with two identical entries {client BOOTTIME c, host
+    /// c - offset}: Perfetto derives exactly `offset` from it and applies it
+    /// to the machine's later packets. Client values never go backwards.
+    fn sync_point(
+        &mut self,
+        machine: MachineIdx,
+        c: i64,
+        offset: i64,
+        machines: &MachineTable,
+        stats: &mut MergeStats,
+    ) -> io::Result<()> {
+        let last = self.sync.get(&machine).copied();
+        if last.is_some_and(|s| s.offset == offset) {
+            return Ok(());
+        }
+        let floor = last.map_or(0, |s| s.client);
+        let (client, host) = offset_pair((c.max(0) as u64).max(floor), offset);
+        self.sync.insert(machine, SyncState { client, offset });
+        let snapshot = |value| ClockSnapshot {
+            clocks: vec![Clock {
+                clock_id: Some(BOOTTIME),
+                timestamp: Some(value),
+                ..Default::default()
+            }],
+            primary_trace_clock: None,
+        };
+        let entry = SyncedClocks {
+            client_clocks: Some(snapshot(client)),
+            host_clocks: Some(snapshot(host)),
+        };
+        let packet = TracePacket {
+            data: Some(Data::RemoteClockSync(RemoteClockSync {
+                synced_clocks: vec![entry.clone(), entry],
+            })),
+            optional_trusted_packet_sequence_id: Some(
+                OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(OWN_SEQUENCE_ID),
+            ),
+            machine_id: Some(machines.get(machine).output_id),
+            ..Default::default()
+        };
+        let body = packet.encode_to_vec();
+        stats.sync_points_written += 1;
+        self.write_framed(&body, stats)
+    }
+
+    fn write_framed(&mut self, body: &[u8], stats: &mut MergeStats) -> io::Result<()> {
+        self.frame.clear();
+        wire::put_trace_packet(&mut self.frame, body);
+        stats.bytes_written += self.frame.len() as u64;
+        self.out.write_all(&self.frame)
+    }
+
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}

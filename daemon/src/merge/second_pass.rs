@@ -1,0 +1,343 @@
+//! Second pass: streams every input again, resolves each packet's timestamp
+//! on the merged timeline and stamps its machine and output sequence.
+//!
+//! One packet per input is held at a time (the head of its stream), so
+//! memory does not grow with input size.
+
+use std::collections::HashMap;
+use std::io::Read;
+
+use prost::Message;
+use tracesync_protocol::clock_ids::BOOTTIME;
+use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
+use tracesync_protocol::reader::{FileReadError, TraceFile};
+use tracesync_protocol::scan::{
+    Kind, PacketFields, Stamp, defaults_timestamp_clock_id, scan_packet, stamp_into,
+};
+
+use super::inputs::InputSource;
+use super::machines::{MachineIdx, MachineTable, Placement};
+use super::plan::{FilePlan, node};
+use super::stats::MergeStats;
+use crate::clock::timeline::Timeline;
+use crate::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
+
+/// Sequence id of the packets tracesync writes itself (SystemInfo, sync
+/// points); input sequences are renumbered from 2.
+pub const OWN_SEQUENCE_ID: u32 = 1;
+
+/// What the writer needs to know about the head packet of a stream.
+#[derive(Clone, Copy, Debug)]
+pub struct Head {
+    pub ts: i64,
+    pub machine: MachineIdx,
+    pub out_seq: u32,
+    /// Resolved clock id and raw value; None for packets without timestamp.
+    pub clock: Option<(u32, u64)>,
+    pub kind: Kind,
+    /// Input packet size in bytes.
+    pub size: usize,
+    /// The packet's time on its machine's BOOTTIME, for sync points of
+    /// machines other than trace time's.
+    pub boottime: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct SequenceState {
+    out_seq: u32,
+    default_clock: Option<u32>,
+}
+
+/// Allocates output sequence ids across all inputs.
+#[derive(Debug)]
+pub struct SequenceIds {
+    next: u32,
+}
+
+impl SequenceIds {
+    pub fn new() -> Self {
+        Self {
+            next: OWN_SEQUENCE_ID + 1,
+        }
+    }
+
+    fn allocate(&mut self) -> u32 {
+        let id = self.next;
+        self.next = self.next.wrapping_add(1).max(OWN_SEQUENCE_ID + 1);
+        id
+    }
+}
+
+impl Default for SequenceIds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Shared state of the second pass.
+pub struct Context<'a> {
+    /// The complete graph of the first pass, with trace time and placements.
+    pub timeline: &'a mut Timeline,
+    /// Snapshots replayed in stream order: Perfetto converts each packet
+    /// with the snapshots seen until then, so this graph decides first; the
+    /// complete one only serves packets Perfetto defers to the end of the
+    /// file (no usable snapshot yet) and the relations across machines.
+    pub live: &'a mut ClockGraph,
+    pub machines: &'a MachineTable,
+    pub stats: &'a mut MergeStats,
+    pub sequences: &'a mut SequenceIds,
+}
+
+/// One input being streamed.
+pub struct InputStream<'a> {
+    pub source: &'a InputSource,
+    plan: &'a FilePlan,
+    reader: Option<TraceFile<Box<dyn Read + Send>>>,
+    sequences: HashMap<(u32, u32), SequenceState>,
+    last_ts: i64,
+    /// The current head packet (stamped bytes in `body`).
+    pub head: Option<Head>,
+    pub body: Vec<u8>,
+}
+
+impl<'a> InputStream<'a> {
+    /// Opens the input again; faults were reported by the first pass.
+    pub fn open(source: &'a InputSource, plan: &'a FilePlan) -> Self {
+        let reader = source.open().and_then(TraceFile::new).ok();
+        Self {
+            source,
+            plan,
+            reader,
+            sequences: HashMap::new(),
+            last_ts: i64::MIN,
+            head: None,
+            body: Vec::new(),
+        }
+    }
+
+    /// Moves to the next packet that goes to the output; `head` is None at
+    /// the end of the input (or at its first fault, already reported).
+    pub fn advance(&mut self, ctx: &mut Context<'_>) {
+        self.head = None;
+        while let Some(reader) = self.reader.as_mut() {
+            let packet = match reader.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) | Err(FileReadError::Io(_) | FileReadError::Format(_)) => {
+                    self.reader = None;
+                    return;
+                }
+            };
+            ctx.stats.packets_read += 1;
+            ctx.stats.bytes_read += packet.bytes.len() as u64;
+            let Ok(fields) = scan_packet(packet.bytes) else {
+                ctx.stats.packets_malformed += 1;
+                continue;
+            };
+            let bytes = packet.bytes;
+            if let Some(head) = resolve(
+                self.plan,
+                &mut self.sequences,
+                &mut self.last_ts,
+                &fields,
+                bytes.len(),
+                ctx,
+            ) {
+                self.body.clear();
+                let stamp = Stamp {
+                    machine_id: Some(ctx.machines.get(head.machine).output_id),
+                    trusted_packet_sequence_id: Some(head.out_seq),
+                    // A remote packet with no clock id and no sequence default
+                    // is taken by Perfetto as already in trace time; name the
+                    // clock it was resolved with so the sync points apply.
+                    default_timestamp_clock_id: head.clock.map(|(c, _)| c),
+                    strip_trusted: false,
+                };
+                if stamp_into(bytes, &stamp, &mut self.body).is_err() {
+                    ctx.stats.packets_malformed += 1;
+                    continue;
+                }
+                self.head = Some(head);
+                return;
+            }
+        }
+    }
+}
+
+/// Decides the fate of one packet: None if it does not go to the output.
+fn resolve(
+    plan: &FilePlan,
+    sequences: &mut HashMap<(u32, u32), SequenceState>,
+    last_ts: &mut i64,
+    fields: &PacketFields<'_>,
+    size: usize,
+    ctx: &mut Context<'_>,
+) -> Option<Head> {
+    let embedded = fields.machine_id.unwrap_or(0);
+    let placement = plan.machines.get(embedded)?;
+    let in_seq = fields.trusted_packet_sequence_id.unwrap_or(0);
+    let state = sequences
+        .entry((embedded, in_seq))
+        .or_insert_with(|| SequenceState {
+            out_seq: ctx.sequences.allocate(),
+            default_clock: None,
+        });
+    if fields.clears_incremental_state() {
+        state.default_clock = None;
+    }
+    if let Some(defaults) = fields.trace_packet_defaults {
+        state.default_clock = defaults_timestamp_clock_id(defaults)
+            .ok()
+            .flatten()
+            .filter(|&c| c != 0);
+    }
+    let state = *state;
+    if let Some(bytes) = fields.remote_clock_sync {
+        if plan
+            .machines
+            .base
+            .is_some_and(|b| b.machine != placement.machine)
+        {
+            replay_remote_sync(bytes, placement, ctx);
+        }
+        // Replaced by tracesync's own sync points, which carry the engine's
+        // mapping; passing the input's through would override it.
+        ctx.stats.remote_clock_sync_replaced += 1;
+        return None;
+    }
+    if fields.system_info.is_some() {
+        // Merged into the one SystemInfo per machine at the output's start.
+        ctx.stats.system_info_merged += 1;
+        return None;
+    }
+    if let Some(bytes) = fields.clock_snapshot {
+        replay_snapshot(bytes, placement, in_seq, ctx);
+    }
+    let Some(raw) = fields.timestamp else {
+        return Some(Head {
+            ts: *last_ts,
+            machine: placement.machine,
+            out_seq: state.out_seq,
+            clock: None,
+            kind: fields.kind(),
+            size,
+            boottime: None,
+        });
+    };
+    let explicit = fields.timestamp_clock_id.filter(|&c| c != 0);
+    let clock = explicit
+        .or(state.default_clock)
+        .unwrap_or(plan.default_clock);
+    let clock_node = node(placement, in_seq, clock);
+    let trace_machine = ctx.timeline.trace_clock().machine;
+    let (resolved, boottime) = if placement.machine == trace_machine {
+        let target = ctx.timeline.trace_clock();
+        match ctx.live.convert_within_machine(clock_node, raw, target) {
+            Ok(ts) => (ctx.timeline.check_start(ts), None),
+            Err(_) => (ctx.timeline.to_trace_time(clock_node, raw), None),
+        }
+    } else {
+        // Perfetto converts a remote packet within its machine to that
+        // machine's BOOTTIME, then applies the sync offset: resolve the same
+        // way, so that sync points reproduce this result exactly.
+        let boot = node(placement, 0, BOOTTIME);
+        match within_machine(ctx, clock_node, raw, boot) {
+            Ok(c) if c >= 0 => (ctx.timeline.to_trace_time(boot, c as u64), Some(c)),
+            _ => {
+                ctx.stats.remote_packets_without_boottime += 1;
+                (ctx.timeline.to_trace_time(clock_node, raw), None)
+            }
+        }
+    };
+    let ts = match resolved {
+        Ok(ts) => ts,
+        Err(_) if fields.clock_snapshot.is_some() => {
+            // Snapshots carry clock data Perfetto needs; keep them in place.
+            return Some(Head {
+                ts: *last_ts,
+                machine: placement.machine,
+                out_seq: state.out_seq,
+                clock: None,
+                kind: fields.kind(),
+                size,
+                boottime: None,
+            });
+        }
+        Err(_) => {
+            ctx.stats.packets_dropped += 1;
+            return None;
+        }
+    };
+    *last_ts = ts;
+    Some(Head {
+        ts,
+        machine: placement.machine,
+        out_seq: state.out_seq,
+        clock: Some((clock, raw)),
+        kind: fields.kind(),
+        size,
+        boottime,
+    })
+}
+
+/// Converts within a machine with the snapshots seen so far, else (as
+/// Perfetto's end-of-file deferral would) with all of them.
+fn within_machine(
+    ctx: &mut Context<'_>,
+    src: ClockNode,
+    raw: u64,
+    dst: ClockNode,
+) -> Result<i64, ConvertError> {
+    ctx.live.convert_within_machine(src, raw, dst).or_else(|_| {
+        ctx.timeline
+            .graph_mut()
+            .convert_within_machine(src, raw, dst)
+    })
+}
+
+/// Feeds a snapshot to the live graph, and restarts the complete graph's
+/// accumulators of the incremental clocks it holds (the live graph's
+/// restart as part of adding the snapshot).
+fn replay_snapshot(bytes: &[u8], placement: Placement, seq: u32, ctx: &mut Context<'_>) {
+    let Ok(snapshot) = ClockSnapshot::decode(bytes) else {
+        return;
+    };
+    let clocks: Vec<SnapshotClock> = snapshot
+        .clocks
+        .iter()
+        .map(|c| SnapshotClock {
+            node: node(placement, seq, c.clock_id.unwrap_or(0)),
+            value: c.timestamp.unwrap_or(0),
+            unit_multiplier_ns: c.unit_multiplier_ns.filter(|&u| u != 0).unwrap_or(1),
+            is_incremental: c.is_incremental.unwrap_or(false),
+        })
+        .collect();
+    // Rejections were counted in the first pass.
+    let _ = ctx.live.add_snapshot(&clocks, EdgeOrigin::Snapshot);
+    for c in clocks.iter().filter(|c| c.is_incremental) {
+        ctx.timeline.graph_mut().reset_incremental(c.node, c.value);
+    }
+}
+
+/// Feeds the client clocks of a RemoteClockSync to the live graph, as the
+/// plan did for the complete one.
+fn replay_remote_sync(bytes: &[u8], placement: Placement, ctx: &mut Context<'_>) {
+    let Ok(sync) = RemoteClockSync::decode(bytes) else {
+        return;
+    };
+    for round in &sync.synced_clocks {
+        let clocks: Vec<SnapshotClock> = round
+            .client_clocks
+            .iter()
+            .flat_map(|s| &s.clocks)
+            .map(|c| {
+                SnapshotClock::ns(
+                    node(placement, 0, c.clock_id.unwrap_or(0)),
+                    c.timestamp.unwrap_or(0),
+                )
+            })
+            .collect();
+        if clocks.len() > 1 {
+            let _ = ctx.live.add_snapshot(&clocks, EdgeOrigin::Snapshot);
+        }
+    }
+}
