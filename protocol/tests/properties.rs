@@ -201,7 +201,7 @@ fn stamp() -> impl Strategy<Value = Stamp> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4096))]
+    #![proptest_config(ProptestConfig::with_cases(2048))]
 
     #[test]
     fn scanner_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256), st in stamp()) {
@@ -214,6 +214,24 @@ proptest! {
         if stamp_into(&bytes, &st, &mut out).is_ok() {
             prop_assert!(scan_packet(&out).is_ok());
         }
+    }
+
+    #[test]
+    fn varint_decoding_matches_the_definition(bytes in prop::collection::vec(any::<u8>(), 0..14)) {
+        let mut value = 0u64;
+        let mut want = Err(wire::WireError::VarintTooLong);
+        for i in 0..10 {
+            let Some(&byte) = bytes.get(i) else {
+                want = Err(wire::WireError::Truncated);
+                break;
+            };
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte < 0x80 {
+                want = Ok((value, i + 1));
+                break;
+            }
+        }
+        prop_assert_eq!(wire::decode_varint(&bytes), want);
     }
 
     #[test]
@@ -237,7 +255,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1024))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn file_reader_never_panics(bytes in messy_stream(), gz in any::<bool>(), cut in any::<prop::sample::Index>()) {
