@@ -156,20 +156,24 @@ fn find_compressed(p: &[u8]) -> Option<(usize, usize)> {
     while let Some(rest) = p.get(pos..).filter(|r| !r.is_empty()) {
         let (tag, n) = wire::decode_varint(rest).ok()?;
         pos += n;
-        match tag & 7 {
-            0 => pos += wire::decode_varint(&rest[n..]).ok()?.1,
-            1 => pos += 8,
-            2 => {
-                let (len, m) = wire::decode_varint(&rest[n..]).ok()?;
-                pos += m;
-                let end = pos.checked_add(usize::try_from(len).ok()?)?;
-                if tag >> 3 == u64::from(field::COMPRESSED_PACKETS) && end <= p.len() {
-                    found = Some((pos, end));
-                }
-                pos = end;
+        // Branches, not a jump table: they predict better on this hot path.
+        let wire_type = tag & 7;
+        if wire_type == 0 {
+            pos += wire::decode_varint(&rest[n..]).ok()?.1;
+        } else if wire_type == 2 {
+            let (len, m) = wire::decode_varint(&rest[n..]).ok()?;
+            pos += m;
+            let end = pos.checked_add(usize::try_from(len).ok()?)?;
+            if tag >> 3 == u64::from(field::COMPRESSED_PACKETS) && end <= p.len() {
+                found = Some((pos, end));
             }
-            5 => pos += 4,
-            _ => return None,
+            pos = end;
+        } else if wire_type == 1 {
+            pos += 8;
+        } else if wire_type == 5 {
+            pos += 4;
+        } else {
+            return None;
         }
     }
     // A field running past the end makes the packet malformed.
