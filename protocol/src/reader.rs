@@ -15,6 +15,7 @@ use std::io::{self, Read};
 use flate2::{Decompress, FlushDecompress, Status};
 
 use crate::scan::field;
+use crate::wire::{self, WireError};
 
 /// Default limit of one packet, and of one expanded bundle.
 pub const DEFAULT_MAX_PACKET_SIZE: usize = 128 << 20;
@@ -101,31 +102,13 @@ enum Varint {
 /// Reads a varint at `buf[pos..]`; `Incomplete` if the input ends inside it.
 #[inline(always)]
 fn varint_at(buf: &[u8], pos: usize) -> Varint {
-    let rest = match buf.get(pos..) {
-        Some(r) => r,
-        None => return Varint::Incomplete,
-    };
-    // Fast path: one-byte varints are the common case for tags and short lengths.
-    match rest.first() {
-        None => return Varint::Incomplete,
-        Some(&b) if b < 0x80 => return Varint::Value(u64::from(b), 1),
-        Some(_) => {}
-    }
-    let mut value = 0u64;
-    for (i, &byte) in rest.iter().take(10).enumerate() {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte < 0x80 {
-            // The 10th byte may only carry the top bit of a u64.
-            if i == 9 && byte > 1 {
-                return Varint::Bad;
-            }
-            return Varint::Value(value, i + 1);
-        }
-    }
-    if rest.len() >= 10 {
-        Varint::Bad
-    } else {
-        Varint::Incomplete
+    let rest = buf.get(pos..).unwrap_or_default();
+    match wire::decode_varint(rest) {
+        // Framing is strict: a 10th byte may only carry the top bit of a u64.
+        Ok((_, 10)) if rest[9] > 1 => Varint::Bad,
+        Ok((v, n)) => Varint::Value(v, n),
+        Err(WireError::Truncated) => Varint::Incomplete,
+        Err(_) => Varint::Bad,
     }
 }
 
@@ -170,37 +153,30 @@ fn record_header(buf: &[u8], max: usize) -> Result<Header, ReadErrorKind> {
 fn find_compressed(p: &[u8]) -> Option<(usize, usize)> {
     let mut pos = 0;
     let mut found = None;
-    while pos < p.len() {
-        let Varint::Value(tag, n) = varint_at(p, pos) else {
-            return None;
-        };
+    while let Some(rest) = p.get(pos..).filter(|r| !r.is_empty()) {
+        let (tag, n) = wire::decode_varint(rest).ok()?;
         pos += n;
-        match tag & 7 {
-            0 => {
-                let Varint::Value(_, n) = varint_at(p, pos) else {
-                    return None;
-                };
-                pos += n;
+        // Branches, not a jump table: they predict better on this hot path.
+        let wire_type = tag & 7;
+        if wire_type == 0 {
+            pos += wire::decode_varint(&rest[n..]).ok()?.1;
+        } else if wire_type == 2 {
+            let (len, m) = wire::decode_varint(&rest[n..]).ok()?;
+            pos += m;
+            let end = pos.checked_add(usize::try_from(len).ok()?)?;
+            if tag >> 3 == u64::from(field::COMPRESSED_PACKETS) && end <= p.len() {
+                found = Some((pos, end));
             }
-            1 => pos = pos.checked_add(8)?,
-            2 => {
-                let Varint::Value(len, n) = varint_at(p, pos) else {
-                    return None;
-                };
-                pos += n;
-                let end = pos.checked_add(usize::try_from(len).ok()?)?;
-                if end > p.len() {
-                    return None;
-                }
-                if tag >> 3 == u64::from(field::COMPRESSED_PACKETS) {
-                    found = Some((pos, end));
-                }
-                pos = end;
-            }
-            5 => pos = pos.checked_add(4)?,
-            _ => return None,
+            pos = end;
+        } else if wire_type == 1 {
+            pos += 8;
+        } else if wire_type == 5 {
+            pos += 4;
+        } else {
+            return None;
         }
     }
+    // A field running past the end makes the packet malformed.
     (pos == p.len()).then_some(found).flatten()
 }
 

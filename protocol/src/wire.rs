@@ -28,19 +28,64 @@ pub enum WireError {
 }
 
 /// Reads a varint at `*pos`, advancing it.
+#[inline(always)]
 pub fn read_varint(buf: &[u8], pos: &mut usize) -> Result<u64, WireError> {
-    let mut value: u64 = 0;
-    for i in 0..10 {
-        let Some(&byte) = buf.get(*pos + i) else {
-            return Err(WireError::Truncated);
+    let (value, len) = decode_varint(buf.get(*pos..).unwrap_or_default())?;
+    *pos += len;
+    Ok(value)
+}
+
+/// Decodes the varint at the start of `buf`: its value and length in bytes.
+/// Bits past 64 in a 10th byte are dropped, as protobuf parsers do.
+#[inline(always)]
+pub fn decode_varint(buf: &[u8]) -> Result<(u64, usize), WireError> {
+    // One-byte varints (tags, small lengths) dominate: keep them branch-light.
+    if let Some(&b) = buf.first()
+        && b < 0x80
+    {
+        return Ok((u64::from(b), 1));
+    }
+    decode_varint_multi(buf)
+}
+
+#[inline]
+fn decode_varint_multi(buf: &[u8]) -> Result<(u64, usize), WireError> {
+    if let Some(bytes) = buf.first_chunk::<10>() {
+        // Branch-free for up to 8 bytes: locate the first byte without the
+        // continuation bit, then pack the 7-bit groups together.
+        let word = u64::from_le_bytes([
+            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+        ]);
+        let stops = !word & 0x8080_8080_8080_8080;
+        let low = |w: u64| {
+            let x = w & 0x7f7f_7f7f_7f7f_7f7f;
+            let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+            let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+            (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
         };
+        if stops != 0 {
+            let bits = stops.trailing_zeros() + 1; // 8, 16, ... 64
+            let keep = u64::MAX >> (64 - bits);
+            return Ok((low(word & keep), bits as usize / 8));
+        }
+        // 9 or 10 bytes (large timestamps); bits past 64 are dropped.
+        let value = low(word) | u64::from(bytes[8] & 0x7f) << 56;
+        if bytes[8] < 0x80 {
+            return Ok((value, 9));
+        }
+        if bytes[9] < 0x80 {
+            return Ok((value | u64::from(bytes[9]) << 63, 10));
+        }
+        return Err(WireError::VarintTooLong);
+    }
+    let mut value = 0u64;
+    for (i, &byte) in buf.iter().enumerate() {
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte < 0x80 {
-            *pos += i + 1;
-            return Ok(value);
+            return Ok((value, i + 1));
         }
     }
-    Err(WireError::VarintTooLong)
+    Err(WireError::Truncated)
 }
 
 /// Number of bytes `v` takes as a varint.
@@ -80,4 +125,63 @@ pub fn put_len_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
 /// Appends `body` as one `Trace.packet` record (field 1), the unit of a trace file.
 pub fn put_trace_packet(out: &mut Vec<u8>, body: &[u8]) {
     put_len_field(out, 1, body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain byte-at-a-time definition.
+    fn reference(buf: &[u8]) -> Result<(u64, usize), WireError> {
+        let mut value = 0u64;
+        for i in 0..10 {
+            let Some(&byte) = buf.get(i) else {
+                return Err(WireError::Truncated);
+            };
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte < 0x80 {
+                return Ok((value, i + 1));
+            }
+        }
+        Err(WireError::VarintTooLong)
+    }
+
+    #[test]
+    fn decode_matches_reference_and_round_trips() {
+        let mut values = vec![0, 1, 127, 128, 300, u64::MAX, u64::MAX - 1, 1 << 63];
+        values.extend((0..64).map(|s| 1u64 << s));
+        values.extend((0..64).map(|s| (1u64 << s) - 1));
+        for v in values {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            assert_eq!(b.len(), varint_len(v));
+            for pad in [0usize, 1, 12] {
+                let mut padded = b.clone();
+                padded.extend(std::iter::repeat_n(0xffu8, pad));
+                assert_eq!(decode_varint(&padded), Ok((v, b.len())), "{v}");
+                let mut pos = 0;
+                assert_eq!(read_varint(&padded, &mut pos), Ok(v));
+                assert_eq!(pos, b.len());
+            }
+            // Every truncation is reported as such.
+            for cut in 0..b.len() {
+                assert_eq!(decode_varint(&b[..cut]), Err(WireError::Truncated));
+            }
+        }
+        // Overlong and over-64-bit forms, with and without trailing bytes.
+        let cases: [&[u8]; 5] = [
+            &[0xff; 11],
+            &[0xff; 10],
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],
+            &[
+                0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02, 0x00,
+            ],
+            &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00],
+        ];
+        for c in cases {
+            assert_eq!(decode_varint(c), reference(c), "{c:?}");
+        }
+        let mut pos = 3;
+        assert_eq!(read_varint(&[1, 2], &mut pos), Err(WireError::Truncated));
+    }
 }

@@ -200,8 +200,115 @@ fn stamp() -> impl Strategy<Value = Stamp> {
         })
 }
 
+/// `scan_packet` as plainly defined over [`Fields`]: the reference for the
+/// hand-rolled loop.
+fn reference_scan(packet: &[u8]) -> Result<scan::PacketFields<'_>, scan::ScanError> {
+    use scan::FieldValue::{Len, Varint};
+    use scan::field::*;
+    let mut out = scan::PacketFields::default();
+    let metadata = [
+        TRUSTED_UID,
+        TIMESTAMP,
+        TRUSTED_PACKET_SEQUENCE_ID,
+        INTERNED_DATA,
+        SEQUENCE_FLAGS,
+        INCREMENTAL_STATE_CLEARED,
+        PREVIOUS_PACKET_DROPPED,
+        TIMESTAMP_CLOCK_ID,
+        TRACE_PACKET_DEFAULTS,
+        TRUSTED_PID,
+        FIRST_PACKET_ON_SEQUENCE,
+        MACHINE_ID,
+    ];
+    for f in Fields::new(packet) {
+        let f = f?;
+        match (f.number, f.value) {
+            (TIMESTAMP, Varint(v)) => out.timestamp = Some(v),
+            (TIMESTAMP_CLOCK_ID, Varint(v)) => out.timestamp_clock_id = Some(v as u32),
+            (TRUSTED_PACKET_SEQUENCE_ID, Varint(v)) => {
+                out.trusted_packet_sequence_id = Some(v as u32)
+            }
+            (TRUSTED_UID, _) => out.has_trusted_uid = true,
+            (TRUSTED_PID, _) => out.has_trusted_pid = true,
+            (SEQUENCE_FLAGS, Varint(v)) => out.sequence_flags = v as u32,
+            (INCREMENTAL_STATE_CLEARED, Varint(v)) => out.incremental_state_cleared = v != 0,
+            (PREVIOUS_PACKET_DROPPED, Varint(v)) => out.previous_packet_dropped = v as u32,
+            (MACHINE_ID, Varint(v)) => out.machine_id = Some(v as u32),
+            (INTERNED_DATA, _) => out.has_interned_data = true,
+            (TRACE_PACKET_DEFAULTS, Len(b)) => out.trace_packet_defaults = Some(b),
+            (n, value) => {
+                if let Len(b) = value {
+                    match n {
+                        CLOCK_SNAPSHOT => out.clock_snapshot = Some(b),
+                        SYSTEM_INFO => out.system_info = Some(b),
+                        REMOTE_CLOCK_SYNC => out.remote_clock_sync = Some(b),
+                        COMPRESSED_PACKETS => out.compressed_packets = Some(b),
+                        _ => {}
+                    }
+                }
+                if !metadata.contains(&n) && out.data_field.is_none() {
+                    out.data_field = Some(n);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Random top-level fields over the numbers the scanner knows, any wire type.
+fn field_soup() -> impl Strategy<Value = Vec<u8>> {
+    let number = prop_oneof![
+        prop::sample::select(vec![
+            1u32, 3, 6, 8, 10, 11, 12, 13, 41, 42, 45, 50, 58, 59, 79, 87, 98, 107
+        ]),
+        1u32..200,
+    ];
+    let one = (
+        number,
+        0u8..6,
+        any::<u64>(),
+        prop::collection::vec(any::<u8>(), 0..8),
+    )
+        .prop_map(|(n, wt, v, b)| {
+            let mut out = Vec::new();
+            wire::put_varint(&mut out, (u64::from(n) << 3) | u64::from(wt));
+            match wt {
+                0 => wire::put_varint(&mut out, v),
+                1 => out.extend_from_slice(&v.to_le_bytes()),
+                2 => {
+                    wire::put_varint(&mut out, b.len() as u64);
+                    out.extend_from_slice(&b);
+                }
+                5 => out.extend_from_slice(&(v as u32).to_le_bytes()),
+                _ => out.extend_from_slice(&b),
+            }
+            out
+        });
+    (
+        prop::collection::vec(one, 0..8),
+        any::<prop::sample::Index>(),
+        any::<bool>(),
+    )
+        .prop_map(|(fields, cut, truncate)| {
+            let mut b = fields.concat();
+            if truncate && !b.is_empty() {
+                b.truncate(cut.index(b.len()));
+            }
+            b
+        })
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4096))]
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn scan_matches_the_field_walk(bytes in prop_oneof![
+        field_soup(),
+        prop::collection::vec(any::<u8>(), 0..64),
+        packet().prop_map(|p| p.encode_to_vec()),
+    ]) {
+        prop_assert_eq!(scan_packet(&bytes), reference_scan(&bytes));
+    }
 
     #[test]
     fn scanner_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256), st in stamp()) {
@@ -214,6 +321,24 @@ proptest! {
         if stamp_into(&bytes, &st, &mut out).is_ok() {
             prop_assert!(scan_packet(&out).is_ok());
         }
+    }
+
+    #[test]
+    fn varint_decoding_matches_the_definition(bytes in prop::collection::vec(any::<u8>(), 0..14)) {
+        let mut value = 0u64;
+        let mut want = Err(wire::WireError::VarintTooLong);
+        for i in 0..10 {
+            let Some(&byte) = bytes.get(i) else {
+                want = Err(wire::WireError::Truncated);
+                break;
+            };
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte < 0x80 {
+                want = Ok((value, i + 1));
+                break;
+            }
+        }
+        prop_assert_eq!(wire::decode_varint(&bytes), want);
     }
 
     #[test]
@@ -237,7 +362,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1024))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn file_reader_never_panics(bytes in messy_stream(), gz in any::<bool>(), cut in any::<prop::sample::Index>()) {

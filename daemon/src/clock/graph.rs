@@ -306,6 +306,7 @@ impl ClockGraph {
 
     /// Converts `value` (src units; a delta if src is incremental) to ns of
     /// `dst` over the shortest snapshot path.
+    #[inline]
     pub fn convert(
         &mut self,
         src: ClockNode,
@@ -317,6 +318,7 @@ impl ClockGraph {
 
     /// Like [`Self::convert`], but the path may only use clocks of
     /// `src.machine`.
+    #[inline]
     pub fn convert_within_machine(
         &mut self,
         src: ClockNode,

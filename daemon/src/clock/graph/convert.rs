@@ -33,6 +33,9 @@ fn to_ns(value: u64, unit: i64, incremental: bool, last_ns: i64) -> Option<i64> 
 }
 
 impl ClockGraph {
+    /// The cache scan is kept small and inlinable; everything else is in
+    /// the out-of-line slow path.
+    #[inline]
     pub(super) fn convert_impl(
         &mut self,
         src: ClockNode,
@@ -94,6 +97,7 @@ impl ClockGraph {
         Ok(ns)
     }
 
+    #[inline(never)]
     fn slow_path(
         &mut self,
         src: ClockNode,
