@@ -8,5 +8,6 @@
 
 pub mod cli;
 pub mod clock;
+pub mod demo;
 pub mod exit;
 pub mod merge;

@@ -112,7 +112,7 @@ pub fn scan_input(source: &InputSource) -> FileScan {
             Err(FileReadError::Format(e)) => {
                 scan.faults.push(fault(
                     Some(e.offset),
-                    format!("{e}; the rest of this input is skipped"),
+                    format!("{}; the rest of this input is skipped", e.kind),
                     true,
                 ));
                 break;
