@@ -38,7 +38,8 @@ fn cached(bencher: Bencher) {
     let mut g = graph();
     let mut i = 0;
     bencher.bench_local(|| g.convert(black_box(MONO), black_box(value(&mut i)), black_box(BT)));
-    assert!(g.stats().clock_sync_cache_hit > 0);
+    // Only the very first conversion may miss (in test mode it is the only one).
+    assert!(g.stats().clock_sync_cache_miss <= 1, "the cached bench must hit the cache");
 }
 
 #[divan::bench(sample_count = 200, sample_size = 10_000)]
