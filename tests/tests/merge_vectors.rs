@@ -459,3 +459,46 @@ fn tv25_invalid_snapshots_are_counted() {
     let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     assert_eq!(stats["invalid_clock_snapshots"], 4, "{stats}");
 }
+
+/// TV-11: a remote machine's clocks are resolved within that machine (to
+/// its BOOTTIME), then moved by the sync offset (client - host = -10000).
+#[test]
+fn tv11_remote_machine_clocks_with_offset() {
+    let on7 = |p: Packet| build::on_machine(p, 7);
+    let p = vec![
+        snap(&[(BT, 1000)]),
+        on7(build::remote_clock_sync(1, &[(50_000, 60_000); 2])),
+        on7(snap(&[(RT, 10), (BT, 10010)])),
+        on7(snap(&[(RT, 20), (BT, 20220)])),
+        on7(snap(&[(RT, 30), (BT, 30030)])),
+        on7(snap(&[(MONO, 1000), (BT, 100000)])),
+        on7(snap(&[(MONO, 2000), (64, 1200)])),
+        on7(event(RT, 0)),
+        on7(event(RT, 11)),
+        on7(event(RT, 20)),
+        on7(event(MONO, 999)),
+        on7(event(64, 1100)),
+    ];
+    let r = merge_one(&p);
+    assert_eq!(ts_of(&r, RT, 0), Some(20000));
+    assert_eq!(ts_of(&r, RT, 11), Some(20011));
+    assert_eq!(ts_of(&r, RT, 20), Some(30220));
+    assert_eq!(ts_of(&r, MONO, 999), Some(109999));
+    assert_eq!(ts_of(&r, 64, 1100), Some(110900));
+}
+
+/// A sequence clock used before the snapshot that defines it: Perfetto
+/// defers such packets to the end of the file; the two-pass merge resolves
+/// them with the complete graph instead of losing them.
+#[test]
+fn sequence_clock_before_its_snapshot_is_not_lost() {
+    let p = vec![
+        snap(&[(BT, 1_000), (MONO, 500)]),
+        event(64, 10),
+        build::on_sequence(build::clock_snapshot(&[(64, 0), (MONO, 700)]), 1),
+        event(64, 20),
+    ];
+    let r = merge_one(&p);
+    assert_eq!(ts_of(&r, 64, 10), Some(1_210));
+    assert_eq!(ts_of(&r, 64, 20), Some(1_220));
+}

@@ -133,7 +133,10 @@ pub fn build_plan(
                     let Some(p) = file_machines.get(*embedded) else {
                         continue;
                     };
-                    if manifest_time.is_none() {
+                    // Only a file's own (base) machine claims trace time: in a
+                    // relay-recorded file the host's clocks are the timeline,
+                    // whichever machine's snapshot comes first.
+                    if manifest_time.is_none() && Some(p) == file_machines.base {
                         // First claimant wins: an explicit primary clock, or
                         // BOOTTIME inferred from a snapshot that has it.
                         let claimed = primary.or_else(|| {
