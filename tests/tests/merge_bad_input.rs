@@ -553,7 +553,6 @@ fn rich_trace() -> Vec<u8> {
     let mut defaults = build::on_sequence(build::packet(), 4);
     defaults.trace_packet_defaults = Some(tracesync_protocol::perfetto::TracePacketDefaults {
         timestamp_clock_id: Some(MONOTONIC),
-        ..Default::default()
     });
     p.push(defaults);
     let mut uses = build::on_sequence(build::packet(), 4);
@@ -593,9 +592,12 @@ fn random_corruption_never_panics() {
     let o = tracesync(&["merge", "--format", "jsonl", v.to_str().unwrap()]);
     assert_eq!(exit_code(&o), 0, "{}", stderr(&o));
     let valid_gz = gzip(&valid);
-    let mut rng = Rng(0x5EED_1234_ABCD_0001);
+    // TRACESYNC_FUZZ_RUNS / TRACESYNC_FUZZ_SEED widen a soak run; the
+    // default keeps this test within a few seconds.
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let runs = env("TRACESYNC_FUZZ_RUNS").unwrap_or(100);
+    let mut rng = Rng(env("TRACESYNC_FUZZ_SEED").unwrap_or(0x5EED_1234_ABCD_0001) | 1);
     let start = std::time::Instant::now();
-    let runs = 100;
     for run in 0..runs {
         let mut paths = Vec::new();
         for k in 0..3 {
@@ -631,7 +633,14 @@ fn random_corruption_never_panics() {
             paths.push(write(d, &format!("case{case}.pftrace"), &bytes));
         }
         let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-        let mut args = vec!["merge", "--format", "jsonl"];
+        // Every other run writes the Perfetto format (sync points, machine
+        // stamping) to a file instead of jsonl to stdout.
+        let perfetto_out = d.join("fuzz-out.pftrace");
+        let mut args = if run % 2 == 0 {
+            vec!["merge", "--format", "jsonl"]
+        } else {
+            vec!["merge", "-o", perfetto_out.to_str().unwrap()]
+        };
         let strs: Vec<String> = refs.iter().map(|p| p.display().to_string()).collect();
         args.extend(strs.iter().map(String::as_str));
         let o = tracesync(&args);
@@ -659,7 +668,8 @@ fn random_corruption_never_panics() {
         }
     }
     assert!(
-        start.elapsed() < std::time::Duration::from_secs(60),
+        env("TRACESYNC_FUZZ_RUNS").is_some()
+            || start.elapsed() < std::time::Duration::from_secs(60),
         "{runs} runs took {:?}",
         start.elapsed()
     );
