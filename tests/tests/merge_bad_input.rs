@@ -384,7 +384,7 @@ fn invalid_manifests() {
             wrap(
                 r#""files": [{"path": "good.pftrace", "machine": {"name": "a"}, "machines": [{"id": 0, "name": "b"}]}]"#,
             ),
-            vec!["files[0]:", "mutually exclusive"],
+            vec!["files[0]:", "mutually exclusive", "keep `machine`"],
         ),
         // Manifests naming unknown files.
         (
