@@ -11,6 +11,7 @@ use std::process::Output;
 use prost::Message;
 use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC, REALTIME};
 use tracesync_protocol::perfetto::{Trace, TracePacket as Packet};
+use tracesync_tests::archive::{tar, zip};
 use tracesync_tests::build;
 use tracesync_tests::run::{Record, merge_jsonl, tracesync};
 
@@ -319,6 +320,43 @@ fn gzip_truncated_mid_stream() {
         .unwrap_or_else(|| panic!("no offset in {line}"));
     let whole = build::encode_trace(&p[..=cut.len()]).len() as u64;
     assert!(offset >= whole, "offset {offset} < {whole}: {line}");
+}
+
+/// A bad member inside an archive: one line naming `archive:member` and the
+/// offset; the other members are merged. A cut archive is one line naming
+/// the archive.
+#[test]
+fn bad_member_inside_an_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = good_trace(1_000_000_000, 2);
+    let mut bad = good_trace(3_000_000_000, 1);
+    let at = bad.len();
+    bad.extend_from_slice(&[0x0A, 0xE8, 0x07, 1]);
+    let members: [(&str, &[u8]); 2] = [("good.pb", &good), ("bad.pb", &bad)];
+    for (name, bytes) in [("b.tar", tar(&members)), ("b.zip", zip(&members))] {
+        let archive = d.join(name);
+        std::fs::write(&archive, &bytes).unwrap();
+        let (records, code, err) = merge_jsonl(&[&archive], &[]);
+        assert_eq!(code, 65, "{name}: {err}");
+        let member = PathBuf::from(format!("{}:bad.pb", archive.display()));
+        assert_one_line(
+            &err,
+            &member,
+            &[&format!("byte offset {at}:"), "runs past the end"],
+        );
+        let good_src = PathBuf::from(format!("{}:good.pb", archive.display()));
+        assert_eq!(events_of(&records, &good_src).len(), 2, "{name}");
+        assert_eq!(events_of(&records, &member), vec![3_000_001_000], "{name}");
+
+        // The archive itself cut short.
+        let cut = d.join(format!("cut-{name}"));
+        // Mid-member (a tar cut exactly at a member boundary reads as complete).
+        std::fs::write(&cut, &bytes[..bytes.len() / 3 + 100]).unwrap();
+        let o = tracesync(&["merge", "--format", "jsonl", cut.to_str().unwrap()]);
+        assert_eq!(exit_code(&o), 65, "{name}: {}", stderr(&o));
+        assert_one_line(&stderr(&o), &cut, &["archive", "re-create the archive"]);
+    }
 }
 
 /// A malformed packet body inside valid framing: one line with its offset,
