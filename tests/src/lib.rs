@@ -1,6 +1,7 @@
 //! Helpers for tracesync's integration tests: building traces, running the
 //! binaries, and asking a real Perfetto trace processor about the output.
 
+pub mod archive;
 pub mod build;
 pub mod run;
 pub mod tp;

@@ -148,7 +148,14 @@ impl Timeline {
         if clock.scope != 0 && !is_sequence_clock(clock.clock) {
             let canonical = ClockNode { scope: 0, ..clock };
             if canonical != clock && self.graph.is_known(canonical) {
-                self.add_zero_edge(clock, canonical, EdgeOrigin::SameDomain);
+                // Only "if they are not already connected" (Perfetto's
+                // identity case): a manifest edge may relate them already
+                // (sync_to a file's private timeline), and a second, zero
+                // edge would contradict it, making the clock non-monotonic
+                // and every packet on it unplaceable.
+                if !self.graph.has_path(clock, canonical) {
+                    self.add_zero_edge(clock, canonical, EdgeOrigin::SameDomain);
+                }
                 match self.place(canonical) {
                     Placement::Unrelatable => {}
                     placed => return placed,

@@ -91,8 +91,11 @@ pub fn scan_input(source: &InputSource) -> FileScan {
     let reader = match source.open().and_then(TraceFile::new) {
         Ok(r) => r,
         Err(e) => {
-            scan.faults
-                .push(fault(None, format!("cannot read: {e}"), true));
+            scan.faults.push(fault(
+                None,
+                format!("cannot read: {e}; check that it is readable, or remove the input"),
+                true,
+            ));
             return scan;
         }
     };
@@ -110,6 +113,9 @@ pub fn scan_input(source: &InputSource) -> FileScan {
                 break;
             }
             Err(FileReadError::Format(e)) => {
+                // `e` displays as "byte offset N: ..."; the fault prints the
+                // offset itself, so only the kind goes into the message
+                // (else the line says "byte offset N: byte offset N: ...").
                 scan.faults.push(fault(
                     Some(e.offset),
                     format!("{}; the rest of this input is skipped", e.kind),
@@ -206,6 +212,16 @@ pub fn scan_input(source: &InputSource) -> FileScan {
                 .entry(embedded)
                 .or_insert_with(|| bytes.to_vec());
         }
+    }
+    // An empty file (or a gzip of nothing) is well-formed but almost always
+    // a recording that never finished or a wrong path: say so instead of
+    // silently merging nothing from it.
+    if scan.packets == 0 && scan.faults.is_empty() {
+        scan.faults.push(fault(
+            None,
+            "holds no trace packets (empty input); check that the recording finished, or remove the input".into(),
+            true,
+        ));
     }
     scan
 }

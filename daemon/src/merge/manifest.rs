@@ -247,7 +247,10 @@ fn parse_file(v: &Value, key: &str) -> Result<FileEntry, ManifestError> {
     let machine_v = present(o, "machine");
     let machines_v = present(o, "machines");
     if machine_v.is_some() && machines_v.is_some() {
-        return Err(err(key, "machine and machines are mutually exclusive"));
+        return Err(err(
+            key,
+            "machine and machines are mutually exclusive; keep `machine` to put the whole file on one machine, or `machines` to name its embedded machine ids",
+        ));
     }
 
     let machine = match machine_v {
@@ -875,7 +878,7 @@ mod tests {
                 &wrap(
                     r#""files": [{"path": "a", "machine": {"name": "x"}, "machines": [{"id": 1, "name": "y"}]}]"#,
                 ),
-                "perfetto_manifest: files[0]: machine and machines are mutually exclusive",
+                "perfetto_manifest: files[0]: machine and machines are mutually exclusive; keep `machine` to put the whole file on one machine, or `machines` to name its embedded machine ids",
             ),
             (
                 &wrap(r#""files": [{"path": "a", "machine": "phone"}]"#),

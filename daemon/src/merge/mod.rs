@@ -75,7 +75,7 @@ pub enum MergeError {
         "--strict: {0} packets have no place on the timeline (see --stats); relate the clocks with snapshots or a manifest"
     )]
     Unplaced(u64),
-    #[error("cannot create {path}: {error}")]
+    #[error("{path}: cannot create: {error}; check that its directory exists and is writable")]
     Create { path: String, error: io::Error },
     #[error("cannot write the output: {0}")]
     Write(io::Error),
@@ -180,12 +180,15 @@ pub fn merge(
         name.push(".tmp");
         PathBuf::from(name)
     });
-    let sink: Box<dyn Write> = match &temp {
-        Some(t) => Box::new(File::create(t).map_err(|error| MergeError::Create {
-            path: t.display().to_string(),
-            error,
-        })?),
-        None => Box::new(io::stdout().lock()),
+    let sink: Box<dyn Write> = match (&temp, target) {
+        // Name the path the user gave, not the temporary file next to it.
+        (Some(t), Some(target)) => {
+            Box::new(File::create(t).map_err(|error| MergeError::Create {
+                path: target.display().to_string(),
+                error,
+            })?)
+        }
+        _ => Box::new(io::stdout().lock()),
     };
     let result = write_merged(
         &inputs,
