@@ -39,7 +39,10 @@ fn cached(bencher: Bencher) {
     let mut i = 0;
     bencher.bench_local(|| g.convert(black_box(MONO), black_box(value(&mut i)), black_box(BT)));
     // Only the very first conversion may miss (in test mode it is the only one).
-    assert!(g.stats().clock_sync_cache_miss <= 1, "the cached bench must hit the cache");
+    assert!(
+        g.stats().clock_sync_cache_miss <= 1,
+        "the cached bench must hit the cache"
+    );
 }
 
 #[divan::bench(sample_count = 200, sample_size = 10_000)]
