@@ -147,12 +147,15 @@ pub fn query(trace: &Path, sqls: &[&str]) -> Result<Vec<QueryResult>, String> {
         .collect()
 }
 
+/// A `stats` row: (name, idx, severity, value).
+pub type StatRow = (String, i64, String, i64);
+
 /// [`query`] and [`error_stats`] from one load of the trace (loading is
 /// most of the cost).
 pub fn query_with_error_stats(
     trace: &Path,
     sqls: &[&str],
-) -> Result<(Vec<(String, i64, String, i64)>, Vec<QueryResult>), String> {
+) -> Result<(Vec<StatRow>, Vec<QueryResult>), String> {
     let lines = run(trace, true, sqls)?;
     let errors = error_rows(&to_result(&lines[0], "stats")?)
         .into_iter()

@@ -92,8 +92,10 @@ struct TpSlice {
 struct Judged {
     out: PathBuf,
     records: Vec<Record>,
-    /// jsonl `raw_id` -> machine id stamped in the output (0 = host).
-    machine_ids: BTreeMap<u64, u32>,
+    /// jsonl machine (`raw_id`, `machine`) -> machine id stamped in the
+    /// output (0 = host). Two inputs may embed one id (ids are scoped per
+    /// file); the name tells their machines apart.
+    machine_ids: BTreeMap<(u64, String), u32>,
     /// SystemInfo.machine_name by stamped machine id.
     names: BTreeMap<u32, String>,
     slices: Vec<TpSlice>,
@@ -102,6 +104,17 @@ struct Judged {
 }
 
 impl Judged {
+    /// jsonl raw_id -> stamped id, for outputs whose raw ids are unique.
+    fn by_raw_id(&self) -> BTreeMap<u64, u32> {
+        let map: BTreeMap<u64, u32> = self
+            .machine_ids
+            .iter()
+            .map(|((raw, _), &id)| (*raw, id))
+            .collect();
+        assert_eq!(map.len(), self.machine_ids.len(), "{:?}", self.machine_ids);
+        map
+    }
+
     /// The one slice named `name`.
     fn slice(&self, name: &str) -> &TpSlice {
         let found: Vec<_> = self.slices.iter().filter(|s| s.name == name).collect();
@@ -150,10 +163,8 @@ fn decode(path: &Path) -> Vec<TracePacket> {
 }
 
 fn seq_of(p: &TracePacket) -> Option<u32> {
-    match p.optional_trusted_packet_sequence_id {
-        Some(OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(s)) => Some(s),
-        None => None,
-    }
+    p.optional_trusted_packet_sequence_id
+        .map(|OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(s)| s)
 }
 
 fn event_type(p: &TracePacket) -> Option<Type> {
@@ -178,9 +189,13 @@ fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
     v
 }
 
-/// Merges `inputs` to `<label>.pftrace` and to jsonl.
+/// Merges `inputs` to `merged-<label>.pftrace` and to jsonl.
 fn merge_both(dir: &Path, label: &str, inputs: &[&Path], extra: &[&str]) -> (PathBuf, Vec<Record>) {
-    let out = dir.join(format!("{label}.pftrace"));
+    let out = dir.join(format!("merged-{label}.pftrace"));
+    assert!(
+        !inputs.contains(&out.as_path()),
+        "{label}: output would overwrite an input"
+    );
     merge_to(&out, inputs, extra);
     let (records, code, stderr) = merge_jsonl(inputs, extra);
     assert_eq!(code, 0, "{label}: jsonl merge failed: {stderr}");
@@ -214,15 +229,16 @@ fn judge(dir: &Path, label: &str, inputs: &[&Path], extra: &[&str]) -> Judged {
         records.len(),
         "{label}: every jsonl record is a packet of the trace and vice versa"
     );
-    let mut machine_ids: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut machine_ids: BTreeMap<(u64, String), u32> = BTreeMap::new();
     let mut promised = Promised::default();
     for (i, (p, r)) in copied.iter().zip(&records).enumerate() {
         let raw_id = r["raw_id"].as_u64().expect("raw_id");
+        let name = r["machine"].as_str().expect("machine name").to_owned();
         let stamped = p.machine_id.unwrap_or(0);
-        let prev = machine_ids.insert(raw_id, stamped);
+        let prev = machine_ids.insert((raw_id, name.clone()), stamped);
         assert!(
             prev.is_none_or(|m| m == stamped),
-            "{label}: jsonl raw_id {raw_id} is stamped as both {prev:?} and {stamped} (record {i})"
+            "{label}: jsonl machine {raw_id} {name:?} is stamped as both {prev:?} and {stamped} (record {i})"
         );
         assert!(
             !matches!(p.data, Some(Data::SystemInfo(_))),
@@ -296,6 +312,12 @@ fn judge(dir: &Path, label: &str, inputs: &[&Path], extra: &[&str]) -> Judged {
         stamped_ids,
         "{label}: SystemInfo machines vs jsonl machines"
     );
+    for ((raw_id, name), stamped) in &machine_ids {
+        assert_eq!(
+            &names[stamped], name,
+            "{label}: jsonl machine {raw_id} is named as its SystemInfo"
+        );
+    }
     let first_copied = packets
         .iter()
         .position(|p| seq_of(p) != Some(OWN_SEQ))
@@ -400,6 +422,45 @@ fn judge(dir: &Path, label: &str, inputs: &[&Path], extra: &[&str]) -> Judged {
     }
 }
 
+/// (name, ts, dur) of every slice of `trace` as the trace processor sees it.
+fn tp_slices(trace: &Path) -> Vec<(String, i64, i64)> {
+    let res = tp::query(trace, &["SELECT name, ts, dur FROM slice"])
+        .unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+    sorted(
+        res[0]
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r[0].as_str().unwrap_or_default().to_owned(),
+                    tp::as_i64(&r[1]).unwrap(),
+                    tp::as_i64(&r[2]).unwrap(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Where Perfetto places the input's slices itself, tracesync's output must
+/// place them too (but for the slices named in `except`).
+fn assert_same_as_input(input: &Path, j: &Judged, except: &[&str]) {
+    let keep = |name: &str| !except.contains(&name);
+    let merged: Vec<_> = j
+        .slices
+        .iter()
+        .filter(|s| keep(&s.name))
+        .map(|s| (s.name.clone(), s.ts, s.dur))
+        .collect();
+    let mut original = tp_slices(input);
+    original.retain(|s| keep(&s.0));
+    assert_eq!(
+        sorted(merged),
+        original,
+        "{}: the trace processor places the input's slices elsewhere",
+        input.display()
+    );
+}
+
 fn stats_of(dir: &Path, inputs: &[&Path], extra: &[&str]) -> serde_json::Value {
     let stats = dir.join("stats.json");
     let out = dir.join("stats-out.pftrace");
@@ -459,8 +520,9 @@ fn single_host_file_monotonic_and_default_clock() {
     )));
     let input = write(d, "host.pftrace", &p);
     let j = judge(d, "a", &[&input], &[]);
+    assert_same_as_input(&input, &j, &[]);
 
-    assert_eq!(j.machine_ids, BTreeMap::from([(0, 0)]));
+    assert_eq!(j.by_raw_id(), BTreeMap::from([(0, 0)]));
     assert_eq!(j.releases, [(0, Some("6.1-host".into()))]);
     // Pinned values: nearest snapshot at or below each MONOTONIC value.
     for (name, ts, dur) in [
@@ -485,42 +547,58 @@ fn single_host_file_monotonic_and_default_clock() {
 // (b) a relay-recorded file (TV-23 shape)
 
 /// Host packets and machine 7's in one file, as traced + traced_relay
-/// record them: machine 7 is 48 s ahead (client minus host).
-fn relay_recorded(d: &Path, name: &str) -> PathBuf {
+/// record them: machine 7 is 48 s + `extra` ahead (client minus host), so
+/// its slices land at the same host times whatever `extra` is.
+fn relay_recorded(d: &Path, name: &str, extra: u64) -> PathBuf {
+    let vm = |v: u64| v + extra;
     let mut p = vec![
         snap(1, &[(BT, S), (MONO, S / 2)]),
         build::on_sequence(system_info("6.1-host"), 1),
         on(7, build::on_sequence(system_info("5.15-vm"), 1)),
         on(
             7,
-            build::remote_clock_sync(1, &[(50 * S, 2 * S), (50 * S, 2 * S)]),
+            build::remote_clock_sync(1, &[(vm(50 * S), 2 * S), (vm(50 * S), 2 * S)]),
         ),
         // Machine 7's own snapshot: MONOTONIC 10 s behind its BOOTTIME.
-        on(7, snap(5, &[(BT, 50 * S), (MONO, 40 * S)])),
+        on(7, snap(5, &[(BT, vm(50 * S)), (MONO, vm(40 * S))])),
         track(2, 1, "host"),
         on(7, track(3, 7, "vm")),
         on(7, track(4, 8, "vm-default")),
     ];
     p.extend(slice(2, 1, BT, 1_100_000_000, 1_200_000_000, "host_slice"));
+    let host_mono = S / 2 + 300_000_000;
     p.extend(slice(
         2,
         1,
         MONO,
-        S / 2 + 300_000_000,
-        S / 2 + 400_000_000,
+        host_mono,
+        host_mono + 100_000_000,
         "host_mono",
     ));
-    p.extend(slice(3, 7, BT, 50_100_000_000, 50_150_000_000, "vm_slice").map(|x| on(7, x)));
-    p.extend(slice(3, 7, MONO, 40_200_000_000, 40_300_000_000, "vm_mono").map(|x| on(7, x)));
-    p.push(on(
-        7,
-        build::instant(40_250_000_000, MONO, 3, 7, "vm_mono_instant"),
-    ));
+    let vm_slice = [vm(50_100_000_000), vm(50_150_000_000)];
+    p.extend(slice(3, 7, BT, vm_slice[0], vm_slice[1], "vm_slice").map(|x| on(7, x)));
+    let vm_mono = [vm(40_200_000_000), vm(40_300_000_000)];
+    p.extend(slice(3, 7, MONO, vm_mono[0], vm_mono[1], "vm_mono").map(|x| on(7, x)));
+    let instant = build::instant(vm(40_250_000_000), MONO, 3, 7, "vm_mono_instant");
+    p.push(on(7, instant));
+    let vm_default = [vm(50_400_000_000), vm(50_500_000_000)];
     p.extend(
-        slice(4, 8, BT, 50_400_000_000, 50_500_000_000, "vm_default").map(|x| on(7, no_clock(x))),
+        slice(4, 8, BT, vm_default[0], vm_default[1], "vm_default").map(|x| on(7, no_clock(x))),
     );
     write(d, name, &p)
 }
+
+/// Where TV-23 puts the slices of [`relay_recorded`]: (name, on machine 7,
+/// ts, dur).
+const RELAY_SLICES: [(&str, bool, i64, i64); 6] = [
+    ("host_slice", false, 1_100_000_000, 100_000_000),
+    ("host_mono", false, 1_300_000_000, 100_000_000),
+    // TV-23: 50.1 s on machine 7 is 2.1 s on the host.
+    ("vm_slice", true, 2_100_000_000, 50_000_000),
+    ("vm_mono", true, 2_200_000_000, 100_000_000),
+    ("vm_mono_instant", true, 2_250_000_000, 0),
+    ("vm_default", true, 2_400_000_000, 100_000_000),
+];
 
 #[test]
 fn relay_recorded_file_with_remote_clock_sync() {
@@ -529,23 +607,20 @@ fn relay_recorded_file_with_remote_clock_sync() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let input = relay_recorded(d, "relay.pftrace");
+    let input = relay_recorded(d, "relay.pftrace", 0);
     let j = judge(d, "b", &[&input], &[]);
-    assert_eq!(j.machine_ids, BTreeMap::from([(0, 0), (7, 7)]));
+    // Trace processor v52 leaves a remote packet without clock id in trace
+    // time, unshifted (DESIGN.md §2); tracesync places it on its machine's
+    // BOOTTIME and stamps the clock id, so vm_default moves by design.
+    assert_same_as_input(&input, &j, &["vm_default"]);
+    assert_eq!(j.by_raw_id(), BTreeMap::from([(0, 0), (7, 7)]));
     assert_eq!(
         j.releases,
         [(0, Some("6.1-host".into())), (7, Some("5.15-vm".into()))]
     );
-    for (name, machine, ts, dur) in [
-        ("host_slice", 0, 1_100_000_000, 100_000_000),
-        ("host_mono", 0, 1_300_000_000, 100_000_000),
-        // TV-23: 50.1 s on machine 7 is 2.1 s on the host.
-        ("vm_slice", 7, 2_100_000_000, 50_000_000),
-        ("vm_mono", 7, 2_200_000_000, 100_000_000),
-        ("vm_mono_instant", 7, 2_250_000_000, 0),
-        ("vm_default", 7, 2_400_000_000, 100_000_000),
-    ] {
+    for (name, remote, ts, dur) in RELAY_SLICES {
         let s = j.slice(name);
+        let machine = if remote { 7 } else { 0 };
         assert_eq!((s.machine, s.ts, s.dur), (machine, ts, dur), "{name}");
     }
     assert_eq!(j.names.get(&7).map(String::as_str), Some("machine-7"));
@@ -569,21 +644,8 @@ fn rendezvous_files(d: &Path) -> (PathBuf, PathBuf) {
     ];
     b.extend(slice(2, 1, BT, 1_100_000_000, 1_150_000_000, "b_slice"));
     b.extend(slice(2, 1, MONO, 600_000_000, 700_000_000, "b_mono"));
-    b.push(build::instant(650_000_000, RT, 2, 1, "b_realtime").map_rt(r(2) + 250_000_000));
+    b.push(build::instant(r(2) + 250_000_000, RT, 2, 1, "b_realtime"));
     (write(d, "a.pftrace", &a), write(d, "b.pftrace", &b))
-}
-
-/// Lets the rendezvous scenario put an instant on REALTIME.
-trait MapRt {
-    fn map_rt(self, ts: u64) -> Self;
-}
-
-impl MapRt for TracePacket {
-    fn map_rt(mut self, ts: u64) -> Self {
-        self.timestamp = Some(ts);
-        self.timestamp_clock_id = Some(RT);
-        self
-    }
 }
 
 #[test]
@@ -674,7 +736,7 @@ fn drifting_remote_machines_get_sync_points() {
     }
     let input = write(d, "drift.pftrace", &p);
     let j = judge(d, "d", &[&input], &[]);
-    assert_eq!(j.machine_ids, BTreeMap::from([(0, 0), (7, 7), (9, 9)]));
+    assert_eq!(j.by_raw_id(), BTreeMap::from([(0, 0), (7, 7), (9, 9)]));
     for k in 0..4i64 {
         let host = S as i64 + k * 10 * S as i64;
         let want = host + 5 * S as i64;
@@ -712,12 +774,14 @@ fn sdk_fixtures_alone_and_together() {
     let m7 = fixture("sdk_machine7.pftrace");
 
     let j = judge(d, "e_host", &[&host], &[]);
-    assert_eq!(j.machine_ids, BTreeMap::from([(0, 0)]));
+    assert_same_as_input(&host, &j, &[]);
+    assert_eq!(j.by_raw_id(), BTreeMap::from([(0, 0)]));
     assert_eq!(j.slices.len(), 40, "10 rounds x 2 threads x 2 slices");
 
     let j = judge(d, "e_m7", &[&m7], &[]);
+    assert_same_as_input(&m7, &j, &[]);
     let on_machine = |j: &Judged, m: u32| j.slices.iter().filter(|s| s.machine == m).count();
-    let m7_out = j.machine_ids[&7];
+    let m7_out = j.by_raw_id()[&7];
     assert_eq!(
         on_machine(&j, m7_out),
         40,
@@ -725,7 +789,7 @@ fn sdk_fixtures_alone_and_together() {
     );
 
     let j = judge(d, "e_both", &[&host, &m7], &["--machine-per-file"]);
-    let (first, m7_out) = (j.machine_ids[&(1 << 32)], j.machine_ids[&7]);
+    let (first, m7_out) = (j.by_raw_id()[&(1 << 32)], j.by_raw_id()[&7]);
     assert_eq!(first, 0, "the first file's machine holds trace time");
     assert_eq!(on_machine(&j, first), 40);
     assert_eq!(on_machine(&j, m7_out), 40);
@@ -818,9 +882,134 @@ fn gzip_and_tar_inputs_merge_like_plain_files() {
     assert_eq!(srcs.len(), 2, "records name the archive members: {srcs:?}");
 
     // A relay-recorded file, gzip'd.
-    let relay = relay_recorded(d, "relay.pftrace");
+    let relay = relay_recorded(d, "relay.pftrace", 0);
     let relay_gz = d.join("relay.pftrace.gz");
     gzip(&relay, &relay_gz);
     let plain = judge(d, "f_relay_plain", &[&relay], &[]);
     assert_same_merge(d, "f_relay_gz", &[&relay_gz], &[], &plain);
+}
+
+// ---------------------------------------------------------------------------
+// Shapes that found bugs
+
+/// A relay-recorded file whose first snapshot is the remote machine's: the
+/// relay host still holds trace time, as in Perfetto (this used to move the
+/// whole timeline onto machine 7's BOOTTIME, 48 s later than Perfetto).
+#[test]
+fn remote_snapshot_first_keeps_host_trace_time() {
+    if !tp::require_or_skip("remote_snapshot_first_keeps_host_trace_time") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut p = vec![
+        on(7, build::on_sequence(system_info("5.15-vm"), 1)),
+        on(7, snap(5, &[(BT, 50 * S), (MONO, 40 * S)])),
+        on(
+            7,
+            build::remote_clock_sync(1, &[(50 * S, 2 * S), (50 * S, 2 * S)]),
+        ),
+        snap(1, &[(BT, S), (MONO, S / 2)]),
+        build::on_sequence(system_info("6.1-host"), 1),
+        track(2, 1, "host"),
+        on(7, track(3, 7, "vm")),
+    ];
+    p.extend(slice(3, 7, BT, 50_100_000_000, 50_150_000_000, "vm_slice").map(|x| on(7, x)));
+    p.extend(slice(2, 1, BT, 1_100_000_000, 1_200_000_000, "host_slice"));
+    let input = write(d, "relay.pftrace", &p);
+    let j = judge(d, "remote_first", &[&input], &[]);
+    assert_eq!(j.by_raw_id(), BTreeMap::from([(0, 0), (7, 7)]));
+    assert_eq!(j.releases[0], (0, Some("6.1-host".into())));
+    assert_eq!(j.slice("host_slice").ts, 1_100_000_000);
+    assert_eq!(j.slice("vm_slice").ts, 2_100_000_000);
+    assert_same_as_input(&input, &j, &[]);
+}
+
+/// Two relay-recorded files that both embed machine 7 (ids are scoped per
+/// file): two machines, each with its own sync points, told apart by name
+/// (the second used to be called `machine-7` too).
+#[test]
+fn two_relay_files_embedding_one_id() {
+    if !tp::require_or_skip("two_relay_files_embedding_one_id") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let r1 = relay_recorded(d, "r1.pftrace", 0);
+    let r2 = relay_recorded(d, "r2.pftrace", 30 * S);
+    let j = judge(d, "two_relays", &[&r1, &r2], &[]);
+    let machines: Vec<(u64, &str)> = j
+        .machine_ids
+        .keys()
+        .map(|(raw, name)| (*raw, name.as_str()))
+        .collect();
+    assert_eq!(
+        machines,
+        [(0, "host"), (7, "machine-7"), (7, "machine-7-2")],
+        "jsonl machines"
+    );
+    let m7 = j.machine_ids[&(7, "machine-7".to_owned())];
+    let m7b = j.machine_ids[&(7, "machine-7-2".to_owned())];
+    assert_eq!(m7, 7);
+    assert!(m7b != 0 && m7b != 7, "{m7b}");
+    for (name, remote, ts, dur) in RELAY_SLICES {
+        let mut got: Vec<(u32, i64, i64)> = j
+            .slices
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| (s.machine, s.ts, s.dur))
+            .collect();
+        got.sort_unstable();
+        let want = if remote {
+            vec![(m7, ts, dur), (m7b, ts, dur)]
+        } else {
+            vec![(0, ts, dur), (0, ts, dur)]
+        };
+        assert_eq!(sorted(want), got, "{name}");
+    }
+}
+
+/// Drift seen out of time order: a second sequence of machine 7 is written
+/// after all the syncs, so the offsets the sync points carry go back and
+/// forth in stream order.
+#[test]
+fn drift_with_sequences_out_of_time_order() {
+    if !tp::require_or_skip("drift_with_sequences_out_of_time_order") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let offset7 = |k: u64| 48 * S + k * 1_000_000;
+    const HOP: u64 = 100_000;
+    let mut p = vec![
+        snap(1, &[(BT, S), (MONO, S / 2)]),
+        track(2, 1, "host"),
+        on(7, track(3, 7, "a")),
+        on(7, track(6, 8, "b")),
+    ];
+    let mut late = vec![];
+    for k in 0..4u64 {
+        let host = S + k * 10 * S;
+        let c = host + offset7(k);
+        let pairs = [(c, host + HOP), (c + 2 * HOP, host + 3 * HOP)];
+        p.push(on(7, build::remote_clock_sync(1, &pairs)));
+        p.extend(slice(
+            2,
+            1,
+            BT,
+            host + 2 * S,
+            host + 3 * S,
+            &format!("host_{k}"),
+        ));
+        p.extend(slice(3, 7, BT, c + 5 * S, c + 6 * S, &format!("a_{k}")).map(|x| on(7, x)));
+        late.extend(slice(6, 8, BT, c + 7 * S, c + 8 * S, &format!("b_{k}")).map(|x| on(7, x)));
+    }
+    p.extend(late);
+    let input = write(d, "drift2.pftrace", &p);
+    let j = judge(d, "drift2", &[&input], &[]);
+    for k in 0..4i64 {
+        let host = S as i64 + k * 10 * S as i64;
+        assert_eq!(j.slice(&format!("a_{k}")).ts, host + 5 * S as i64, "a_{k}");
+        assert_eq!(j.slice(&format!("b_{k}")).ts, host + 7 * S as i64, "b_{k}");
+    }
 }
