@@ -147,6 +147,28 @@ pub fn query(trace: &Path, sqls: &[&str]) -> Result<Vec<QueryResult>, String> {
         .collect()
 }
 
+/// A `stats` row: (name, idx, severity, value).
+pub type StatRow = (String, i64, String, i64);
+
+/// [`query`] and [`error_stats`] from one load of the trace (loading is
+/// most of the cost).
+pub fn query_with_error_stats(
+    trace: &Path,
+    sqls: &[&str],
+) -> Result<(Vec<StatRow>, Vec<QueryResult>), String> {
+    let lines = run(trace, true, sqls)?;
+    let errors = error_rows(&to_result(&lines[0], "stats")?)
+        .into_iter()
+        .filter(|(_, _, sev, _)| sev == "error" || sev == "data_loss")
+        .collect();
+    let results = lines[1..]
+        .iter()
+        .zip(sqls)
+        .map(|(v, sql)| to_result(v, sql))
+        .collect::<Result<_, _>>()?;
+    Ok((errors, results))
+}
+
 /// An int64 cell as i64 (numbers, or decimal strings beyond 2^53).
 pub fn as_i64(v: &serde_json::Value) -> Option<i64> {
     v.as_i64()
@@ -157,14 +179,18 @@ pub fn as_i64(v: &serde_json::Value) -> Option<i64> {
 /// for stats that are not indexed (NULL in SQL).
 pub fn stats_nonzero(trace: &Path) -> Result<Vec<(String, i64, String, i64)>, String> {
     let lines = run(trace, true, &[])?;
-    let res = to_result(&lines[0], "stats")?;
+    Ok(error_rows(&to_result(&lines[0], "stats")?))
+}
+
+/// Rows of the `--stats` result as (name, idx, severity, value).
+fn error_rows(res: &QueryResult) -> Vec<(String, i64, String, i64)> {
     res.rows
         .iter()
         .map(|r| {
             let s = |i: usize| r.get(i).and_then(|v| v.as_str()).unwrap_or("").to_owned();
             let n = |i: usize| r.get(i).and_then(as_i64).unwrap_or(0);
             // Columns: name, idx, severity, source, value.
-            Ok((s(0), n(1), s(2), n(4)))
+            (s(0), n(1), s(2), n(4))
         })
         .collect()
 }

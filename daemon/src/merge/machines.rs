@@ -228,6 +228,28 @@ impl MachineTable {
                 m.name = from_system_info.or_else(|| m.fallback_name.clone());
             }
         }
+        // Names are how users tell machines apart (Perfetto UI, the jsonl
+        // `machine`, `tail --machine`), so two used machines never share
+        // one: two relay-recorded files both had a `machine-7`, two VMs on
+        // one kernel the same utsname name, and nothing in the output told
+        // them apart. Manifest names stay as written (one name is one
+        // machine); any other repeated name gets "-2", "-3", ...
+        let mut seen: BTreeSet<String> = self.by_name.keys().cloned().collect();
+        for (idx, m) in self.machines.iter_mut().enumerate() {
+            let Some(name) = m.name.as_deref().filter(|_| m.used) else {
+                continue;
+            };
+            if self.by_name.get(name) == Some(&(idx as MachineIdx)) {
+                continue;
+            }
+            let mut unique = name.to_owned();
+            let mut n = 2;
+            while !seen.insert(unique.clone()) {
+                unique = format!("{name}-{n}");
+                n += 1;
+            }
+            m.name = Some(unique);
+        }
         let mut taken = BTreeSet::new();
         let mut pending = Vec::new();
         for (idx, m) in self.machines.iter_mut().enumerate() {
@@ -364,6 +386,8 @@ mod tests {
         assert_eq!(t.get(m1).output_id, 7);
         assert_ne!(t.get(m2).output_id, 7);
         assert_ne!(t.get(m2).output_id, 0);
+        assert_eq!(t.get(m1).name.as_deref(), Some("machine-7"));
+        assert_eq!(t.get(m2).name.as_deref(), Some("machine-7-2"));
     }
 
     #[test]
@@ -387,6 +411,50 @@ mod tests {
         assert_eq!(a.get(0).unwrap().scope, 0);
         assert_eq!(b.get(0).unwrap().scope, 2);
         assert_eq!(t.get(a.get(0).unwrap().machine).raw_id, FIRST_NAMED_RAW_ID);
+        t.finalize(HOST);
+        assert_eq!(
+            t.get(a.get(0).unwrap().machine).name.as_deref(),
+            Some("phone")
+        );
+    }
+
+    #[test]
+    fn repeated_names_are_made_unique_but_manifest_names_kept() {
+        let mut t = MachineTable::new();
+        let plain = ids(&[0]);
+        let own = |t: &mut MachineTable, file, name: &str| {
+            t.assign_file(
+                file,
+                &FileMachineFacts {
+                    ids: &plain,
+                    manifest_machine: None,
+                    manifest_renames: &[],
+                    own_machine_name: Some(name.into()),
+                },
+            )
+        };
+        // Two files of one utsname, then a manifest machine of that name.
+        let a = own(&mut t, 0, "vm").get(0).unwrap().machine;
+        let b = own(&mut t, 1, "vm").get(0).unwrap().machine;
+        let named = t
+            .assign_file(
+                2,
+                &FileMachineFacts {
+                    ids: &plain,
+                    manifest_machine: Some("vm"),
+                    manifest_renames: &[],
+                    own_machine_name: None,
+                },
+            )
+            .get(0)
+            .unwrap()
+            .machine;
+        t.finalize(a);
+        let name = |m| t.get(m).name.clone().unwrap();
+        assert_eq!(name(named), "vm", "the manifest's name is kept");
+        assert_eq!(name(a), "vm-2");
+        assert_eq!(name(b), "vm-3");
+        assert_ne!(t.get(b).output_id, t.get(named).output_id);
     }
 
     #[test]

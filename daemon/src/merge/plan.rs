@@ -122,38 +122,53 @@ pub fn build_plan(
                 timeline.claim_trace_time(node(p, 0, tt.clock), Claimant::Manifest);
             }
         }
+        if manifest_time.is_none() {
+            // First claimant wins: an explicit primary clock, or BOOTTIME
+            // inferred from a snapshot that has it. The file's own (base)
+            // machine claims before its embedded ones, whatever the packet
+            // order: Perfetto gives a relayed machine's snapshots to that
+            // machine's own clock tracker, so they never pick trace time
+            // over the relay host's (a remote snapshot written first moved
+            // the whole merged timeline onto the remote machine's clock).
+            let snapshots = scan.events.iter().filter_map(|e| match e {
+                ClockEvent::Snapshot {
+                    embedded,
+                    clocks,
+                    primary,
+                    ..
+                } => Some((file_machines.get(*embedded)?, clocks, *primary)),
+                ClockEvent::RemoteSync { .. } => None,
+            });
+            let (own, embedded): (Vec<_>, Vec<_>) =
+                snapshots.partition(|(p, ..)| Some(*p) == file_machines.base);
+            for (p, clocks, primary) in own.into_iter().chain(embedded) {
+                let claimed = primary.or_else(|| {
+                    clocks
+                        .iter()
+                        .any(|c| c.clock == BOOTTIME)
+                        .then_some(BOOTTIME)
+                });
+                if let Some(c) = claimed {
+                    timeline.claim_trace_time(
+                        node(p, 0, c),
+                        Claimant::Trace {
+                            source: inputs[i].display.clone(),
+                        },
+                    );
+                }
+            }
+        }
         for event in &scan.events {
             match event {
                 ClockEvent::Snapshot {
                     embedded,
                     seq,
                     clocks,
-                    primary,
+                    ..
                 } => {
                     let Some(p) = file_machines.get(*embedded) else {
                         continue;
                     };
-                    // Only a file's own (base) machine claims trace time: in a
-                    // relay-recorded file the host's clocks are the timeline,
-                    // whichever machine's snapshot comes first.
-                    if manifest_time.is_none() && Some(p) == file_machines.base {
-                        // First claimant wins: an explicit primary clock, or
-                        // BOOTTIME inferred from a snapshot that has it.
-                        let claimed = primary.or_else(|| {
-                            clocks
-                                .iter()
-                                .any(|c| c.clock == BOOTTIME)
-                                .then_some(BOOTTIME)
-                        });
-                        if let Some(c) = claimed {
-                            timeline.claim_trace_time(
-                                node(p, 0, c),
-                                Claimant::Trace {
-                                    source: inputs[i].display.clone(),
-                                },
-                            );
-                        }
-                    }
                     add_edge(
                         &mut timeline,
                         &snapshot_clocks(p, *seq, clocks),
