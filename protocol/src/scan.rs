@@ -204,10 +204,12 @@ pub struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
         Self { buf, pos: 0 }
     }
 
+    #[inline(always)]
     fn read_field(&mut self) -> Result<RawField<'a>, WireError> {
         let start = self.pos;
         let tag = wire::read_varint(self.buf, &mut self.pos)?;
@@ -243,6 +245,7 @@ impl<'a> Fields<'a> {
         })
     }
 
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         let end = self.pos.checked_add(n).ok_or(WireError::Truncated)?;
         let bytes = self.buf.get(self.pos..end).ok_or(WireError::Truncated)?;
@@ -254,6 +257,7 @@ impl<'a> Fields<'a> {
 impl<'a> Iterator for Fields<'a> {
     type Item = Result<RawField<'a>, ScanError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.pos >= self.buf.len() {
             return None;

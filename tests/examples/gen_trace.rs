@@ -160,9 +160,8 @@ impl Gen {
     }
 
     fn emit_prost(&mut self, mut p: TracePacket, seq: u32) -> std::io::Result<()> {
-        p.optional_trusted_packet_sequence_id = Some(
-            trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq),
-        );
+        p.optional_trusted_packet_sequence_id =
+            Some(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq));
         p.machine_id = self.machine_id;
         self.frame.clear();
         wire::put_trace_packet(&mut self.frame, &p.encode_to_vec());
@@ -288,7 +287,11 @@ impl Gen {
         while bundle.len() < BIG_PAYLOAD - 100 {
             t += 1 + self.rng.below(500);
             print.clear();
-            wire::put_varint_field(&mut print, 1, 0xffff_ffff_8100_0000 | self.rng.below(1 << 20));
+            wire::put_varint_field(
+                &mut print,
+                1,
+                0xffff_ffff_8100_0000 | self.rng.below(1 << 20),
+            );
             wire::put_len_field(
                 &mut print,
                 2,
