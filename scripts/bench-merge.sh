@@ -5,6 +5,7 @@
 #
 #   scripts/bench-merge.sh               # 256 MiB and 1 GiB of input, 4 machines
 #   BENCH_SIZES="64" scripts/bench-merge.sh
+#   BENCH_BIG_PERCENT=0 scripts/bench-merge.sh   # small packets only
 #
 # Inputs come from the gen_trace example (tests/examples/gen_trace.rs) and
 # are written to a temporary directory that is deleted on exit. MB/s are
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 
 SIZES=${BENCH_SIZES:-"256 1024"}
 MACHINES=${BENCH_MACHINES:-4}
+BIG_PERCENT=${BENCH_BIG_PERCENT:-20}
 TMPBASE=${TMPDIR:-/tmp}
 
 # GNU time for the peak RSS.
@@ -58,8 +60,9 @@ run_timed() {
 rows=()
 for size in $SIZES; do
     in=$work/in-$size
-    echo "generating $size MiB ($MACHINES machines)" >&2
-    "$gen" --out "$in" --machines "$MACHINES" --megabytes "$size" 2>/dev/null
+    echo "generating $size MiB ($MACHINES machines, $BIG_PERCENT% big packets)" >&2
+    "$gen" --out "$in" --machines "$MACHINES" --megabytes "$size" \
+        --big-percent "$BIG_PERCENT" 2>/dev/null
     inputs=("$in"/*.pftrace)
     bytes=$(cat "${inputs[@]}" | wc -c)
 
