@@ -204,6 +204,7 @@ pub struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
         Self { buf, pos: 0 }
     }

@@ -89,6 +89,7 @@ fn decode_varint_multi(buf: &[u8]) -> Result<(u64, usize), WireError> {
 }
 
 /// Number of bytes `v` takes as a varint.
+#[inline]
 pub const fn varint_len(v: u64) -> usize {
     // 1 byte per started group of 7 bits, at least one.
     let bits = 64 - (v | 1).leading_zeros() as usize;
@@ -96,6 +97,7 @@ pub const fn varint_len(v: u64) -> usize {
 }
 
 /// Appends `v` as a varint.
+#[inline]
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -105,17 +107,20 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Appends a field tag.
+#[inline]
 pub fn put_tag(out: &mut Vec<u8>, field: u32, wire_type: WireType) {
     put_varint(out, (u64::from(field) << 3) | wire_type as u64);
 }
 
 /// Appends a varint field.
+#[inline]
 pub fn put_varint_field(out: &mut Vec<u8>, field: u32, v: u64) {
     put_tag(out, field, WireType::Varint);
     put_varint(out, v);
 }
 
 /// Appends a length-delimited field.
+#[inline]
 pub fn put_len_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
     put_tag(out, field, WireType::Len);
     put_varint(out, bytes.len() as u64);
@@ -123,6 +128,7 @@ pub fn put_len_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
 }
 
 /// Appends `body` as one `Trace.packet` record (field 1), the unit of a trace file.
+#[inline]
 pub fn put_trace_packet(out: &mut Vec<u8>, body: &[u8]) {
     put_len_field(out, 1, body);
 }

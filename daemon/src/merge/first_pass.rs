@@ -100,6 +100,8 @@ pub fn scan_input(source: &InputSource) -> FileScan {
         }
     };
     let mut reader = reader;
+    // Most packets repeat the previous one's machine id: skip the set insert.
+    let mut last_embedded = None;
     loop {
         let packet = match reader.next_packet() {
             Ok(Some(p)) => p,
@@ -138,7 +140,10 @@ pub fn scan_input(source: &InputSource) -> FileScan {
             }
         };
         let embedded = fields.machine_id.unwrap_or(0);
-        scan.ids.insert(embedded);
+        if last_embedded != Some(embedded) {
+            scan.ids.insert(embedded);
+            last_embedded = Some(embedded);
+        }
         let seq = fields.trusted_packet_sequence_id.unwrap_or(0);
         if let Some(bytes) = fields.clock_snapshot {
             match ClockSnapshot::decode(bytes) {

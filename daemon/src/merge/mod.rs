@@ -17,6 +17,7 @@ pub mod stats;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::collections::binary_heap::PeekMut;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -271,15 +272,21 @@ fn write_merged<W: Write>(
             heap.push(Reverse((h.ts, i)));
         }
     }
-    while let Some(Reverse((_, i))) = heap.pop() {
+    // The stream just written replaces the top in place (one sift-down)
+    // instead of a pop and a push; the heap holds the same keys either way.
+    while let Some(mut top) = heap.peek_mut() {
+        let Reverse((_, i)) = *top;
         let stream = &mut streams[i];
         let head = stream.head.expect("queued streams have a head");
         writer
             .packet(&head, &stream.body, &src_json[i], ctx.machines, ctx.stats)
             .map_err(MergeError::Write)?;
         stream.advance(&mut ctx);
-        if let Some(h) = stream.head {
-            heap.push(Reverse((h.ts, i)));
+        match stream.head {
+            Some(h) => *top = Reverse((h.ts, i)),
+            None => {
+                PeekMut::pop(top);
+            }
         }
     }
     writer.finish().map_err(MergeError::Write)?;

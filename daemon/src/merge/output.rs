@@ -1,7 +1,7 @@
 //! Writers of the merged stream: a multi-machine Perfetto trace, or one
 //! jsonl record per resolved packet (DESIGN.md §5).
 
-use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use prost::Message;
@@ -37,10 +37,14 @@ pub struct Writer<W: Write> {
     out: W,
     format: Format,
     trace_machine: MachineIdx,
-    frame: Vec<u8>,
-    sync: HashMap<MachineIdx, SyncState>,
+    /// `Trace.packet` record header of the packet being written.
+    header: Vec<u8>,
+    /// By machine index.
+    sync: Vec<Option<SyncState>>,
     /// JSON-escaped machine names, by machine.
     json_names: Vec<String>,
+    /// The jsonl record being formatted (reused: no allocation per packet).
+    line: String,
 }
 
 impl<W: Write> Writer<W> {
@@ -53,9 +57,10 @@ impl<W: Write> Writer<W> {
             out,
             format,
             trace_machine,
-            frame: Vec::new(),
-            sync: HashMap::new(),
+            header: Vec::with_capacity(16),
+            sync: vec![None; machines.len()],
             json_names,
+            line: String::new(),
         }
     }
 
@@ -111,21 +116,24 @@ impl<W: Write> Writer<W> {
             }
             Format::Jsonl => {
                 let m = machines.get(head.machine);
-                let (clock, clock_ts) = match head.clock {
-                    Some((c, v)) => (c.to_string(), v.to_string()),
-                    None => ("null".to_owned(), "null".to_owned()),
-                };
-                let line = format!(
-                    "{{\"ts\":{},\"machine\":{},\"raw_id\":{},\"clock\":{},\"clock_ts\":{},\"seq\":{},\"src\":{},\"kind\":\"{}\",\"size\":{},\"err_ns\":0}}\n",
+                let line = &mut self.line;
+                line.clear();
+                // Writing to a String cannot fail.
+                let _ = write!(
+                    line,
+                    "{{\"ts\":{},\"machine\":{},\"raw_id\":{},",
                     head.ts.max(0),
                     self.json_names[head.machine as usize],
                     m.raw_id,
-                    clock,
-                    clock_ts,
-                    head.out_seq,
-                    src_json,
-                    head.kind,
-                    head.size,
+                );
+                let _ = match head.clock {
+                    Some((c, v)) => write!(line, "\"clock\":{c},\"clock_ts\":{v},"),
+                    None => write!(line, "\"clock\":null,\"clock_ts\":null,"),
+                };
+                let _ = writeln!(
+                    line,
+                    "\"seq\":{},\"src\":{},\"kind\":\"{}\",\"size\":{},\"err_ns\":0}}",
+                    head.out_seq, src_json, head.kind, head.size,
                 );
                 stats.bytes_written += line.len() as u64;
                 self.out.write_all(line.as_bytes())
@@ -144,13 +152,13 @@ impl<W: Write> Writer<W> {
         machines: &MachineTable,
         stats: &mut MergeStats,
     ) -> io::Result<()> {
-        let last = self.sync.get(&machine).copied();
+        let last = self.sync[machine as usize];
         if last.is_some_and(|s| s.offset == offset) {
             return Ok(());
         }
         let floor = last.map_or(0, |s| s.client);
         let (client, host) = offset_pair((c.max(0) as u64).max(floor), offset);
-        self.sync.insert(machine, SyncState { client, offset });
+        self.sync[machine as usize] = Some(SyncState { client, offset });
         let snapshot = |value| ClockSnapshot {
             clocks: vec![Clock {
                 clock_id: Some(BOOTTIME),
@@ -178,11 +186,15 @@ impl<W: Write> Writer<W> {
         self.write_framed(&body, stats)
     }
 
+    /// Writes `body` as one `Trace.packet` record: the header, then the body
+    /// straight from the caller's buffer (no copy into a frame buffer).
     fn write_framed(&mut self, body: &[u8], stats: &mut MergeStats) -> io::Result<()> {
-        self.frame.clear();
-        wire::put_trace_packet(&mut self.frame, body);
-        stats.bytes_written += self.frame.len() as u64;
-        self.out.write_all(&self.frame)
+        self.header.clear();
+        wire::put_tag(&mut self.header, 1, wire::WireType::Len);
+        wire::put_varint(&mut self.header, body.len() as u64);
+        stats.bytes_written += (self.header.len() + body.len()) as u64;
+        self.out.write_all(&self.header)?;
+        self.out.write_all(body)
     }
 
     pub fn finish(mut self) -> io::Result<W> {

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Throughput and peak memory of `tracesync merge` (DESIGN.md §8), measured
+# against `cat INPUTS > /dev/null` on the same page-cache-warm files in the
+# same run.
+#
+#   scripts/bench-merge.sh               # 256 MiB and 1 GiB of input, 4 machines
+#   BENCH_SIZES="64" scripts/bench-merge.sh
+#   BENCH_BIG_PERCENT=0 scripts/bench-merge.sh   # small packets only
+#
+# Inputs come from the gen_trace example (tests/examples/gen_trace.rs) and
+# are written to a temporary directory that is deleted on exit. MB/s are
+# 10^6 bytes of input per second of wall time; peak RSS is GNU time's
+# "Maximum resident set size".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SIZES=${BENCH_SIZES:-"256 1024"}
+MACHINES=${BENCH_MACHINES:-4}
+BIG_PERCENT=${BENCH_BIG_PERCENT:-20}
+TMPBASE=${TMPDIR:-/tmp}
+
+# GNU time for the peak RSS.
+if ! /usr/bin/time -f %M true >/dev/null 2>&1; then
+    echo "installing GNU time" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get install -y time >/dev/null
+    else
+        sudo apt-get install -y time >/dev/null
+    fi
+fi
+
+echo "building (release)" >&2
+cargo build --release --quiet -p tracesync-daemon --bin tracesync
+cargo build --release --quiet -p tracesync-tests --example gen_trace
+target=${CARGO_TARGET_DIR:-target}
+tracesync=$target/release/tracesync
+gen=$target/release/examples/gen_trace
+
+work=$(mktemp -d "$TMPBASE/tracesync-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+now() { date +%s%N; }
+# mb_per_s BYTES NANOSECONDS
+mb_per_s() { awk -v b="$1" -v ns="$2" 'BEGIN { printf "%.0f", b / 1e6 / (ns / 1e9) }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
+
+# run_timed OUTVAR_NS OUTVAR_RSS_KIB CMD...: wall time (ns) and peak RSS (KiB).
+run_timed() {
+    local -n _ns=$1 _rss=$2
+    shift 2
+    local t0 t1
+    t0=$(now)
+    /usr/bin/time -f %M -o "$work/time.out" "$@"
+    t1=$(now)
+    _ns=$((t1 - t0))
+    _rss=$(tail -n 1 "$work/time.out")
+}
+
+rows=()
+for size in $SIZES; do
+    in=$work/in-$size
+    echo "generating $size MiB ($MACHINES machines, $BIG_PERCENT% big packets)" >&2
+    "$gen" --out "$in" --machines "$MACHINES" --megabytes "$size" \
+        --big-percent "$BIG_PERCENT" 2>/dev/null
+    inputs=("$in"/*.pftrace)
+    bytes=$(cat "${inputs[@]}" | wc -c)
+
+    # Baseline: the second of two runs, so both read from the page cache.
+    cat "${inputs[@]}" >/dev/null
+    t0=$(now)
+    cat "${inputs[@]}" >/dev/null
+    cat_ns=$(($(now) - t0))
+
+    echo "merging $size MiB (perfetto)" >&2
+    run_timed merge_ns merge_rss \
+        "$tracesync" merge --machine-per-file -o "$work/out.pftrace" "${inputs[@]}"
+    out_bytes=$(wc -c <"$work/out.pftrace")
+    rm -f "$work/out.pftrace"
+
+    echo "merging $size MiB (jsonl)" >&2
+    run_timed jsonl_ns jsonl_rss \
+        "$tracesync" merge --machine-per-file --format jsonl -o /dev/null "${inputs[@]}"
+    rm -rf "$in"
+
+    cat_mbs=$(mb_per_s "$bytes" "$cat_ns")
+    merge_mbs=$(mb_per_s "$bytes" "$merge_ns")
+    jsonl_mbs=$(mb_per_s "$bytes" "$jsonl_ns")
+    rows+=("| $(awk -v b="$bytes" 'BEGIN { printf "%.0f MB", b / 1e6 }') | $cat_mbs | $merge_mbs | $(ratio "$merge_mbs" "$cat_mbs") | $(mib "$merge_rss") | $jsonl_mbs | $(mib "$jsonl_rss") | $(awk -v b="$out_bytes" 'BEGIN { printf "%.0f MB", b / 1e6 }') |")
+done
+
+echo
+echo "| input | cat MB/s | merge MB/s | merge/cat | merge peak RSS | jsonl MB/s | jsonl peak RSS | output |"
+echo "|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
