@@ -241,16 +241,18 @@ fn resolve(
     if let Some(bytes) = fields.clock_snapshot {
         replay_snapshot(bytes, placement, in_seq, ctx);
     }
+    // A packet placed by its input's order: it takes the previous packet's time.
+    let in_place = Head {
+        ts: *last_ts,
+        machine: placement.machine,
+        out_seq: state.out_seq,
+        clock: None,
+        kind: fields.kind(),
+        size,
+        boottime: None,
+    };
     let Some(raw) = fields.timestamp else {
-        return Some(Head {
-            ts: *last_ts,
-            machine: placement.machine,
-            out_seq: state.out_seq,
-            clock: None,
-            kind: fields.kind(),
-            size,
-            boottime: None,
-        });
+        return Some(in_place);
     };
     let explicit = fields.timestamp_clock_id.filter(|&c| c != 0);
     let clock = explicit
@@ -281,15 +283,7 @@ fn resolve(
         Ok(ts) => ts,
         Err(_) if fields.clock_snapshot.is_some() => {
             // Snapshots carry clock data Perfetto needs; keep them in place.
-            return Some(Head {
-                ts: *last_ts,
-                machine: placement.machine,
-                out_seq: state.out_seq,
-                clock: None,
-                kind: fields.kind(),
-                size,
-                boottime: None,
-            });
+            return Some(in_place);
         }
         Err(_) => {
             ctx.stats.packets_dropped += 1;
@@ -299,12 +293,9 @@ fn resolve(
     *last_ts = ts;
     Some(Head {
         ts,
-        machine: placement.machine,
-        out_seq: state.out_seq,
         clock: Some((clock, raw)),
-        kind: fields.kind(),
-        size,
         boottime,
+        ..in_place
     })
 }
 
