@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
-# The test command: fetches the test-only trace processor, then runs every test.
+# The test command: fetches the test-only trace processor, then runs every
+# test of the workspace and ends with one summary line over all test binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-test-deps.sh
-cargo test --workspace --all-targets
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --all-targets 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
+exit "$status"
