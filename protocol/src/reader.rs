@@ -151,6 +151,12 @@ fn record_header(buf: &[u8], max: usize) -> Result<Header, ReadErrorKind> {
 /// packet is well formed and has one. Malformed packets are not bundles:
 /// they pass through for the consumer's scanner to report.
 fn find_compressed(p: &[u8]) -> Option<(usize, usize)> {
+    // Every encoding of field 50's tag (402, length-delimited) starts with
+    // the byte 0x92, minimal or not: without it there is no bundle, and the
+    // field walk below (a second one per packet) is skipped.
+    if !p.contains(&0x92) {
+        return None;
+    }
     let mut pos = 0;
     let mut found = None;
     while let Some(rest) = p.get(pos..).filter(|r| !r.is_empty()) {

@@ -50,6 +50,40 @@ pub struct PacketFields<'a> {
     pub compressed_packets: Option<&'a [u8]>,
     /// Field number of the packet's payload (its `data` oneof member), if any.
     pub data_field: Option<u32>,
+    /// Where the fields [`stamp_scanned`] replaces are.
+    pub stamp_layout: StampLayout,
+}
+
+/// Byte ranges of the top-level fields stamping replaces, found by the scan
+/// so that stamping needs no second walk over the packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StampLayout {
+    /// `trusted_packet_sequence_id` (field 10), any wire type.
+    pub sequence_id: Option<(u32, u32)>,
+    /// `machine_id` (field 98), any wire type.
+    pub machine_id: Option<(u32, u32)>,
+    /// Whether `timestamp_clock_id` (field 58) is present, any wire type.
+    pub has_clock_id: bool,
+    /// Field 10 or 98 appears more than once: stamping walks the packet.
+    pub repeated: bool,
+}
+
+impl StampLayout {
+    /// Notes a field at `start..end` if stamping cares about it.
+    #[inline(always)]
+    pub fn note(&mut self, number: u32, start: usize, end: usize) {
+        let slot = match number {
+            field::TRUSTED_PACKET_SEQUENCE_ID => &mut self.sequence_id,
+            field::MACHINE_ID => &mut self.machine_id,
+            field::TIMESTAMP_CLOCK_ID => {
+                self.has_clock_id = true;
+                return;
+            }
+            _ => return,
+        };
+        self.repeated |= slot.is_some();
+        *slot = Some((start as u32, end as u32));
+    }
 }
 
 impl PacketFields<'_> {
@@ -293,6 +327,7 @@ pub fn scan_packet(packet: &[u8]) -> Result<PacketFields<'_>, ScanError> {
         }
         let body = &rest[n..];
         let wire_type = (tag & 7) as u8;
+        let start = pos;
         if wire_type == 0 {
             let (v, m) = wire::decode_varint(body).map_err(fail)?;
             pos += n + m;
@@ -316,6 +351,7 @@ pub fn scan_packet(packet: &[u8]) -> Result<PacketFields<'_>, ScanError> {
         } else {
             return Err(fail(WireError::BadWireType(wire_type)));
         }
+        out.stamp_layout.note(number, start, pos);
     }
     Ok(out)
 }
@@ -418,6 +454,12 @@ pub fn stamp_into(packet: &[u8], stamp: &Stamp, out: &mut Vec<u8>) -> Result<(),
         }
     }
     out.extend_from_slice(&packet[copied_from..]);
+    append_stamped_fields(stamp, has_clock_id, out);
+    Ok(())
+}
+
+/// The fields a stamp adds after the packet's kept bytes.
+fn append_stamped_fields(stamp: &Stamp, has_clock_id: bool, out: &mut Vec<u8>) {
     if let Some(seq) = stamp.trusted_packet_sequence_id {
         wire::put_varint_field(out, field::TRUSTED_PACKET_SEQUENCE_ID, u64::from(seq));
     }
@@ -427,6 +469,37 @@ pub fn stamp_into(packet: &[u8], stamp: &Stamp, out: &mut Vec<u8>) -> Result<(),
     if let (false, Some(clock)) = (has_clock_id, stamp.default_timestamp_clock_id) {
         wire::put_varint_field(out, field::TIMESTAMP_CLOCK_ID, u64::from(clock));
     }
+}
+
+/// [`stamp_into`] for a packet already scanned: uses the field positions the
+/// scan found instead of walking the packet again. Same output.
+pub fn stamp_scanned(
+    packet: &[u8],
+    fields: &PacketFields<'_>,
+    stamp: &Stamp,
+    out: &mut Vec<u8>,
+) -> Result<(), ScanError> {
+    let layout = &fields.stamp_layout;
+    if stamp.strip_trusted || layout.repeated {
+        return stamp_into(packet, stamp, out);
+    }
+    let sequence = layout
+        .sequence_id
+        .filter(|_| stamp.trusted_packet_sequence_id.is_some());
+    let machine = layout.machine_id.filter(|_| stamp.machine_id.is_some());
+    let mut cuts = [sequence, machine];
+    if let [Some(a), Some(b)] = cuts
+        && b.0 < a.0
+    {
+        cuts.swap(0, 1);
+    }
+    let mut copied_from = 0;
+    for (start, end) in cuts.into_iter().flatten() {
+        out.extend_from_slice(&packet[copied_from..start as usize]);
+        copied_from = end as usize;
+    }
+    out.extend_from_slice(&packet[copied_from..]);
+    append_stamped_fields(stamp, layout.has_clock_id, out);
     Ok(())
 }
 

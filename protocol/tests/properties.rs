@@ -222,6 +222,7 @@ fn reference_scan(packet: &[u8]) -> Result<scan::PacketFields<'_>, scan::ScanErr
     ];
     for f in Fields::new(packet) {
         let f = f?;
+        out.stamp_layout.note(f.number, f.start, f.end);
         match (f.number, f.value) {
             (TIMESTAMP, Varint(v)) => out.timestamp = Some(v),
             (TIMESTAMP_CLOCK_ID, Varint(v)) => out.timestamp_clock_id = Some(v as u32),
@@ -308,6 +309,22 @@ proptest! {
         packet().prop_map(|p| p.encode_to_vec()),
     ]) {
         prop_assert_eq!(scan_packet(&bytes), reference_scan(&bytes));
+    }
+
+    /// Stamping with the scan's field positions gives the same bytes as
+    /// stamping by walking the packet.
+    #[test]
+    fn stamp_scanned_matches_stamp_into(
+        bytes in prop_oneof![field_soup(), packet().prop_map(|p| p.encode_to_vec())],
+        st in stamp(),
+    ) {
+        if let Ok(fields) = scan_packet(&bytes) {
+            let (mut fast, mut walked) = (Vec::new(), Vec::new());
+            let fast_result = scan::stamp_scanned(&bytes, &fields, &st, &mut fast);
+            let walked_result = scan::stamp_into(&bytes, &st, &mut walked);
+            prop_assert_eq!(fast_result.is_ok(), walked_result.is_ok());
+            prop_assert_eq!(fast, walked);
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::reader::{FileReadError, TraceFile};
 use tracesync_protocol::scan::{
-    Kind, PacketFields, Stamp, defaults_timestamp_clock_id, scan_packet, stamp_into,
+    Kind, PacketFields, Stamp, defaults_timestamp_clock_id, scan_packet, stamp_scanned,
 };
 
 use super::inputs::InputSource;
@@ -181,7 +181,7 @@ impl<'a> InputStream<'a> {
                     default_timestamp_clock_id: head.clock.map(|(c, _)| c),
                     strip_trusted: false,
                 };
-                if stamp_into(bytes, &stamp, &mut self.body).is_err() {
+                if stamp_scanned(bytes, &fields, &stamp, &mut self.body).is_err() {
                     ctx.stats.packets_malformed += 1;
                     continue;
                 }
