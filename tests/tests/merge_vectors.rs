@@ -502,3 +502,25 @@ fn sequence_clock_before_its_snapshot_is_not_lost() {
     assert_eq!(ts_of(&r, 64, 10), Some(1_210));
     assert_eq!(ts_of(&r, 64, 20), Some(1_220));
 }
+
+/// A ClockSnapshot whose body does not decode is reported as a fault and
+/// counted with the rejected snapshots; the rest of the input still merges.
+#[test]
+fn undecodable_snapshot_is_counted() {
+    use tracesync_protocol::wire;
+    let d = tempfile::tempdir().unwrap();
+    let mut bytes = build::encode_trace(&[snap(&[(BT, 1_000), (MONO, 500)]), event(MONO, 600)]);
+    // A packet whose clock_snapshot (field 6) holds a truncated Clock.
+    let mut packet = Vec::new();
+    wire::put_len_field(&mut packet, 6, &[0x0a, 0x05, 0x08]);
+    wire::put_trace_packet(&mut bytes, &packet);
+    let path = d.path().join("t.pftrace");
+    std::fs::write(&path, bytes).unwrap();
+    let stats = d.path().join("stats.json");
+    let (r, code, stderr) = merge_jsonl(&[&path], &["--stats", stats.to_str().unwrap()]);
+    assert_eq!(code, 65, "{stderr}");
+    assert!(stderr.contains("ClockSnapshot"), "{stderr}");
+    assert_eq!(ts_of(&r, MONO, 600), Some(1_100));
+    let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert_eq!(stats["invalid_clock_snapshots"], 1, "{stats}");
+}

@@ -65,8 +65,6 @@ pub struct TimelineStats {
     pub clock_sync_failure_no_path: u64,
     pub clock_sync_unrelatable_clock_domains: u64,
     pub trace_sorter_negative_timestamp_dropped: u64,
-    /// Claims refused because trace time was already claimed (not an error).
-    pub trace_time_claims_ignored: u64,
 }
 
 /// The graph plus trace-time state: converts any clock to trace time.
@@ -99,9 +97,6 @@ impl Timeline {
     /// this claim took effect.
     pub fn claim_trace_time(&mut self, clock: ClockNode, claimant: Claimant) -> bool {
         if self.claimant != Claimant::Default {
-            if clock != self.trace_clock {
-                self.stats.trace_time_claims_ignored += 1;
-            }
             return false;
         }
         self.trace_clock = clock;
@@ -112,10 +107,6 @@ impl Timeline {
 
     pub fn trace_clock(&self) -> ClockNode {
         self.trace_clock
-    }
-
-    pub fn claimant(&self) -> &Claimant {
-        &self.claimant
     }
 
     pub fn graph(&self) -> &ClockGraph {

@@ -98,6 +98,8 @@ pub struct Prepared {
     pub inputs: Vec<InputSource>,
     pub plan: Plan,
     pub faults: Vec<InputFault>,
+    /// ClockSnapshot packets too malformed to decode (not seen by the graph).
+    pub undecodable_snapshots: u64,
 }
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
@@ -143,10 +145,12 @@ pub fn prepare(
             .map_or_else(|| "manifest".into(), |(n, _)| n.clone()),
         error,
     })?;
+    let undecodable_snapshots = scans.iter().map(|s| s.invalid_snapshot_packets).sum();
     Ok(Prepared {
         inputs: expanded.traces,
         plan,
         faults,
+        undecodable_snapshots,
     })
 }
 
@@ -159,6 +163,7 @@ pub fn merge(
         inputs,
         mut plan,
         faults,
+        undecodable_snapshots,
     } = prepare(
         &opts.inputs,
         opts.manifest.as_deref(),
@@ -168,6 +173,8 @@ pub fn merge(
     )?;
     let mut stats = MergeStats {
         inputs: inputs.len() as u64,
+        // Completed by the second pass with the graph's rejected snapshots.
+        invalid_clock_snapshots: undecodable_snapshots,
         inputs_with_errors: inputs
             .iter()
             .filter(|i| faults.iter().any(|f| f.display == i.display))
@@ -297,7 +304,7 @@ fn write_merged<W: Write>(
     stats.clock_sync_failure_no_path = t.clock_sync_failure_no_path;
     stats.clock_sync_unrelatable_clock_domains = t.clock_sync_unrelatable_clock_domains;
     stats.trace_sorter_negative_timestamp_dropped = t.trace_sorter_negative_timestamp_dropped;
-    stats.invalid_clock_snapshots = g.invalid_clock_snapshots;
+    stats.invalid_clock_snapshots += g.invalid_clock_snapshots;
     stats.clock_sync_cache_miss = g.clock_sync_cache_miss;
     Ok(())
 }
