@@ -4,10 +4,20 @@
 //!   qualified by machine, source and sequence; nearest-snapshot conversion;
 //!   trace-time selection and placement of clocks with no path.
 //! - [`merge`]: `tracesync merge`, the offline merger of recorded traces.
+//! - [`live`]: the live-capture core (sans-IO): relay batches in, ordered
+//!   resolved packets out.
+//! - [`rolling`]: the rolling writer of the live merged trace.
+//! - [`sync`]: clock-sync probes and estimator, host side.
+//! - [`status`]: the daemon's status report.
 //! - [`exit`]: sysexits codes shared by the binaries.
 
 pub mod cli;
 pub mod clock;
 pub mod demo;
 pub mod exit;
+pub mod hostclock;
+pub mod live;
 pub mod merge;
+pub mod rolling;
+pub mod status;
+pub mod sync;

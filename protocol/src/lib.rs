@@ -4,6 +4,7 @@
 //!   format (Perfetto's names and field numbers).
 //! - [`scan`]: a zero-copy scanner of a TracePacket's top-level fields, and
 //!   stamping/replacing of top-level fields in a packet's bytes.
+//! - [`relay`]: the relay <-> daemon protocol (frames, probes, limits).
 //! - [`reader`]: a streaming reader of Trace framing (field-1 records) that
 //!   takes input in arbitrary chunks and expands compressed packet bundles.
 
@@ -12,6 +13,8 @@ pub mod perfetto {
     #![allow(missing_docs, clippy::all, clippy::pedantic)]
     include!(concat!(env!("OUT_DIR"), "/perfetto.protos.rs"));
 }
+
+pub mod relay;
 
 pub mod clock_ids;
 pub mod reader;

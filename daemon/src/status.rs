@@ -1,0 +1,43 @@
+//! The daemon's status report (`tracesync status`), built by the ingest
+//! loop and served on the control socket.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub struct StatusReport {
+    /// Daemon version.
+    pub version: String,
+    /// Addresses actually bound (useful with port 0).
+    pub data_addr: Option<String>,
+    pub sync_addr: Option<String>,
+    /// Rolling file being written.
+    pub current_file: Option<String>,
+    /// Host BOOTTIME when the report was made (ns).
+    pub host_boottime_ns: u64,
+    pub machines: Vec<MachineStatus>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub struct MachineStatus {
+    pub name: Option<String>,
+    /// Perfetto machine id (0 = the host).
+    pub raw_id: u32,
+    pub connected: bool,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Drops by reason (Perfetto stat names where they exist).
+    pub drops: BTreeMap<String, u64>,
+    /// Packets waiting for a resolvable clock.
+    pub pending: u64,
+    /// Client-minus-host offset at the latest sync (ns), None before sync.
+    pub offset_ns: Option<i64>,
+    pub drift_ppm: Option<f64>,
+    pub error_bound_ns: Option<u64>,
+    pub rtt_ns: Option<u64>,
+    /// Wall clock of the last frame from this machine (Unix ms).
+    pub last_seen_unix_ms: Option<u64>,
+}
