@@ -156,7 +156,7 @@ fn frame(body: &[u8], out: &mut Vec<u8>) {
 }
 
 /// Writes `buf` to `file`, removing from it what was written, also on error.
-fn drain_into(file: &mut File, buf: &mut Vec<u8>) -> io::Result<()> {
+fn drain_into<W: Write>(file: &mut W, buf: &mut Vec<u8>) -> io::Result<()> {
     let mut done = 0;
     let result = loop {
         if done == buf.len() {
