@@ -142,23 +142,39 @@ impl Journal {
         let mut bytes = MAGIC.to_vec();
         encode(record, &mut bytes)?;
         let tmp = path.with_extension("tmp");
-        let write_tmp = || -> io::Result<()> {
-            let mut f = File::create(&tmp)?;
+        // The handle is opened on the temporary file and kept: after the
+        // rename it is the journal, so nothing can fail past the rename.
+        let write_tmp = || -> io::Result<File> {
+            match std::fs::remove_file(&tmp) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let mut f = OpenOptions::new()
+                .append(true)
+                .create_new(true)
+                .open(&tmp)?;
             f.write_all(&bytes)?;
             if fsync {
                 f.sync_data()?;
             }
-            Ok(())
+            Ok(f)
         };
-        if let Err(e) = write_tmp() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
+        let file = match write_tmp() {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         std::fs::rename(&tmp, path)?;
-        if fsync && let Some(dir) = path.parent() {
-            sync_dir(dir)?;
+        if fsync
+            && let Some(dir) = path.parent()
+            && let Err(e) = sync_dir(dir)
+        {
+            // The rename is done; at worst a crash brings back the previous
+            // journal, whose state is older but consistent.
+            tracing::warn!("cannot fsync {}: {e}", dir.display());
         }
-        let file = OpenOptions::new().append(true).open(path)?;
         Ok(Self {
             path: path.to_path_buf(),
             file,
