@@ -569,3 +569,39 @@ fn a_full_disk_loses_and_tears_nothing() {
     assert!(pending.is_empty());
     assert_eq!(disk.written, data);
 }
+
+#[test]
+fn a_failed_rotation_takes_nothing_and_is_retried() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = RollingConfig {
+        max_file_age: Duration::from_secs(10),
+        ..config(dir.path())
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    // Something already has the next file's name: the rotation cannot start.
+    let blocker = dir.path().join(naming::file_name(at(20), 2));
+    std::fs::write(&blocker, b"x").expect("write");
+    let e = w
+        .write(&event(5, 2, 1, 2), at(20))
+        .expect_err("rotation blocked");
+    assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+    assert!(e.to_string().contains("tracesync-"), "{e}");
+    w.commit().expect("commit");
+    assert_eq!(w.index().len(), 1);
+    std::fs::remove_file(&blocker).expect("rm");
+    w.write(&event(5, 2, 1, 2), at(20)).expect("write");
+    w.close().expect("close");
+    let files = rolled_files(dir.path());
+    let indexes: Vec<Vec<u64>> = files
+        .iter()
+        .map(|f| {
+            read_packets(&dir.path().join(f))
+                .iter()
+                .filter(|p| p.data.is_some())
+                .filter_map(|p| p.timestamp)
+                .collect()
+        })
+        .collect();
+    assert_eq!(indexes, [vec![1000], vec![1001]]);
+}
