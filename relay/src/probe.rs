@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use prost::Message;
 use tokio::net::UdpSocket;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
@@ -108,7 +109,54 @@ pub async fn run_probe_responder(
 }
 
 /// As [`run_probe_responder`], counting into `stats`.
+///
+/// The responder runs on its own thread with a single-threaded runtime, so
+/// t2 and t3 are not delayed by trace sources busy on the shared workers.
+/// Dropping the returned future stops the thread.
 pub async fn run_probe_responder_with_stats(
+    clock: SharedClock,
+    daemon: SocketAddr,
+    session_id: u64,
+    shutdown: CancellationToken,
+    stats: Arc<ResponderStats>,
+) {
+    let stop = shutdown.child_token();
+    let _stop_on_drop = stop.clone().drop_guard();
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let (thread_clock, thread_stop, thread_stats) = (clock.clone(), stop.clone(), stats.clone());
+    let started = std::thread::Builder::new()
+        .name("tracesync-probe".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime.block_on(respond(
+                    thread_clock,
+                    daemon,
+                    session_id,
+                    thread_stop,
+                    thread_stats,
+                )),
+                Err(error) => {
+                    tracing::warn!(%error, "probe responder: no runtime of its own; probes off");
+                }
+            }
+            drop(done_tx);
+        });
+    match started {
+        // Err (sender dropped) is the normal end: the thread finished.
+        Ok(_) => {
+            let _ = done_rx.await;
+        }
+        Err(error) => {
+            tracing::warn!(%error, "probe responder: no thread of its own; answering on the shared runtime");
+            respond(clock, daemon, session_id, stop, stats).await;
+        }
+    }
+}
+
+async fn respond(
     clock: SharedClock,
     daemon: SocketAddr,
     session_id: u64,

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
-use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
@@ -41,6 +41,11 @@ pub fn spawn_prober(
 }
 
 /// As [`spawn_prober`] with an explicit schedule and estimator tuning.
+///
+/// The prober runs on its own thread with a single-threaded runtime: t1
+/// and t4 must not wait behind ingest work on a shared worker (that delay
+/// would land on one leg only). The returned task ends with the thread;
+/// aborting it stops the thread.
 pub fn spawn_prober_with(
     socket: UdpSocket,
     sessions: ProbeSessions,
@@ -48,16 +53,49 @@ pub fn spawn_prober_with(
     shutdown: CancellationToken,
     config: ProberConfig,
 ) -> JoinHandle<()> {
-    tokio::spawn(run(socket, sessions, updates, shutdown, config))
+    let stop = shutdown.child_token();
+    let stop_on_drop = stop.clone().drop_guard();
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let started = socket.into_std().and_then(|socket| {
+        std::thread::Builder::new()
+            .name("tracesync-sync".into())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(run(socket, sessions, updates, stop, config)),
+                    Err(error) => {
+                        tracing::error!(%error, "sync: cannot build the prober runtime; clock sync is off");
+                    }
+                }
+                drop(done_tx);
+            })
+    });
+    if let Err(error) = started {
+        tracing::error!(%error, "sync: cannot start the prober thread; clock sync is off");
+    }
+    tokio::spawn(async move {
+        let _stop_on_drop = stop_on_drop;
+        // Err (sender dropped) is the normal end: the thread finished.
+        let _ = done_rx.await;
+    })
 }
 
 async fn run(
-    socket: UdpSocket,
+    socket: std::net::UdpSocket,
     sessions: ProbeSessions,
     updates: mpsc::Sender<SyncUpdate>,
     shutdown: CancellationToken,
     config: ProberConfig,
 ) {
+    let socket = match UdpSocket::from_std(socket) {
+        Ok(socket) => socket,
+        Err(error) => {
+            tracing::error!(%error, "sync: cannot register the sync socket; clock sync is off");
+            return;
+        }
+    };
     if let Err(error) = socket2::SockRef::from(&socket).set_recv_buffer_size(RECV_BUFFER_BYTES) {
         tracing::debug!(%error, "sync socket: could not raise the receive buffer; keeping the default");
     }
@@ -74,7 +112,7 @@ async fn run(
             core.set_registered(registered);
         }
         send_due_probes(&socket, &mut core, &mut due);
-        if held.flush(&updates).is_err() {
+        if updates.is_closed() || held.flush(&updates).is_err() {
             tracing::debug!("sync: update channel closed; prober stops");
             break;
         }

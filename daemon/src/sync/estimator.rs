@@ -38,7 +38,7 @@ pub struct EstimatorConfig {
 impl Default for EstimatorConfig {
     fn default() -> Self {
         Self {
-            window_samples: 64,
+            window_samples: 128,
             window_ns: 30_000_000_000,
             gate_quantile: 0.25,
             min_freq_span_ns: 2_000_000_000,

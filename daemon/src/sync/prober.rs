@@ -4,7 +4,10 @@
 //!
 //! Schedule: a burst of probes on a session's first ProbeRegister and again
 //! when its relay starts a new clock epoch, then one probe per steady
-//! interval.
+//! interval. Each scheduled probe starts a short train: the next probe goes
+//! out as soon as the previous reply is in. A relay idle since the last
+//! probe wakes late (one-sided delay on the way there); the follow-up finds
+//! both ends awake, so its delay is lower and the gate prefers it.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -25,6 +28,8 @@ pub struct ProberConfig {
     pub burst_interval_ns: u64,
     /// Spacing of steady probes (ns).
     pub steady_interval_ns: u64,
+    /// Exchanges per scheduled probe (1 = no follow-ups).
+    pub train_length: u32,
     /// Most probes awaiting a reply, over all sessions.
     pub max_outstanding: usize,
     pub estimator: EstimatorConfig,
@@ -36,6 +41,7 @@ impl Default for ProberConfig {
             burst_probes: 8,
             burst_interval_ns: 20_000_000,
             steady_interval_ns: 250_000_000,
+            train_length: 2,
             max_outstanding: 4096,
             estimator: EstimatorConfig::default(),
         }
@@ -58,6 +64,12 @@ struct ActiveSession {
     estimator: Estimator,
     burst_left: u32,
     next_probe_ns: u64,
+    /// Follow-ups still to send in the current train.
+    follow_ups_left: u32,
+    /// The last reply of the train arrived: send the next probe now.
+    follow_up_due: bool,
+    /// Only the reply to the latest probe continues a train.
+    last_probe_id: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -150,6 +162,9 @@ impl ProberCore {
                 estimator: Estimator::new(config.estimator),
                 burst_left: config.burst_probes,
                 next_probe_ns: now_ns,
+                follow_ups_left: 0,
+                follow_up_due: false,
+                last_probe_id: 0,
             });
         true
     }
@@ -192,6 +207,10 @@ impl ProberCore {
             self.stats.new_epochs += 1;
             session.burst_left = self.config.burst_probes;
             session.next_probe_ns = t4;
+            session.follow_ups_left = 0;
+        } else if session.follow_ups_left > 0 && session.last_probe_id == reply.probe_id {
+            session.follow_ups_left -= 1;
+            session.follow_up_due = true;
         }
         self.stats.replies_accepted += 1;
         Some(SyncUpdate {
@@ -213,13 +232,20 @@ impl ProberCore {
     pub fn poll(&mut self, now_ns: u64, due: &mut Vec<ProbeDue>) {
         let config = self.config;
         for (session_id, session) in &mut self.active {
+            let probe = ProbeDue {
+                session_id: *session_id,
+                addr: session.addr,
+            };
+            if session.follow_up_due {
+                session.follow_up_due = false;
+                due.push(probe);
+                continue;
+            }
             if session.next_probe_ns > now_ns {
                 continue;
             }
-            due.push(ProbeDue {
-                session_id: *session_id,
-                addr: session.addr,
-            });
+            due.push(probe);
+            session.follow_ups_left = config.train_length.saturating_sub(1);
             session.burst_left = session.burst_left.saturating_sub(1);
             let interval = if session.burst_left > 0 {
                 config.burst_interval_ns
@@ -234,11 +260,10 @@ impl ProberCore {
     /// read right before sending it); remembers it for the reply. None when
     /// the session is not active.
     pub fn probe_datagram(&mut self, session_id: u64, t1: u64) -> Option<Vec<u8>> {
-        if !self.active.contains_key(&session_id) {
-            return None;
-        }
+        let session = self.active.get_mut(&session_id)?;
         let probe_id = self.next_probe_id;
         self.next_probe_id = self.next_probe_id.wrapping_add(1).max(1);
+        session.last_probe_id = probe_id;
         self.outstanding
             .insert(probe_id, Outstanding { session_id, t1 });
         self.outstanding_order.push_back(probe_id);
@@ -260,9 +285,12 @@ impl ProberCore {
         Some(datagram.encode_to_vec())
     }
 
-    /// Host BOOTTIME of the next due probe, if any session is active.
+    /// Host BOOTTIME of the next due probe (0: now), if any session is active.
     pub fn next_wakeup_ns(&self) -> Option<u64> {
-        self.active.values().map(|s| s.next_probe_ns).min()
+        self.active
+            .values()
+            .map(|s| if s.follow_up_due { 0 } else { s.next_probe_ns })
+            .min()
     }
 
     /// Latest estimate of a session.

@@ -230,3 +230,38 @@ fn outstanding_table_stays_bounded() {
     let (newest, t4) = reply_to(&probes[9], 0);
     assert!(core.on_reply(&newest, t4).is_some());
 }
+
+#[test]
+fn each_scheduled_probe_gets_one_follow_up_after_its_reply() {
+    let mut core = core_with_session();
+    let start = 1_000 * MS;
+    core.on_register(SESSION, relay_addr(), start);
+    let first = send_due(&mut core, start).remove(0);
+    assert!(
+        send_due(&mut core, start + MS).is_empty(),
+        "no follow-up before the reply"
+    );
+    let (reply, t4) = reply_to(&first, 0);
+    core.on_reply(&reply, t4).expect("update");
+    assert_eq!(core.next_wakeup_ns(), Some(0), "follow-up due at once");
+    let follow_up = send_due(&mut core, t4);
+    assert_eq!(follow_up.len(), 1);
+    // Its reply ends the train (length 2): the next probe is the burst's.
+    let (reply, t4) = reply_to(&follow_up[0], 0);
+    core.on_reply(&reply, t4).expect("update");
+    assert!(send_due(&mut core, t4).is_empty());
+    assert_eq!(send_due(&mut core, start + 20 * MS).len(), 1);
+}
+
+#[test]
+fn a_late_reply_to_an_older_probe_does_not_start_a_follow_up() {
+    let mut core = core_with_session();
+    core.on_register(SESSION, relay_addr(), 0);
+    let old = send_due(&mut core, 0).remove(0);
+    // Lost reply; the next burst probe goes out, then the old reply arrives.
+    let _newer = send_due(&mut core, 20 * MS).remove(0);
+    let (reply, t4) = reply_to(&old, 0);
+    core.on_reply(&reply, t4 + 20 * MS)
+        .expect("still a valid sample");
+    assert!(send_due(&mut core, 21 * MS).is_empty());
+}
