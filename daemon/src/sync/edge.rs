@@ -266,4 +266,66 @@ mod tests {
         held.push(update(5, 4, 1));
         assert!(held.flush(&tx).is_err());
     }
+
+    fn register_bytes(session_id: u64) -> Vec<u8> {
+        use prost::Message;
+        use tracesync_protocol::relay::v1::{ProbeDatagram, ProbeRegister, probe_datagram::Body};
+        ProbeDatagram {
+            body: Some(Body::Register(ProbeRegister { session_id })),
+        }
+        .encode_to_vec()
+    }
+
+    async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test]
+    async fn probes_registered_sessions_only_and_stops_when_updates_close() {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let sync_addr = socket.local_addr().expect("addr");
+        let relay = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let sessions = ProbeSessions::new();
+        let (tx, rx) = mpsc::channel(8);
+        let prober = spawn_prober(socket, sessions.clone(), tx, CancellationToken::new());
+
+        relay
+            .send_to(&register_bytes(9), sync_addr)
+            .await
+            .expect("send");
+        wait_for("unknown session counted", || {
+            sessions.stats().unknown_session == 1
+        })
+        .await;
+
+        sessions.register(9, 0);
+        // The registry is picked up within one idle tick; resend as a relay does.
+        let mut buffer = [0u8; 512];
+        let probe = loop {
+            relay
+                .send_to(&register_bytes(9), sync_addr)
+                .await
+                .expect("send");
+            if let Ok(received) =
+                tokio::time::timeout(Duration::from_millis(200), relay.recv_from(&mut buffer)).await
+            {
+                break received.expect("recv");
+            }
+        };
+        assert_eq!(probe.1, sync_addr);
+        wait_for("probe counted", || sessions.stats().probes_sent >= 1).await;
+
+        drop(rx);
+        sessions.unregister(9);
+        tokio::time::timeout(Duration::from_secs(5), prober)
+            .await
+            .expect("prober ends once nobody takes updates")
+            .expect("no panic");
+    }
 }
