@@ -377,9 +377,21 @@ mod tests {
             (SESSION, 2, 123)
         );
         assert!(before <= reply.t2_ns && reply.t2_ns <= reply.t3_ns && reply.t3_ns <= after);
-        assert_eq!(stats.probes_answered.load(Ordering::Relaxed), 1);
-        assert_eq!(stats.other_sessions.load(Ordering::Relaxed), 1);
-        assert_eq!(stats.malformed.load(Ordering::Relaxed), 1);
+        // The responder's thread counts the reply just after sending it.
+        let counts = || {
+            [
+                stats.probes_answered.load(Ordering::Relaxed),
+                stats.other_sessions.load(Ordering::Relaxed),
+                stats.malformed.load(Ordering::Relaxed),
+            ]
+        };
+        for _ in 0..500 {
+            if counts() == [1, 1, 1] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(counts(), [1, 1, 1], "answered, other sessions, malformed");
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), task)
             .await
