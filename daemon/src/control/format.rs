@@ -125,7 +125,8 @@ impl PacketFormatter {
                         ts: packet.ts,
                         machine_json,
                         raw_id: u64::from(packet.machine_raw_id),
-                        clock: Some((packet.clock, packet.clock_ts)),
+                        // Clock id 0 (UNKNOWN) marks a packet without timestamp.
+                        clock: (packet.clock != 0).then_some((packet.clock, packet.clock_ts)),
                         seq: packet.seq,
                         src_json,
                         kind: Kind(packet.data_field),
