@@ -385,3 +385,23 @@ async fn clients_beyond_the_limit_are_refused() {
     drop(held);
     f.stop().await;
 }
+
+#[tokio::test]
+async fn tcp_listener_speaks_the_same_protocol() {
+    let (_status_tx, status_rx) = watch::channel(Arc::new(report()));
+    let hub = ControlHub::new(16, status_rx);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve_tcp(listener, hub, shutdown.clone()));
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(b"{\"cmd\":\"status\"}\n").await.expect("send");
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).await.expect("read");
+    let got: StatusReport = serde_json::from_str(&line).expect("json");
+    assert_eq!(got, report());
+    shutdown.cancel();
+    server.await.expect("server stops");
+}
