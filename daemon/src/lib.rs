@@ -13,6 +13,7 @@
 
 pub mod cli;
 pub mod clock;
+pub mod control;
 pub mod demo;
 pub mod exit;
 pub mod hostclock;

@@ -1,4 +1,4 @@
-//! `tracesync`: merge, clocks (tail, status and demo arrive with live capture).
+//! `tracesync`: merge, clocks, demo, tail, status.
 fn main() -> std::process::ExitCode {
     tracesync::cli::main()
 }

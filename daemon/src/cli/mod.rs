@@ -1,5 +1,9 @@
-//! The `tracesync` command line: `merge` and `clocks` (live commands arrive
-//! with the daemon).
+//! The `tracesync` command line: `merge`, `clocks`, `demo`, and the live
+//! commands `tail` and `status` (which talk to `tracesyncd`).
+
+mod connect;
+mod status;
+mod tail;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -9,9 +13,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracesync_protocol::clock_ids::builtin_name;
 
+use crate::control::TailFormat;
 use crate::exit;
 use crate::merge::output::Format;
 use crate::merge::{MergeOptions, Prepared, merge, prepare};
+use connect::{DEFAULT_CONTROL, Target};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -61,6 +67,30 @@ enum Command {
         /// Directory for the recordings and the merged trace.
         #[arg(long, default_value = "tracesync-demo")]
         out: PathBuf,
+    },
+    /// Show the live merged stream: from the daemon, or following the rolling files in DIR.
+    Tail {
+        /// The daemon's control socket, or HOST:PORT of its TCP control listener
+        /// [default: /run/tracesync/control.sock].
+        #[arg(long, value_name = "SOCKET|ADDR", conflicts_with = "dir")]
+        connect: Option<String>,
+        #[arg(long, value_enum, default_value_t = TailFormat::Text)]
+        format: TailFormat,
+        /// Only this machine (name, raw id, or `host`); repeat for several.
+        #[arg(long = "machine", value_name = "NAME")]
+        machines: Vec<String>,
+        /// Follow the rolling files in this directory instead of the daemon.
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Show the daemon's per-machine status: connection, packets, drops, clock sync.
+    Status {
+        /// The daemon's control socket, or HOST:PORT of its TCP control listener.
+        #[arg(long, value_name = "SOCKET|ADDR", default_value = DEFAULT_CONTROL)]
+        connect: String,
+        /// The report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// List every edge of the clock graph of the given inputs, with its origin.
     Clocks {
@@ -129,6 +159,19 @@ pub fn main() -> ExitCode {
             seconds,
             out,
         } => demo(relays, seconds, out),
+        Command::Tail {
+            connect,
+            format,
+            machines,
+            dir,
+        } => match dir {
+            Some(dir) => tail::run_dir(&dir, format, machines),
+            None => {
+                let target = Target::parse(connect.as_deref().unwrap_or(DEFAULT_CONTROL));
+                tail::run_socket(&target, format, machines)
+            }
+        },
+        Command::Status { connect, json } => status::run(&Target::parse(&connect), json),
         Command::Clocks {
             json,
             manifest,

@@ -1,0 +1,229 @@
+//! `tracesync status`: the daemon's per-machine report, as a table or JSON.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::connect::{self, Target};
+use crate::control::Request;
+use crate::control::format::human_ns;
+use crate::exit;
+use crate::status::{MachineStatus, StatusReport};
+
+/// Longest status line accepted.
+const MAX_REPORT_BYTES: u64 = 16 << 20;
+
+pub fn run(target: &Target, json: bool) -> u8 {
+    let conn = match connect::open(target, &Request::Status) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut line = Vec::new();
+    if let Err(e) = BufReader::new(conn)
+        .take(MAX_REPORT_BYTES)
+        .read_until(b'\n', &mut line)
+    {
+        return connect::unreachable(target, &format!("no status report: {e}"));
+    }
+    if let Some(refused) = connect::refusal(&line) {
+        eprintln!("tracesync: the daemon refused the request: {refused}");
+        return exit::UNAVAILABLE;
+    }
+    let report: StatusReport = match serde_json::from_slice(&line) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "tracesync: the daemon at {} sent a bad status report: {e}; are the daemon and this tool the same version?",
+                target.display()
+            );
+            return exit::DATAERR;
+        }
+    };
+    let text = if json {
+        let mut s = serde_json::to_string_pretty(&report).unwrap_or_default();
+        s.push('\n');
+        s
+    } else {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        table(&report, now_ms)
+    };
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => exit::OK,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
+        Err(e) => {
+            eprintln!("tracesync: cannot write to standard output: {e}");
+            exit::IOERR
+        }
+    }
+}
+
+const COLUMNS: [&str; 12] = [
+    "MACHINE",
+    "ID",
+    "CONN",
+    "PACKETS",
+    "BYTES",
+    "DROPS",
+    "PENDING",
+    "OFFSET",
+    "DRIFT",
+    "BOUND",
+    "RTT",
+    "LAST SEEN",
+];
+
+/// The report as an aligned table, then the drops by reason.
+pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "tracesyncd {}  data {}  sync {}  writing {}",
+        report.version,
+        report.data_addr.as_deref().unwrap_or("-"),
+        report.sync_addr.as_deref().unwrap_or("-"),
+        report.current_file.as_deref().unwrap_or("-"),
+    );
+    let rows: Vec<[String; 12]> = report
+        .machines
+        .iter()
+        .map(|m| row(m, now_unix_ms))
+        .collect();
+    let mut widths = COLUMNS.map(str::len);
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: &[String]| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            // Names left, numbers right.
+            if i == 0 || i == 2 {
+                let _ = write!(l, "{cell:<w$}  ");
+            } else {
+                let _ = write!(l, "{cell:>w$}  ");
+            }
+        }
+        let _ = writeln!(out, "{}", l.trim_end());
+    };
+    line(&COLUMNS.map(String::from));
+    for r in &rows {
+        line(r);
+    }
+    for m in &report.machines {
+        let reasons: Vec<String> = m
+            .drops
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(reason, n)| format!("{reason}={n}"))
+            .collect();
+        if !reasons.is_empty() {
+            let _ = writeln!(out, "drops on {}: {}", name(m), reasons.join(", "));
+        }
+    }
+    out
+}
+
+fn name(m: &MachineStatus) -> String {
+    match (&m.name, m.raw_id) {
+        (Some(n), _) => n.clone(),
+        (None, 0) => "host".into(),
+        (None, id) => format!("#{id}"),
+    }
+}
+
+fn row(m: &MachineStatus, now_ms: u64) -> [String; 12] {
+    let dash = || "-".to_owned();
+    [
+        name(m),
+        m.raw_id.to_string(),
+        if m.connected { "yes" } else { "no" }.into(),
+        m.packets.to_string(),
+        human_bytes(m.bytes),
+        m.drops.values().sum::<u64>().to_string(),
+        m.pending.to_string(),
+        m.offset_ns.map_or_else(dash, |o| {
+            let sign = if o < 0 { "-" } else { "+" };
+            format!("{sign}{}", human_ns(o.unsigned_abs()))
+        }),
+        m.drift_ppm.map_or_else(dash, |d| format!("{d:+.2}ppm")),
+        m.error_bound_ns
+            .map_or_else(dash, |b| format!("±{}", human_ns(b))),
+        m.rtt_ns.map_or_else(dash, human_ns),
+        m.last_seen_unix_ms.map_or_else(dash, |t| {
+            format!("{:.1}s ago", now_ms.saturating_sub(t) as f64 / 1e3)
+        }),
+    ]
+}
+
+fn human_bytes(b: u64) -> String {
+    match b {
+        0..1024 => format!("{b}B"),
+        1024..1_048_576 => format!("{:.1}KiB", b as f64 / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1}MiB", b as f64 / 1_048_576.0),
+        _ => format!("{:.2}GiB", b as f64 / 1_073_741_824.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn table_shows_every_column_and_drop_reasons() {
+        let report = StatusReport {
+            version: "0.1.0".into(),
+            data_addr: Some("0.0.0.0:7410".into()),
+            machines: vec![
+                MachineStatus {
+                    raw_id: 0,
+                    connected: true,
+                    packets: 12,
+                    bytes: 2048,
+                    ..Default::default()
+                },
+                MachineStatus {
+                    name: Some("phone".into()),
+                    raw_id: 3_000_000_000,
+                    connected: false,
+                    packets: 5,
+                    bytes: 3 << 20,
+                    drops: BTreeMap::from([("clock_sync_failure_no_path".into(), 4)]),
+                    pending: 7,
+                    offset_ns: Some(-2_500_000),
+                    drift_ppm: Some(12.345),
+                    error_bound_ns: Some(1_500),
+                    rtt_ns: Some(80_000),
+                    last_seen_unix_ms: Some(9_000),
+                },
+            ],
+            ..Default::default()
+        };
+        let t = table(&report, 10_500);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].contains("data 0.0.0.0:7410"), "{t}");
+        assert!(lines[1].starts_with("MACHINE"), "{t}");
+        assert!(lines[2].starts_with("host "), "{t}");
+        for cell in [
+            "phone",
+            "3000000000",
+            "no",
+            "3.0MiB",
+            "4",
+            "7",
+            "-2.50ms",
+            "+12.35ppm",
+            "±1.5us",
+            "80.0us",
+            "1.5s ago",
+        ] {
+            assert!(lines[3].contains(cell), "{cell} missing in {}", lines[3]);
+        }
+        assert_eq!(lines[4], "drops on phone: clock_sync_failure_no_path=4");
+    }
+}

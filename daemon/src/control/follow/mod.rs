@@ -1,0 +1,281 @@
+//! `tracesync tail DIR`: follows the daemon's rolling files as they grow and
+//! rotate (DESIGN.md §4).
+//!
+//! It starts at the beginning of the newest file (whose preamble makes it
+//! self-contained) and reads what is appended. It moves to the next file
+//! once the current one is done: a later file exists, and index.jsonl marks
+//! the current one complete or it has stayed at end of file for two polls
+//! (so the writer's last bytes are in). A new file opens with
+//! a replay of the preamble (SystemInfo, ClockSnapshots, sync points,
+//! incremental state): at the start of each file after the first, packets
+//! byte-identical to a preamble-role packet already shown are skipped, up to
+//! the first packet that is not such a replay. Every packet is thus shown
+//! once. Files are ordered by the sequence number in their names
+//! (`tracesync-<start>-<seq>.pftrace`), then by name.
+
+pub mod resolve;
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tracesync_protocol::reader::TraceReader;
+
+use crate::live::{OutPacket, Role};
+use resolve::{FileResolver, SeenPackets};
+
+/// Bytes read per poll at most, so a large backlog is shown in steps.
+const MAX_READ_PER_POLL: usize = 8 << 20;
+const CHUNK: usize = 256 << 10;
+
+/// The rolling files of a directory, in writing order, and which the index
+/// marks complete.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub files: Vec<String>,
+    pub complete: HashSet<String>,
+}
+
+/// Lists `dir`: `*.pftrace` files and the names index.jsonl mentions (an
+/// unreadable or partly written index line is ignored).
+pub fn list(dir: &Path) -> io::Result<Listing> {
+    let mut files = HashSet::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if let Some(name) = name.to_str()
+            && name.ends_with(".pftrace")
+        {
+            files.insert(name.to_owned());
+        }
+    }
+    let mut complete = HashSet::new();
+    match std::fs::read_to_string(dir.join("index.jsonl")) {
+        Ok(index) => {
+            for line in index.lines() {
+                let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+                    continue;
+                };
+                let Some(name) = entry.get("name").and_then(|n| n.as_str()) else {
+                    continue;
+                };
+                // Only plain names: the index must not point outside DIR.
+                if name.contains('/') || name.starts_with('.') {
+                    continue;
+                }
+                if entry.get("complete").and_then(|c| c.as_bool()) == Some(true) {
+                    complete.insert(name.to_owned());
+                } else {
+                    // An index line rewritten later may clear the mark.
+                    complete.remove(name);
+                }
+                if dir.join(name).exists() {
+                    files.insert(name.to_owned());
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut files: Vec<String> = files.into_iter().collect();
+    files.sort_by(|a, b| (file_seq(a), a).cmp(&(file_seq(b), b)));
+    Ok(Listing { files, complete })
+}
+
+/// The `<seq>` of `tracesync-<start>-<seq>.pftrace`, if the name has one.
+fn file_seq(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".pftrace")?;
+    stem.rsplit('-').next()?.parse().ok()
+}
+
+#[derive(Debug)]
+struct Current {
+    name: String,
+    src: Arc<str>,
+    file: File,
+    reader: TraceReader,
+    /// Skipping the replayed preamble at the start of a later file.
+    in_replay: bool,
+    /// File length at the last poll that found end of file.
+    eof_at: Option<u64>,
+    /// Framing broke: nothing more is read from this file.
+    broken: bool,
+}
+
+/// What one poll did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes read this poll.
+    pub bytes: u64,
+    /// Packets shown.
+    pub shown: u64,
+    /// Replayed preamble packets skipped.
+    pub skipped: u64,
+}
+
+/// Follows one directory; call [`DirFollower::poll`] every 100 ms or so.
+#[derive(Debug)]
+pub struct DirFollower {
+    dir: PathBuf,
+    current: Option<Current>,
+    resolver: FileResolver,
+    seen: SeenPackets,
+    /// Problems worth telling the user (a torn file, a file gone before it
+    /// was read); the caller prints and clears them.
+    pub warnings: Vec<String>,
+}
+
+impl DirFollower {
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            current: None,
+            resolver: FileResolver::default(),
+            seen: SeenPackets::default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The file being read.
+    pub fn current_file(&self) -> Option<&str> {
+        self.current.as_ref().map(|c| c.name.as_str())
+    }
+
+    /// Reads what is new and hands each packet to `emit`, in file order.
+    pub fn poll(
+        &mut self,
+        emit: &mut dyn FnMut(&OutPacket) -> io::Result<()>,
+    ) -> io::Result<Progress> {
+        let mut progress = Progress::default();
+        if self.current.is_none() {
+            let listing = list(&self.dir)?;
+            let Some(newest) = listing.files.last() else {
+                return Ok(progress);
+            };
+            self.open(newest.clone(), false)?;
+        }
+        loop {
+            let read = self.read_some(emit, &mut progress)?;
+            if read > 0 {
+                if progress.bytes as usize >= MAX_READ_PER_POLL {
+                    return Ok(progress);
+                }
+                continue;
+            }
+            if !self.advance()? {
+                return Ok(progress);
+            }
+        }
+    }
+
+    fn open(&mut self, name: String, in_replay: bool) -> io::Result<()> {
+        let file = File::open(self.dir.join(&name))?;
+        self.current = Some(Current {
+            src: Arc::from(name.as_str()),
+            name,
+            file,
+            reader: TraceReader::new(),
+            in_replay,
+            eof_at: None,
+            broken: false,
+        });
+        Ok(())
+    }
+
+    /// Reads one chunk and emits its packets; returns the bytes read.
+    fn read_some(
+        &mut self,
+        emit: &mut dyn FnMut(&OutPacket) -> io::Result<()>,
+        progress: &mut Progress,
+    ) -> io::Result<usize> {
+        let Some(cur) = self.current.as_mut().filter(|c| !c.broken) else {
+            return Ok(0);
+        };
+        let n = cur.reader.fill_from(&mut cur.file, CHUNK)?;
+        progress.bytes += n as u64;
+        if n > 0 {
+            cur.eof_at = None;
+        }
+        loop {
+            let packet = match cur.reader.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(e) => {
+                    // Framing cannot resynchronise: the rest of this file
+                    // is unreadable; go on with the next once there is one.
+                    self.warnings
+                        .push(format!("{}: {e}; skipping the rest of this file", cur.name));
+                    cur.broken = true;
+                    break;
+                }
+            };
+            let bytes = packet.bytes;
+            if cur.in_replay {
+                if self.seen.contains(bytes) {
+                    progress.skipped += 1;
+                    continue;
+                }
+                cur.in_replay = false;
+            }
+            let Some(out) = self.resolver.resolve(bytes, &cur.src) else {
+                continue;
+            };
+            if out.role != Role::Data {
+                self.seen.insert(bytes);
+            }
+            progress.shown += 1;
+            emit(&out)?;
+        }
+        Ok(n)
+    }
+
+    /// At end of file: moves to the next file if the current one is done.
+    /// Returns whether it moved.
+    fn advance(&mut self) -> io::Result<bool> {
+        let Some(cur) = self.current.as_mut() else {
+            return Ok(false);
+        };
+        let len = cur.file.metadata()?.len();
+        let listing = list(&self.dir)?;
+        let later: Vec<&String> = match listing.files.iter().position(|f| *f == cur.name) {
+            Some(i) => listing.files[i + 1..].iter().collect(),
+            // Gone (retention): everything ordered after it.
+            None => listing
+                .files
+                .iter()
+                .filter(|f| (file_seq(f), *f) > (file_seq(&cur.name), &cur.name))
+                .collect(),
+        };
+        let settled = cur.broken || cur.eof_at == Some(len) || listing.complete.contains(&cur.name);
+        cur.eof_at = Some(len);
+        let Some(next) = later.first().map(|s| (*s).clone()) else {
+            // Even if the index marks it complete, wait for the next file.
+            return Ok(false);
+        };
+        if !settled {
+            // Read once more at the next poll: the writer's last bytes may
+            // land after the next file appears.
+            return Ok(false);
+        }
+        if !cur.broken
+            && let Err(e) = cur.reader.finish()
+        {
+            self.warnings
+                .push(format!("{}: ends inside a packet ({e})", cur.name));
+        }
+        match self.open(next.clone(), true) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.warnings
+                    .push(format!("{next}: removed before it was read (retention?)"));
+                // Try again from the listing on the next poll.
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
