@@ -11,6 +11,7 @@
 //! - [`status`]: the daemon's status report.
 //! - [`exit`]: sysexits codes shared by the binaries.
 
+pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod control;

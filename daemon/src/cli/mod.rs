@@ -1,8 +1,8 @@
 //! The `tracesync` command line: `merge`, `clocks`, `demo`, and the live
 //! commands `tail` and `status` (which talk to `tracesyncd`).
 
-mod connect;
-mod status;
+pub mod connect;
+pub mod status;
 mod tail;
 
 use std::collections::HashMap;
@@ -54,19 +54,26 @@ enum Command {
         #[arg(required = true)]
         inputs: Vec<PathBuf>,
     },
-    /// Offline demo (until live capture lands): simulated machines with
-    /// offset and drifting clocks record traces, which are merged onto one
-    /// timeline and checked against the ground truth.
+    /// The main job: tracesyncd and N relays with simulated clocks (offsets,
+    /// drift) on loopback; live status; a rolling merged trace checked
+    /// against ground truth that opens in Perfetto UI.
     Demo {
-        /// Simulated machines besides the host.
+        /// Relays (simulated machines) besides the host.
         #[arg(long, default_value_t = 3)]
         relays: usize,
-        /// Seconds of recording per machine.
+        /// Seconds of live capture.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
-        /// Directory for the recordings and the merged trace.
+        /// Directory for the rolling output, spools and logs.
         #[arg(long, default_value = "tracesync-demo")]
         out: PathBuf,
+        /// Synthetic packets per second per relay.
+        #[arg(long, default_value_t = 2000)]
+        rate: u32,
+        /// Record traces of simulated machines and merge them offline
+        /// instead (no daemon, no relays).
+        #[arg(long)]
+        offline: bool,
     },
     /// Show the live merged stream: from the daemon, or following the rolling files in DIR.
     Tail {
@@ -158,7 +165,15 @@ pub fn main() -> ExitCode {
             relays,
             seconds,
             out,
-        } => demo(relays, seconds, out),
+            rate,
+            offline,
+        } => {
+            if offline {
+                demo(relays, seconds, out)
+            } else {
+                live_demo(relays, seconds, out, rate)
+            }
+        }
         Command::Tail {
             connect,
             format,
@@ -218,12 +233,12 @@ fn demo(relays: usize, seconds: u64, out: PathBuf) -> u8 {
         "tracesync demo (offline): {relays} simulated machines + host, {seconds} s each, into {}",
         out.display()
     );
-    let opts = crate::demo::DemoOptions {
+    let opts = crate::demo::offline::DemoOptions {
         machines: relays,
         seconds,
         out: out.clone(),
     };
-    match crate::demo::run(&opts) {
+    match crate::demo::offline::run(&opts) {
         Ok(reports) => {
             println!(
                 "{:<8} {:>12} {:>10} {:>8} {:>14} {:>14}",
@@ -254,6 +269,90 @@ fn demo(relays: usize, seconds: u64, out: PathBuf) -> u8 {
             exit::CANTCREAT
         }
     }
+}
+
+fn live_demo(relays: usize, seconds: u64, out: PathBuf, rate: u32) -> u8 {
+    if relays == 0 || relays > 64 || seconds == 0 || seconds > 3600 || rate == 0 {
+        eprintln!("tracesync: error: demo: use 1..=64 relays, 1..=3600 seconds and a rate > 0");
+        return exit::USAGE;
+    }
+    println!(
+        "tracesync demo: tracesyncd + {relays} relays with simulated clocks on loopback, {seconds} s, into {}",
+        out.display()
+    );
+    let opts = crate::demo::live::LiveDemoOptions {
+        relays,
+        seconds,
+        out,
+        rate,
+    };
+    let report = match crate::demo::live::run(&opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tracesync: error: demo: {e}");
+            return exit::SOFTWARE;
+        }
+    };
+    println!(
+        "{:<10} {:>11} {:>9} {:>9} {:>8} {:>6} {:>13} {:>13} {:>11}",
+        "source",
+        "offset (s)",
+        "drift ppm",
+        "packets",
+        "missing",
+        "dups",
+        "p99 err (us)",
+        "max err (us)",
+        "bound (us)"
+    );
+    let status = report.last_status.as_ref();
+    for m in &report.machines {
+        for (src, s) in report
+            .check
+            .sources
+            .range(format!("{}/", m.name)..format!("{}0", m.name))
+        {
+            let bound = status
+                .and_then(|st| {
+                    st.machines
+                        .iter()
+                        .find(|x| x.name.as_deref() == Some(&m.name))
+                })
+                .and_then(|x| x.error_bound_ns)
+                .map_or("-".to_owned(), |b| format!("{:.1}", b as f64 / 1e3));
+            println!(
+                "{:<10} {:>11.3} {:>9.1} {:>9} {:>8} {:>6} {:>13.1} {:>13.1} {:>11}",
+                src,
+                m.offset_ns as f64 / 1e9,
+                m.drift_ppm,
+                s.packets,
+                s.missing,
+                s.duplicates,
+                s.p99_error_ns as f64 / 1e3,
+                s.max_error_ns as f64 / 1e3,
+                bound
+            );
+        }
+    }
+    println!(
+        "merged rolling trace: {} ({} files; open them in https://ui.perfetto.dev)",
+        report.output_dir.display(),
+        report.check.files.len()
+    );
+    println!(
+        "error = |time as Perfetto places it - ground truth|; bound = the daemon's reported error bound"
+    );
+    let lost = report.check.total_missing() + report.check.total_duplicates();
+    if report.check.total_packets() == 0 || lost > 0 {
+        eprintln!(
+            "tracesync: error: demo: {} packets checked, {} missing, {} duplicated",
+            report.check.total_packets(),
+            report.check.total_missing(),
+            report.check.total_duplicates()
+        );
+        return exit::SOFTWARE;
+    }
+    exit::OK
 }
 
 /// Prints the graph like Perfetto's clock_snapshot table, plus each edge's origin.
