@@ -191,3 +191,69 @@ pub fn spawn(
         SourceSpec::Synthetic(s) => tokio::spawn(synthetic::run(s, index, ctx, resume, tx)),
     }
 }
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Helpers shared by the source tests.
+
+    use super::*;
+    use crate::clocks::SystemClock;
+    use tracesync_protocol::perfetto::{TracePacket, trace_packet};
+    use tracesync_protocol::scan;
+    use tracesync_protocol::wire;
+
+    pub fn context() -> SourceContext {
+        SourceContext {
+            clock: Arc::new(SystemClock::default()),
+            sequences: Arc::new(SequenceAllocator::new()),
+            machine_name: Arc::from("testbox"),
+            shutdown: CancellationToken::new(),
+            stats: Arc::new(SourceStats::default()),
+        }
+    }
+
+    /// Trace-framed producer packets with timestamps `tss` on sequence `seq`.
+    pub fn framed(tss: impl IntoIterator<Item = u64>, seq: Option<u32>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for ts in tss {
+            let p = TracePacket {
+                timestamp: Some(ts),
+                optional_trusted_packet_sequence_id: seq
+                    .map(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId),
+                trusted_pid: Some(5),
+                ..Default::default()
+            };
+            wire::put_trace_packet(&mut out, &prost::Message::encode_to_vec(&p));
+        }
+        out
+    }
+
+    /// (timestamp, relay sequence) of an emitted packet.
+    pub fn ts_seq(p: &Bytes) -> (u64, u32) {
+        let f = scan::scan_packet(p).expect("emitted packets scan");
+        assert!(!f.has_trusted_pid && !f.has_trusted_uid && f.machine_id.is_none());
+        (
+            f.timestamp.unwrap_or(0),
+            f.trusted_packet_sequence_id.unwrap_or(0),
+        )
+    }
+
+    /// Receives batches until `n` packets arrived (panics after 5 s).
+    pub async fn receive(
+        rx: &mut mpsc::Receiver<SourceBatch>,
+        n: usize,
+    ) -> (Vec<(u64, u32)>, Cursor) {
+        let mut got = Vec::new();
+        let mut cursor = Cursor::None;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while got.len() < n {
+            let batch = tokio::time::timeout_at(deadline, rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("timed out with {} of {n} packets", got.len()))
+                .expect("source alive");
+            got.extend(batch.packets.iter().map(ts_seq));
+            cursor = batch.cursor;
+        }
+        (got, cursor)
+    }
+}
