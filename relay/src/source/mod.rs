@@ -90,6 +90,8 @@ pub struct SourceStats {
     /// Streams stopped by bad framing (a file waits for a rewrite, a
     /// connection is closed).
     pub stream_errors: AtomicU64,
+    /// Packets dropped for being too large for one uplink frame.
+    pub oversized_packets: AtomicU64,
     /// Packets dropped because a stream used more producer sequences than
     /// the relay maps.
     pub sequence_overflow: AtomicU64,
@@ -108,6 +110,7 @@ pub struct SourceStatsSnapshot {
     pub packets: u64,
     pub bytes: u64,
     pub malformed_packets: u64,
+    pub oversized_packets: u64,
     pub stream_errors: u64,
     pub sequence_overflow: u64,
     pub restarts: u64,
@@ -123,6 +126,7 @@ impl SourceStats {
             packets: get(&self.packets),
             bytes: get(&self.bytes),
             malformed_packets: get(&self.malformed_packets),
+            oversized_packets: get(&self.oversized_packets),
             stream_errors: get(&self.stream_errors),
             sequence_overflow: get(&self.sequence_overflow),
             restarts: get(&self.restarts),

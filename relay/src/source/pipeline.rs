@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use tracesync_protocol::reader::{ReadError, TraceReader};
+use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::scan::{self, Stamp};
 
 use super::SourceStats;
@@ -22,8 +23,12 @@ use crate::sequences::SequenceAllocator;
 /// dropped and counted (bounded memory against a hostile producer).
 pub const MAX_SEQUENCES_PER_STREAM: usize = 65_536;
 
-/// Largest packet a stream may carry, and the expanded size of a bundle.
-pub const MAX_PACKET_BYTES: usize = 16 << 20;
+/// Largest expanded bundle (and record) a stream may carry.
+pub const MAX_RECORD_BYTES: usize = 16 << 20;
+
+/// Largest packet passed on: it must fit one uplink frame with room to
+/// spare; larger ones are dropped and counted in `oversized_packets`.
+pub const MAX_PACKET_BYTES: usize = MAX_FRAME_BYTES - (64 << 10);
 
 /// A batch is closed at this many packets ...
 pub const BATCH_MAX_PACKETS: usize = 4096;
@@ -66,7 +71,7 @@ impl Pipeline {
     /// A pipeline for a stream whose first byte is at offset `base`.
     pub fn new(allocator: Arc<SequenceAllocator>, base: u64) -> Self {
         Self {
-            reader: TraceReader::with_max_packet_size(MAX_PACKET_BYTES),
+            reader: TraceReader::with_max_packet_size(MAX_RECORD_BYTES),
             base,
             allocator,
             sequences: HashMap::new(),
@@ -161,6 +166,10 @@ fn emit(
     stats: &SourceStats,
     body: &mut Vec<u8>,
 ) -> Option<usize> {
+    if packet.len() > MAX_PACKET_BYTES {
+        stats.oversized_packets.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
     let Ok(fields) = scan::scan_packet(packet) else {
         stats.malformed_packets.fetch_add(1, Ordering::Relaxed);
         return None;
@@ -388,6 +397,19 @@ mod tests {
         let out = drain(&mut p, &stats);
         assert_eq!(out.len(), 2);
         assert_eq!(stats.malformed_packets.load(Ordering::Relaxed), 1);
+        assert_eq!(p.committed(), input.len() as u64);
+    }
+
+    #[test]
+    fn oversized_packets_are_dropped_and_counted() {
+        let stats = SourceStats::default();
+        let mut big = Vec::new();
+        wire::put_len_field(&mut big, 1234, &vec![7u8; MAX_PACKET_BYTES]);
+        let input = framed(&[producer_packet(1, None), big, producer_packet(2, None)]);
+        let mut p = Pipeline::new(Arc::new(SequenceAllocator::new()), 0);
+        p.push(&input);
+        assert_eq!(drain(&mut p, &stats).len(), 2);
+        assert_eq!(stats.oversized_packets.load(Ordering::Relaxed), 1);
         assert_eq!(p.committed(), input.len() as u64);
     }
 
