@@ -348,6 +348,12 @@ impl TraceReader {
         self.offset
     }
 
+    /// Whether packets of an expanded bundle remain to be yielded: while
+    /// true, [`position`](Self::position) already lies past the bundle.
+    pub fn bundle_pending(&self) -> bool {
+        self.bundle_pos < self.bundle.len()
+    }
+
     /// Bytes pushed but not yet consumed.
     pub fn buffered(&self) -> usize {
         self.end - self.start

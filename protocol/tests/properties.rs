@@ -117,6 +117,7 @@ fn packet() -> impl Strategy<Value = TracePacket> {
                 uuid: Some(uuid),
                 name: Some(name),
                 parent_uuid: None,
+                ..Default::default()
             })
         )),
         (any::<u64>(), ".{0,40}").prop_map(|(track, name)| Some(trace_packet::Data::TrackEvent(

@@ -224,6 +224,7 @@ impl Gen {
                     uuid: Some(uuid),
                     name: Some(format!("worker-{seq}-{t}")),
                     parent_uuid: None,
+                    ..Default::default()
                 })),
                 ..Default::default()
             };

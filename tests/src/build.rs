@@ -81,6 +81,7 @@ pub fn track_descriptor(uuid: u64, name: &str, parent_uuid: Option<u64>) -> Trac
             uuid: Some(uuid),
             name: Some(name.into()),
             parent_uuid,
+            ..Default::default()
         })),
         ..packet()
     }

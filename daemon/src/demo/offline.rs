@@ -123,6 +123,7 @@ fn record(path: &Path, k: usize, clock: SimClock, seconds: u64) -> std::io::Resu
         uuid: Some(track),
         name: Some(format!("{} worker", machine_name(k))),
         parent_uuid: None,
+        ..Default::default()
     };
     put(seq(
         TracePacket {

@@ -1,0 +1,438 @@
+//! The byte -> packet path shared by file, unix and stdin sources (sans-IO).
+//!
+//! Trace-framed bytes go in, in chunks of any size; out come batches of
+//! packets with compressed bundles expanded, producer-written trusted
+//! fields stripped and the relay sequence id stamped. A producer's sequence
+//! is the field-10 value it carries (as a Perfetto service writes into a
+//! file), or none; each distinct value of one stream gets its own relay
+//! sequence, and a new stream (connection, file restart) gets new ones.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use tracesync_protocol::reader::{ReadError, TraceReader};
+use tracesync_protocol::relay::MAX_FRAME_BYTES;
+use tracesync_protocol::scan::{self, Stamp};
+
+use super::SourceStats;
+use crate::sequences::SequenceAllocator;
+
+/// Most producer sequences one stream may use; packets of further ones are
+/// dropped and counted (bounded memory against a hostile producer).
+pub const MAX_SEQUENCES_PER_STREAM: usize = 65_536;
+
+/// Largest expanded bundle (and record) a stream may carry.
+pub const MAX_RECORD_BYTES: usize = 16 << 20;
+
+/// Largest packet passed on: it must fit one uplink frame with room to
+/// spare; larger ones are dropped and counted in `oversized_packets`.
+pub const MAX_PACKET_BYTES: usize = MAX_FRAME_BYTES - (64 << 10);
+
+/// A batch is closed at this many packets ...
+pub const BATCH_MAX_PACKETS: usize = 4096;
+/// ... or this many bytes, except that a compressed bundle is never split
+/// (a cursor can only point between records).
+pub const BATCH_MAX_BYTES: usize = 512 << 10;
+
+/// Packets of one stream, and the stream offset just past the last record
+/// they complete.
+#[derive(Debug, Default, PartialEq)]
+pub struct PipelineBatch {
+    pub packets: Vec<Bytes>,
+    /// Offset (in the stream, counting from the pipeline's base) at which
+    /// reading resumes without losing or repeating a packet.
+    pub end_offset: u64,
+}
+
+/// The stream cannot be read on: framing is broken at `offset`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("byte offset {offset}: {message}")]
+pub struct PipelineError {
+    pub offset: u64,
+    pub message: String,
+}
+
+/// One stream's reader, sequence map and stamping buffers.
+#[derive(Debug)]
+pub struct Pipeline {
+    reader: TraceReader,
+    /// Stream offset of the reader's first byte.
+    base: u64,
+    allocator: Arc<SequenceAllocator>,
+    /// Producer field-10 value (0 = none written) -> relay sequence id.
+    sequences: HashMap<u32, u32>,
+    /// End of the last record whose packets were all handed out.
+    committed: u64,
+}
+
+impl Pipeline {
+    /// A pipeline for a stream whose first byte is at offset `base`.
+    pub fn new(allocator: Arc<SequenceAllocator>, base: u64) -> Self {
+        Self {
+            reader: TraceReader::with_max_packet_size(MAX_RECORD_BYTES),
+            base,
+            allocator,
+            sequences: HashMap::new(),
+            committed: base,
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.reader.push(chunk);
+    }
+
+    /// Stream offset of the end of input pushed so far.
+    pub fn input_end(&self) -> u64 {
+        self.base + self.reader.position() + self.reader.buffered() as u64
+    }
+
+    /// Offset just past the last complete record handed out.
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    /// Relay sequences this stream uses so far.
+    pub fn sequence_count(&self) -> usize {
+        self.sequences.len()
+    }
+
+    /// The next batch of ready packets; an empty batch means more input is
+    /// needed. Malformed packets (framing intact) are dropped and counted.
+    /// A framing error comes after the packets before it were handed out.
+    pub fn next_batch(&mut self, stats: &SourceStats) -> Result<PipelineBatch, PipelineError> {
+        let mut body = Vec::new();
+        let mut ends = Vec::new();
+        loop {
+            let full = ends.len() >= BATCH_MAX_PACKETS || body.len() >= BATCH_MAX_BYTES;
+            if full && !self.reader.bundle_pending() {
+                break;
+            }
+            let packet = match self.reader.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(_) if !ends.is_empty() => break, // the error is sticky: next call
+                Err(e) => return Err(self.error(e)),
+            };
+            if let Some(end) = emit(
+                &mut self.sequences,
+                &self.allocator,
+                packet.bytes,
+                stats,
+                &mut body,
+            ) {
+                ends.push(end);
+            }
+            if !self.reader.bundle_pending() {
+                // The record holding this packet is fully handed out.
+                self.committed = self.base + self.reader.position();
+            }
+        }
+        let body = Bytes::from(body);
+        let mut start = 0;
+        let packets = ends
+            .into_iter()
+            .map(|end| {
+                let p = body.slice(start..end);
+                start = end;
+                p
+            })
+            .collect();
+        Ok(PipelineBatch {
+            packets,
+            end_offset: self.committed,
+        })
+    }
+
+    /// Declares the end of the stream: an error if it ends inside a record.
+    pub fn finish(&mut self) -> Result<(), PipelineError> {
+        self.reader.finish().map_err(|e| self.error(e))
+    }
+
+    fn error(&self, e: ReadError) -> PipelineError {
+        PipelineError {
+            offset: self.base + e.offset,
+            message: e.kind.to_string(),
+        }
+    }
+}
+
+/// Stamps one packet onto `body`; its end, or None if it was dropped.
+fn emit(
+    sequences: &mut HashMap<u32, u32>,
+    allocator: &SequenceAllocator,
+    packet: &[u8],
+    stats: &SourceStats,
+    body: &mut Vec<u8>,
+) -> Option<usize> {
+    if packet.len() > MAX_PACKET_BYTES {
+        stats.oversized_packets.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    let Ok(fields) = scan::scan_packet(packet) else {
+        stats.malformed_packets.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
+    let producer = fields.trusted_packet_sequence_id.unwrap_or(0);
+    let relay = match sequences.get(&producer) {
+        Some(&id) => id,
+        None if sequences.len() >= MAX_SEQUENCES_PER_STREAM => {
+            stats.sequence_overflow.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        None => {
+            let id = allocator.allocate();
+            sequences.insert(producer, id);
+            id
+        }
+    };
+    let stamp = Stamp {
+        trusted_packet_sequence_id: Some(relay),
+        strip_trusted: true,
+        ..Stamp::default()
+    };
+    let before = body.len();
+    // The scan succeeded, so stamping cannot fail; drop the packet if it does.
+    if scan::stamp_scanned(packet, &fields, &stamp, body).is_err() {
+        body.truncate(before);
+        stats.malformed_packets.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    Some(body.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use tracesync_protocol::perfetto::{TracePacket, trace_packet};
+    use tracesync_protocol::wire;
+
+    fn producer_packet(ts: u64, seq: Option<u32>) -> Vec<u8> {
+        TracePacket {
+            timestamp: Some(ts),
+            optional_trusted_packet_sequence_id: seq
+                .map(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId),
+            optional_trusted_uid: Some(trace_packet::OptionalTrustedUid::TrustedUid(1000)),
+            trusted_pid: Some(77),
+            machine_id: Some(9),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    fn framed(packets: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for p in packets {
+            wire::put_trace_packet(&mut out, p);
+        }
+        out
+    }
+
+    /// A compressed_packets bundle in raw deflate stored blocks (no
+    /// compression needed: the reader takes raw deflate too).
+    fn bundle(inner: &[Vec<u8>]) -> Vec<u8> {
+        let data = framed(inner);
+        let mut deflate = Vec::new();
+        let blocks: Vec<_> = data.chunks(65_535).collect();
+        for (i, block) in blocks.iter().enumerate() {
+            deflate.push(u8::from(i + 1 == blocks.len()));
+            let len = block.len() as u16;
+            deflate.extend_from_slice(&len.to_le_bytes());
+            deflate.extend_from_slice(&(!len).to_le_bytes());
+            deflate.extend_from_slice(block);
+        }
+        let mut packet = Vec::new();
+        wire::put_varint_field(&mut packet, 10, 5);
+        wire::put_len_field(&mut packet, 50, &deflate);
+        packet
+    }
+
+    fn decode(p: &Bytes) -> TracePacket {
+        TracePacket::decode(p.clone()).unwrap()
+    }
+
+    fn seq_of(p: &TracePacket) -> Option<u32> {
+        p.optional_trusted_packet_sequence_id.map(|s| match s {
+            trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(v) => v,
+        })
+    }
+
+    fn drain(p: &mut Pipeline, stats: &SourceStats) -> Vec<Bytes> {
+        let mut all = Vec::new();
+        loop {
+            let b = p.next_batch(stats).unwrap();
+            if b.packets.is_empty() {
+                return all;
+            }
+            all.extend(b.packets);
+        }
+    }
+
+    #[test]
+    fn remaps_sequences_and_strips_trusted_fields() {
+        let alloc = Arc::new(SequenceAllocator::new());
+        let stats = SourceStats::default();
+        let mut p = Pipeline::new(alloc.clone(), 0);
+        p.push(&framed(&[
+            producer_packet(10, Some(7)),
+            producer_packet(11, None),
+            producer_packet(12, Some(7)),
+            producer_packet(13, Some(3)),
+        ]));
+        let out: Vec<_> = drain(&mut p, &stats).iter().map(decode).collect();
+        assert_eq!(out.len(), 4);
+        let seqs: Vec<_> = out.iter().map(seq_of).collect();
+        assert_eq!(seqs, [Some(2), Some(3), Some(2), Some(4)]);
+        for (i, packet) in out.iter().enumerate() {
+            assert_eq!(
+                packet.timestamp,
+                Some(10 + i as u64),
+                "timestamps untouched"
+            );
+            assert_eq!(packet.optional_trusted_uid, None);
+            assert_eq!(packet.trusted_pid, None);
+            assert_eq!(packet.machine_id, None);
+        }
+        // A second stream gets its own relay sequences.
+        let mut q = Pipeline::new(alloc, 0);
+        q.push(&framed(&[producer_packet(1, Some(7))]));
+        assert_eq!(seq_of(&decode(&drain(&mut q, &stats)[0])), Some(5));
+    }
+
+    #[test]
+    fn any_chunking_gives_the_same_packets_and_cursor() {
+        let stats = SourceStats::default();
+        let input = framed(
+            &(0..50)
+                .map(|i| producer_packet(i, Some(1)))
+                .collect::<Vec<_>>(),
+        );
+        let mut whole = Pipeline::new(Arc::new(SequenceAllocator::new()), 0);
+        whole.push(&input);
+        let expected = drain(&mut whole, &stats);
+        assert_eq!(expected.len(), 50);
+        for chunk in [1, 2, 3, 7, 64] {
+            let mut p = Pipeline::new(Arc::new(SequenceAllocator::new()), 0);
+            let mut got = Vec::new();
+            for c in input.chunks(chunk) {
+                p.push(c);
+                let b = p.next_batch(&stats).unwrap();
+                // The cursor never points inside a record.
+                assert!(b.end_offset <= p.input_end());
+                got.extend(b.packets);
+            }
+            got.extend(drain(&mut p, &stats));
+            assert_eq!(got, expected, "chunk {chunk}");
+            assert_eq!(p.committed(), input.len() as u64);
+            p.finish().unwrap();
+        }
+    }
+
+    #[test]
+    fn partial_record_waits_then_completes() {
+        let stats = SourceStats::default();
+        let input = framed(&[producer_packet(1, None), producer_packet(2, None)]);
+        let mut p = Pipeline::new(Arc::new(SequenceAllocator::new()), 100);
+        let cut = input.len() - 3;
+        p.push(&input[..cut]);
+        let b = p.next_batch(&stats).unwrap();
+        assert_eq!(b.packets.len(), 1);
+        let first_end = b.end_offset;
+        assert!(first_end > 100 && first_end < 100 + cut as u64);
+        assert!(
+            p.finish().is_err(),
+            "a partial record at the end is an error"
+        );
+        let mut p = Pipeline::new(Arc::new(SequenceAllocator::new()), 100);
+        p.push(&input[..cut]);
+        drain(&mut p, &stats);
+        p.push(&input[cut..]);
+        let b = p.next_batch(&stats).unwrap();
+        assert_eq!(b.packets.len(), 1);
+        assert_eq!(b.end_offset, 100 + input.len() as u64);
+    }
+
+    #[test]
+    fn bundles_are_expanded_and_never_split() {
+        let stats = SourceStats::default();
+        let inner: Vec<_> = (0..BATCH_MAX_PACKETS as u64 + 10)
+            .map(|i| producer_packet(i, Some(9)))
+            .collect();
+        let bundled = bundle(&inner);
+        let input = framed(&[
+            producer_packet(0, Some(1)),
+            bundled,
+            producer_packet(1, Some(1)),
+        ]);
+        let mut p = Pipeline::new(Arc::new(SequenceAllocator::new()), 0);
+        p.push(&input);
+        let first = p.next_batch(&stats).unwrap();
+        // Full, but the bundle is finished first: the cursor lies past it.
+        assert_eq!(first.packets.len(), 1 + inner.len());
+        let after_bundle = input.len() as u64 - framed(&[producer_packet(1, Some(1))]).len() as u64;
+        assert_eq!(first.end_offset, after_bundle);
+        let p1 = decode(&first.packets[1]);
+        assert_eq!(p1.timestamp, Some(0));
+        assert_eq!(
+            seq_of(&p1),
+            Some(3),
+            "bundled packets keep their own sequence"
+        );
+        assert_eq!(p1.optional_trusted_uid, None);
+        let rest = p.next_batch(&stats).unwrap();
+        assert_eq!(rest.packets.len(), 1);
+        assert_eq!(rest.end_offset, input.len() as u64);
+    }
+
+    #[test]
+    fn malformed_packet_is_skipped_and_counted() {
+        let stats = SourceStats::default();
+        // Field 1 claiming 5 bytes with 1 left: framing fine, body broken.
+        let bad = vec![0x0a, 0x05, 0x00];
+        let input = framed(&[producer_packet(1, None), bad, producer_packet(2, None)]);
+        let mut p = Pipeline::new(Arc::new(SequenceAllocator::new()), 0);
+        p.push(&input);
+        let out = drain(&mut p, &stats);
+        assert_eq!(out.len(), 2);
+        assert_eq!(stats.malformed_packets.load(Ordering::Relaxed), 1);
+        assert_eq!(p.committed(), input.len() as u64);
+    }
+
+    #[test]
+    fn oversized_packets_are_dropped_and_counted() {
+        let stats = SourceStats::default();
+        let mut big = Vec::new();
+        wire::put_len_field(&mut big, 1234, &vec![7u8; MAX_PACKET_BYTES]);
+        let input = framed(&[producer_packet(1, None), big, producer_packet(2, None)]);
+        let mut p = Pipeline::new(Arc::new(SequenceAllocator::new()), 0);
+        p.push(&input);
+        assert_eq!(drain(&mut p, &stats).len(), 2);
+        assert_eq!(stats.oversized_packets.load(Ordering::Relaxed), 1);
+        assert_eq!(p.committed(), input.len() as u64);
+    }
+
+    #[test]
+    fn broken_framing_names_the_offset() {
+        let stats = SourceStats::default();
+        let mut input = framed(&[producer_packet(1, None)]);
+        let good = input.len() as u64;
+        input.extend_from_slice(&[0x10, 0x01]); // field 2 varint: not a packet record
+        let mut p = Pipeline::new(Arc::new(SequenceAllocator::new()), 1000);
+        p.push(&input);
+        let e = loop {
+            match p.next_batch(&stats) {
+                Ok(b) if b.packets.is_empty() => panic!("expected an error"),
+                Ok(_) => continue,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(e.offset, 1000 + good);
+        assert!(
+            e.to_string()
+                .starts_with(&format!("byte offset {}: ", 1000 + good))
+        );
+        assert_eq!(p.committed(), 1000 + good);
+    }
+}
