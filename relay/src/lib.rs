@@ -4,6 +4,16 @@
 //! - [`clocks`]: the relay's clocks behind a trait (system, simulated skew),
 //!   and the ground truth of a time namespace.
 //! - [`source`]: trace sources (file, unix socket, stdin, synthetic).
+//! - [`config`]: the TOML file and flags.
+//! - [`spool`]: bounded memory plus checksummed disk segments; batch
+//!   numbering; resume cursors.
+//! - [`session`]: the sans-IO connection state machine (hello, window,
+//!   heartbeats, backoff).
+//! - [`uplink`]: the TCP edge that runs the session against the spool.
 
 pub mod clocks;
+pub mod config;
+pub mod session;
 pub mod source;
+pub mod spool;
+pub mod uplink;
