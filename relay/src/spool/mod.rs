@@ -460,8 +460,12 @@ impl Spool {
             let Some(batch) = self.sealed.pop_front() else {
                 break;
             };
+            if let Err(error) = self.append(RecordKind::Batch, &batch.packets, &batch.cursors) {
+                // Kept for the next try (e.g. after the disk got space back).
+                self.sealed.push_front(batch);
+                return Err(error);
+            }
             self.unwritten_bytes -= batch.bytes;
-            self.append(RecordKind::Batch, &batch.packets, &batch.cursors)?;
         }
         Ok(())
     }
