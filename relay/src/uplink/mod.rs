@@ -285,7 +285,11 @@ impl Uplink {
                     clocks: Some(self.clocks()),
                     last_batch_sent,
                 });
-                self.send(frame, now);
+                // A full queue means the link is busy, which says as much as a
+                // heartbeat; a closed one reports itself as Lost.
+                if let Some(connection) = &self.connection {
+                    connection.send(v1::Frame { body: Some(frame) });
+                }
             }
             Action::AckSpool(through) => {
                 if let Err(error) = self.spool.ack(through) {
