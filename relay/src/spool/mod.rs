@@ -20,156 +20,33 @@
 //! cursors of the sources whose last packets it holds, and every segment
 //! opens with a checkpoint of all of them.
 
+mod instance;
 mod record;
 mod segments;
+mod types;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use nix::fcntl::{Flock, FlockArg};
-use tracesync_protocol::relay::{MAX_BATCH_BYTES, MAX_FRAME_BYTES};
+use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::{scan, wire};
 
+use instance::load_or_create_instance_id;
 use record::{RecordKind, SEGMENT_MAGIC};
 pub use segments::SpoolIssue;
 use segments::{BatchLocation, SegmentFile, segment_path};
+use types::io_error;
+pub use types::{Incoming, OutBatch, SpoolConfig, SpoolError, SpoolStats, WhenFull};
 
 /// Largest packet the spool takes: it must fit one frame with room to spare.
 pub const MAX_PACKET_BYTES: usize = MAX_FRAME_BYTES - (64 << 10);
-const INSTANCE_FILE: &str = "instance-id";
 const LOCK_FILE: &str = "lock";
-
-/// What to do when the spool's disk limit is reached.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum WhenFull {
-    /// Stop taking packets from sources until acks free space.
-    #[default]
-    Block,
-    /// Drop the oldest unacked batches (counted, marked on the next packet).
-    DropOldest,
-}
-
-impl WhenFull {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        match text {
-            "block" => Ok(Self::Block),
-            "drop-oldest" => Ok(Self::DropOldest),
-            _ => Err(format!(
-                "unknown when-full policy {text:?}; give block or drop-oldest"
-            )),
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct SpoolConfig {
-    pub dir: PathBuf,
-    pub memory_bytes: u64,
-    pub disk_bytes: u64,
-    pub when_full: WhenFull,
-    pub linger: Duration,
-    /// Packet bytes at which a batch is cut (0: derived from the limits).
-    pub batch_bytes: usize,
-    /// Size at which a segment is closed and a new one started (0: derived).
-    pub segment_bytes: u64,
-}
-
-impl SpoolConfig {
-    pub fn new(dir: PathBuf, memory_bytes: u64, disk_bytes: u64, when_full: WhenFull) -> Self {
-        Self {
-            dir,
-            memory_bytes,
-            disk_bytes,
-            when_full,
-            linger: Duration::from_millis(20),
-            batch_bytes: 0,
-            segment_bytes: 0,
-        }
-    }
-
-    fn batch_bytes(&self) -> usize {
-        if self.batch_bytes > 0 {
-            return self.batch_bytes;
-        }
-        let quarter = |n: u64| usize::try_from(n / 4).unwrap_or(usize::MAX);
-        MAX_BATCH_BYTES
-            .min(quarter(self.memory_bytes))
-            .min(quarter(self.disk_bytes))
-            .max(4 << 10)
-    }
-
-    fn segment_bytes(&self) -> u64 {
-        if self.segment_bytes > 0 {
-            return self.segment_bytes;
-        }
-        (self.disk_bytes / 8).clamp(64 << 10, 64 << 20)
-    }
-}
-
-/// Packets from one source with that source's cursor after the last of them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Incoming {
-    pub source: u16,
-    pub packets: Vec<Bytes>,
-    pub cursor: Bytes,
-}
-
-/// A batch ready to send.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OutBatch {
-    pub seq: u64,
-    pub first_packet_index: u64,
-    pub packets: Vec<Bytes>,
-    /// Packet bytes (for the in-flight window).
-    pub bytes: usize,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SpoolStats {
-    pub batches_written: u64,
-    pub packets_written: u64,
-    pub bytes_written: u64,
-    pub batches_dropped: u64,
-    pub packets_dropped: u64,
-    /// Packets larger than MAX_PACKET_BYTES, never spooled.
-    pub oversize_packets_dropped: u64,
-    /// Batches that could not be read back (sent empty).
-    pub batches_unreadable: u64,
-    pub sequences_marked: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SpoolError {
-    #[error("spool {path}: cannot {action}: {source}")]
-    Io {
-        path: PathBuf,
-        action: &'static str,
-        #[source]
-        source: io::Error,
-    },
-    #[error("spool {path}: offset {offset}: {reason}")]
-    Corrupt {
-        path: PathBuf,
-        offset: u64,
-        reason: String,
-    },
-    #[error("spool {path}: used by another relay (locked); give each relay its own --spool")]
-    Locked { path: PathBuf },
-}
-
-fn io_error(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> SpoolError + use<> {
-    let path = path.to_path_buf();
-    move |source| SpoolError::Io {
-        path,
-        action,
-        source,
-    }
-}
 
 /// Packets cut (or being collected) but not on disk yet.
 #[derive(Debug, Default)]
@@ -696,48 +573,6 @@ fn with_previous_packet_dropped(packet: &Bytes) -> Bytes {
     out.extend_from_slice(packet);
     wire::put_varint_field(&mut out, scan::field::PREVIOUS_PACKET_DROPPED, 1);
     out.into()
-}
-
-fn load_or_create_instance_id(dir: &Path) -> Result<u64, SpoolError> {
-    let path = dir.join(INSTANCE_FILE);
-    match fs::read_to_string(&path) {
-        Ok(text) => u64::from_str_radix(text.trim(), 16)
-            .ok()
-            .filter(|id| *id != 0)
-            .ok_or_else(|| SpoolError::Corrupt {
-                path: path.clone(),
-                offset: 0,
-                reason:
-                    "not a 16-digit hex instance id; delete it to start as a new relay instance"
-                        .into(),
-            }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let id = random_nonzero_u64(&path)?;
-            let temp = dir.join(format!("{INSTANCE_FILE}.tmp"));
-            let mut file = File::create(&temp).map_err(io_error(&temp, "create"))?;
-            file.write_all(format!("{id:016x}\n").as_bytes())
-                .and_then(|()| file.sync_all())
-                .map_err(io_error(&temp, "write"))?;
-            fs::rename(&temp, &path).map_err(io_error(&path, "create"))?;
-            Ok(id)
-        }
-        Err(e) => Err(io_error(&path, "read")(e)),
-    }
-}
-
-fn random_nonzero_u64(for_path: &Path) -> Result<u64, SpoolError> {
-    let mut urandom =
-        File::open("/dev/urandom").map_err(io_error(for_path, "get randomness for"))?;
-    loop {
-        let mut bytes = [0u8; 8];
-        urandom
-            .read_exact(&mut bytes)
-            .map_err(io_error(for_path, "get randomness for"))?;
-        let id = u64::from_le_bytes(bytes);
-        if id != 0 {
-            return Ok(id);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
+use super::SpoolError;
 use super::record::{self, HeaderCheck, RecordKind, SEGMENT_MAGIC};
-use super::{SpoolError, io_error};
+use super::types::io_error;
 
 const PREFIX: &str = "segment-";
 const SUFFIX: &str = ".tss";

@@ -1,4 +1,6 @@
 use super::*;
+use std::path::Path;
+use std::time::Duration;
 use tracesync_protocol::scan::scan_packet;
 
 /// A TracePacket on `sequence` with `n` as its timestamp and `size` bytes of payload.
