@@ -8,10 +8,20 @@
 //! - [`probe`]: the clock-sync probe responder.
 //! - [`sequences`]: relay sequence ids.
 //! - [`source`]: trace sources (file, unix socket, stdin, synthetic).
+//! - [`config`]: the TOML file and flags.
+//! - [`spool`]: bounded memory plus checksummed disk segments; batch
+//!   numbering; resume cursors.
+//! - [`session`]: the sans-IO connection state machine (hello, window,
+//!   heartbeats, backoff).
+//! - [`uplink`]: the TCP edge that runs the session against the spool.
 
 pub mod clocks;
+pub mod config;
 pub mod identity;
 pub mod own_packets;
 pub mod probe;
 pub mod sequences;
+pub mod session;
 pub mod source;
+pub mod spool;
+pub mod uplink;

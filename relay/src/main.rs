@@ -1,5 +1,273 @@
-//! `tracesync-relay`: the relay agent (streaming arrives with the live-capture work).
-fn main() -> std::process::ExitCode {
-    eprintln!("tracesync-relay: not built yet");
-    std::process::ExitCode::from(70)
+//! `tracesync-relay`: streams this machine's Perfetto trace packets to a
+//! tracesync daemon.
+//!
+//! Tasks: each source and the relay's own packets send batches on one
+//! bounded channel to the uplink, which owns the spool and the daemon
+//! connection (and starts the probe responder per session). SIGTERM or
+//! SIGINT stops the sources; the uplink writes the last batch, syncs the
+//! spool, waits a few seconds for acks, and the relay exits 0.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracesync_relay::clocks::{SharedClock, SimulatedClock, SystemClock};
+use tracesync_relay::config::{ClockChoice, Flags, RelayConfig};
+use tracesync_relay::spool::{Incoming, Spool, SpoolConfig};
+use tracesync_relay::uplink::{self, HelloInfo, UplinkConfig, UplinkExit};
+use tracing_subscriber::EnvFilter;
+
+use tracesync_relay as parts;
+
+use parts::identity::MachineIdentity;
+use parts::sequences::SequenceAllocator;
+use parts::source::{self, Cursor, SourceBatch, SourceContext, SourceSpec, SourceStats};
+
+/// sysexits(3), as DESIGN.md §5 assigns them.
+mod exit {
+    pub const OK: u8 = 0;
+    pub const USAGE: u8 = 64;
+    pub const SOFTWARE: u8 = 70;
+    pub const CANTCREAT: u8 = 73;
+    pub const NOPERM: u8 = 77;
+    pub const CONFIG: u8 = 78;
+}
+
+/// Batches in flight from sources to the spool: the backpressure point.
+const SOURCE_CHANNEL: usize = 64;
+
+fn main() -> ExitCode {
+    let flags = match Flags::try_parse() {
+        Ok(flags) => flags,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not for journald or files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let config = match load_config(&flags) {
+        Ok(config) => config,
+        Err(line) => {
+            eprintln!("tracesync-relay: {line}");
+            return ExitCode::from(exit::CONFIG);
+        }
+    };
+    if flags.check_config {
+        let file = config.file.as_ref().map_or_else(
+            || "built-in defaults".to_owned(),
+            |p| p.display().to_string(),
+        );
+        println!("{file}: ok");
+        return ExitCode::from(exit::OK);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("tracesync-relay: cannot start the runtime: {error}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    ExitCode::from(runtime.block_on(run(config)))
+}
+
+/// The merged configuration, sources fully parsed: one error line.
+fn load_config(flags: &Flags) -> Result<RelayConfig, String> {
+    let config = RelayConfig::load(flags).map_err(|e| e.to_string())?;
+    for spec in &config.sources {
+        SourceSpec::parse(spec).map_err(|e| {
+            let place = config.file.as_ref().filter(|_| flags.sources.is_empty());
+            match place {
+                Some(file) => format!("{}: sources: {e}", file.display()),
+                None => format!("--source: {e}"),
+            }
+        })?;
+    }
+    Ok(config)
+}
+
+async fn run(config: RelayConfig) -> u8 {
+    let clock: SharedClock = match config.clock {
+        ClockChoice::System => Arc::new(SystemClock::new()),
+        ClockChoice::Simulated {
+            offset_ns,
+            drift_ppm,
+        } => Arc::new(SimulatedClock::new(offset_ns, drift_ppm)),
+    };
+    let identity = MachineIdentity::detect(config.name.as_deref());
+    let mut spool_config = SpoolConfig::new(
+        config.spool_dir.clone(),
+        config.spool_memory_bytes,
+        config.spool_disk_bytes,
+        config.when_full,
+    );
+    spool_config.linger = config.linger;
+    let spool = match Spool::open(spool_config) {
+        Ok((spool, issues)) => {
+            for issue in issues {
+                tracing::warn!("spool: {issue}");
+            }
+            spool
+        }
+        Err(error) => {
+            tracing::error!("{error}; check --spool and its permissions");
+            return exit::CANTCREAT;
+        }
+    };
+    tracing::info!(
+        "relay {} (raw id {}, instance {:016x}) -> {}; spool {} resumes at batch {}",
+        identity.machine_name,
+        identity.raw_id,
+        spool.instance_id(),
+        config.host,
+        config.spool_dir.display(),
+        spool.oldest_unacked()
+    );
+
+    let sources_stop = CancellationToken::new();
+    let (tx, rx) = mpsc::channel::<SourceBatch>(SOURCE_CHANNEL);
+    let sequences = Arc::new(SequenceAllocator::new());
+    let machine_name: Arc<str> = identity.machine_name.as_str().into();
+    for (position, text) in config.sources.iter().enumerate() {
+        let Ok(spec) = SourceSpec::parse(text) else {
+            continue; // Checked in load_config.
+        };
+        let index = u16::try_from(position + 1).unwrap_or(u16::MAX);
+        let resume = resume_cursor(&spool, index);
+        let ctx = SourceContext {
+            clock: clock.clone(),
+            sequences: sequences.clone(),
+            machine_name: machine_name.clone(),
+            shutdown: sources_stop.clone(),
+            stats: Arc::new(SourceStats::default()),
+        };
+        source::spawn(spec, index, ctx, resume, tx.clone());
+    }
+    parts::own_packets::spawn(clock.clone(), identity.clone(), tx, sources_stop.clone());
+
+    let hello = HelloInfo {
+        token: config.token.clone(),
+        boot_id: identity.boot_id.clone(),
+        machine_name: identity.machine_name.clone(),
+        machine_raw_id: identity.raw_id,
+    };
+    let uplink_config = UplinkConfig::new(config.host.clone(), hello);
+    let wait_limit =
+        uplink_config.intake_grace + uplink_config.drain_timeout + Duration::from_secs(2);
+    let probe_clock = clock.clone();
+    let start_probe: uplink::ProbeStarter = Box::new(move |daemon, session_id, token| {
+        tokio::spawn(parts::probe::run_probe_responder(
+            probe_clock.clone(),
+            daemon,
+            session_id,
+            token,
+        ));
+    });
+    let uplink_stop = CancellationToken::new();
+    let mut uplink = tokio::spawn(uplink::run(
+        uplink_config,
+        clock,
+        spool,
+        rx,
+        to_incoming,
+        start_probe,
+        uplink_stop.clone(),
+    ));
+
+    let finished = tokio::select! {
+        () = shutdown_signal() => None,
+        finished = &mut uplink => Some(finished),
+    };
+    let finished = match finished {
+        Some(finished) => finished,
+        None => {
+            tracing::info!("stopping: writing the last batch and waiting for acks");
+            sources_stop.cancel();
+            uplink_stop.cancel();
+            match tokio::time::timeout(wait_limit, uplink).await {
+                Ok(finished) => finished,
+                Err(_) => {
+                    tracing::warn!("shutdown took too long; unacked batches stay spooled");
+                    return exit::OK;
+                }
+            }
+        }
+    };
+    sources_stop.cancel();
+    match finished {
+        Ok((UplinkExit::Drained, spool)) => {
+            tracing::info!(
+                "stopped: everything acknowledged through batch {}",
+                spool.last_seq()
+            );
+            exit::OK
+        }
+        Ok((UplinkExit::DrainTimedOut { unacked_batches }, _)) => {
+            tracing::warn!(
+                "stopped with {unacked_batches} batches unacknowledged; they stay spooled for the next run"
+            );
+            exit::OK
+        }
+        Ok((UplinkExit::Refused { reason }, _)) => {
+            tracing::error!("giving up: {reason}");
+            exit::NOPERM
+        }
+        Err(error) => {
+            tracing::error!("uplink task failed: {error}");
+            exit::SOFTWARE
+        }
+    }
+}
+
+/// The cursor after the source's last spooled packet (None: start afresh).
+fn resume_cursor(spool: &Spool, index: u16) -> Cursor {
+    let Some(bytes) = spool.resume_cursor(index) else {
+        return Cursor::None;
+    };
+    serde_json::from_slice(&bytes).unwrap_or_else(|error| {
+        tracing::warn!("spool: source {index}: unreadable cursor ({error}); starting afresh");
+        Cursor::None
+    })
+}
+
+fn to_incoming(batch: SourceBatch) -> Incoming {
+    // A Cursor always serializes; an empty one reads back as Cursor::None.
+    let cursor = serde_json::to_vec(&batch.cursor).unwrap_or_default();
+    Incoming {
+        source: batch.source,
+        packets: batch.packets,
+        cursor: cursor.into(),
+    }
+}
+
+async fn shutdown_signal() {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers, run until the uplink ends.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
 }

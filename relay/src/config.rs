@@ -1,0 +1,500 @@
+//! The relay's configuration: a TOML file (kebab-case keys, unknown keys
+//! rejected) overridden by command-line flags.
+//!
+//! Search order for the file: `--config FILE`, else
+//! `/etc/tracesync/relay.toml` if it exists, else built-in defaults.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::spool::WhenFull;
+
+/// File looked for when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/tracesync/relay.toml";
+/// Spool directory when neither the file nor a flag names one (systemd's
+/// `StateDirectory=` overrides it through `$STATE_DIRECTORY`).
+pub const DEFAULT_SPOOL_DIR: &str = "/var/lib/tracesync-relay";
+pub const DEFAULT_SPOOL_MEMORY_BYTES: u64 = 64 << 20;
+pub const DEFAULT_SPOOL_DISK_BYTES: u64 = 1 << 30;
+pub const DEFAULT_LINGER_MS: u64 = 20;
+/// Below these the spool cannot hold a few batches and would thrash.
+pub const MIN_SPOOL_MEMORY_BYTES: u64 = 64 << 10;
+pub const MIN_SPOOL_DISK_BYTES: u64 = 256 << 10;
+
+/// Command-line flags; each overrides the same key of the file.
+#[derive(Parser, Debug, Default, Clone)]
+#[command(
+    name = "tracesync-relay",
+    version,
+    about = "Streams this machine's Perfetto trace packets to a tracesync daemon"
+)]
+pub struct Flags {
+    /// Configuration file (default: /etc/tracesync/relay.toml if it exists).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Validate the configuration, print the first error as file:line:column, and exit.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Daemon address HOST:PORT (default 127.0.0.1:7410).
+    #[arg(long, value_name = "ADDR")]
+    pub host: Option<String>,
+    /// Machine name shown in the merged trace (default: the host name).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// A trace source: file:PATH, unix:PATH, stdin, synthetic:RATE[,size=B][,seqs=N].
+    /// Repeat for several; replaces the file's list.
+    #[arg(long = "source", value_name = "SPEC")]
+    pub sources: Vec<String>,
+    /// Shared token the daemon expects.
+    #[arg(
+        long,
+        env = "TRACESYNC_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Spool directory (instance id, unacknowledged batches, source cursors).
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<PathBuf>,
+    /// What to do when the spool is full: block sources, or drop the oldest batches.
+    #[arg(long, value_name = "POLICY", value_parser = parse_when_full)]
+    pub when_full: Option<WhenFull>,
+    /// Memory for packets waiting to be cut into batches plus cached batches.
+    #[arg(long, value_name = "N")]
+    pub spool_memory_bytes: Option<u64>,
+    /// Disk for unacknowledged batches.
+    #[arg(long, value_name = "N")]
+    pub spool_disk_bytes: Option<u64>,
+    /// Longest a packet waits before its batch is cut (ms).
+    #[arg(long, value_name = "MS")]
+    pub linger_ms: Option<u64>,
+    /// Test/demo: pose as a machine whose clocks are this far ahead (ns).
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub clock_offset_ns: Option<i64>,
+    /// Test/demo: pose as a machine whose clocks drift by this much (ppm).
+    #[arg(long, value_name = "X", allow_hyphen_values = true)]
+    pub clock_drift_ppm: Option<f64>,
+}
+
+fn parse_when_full(text: &str) -> Result<WhenFull, String> {
+    WhenFull::parse(text)
+}
+
+/// The file's keys (all optional).
+#[derive(Deserialize, Debug, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct FileConfig {
+    host: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
+    sources: Option<Vec<Spanned<String>>>,
+    token: Option<String>,
+    spool: Option<PathBuf>,
+    when_full: Option<Spanned<String>>,
+    spool_memory_bytes: Option<Spanned<u64>>,
+    spool_disk_bytes: Option<Spanned<u64>>,
+    linger_ms: Option<Spanned<u64>>,
+    clock_offset_ns: Option<i64>,
+    clock_drift_ppm: Option<Spanned<f64>>,
+}
+
+/// Which clock the relay reads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ClockChoice {
+    System,
+    Simulated { offset_ns: i64, drift_ppm: f64 },
+}
+
+/// Everything the relay runs with, after file and flags are merged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RelayConfig {
+    /// The file the settings came from, if any.
+    pub file: Option<PathBuf>,
+    pub host: String,
+    pub name: Option<String>,
+    pub sources: Vec<String>,
+    pub token: String,
+    pub spool_dir: PathBuf,
+    pub when_full: WhenFull,
+    pub spool_memory_bytes: u64,
+    pub spool_disk_bytes: u64,
+    pub linger: Duration,
+    pub clock: ClockChoice,
+}
+
+/// A configuration error, printed as one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// In the file: `file:line:column: message`.
+    #[error("{file}:{line}:{column}: {message}")]
+    File {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// The file cannot be read.
+    #[error("{file}: {message}")]
+    Unreadable { file: String, message: String },
+    /// A flag's value.
+    #[error("--{flag}: {message}")]
+    Flag { flag: &'static str, message: String },
+}
+
+impl RelayConfig {
+    /// Finds and reads the file (search order above) and applies the flags.
+    pub fn load(flags: &Flags) -> Result<Self, ConfigError> {
+        let path = match &flags.config {
+            Some(path) => Some(path.clone()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
+        };
+        let text = match &path {
+            Some(path) => {
+                Some(
+                    std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
+                        file: path.display().to_string(),
+                        message: format!("{e}; check the path and its permissions"),
+                    })?,
+                )
+            }
+            None => None,
+        };
+        Self::from_parts(path.as_deref(), text.as_deref(), flags)
+    }
+
+    /// Merges file text (if any) and flags; `path` names the file in errors.
+    pub fn from_parts(
+        path: Option<&Path>,
+        text: Option<&str>,
+        flags: &Flags,
+    ) -> Result<Self, ConfigError> {
+        let file_name = path.map_or_else(|| "<config>".to_owned(), |p| p.display().to_string());
+        let at = |span: std::ops::Range<usize>, message: String| {
+            let (line, column) = line_column(text.unwrap_or_default(), span.start);
+            ConfigError::File {
+                file: file_name.clone(),
+                line,
+                column,
+                message,
+            }
+        };
+        let file: FileConfig = match text {
+            Some(text) => toml::from_str(text).map_err(|e| {
+                let message = e.message().trim_end().to_owned();
+                at(e.span().unwrap_or(0..0), message)
+            })?,
+            None => FileConfig::default(),
+        };
+
+        let host = match (&flags.host, &file.host) {
+            (Some(flag), _) => check_host(flag).map_err(|message| ConfigError::Flag {
+                flag: "host",
+                message,
+            })?,
+            (None, Some(value)) => check_host(value.get_ref()).map_err(|m| at(value.span(), m))?,
+            (None, None) => format!("127.0.0.1:{}", tracesync_protocol::relay::DEFAULT_DATA_PORT),
+        };
+        let name = match (&flags.name, &file.name) {
+            (Some(flag), _) => Some(check_name(flag).map_err(|message| ConfigError::Flag {
+                flag: "name",
+                message,
+            })?),
+            (None, Some(value)) => {
+                Some(check_name(value.get_ref()).map_err(|m| at(value.span(), m))?)
+            }
+            (None, None) => None,
+        };
+        let sources = if !flags.sources.is_empty() {
+            for spec in &flags.sources {
+                check_source(spec).map_err(|message| ConfigError::Flag {
+                    flag: "source",
+                    message,
+                })?;
+            }
+            flags.sources.clone()
+        } else {
+            let mut sources = Vec::new();
+            for spec in file.sources.iter().flatten() {
+                check_source(spec.get_ref()).map_err(|m| at(spec.span(), m))?;
+                sources.push(spec.get_ref().clone());
+            }
+            sources
+        };
+        let when_full = match (flags.when_full, &file.when_full) {
+            (Some(policy), _) => policy,
+            (None, Some(value)) => {
+                WhenFull::parse(value.get_ref()).map_err(|m| at(value.span(), m))?
+            }
+            (None, None) => WhenFull::Block,
+        };
+        let spool_memory_bytes = pick_min(
+            flags.spool_memory_bytes,
+            file.spool_memory_bytes.as_ref(),
+            DEFAULT_SPOOL_MEMORY_BYTES,
+            MIN_SPOOL_MEMORY_BYTES,
+            "spool-memory-bytes",
+            &at,
+        )?;
+        let spool_disk_bytes = pick_min(
+            flags.spool_disk_bytes,
+            file.spool_disk_bytes.as_ref(),
+            DEFAULT_SPOOL_DISK_BYTES,
+            MIN_SPOOL_DISK_BYTES,
+            "spool-disk-bytes",
+            &at,
+        )?;
+        let linger_ms = pick_range(
+            flags.linger_ms,
+            file.linger_ms.as_ref(),
+            DEFAULT_LINGER_MS,
+            1..=10_000,
+            "linger-ms",
+            &at,
+        )?;
+        let offset = flags.clock_offset_ns.or(file.clock_offset_ns);
+        let drift = match (flags.clock_drift_ppm, &file.clock_drift_ppm) {
+            (Some(ppm), _) => Some(check_drift(ppm).map_err(|message| ConfigError::Flag {
+                flag: "clock-drift-ppm",
+                message,
+            })?),
+            (None, Some(value)) => {
+                Some(check_drift(*value.get_ref()).map_err(|m| at(value.span(), m))?)
+            }
+            (None, None) => None,
+        };
+        let clock = if offset.is_some() || drift.is_some() {
+            ClockChoice::Simulated {
+                offset_ns: offset.unwrap_or(0),
+                drift_ppm: drift.unwrap_or(0.0),
+            }
+        } else {
+            ClockChoice::System
+        };
+        let spool_dir = flags
+            .spool
+            .clone()
+            .or(file.spool)
+            .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_DIR));
+        Ok(Self {
+            file: path.map(Path::to_path_buf),
+            host,
+            name,
+            sources,
+            token: flags.token.clone().or(file.token).unwrap_or_default(),
+            spool_dir,
+            when_full,
+            spool_memory_bytes,
+            spool_disk_bytes,
+            linger: Duration::from_millis(linger_ms),
+            clock,
+        })
+    }
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset.min(text.len())).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// `HOST:PORT`, or `HOST` alone (the default port is added).
+fn check_host(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty daemon address; give HOST:PORT, e.g. 127.0.0.1:7410".into());
+    }
+    if text.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(text.to_owned());
+    }
+    if let Ok(ip) = text.parse::<std::net::IpAddr>() {
+        let port = tracesync_protocol::relay::DEFAULT_DATA_PORT;
+        return Ok(std::net::SocketAddr::new(ip, port).to_string());
+    }
+    match text.rsplit_once(':') {
+        Some((host, port)) => {
+            if host.is_empty() || host.contains(':') {
+                return Err(format!(
+                    "bad daemon address {text:?}; write IPv6 as [ADDR]:PORT"
+                ));
+            }
+            port.parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .map(|_| text.to_owned())
+                .ok_or_else(|| format!("bad port in daemon address {text:?}; give 1-65535"))
+        }
+        None => Ok(format!(
+            "{text}:{}",
+            tracesync_protocol::relay::DEFAULT_DATA_PORT
+        )),
+    }
+}
+
+fn check_name(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 255 || text.chars().any(char::is_control) {
+        return Err(format!(
+            "bad machine name {text:?}; give 1-255 printable characters"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// Shape check only; the sources module parses the spec in full.
+fn check_source(spec: &str) -> Result<(), String> {
+    let kind = spec.split(':').next().unwrap_or_default();
+    match kind {
+        "file" | "unix" | "synthetic" if spec.len() > kind.len() + 1 => Ok(()),
+        "stdin" if spec == "stdin" => Ok(()),
+        _ => Err(format!(
+            "bad source {spec:?}; give file:PATH, unix:PATH, stdin or synthetic:RATE"
+        )),
+    }
+}
+
+fn check_drift(ppm: f64) -> Result<f64, String> {
+    if ppm.is_finite() && ppm.abs() <= 10_000.0 {
+        Ok(ppm)
+    } else {
+        Err(format!(
+            "drift {ppm} ppm is out of range; give -10000..10000"
+        ))
+    }
+}
+
+fn pick_min<F>(
+    flag: Option<u64>,
+    file: Option<&Spanned<u64>>,
+    default: u64,
+    min: u64,
+    key: &'static str,
+    at: &F,
+) -> Result<u64, ConfigError>
+where
+    F: Fn(std::ops::Range<usize>, String) -> ConfigError,
+{
+    pick_range(flag, file, default, min..=u64::MAX, key, at)
+}
+
+fn pick_range<F>(
+    flag: Option<u64>,
+    file: Option<&Spanned<u64>>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    key: &'static str,
+    at: &F,
+) -> Result<u64, ConfigError>
+where
+    F: Fn(std::ops::Range<usize>, String) -> ConfigError,
+{
+    let message = |v: u64| {
+        format!(
+            "{key} = {v} is out of range; give {}..{}",
+            range.start(),
+            range.end()
+        )
+    };
+    match (flag, file) {
+        (Some(v), _) if range.contains(&v) => Ok(v),
+        (Some(v), _) => Err(ConfigError::Flag {
+            flag: key,
+            message: message(v),
+        }),
+        (None, Some(v)) if range.contains(v.get_ref()) => Ok(*v.get_ref()),
+        (None, Some(v)) => Err(at(v.span(), message(*v.get_ref()))),
+        (None, None) => Ok(default),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<RelayConfig, ConfigError> {
+        RelayConfig::from_parts(Some(Path::new("relay.toml")), Some(text), &Flags::default())
+    }
+
+    #[test]
+    fn defaults_without_a_file() {
+        let config = RelayConfig::from_parts(None, None, &Flags::default()).unwrap();
+        assert_eq!(config.host, "127.0.0.1:7410");
+        assert_eq!(config.when_full, WhenFull::Block);
+        assert_eq!(config.linger, Duration::from_millis(20));
+        assert_eq!(config.clock, ClockChoice::System);
+        assert!(config.sources.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_column() {
+        let err = parse("host = \"10.0.0.1:7410\"\n\nbogus-key = 3\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("relay.toml:3:1: "), "{text}");
+        assert!(text.contains("bogus-key"), "{text}");
+    }
+
+    #[test]
+    fn wrong_type_names_line_and_column() {
+        let err = parse("spool-disk-bytes = \"lots\"\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("relay.toml:1:20: "), "{text}");
+    }
+
+    #[test]
+    fn bad_values_point_at_the_value() {
+        let err = parse("when-full = \"explode\"\n").unwrap_err().to_string();
+        assert!(err.starts_with("relay.toml:1:13: "), "{err}");
+        let err = parse("\nhost = \"a:b:c\"\n").unwrap_err().to_string();
+        assert!(err.starts_with("relay.toml:2:8: "), "{err}");
+        let err = parse("sources = [\"stdin\", \"tcp:x\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("relay.toml:1:21: "), "{err}");
+        let err = parse("spool-memory-bytes = 10\n").unwrap_err().to_string();
+        assert!(err.starts_with("relay.toml:1:22: "), "{err}");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let flags = Flags {
+            host: Some("daemon.lan".into()),
+            sources: vec!["synthetic:1000".into()],
+            when_full: Some(WhenFull::DropOldest),
+            clock_offset_ns: Some(-5),
+            ..Flags::default()
+        };
+        let text = "host = \"10.0.0.1:1\"\nsources = [\"stdin\"]\nwhen-full = \"block\"\nclock-drift-ppm = 12.5\ntoken = \"t\"\n";
+        let config = RelayConfig::from_parts(None, Some(text), &flags).unwrap();
+        assert_eq!(config.host, "daemon.lan:7410");
+        assert_eq!(config.sources, ["synthetic:1000"]);
+        assert_eq!(config.when_full, WhenFull::DropOldest);
+        assert_eq!(config.token, "t");
+        assert_eq!(
+            config.clock,
+            ClockChoice::Simulated {
+                offset_ns: -5,
+                drift_ppm: 12.5
+            }
+        );
+    }
+
+    #[test]
+    fn flag_errors_name_the_flag() {
+        let flags = Flags {
+            spool_disk_bytes: Some(1),
+            ..Flags::default()
+        };
+        let err = RelayConfig::from_parts(None, None, &flags).unwrap_err();
+        assert!(err.to_string().starts_with("--spool-disk-bytes: "), "{err}");
+    }
+
+    #[test]
+    fn shipped_config_is_valid() {
+        let text = include_str!("../../configs/relay.toml");
+        parse(text).unwrap();
+    }
+}

@@ -1,0 +1,254 @@
+//! The on-disk format of spool segments (little-endian throughout).
+//!
+//! A segment file is `SEGMENT_MAGIC` followed by records. A record is a
+//! 12-byte header — record magic, body length, crc32 of the body — and the
+//! body: kind (u8), batch seq (u64), first packet index (u64), packet count
+//! (u32), cursor count (u16), cursors (source u16, length u32, bytes), then
+//! the packets (length u32, bytes).
+//!
+//! A batch record holds one batch. A checkpoint record (count 0) opens each
+//! segment and carries the next batch seq, the next packet index and every
+//! source's latest cursor, so the newest segment alone is enough to resume
+//! even after all older segments were acknowledged and deleted.
+
+use bytes::Bytes;
+
+pub const SEGMENT_MAGIC: &[u8; 8] = b"TSSPOOL1";
+const RECORD_MAGIC: u32 = 0x5453_5242;
+pub const RECORD_HEADER_BYTES: usize = 12;
+/// A record body larger than this is garbage, not data (a frame is 4 MiB).
+const MAX_BODY_BYTES: u32 = 64 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    Batch = 1,
+    Checkpoint = 2,
+}
+
+/// A decoded record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub kind: RecordKind,
+    /// Batch: its seq. Checkpoint: the next seq to assign.
+    pub seq: u64,
+    /// Batch: index of its first packet. Checkpoint: the next index.
+    pub first_packet_index: u64,
+    pub packet_count: u32,
+    pub cursors: Vec<(u16, Bytes)>,
+    pub packets: Vec<Bytes>,
+}
+
+/// Bytes `encode` will produce for these cursors and packets.
+pub fn encoded_len<'a>(
+    cursor_lens: impl Iterator<Item = usize>,
+    packets: impl Iterator<Item = &'a Bytes>,
+) -> usize {
+    RECORD_HEADER_BYTES
+        + BODY_FIXED_BYTES
+        + cursor_lens.map(|len| 6 + len).sum::<usize>()
+        + packets.map(|p| 4 + p.len()).sum::<usize>()
+}
+
+/// kind, seq, first index, packet count, cursor count.
+const BODY_FIXED_BYTES: usize = 1 + 8 + 8 + 4 + 2;
+
+/// Encodes a whole record (header and body).
+pub fn encode(
+    kind: RecordKind,
+    seq: u64,
+    first_packet_index: u64,
+    cursors: &[(u16, &[u8])],
+    packets: &[Bytes],
+) -> Vec<u8> {
+    let body_len =
+        encoded_len(cursors.iter().map(|(_, c)| c.len()), packets.iter()) - RECORD_HEADER_BYTES;
+    let mut out = Vec::with_capacity(RECORD_HEADER_BYTES + body_len);
+    out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]); // crc, filled below
+    out.push(kind as u8);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&first_packet_index.to_le_bytes());
+    out.extend_from_slice(&(packets.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(cursors.len() as u16).to_le_bytes());
+    for (source, cursor) in cursors {
+        out.extend_from_slice(&source.to_le_bytes());
+        out.extend_from_slice(&(cursor.len() as u32).to_le_bytes());
+        out.extend_from_slice(cursor);
+    }
+    for packet in packets {
+        out.extend_from_slice(&(packet.len() as u32).to_le_bytes());
+        out.extend_from_slice(packet);
+    }
+    let crc = crc32fast::hash(&out[RECORD_HEADER_BYTES..]);
+    out[8..12].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// What the header of the record at some offset says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderCheck {
+    /// A whole record of this many bytes (header included) is there.
+    Complete { record_len: usize, crc: u32 },
+    /// The file ends inside the record: a torn write.
+    Torn,
+    /// Not a record header at all.
+    Garbage(&'static str),
+}
+
+pub fn check_header(rest: &[u8]) -> HeaderCheck {
+    let Some(header) = rest.first_chunk::<RECORD_HEADER_BYTES>() else {
+        return HeaderCheck::Torn;
+    };
+    let word =
+        |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
+    if word(0) != RECORD_MAGIC {
+        return HeaderCheck::Garbage("bad record magic");
+    }
+    let body_len = word(4);
+    if body_len > MAX_BODY_BYTES {
+        return HeaderCheck::Garbage("record length out of range");
+    }
+    let record_len = RECORD_HEADER_BYTES + body_len as usize;
+    if rest.len() < record_len {
+        return HeaderCheck::Torn;
+    }
+    HeaderCheck::Complete {
+        record_len,
+        crc: word(8),
+    }
+}
+
+/// Verifies the crc of a whole record and decodes it.
+pub fn decode(record: &Bytes) -> Result<Record, &'static str> {
+    let HeaderCheck::Complete { record_len, crc } = check_header(record) else {
+        return Err("incomplete record");
+    };
+    let body = record.slice(RECORD_HEADER_BYTES..record_len);
+    if crc32fast::hash(&body) != crc {
+        return Err("checksum mismatch");
+    }
+    let mut reader = Reader { buf: &body, pos: 0 };
+    let kind = match reader.u8()? {
+        1 => RecordKind::Batch,
+        2 => RecordKind::Checkpoint,
+        _ => return Err("unknown record kind"),
+    };
+    let seq = reader.u64()?;
+    let first_packet_index = reader.u64()?;
+    let packet_count = reader.u32()?;
+    let cursor_count = reader.u16()?;
+    let mut cursors = Vec::with_capacity(usize::from(cursor_count).min(1024));
+    for _ in 0..cursor_count {
+        let source = reader.u16()?;
+        let len = reader.u32()? as usize;
+        let start = reader.take(len)?;
+        cursors.push((source, body.slice(start..start + len)));
+    }
+    // Bounded by the body length: every packet takes at least 4 bytes.
+    if packet_count as usize > body.len() / 4 {
+        return Err("packet count exceeds the record");
+    }
+    let mut packets = Vec::with_capacity(packet_count as usize);
+    for _ in 0..packet_count {
+        let len = reader.u32()? as usize;
+        let start = reader.take(len)?;
+        packets.push(body.slice(start..start + len));
+    }
+    if reader.pos != body.len() {
+        return Err("trailing bytes after the last packet");
+    }
+    Ok(Record {
+        kind,
+        seq,
+        first_packet_index,
+        packet_count,
+        cursors,
+        packets,
+    })
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    /// Skips `len` bytes, returning where they start.
+    fn take(&mut self, len: usize) -> Result<usize, &'static str> {
+        let start = self.pos;
+        let end = start.checked_add(len).ok_or("length overflow")?;
+        if end > self.buf.len() {
+            return Err("field runs past the record");
+        }
+        self.pos = end;
+        Ok(start)
+    }
+    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], &'static str> {
+        let start = self.take(N)?;
+        let mut out = [0; N];
+        out.copy_from_slice(&self.buf[start..start + N]);
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, &'static str> {
+        Ok(self.bytes::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, &'static str> {
+        self.bytes().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Result<u32, &'static str> {
+        self.bytes().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Result<u64, &'static str> {
+        self.bytes().map(u64::from_le_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let packets = [
+            Bytes::from_static(b"abc"),
+            Bytes::new(),
+            Bytes::from(vec![7u8; 300]),
+        ];
+        let bytes = Bytes::from(encode(
+            RecordKind::Batch,
+            9,
+            1000,
+            &[(0, b"{}"), (3, b"cursor")],
+            &packets,
+        ));
+        let record = decode(&bytes).unwrap();
+        assert_eq!(record.kind, RecordKind::Batch);
+        assert_eq!(
+            (record.seq, record.first_packet_index, record.packet_count),
+            (9, 1000, 3)
+        );
+        assert_eq!(record.packets, packets);
+        assert_eq!(record.cursors[1], (3, Bytes::from_static(b"cursor")));
+    }
+
+    #[test]
+    fn any_flipped_byte_or_cut_is_rejected() {
+        let bytes = encode(
+            RecordKind::Checkpoint,
+            1,
+            0,
+            &[(1, b"x")],
+            &[Bytes::from_static(b"p")],
+        );
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(decode(&Bytes::from(bad)).is_err(), "byte {i}");
+        }
+        for cut in 0..bytes.len() {
+            assert_eq!(check_header(&bytes[..cut]), HeaderCheck::Torn, "cut {cut}");
+            assert!(decode(&Bytes::copy_from_slice(&bytes[..cut])).is_err());
+        }
+    }
+}

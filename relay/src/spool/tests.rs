@@ -1,0 +1,362 @@
+use super::*;
+use std::path::Path;
+use std::time::Duration;
+use tracesync_protocol::scan::scan_packet;
+
+/// A TracePacket on `sequence` with `n` as its timestamp and `size` bytes of payload.
+fn packet(sequence: u32, n: u64, size: usize) -> Bytes {
+    let mut out = Vec::new();
+    wire::put_varint_field(&mut out, 10, u64::from(sequence));
+    wire::put_varint_field(&mut out, 8, n);
+    wire::put_len_field(&mut out, 11, &vec![0xab; size]);
+    out.into()
+}
+
+fn incoming(source: u16, packets: Vec<Bytes>, cursor: &str) -> Incoming {
+    Incoming {
+        source,
+        packets,
+        cursor: Bytes::copy_from_slice(cursor.as_bytes()),
+    }
+}
+
+fn config(dir: &Path) -> SpoolConfig {
+    let mut config = SpoolConfig::new(dir.to_path_buf(), 1 << 20, 16 << 20, WhenFull::Block);
+    config.batch_bytes = 4096;
+    config.segment_bytes = 16 << 10;
+    config
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tss"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Pushes `count` packets of `size` bytes from source 1 and cuts.
+fn fill(spool: &mut Spool, count: u64, size: usize, now: Instant) {
+    for n in 0..count {
+        let cursor = format!("c{n}");
+        spool
+            .push(
+                incoming(1, vec![packet(2 + (n % 3) as u32, n, size)], &cursor),
+                now,
+            )
+            .unwrap();
+    }
+    spool.tick(now + Duration::from_secs(1)).unwrap();
+}
+
+#[test]
+fn batches_are_numbered_and_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, issues) = Spool::open(config(dir.path())).unwrap();
+    assert!(issues.is_empty());
+    let id = spool.instance_id();
+    assert_ne!(id, 0);
+    fill(&mut spool, 100, 200, now);
+    let last = spool.last_seq();
+    assert!(last > 3, "{last}");
+    let mut index = 0;
+    for seq in 1..=last {
+        let batch = spool.batch(seq).unwrap();
+        assert_eq!(batch.first_packet_index, index);
+        index += batch.packets.len() as u64;
+    }
+    assert_eq!(index, 100);
+    let before: Vec<OutBatch> = (1..=last).filter_map(|s| spool.batch(s)).collect();
+    drop(spool);
+
+    let (mut spool, issues) = Spool::open(config(dir.path())).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(spool.instance_id(), id);
+    assert_eq!(spool.last_seq(), last);
+    assert_eq!(spool.oldest_unacked(), 1);
+    assert_eq!(spool.resume_cursor(1).unwrap(), "c99");
+    let after: Vec<OutBatch> = (1..=last).filter_map(|s| spool.batch(s)).collect();
+    assert_eq!(before, after);
+    // Numbering continues.
+    fill(&mut spool, 1, 10, now);
+    let next = spool.batch(last + 1).unwrap();
+    assert_eq!(next.first_packet_index, 100);
+}
+
+#[test]
+fn linger_cuts_a_partial_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    let now = Instant::now();
+    spool
+        .push(incoming(1, vec![packet(2, 0, 10)], "a"), now)
+        .unwrap();
+    assert_eq!(spool.deadline(), Some(now + Duration::from_millis(20)));
+    spool.tick(now + Duration::from_millis(19)).unwrap();
+    assert_eq!(spool.last_seq(), 0);
+    spool.tick(now + Duration::from_millis(20)).unwrap();
+    assert_eq!(spool.last_seq(), 1);
+    assert_eq!(spool.deadline(), None);
+}
+
+#[test]
+fn a_split_incoming_keeps_its_cursor_for_the_last_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    let now = Instant::now();
+    spool
+        .push(incoming(1, vec![packet(2, 0, 10)], "first"), now)
+        .unwrap();
+    spool.tick(now + Duration::from_secs(1)).unwrap();
+    // Three batches' worth: the first two cut parts must not carry "second".
+    let big: Vec<Bytes> = (0..3).map(|n| packet(2, n, 3000)).collect();
+    spool.push(incoming(1, big, "second"), now).unwrap();
+    assert_eq!(spool.last_seq(), 3);
+    assert_eq!(spool.resume_cursor(1).unwrap(), "first");
+    drop(spool);
+    // A crash now: the third packet was never written, so resume at "first".
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.resume_cursor(1).unwrap(), "first");
+    assert_eq!(spool.last_seq(), 3);
+}
+
+#[test]
+fn torn_tail_is_truncated_and_appending_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    fill(&mut spool, 10, 100, now);
+    let last = spool.last_seq();
+    drop(spool);
+    let active = segment_files(dir.path()).pop().unwrap();
+    let clean_len = fs::metadata(&active).unwrap().len();
+    // A record cut short by a crash mid-write.
+    let torn = record::encode(RecordKind::Batch, last + 1, 10, &[], &[packet(2, 99, 500)]);
+    let mut file = OpenOptions::new().append(true).open(&active).unwrap();
+    file.write_all(&torn[..torn.len() / 2]).unwrap();
+    drop(file);
+
+    let (mut spool, issues) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert_eq!(issues[0].path, active);
+    assert_eq!(issues[0].offset, clean_len);
+    assert!(issues[0].to_string().contains("torn"), "{}", issues[0]);
+    assert_eq!(fs::metadata(&active).unwrap().len(), clean_len);
+    assert_eq!(spool.last_seq(), last);
+    fill(&mut spool, 1, 10, now);
+    drop(spool);
+    let (spool, issues) = Spool::open(config(dir.path())).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(spool.last_seq(), last + 1);
+}
+
+#[test]
+fn checksum_corruption_is_reported_with_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    fill(&mut spool, 200, 300, now);
+    let last = spool.last_seq();
+    drop(spool);
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 3, "{files:?}");
+    // Find the second batch record in the first segment and flip a payload byte.
+    let first = &files[0];
+    let mut bytes = fs::read(first).unwrap();
+    let mut offsets = Vec::new();
+    let mut pos = SEGMENT_MAGIC.len();
+    while let record::HeaderCheck::Complete { record_len, .. } = record::check_header(&bytes[pos..])
+    {
+        offsets.push(pos);
+        pos += record_len;
+    }
+    let victim = offsets[2]; // checkpoint, batch, batch
+    bytes[victim + 40] ^= 0xff;
+    fs::write(first, &bytes).unwrap();
+
+    let (mut spool, issues) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert_eq!(issues[0].path, *first);
+    assert_eq!(issues[0].offset, victim as u64);
+    let line = issues[0].to_string();
+    assert!(line.contains("checksum mismatch"), "{line}");
+    assert!(line.contains(&format!("offset {victim}")), "{line}");
+    // The batch before is intact; later segments still load.
+    assert_eq!(spool.oldest_unacked(), 1);
+    assert!(spool.batch(1).is_some());
+    assert_eq!(spool.last_seq(), last);
+    assert!(spool.batch(last).is_some());
+}
+
+#[test]
+fn acks_delete_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    fill(&mut spool, 300, 300, now);
+    let files_before = segment_files(dir.path()).len();
+    assert!(files_before >= 4, "{files_before}");
+    let disk_before = spool.disk_bytes();
+    let last = spool.last_seq();
+    spool.ack(last - 1).unwrap();
+    assert_eq!(spool.oldest_unacked(), last);
+    assert!(spool.batch(last - 1).is_none());
+    let files_after = segment_files(dir.path()).len();
+    assert!(files_after <= 2, "{files_after}");
+    assert!(spool.disk_bytes() < disk_before / 2);
+    let on_disk: u64 = segment_files(dir.path())
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum();
+    assert_eq!(on_disk, spool.disk_bytes());
+    drop(spool);
+    // Reopened, the deleted batches are gone and the cursor is kept.
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert!(spool.oldest_unacked() > 1);
+    assert_eq!(spool.last_seq(), last);
+    assert_eq!(spool.resume_cursor(1).unwrap(), "c299");
+}
+
+#[test]
+fn cursors_survive_when_everything_is_acked() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    fill(&mut spool, 300, 300, now);
+    spool.ack(spool.last_seq()).unwrap();
+    // Force a roll by writing more, then ack everything again.
+    fill(&mut spool, 100, 300, now);
+    spool.ack(spool.last_seq()).unwrap();
+    let last = spool.last_seq();
+    drop(spool);
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.resume_cursor(1).unwrap(), "c99");
+    assert_eq!(spool.last_seq(), last);
+}
+
+#[test]
+fn block_policy_stops_accepting_until_acked() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let mut config = config(dir.path());
+    config.disk_bytes = 64 << 10;
+    config.memory_bytes = 32 << 10;
+    let (mut spool, _) = Spool::open(config).unwrap();
+    let mut pushed = 0u64;
+    while spool.accepts() && pushed < 10_000 {
+        spool
+            .push(incoming(1, vec![packet(2, pushed, 500)], "x"), now)
+            .unwrap();
+        pushed += 1;
+    }
+    assert!(!spool.accepts(), "never blocked");
+    assert!(spool.disk_bytes() <= 64 << 10, "{}", spool.disk_bytes());
+    assert_eq!(spool.stats().batches_dropped, 0);
+    let written = spool.last_seq();
+    spool.ack(written).unwrap();
+    spool.tick(now + Duration::from_secs(1)).unwrap();
+    assert!(spool.accepts());
+    assert!(spool.last_seq() > written);
+    // Nothing was lost: every pushed packet has an index.
+    spool.flush_all().unwrap();
+    let last = spool.batch(spool.last_seq()).unwrap();
+    assert_eq!(last.first_packet_index + last.packets.len() as u64, pushed);
+}
+
+#[test]
+fn drop_oldest_counts_and_marks_the_next_packet_of_each_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let mut config = config(dir.path());
+    config.disk_bytes = 64 << 10;
+    config.when_full = WhenFull::DropOldest;
+    let (mut spool, _) = Spool::open(config).unwrap();
+    // Sequence 7 only appears early; sequence 2 throughout.
+    spool
+        .push(incoming(1, vec![packet(7, 0, 500)], "x"), now)
+        .unwrap();
+    for n in 1..400 {
+        assert!(spool.accepts());
+        spool
+            .push(incoming(1, vec![packet(2, n, 500)], "x"), now)
+            .unwrap();
+    }
+    spool
+        .push(incoming(1, vec![packet(7, 400, 500)], "x"), now)
+        .unwrap();
+    spool.flush_all().unwrap();
+    let stats = spool.stats().clone();
+    assert!(stats.batches_dropped > 0);
+    assert!(spool.disk_bytes() <= (64 << 10) + (8 << 10));
+    let oldest = spool.oldest_unacked();
+    assert!(oldest > 1);
+    // Dropped batches' packets are simply absent: counts add up.
+    let first = spool.batch(oldest).unwrap();
+    assert_eq!(first.first_packet_index, stats.packets_dropped);
+    // The first surviving packet of each sequence carries the flag; later ones do not.
+    let mut flagged = Vec::new();
+    for seq in oldest..=spool.last_seq() {
+        for p in spool.batch(seq).unwrap().packets {
+            let fields = scan_packet(&p).unwrap();
+            if fields.previous_packet_dropped == 1 {
+                flagged.push((fields.trusted_packet_sequence_id, fields.timestamp));
+            }
+        }
+    }
+    assert_eq!(flagged.len(), 2, "{flagged:?}");
+    assert_eq!(flagged[0], (Some(2), Some(first_ts(&first))));
+    assert_eq!(flagged[1], (Some(7), Some(400)));
+    // Resent batches keep the mark.
+    let again = spool.batch(oldest).unwrap();
+    assert_eq!(
+        scan_packet(&again.packets[0])
+            .unwrap()
+            .previous_packet_dropped,
+        1
+    );
+}
+
+fn first_ts(batch: &OutBatch) -> u64 {
+    scan_packet(&batch.packets[0]).unwrap().timestamp.unwrap()
+}
+
+#[test]
+fn oversize_packets_are_counted_not_spooled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    let huge = Bytes::from(vec![0u8; MAX_PACKET_BYTES + 1]);
+    spool
+        .push(
+            incoming(1, vec![huge, packet(2, 1, 10)], "x"),
+            Instant::now(),
+        )
+        .unwrap();
+    spool.flush_all().unwrap();
+    assert_eq!(spool.stats().oversize_packets_dropped, 1);
+    assert_eq!(spool.batch(1).unwrap().packets.len(), 1);
+}
+
+#[test]
+fn a_second_relay_cannot_share_the_spool() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_spool, _) = Spool::open(config(dir.path())).unwrap();
+    let err = Spool::open(config(dir.path())).unwrap_err();
+    assert!(matches!(err, SpoolError::Locked { .. }), "{err}");
+}
+
+#[test]
+fn cursor_only_moves_are_kept_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    spool
+        .push(incoming(4, Vec::new(), "moved"), Instant::now())
+        .unwrap();
+    spool.flush_all().unwrap();
+    assert_eq!(spool.last_seq(), 0);
+    drop(spool);
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.resume_cursor(4).unwrap(), "moved");
+}

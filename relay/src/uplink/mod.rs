@@ -1,0 +1,427 @@
+//! The uplink: one task that owns the spool and the daemon connection. It
+//! takes sources' packets into the spool, runs the [`Session`] state
+//! machine, and executes its actions on the connection.
+//!
+//! Shutdown: when `shutdown` is cancelled the uplink keeps taking packets
+//! until the sources close their senders (or a short grace passes), writes
+//! the last batch, syncs the spool, and waits for acks up to the drain
+//! timeout. What is still unacked then stays in the spool for next time.
+
+mod connection;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracesync_protocol::relay::PROTOCOL_VERSION;
+use tracesync_protocol::relay::v1::{self, frame::Body};
+
+pub use connection::{Connection, ConnectionEvent, FrameCodec};
+
+use crate::clocks::SharedClock;
+use crate::session::{Action, Session, SessionConfig};
+use crate::spool::{Incoming, Spool, SpoolError};
+
+/// What the relay says about itself in Hello.
+#[derive(Clone, Debug, Default)]
+pub struct HelloInfo {
+    pub token: String,
+    pub boot_id: String,
+    pub machine_name: String,
+    pub machine_raw_id: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct UplinkConfig {
+    /// Daemon address, HOST:PORT.
+    pub host: String,
+    pub hello: HelloInfo,
+    pub session: SessionConfig,
+    pub connect_timeout: Duration,
+    /// After shutdown: how long sources may take to close their senders.
+    pub intake_grace: Duration,
+    /// After shutdown: how long to wait for the daemon's acks.
+    pub drain_timeout: Duration,
+}
+
+impl UplinkConfig {
+    pub fn new(host: String, hello: HelloInfo) -> Self {
+        Self {
+            host,
+            hello,
+            session: SessionConfig::default(),
+            connect_timeout: Duration::from_secs(5),
+            intake_grace: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// How the uplink ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UplinkExit {
+    /// Shut down with everything acknowledged.
+    Drained,
+    /// Shut down with batches still unacknowledged (kept in the spool).
+    DrainTimedOut { unacked_batches: u64 },
+    /// The daemon refused our credentials.
+    Refused { reason: String },
+}
+
+/// Starts the clock-sync probe responder for a session: daemon UDP
+/// address, session id, and a token cancelled when the connection ends.
+pub type ProbeStarter = Box<dyn FnMut(SocketAddr, u64, CancellationToken) + Send>;
+
+/// Runs until shutdown (drained or timed out) or an authentication refusal.
+/// `incoming` carries the sources' messages, `convert` turns each into the
+/// spool's [`Incoming`] (serializing the source's cursor). Returns the
+/// spool, synced, for inspection.
+pub async fn run<M: Send + 'static>(
+    config: UplinkConfig,
+    clock: SharedClock,
+    spool: Spool,
+    incoming: mpsc::Receiver<M>,
+    convert: fn(M) -> Incoming,
+    start_probe: ProbeStarter,
+    shutdown: CancellationToken,
+) -> (UplinkExit, Spool) {
+    let seed = spool.instance_id() ^ clock.boottime();
+    let session = Session::new(config.session.clone(), now(), seed);
+    let mut uplink = Uplink {
+        config,
+        clock,
+        spool,
+        session,
+        connection: None,
+        peer: None,
+        start_probe,
+        last_error_log: None,
+        refusal: None,
+    };
+    let exit = uplink.run(incoming, convert, shutdown).await;
+    if let Err(error) = uplink.spool.sync() {
+        tracing::error!("{error}");
+    }
+    (exit, uplink.spool)
+}
+
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+struct Uplink {
+    config: UplinkConfig,
+    clock: SharedClock,
+    spool: Spool,
+    session: Session,
+    connection: Option<Connection>,
+    peer: Option<SocketAddr>,
+    start_probe: ProbeStarter,
+    last_error_log: Option<Instant>,
+    refusal: Option<String>,
+}
+
+/// Shutdown progress.
+struct Drain {
+    close_intake_at: Instant,
+    give_up_at: Instant,
+    intake_closed: bool,
+    flushed: bool,
+}
+
+impl Uplink {
+    async fn run<M>(
+        &mut self,
+        mut incoming: mpsc::Receiver<M>,
+        convert: fn(M) -> Incoming,
+        shutdown: CancellationToken,
+    ) -> UplinkExit {
+        let mut drain: Option<Drain> = None;
+        let mut intake_open = true;
+        loop {
+            let now = now();
+            if let Err(error) = self.spool.tick(now) {
+                self.log_error(&error, now);
+            }
+            if let Some(drain) = &mut drain {
+                if !drain.intake_closed && now >= drain.close_intake_at {
+                    // Sources did not all finish: take what is queued, no more.
+                    incoming.close();
+                    drain.intake_closed = true;
+                }
+                if !intake_open && !drain.flushed {
+                    if let Err(error) = self.spool.flush_all() {
+                        tracing::error!("{error}");
+                    }
+                    drain.flushed = true;
+                }
+            }
+            self.drive(now);
+            if self.session.has_exited() {
+                return UplinkExit::Refused {
+                    reason: self.refusal.clone().unwrap_or_default(),
+                };
+            }
+            if let Some(drain) = &drain
+                && drain.flushed
+            {
+                let unacked = self
+                    .spool
+                    .last_seq()
+                    .saturating_sub(self.session.acked_through());
+                if unacked == 0 {
+                    return UplinkExit::Drained;
+                }
+                if now >= drain.give_up_at {
+                    return UplinkExit::DrainTimedOut {
+                        unacked_batches: unacked,
+                    };
+                }
+            }
+            let deadline = [
+                self.session.deadline(),
+                self.spool.deadline(),
+                drain
+                    .as_ref()
+                    .filter(|d| !d.intake_closed)
+                    .map(|d| d.close_intake_at),
+                drain.as_ref().map(|d| d.give_up_at),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + Duration::from_secs(1))
+            // Never spin on a deadline that is already due.
+            .max(now + Duration::from_millis(1));
+            let draining = drain.is_some();
+            let take = intake_open && (draining || self.spool.accepts());
+            tokio::select! {
+                () = shutdown.cancelled(), if !draining => {
+                    drain = Some(Drain {
+                        close_intake_at: now + self.config.intake_grace,
+                        give_up_at: now + self.config.drain_timeout,
+                        intake_closed: false,
+                        flushed: false,
+                    });
+                }
+                event = next_event(&mut self.connection) => self.on_event(event, now),
+                message = incoming.recv(), if take => match message {
+                    Some(message) => {
+                        if let Err(error) = self.spool.push(convert(message), now) {
+                            self.log_error(&error, now);
+                        }
+                    }
+                    None => {
+                        intake_open = false;
+                        if drain.is_none() {
+                            // Every source ended: send the rest, then keep serving acks.
+                            if let Err(error) = self.spool.flush_all() {
+                                tracing::error!("{error}");
+                            }
+                        }
+                    }
+                },
+                () = tokio::time::sleep_until(deadline.into()) => {}
+            }
+        }
+    }
+
+    /// Executes what the session wants until it wants nothing more now.
+    fn drive(&mut self, now: Instant) {
+        while let Some(action) =
+            self.session
+                .poll(now, self.spool.oldest_unacked(), self.spool.last_seq())
+        {
+            self.execute(action, now);
+        }
+    }
+
+    fn execute(&mut self, action: Action, now: Instant) {
+        match action {
+            Action::Connect => {
+                // The queue holds at most a window of batches plus control frames.
+                let queue = self.config.session.window_batches + 8;
+                self.connection = Some(Connection::open(
+                    self.config.host.clone(),
+                    self.config.connect_timeout,
+                    queue,
+                ));
+                self.peer = None;
+            }
+            Action::SendHello => {
+                let hello = &self.config.hello;
+                let frame = Body::Hello(v1::Hello {
+                    protocol_version: PROTOCOL_VERSION,
+                    token: hello.token.clone(),
+                    relay_instance_id: self.spool.instance_id(),
+                    boot_id: hello.boot_id.clone(),
+                    machine_name: hello.machine_name.clone(),
+                    machine_raw_id: hello.machine_raw_id,
+                    oldest_unacked_batch: self.spool.oldest_unacked(),
+                    clocks: Some(self.clocks()),
+                });
+                self.send(frame, now);
+            }
+            Action::SendBatch(seq) => {
+                let Some(batch) = self.spool.batch(seq) else {
+                    // Dropped by the spool since: nothing to send.
+                    self.session.sent(seq, 0, now);
+                    return;
+                };
+                let bytes = batch.bytes;
+                let frame = Body::Batch(v1::Batch {
+                    seq,
+                    first_packet_index: batch.first_packet_index,
+                    packets: batch.packets,
+                    clocks: Some(self.clocks()),
+                });
+                if self.send(frame, now) {
+                    self.session.sent(seq, bytes, now);
+                }
+            }
+            Action::SendHeartbeat { last_batch_sent } => {
+                let frame = Body::Heartbeat(v1::Heartbeat {
+                    clocks: Some(self.clocks()),
+                    last_batch_sent,
+                });
+                // A full queue means the link is busy, which says as much as a
+                // heartbeat; a closed one reports itself as Lost.
+                if let Some(connection) = &self.connection {
+                    connection.send(v1::Frame { body: Some(frame) });
+                }
+            }
+            Action::AckSpool(through) => {
+                if let Err(error) = self.spool.ack(through) {
+                    self.log_error(&error, now);
+                }
+            }
+            Action::StartProbe {
+                session_id,
+                sync_udp_port,
+            } => {
+                if let (Some(connection), Some(peer)) = (&self.connection, self.peer) {
+                    let daemon = SocketAddr::new(peer.ip(), sync_udp_port);
+                    (self.start_probe)(daemon, session_id, connection.token.child_token());
+                }
+            }
+            Action::Close { reason } => {
+                if !reason.is_empty() {
+                    tracing::warn!("daemon {}: {reason}; reconnecting", self.config.host);
+                }
+                self.connection = None;
+            }
+            Action::Exit { reason } => {
+                tracing::error!("daemon {} refused this relay: {reason}", self.config.host);
+                self.connection = None;
+                self.refusal = Some(reason);
+            }
+        }
+    }
+
+    /// Queues a frame; a full queue or a dead connection counts as lost.
+    fn send(&mut self, body: Body, now: Instant) -> bool {
+        let sent = self
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.send(v1::Frame { body: Some(body) }));
+        if !sent {
+            tracing::warn!(
+                "daemon {}: connection not writable; reconnecting",
+                self.config.host
+            );
+            self.connection = None;
+            self.session.connection_lost(now);
+        }
+        sent
+    }
+
+    fn on_event(&mut self, event: ConnectionEvent, now: Instant) {
+        let actions = match event {
+            ConnectionEvent::Connected { peer } => {
+                tracing::info!("connected to daemon {peer}");
+                self.peer = Some(peer);
+                self.session.connected(now)
+            }
+            ConnectionEvent::Lost { reason } => {
+                tracing::warn!("{reason}; reconnecting");
+                self.connection = None;
+                self.session.connection_lost(now);
+                Vec::new()
+            }
+            ConnectionEvent::Frame(frame) => match frame.body {
+                Some(Body::Welcome(welcome)) => {
+                    tracing::info!(
+                        "daemon {} welcomed relay instance {:016x}: acked through batch {}, resending from {}",
+                        self.config.host,
+                        self.spool.instance_id(),
+                        welcome.acked_through_batch,
+                        (welcome.acked_through_batch + 1).max(self.spool.oldest_unacked())
+                    );
+                    self.session.welcome(
+                        welcome.acked_through_batch,
+                        welcome.session_id,
+                        welcome.sync_udp_port,
+                        self.spool.oldest_unacked(),
+                        now,
+                    )
+                }
+                Some(Body::Refused(refused)) => self.session.refused(&refused.reason, now),
+                Some(Body::Ack(ack)) => self.session.ack(ack.through_batch, now),
+                other => {
+                    let what = match other {
+                        None => "an empty frame",
+                        Some(Body::Hello(_)) => "Hello",
+                        Some(Body::Batch(_)) => "Batch",
+                        Some(Body::Heartbeat(_)) => "Heartbeat",
+                        Some(_) => "an unexpected frame",
+                    };
+                    tracing::warn!(
+                        "daemon {} sent {what}, which only relays send; reconnecting",
+                        self.config.host
+                    );
+                    self.connection = None;
+                    self.session.connection_lost(now);
+                    Vec::new()
+                }
+            },
+        };
+        for action in actions {
+            self.execute(action, now);
+        }
+    }
+
+    fn clocks(&self) -> v1::RelayClocks {
+        let now = self.clock.now();
+        v1::RelayClocks {
+            boottime_ns: now.boottime,
+            monotonic_ns: now.monotonic,
+            realtime_ns: now.realtime,
+            monotonic_raw_ns: now.monotonic_raw,
+        }
+    }
+
+    /// At most one spool error line per second (a full disk repeats).
+    fn log_error(&mut self, error: &SpoolError, now: Instant) {
+        if self
+            .last_error_log
+            .is_none_or(|last| now >= last + Duration::from_secs(1))
+        {
+            tracing::error!("{error}");
+            self.last_error_log = Some(now);
+        }
+    }
+}
+
+async fn next_event(connection: &mut Option<Connection>) -> ConnectionEvent {
+    match connection {
+        Some(connection) => connection
+            .events
+            .recv()
+            .await
+            .unwrap_or(ConnectionEvent::Lost {
+                reason: "connection task ended".into(),
+            }),
+        None => std::future::pending().await,
+    }
+}

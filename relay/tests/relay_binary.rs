@@ -1,0 +1,202 @@
+//! The real `tracesync-relay` binary following a trace file, against an
+//! in-test daemon: a dropped connection, SIGTERM, and a restart on the same
+//! spool lose nothing and repeat nothing.
+
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::codec::Framed;
+use tracesync_protocol::relay::PROTOCOL_VERSION;
+use tracesync_protocol::relay::v1::{self, Frame, frame::Body};
+use tracesync_protocol::scan::scan_packet;
+use tracesync_protocol::wire;
+use tracesync_relay::uplink::FrameCodec;
+
+type Conn = Framed<TcpStream, FrameCodec>;
+
+/// A marker field so the test counts only its own packets.
+const MARK_FIELD: u32 = 11;
+
+fn append_packets(path: &Path, range: std::ops::Range<u64>) {
+    let mut out = Vec::new();
+    for n in range {
+        let mut body = Vec::new();
+        wire::put_varint_field(&mut body, 8, 1_000_000 + n);
+        wire::put_varint_field(&mut body, 10, 1 + n % 2);
+        wire::put_len_field(&mut body, MARK_FIELD, b"tracesync-test");
+        wire::put_trace_packet(&mut out, &body);
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    file.write_all(&out).unwrap();
+}
+
+fn start_relay(host: &str, dir: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tracesync-relay"))
+        .args(["--host", host, "--name", "bin-test", "--linger-ms", "5"])
+        .arg("--spool")
+        .arg(dir.join("spool"))
+        .arg("--source")
+        .arg(format!("file:{}", dir.join("trace.pftrace").display()))
+        .env("TRACESYNC_TOKEN", "secret")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn terminate(child: &Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+}
+
+/// The in-test daemon's durable output: test packets of acked batches.
+#[derive(Default)]
+struct Daemon {
+    acked_through: u64,
+    pending: Vec<v1::Batch>,
+    written: Vec<u64>,
+}
+
+impl Daemon {
+    async fn accept(&mut self, listener: &TcpListener) -> Conn {
+        let (stream, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+            .await
+            .expect("relay did not connect")
+            .unwrap();
+        let mut conn = Framed::new(stream, FrameCodec::default());
+        let Some(Body::Hello(hello)) = next(&mut conn).await else {
+            panic!("no Hello");
+        };
+        assert_eq!(hello.token, "secret");
+        assert_eq!(hello.machine_name, "bin-test");
+        assert_ne!(hello.machine_raw_id, 0);
+        conn.send(Frame {
+            body: Some(Body::Welcome(v1::Welcome {
+                protocol_version: PROTOCOL_VERSION,
+                acked_through_batch: self.acked_through,
+                session_id: 1,
+                sync_udp_port: 0,
+            })),
+        })
+        .await
+        .unwrap();
+        self.pending.clear();
+        conn
+    }
+
+    /// Receives batches (acking each when `ack`) until `count` test packets
+    /// are written or received, or the relay closes. False on close.
+    async fn serve(&mut self, conn: &mut Conn, count: usize, ack: bool) -> bool {
+        while self.written.len() + self.pending_test_packets() < count {
+            match next(conn).await {
+                None => return false,
+                Some(Body::Batch(batch)) => {
+                    let expected = self.pending.last().map_or(self.acked_through, |b| b.seq) + 1;
+                    assert_eq!(batch.seq, expected);
+                    self.pending.push(batch);
+                    if ack {
+                        self.ack(conn).await;
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        true
+    }
+
+    fn pending_test_packets(&self) -> usize {
+        self.pending.iter().map(|b| test_counters(b).len()).sum()
+    }
+
+    async fn ack(&mut self, conn: &mut Conn) {
+        for batch in std::mem::take(&mut self.pending) {
+            self.written.extend(test_counters(&batch));
+            self.acked_through = batch.seq;
+        }
+        let ack = Body::Ack(v1::Ack {
+            through_batch: self.acked_through,
+        });
+        let _ = conn.send(Frame { body: Some(ack) }).await;
+    }
+}
+
+fn test_counters(batch: &v1::Batch) -> Vec<u64> {
+    batch
+        .packets
+        .iter()
+        .filter_map(|p| {
+            let fields = scan_packet(p).ok()?;
+            // Producer-written sequence ids are replaced by the relay's.
+            assert!(fields.trusted_packet_sequence_id.is_some_and(|id| id >= 2));
+            let marked = p.windows(14).any(|w| w == b"tracesync-test");
+            marked.then(|| fields.timestamp.unwrap_or(0) - 1_000_000)
+        })
+        .collect()
+}
+
+async fn next(conn: &mut Conn) -> Option<Body> {
+    let frame = tokio::time::timeout(Duration::from_secs(10), conn.next())
+        .await
+        .expect("relay went quiet")?;
+    frame.ok()?.body
+}
+
+/// Serves acks until the relay closes, then checks it exited 0.
+async fn drain_and_wait(daemon: &mut Daemon, mut conn: Conn, mut child: Child) {
+    while daemon.serve(&mut conn, usize::MAX, true).await {}
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert_eq!(status.code(), Some(0));
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "relay did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn follows_a_file_across_a_drop_a_sigterm_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.pftrace");
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let mut daemon = Daemon::default();
+
+    append_packets(&trace, 0..500);
+    let relay = start_relay(&host, dir.path());
+    let mut conn = daemon.accept(&listener).await;
+    assert!(daemon.serve(&mut conn, 500, true).await);
+
+    // Received but never acked, then the connection drops.
+    append_packets(&trace, 500..1000);
+    assert!(daemon.serve(&mut conn, 700, false).await);
+    drop(conn);
+    let mut conn = daemon.accept(&listener).await;
+    assert!(daemon.serve(&mut conn, 1000, true).await);
+
+    terminate(&relay);
+    drain_and_wait(&mut daemon, conn, relay).await;
+
+    // Written while the relay was down; the restarted relay resumes at its cursor.
+    append_packets(&trace, 1000..1500);
+    let relay = start_relay(&host, dir.path());
+    let mut conn = daemon.accept(&listener).await;
+    assert!(daemon.serve(&mut conn, 1500, true).await);
+    terminate(&relay);
+    drain_and_wait(&mut daemon, conn, relay).await;
+
+    assert_eq!(daemon.written, (0..1500).collect::<Vec<u64>>());
+}
