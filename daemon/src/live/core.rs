@@ -3,7 +3,7 @@
 //! Ingest (batches, resolution, pending) is in `ingest.rs`, output
 //! (watermark, drain, sync points, host packets) in `emit.rs`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
@@ -11,7 +11,8 @@ use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
 use super::acks::BatchTracker;
 use super::clocks::RelayClocks;
 use super::estimate::SyncEstimate;
-use super::ingest::PendingPacket;
+use super::hash::IdMap;
+use super::ingest::{PendingPacket, Staged};
 use super::order::{Order, StreamId};
 use super::stamp::OWN_SEQUENCE_ID;
 use super::types::{
@@ -95,11 +96,11 @@ pub(super) type StreamKey = (u64, u32);
 #[derive(Debug)]
 pub struct LiveCore {
     pub(super) config: LiveConfig,
-    pub(super) relays: HashMap<u64, Relay>,
-    pub(super) slots: HashMap<RelaySlot, u64>,
+    pub(super) relays: IdMap<u64, Relay>,
+    pub(super) slots: IdMap<RelaySlot, u64>,
     next_slot: RelaySlot,
     pub(super) machines: BTreeMap<u32, Machine>,
-    pub(super) streams: HashMap<StreamKey, Stream>,
+    pub(super) streams: IdMap<StreamKey, Stream>,
     next_stream_id: StreamId,
     next_out_seq: u32,
     pub(super) order: Order,
@@ -111,6 +112,8 @@ pub struct LiveCore {
     /// Latest host BOOTTIME passed in by any call.
     pub(super) latest_now: u64,
     pub(super) stats: LiveStats,
+    /// Reused staging buffer of the batch being ingested.
+    pub(super) staged: Staged,
 }
 
 impl LiveCore {
@@ -118,11 +121,11 @@ impl LiveCore {
     pub fn new(config: LiveConfig, recovered: Recovered) -> Self {
         let mut core = Self {
             config,
-            relays: HashMap::new(),
-            slots: HashMap::new(),
+            relays: IdMap::default(),
+            slots: IdMap::default(),
             next_slot: 1,
             machines: BTreeMap::new(),
-            streams: HashMap::new(),
+            streams: IdMap::default(),
             next_stream_id: 0,
             next_out_seq: recovered.next_out_seq.max(OWN_SEQUENCE_ID + 1),
             order: Order::default(),
@@ -133,6 +136,7 @@ impl LiveCore {
             disconnects: 0,
             latest_now: 0,
             stats: LiveStats::default(),
+            staged: Staged::default(),
         };
         let host_name = core.config.host_name.as_deref().map(Arc::from);
         core.machines.entry(0).or_default().name = host_name;
@@ -248,25 +252,38 @@ impl LiveCore {
         }
         lost += relay.batches.resume(oldest);
         let replaced = relay.slot.replace(slot);
-        relay.raw_id = raw_id;
+        let old_raw_id = std::mem::replace(&mut relay.raw_id, raw_id);
         relay.latest_boottime = hello.clocks.map(|c| c.boottime_ns);
         relay.batches.reported_now();
         let acked_through_batch = relay.batches.acked();
         if let Some(old) = replaced {
             self.slots.remove(&old);
         }
+        if old_raw_id != raw_id {
+            // The relay was renamed: its streams move to the new machine.
+            if let Some(m) = self.machines.get_mut(&old_raw_id)
+                && m.connected == Some(hello.relay_instance)
+            {
+                m.connected = None;
+            }
+            for (_, stream) in self
+                .streams
+                .iter_mut()
+                .filter(|(k, _)| k.0 == hello.relay_instance)
+            {
+                stream.raw_id = raw_id;
+            }
+        }
         self.slots.insert(slot, hello.relay_instance);
         if lost > 0 {
             self.machine(raw_id).count(reason::BATCHES_LOST, lost);
         }
         // Streams recovered before the name was known get it now.
-        for stream in self.streams.iter_mut() {
-            if stream.0.0 == hello.relay_instance {
-                let label = match self.machines.get(&raw_id).and_then(|m| m.name.as_deref()) {
-                    Some(name) => format!("{name}/{}", stream.0.1),
-                    None => continue,
-                };
-                stream.1.src = Arc::from(label);
+        if let Some(name) = self.machines.get(&raw_id).and_then(|m| m.name.clone()) {
+            for ((instance, seq), stream) in self.streams.iter_mut() {
+                if *instance == hello.relay_instance {
+                    stream.src = Arc::from(format!("{name}/{seq}"));
+                }
             }
         }
         self.forget_idle_relays();
@@ -314,9 +331,14 @@ impl LiveCore {
                 .map(|(&i, _)| i);
             let Some(instance) = idle else { return };
             self.relays.remove(&instance);
-            let order = &self.order;
-            self.streams
-                .retain(|k, s| k.0 != instance || order.stream_len(s.id) > 0);
+            let order = &mut self.order;
+            self.streams.retain(|k, s| {
+                let forget = k.0 == instance && order.stream_len(s.id) == 0;
+                if forget {
+                    order.remove_stream(s.id);
+                }
+                !forget
+            });
         }
     }
 

@@ -1,6 +1,11 @@
 //! Batches in: de-duplication, scan, clock resolution, the pending queue.
+//!
+//! Resolved packets are stamped into one buffer per batch (one allocation
+//! for the whole batch instead of one per packet) and queued for the
+//! watermark when the batch is done.
 
 use std::collections::{HashSet, VecDeque};
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,19 +17,18 @@ use super::acks::BatchSeq;
 use super::clocks::RelayClocks;
 use super::core::{LiveCore, StreamKey, reason};
 use super::estimate::SyncEstimate;
-use super::order::{BatchRef, Queued};
+use super::order::{BatchRef, Queued, StreamId};
 use super::packet::{Origin, OutPacket, Role};
 use super::stamp::stamp_relayed;
 use super::types::{RelaySlot, SessionError};
 use crate::clock::ConvertError;
 
-/// A packet waiting for its clock to become resolvable.
-#[derive(Debug)]
-pub(super) struct PendingPacket {
+/// What ingest learned about a packet in stream order.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Meta {
     pub key: StreamKey,
     pub index: u64,
     pub batch: u64,
-    pub bytes: Bytes,
     /// Clock of the timestamp, and whether to stamp it (the packet names none).
     pub clock: u32,
     pub stamp_clock: bool,
@@ -33,6 +37,20 @@ pub(super) struct PendingPacket {
     pub fallback_boottime: Option<u64>,
     /// Host BOOTTIME of arrival: the last resort for such a packet.
     pub arrival: u64,
+}
+
+/// A packet waiting for its clock to become resolvable.
+#[derive(Debug)]
+pub(super) struct PendingPacket {
+    pub meta: Meta,
+    pub bytes: Bytes,
+}
+
+/// Resolved packets of the batch being ingested, stamped into `buf`.
+#[derive(Debug, Default)]
+pub(super) struct Staged {
+    buf: Vec<u8>,
+    packets: Vec<(StreamId, Queued, Range<usize>)>,
 }
 
 /// What resolution decided for one packet.
@@ -54,8 +72,8 @@ fn resolve(
     clocks: &mut RelayClocks,
     estimate: Option<&SyncEstimate>,
     last: Option<(i64, Option<i64>)>,
-    fields: &PacketFields<'_>,
-    p: &PendingPacket,
+    timestamp: Option<u64>,
+    m: &Meta,
 ) -> Resolution {
     let to_host = |boottime: i64| -> Resolution {
         let Some(e) = estimate else {
@@ -71,17 +89,17 @@ fn resolve(
             boottime: Some(boottime),
         }
     };
-    match fields.timestamp {
-        Some(raw) => match clocks.boottime_of(p.key.1, p.clock, raw) {
+    match timestamp {
+        Some(raw) => match clocks.boottime_of(m.key.1, m.clock, raw) {
             Ok(boottime) => to_host(boottime),
             Err(ConvertError::Overflow) => Resolution::Drop(reason::CONVERSION),
             Err(_) => Resolution::NoPath,
         },
-        None => match (last, p.fallback_boottime) {
+        None => match (last, m.fallback_boottime) {
             (Some((ts, boottime)), _) => Resolution::Ready { ts, boottime },
             (None, Some(b)) => to_host(i64::try_from(b).unwrap_or(i64::MAX)),
             (None, None) => Resolution::Ready {
-                ts: i64::try_from(p.arrival).unwrap_or(i64::MAX),
+                ts: i64::try_from(m.arrival).unwrap_or(i64::MAX),
                 boottime: None,
             },
         },
@@ -126,21 +144,25 @@ impl LiveCore {
             self.machine(raw_id).count(reason::BATCHES_LOST, lost);
         }
         self.machine(raw_id).last_seen = Some(now);
+        let mut staged = std::mem::take(&mut self.staged);
+        let bytes_in: usize = packets.iter().map(|p| p.len() + 12).sum();
+        staged.buf.reserve(bytes_in);
         let mut clocks_changed = false;
         for (index, bytes) in (first_index..).zip(packets) {
             self.stats.packets_in += 1;
-            let p = PendingPacket {
+            let meta = Meta {
                 key: (instance, 0),
                 index,
                 batch: seq,
-                bytes,
                 clock: BOOTTIME,
                 stamp_clock: false,
                 fallback_boottime,
                 arrival: now,
             };
-            clocks_changed |= self.ingest(p, raw_id);
+            clocks_changed |= self.ingest(meta, bytes, raw_id, &mut staged);
         }
+        self.queue_staged(&mut staged);
+        self.staged = staged;
         if clocks_changed {
             self.retry_pending(instance);
         }
@@ -149,20 +171,19 @@ impl LiveCore {
 
     /// Takes one packet of a batch; returns whether the relay's clock graph
     /// changed.
-    fn ingest(&mut self, mut p: PendingPacket, raw_id: u32) -> bool {
-        let instance = p.key.0;
-        let bytes = p.bytes.clone();
+    fn ingest(&mut self, mut m: Meta, bytes: Bytes, raw_id: u32, staged: &mut Staged) -> bool {
+        let instance = m.key.0;
         let Ok(fields) = scan_packet(&bytes) else {
             self.machine(raw_id).count(reason::MALFORMED, 1);
             return false;
         };
-        p.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
-        let stream = self.stream_entry(p.key, raw_id);
-        if stream.written.is_some_and(|w| p.index <= w) {
+        m.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
+        let stream = self.stream_entry(m.key, raw_id);
+        if stream.written.is_some_and(|w| m.index <= w) {
             self.machine(raw_id).count(reason::DUPLICATE, 1);
             return false;
         }
-        stream.written = Some(p.index);
+        stream.written = Some(m.index);
         // Sequence state changes in stream order, before the packet's own
         // clock is chosen (a defaults packet applies to itself too).
         if fields.clears_incremental_state() {
@@ -175,9 +196,10 @@ impl LiveCore {
                 .filter(|&c| c != 0);
         }
         let explicit = fields.timestamp_clock_id.filter(|&c| c != 0);
-        p.clock = explicit.or(stream.default_clock).unwrap_or(BOOTTIME);
-        p.stamp_clock = explicit.is_none() && stream.default_clock.is_none();
+        m.clock = explicit.or(stream.default_clock).unwrap_or(BOOTTIME);
+        m.stamp_clock = explicit.is_none() && stream.default_clock.is_none();
         let blocked = stream.pending > 0;
+        let last = stream.last;
         if fields.remote_clock_sync.is_some() {
             // Replaced by the core's own sync points, which carry the
             // estimator's mapping; the producer's would override it.
@@ -190,7 +212,7 @@ impl LiveCore {
         let mut changed = false;
         if let Some(snapshot) = fields.clock_snapshot {
             let before = relay.clocks.invalid_clock_snapshots;
-            changed = relay.clocks.add_snapshot(snapshot, p.key.1);
+            changed = relay.clocks.add_snapshot(snapshot, m.key.1);
             let invalid = relay.clocks.invalid_clock_snapshots - before;
             if invalid > 0 {
                 self.machine(raw_id)
@@ -200,69 +222,83 @@ impl LiveCore {
         let Some(relay) = self.relays.get_mut(&instance) else {
             return changed;
         };
-        relay.batches.add_outstanding(p.batch);
-        if blocked {
-            self.push_pending(p);
-            return changed;
-        }
-        let last = self.streams.get(&p.key).and_then(|s| s.last);
-        let estimate = relay.estimate;
-        match resolve(&mut relay.clocks, estimate.as_ref(), last, &fields, &p) {
+        relay.batches.add_outstanding(m.batch);
+        let resolution = if blocked {
+            Resolution::NoPath
+        } else {
+            let estimate = relay.estimate;
+            resolve(
+                &mut relay.clocks,
+                estimate.as_ref(),
+                last,
+                fields.timestamp,
+                &m,
+            )
+        };
+        match resolution {
             Resolution::Ready { ts, boottime } => {
-                self.enqueue(&p, &fields, ts, boottime, estimate.as_ref());
+                self.stage(&m, &bytes, &fields, ts, boottime, staged);
             }
-            Resolution::NoPath | Resolution::NoSync => self.push_pending(p),
-            Resolution::Drop(why) => self.dropped(&p, why),
+            Resolution::NoPath | Resolution::NoSync => {
+                self.push_pending(PendingPacket { meta: m, bytes });
+            }
+            Resolution::Drop(why) => self.dropped(&m, why),
         }
         changed
     }
 
     /// Counts a dropped packet and lets its batch be acknowledged.
-    fn dropped(&mut self, p: &PendingPacket, why: &'static str) {
-        if let Some(relay) = self.relays.get_mut(&p.key.0) {
-            relay.batches.packet_done(p.batch);
+    fn dropped(&mut self, m: &Meta, why: &'static str) {
+        if let Some(relay) = self.relays.get_mut(&m.key.0) {
+            relay.batches.packet_done(m.batch);
             let raw_id = relay.raw_id;
             self.machine(raw_id).count(why, 1);
         }
     }
 
-    /// Stamps a resolved packet and queues it for the watermark.
-    fn enqueue(
+    /// Stamps a resolved packet into the staging buffer.
+    fn stage(
         &mut self,
-        p: &PendingPacket,
+        m: &Meta,
+        bytes: &[u8],
         fields: &PacketFields<'_>,
         ts: i64,
         boottime: Option<i64>,
-        estimate: Option<&SyncEstimate>,
+        staged: &mut Staged,
     ) {
-        let Some(stream) = self.streams.get_mut(&p.key) else {
+        let Some(stream) = self.streams.get_mut(&m.key) else {
             return;
         };
         let raw_id = stream.raw_id;
-        let name = self.machines.get(&raw_id).and_then(|m| m.name.clone());
+        let name = self
+            .machines
+            .get(&raw_id)
+            .and_then(|machine| machine.name.clone());
         let has_ts = fields.timestamp.is_some();
-        let stamp_clock = (has_ts && p.stamp_clock).then_some(p.clock);
-        let bytes = match stamp_relayed(
-            &p.bytes,
+        let stamp_clock = (has_ts && m.stamp_clock).then_some(m.clock);
+        let start = staged.buf.len();
+        let stamped = stamp_relayed(
+            bytes,
             fields,
             raw_id,
             stream.out_seq,
             stamp_clock,
             name.as_deref(),
-        ) {
-            Ok(b) => b,
-            Err(_) => {
-                self.dropped(p, reason::MALFORMED);
-                return;
-            }
-        };
+            &mut staged.buf,
+        );
+        if stamped.is_err() {
+            staged.buf.truncate(start);
+            self.dropped(m, reason::MALFORMED);
+            return;
+        }
         stream.last = Some((ts, boottime));
+        let estimate = self.relays.get(&m.key.0).and_then(|r| r.estimate);
         let packet = OutPacket {
             ts,
             machine_raw_id: raw_id,
             machine_name: name,
             seq: stream.out_seq,
-            clock: if has_ts { p.clock } else { 0 },
+            clock: if has_ts { m.clock } else { 0 },
             clock_ts: fields.timestamp.unwrap_or(0),
             err_ns: estimate
                 .filter(|_| boottime.is_some())
@@ -271,31 +307,43 @@ impl LiveCore {
             src: Arc::clone(&stream.src),
             role: Role::of(fields),
             origin: Some(Origin {
-                relay_instance: p.key.0,
-                relay_sequence: p.key.1,
-                index: p.index,
+                relay_instance: m.key.0,
+                relay_sequence: m.key.1,
+                index: m.index,
             }),
-            bytes,
+            bytes: Bytes::new(),
         };
-        let id = stream.id;
-        self.order.push(
-            id,
-            Queued {
-                packet,
-                relay_boottime: boottime,
-                batch: Some(BatchRef {
-                    relay_instance: p.key.0,
-                    batch: p.batch,
-                }),
-            },
-        );
+        let queued = Queued {
+            packet,
+            relay_boottime: boottime,
+            batch: Some(BatchRef {
+                relay_instance: m.key.0,
+                batch: m.batch,
+            }),
+        };
+        staged
+            .packets
+            .push((stream.id, queued, start..staged.buf.len()));
+    }
+
+    /// Queues the staged packets, each a slice of one shared buffer.
+    fn queue_staged(&mut self, staged: &mut Staged) {
+        if staged.packets.is_empty() {
+            staged.buf.clear();
+            return;
+        }
+        let buf = Bytes::from(std::mem::take(&mut staged.buf));
+        for (stream, mut queued, range) in staged.packets.drain(..) {
+            queued.packet.bytes = buf.slice(range);
+            self.order.push(stream, queued);
+        }
     }
 
     /// Queues a packet behind its relay's unresolvable ones; when the queue
     /// is full the oldest is dropped (see the module docs).
     fn push_pending(&mut self, p: PendingPacket) {
-        let instance = p.key.0;
-        if let Some(stream) = self.streams.get_mut(&p.key) {
+        let instance = p.meta.key.0;
+        if let Some(stream) = self.streams.get_mut(&p.meta.key) {
             stream.pending += 1;
         }
         let (max_packets, max_bytes) = (
@@ -316,10 +364,10 @@ impl LiveCore {
             evicted.push(old);
         }
         for old in evicted {
-            if let Some(stream) = self.streams.get_mut(&old.key) {
+            if let Some(stream) = self.streams.get_mut(&old.meta.key) {
                 stream.pending -= 1;
             }
-            self.dropped(&old, reason::NO_PATH);
+            self.dropped(&old.meta, reason::NO_PATH);
         }
     }
 
@@ -341,47 +389,53 @@ impl LiveCore {
         let mut kept = VecDeque::new();
         let mut kept_bytes = 0;
         let mut blocked: HashSet<u32> = HashSet::new();
+        let mut staged = std::mem::take(&mut self.staged);
         for p in waiting {
-            if blocked.contains(&p.key.1) {
+            let m = p.meta;
+            if blocked.contains(&m.key.1) {
                 kept_bytes += p.bytes.len();
                 kept.push_back(p);
                 continue;
             }
-            let bytes = p.bytes.clone();
-            let Ok(fields) = scan_packet(&bytes) else {
-                // Scanned once already; cannot fail again.
+            // Scanned once already: cannot fail again.
+            let Ok(fields) = scan_packet(&p.bytes) else {
                 continue;
             };
-            let last = self.streams.get(&p.key).and_then(|s| s.last);
+            let last = self.streams.get(&m.key).and_then(|s| s.last);
             let Some(relay) = self.relays.get_mut(&instance) else {
-                return;
+                break;
             };
             let estimate = relay.estimate;
-            let mut resolution = resolve(&mut relay.clocks, estimate.as_ref(), last, &fields, &p);
-            if resolution == Resolution::NoPath && now.saturating_sub(p.arrival) > max_age {
+            let mut resolution = resolve(
+                &mut relay.clocks,
+                estimate.as_ref(),
+                last,
+                fields.timestamp,
+                &m,
+            );
+            if resolution == Resolution::NoPath && now.saturating_sub(m.arrival) > max_age {
                 // Synced, and still no snapshot relates its clock: give up.
                 resolution = Resolution::Drop(reason::NO_PATH);
             }
+            if let Resolution::NoPath | Resolution::NoSync = resolution {
+                blocked.insert(m.key.1);
+                kept_bytes += p.bytes.len();
+                kept.push_back(p);
+                continue;
+            }
+            if let Some(stream) = self.streams.get_mut(&m.key) {
+                stream.pending -= 1;
+            }
             match resolution {
-                Resolution::NoPath | Resolution::NoSync => {
-                    blocked.insert(p.key.1);
-                    kept_bytes += p.bytes.len();
-                    kept.push_back(p);
+                Resolution::Ready { ts, boottime } => {
+                    self.stage(&m, &p.bytes, &fields, ts, boottime, &mut staged);
                 }
-                resolved => {
-                    if let Some(stream) = self.streams.get_mut(&p.key) {
-                        stream.pending -= 1;
-                    }
-                    match resolved {
-                        Resolution::Ready { ts, boottime } => {
-                            self.enqueue(&p, &fields, ts, boottime, estimate.as_ref());
-                        }
-                        Resolution::Drop(why) => self.dropped(&p, why),
-                        Resolution::NoPath | Resolution::NoSync => {}
-                    }
-                }
+                Resolution::Drop(why) => self.dropped(&m, why),
+                Resolution::NoPath | Resolution::NoSync => {}
             }
         }
+        self.queue_staged(&mut staged);
+        self.staged = staged;
         if let Some(relay) = self.relays.get_mut(&instance) {
             relay.pending = kept;
             relay.pending_bytes = kept_bytes;

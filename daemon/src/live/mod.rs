@@ -6,6 +6,25 @@
 //! the rolling writer and tail, and after each writer commit asks which
 //! acks to send. The core never reads a clock or does IO.
 //!
+//! Driving it (the server's ingest loop, one thread):
+//!
+//! ```text
+//! core = LiveCore::new(config, recovered)            // recovered from the rolling writer
+//! on Hello:      core.connect(hello, now) -> Welcome or Refused (close `replaced` if any)
+//! on Batch:      core.batch(slot, seq, first_index, packets, clocks, now)?  (Err: close)
+//! on Heartbeat:  core.heartbeat(slot, clocks, now)
+//! on SyncUpdate: core.sync(slot, estimate)
+//! on close:      core.disconnect(slot)
+//! every tick:    core.host_tick(now, &hostclock::snapshot_ns());
+//!                core.drain(now, &mut out); write `out`; commit;
+//!                for (slot, n) in core.committed() { send Ack { through_batch: n } }
+//! on shutdown:   core.flush_all(&mut out); write; commit; committed()
+//! ```
+//!
+//! If the writer commits on another thread while the loop keeps draining,
+//! take `commit_point()` when handing it the last packet of a commit and
+//! call `committed_through(point)` when that commit is done.
+//!
 //! Per packet: de-duplication by (relay instance, relay sequence, index)
 //! against what was accepted or recovered as written; scan; the clock is
 //! the packet's `timestamp_clock_id`, else its sequence's default, else
@@ -43,6 +62,7 @@ mod clocks;
 mod core;
 mod emit;
 pub mod estimate;
+mod hash;
 mod ingest;
 mod order;
 pub mod packet;

@@ -5,8 +5,9 @@
 //! non-empty stream (its head), so keys never go stale.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
+use super::hash::IdMap;
 use super::packet::OutPacket;
 
 /// Identifies a stream within the core.
@@ -29,10 +30,13 @@ pub struct Queued {
     pub batch: Option<BatchRef>,
 }
 
+/// Capacity an emptied stream queue keeps.
+const KEEP_CAPACITY: usize = 4_096;
+
 #[derive(Debug, Default)]
 pub struct Order {
     /// Each packet with its arrival number.
-    streams: HashMap<StreamId, VecDeque<(u64, Queued)>>,
+    streams: IdMap<StreamId, VecDeque<(u64, Queued)>>,
     /// (head ts, arrival of the head, stream): arrival breaks ties so equal
     /// times come out in the order they came in.
     heap: BinaryHeap<Reverse<(i64, u64, StreamId)>>,
@@ -74,10 +78,9 @@ impl Order {
         let (_, item) = queue.pop_front()?;
         match queue.front() {
             Some((arrival, next)) => self.heap.push(Reverse((next.packet.ts, *arrival, stream))),
-            // Empty streams are removed so the map stays bounded.
-            None => {
-                self.streams.remove(&stream);
-            }
+            // An emptied queue keeps a modest buffer for the stream's next
+            // packets (regrowing it every batch costs copies), not a burst's.
+            None => queue.shrink_to(KEEP_CAPACITY),
         }
         self.bytes -= item.packet.bytes.len();
         self.len -= 1;
@@ -90,6 +93,13 @@ impl Order {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Forgets an empty stream's queue (the core forgot the stream).
+    pub fn remove_stream(&mut self, stream: StreamId) {
+        if self.stream_len(stream) == 0 {
+            self.streams.remove(&stream);
+        }
     }
 
     /// Packets queued on one stream.

@@ -28,18 +28,21 @@ pub fn stamp_relayed(
     out_seq: u32,
     clock: Option<u32>,
     machine_name: Option<&str>,
-) -> Result<Bytes, ScanError> {
+    out: &mut Vec<u8>,
+) -> Result<(), ScanError> {
     let stamp = Stamp {
         machine_id: Some(machine_id),
         trusted_packet_sequence_id: Some(out_seq),
         default_timestamp_clock_id: clock,
         strip_trusted: false,
     };
-    let mut out = Vec::with_capacity(packet.len() + 16);
-    stamp_scanned(packet, fields, &stamp, &mut out)?;
     match (fields.system_info, machine_name) {
-        (Some(_), Some(name)) => with_machine_name(&out, name).map(Bytes::from),
-        _ => Ok(Bytes::from(out)),
+        (Some(_), Some(name)) => {
+            let mut stamped = Vec::with_capacity(packet.len() + 16);
+            stamp_scanned(packet, fields, &stamp, &mut stamped)?;
+            append_with_machine_name(&stamped, name, out)
+        }
+        _ => stamp_scanned(packet, fields, &stamp, out),
     }
 }
 
@@ -47,8 +50,7 @@ pub fn stamp_relayed(
 /// later string field wins in protobuf, so the name overrides any the
 /// producer set while every other byte stays. Perfetto reads only the last
 /// field 45 of a packet, so the name cannot go in a second one.
-fn with_machine_name(packet: &[u8], name: &str) -> Result<Vec<u8>, ScanError> {
-    let mut out = Vec::with_capacity(packet.len() + name.len() + 8);
+fn append_with_machine_name(packet: &[u8], name: &str, out: &mut Vec<u8>) -> Result<(), ScanError> {
     let mut copied_from = 0;
     for f in Fields::new(packet) {
         let f = f?;
@@ -59,12 +61,12 @@ fn with_machine_name(packet: &[u8], name: &str) -> Result<Vec<u8>, ScanError> {
             let mut body = Vec::with_capacity(info.len() + name.len() + 4);
             body.extend_from_slice(info);
             wire::put_len_field(&mut body, MACHINE_NAME, name.as_bytes());
-            wire::put_len_field(&mut out, field::SYSTEM_INFO, &body);
+            wire::put_len_field(out, field::SYSTEM_INFO, &body);
             copied_from = f.end;
         }
     }
     out.extend_from_slice(&packet[copied_from..]);
-    Ok(out)
+    Ok(())
 }
 
 /// The host's ClockSnapshot (machine 0, trace time BOOTTIME).
@@ -128,7 +130,8 @@ mod tests {
         };
         let bytes = packet.encode_to_vec();
         let fields = scan_packet(&bytes).unwrap();
-        let out = stamp_relayed(&bytes, &fields, 7, 3, None, Some("phone")).unwrap();
+        let mut out = Vec::new();
+        stamp_relayed(&bytes, &fields, 7, 3, None, Some("phone"), &mut out).unwrap();
         let decoded = TracePacket::decode(&out[..]).unwrap();
         let Some(Data::SystemInfo(info)) = decoded.data else {
             panic!("not a SystemInfo: {decoded:?}");
@@ -148,7 +151,9 @@ mod tests {
         };
         let bytes = packet.encode_to_vec();
         let fields = scan_packet(&bytes).unwrap();
-        let out = stamp_relayed(&bytes, &fields, 7, 3, Some(BOOTTIME), None).unwrap();
+        let mut out = vec![0xAA];
+        stamp_relayed(&bytes, &fields, 7, 3, Some(BOOTTIME), None, &mut out).unwrap();
+        let out = out.split_off(1);
         assert_eq!(
             TracePacket::decode(&out[..]).unwrap().timestamp_clock_id,
             Some(3)

@@ -132,3 +132,43 @@ fn host_and_relay_packets_interleave_by_time() {
         .collect();
     assert_eq!(order, [(1, 1_000), (0, 2_000), (0, 2_000), (1, 3_000)]);
 }
+
+/// Rough throughput of batch + drain (run with --release --ignored).
+#[test]
+#[ignore]
+fn throughput() {
+    let mut core = core();
+    let slots: Vec<RelaySlot> = (0..4)
+        .map(|i| synced_relay(&mut core, 10 + i, 1 + i as u32, 0))
+        .collect();
+    let batches: Vec<Vec<Vec<Bytes>>> = (0..500u64)
+        .map(|b| {
+            (0..slots.len() as u64)
+                .map(|r| {
+                    let packets: Vec<TracePacket> = (0..1_000u64)
+                        .map(|i| event(2 + (i % 4) as u32, b * 1_000_000 + i * 1_000 + r))
+                        .collect();
+                    encode(&packets)
+                })
+                .collect()
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    for (b, per_relay) in (0u64..).zip(batches) {
+        for (&slot, packets) in slots.iter().zip(per_relay) {
+            let c = clocks(b * 1_000_000 + 999_999);
+            core.batch(slot, b + 1, b * 1_000, packets, c, 0).unwrap();
+        }
+        core.drain(u64::MAX, &mut out);
+        total += out.len() as u64;
+        out.clear();
+        let _ = core.committed();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "{total} packets in {secs:.2}s: {:.0} packets/s",
+        total as f64 / secs
+    );
+}

@@ -243,3 +243,25 @@ proptest! {
         prop_assert_eq!(relayed(&out).len() as u64 + status.pending + dropped, n);
     }
 }
+
+#[test]
+fn a_renamed_relay_moves_its_streams_to_the_new_machine() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 0);
+    core.batch(a, 1, 0, encode(&[event(2, 1)]), None, 0)
+        .unwrap();
+    core.disconnect(a);
+    let c = core.connect(hello(10, 5, "renamed"), 0).unwrap();
+    core.sync(c.slot, estimate(0)).unwrap();
+    core.batch(c.slot, 2, 1, encode(&[event(2, 2)]), None, 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let got: Vec<u32> = relayed(&out).iter().map(|p| p.machine_raw_id).collect();
+    // Packets already resolved keep the machine they came in as.
+    assert_eq!(got, [1, 5]);
+    let status = core.status(0, 0);
+    assert!(!status.iter().find(|m| m.raw_id == 1).unwrap().connected);
+    // The old raw id is free again.
+    assert!(core.connect(hello(11, 1, "m1"), 0).is_ok());
+}
