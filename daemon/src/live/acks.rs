@@ -60,7 +60,7 @@ impl BatchTracker {
     /// A relay (re)connected saying its spool starts at `oldest`: batches
     /// between what was accepted and `oldest` are lost. Returns how many.
     pub fn resume(&mut self, oldest: u64) -> u64 {
-        let lost = oldest.saturating_sub(self.last_accepted + 1);
+        let lost = oldest.saturating_sub(self.last_accepted.saturating_add(1));
         self.last_accepted += lost;
         lost
     }
@@ -93,7 +93,8 @@ impl BatchTracker {
     /// Every batch <= this is done now.
     pub fn done_through(&self) -> u64 {
         match self.outstanding.keys().next() {
-            Some(&first) => first - 1,
+            // A seq 0 (invalid, seen as a resend) must not wrap around.
+            Some(&first) => first.saturating_sub(1),
             None => self.last_accepted,
         }
     }

@@ -148,7 +148,9 @@ impl LiveCore {
         let bytes_in: usize = packets.iter().map(|p| p.len() + 12).sum();
         staged.buf.reserve(bytes_in);
         let mut clocks_changed = false;
-        for (index, bytes) in (first_index..).zip(packets) {
+        for (k, bytes) in (0u64..).zip(packets) {
+            // Indices past u64::MAX come only from a broken relay: wrap, no panic.
+            let index = first_index.wrapping_add(k);
             self.stats.packets_in += 1;
             let meta = Meta {
                 key: (instance, 0),
@@ -365,7 +367,7 @@ impl LiveCore {
         }
         for old in evicted {
             if let Some(stream) = self.streams.get_mut(&old.meta.key) {
-                stream.pending -= 1;
+                stream.pending = stream.pending.saturating_sub(1);
             }
             self.dropped(&old.meta, reason::NO_PATH);
         }
@@ -424,7 +426,7 @@ impl LiveCore {
                 continue;
             }
             if let Some(stream) = self.streams.get_mut(&m.key) {
-                stream.pending -= 1;
+                stream.pending = stream.pending.saturating_sub(1);
             }
             match resolution {
                 Resolution::Ready { ts, boottime } => {

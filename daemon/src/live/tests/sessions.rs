@@ -265,3 +265,42 @@ fn a_renamed_relay_moves_its_streams_to_the_new_machine() {
     // The old raw id is free again.
     assert!(core.connect(hello(11, 1, "m1"), 0).is_ok());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Extreme session values (seq, indices, clocks, estimates) never panic.
+    #[test]
+    fn extreme_session_values_never_panic(
+        seqs in proptest::collection::vec(any::<u64>(), 1..6),
+        first in any::<u64>(),
+        oldest in any::<u64>(),
+        ts in any::<u64>(),
+        boottime in any::<u64>(),
+        offset in any::<i64>(),
+        freq in -1e6f64..1e6,
+        ref_ns in any::<u64>(),
+    ) {
+        let mut core = core();
+        let mut h = hello(10, 1, "m1");
+        h.oldest_unacked_batch = oldest;
+        h.clocks = clocks(boottime);
+        let c = core.connect(h, u64::MAX).unwrap();
+        let e = SyncEstimate { offset_ns: offset, freq_ppm: freq, ref_relay_ns: ref_ns, ..estimate(0) };
+        core.sync(c.slot, e).unwrap();
+        for seq in seqs {
+            let packets = encode(&[event(2, ts), snapshot(3, &[(BOOTTIME, ts), (MONOTONIC, boottime)])]);
+            let _ = core.batch(c.slot, seq, first, packets, clocks(boottime), u64::MAX);
+            core.heartbeat(c.slot, clocks(ts), u64::MAX).unwrap();
+        }
+        let mut out = Vec::new();
+        core.drain(u64::MAX, &mut out);
+        core.drain(0, &mut out);
+        core.flush_all(&mut out);
+        let _ = core.committed();
+        let _ = core.status(u64::MAX, 0);
+        for p in relayed(&out) {
+            prop_assert!(p.ts >= 0);
+        }
+    }
+}
