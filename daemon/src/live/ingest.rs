@@ -1,0 +1,446 @@
+//! Batches in: de-duplication, scan, clock resolution, the pending queue.
+//!
+//! Resolved packets are stamped into one buffer per batch (one allocation
+//! for the whole batch instead of one per packet) and queued for the
+//! watermark when the batch is done.
+
+use std::collections::{HashSet, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tracesync_protocol::clock_ids::BOOTTIME;
+use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
+use tracesync_protocol::scan::{PacketFields, defaults_timestamp_clock_id, scan_packet};
+
+use super::acks::BatchSeq;
+use super::clocks::RelayClocks;
+use super::core::{LiveCore, StreamKey, reason};
+use super::estimate::SyncEstimate;
+use super::order::{BatchRef, Queued, StreamId};
+use super::packet::{Origin, OutPacket, Role};
+use super::stamp::stamp_relayed;
+use super::types::{RelaySlot, SessionError};
+use crate::clock::ConvertError;
+
+/// What ingest learned about a packet in stream order.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Meta {
+    pub key: StreamKey,
+    pub index: u64,
+    pub batch: u64,
+    /// Clock of the timestamp, and whether to stamp it (the packet names none).
+    pub clock: u32,
+    pub stamp_clock: bool,
+    /// Relay BOOTTIME of the batch: time of a packet with no timestamp on a
+    /// stream with no earlier time.
+    pub fallback_boottime: Option<u64>,
+    /// Host BOOTTIME of arrival: the last resort for such a packet.
+    pub arrival: u64,
+}
+
+/// A packet waiting for its clock to become resolvable.
+#[derive(Debug)]
+pub(super) struct PendingPacket {
+    pub meta: Meta,
+    pub bytes: Bytes,
+}
+
+/// Resolved packets of the batch being ingested, stamped into `buf`.
+#[derive(Debug, Default)]
+pub(super) struct Staged {
+    buf: Vec<u8>,
+    packets: Vec<(StreamId, Queued, Range<usize>)>,
+}
+
+/// What resolution decided for one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resolution {
+    /// Host time and relay BOOTTIME (None if placed by arrival time).
+    Ready {
+        ts: i64,
+        boottime: Option<i64>,
+    },
+    /// The clock has no path to the relay's BOOTTIME yet.
+    NoPath,
+    /// The relay has no sync estimate yet.
+    NoSync,
+    Drop(&'static str),
+}
+
+fn resolve(
+    clocks: &mut RelayClocks,
+    estimate: Option<&SyncEstimate>,
+    last: Option<(i64, Option<i64>)>,
+    timestamp: Option<u64>,
+    m: &Meta,
+) -> Resolution {
+    let to_host = |boottime: i64| -> Resolution {
+        let Some(e) = estimate else {
+            return Resolution::NoSync;
+        };
+        // Negative relay BOOTTIME cannot be a time on it: dropped as Perfetto would.
+        let ts = u64::try_from(boottime).map_or(-1, |b| e.to_host(b));
+        if ts < 0 {
+            return Resolution::Drop(reason::NEGATIVE);
+        }
+        Resolution::Ready {
+            ts,
+            boottime: Some(boottime),
+        }
+    };
+    match timestamp {
+        Some(raw) => match clocks.boottime_of(m.key.1, m.clock, raw) {
+            Ok(boottime) => to_host(boottime),
+            Err(ConvertError::Overflow) => Resolution::Drop(reason::CONVERSION),
+            Err(_) => Resolution::NoPath,
+        },
+        None => match (last, m.fallback_boottime) {
+            (Some((ts, boottime)), _) => Resolution::Ready { ts, boottime },
+            (None, Some(b)) => to_host(i64::try_from(b).unwrap_or(i64::MAX)),
+            (None, None) => Resolution::Ready {
+                ts: i64::try_from(m.arrival).unwrap_or(i64::MAX),
+                boottime: None,
+            },
+        },
+    }
+}
+
+impl LiveCore {
+    /// A relay's Batch: packets `first_index..` in relay order. `now` is
+    /// host BOOTTIME. Never fails on packet contents (bad packets are
+    /// counted and dropped); fails only for a session the core does not
+    /// know or one past its unacknowledged-batch limit.
+    pub fn batch(
+        &mut self,
+        slot: RelaySlot,
+        seq: u64,
+        first_index: u64,
+        packets: Vec<Bytes>,
+        clocks: Option<WireClocks>,
+        now: u64,
+    ) -> Result<(), SessionError> {
+        let instance = self.relay_of(slot)?;
+        self.latest_now = self.latest_now.max(now);
+        let limit = self.config.max_unacked_batches;
+        let Some(relay) = self.relays.get_mut(&instance) else {
+            return Err(SessionError::UnknownSlot(slot));
+        };
+        if relay.batches.unacked() >= limit {
+            return Err(SessionError::TooManyUnackedBatches {
+                slot,
+                unacked: relay.batches.unacked(),
+                limit,
+            });
+        }
+        if let Some(c) = clocks {
+            relay.latest_boottime = Some(c.boottime_ns);
+        }
+        let fallback_boottime = relay.latest_boottime;
+        let raw_id = relay.raw_id;
+        if let BatchSeq::New { lost } = relay.batches.accept(seq)
+            && lost > 0
+        {
+            self.machine(raw_id).count(reason::BATCHES_LOST, lost);
+        }
+        self.machine(raw_id).last_seen = Some(now);
+        let mut staged = std::mem::take(&mut self.staged);
+        let bytes_in: usize = packets.iter().map(|p| p.len() + 12).sum();
+        staged.buf.reserve(bytes_in);
+        let mut clocks_changed = false;
+        for (k, bytes) in (0u64..).zip(packets) {
+            // Indices past u64::MAX come only from a broken relay: wrap, no panic.
+            let index = first_index.wrapping_add(k);
+            self.stats.packets_in += 1;
+            let meta = Meta {
+                key: (instance, 0),
+                index,
+                batch: seq,
+                clock: BOOTTIME,
+                stamp_clock: false,
+                fallback_boottime,
+                arrival: now,
+            };
+            clocks_changed |= self.ingest(meta, bytes, raw_id, &mut staged);
+        }
+        self.queue_staged(&mut staged);
+        self.staged = staged;
+        if clocks_changed {
+            self.retry_pending(instance);
+        }
+        Ok(())
+    }
+
+    /// Takes one packet of a batch; returns whether the relay's clock graph
+    /// changed.
+    fn ingest(&mut self, mut m: Meta, bytes: Bytes, raw_id: u32, staged: &mut Staged) -> bool {
+        let instance = m.key.0;
+        let Ok(fields) = scan_packet(&bytes) else {
+            self.machine(raw_id).count(reason::MALFORMED, 1);
+            return false;
+        };
+        m.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
+        let stream = self.stream_entry(m.key, raw_id);
+        if stream.written.is_some_and(|w| m.index <= w) {
+            self.machine(raw_id).count(reason::DUPLICATE, 1);
+            return false;
+        }
+        stream.written = Some(m.index);
+        // Sequence state changes in stream order, before the packet's own
+        // clock is chosen (a defaults packet applies to itself too).
+        if fields.clears_incremental_state() {
+            stream.default_clock = None;
+        }
+        if let Some(defaults) = fields.trace_packet_defaults {
+            stream.default_clock = defaults_timestamp_clock_id(defaults)
+                .ok()
+                .flatten()
+                .filter(|&c| c != 0);
+        }
+        let explicit = fields.timestamp_clock_id.filter(|&c| c != 0);
+        m.clock = explicit.or(stream.default_clock).unwrap_or(BOOTTIME);
+        m.stamp_clock = explicit.is_none() && stream.default_clock.is_none();
+        let blocked = stream.pending > 0;
+        let last = stream.last;
+        if fields.remote_clock_sync.is_some() {
+            // Replaced by the core's own sync points, which carry the
+            // estimator's mapping; the producer's would override it.
+            self.machine(raw_id).count(reason::REMOTE_SYNC_REPLACED, 1);
+            return false;
+        }
+        let Some(relay) = self.relays.get_mut(&instance) else {
+            return false;
+        };
+        let mut changed = false;
+        if let Some(snapshot) = fields.clock_snapshot {
+            let before = relay.clocks.invalid_clock_snapshots;
+            changed = relay.clocks.add_snapshot(snapshot, m.key.1);
+            let invalid = relay.clocks.invalid_clock_snapshots - before;
+            if invalid > 0 {
+                self.machine(raw_id)
+                    .count(reason::INVALID_SNAPSHOT, invalid);
+            }
+        }
+        let Some(relay) = self.relays.get_mut(&instance) else {
+            return changed;
+        };
+        relay.batches.add_outstanding(m.batch);
+        let resolution = if blocked {
+            Resolution::NoPath
+        } else {
+            let estimate = relay.estimate;
+            resolve(
+                &mut relay.clocks,
+                estimate.as_ref(),
+                last,
+                fields.timestamp,
+                &m,
+            )
+        };
+        match resolution {
+            Resolution::Ready { ts, boottime } => {
+                self.stage(&m, &bytes, &fields, ts, boottime, staged);
+            }
+            Resolution::NoPath | Resolution::NoSync => {
+                self.push_pending(PendingPacket { meta: m, bytes });
+            }
+            Resolution::Drop(why) => self.dropped(&m, why),
+        }
+        changed
+    }
+
+    /// Counts a dropped packet and lets its batch be acknowledged.
+    fn dropped(&mut self, m: &Meta, why: &'static str) {
+        if let Some(relay) = self.relays.get_mut(&m.key.0) {
+            relay.batches.packet_done(m.batch);
+            let raw_id = relay.raw_id;
+            self.machine(raw_id).count(why, 1);
+        }
+    }
+
+    /// Stamps a resolved packet into the staging buffer.
+    fn stage(
+        &mut self,
+        m: &Meta,
+        bytes: &[u8],
+        fields: &PacketFields<'_>,
+        ts: i64,
+        boottime: Option<i64>,
+        staged: &mut Staged,
+    ) {
+        let Some(stream) = self.streams.get_mut(&m.key) else {
+            return;
+        };
+        let raw_id = stream.raw_id;
+        let name = self
+            .machines
+            .get(&raw_id)
+            .and_then(|machine| machine.name.clone());
+        let has_ts = fields.timestamp.is_some();
+        let stamp_clock = (has_ts && m.stamp_clock).then_some(m.clock);
+        let start = staged.buf.len();
+        let stamped = stamp_relayed(
+            bytes,
+            fields,
+            raw_id,
+            stream.out_seq,
+            stamp_clock,
+            name.as_deref(),
+            &mut staged.buf,
+        );
+        if stamped.is_err() {
+            staged.buf.truncate(start);
+            self.dropped(m, reason::MALFORMED);
+            return;
+        }
+        stream.last = Some((ts, boottime));
+        let estimate = self.relays.get(&m.key.0).and_then(|r| r.estimate);
+        let packet = OutPacket {
+            ts,
+            machine_raw_id: raw_id,
+            machine_name: name,
+            seq: stream.out_seq,
+            clock: if has_ts { m.clock } else { 0 },
+            clock_ts: fields.timestamp.unwrap_or(0),
+            err_ns: estimate
+                .filter(|_| boottime.is_some())
+                .map_or(0, |e| e.error_bound_ns),
+            data_field: fields.data_field,
+            src: Arc::clone(&stream.src),
+            role: Role::of(fields),
+            origin: Some(Origin {
+                relay_instance: m.key.0,
+                relay_sequence: m.key.1,
+                index: m.index,
+            }),
+            bytes: Bytes::new(),
+        };
+        let queued = Queued {
+            packet,
+            relay_boottime: boottime,
+            batch: Some(BatchRef {
+                relay_instance: m.key.0,
+                batch: m.batch,
+            }),
+        };
+        staged
+            .packets
+            .push((stream.id, queued, start..staged.buf.len()));
+    }
+
+    /// Queues the staged packets, each a slice of one shared buffer.
+    fn queue_staged(&mut self, staged: &mut Staged) {
+        if staged.packets.is_empty() {
+            staged.buf.clear();
+            return;
+        }
+        let buf = Bytes::from(std::mem::take(&mut staged.buf));
+        for (stream, mut queued, range) in staged.packets.drain(..) {
+            queued.packet.bytes = buf.slice(range);
+            self.order.push(stream, queued);
+        }
+    }
+
+    /// Queues a packet behind its relay's unresolvable ones; when the queue
+    /// is full the oldest is dropped (see the module docs).
+    fn push_pending(&mut self, p: PendingPacket) {
+        let instance = p.meta.key.0;
+        if let Some(stream) = self.streams.get_mut(&p.meta.key) {
+            stream.pending += 1;
+        }
+        let (max_packets, max_bytes) = (
+            self.config.pending_max_packets,
+            self.config.pending_max_bytes,
+        );
+        let Some(relay) = self.relays.get_mut(&instance) else {
+            return;
+        };
+        relay.pending_bytes += p.bytes.len();
+        relay.pending.push_back(p);
+        let mut evicted = Vec::new();
+        while relay.pending.len() > max_packets || relay.pending_bytes > max_bytes {
+            let Some(old) = relay.pending.pop_front() else {
+                break;
+            };
+            relay.pending_bytes -= old.bytes.len();
+            evicted.push(old);
+        }
+        for old in evicted {
+            if let Some(stream) = self.streams.get_mut(&old.meta.key) {
+                stream.pending = stream.pending.saturating_sub(1);
+            }
+            self.dropped(&old.meta, reason::NO_PATH);
+        }
+    }
+
+    /// Resolves what can be resolved of a relay's pending packets, in
+    /// order; a stream whose packet still waits keeps its later ones too.
+    pub(super) fn retry_pending(&mut self, instance: u64) {
+        let Some(relay) = self.relays.get_mut(&instance) else {
+            return;
+        };
+        // Without an estimate nothing with a time resolves, and a packet
+        // without one waits only behind such a packet.
+        if relay.pending.is_empty() || relay.estimate.is_none() {
+            return;
+        }
+        let max_age = self.config.pending_max_age_ns;
+        let now = self.latest_now;
+        let waiting = std::mem::take(&mut relay.pending);
+        relay.pending_bytes = 0;
+        let mut kept = VecDeque::new();
+        let mut kept_bytes = 0;
+        let mut blocked: HashSet<u32> = HashSet::new();
+        let mut staged = std::mem::take(&mut self.staged);
+        for p in waiting {
+            let m = p.meta;
+            if blocked.contains(&m.key.1) {
+                kept_bytes += p.bytes.len();
+                kept.push_back(p);
+                continue;
+            }
+            // Scanned once already: cannot fail again.
+            let Ok(fields) = scan_packet(&p.bytes) else {
+                continue;
+            };
+            let last = self.streams.get(&m.key).and_then(|s| s.last);
+            let Some(relay) = self.relays.get_mut(&instance) else {
+                break;
+            };
+            let estimate = relay.estimate;
+            let mut resolution = resolve(
+                &mut relay.clocks,
+                estimate.as_ref(),
+                last,
+                fields.timestamp,
+                &m,
+            );
+            if resolution == Resolution::NoPath && now.saturating_sub(m.arrival) > max_age {
+                // Synced, and still no snapshot relates its clock: give up.
+                resolution = Resolution::Drop(reason::NO_PATH);
+            }
+            if let Resolution::NoPath | Resolution::NoSync = resolution {
+                blocked.insert(m.key.1);
+                kept_bytes += p.bytes.len();
+                kept.push_back(p);
+                continue;
+            }
+            if let Some(stream) = self.streams.get_mut(&m.key) {
+                stream.pending = stream.pending.saturating_sub(1);
+            }
+            match resolution {
+                Resolution::Ready { ts, boottime } => {
+                    self.stage(&m, &p.bytes, &fields, ts, boottime, &mut staged);
+                }
+                Resolution::Drop(why) => self.dropped(&m, why),
+                Resolution::NoPath | Resolution::NoSync => {}
+            }
+        }
+        self.queue_staged(&mut staged);
+        self.staged = staged;
+        if let Some(relay) = self.relays.get_mut(&instance) {
+            relay.pending = kept;
+            relay.pending_bytes = kept_bytes;
+        }
+    }
+}

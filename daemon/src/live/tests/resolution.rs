@@ -1,0 +1,379 @@
+//! Clock resolution, pending, stamping and sync points.
+
+use super::*;
+
+#[test]
+fn two_relays_with_different_offsets_resolve_to_exact_host_times() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 1_000_000);
+    let b = synced_relay(&mut core, 20, 2, -500_000);
+    core.batch(a, 1, 0, encode(&[event(2, 5_000_000)]), None, 0)
+        .unwrap();
+    core.batch(b, 1, 0, encode(&[event(2, 3_000_000)]), None, 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let got: Vec<(u32, i64)> = relayed(&out)
+        .iter()
+        .map(|p| (p.machine_raw_id, p.ts))
+        .collect();
+    // host = relay - offset
+    assert_eq!(got, [(2, 3_500_000), (1, 4_000_000)]);
+    for p in relayed(&out) {
+        let d = decode(p);
+        assert_eq!(d.machine_id, Some(p.machine_raw_id));
+        assert_eq!(
+            d.timestamp_clock_id,
+            Some(BOOTTIME),
+            "resolved clock stamped"
+        );
+        assert_eq!(
+            d.optional_trusted_packet_sequence_id,
+            Some(OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(
+                p.seq
+            ))
+        );
+        assert_eq!(p.err_ns, 40);
+        assert_eq!((p.clock, p.clock_ts), (BOOTTIME, d.timestamp.unwrap()));
+        assert_eq!(p.data_field, Some(11));
+        assert_eq!(p.role, Role::Data);
+    }
+    // Two relays' sequence 2 are two output sequences.
+    let seqs: Vec<u32> = relayed(&out).iter().map(|p| p.seq).collect();
+    assert_ne!(seqs[0], seqs[1]);
+    assert!(seqs.iter().all(|&s| s >= 2));
+}
+
+#[test]
+fn monotonic_packets_go_through_the_relays_snapshots() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 1_000);
+    let packets = [
+        snapshot(1, &[(BOOTTIME, 10_000), (MONOTONIC, 4_000)]),
+        event_on_clock(3, MONOTONIC, 4_500),
+    ];
+    core.batch(a, 1, 0, encode(&packets), None, 0).unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let got = relayed(&out);
+    assert_eq!(got[0].role, Role::ClockSnapshot);
+    assert_eq!(got[0].ts, 9_000);
+    // MONOTONIC 4500 -> BOOTTIME 10500 -> host 9500; its clock stays 3.
+    assert_eq!(got[1].ts, 9_500);
+    assert_eq!(decode(got[1]).timestamp_clock_id, Some(MONOTONIC));
+    assert_eq!((got[1].clock, got[1].clock_ts), (MONOTONIC, 4_500));
+}
+
+#[test]
+fn pending_until_sync_then_released_in_order() {
+    let mut core = core();
+    let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
+    let packets = [event(2, 3_000), event(2, 1_000), event(3, 2_000)];
+    core.batch(c.slot, 1, 0, encode(&packets), None, 0).unwrap();
+    let mut out = Vec::new();
+    core.drain(1_000_000, &mut out);
+    assert!(
+        out.iter().all(|p| p.origin.is_none()),
+        "nothing resolvable yet"
+    );
+    assert_eq!(core.status(0, 0)[1].pending, 3);
+    assert_eq!(core.committed(), []);
+
+    core.sync(c.slot, estimate(0)).unwrap();
+    core.drain(1_000_000, &mut out);
+    // Stream 2 keeps its order (3000 before 1000); stream 3 interleaves.
+    assert_eq!(ts_of(&out), [2_000, 3_000, 1_000]);
+    assert_eq!(core.status(0, 0)[1].pending, 0);
+    assert_eq!(core.committed(), [(c.slot, 1)]);
+}
+
+#[test]
+fn pending_overflow_drops_the_oldest_counted_as_no_path() {
+    let mut core = LiveCore::new(
+        LiveConfig {
+            pending_max_packets: 2,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
+    let packets = [event(2, 1), event(2, 2), event(2, 3), event(2, 4)];
+    core.batch(c.slot, 1, 0, encode(&packets), None, 0).unwrap();
+    assert_eq!(drop_count(&core, 1, reason::NO_PATH), 2);
+    core.sync(c.slot, estimate(0)).unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    assert_eq!(ts_of(&out), [3, 4]);
+    assert_eq!(
+        core.committed(),
+        [(c.slot, 1)],
+        "dropped packets count as done"
+    );
+}
+
+#[test]
+fn pending_byte_bound_holds_too() {
+    let mut core = LiveCore::new(
+        LiveConfig {
+            pending_max_bytes: 1,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
+    core.batch(c.slot, 1, 0, encode(&[event(2, 1), event(2, 2)]), None, 0)
+        .unwrap();
+    assert_eq!(drop_count(&core, 1, reason::NO_PATH), 2);
+    assert_eq!(core.status(0, 0)[1].pending, 0);
+}
+
+#[test]
+fn sequence_clock_used_before_its_snapshot_is_resolved_later() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 0);
+    // Clock 64 of sequence 2, and a later packet of the same stream behind it.
+    let first = [event_on_clock(2, 64, 150), event(2, 5_000), event(3, 4_000)];
+    core.batch(a, 1, 0, encode(&first), None, 0).unwrap();
+    let mut out = Vec::new();
+    core.drain(1_000_000, &mut out);
+    assert_eq!(ts_of(&out), [4_000], "stream 3 is not held by stream 2");
+    // A snapshot of clock 64 on another sequence does not define it for 2.
+    core.batch(
+        a,
+        2,
+        3,
+        encode(&[snapshot(3, &[(64, 100), (BOOTTIME, 9_000)])]),
+        None,
+        0,
+    )
+    .unwrap();
+    core.drain(1_000_000, &mut out);
+    assert_eq!(ts_of(&out), [4_000, 9_000]);
+    core.batch(
+        a,
+        3,
+        4,
+        encode(&[snapshot(2, &[(64, 100), (BOOTTIME, 1_000)])]),
+        None,
+        0,
+    )
+    .unwrap();
+    core.flush_all(&mut out);
+    // 64@150 -> BOOTTIME 1050, then the held packet, then the snapshot.
+    assert_eq!(ts_of(&out), [4_000, 9_000, 1_050, 5_000, 1_000]);
+    assert_eq!(decode(relayed(&out)[2]).timestamp_clock_id, Some(64));
+}
+
+#[test]
+fn clock_without_a_path_is_dropped_after_the_age_limit() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 0);
+    core.batch(a, 1, 0, encode(&[event_on_clock(2, 200, 5)]), None, 0)
+        .unwrap();
+    assert_eq!(core.status(0, 0)[1].pending, 1);
+    core.heartbeat(a, clocks(1), 20_000_000_000).unwrap();
+    core.sync(a, estimate(0)).unwrap();
+    assert_eq!(core.status(0, 0)[1].pending, 0);
+    assert_eq!(drop_count(&core, 1, reason::NO_PATH), 1);
+}
+
+#[test]
+fn packets_without_timestamp_take_their_streams_last_time() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 100);
+    let mut bare = on_seq(TracePacket::default(), 2);
+    bare.data = Some(Data::TrackEvent(TrackEvent::default()));
+    let mut first_bare = on_seq(TracePacket::default(), 3);
+    first_bare.data = Some(Data::TrackEvent(TrackEvent::default()));
+    core.batch(
+        a,
+        1,
+        0,
+        encode(&[event(2, 700), bare, first_bare]),
+        clocks(900),
+        0,
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let got = relayed(&out);
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0].ts, 600);
+    assert_eq!(got[1].ts, 600);
+    assert_eq!((got[1].clock, got[1].clock_ts), (0, 0));
+    assert_eq!(
+        decode(got[1]).timestamp_clock_id,
+        None,
+        "no clock stamped without ts"
+    );
+    // Stream 3 has no time yet: the batch's relay clock.
+    assert_eq!(got[2].ts, 800);
+}
+
+#[test]
+fn negative_host_times_are_dropped_and_counted() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 1_000);
+    core.batch(a, 1, 0, encode(&[event(2, 999), event(2, 1_000)]), None, 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    assert_eq!(ts_of(&out), [0]);
+    assert_eq!(drop_count(&core, 1, reason::NEGATIVE), 1);
+    assert_eq!(core.committed(), [(a, 1)]);
+}
+
+#[test]
+fn producer_remote_clock_syncs_are_replaced() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 0);
+    let sync = on_seq(
+        TracePacket {
+            data: Some(Data::RemoteClockSync(RemoteClockSync::default())),
+            ..Default::default()
+        },
+        2,
+    );
+    core.batch(a, 1, 0, encode(&[sync]), None, 0).unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    assert!(out.is_empty());
+    assert_eq!(drop_count(&core, 1, reason::REMOTE_SYNC_REPLACED), 1);
+}
+
+#[test]
+fn system_info_keeps_the_machine_name() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 0);
+    let info = on_seq(
+        TracePacket {
+            data: Some(Data::SystemInfo(SystemInfo::default())),
+            ..Default::default()
+        },
+        1,
+    );
+    core.batch(a, 1, 0, encode(&[event(1, 5), info]), None, 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let got = relayed(&out);
+    assert_eq!(got[1].role, Role::SystemInfo);
+    let Some(Data::SystemInfo(info)) = decode(got[1]).data else {
+        panic!("SystemInfo expected");
+    };
+    assert_eq!(info.machine_name.as_deref(), Some("m1"));
+    assert_eq!(got[1].machine_name.as_deref(), Some("m1"));
+}
+
+/// The sync points of `out`: (client, host) of their first entry.
+fn sync_points(out: &[OutPacket]) -> Vec<(u64, u64)> {
+    out.iter()
+        .filter(|p| p.role == Role::SyncPoint)
+        .map(|p| {
+            let Some(Data::RemoteClockSync(s)) = decode(p).data else {
+                panic!("sync point is a RemoteClockSync");
+            };
+            assert_eq!(s.synced_clocks.len(), 2);
+            assert_eq!(s.synced_clocks[0], s.synced_clocks[1]);
+            let value =
+                |c: &Option<ClockSnapshot>| c.as_ref().unwrap().clocks[0].timestamp.unwrap();
+            (
+                value(&s.synced_clocks[0].client_clocks),
+                value(&s.synced_clocks[0].host_clocks),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn sync_points_before_first_packet_and_when_offset_moves_past_threshold() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 5_000);
+    let mut out = Vec::new();
+    core.batch(a, 1, 0, encode(&[event(2, 100_000)]), None, 0)
+        .unwrap();
+    core.flush_all(&mut out);
+    assert_eq!(out[0].role, Role::SyncPoint, "before the first packet");
+    assert_eq!(out[0].machine_raw_id, 1);
+    assert_eq!(decode(&out[0]).machine_id, Some(1));
+    assert_eq!(sync_points(&out), [(100_000, 95_000)]);
+
+    // Moves by 600 ns: within the 1 us threshold, no new sync point.
+    core.sync(a, estimate(5_600)).unwrap();
+    core.batch(a, 2, 1, encode(&[event(2, 200_000)]), None, 0)
+        .unwrap();
+    core.flush_all(&mut out);
+    assert_eq!(sync_points(&out).len(), 1);
+    assert_eq!(
+        out.last().unwrap().ts,
+        194_400,
+        "the core's own time is exact"
+    );
+
+    // Moves by 1500 ns from the last sync point: a new one.
+    core.sync(a, estimate(6_500)).unwrap();
+    core.batch(a, 3, 2, encode(&[event(2, 300_000)]), None, 0)
+        .unwrap();
+    core.flush_all(&mut out);
+    assert_eq!(sync_points(&out), [(100_000, 95_000), (300_000, 293_500)]);
+    let n = out.len();
+    assert_eq!(out[n - 2].role, Role::SyncPoint, "right before its packet");
+    assert_eq!(core.stats().sync_points_written, 2);
+}
+
+#[test]
+fn host_writes_its_system_info_once_and_a_snapshot_every_second() {
+    let mut core = core();
+    let snap = |t: u64| [(BOOTTIME, t), (MONOTONIC, t - 7), (1, t + 99), (5, t - 8)];
+    for t in [
+        1_000_000_000u64,
+        1_500_000_000,
+        2_000_000_000,
+        2_100_000_000,
+    ] {
+        core.host_tick(t, &snap(t));
+    }
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let roles: Vec<Role> = out.iter().map(|p| p.role).collect();
+    assert_eq!(
+        roles,
+        [Role::SystemInfo, Role::ClockSnapshot, Role::ClockSnapshot]
+    );
+    assert!(
+        out.iter()
+            .all(|p| p.machine_raw_id == 0 && p.seq == OWN_SEQUENCE_ID)
+    );
+    let Some(Data::SystemInfo(info)) = decode(&out[0]).data else {
+        panic!("SystemInfo expected");
+    };
+    assert_eq!(info.machine_name.as_deref(), Some(HOST_NAME));
+    let d = decode(&out[2]);
+    assert_eq!(d.machine_id, None);
+    assert_eq!(d.timestamp, Some(2_000_000_000));
+    let Some(Data::ClockSnapshot(s)) = d.data else {
+        panic!("ClockSnapshot expected");
+    };
+    assert_eq!(s.clocks.len(), 4);
+    assert_eq!(s.clocks[1].timestamp, Some(2_000_000_000 - 7));
+}
+
+#[test]
+fn defaults_clock_applies_to_the_sequence() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 0);
+    let mut defaults = snapshot(2, &[(MONOTONIC, 0), (BOOTTIME, 1_000)]);
+    defaults.trace_packet_defaults = Some(TracePacketDefaults {
+        timestamp_clock_id: Some(MONOTONIC),
+    });
+    defaults.timestamp_clock_id = Some(BOOTTIME);
+    core.batch(a, 1, 0, encode(&[defaults, event(2, 50)]), None, 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let got = relayed(&out);
+    assert_eq!(got[1].ts, 1_050);
+    assert_eq!(got[1].clock, MONOTONIC);
+    // The sequence's default names the clock: nothing is stamped.
+    assert_eq!(decode(got[1]).timestamp_clock_id, None);
+}
