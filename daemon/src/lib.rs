@@ -9,10 +9,12 @@
 //! - [`rolling`]: the rolling writer of the live merged trace.
 //! - [`sync`]: clock-sync probes and estimator, host side.
 //! - [`status`]: the daemon's status report.
+//! - [`config`]: `tracesyncd`'s configuration (file + flags).
 //! - [`exit`]: sysexits codes shared by the binaries.
 
 pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod demo;
 pub mod exit;
 pub mod hostclock;
