@@ -7,6 +7,8 @@
 //! - [`live`]: the live-capture core (sans-IO): relay batches in, ordered
 //!   resolved packets out.
 //! - [`rolling`]: the rolling writer of the live merged trace.
+//! - [`server`]: the daemon's tokio side: relay sessions, the ingest
+//!   loop, acks, shutdown.
 //! - [`sync`]: clock-sync probes and estimator, host side.
 //! - [`status`]: the daemon's status report.
 //! - [`config`]: `tracesyncd`'s configuration (file + flags).
@@ -21,5 +23,6 @@ pub mod hostclock;
 pub mod live;
 pub mod merge;
 pub mod rolling;
+pub mod server;
 pub mod status;
 pub mod sync;
