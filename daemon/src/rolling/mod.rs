@@ -2,4 +2,574 @@
 //! index.jsonl, self-contained files (preamble replay), a commit journal
 //! for de-duplication state, recovery of a torn file on restart.
 //!
-//! Blocking API: the daemon runs it on its own thread.
+//! Blocking API: the daemon runs it on its own thread. File layout and
+//! guarantees: docs/format.md, "Rolling output".
+
+mod index;
+mod journal;
+mod naming;
+mod preamble;
+mod recover;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tracesync_protocol::wire;
+
+pub use index::{INDEX_NAME, IndexEntry, IndexMachine};
+pub use naming::{SYNC_SIDECAR_SUFFIX, civil_from_days, days_from_civil, utc_stamp};
+pub use preamble::{PreambleLimits, role_of};
+pub use recover::JOURNAL_NAME;
+
+use crate::live::OutPacket;
+use journal::{Journal, JournalRecord};
+
+/// Buffered output is handed to the OS past this many bytes.
+const FLUSH_BYTES: usize = 1 << 20;
+/// The journal is compacted at the next commit past this size.
+const JOURNAL_COMPACT_BYTES: u64 = 8 << 20;
+
+/// Where and how the rolling output is written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RollingConfig {
+    pub dir: PathBuf,
+    /// Rotate before a write once the file has this many bytes.
+    pub max_file_bytes: u64,
+    /// Rotate before a write once the file is this old.
+    pub max_file_age: Duration,
+    /// Delete the oldest complete files while all files exceed this.
+    pub retain_bytes: u64,
+    /// Delete complete files started longer ago than this; zero: never.
+    pub retain_age: Duration,
+    /// fdatasync files and the journal on commit and rotation.
+    pub fsync: bool,
+    /// Bounds of the replayed preamble state.
+    pub preamble: PreambleLimits,
+}
+
+impl RollingConfig {
+    /// The defaults: 256 MiB or 10 minutes per file, keep 10 GiB and 7 days.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            max_file_bytes: 256 << 20,
+            max_file_age: Duration::from_secs(600),
+            retain_bytes: 10 << 30,
+            retain_age: Duration::from_secs(7 * 86_400),
+            fsync: true,
+            preamble: PreambleLimits::default(),
+        }
+    }
+}
+
+/// De-duplication state of one relay sequence, as last committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveredStream {
+    /// Output trusted_packet_sequence_id the stream was written with.
+    pub out_seq: u32,
+    pub relay_instance: u64,
+    pub relay_sequence: u32,
+    pub machine_raw_id: u32,
+    /// Origin.index of the stream's last packet written and committed.
+    pub written_through: u64,
+}
+
+/// What `open` recovered from a previous run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub streams: Vec<RecoveredStream>,
+    /// Output sequence ids below this are used in the carried-over state:
+    /// allocate new ones from here (1 when nothing was recovered).
+    pub next_out_seq: u32,
+}
+
+/// Errors of `open`.
+#[derive(Debug, thiserror::Error)]
+pub enum RollingError {
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// Counters since `open`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RollingStats {
+    pub files_started: u64,
+    pub rotations: u64,
+    /// Packets and bytes (Trace framing included) written, preambles too.
+    pub packets_written: u64,
+    pub bytes_written: u64,
+    pub preamble_packets_written: u64,
+    pub commits: u64,
+    pub files_deleted: u64,
+    pub bytes_deleted: u64,
+    /// Incremental-state packets not replayed: their sequence's state was
+    /// over `PreambleLimits::per_sequence_bytes`.
+    pub incremental_state_overflow: u64,
+    /// Preamble keys forgotten to stay within `PreambleLimits`.
+    pub preamble_forgotten: u64,
+    pub index_write_errors: u64,
+    pub retention_errors: u64,
+    /// Cut off the last file by recovery (past its last commit).
+    pub recovered_truncated_bytes: u64,
+    /// Preamble-only files of an unfinished rotation removed by recovery.
+    pub recovered_orphans_removed: u64,
+    /// Journal bytes past its last valid record, ignored by recovery.
+    pub journal_ignored_bytes: u64,
+    pub index_bad_lines: u64,
+}
+
+/// The file being written.
+#[derive(Debug)]
+struct Current {
+    path: PathBuf,
+    file: File,
+    start: SystemTime,
+    /// Framed packets not yet handed to the OS.
+    pending: Vec<u8>,
+    /// Packets written after the preamble.
+    data_packets: u64,
+    machines: BTreeMap<u32, Option<Arc<str>>>,
+    entry: IndexEntry,
+    /// Length named by the last journal record.
+    committed_len: u64,
+    sidecar: Option<File>,
+}
+
+/// Adds the path to an I/O error, keeping its kind (ENOSPC stays StorageFull).
+fn at<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> io::Error + 'a {
+    move |e| io::Error::new(e.kind(), format!("cannot {action} {}: {e}", path.display()))
+}
+
+fn frame(body: &[u8], out: &mut Vec<u8>) {
+    wire::put_trace_packet(out, body);
+}
+
+/// Writes `buf` to `file`, removing from it what was written, also on error.
+fn drain_into<W: Write>(file: &mut W, buf: &mut Vec<u8>) -> io::Result<()> {
+    let mut done = 0;
+    let result = loop {
+        if done == buf.len() {
+            break Ok(());
+        }
+        match file.write(&buf[done..]) {
+            Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
+    };
+    buf.drain(..done);
+    result
+}
+
+/// Writes the rolling output. See the module docs.
+#[derive(Debug)]
+pub struct RollingWriter {
+    config: RollingConfig,
+    current: Current,
+    /// Complete files, oldest first.
+    done: Vec<IndexEntry>,
+    preamble: preamble::PreambleState,
+    streams: BTreeMap<(u64, u32), RecoveredStream>,
+    changed: BTreeSet<(u64, u32)>,
+    next_out_seq: u32,
+    next_file_seq: u64,
+    journal: Journal,
+    stats: RollingStats,
+}
+
+impl RollingWriter {
+    /// Opens the output directory (created if missing), recovers the last
+    /// run's committed state, and starts a new file.
+    pub fn open(config: RollingConfig) -> Result<(Self, Recovered), RollingError> {
+        Self::open_at(config, SystemTime::now())
+    }
+
+    /// [`open`](Self::open) with the wall-clock time given.
+    pub fn open_at(
+        config: RollingConfig,
+        now: SystemTime,
+    ) -> Result<(Self, Recovered), RollingError> {
+        let dir = config.dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|source| RollingError::Io {
+            action: "create",
+            path: dir.clone(),
+            source,
+        })?;
+        let found = recover::scan(&dir, config.preamble)?;
+        let recovered = Recovered {
+            streams: found.streams.values().copied().collect(),
+            next_out_seq: found.next_out_seq,
+        };
+        let name = naming::file_name(now, found.next_file_seq);
+        let preamble = found.preamble.packets();
+        let opened = Self::start_file(&config, &name, now, &preamble).and_then(|current| {
+            let record = full_record(&current, &found.streams, found.next_out_seq);
+            let journal = Journal::compact(&dir.join(JOURNAL_NAME), &record, config.fsync)?;
+            Ok((current, journal))
+        });
+        let (current, journal) = opened.map_err(|source| RollingError::Io {
+            action: "start",
+            path: dir.join(&name),
+            source,
+        })?;
+        let stats = RollingStats {
+            files_started: 1,
+            packets_written: preamble.len() as u64,
+            bytes_written: current.entry.bytes,
+            preamble_packets_written: preamble.len() as u64,
+            recovered_truncated_bytes: found.truncated_bytes,
+            recovered_orphans_removed: found.orphans_removed,
+            journal_ignored_bytes: found.journal_ignored_bytes,
+            index_bad_lines: found.bad_index_lines,
+            ..RollingStats::default()
+        };
+        let mut writer = Self {
+            config,
+            current,
+            done: found.entries,
+            preamble: found.preamble,
+            streams: found.streams,
+            changed: BTreeSet::new(),
+            next_out_seq: found.next_out_seq,
+            next_file_seq: found.next_file_seq + 1,
+            journal,
+            stats,
+        };
+        writer.apply_retention(now);
+        writer.save_index();
+        Ok((writer, recovered))
+    }
+
+    /// Creates a file and writes (and syncs) its preamble.
+    fn start_file(
+        config: &RollingConfig,
+        name: &str,
+        now: SystemTime,
+        preamble: &[bytes::Bytes],
+    ) -> io::Result<Current> {
+        let path = config.dir.join(name);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(at(&path, "create"))?;
+        let mut bytes = Vec::new();
+        for p in preamble {
+            frame(p, &mut bytes);
+        }
+        let synced = file.write_all(&bytes).and_then(|()| {
+            if config.fsync {
+                file.sync_data()?;
+                journal::sync_dir(&config.dir)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = synced {
+            let _ = std::fs::remove_file(&path);
+            return Err(at(&path, "write")(e));
+        }
+        let len = bytes.len() as u64;
+        Ok(Current {
+            path,
+            file,
+            start: now,
+            pending: Vec::new(),
+            data_packets: 0,
+            machines: BTreeMap::new(),
+            entry: IndexEntry {
+                preamble_bytes: len,
+                preamble_packets: preamble.len() as u64,
+                packets: preamble.len() as u64,
+                complete: false,
+                ..IndexEntry::found(name.to_owned(), len)
+            },
+            committed_len: len,
+            sidecar: None,
+        })
+    }
+
+    /// Writes one packet (rotating first if the size or age limit is
+    /// reached). On error the packet was not taken and nothing is torn: the
+    /// caller may retry it later.
+    pub fn write(&mut self, packet: &OutPacket, now: SystemTime) -> io::Result<()> {
+        if self.current.pending.len() >= FLUSH_BYTES {
+            self.flush()?;
+        }
+        if self.should_rotate(now) {
+            self.rotate(now)?;
+        }
+        let c = &mut self.current;
+        let before = c.pending.len();
+        frame(&packet.bytes, &mut c.pending);
+        let len = (c.pending.len() - before) as u64;
+        c.entry.bytes += len;
+        c.entry.packets += 1;
+        c.entry.first_ts = Some(c.entry.first_ts.map_or(packet.ts, |t| t.min(packet.ts)));
+        c.entry.last_ts = Some(c.entry.last_ts.map_or(packet.ts, |t| t.max(packet.ts)));
+        c.data_packets += 1;
+        let name = c.machines.entry(packet.machine_raw_id).or_default();
+        if name.is_none() {
+            name.clone_from(&packet.machine_name);
+        }
+        self.stats.packets_written += 1;
+        self.stats.bytes_written += len;
+        self.preamble.observe(
+            packet.role,
+            packet.machine_raw_id,
+            packet.seq,
+            &packet.bytes,
+        );
+        self.next_out_seq = self.next_out_seq.max(packet.seq.saturating_add(1));
+        if let Some(o) = packet.origin {
+            let key = (o.relay_instance, o.relay_sequence);
+            let s = self.streams.entry(key).or_insert(RecoveredStream {
+                out_seq: packet.seq,
+                relay_instance: o.relay_instance,
+                relay_sequence: o.relay_sequence,
+                machine_raw_id: packet.machine_raw_id,
+                written_through: o.index,
+            });
+            s.out_seq = packet.seq;
+            s.machine_raw_id = packet.machine_raw_id;
+            s.written_through = s.written_through.max(o.index);
+            self.changed.insert(key);
+        }
+        Ok(())
+    }
+
+    fn should_rotate(&self, now: SystemTime) -> bool {
+        let c = &self.current;
+        let old = now
+            .duration_since(c.start)
+            .is_ok_and(|age| age >= self.config.max_file_age);
+        // A file gets at least one packet, however small the limits.
+        c.data_packets > 0 && (c.entry.bytes >= self.config.max_file_bytes || old)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let c = &mut self.current;
+        drain_into(&mut c.file, &mut c.pending).map_err(at(&c.path, "write"))
+    }
+
+    /// Makes everything written so far durable, and records it in the
+    /// journal. On error nothing committed before is lost; retry later.
+    pub fn commit(&mut self) -> io::Result<()> {
+        self.flush()?;
+        let c = &mut self.current;
+        if self.changed.is_empty() && c.entry.bytes == c.committed_len {
+            return Ok(());
+        }
+        if self.config.fsync {
+            c.file.sync_data().map_err(at(&c.path, "fsync"))?;
+        }
+        let record = JournalRecord {
+            file: c.entry.name.clone(),
+            len: c.entry.bytes,
+            next_out_seq: self.next_out_seq,
+            full: false,
+            streams: self.changed.iter().map(|k| self.streams[k]).collect(),
+        };
+        let path = self.journal.path().to_path_buf();
+        self.journal
+            .append(&record)
+            .map_err(at(&path, "append to"))?;
+        c.committed_len = c.entry.bytes;
+        self.changed.clear();
+        self.stats.commits += 1;
+        if self.journal.len() > JOURNAL_COMPACT_BYTES {
+            let record = full_record(&self.current, &self.streams, self.next_out_seq);
+            match Journal::compact(&path, &record, self.config.fsync) {
+                Ok(j) => self.journal = j,
+                // The appended journal stays valid; compaction is retried.
+                Err(e) => tracing::warn!("cannot compact {}: {e}", path.display()),
+            }
+        }
+        self.save_index();
+        Ok(())
+    }
+
+    /// Ends the current file and starts the next one with the preamble.
+    fn rotate(&mut self, now: SystemTime) -> io::Result<()> {
+        self.flush()?;
+        if self.config.fsync {
+            let c = &self.current;
+            c.file.sync_data().map_err(at(&c.path, "fsync"))?;
+        }
+        let name = naming::file_name(now, self.next_file_seq);
+        let preamble = self.preamble.packets();
+        let next = Self::start_file(&self.config, &name, now, &preamble)?;
+        let record = full_record(&next, &self.streams, self.next_out_seq);
+        let path = self.journal.path().to_path_buf();
+        match Journal::compact(&path, &record, self.config.fsync) {
+            Ok(j) => self.journal = j,
+            Err(e) => {
+                let _ = std::fs::remove_file(&next.path);
+                return Err(at(&path, "compact")(e));
+            }
+        }
+        self.next_file_seq += 1;
+        self.changed.clear();
+        let mut old = std::mem::replace(&mut self.current, next);
+        finish_entry(&mut old);
+        self.done.push(old.entry);
+        self.stats.files_started += 1;
+        self.stats.rotations += 1;
+        self.stats.packets_written += preamble.len() as u64;
+        self.stats.preamble_packets_written += preamble.len() as u64;
+        self.stats.bytes_written += self.current.entry.bytes;
+        self.apply_retention(now);
+        self.save_index();
+        Ok(())
+    }
+
+    /// Deletes expired complete files and their sidecars.
+    fn apply_retention(&mut self, now: SystemTime) {
+        let limits = index::Retention {
+            max_bytes: self.config.retain_bytes,
+            max_age: self.config.retain_age,
+        };
+        let mut all = self.done.clone();
+        all.push(self.current.entry.clone());
+        let expired = index::expired(&all, &self.current.entry.name, limits, now);
+        for name in expired {
+            let path = self.config.dir.join(&name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    self.stats.retention_errors += 1;
+                    tracing::warn!("cannot remove {}: {e}; kept in the index", path.display());
+                    continue;
+                }
+            }
+            let _ = std::fs::remove_file(self.config.dir.join(naming::sidecar_name(&name)));
+            if let Some(i) = self.done.iter().position(|e| e.name == name) {
+                let e = self.done.remove(i);
+                self.stats.files_deleted += 1;
+                self.stats.bytes_deleted += e.bytes;
+            }
+        }
+    }
+
+    fn save_index(&mut self) {
+        let mut all = self.done.clone();
+        let mut current = self.current.entry.clone();
+        current.machines = machines(&self.current);
+        all.push(current);
+        let path = self.config.dir.join(INDEX_NAME);
+        if let Err(e) = index::save(&path, &all) {
+            // The index is a convenience: the next commit rewrites it whole.
+            self.stats.index_write_errors += 1;
+            tracing::warn!("cannot write {}: {e}", path.display());
+        }
+    }
+
+    /// Appends raw probe samples, one JSON object a line, to the current
+    /// file's `.sync.jsonl` sidecar.
+    pub fn write_sync_samples<T: Serialize>(&mut self, samples: &[T]) -> io::Result<()> {
+        let mut lines = Vec::new();
+        for s in samples {
+            serde_json::to_writer(&mut lines, s).map_err(io::Error::other)?;
+            lines.push(b'\n');
+        }
+        let path = self.sidecar_path();
+        let c = &mut self.current;
+        if c.sidecar.is_none() {
+            let f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(at(&path, "open"))?;
+            c.sidecar = Some(f);
+        }
+        match &mut c.sidecar {
+            Some(f) => f.write_all(&lines).map_err(at(&path, "write")),
+            None => Ok(()),
+        }
+    }
+
+    fn sidecar_path(&self) -> PathBuf {
+        self.config
+            .dir
+            .join(naming::sidecar_name(&self.current.entry.name))
+    }
+
+    /// Commits, marks the current file complete in the index.
+    pub fn close(mut self) -> io::Result<()> {
+        self.commit()?;
+        let Self {
+            config,
+            mut current,
+            mut done,
+            ..
+        } = self;
+        finish_entry(&mut current);
+        done.push(current.entry);
+        let path = config.dir.join(INDEX_NAME);
+        index::save(&path, &done).map_err(at(&path, "write"))
+    }
+
+    /// The file being written.
+    pub fn current_path(&self) -> &Path {
+        &self.current.path
+    }
+
+    /// The index lines as they are now (the current file last).
+    pub fn index(&self) -> Vec<IndexEntry> {
+        let mut all = self.done.clone();
+        let mut current = self.current.entry.clone();
+        current.machines = machines(&self.current);
+        all.push(current);
+        all
+    }
+
+    pub fn stats(&self) -> RollingStats {
+        let counters = self.preamble.counters();
+        RollingStats {
+            incremental_state_overflow: counters.incremental_state_overflow,
+            preamble_forgotten: counters.forgotten,
+            ..self.stats
+        }
+    }
+}
+
+fn finish_entry(c: &mut Current) {
+    c.entry.complete = true;
+    c.entry.machines = machines(c);
+}
+
+fn machines(c: &Current) -> Vec<IndexMachine> {
+    c.machines
+        .iter()
+        .map(|(&raw_id, name)| IndexMachine {
+            raw_id,
+            name: name.as_deref().map(str::to_owned),
+        })
+        .collect()
+}
+
+fn full_record(
+    c: &Current,
+    streams: &BTreeMap<(u64, u32), RecoveredStream>,
+    next_out_seq: u32,
+) -> JournalRecord {
+    JournalRecord {
+        file: c.entry.name.clone(),
+        len: c.entry.bytes,
+        next_out_seq,
+        full: true,
+        streams: streams.values().copied().collect(),
+    }
+}

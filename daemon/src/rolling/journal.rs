@@ -1,0 +1,284 @@
+//! The commit journal: after each commit, the current file's durable length
+//! and the de-duplication state of the streams that changed, as
+//! crc32-checked records. Compacted to one full record on rotation.
+//!
+//! Layout: the magic `TSJRNL1\n`, then records of `u32 LE payload length`,
+//! `u32 LE crc32 of the payload`, payload (one JSON [`JournalRecord`]).
+//! Reading stops at the first torn or corrupt record: everything before it
+//! was fsynced before the commit that wrote it returned.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::RecoveredStream;
+
+const MAGIC: &[u8; 8] = b"TSJRNL1\n";
+/// Records longer than this are treated as corrupt.
+const MAX_RECORD_BYTES: u32 = 64 << 20;
+
+/// One commit (or a compaction, `full`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JournalRecord {
+    /// Name of the trace file being written.
+    pub file: String,
+    /// Its durable length in bytes.
+    pub len: u64,
+    /// Smallest output sequence id not yet used.
+    pub next_out_seq: u32,
+    /// Whether `streams` is the whole state (else: the streams changed since
+    /// the previous record).
+    pub full: bool,
+    pub streams: Vec<RecoveredStream>,
+}
+
+/// The state the journal's valid records add up to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JournalState {
+    pub file: Option<String>,
+    pub len: u64,
+    pub next_out_seq: u32,
+    /// By (relay instance, relay sequence).
+    pub streams: BTreeMap<(u64, u32), RecoveredStream>,
+    pub records: u64,
+    /// Bytes after the last valid record (a torn or corrupt tail).
+    pub ignored_bytes: u64,
+}
+
+impl JournalState {
+    fn apply(&mut self, r: JournalRecord) {
+        if r.full {
+            self.streams.clear();
+        }
+        for s in r.streams {
+            self.streams.insert((s.relay_instance, s.relay_sequence), s);
+        }
+        self.file = Some(r.file);
+        self.len = r.len;
+        self.next_out_seq = r.next_out_seq;
+        self.records += 1;
+    }
+}
+
+/// Reads a journal; `None` if there is none.
+pub fn read(path: &Path) -> io::Result<Option<JournalState>> {
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(f) => f
+            .take(u64::from(MAX_RECORD_BYTES) * 4)
+            .read_to_end(&mut bytes)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(parse(&bytes)))
+}
+
+/// The state of a journal's bytes, up to the first bad record.
+pub fn parse(bytes: &[u8]) -> JournalState {
+    let mut state = JournalState::default();
+    let Some(mut rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
+        state.ignored_bytes = bytes.len() as u64;
+        return state;
+    };
+    while let Some(record) = next_record(&mut rest) {
+        state.apply(record);
+    }
+    state.ignored_bytes = rest.len() as u64;
+    state
+}
+
+/// Takes one valid record off the front of `rest`.
+fn next_record(rest: &mut &[u8]) -> Option<JournalRecord> {
+    let (header, body) = rest.split_first_chunk::<8>()?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if len > MAX_RECORD_BYTES {
+        return None;
+    }
+    let payload = body.get(..len as usize)?;
+    if crc32fast::hash(payload) != crc {
+        return None;
+    }
+    let record = serde_json::from_slice(payload).ok()?;
+    *rest = &body[len as usize..];
+    Some(record)
+}
+
+fn encode(record: &JournalRecord, out: &mut Vec<u8>) -> io::Result<()> {
+    let payload = serde_json::to_vec(record).map_err(io::Error::other)?;
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|&l| l <= MAX_RECORD_BYTES)
+        .ok_or_else(|| io::Error::other("journal record too large"))?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    Ok(())
+}
+
+/// Fsyncs a directory, so renames and new files in it are durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// An open journal, appended to on each commit.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+    /// Length up to the last record known written whole.
+    good_len: u64,
+    /// A failed append may have left a partial record past `good_len`.
+    dirty: bool,
+    fsync: bool,
+}
+
+impl Journal {
+    /// Replaces the journal at `path` with one full record, atomically.
+    pub fn compact(path: &Path, record: &JournalRecord, fsync: bool) -> io::Result<Self> {
+        let mut bytes = MAGIC.to_vec();
+        encode(record, &mut bytes)?;
+        let tmp = path.with_extension("tmp");
+        let write_tmp = || -> io::Result<()> {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            if fsync {
+                f.sync_data()?;
+            }
+            Ok(())
+        };
+        if let Err(e) = write_tmp() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        std::fs::rename(&tmp, path)?;
+        if fsync && let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+        let file = OpenOptions::new().append(true).open(path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            good_len: bytes.len() as u64,
+            dirty: false,
+            fsync,
+        })
+    }
+
+    /// Appends one record and makes it durable (if fsync is on).
+    pub fn append(&mut self, record: &JournalRecord) -> io::Result<()> {
+        if self.dirty {
+            // Drop a partial record a failed append left, or readers would
+            // stop there and miss every later record.
+            self.file.set_len(self.good_len)?;
+            self.dirty = false;
+        }
+        let mut bytes = Vec::new();
+        encode(record, &mut bytes)?;
+        self.dirty = true;
+        self.file.write_all(&bytes)?;
+        if self.fsync {
+            self.file.sync_data()?;
+        }
+        self.dirty = false;
+        self.good_len += bytes.len() as u64;
+        Ok(())
+    }
+
+    pub fn len(&self) -> u64 {
+        self.good_len
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(instance: u64, seq: u32, through: u64) -> RecoveredStream {
+        RecoveredStream {
+            out_seq: seq + 100,
+            relay_instance: instance,
+            relay_sequence: seq,
+            machine_raw_id: 7,
+            written_through: through,
+        }
+    }
+
+    fn record(file: &str, len: u64, full: bool, streams: Vec<RecoveredStream>) -> JournalRecord {
+        JournalRecord {
+            file: file.into(),
+            len,
+            next_out_seq: 200,
+            full,
+            streams,
+        }
+    }
+
+    #[test]
+    fn deltas_apply_over_a_full_record_and_reading_stops_at_damage() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("journal");
+        let mut j = Journal::compact(&path, &record("a", 10, true, vec![stream(1, 2, 5)]), true)
+            .expect("compact");
+        let mut ends = vec![j.len()];
+        j.append(&record("a", 20, false, vec![stream(1, 3, 9)]))
+            .expect("append");
+        let good = j.len();
+        ends.push(good);
+        j.append(&record("a", 30, false, vec![stream(1, 2, 11)]))
+            .expect("append");
+        ends.push(j.len());
+        let state = read(&path).expect("read").expect("exists");
+        assert_eq!(state.len, 30);
+        assert_eq!(state.records, 3);
+        assert_eq!(state.ignored_bytes, 0);
+        assert_eq!(
+            state.streams.values().cloned().collect::<Vec<_>>(),
+            [stream(1, 2, 11), stream(1, 3, 9)]
+        );
+
+        // A flipped byte in the last record: the state before it.
+        let mut bytes = std::fs::read(&path).expect("read");
+        let last = bytes.len() - 3;
+        bytes[last] ^= 0x20;
+        let state = parse(&bytes);
+        assert_eq!((state.len, state.records), (20, 2));
+        assert_eq!(state.ignored_bytes, bytes.len() as u64 - good);
+        assert_eq!(state.streams[&(1, 2)].written_through, 5);
+
+        // Every torn length reads as the records wholly before the cut.
+        let whole = std::fs::read(&path).expect("read");
+        for cut in 0..whole.len() {
+            let state = parse(&whole[..cut]);
+            let whole_records = ends.iter().filter(|&&end| end <= cut as u64).count();
+            assert_eq!(state.records, whole_records as u64, "cut at {cut}");
+        }
+
+        // A full record replaces the stream set.
+        let j = Journal::compact(&path, &record("b", 4, true, vec![stream(9, 9, 1)]), false)
+            .expect("compact");
+        let state = read(&path).expect("read").expect("exists");
+        assert_eq!(state.file.as_deref(), Some("b"));
+        assert_eq!(state.streams.len(), 1);
+        assert_eq!(j.len(), std::fs::metadata(&path).expect("meta").len());
+    }
+
+    #[test]
+    fn missing_and_foreign_journals() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("journal");
+        assert_eq!(read(&path).expect("read"), None);
+        std::fs::write(&path, b"not a journal").expect("write");
+        let state = read(&path).expect("read").expect("exists");
+        assert_eq!(state.records, 0);
+        assert_eq!(state.file, None);
+        assert_eq!(state.ignored_bytes, 13);
+    }
+}

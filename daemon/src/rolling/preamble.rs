@@ -1,0 +1,433 @@
+//! What each rolled file starts with so it opens alone (DESIGN.md §4): the
+//! latest SystemInfo per machine, ClockSnapshot per (machine, sequence),
+//! sync point per machine, and each sequence's incremental state.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use tracesync_protocol::scan::{self, Fields, PacketFields, field};
+
+use crate::live::Role;
+
+/// TrackDescriptor (TracePacket field 60): producers re-emit descriptors
+/// after each incremental-state clear, so they belong to the replayed state.
+const TRACK_DESCRIPTOR: u32 = 60;
+
+/// The preamble role of a packet, decided from its top-level fields. The
+/// live core classifies its packets with the same rule.
+pub fn role_of(fields: &PacketFields<'_>) -> Role {
+    if fields.system_info.is_some() {
+        Role::SystemInfo
+    } else if fields.clock_snapshot.is_some() {
+        Role::ClockSnapshot
+    } else if fields.remote_clock_sync.is_some() {
+        Role::SyncPoint
+    } else if fields.clears_incremental_state() {
+        Role::IncrementalStateCleared
+    } else if fields.has_interned_data
+        || fields.trace_packet_defaults.is_some()
+        || fields.data_field == Some(TRACK_DESCRIPTOR)
+    {
+        Role::IncrementalState
+    } else {
+        Role::Data
+    }
+}
+
+/// Top-level fields kept when an incremental-state packet is replayed: the
+/// state itself and what places it, never the packet's event payload (a
+/// replayed event would appear twice across files).
+fn kept_in_replay(number: u32) -> bool {
+    matches!(
+        number,
+        field::TIMESTAMP
+            | field::TIMESTAMP_CLOCK_ID
+            | field::TRUSTED_PACKET_SEQUENCE_ID
+            | field::INTERNED_DATA
+            | field::SEQUENCE_FLAGS
+            | field::INCREMENTAL_STATE_CLEARED
+            | field::TRACE_PACKET_DEFAULTS
+            | field::MACHINE_ID
+            | TRACK_DESCRIPTOR
+    )
+}
+
+/// The replayable part of an incremental-state packet. Fields are copied
+/// byte for byte; a packet that does not scan is kept whole.
+pub fn strip_for_replay(packet: &Bytes) -> Bytes {
+    let mut ranges = Vec::new();
+    for f in Fields::new(packet) {
+        match f {
+            Ok(f) if kept_in_replay(f.number) => ranges.push(f.start..f.end),
+            Ok(_) => {}
+            Err(_) => return packet.clone(),
+        }
+    }
+    if ranges.iter().map(|r| r.len()).sum::<usize>() == packet.len() {
+        return packet.clone();
+    }
+    let mut out = Vec::with_capacity(ranges.iter().map(|r| r.len()).sum());
+    for r in ranges {
+        out.extend_from_slice(&packet[r]);
+    }
+    Bytes::from(out)
+}
+
+/// Bounds of the preamble state (memory and size of every file's start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreambleLimits {
+    /// Incremental state kept per sequence; packets past it are not kept
+    /// (counted as `incremental_state_overflow`); the clear is always kept.
+    pub per_sequence_bytes: usize,
+    /// Incremental state kept over all sequences; the least recently
+    /// written sequences are forgotten past it.
+    pub total_bytes: usize,
+    /// Machines, (machine, sequence) snapshots and sequences kept each; the
+    /// least recently written are forgotten past it.
+    pub max_keys: usize,
+}
+
+impl Default for PreambleLimits {
+    fn default() -> Self {
+        Self {
+            per_sequence_bytes: 4 << 20,
+            total_bytes: 64 << 20,
+            max_keys: 4096,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    /// Write order, so the preamble keeps the original order.
+    order: u64,
+    bytes: Bytes,
+}
+
+#[derive(Debug, Default)]
+struct SequenceState {
+    packets: Vec<Entry>,
+    bytes: usize,
+    last_used: u64,
+}
+
+/// Counters of state that did not fit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PreambleCounters {
+    pub incremental_state_overflow: u64,
+    pub forgotten: u64,
+}
+
+/// The latest packets of each preamble role, bounded by [`PreambleLimits`].
+#[derive(Debug, Default)]
+pub struct PreambleState {
+    limits: PreambleLimits,
+    order: u64,
+    system_info: HashMap<u32, Entry>,
+    snapshots: HashMap<(u32, u32), Entry>,
+    sync_points: HashMap<u32, Entry>,
+    sequences: HashMap<u32, SequenceState>,
+    incremental_bytes: usize,
+    counters: PreambleCounters,
+}
+
+/// Removes the entry written least recently if `map` is over `max` keys.
+fn forget_oldest<K: Copy + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    max: usize,
+    order: impl Fn(&V) -> u64,
+) -> Option<V> {
+    if map.len() <= max {
+        return None;
+    }
+    let oldest = map.iter().min_by_key(|(_, v)| order(v)).map(|(k, _)| *k)?;
+    map.remove(&oldest)
+}
+
+impl PreambleState {
+    pub fn new(limits: PreambleLimits) -> Self {
+        Self {
+            limits,
+            ..Self::default()
+        }
+    }
+
+    pub fn counters(&self) -> PreambleCounters {
+        self.counters
+    }
+
+    /// Notes a packet written to the output.
+    pub fn observe(&mut self, role: Role, machine: u32, seq: u32, bytes: &Bytes) {
+        self.order += 1;
+        let entry = Entry {
+            order: self.order,
+            bytes: bytes.clone(),
+        };
+        let max = self.limits.max_keys;
+        let forgotten = match role {
+            Role::Data => {
+                if let Some(s) = self.sequences.get_mut(&seq) {
+                    s.last_used = self.order;
+                }
+                false
+            }
+            Role::SystemInfo => {
+                self.system_info.insert(machine, entry);
+                forget_oldest(&mut self.system_info, max, |e| e.order).is_some()
+            }
+            Role::ClockSnapshot => {
+                self.snapshots.insert((machine, seq), entry);
+                forget_oldest(&mut self.snapshots, max, |e| e.order).is_some()
+            }
+            Role::SyncPoint => {
+                self.sync_points.insert(machine, entry);
+                forget_oldest(&mut self.sync_points, max, |e| e.order).is_some()
+            }
+            Role::IncrementalStateCleared | Role::IncrementalState => {
+                self.observe_incremental(role, seq, entry);
+                self.forget_sequences()
+            }
+        };
+        if forgotten {
+            self.counters.forgotten += 1;
+        }
+    }
+
+    fn observe_incremental(&mut self, role: Role, seq: u32, mut entry: Entry) {
+        entry.bytes = strip_for_replay(&entry.bytes);
+        let len = entry.bytes.len();
+        let state = self.sequences.entry(seq).or_default();
+        state.last_used = entry.order;
+        if role == Role::IncrementalStateCleared {
+            self.incremental_bytes -= state.bytes;
+            state.packets.clear();
+            state.bytes = 0;
+        } else if state.bytes + len > self.limits.per_sequence_bytes {
+            self.counters.incremental_state_overflow += 1;
+            return;
+        }
+        state.packets.push(entry);
+        state.bytes += len;
+        self.incremental_bytes += len;
+    }
+
+    /// Forgets least recently written sequences past the limits; never the
+    /// one written last.
+    fn forget_sequences(&mut self) -> bool {
+        let mut forgotten = false;
+        while self.sequences.len() > 1
+            && (self.sequences.len() > self.limits.max_keys
+                || self.incremental_bytes > self.limits.total_bytes)
+        {
+            let Some(s) = forget_oldest(&mut self.sequences, 0, |s| s.last_used) else {
+                break;
+            };
+            self.incremental_bytes -= s.bytes;
+            forgotten = true;
+        }
+        forgotten
+    }
+
+    /// The preamble, in the order Perfetto needs it: SystemInfo, then clock
+    /// snapshots, then sync points, then incremental state; within each
+    /// group, in the order the packets were written.
+    pub fn packets(&self) -> Vec<Bytes> {
+        let ordered = |mut v: Vec<&Entry>| {
+            v.sort_by_key(|e| e.order);
+            v.into_iter().map(|e| e.bytes.clone()).collect::<Vec<_>>()
+        };
+        let mut out = ordered(self.system_info.values().collect());
+        out.extend(ordered(self.snapshots.values().collect()));
+        out.extend(ordered(self.sync_points.values().collect()));
+        out.extend(ordered(
+            self.sequences.values().flat_map(|s| &s.packets).collect(),
+        ));
+        out
+    }
+
+    /// Notes a packet read back from a file on recovery.
+    pub fn observe_raw(&mut self, bytes: &[u8]) -> Option<u32> {
+        let fields = scan::scan_packet(bytes).ok()?;
+        let role = role_of(&fields);
+        let machine = fields.machine_id.unwrap_or(0);
+        let seq = fields.trusted_packet_sequence_id.unwrap_or(0);
+        if role != Role::Data {
+            self.observe(role, machine, seq, &Bytes::copy_from_slice(bytes));
+        } else {
+            self.observe(role, machine, seq, &Bytes::new());
+        }
+        fields.trusted_packet_sequence_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use tracesync_protocol::perfetto::{InternedData, TracePacket, TracePacketDefaults};
+
+    fn encode(p: TracePacket) -> Bytes {
+        Bytes::from(p.encode_to_vec())
+    }
+
+    fn fields_role(p: TracePacket) -> Role {
+        let b = p.encode_to_vec();
+        role_of(&scan::scan_packet(&b).expect("valid packet"))
+    }
+
+    #[test]
+    fn roles_from_fields() {
+        use tracesync_protocol::perfetto::trace_packet::Data;
+        use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync, SystemInfo};
+        let data = |d| TracePacket {
+            data: Some(d),
+            ..Default::default()
+        };
+        assert_eq!(
+            fields_role(data(Data::SystemInfo(SystemInfo::default()))),
+            Role::SystemInfo
+        );
+        assert_eq!(
+            fields_role(data(Data::ClockSnapshot(ClockSnapshot::default()))),
+            Role::ClockSnapshot
+        );
+        assert_eq!(
+            fields_role(data(Data::RemoteClockSync(RemoteClockSync::default()))),
+            Role::SyncPoint
+        );
+        let cleared = TracePacket {
+            sequence_flags: Some(1),
+            interned_data: Some(InternedData::default()),
+            ..Default::default()
+        };
+        assert_eq!(fields_role(cleared), Role::IncrementalStateCleared);
+        let legacy_clear = TracePacket {
+            incremental_state_cleared: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(fields_role(legacy_clear), Role::IncrementalStateCleared);
+        let interned = TracePacket {
+            sequence_flags: Some(2),
+            interned_data: Some(InternedData::default()),
+            ..Default::default()
+        };
+        assert_eq!(fields_role(interned), Role::IncrementalState);
+        let defaults = TracePacket {
+            trace_packet_defaults: Some(TracePacketDefaults {
+                timestamp_clock_id: Some(6),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(fields_role(defaults), Role::IncrementalState);
+        let plain = TracePacket {
+            timestamp: Some(5),
+            sequence_flags: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(fields_role(plain), Role::Data);
+    }
+
+    #[test]
+    fn strip_keeps_state_fields_byte_for_byte() {
+        use tracesync_protocol::perfetto::TrackEvent;
+        use tracesync_protocol::perfetto::trace_packet::Data;
+        let state = TracePacket {
+            timestamp: Some(77),
+            sequence_flags: Some(1),
+            interned_data: Some(InternedData::default()),
+            machine_id: Some(9),
+            ..Default::default()
+        };
+        let mut with_event = state.clone();
+        with_event.data = Some(Data::TrackEvent(TrackEvent {
+            track_uuid: Some(3),
+            ..Default::default()
+        }));
+        let stripped = strip_for_replay(&encode(with_event));
+        assert_eq!(TracePacket::decode(stripped).expect("decodes"), state);
+        // Nothing to strip: the same bytes, not a copy.
+        let b = encode(state);
+        assert_eq!(strip_for_replay(&b).as_ptr(), b.as_ptr());
+    }
+
+    fn state_packet(seq: u32, flags: u32, size: usize) -> Bytes {
+        use tracesync_protocol::perfetto::EventName;
+        encode(TracePacket {
+            sequence_flags: Some(flags),
+            interned_data: Some(InternedData {
+                event_names: vec![EventName {
+                    iid: Some(1),
+                    name: Some("x".repeat(size)),
+                }],
+            }),
+            optional_trusted_packet_sequence_id: Some(
+                tracesync_protocol::perfetto::trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq),
+            ),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn order_groups_and_clears() {
+        let mut s = PreambleState::new(PreambleLimits::default());
+        let b = |n: u8| Bytes::from(vec![0x40, n]); // field 8 = n
+        s.observe(Role::IncrementalState, 0, 5, &b(1)); // before any clear: kept
+        s.observe(Role::SyncPoint, 3, 1, &b(2));
+        s.observe(Role::ClockSnapshot, 3, 1, &b(3));
+        s.observe(Role::SystemInfo, 3, 1, &b(4));
+        s.observe(Role::IncrementalStateCleared, 0, 5, &b(5));
+        s.observe(Role::IncrementalState, 0, 6, &b(6));
+        s.observe(Role::IncrementalState, 0, 5, &b(7));
+        s.observe(Role::Data, 0, 5, &b(8));
+        s.observe(Role::ClockSnapshot, 3, 1, &b(9)); // replaces b(3)
+        s.observe(Role::ClockSnapshot, 3, 2, &b(10));
+        s.observe(Role::ClockSnapshot, 4, 1, &b(11));
+        assert_eq!(
+            s.packets(),
+            [b(4), b(9), b(10), b(11), b(2), b(5), b(6), b(7)]
+        );
+    }
+
+    #[test]
+    fn per_sequence_bound_keeps_the_clear() {
+        let limits = PreambleLimits {
+            per_sequence_bytes: 300,
+            ..PreambleLimits::default()
+        };
+        let mut s = PreambleState::new(limits);
+        let clear = state_packet(5, 1, 400);
+        s.observe(Role::IncrementalStateCleared, 0, 5, &clear);
+        let small = state_packet(5, 2, 10);
+        s.observe(Role::IncrementalState, 0, 5, &small);
+        assert_eq!(s.packets(), std::slice::from_ref(&clear));
+        assert_eq!(s.counters().incremental_state_overflow, 1);
+        // A new clear starts afresh.
+        let clear2 = state_packet(5, 1, 10);
+        s.observe(Role::IncrementalStateCleared, 0, 5, &clear2);
+        s.observe(Role::IncrementalState, 0, 5, &small);
+        assert_eq!(s.packets(), [clear2, small]);
+        assert_eq!(s.incremental_bytes, s.sequences[&5].bytes);
+    }
+
+    #[test]
+    fn total_bound_forgets_least_recently_written_sequences() {
+        let limits = PreambleLimits {
+            per_sequence_bytes: 1000,
+            total_bytes: 250,
+            max_keys: 3,
+        };
+        let mut s = PreambleState::new(limits);
+        let p = |seq| state_packet(seq, 1, 100);
+        s.observe(Role::IncrementalStateCleared, 0, 1, &p(1));
+        s.observe(Role::IncrementalStateCleared, 0, 2, &p(2));
+        s.observe(Role::Data, 0, 1, &Bytes::new()); // sequence 1 is used again
+        s.observe(Role::IncrementalStateCleared, 0, 3, &p(3));
+        assert_eq!(s.packets(), [p(1), p(3)]);
+        assert_eq!(s.counters().forgotten, 1);
+        for m in 0..5 {
+            s.observe(Role::SystemInfo, m, 0, &Bytes::from(vec![0x40, m as u8]));
+        }
+        assert_eq!(s.system_info.len(), 3);
+        assert!(!s.system_info.contains_key(&0));
+    }
+}

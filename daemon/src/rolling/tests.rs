@@ -1,0 +1,571 @@
+//! The writer against real files in a temporary directory.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use prost::Message;
+use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+use tracesync_protocol::perfetto::{
+    ClockSnapshot, EventName, InternedData, RemoteClockSync, SystemInfo, TracePacket, TrackEvent,
+    clock_snapshot,
+};
+use tracesync_protocol::reader::TraceFile;
+use tracesync_protocol::scan;
+
+use super::*;
+use crate::live::{Origin, OutPacket, Role};
+
+const T0: u64 = 1_700_000_000;
+
+fn at(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(T0 + secs)
+}
+
+fn config(dir: &Path) -> RollingConfig {
+    RollingConfig {
+        retain_age: Duration::ZERO,
+        ..RollingConfig::new(dir)
+    }
+}
+
+fn on(machine: u32, seq: u32, mut p: TracePacket) -> TracePacket {
+    p.machine_id = (machine != 0).then_some(machine);
+    p.optional_trusted_packet_sequence_id = Some(
+        OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq),
+    );
+    p
+}
+
+/// An OutPacket as the live core makes it, role by the shared rule.
+fn out(ts: i64, machine: u32, seq: u32, p: TracePacket, origin: Option<Origin>) -> OutPacket {
+    let bytes = Bytes::from(on(machine, seq, p).encode_to_vec());
+    let role = role_of(&scan::scan_packet(&bytes).expect("valid packet"));
+    OutPacket {
+        ts,
+        machine_raw_id: machine,
+        machine_name: (machine != 0).then(|| Arc::from(format!("m{machine}"))),
+        seq,
+        clock: 6,
+        clock_ts: ts as u64,
+        err_ns: 0,
+        data_field: None,
+        src: Arc::from("test"),
+        role,
+        origin,
+        bytes,
+    }
+}
+
+fn system_info(machine: u32) -> OutPacket {
+    let info = SystemInfo {
+        machine_name: Some(format!("m{machine}")),
+        ..Default::default()
+    };
+    out(0, machine, 1, data(Data::SystemInfo(info)), None)
+}
+
+fn snapshot(machine: u32, ts: u64) -> OutPacket {
+    let clock = |id, t| clock_snapshot::Clock {
+        clock_id: Some(id),
+        timestamp: Some(t),
+        ..Default::default()
+    };
+    let snap = ClockSnapshot {
+        clocks: vec![clock(6, ts), clock(3, ts / 2)],
+        primary_trace_clock: None,
+    };
+    out(ts as i64, machine, 1, data(Data::ClockSnapshot(snap)), None)
+}
+
+fn sync_point(machine: u32) -> OutPacket {
+    let p = data(Data::RemoteClockSync(RemoteClockSync::default()));
+    out(0, machine, 1, p, None)
+}
+
+fn data(d: Data) -> TracePacket {
+    TracePacket {
+        data: Some(d),
+        ..Default::default()
+    }
+}
+
+/// A track event on `seq` of relay instance `machine`, `index` its Origin
+/// index; `flags` 1 clears the state and interns a name, 2 needs it.
+fn event(machine: u32, seq: u32, index: u64, flags: u32) -> OutPacket {
+    let p = TracePacket {
+        timestamp: Some(1000 + index),
+        sequence_flags: Some(flags),
+        interned_data: (flags & 1 != 0).then(|| InternedData {
+            event_names: vec![EventName {
+                iid: Some(1),
+                name: Some(format!("name-{seq}")),
+            }],
+        }),
+        data: Some(Data::TrackEvent(TrackEvent {
+            track_uuid: Some(u64::from(seq)),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let origin = Origin {
+        relay_instance: u64::from(machine) * 100,
+        relay_sequence: seq,
+        index,
+    };
+    out(1000 + index as i64, machine, seq, p, Some(origin))
+}
+
+fn read_packets(path: &Path) -> Vec<TracePacket> {
+    let mut f = TraceFile::new(std::fs::File::open(path).expect("open")).expect("trace");
+    let mut out = Vec::new();
+    while let Some(p) = f.next_packet().expect("file decodes") {
+        out.push(TracePacket::decode(p.bytes).expect("packet decodes"));
+    }
+    out
+}
+
+fn role(p: &TracePacket) -> Role {
+    role_of(&scan::scan_packet(&p.encode_to_vec()).expect("scans"))
+}
+
+fn seq_of(p: &TracePacket) -> u32 {
+    match p.optional_trusted_packet_sequence_id {
+        Some(OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(s)) => s,
+        _ => 0,
+    }
+}
+
+fn rolled_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".pftrace"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Writes the machine-level packets, then `n` events over sequences 2 and 3
+/// of machine 5 and sequence 4 of the host, clearing every 50 packets.
+fn write_mixed(w: &mut RollingWriter, n: u64, now: impl Fn(u64) -> SystemTime) {
+    for p in [
+        system_info(0),
+        system_info(5),
+        snapshot(0, 10),
+        snapshot(5, 20),
+    ] {
+        w.write(&p, now(0)).expect("write");
+    }
+    w.write(&sync_point(5), now(0)).expect("write");
+    for i in 0..n {
+        let (machine, seq) = [(5, 2), (5, 3), (0, 4)][(i % 3) as usize];
+        let flags = if i / 3 % 50 == 0 { 1 } else { 2 };
+        w.write(&event(machine, seq, i, flags), now(i))
+            .expect("write");
+        if i % 40 == 0 {
+            w.write(&snapshot(5, 20 + i), now(i)).expect("write");
+        }
+    }
+}
+
+/// Every file opens alone: machine packets first, and the state of every
+/// sequence before any of its packets.
+fn assert_self_contained(path: &Path, first_file: bool) {
+    let packets = read_packets(path);
+    assert!(!packets.is_empty(), "{}", path.display());
+    let roles: Vec<Role> = packets.iter().map(role).collect();
+    if !first_file {
+        let want_head = [Role::SystemInfo, Role::SystemInfo, Role::ClockSnapshot];
+        assert_eq!(roles[..3], want_head, "{}", path.display());
+        let preamble_end = roles
+            .iter()
+            .position(|r| *r == Role::Data)
+            .expect("data after the preamble");
+        let rank = |r: &Role| match r {
+            Role::SystemInfo => 0,
+            Role::ClockSnapshot => 1,
+            Role::SyncPoint => 2,
+            _ => 3,
+        };
+        assert!(
+            roles[..preamble_end].is_sorted_by_key(rank),
+            "{}: {roles:?}",
+            path.display()
+        );
+        assert!(roles[..preamble_end].contains(&Role::SyncPoint));
+    }
+    let mut cleared = std::collections::HashSet::new();
+    for (p, r) in packets.iter().zip(&roles) {
+        let seq = seq_of(p);
+        if *r == Role::IncrementalStateCleared {
+            cleared.insert(seq);
+        }
+        if p.sequence_flags == Some(2) {
+            assert!(
+                cleared.contains(&seq),
+                "{}: sequence {seq} used before its state",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn rotation_by_size_makes_self_contained_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = RollingConfig {
+        max_file_bytes: 2000,
+        ..config(dir.path())
+    };
+    let (mut w, recovered) = RollingWriter::open_at(cfg, at(0)).expect("open");
+    assert_eq!(
+        recovered,
+        Recovered {
+            streams: vec![],
+            next_out_seq: 1
+        }
+    );
+    write_mixed(&mut w, 600, |_| at(1));
+    w.commit().expect("commit");
+    let files = rolled_files(dir.path());
+    assert!(files.len() > 5, "{files:?}");
+    assert_eq!(w.stats().rotations, files.len() as u64 - 1);
+    for (i, name) in files.iter().enumerate() {
+        assert_self_contained(&dir.path().join(name), i == 0);
+        let (_, seq) = naming::parse_file_name(name).expect("rolled name");
+        assert_eq!(seq, i as u64 + 1);
+    }
+    // The replayed state is the state, not a second copy of the event.
+    let second = read_packets(&dir.path().join(&files[1]));
+    let replayed = second
+        .iter()
+        .find(|p| role(p) == Role::IncrementalStateCleared)
+        .expect("replayed clear");
+    assert!(replayed.data.is_none() && replayed.interned_data.is_some());
+    let events: usize = files
+        .iter()
+        .map(|f| {
+            read_packets(&dir.path().join(f))
+                .iter()
+                .filter(|p| matches!(p.data, Some(Data::TrackEvent(_))))
+                .count()
+        })
+        .sum();
+    assert_eq!(events, 600);
+}
+
+#[test]
+fn rotation_by_time_and_index_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = RollingConfig {
+        max_file_age: Duration::from_secs(10),
+        ..config(dir.path())
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
+    // One second per event: files of 10 s.
+    write_mixed(&mut w, 25, at);
+    w.commit().expect("commit");
+    let files = rolled_files(dir.path());
+    assert_eq!(
+        files,
+        [
+            "tracesync-20231114T221320Z-000001.pftrace",
+            "tracesync-20231114T221330Z-000002.pftrace",
+            "tracesync-20231114T221340Z-000003.pftrace",
+        ]
+    );
+    let current = w.current_path().to_path_buf();
+    assert_eq!(current, dir.path().join(&files[2]));
+
+    let (index, bad) = index::load(&dir.path().join(INDEX_NAME)).expect("index");
+    assert_eq!(bad, 0);
+    assert_eq!(index, w.index());
+    assert_eq!(index.len(), 3);
+    for (e, name) in index.iter().zip(&files) {
+        let path = dir.path().join(name);
+        assert_eq!(&e.name, name);
+        assert_eq!(e.bytes, std::fs::metadata(&path).expect("stat").len());
+        assert_eq!(e.packets, read_packets(&path).len() as u64);
+        assert_eq!(e.complete, *name != files[2]);
+        let raw: Vec<u32> = e.machines.iter().map(|m| m.raw_id).collect();
+        assert_eq!(raw, [0, 5]);
+        assert_eq!(e.machines[1].name.as_deref(), Some("m5"));
+    }
+    assert_eq!(index[0].preamble_bytes, 0);
+    assert!(index[1].preamble_packets >= 5);
+    // Events 0..=9 (ts 1000..) in the first file, the machine packets at 0..20.
+    assert_eq!((index[0].first_ts, index[0].last_ts), (Some(0), Some(1009)));
+    assert_eq!(
+        (index[1].first_ts, index[1].last_ts),
+        (Some(1010), Some(1019))
+    );
+
+    w.close().expect("close");
+    let (index, _) = index::load(&dir.path().join(INDEX_NAME)).expect("index");
+    assert!(index.iter().all(|e| e.complete));
+    assert_eq!(
+        index[2].bytes,
+        std::fs::metadata(&current).expect("stat").len()
+    );
+}
+
+#[test]
+fn retention_deletes_oldest_files_and_sidecars() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = RollingConfig {
+        max_file_bytes: 1500,
+        retain_bytes: 5000,
+        fsync: false,
+        ..config(dir.path())
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
+    w.write_sync_samples(&[serde_json::json!({"t1": 1})])
+        .expect("samples");
+    let first = naming::sidecar_name(&rolled_files(dir.path())[0]);
+    assert!(dir.path().join(&first).exists());
+    write_mixed(&mut w, 800, |_| at(1));
+    w.commit().expect("commit");
+    let files = rolled_files(dir.path());
+    let stats = w.stats();
+    assert!(stats.files_deleted > 0);
+    assert_eq!(
+        stats.files_deleted + files.len() as u64,
+        stats.files_started
+    );
+    // The survivors are the newest files, and they fit the limit but for the
+    // file being written.
+    let (_, oldest_kept) = naming::parse_file_name(&files[0]).expect("name");
+    assert_eq!(oldest_kept, stats.files_deleted + 1);
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|f| std::fs::metadata(dir.path().join(f)).expect("stat").len())
+        .collect();
+    let but_current: u64 = sizes[..sizes.len() - 1].iter().sum();
+    assert!(but_current <= 5000, "{sizes:?}");
+    assert!(!dir.path().join(first).exists());
+    let index = w.index();
+    assert_eq!(
+        index.iter().map(|e| e.name.clone()).collect::<Vec<_>>(),
+        files
+    );
+}
+
+#[test]
+fn retention_by_age() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = RollingConfig {
+        max_file_age: Duration::from_secs(60),
+        retain_age: Duration::from_secs(150),
+        fsync: false,
+        ..config(dir.path())
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
+    for minute in 0..6 {
+        w.write(&event(5, 2, minute, 1), at(minute * 60))
+            .expect("write");
+    }
+    // Files of minutes 0..=5; at minute 5 those started before 2.5 min ago go.
+    let names: Vec<String> = rolled_files(dir.path());
+    assert_eq!(names.len(), 3);
+    assert!(names[0].contains("T221620Z"), "{names:?}"); // minute 3
+}
+
+#[test]
+fn sync_samples_go_to_the_current_files_sidecar() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = RollingConfig {
+        max_file_age: Duration::from_secs(1),
+        fsync: false,
+        ..config(dir.path())
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
+    #[derive(serde::Serialize)]
+    struct Sample {
+        t1: u64,
+    }
+    w.write_sync_samples(&[Sample { t1: 1 }, Sample { t1: 2 }])
+        .expect("samples");
+    let first = w.current_path().to_path_buf();
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.write(&event(5, 2, 1, 2), at(2)).expect("write");
+    w.write_sync_samples(&[Sample { t1: 3 }]).expect("samples");
+    let sidecar = |p: &Path| {
+        std::fs::read_to_string(format!("{}{SYNC_SIDECAR_SUFFIX}", p.display())).expect("read")
+    };
+    assert_eq!(sidecar(&first), "{\"t1\":1}\n{\"t1\":2}\n");
+    assert_eq!(sidecar(w.current_path()), "{\"t1\":3}\n");
+}
+
+#[test]
+fn crash_recovery_keeps_exactly_the_committed_packets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    write_mixed(&mut w, 30, |_| at(1));
+    w.commit().expect("commit");
+    let committed_len = w.index().last().expect("entry").bytes;
+    let committed_streams: Vec<RecoveredStream> = w.streams.values().copied().collect();
+    let name = w.current_path().to_path_buf();
+    // More packets, flushed to the file but never committed; then a torn one.
+    for i in 30..40 {
+        w.write(&event(5, 2, i * 3, 2), at(1)).expect("write");
+    }
+    w.flush().expect("flush");
+    drop(w);
+    let mut bytes = std::fs::read(&name).expect("read");
+    assert!(bytes.len() as u64 > committed_len);
+    bytes.extend_from_slice(&[0x0a, 0x40, 1, 2, 3]);
+    std::fs::write(&name, &bytes).expect("write");
+
+    let (w, recovered) = RollingWriter::open_at(config(dir.path()), at(5)).expect("reopen");
+    assert_eq!(std::fs::metadata(&name).expect("stat").len(), committed_len);
+    assert_eq!(recovered.streams, committed_streams);
+    assert_eq!(
+        recovered
+            .streams
+            .iter()
+            .find(|s| (s.relay_instance, s.relay_sequence) == (500, 2))
+            .map(|s| s.written_through),
+        Some(27)
+    );
+    assert_eq!(recovered.next_out_seq, 5);
+    let stats = w.stats();
+    assert_eq!(
+        stats.recovered_truncated_bytes,
+        bytes.len() as u64 - committed_len
+    );
+    let files = rolled_files(dir.path());
+    assert_eq!(files.len(), 2);
+    assert_eq!(w.current_path(), dir.path().join(&files[1]));
+    // The new file starts with the rebuilt preamble.
+    let preamble = read_packets(w.current_path());
+    let roles: Vec<Role> = preamble.iter().map(role).collect();
+    assert_eq!(roles[..2], [Role::SystemInfo, Role::SystemInfo]);
+    assert!(roles.contains(&Role::SyncPoint));
+    let cleared: Vec<u32> = preamble
+        .iter()
+        .filter(|p| role(p) == Role::IncrementalStateCleared)
+        .map(seq_of)
+        .collect();
+    assert_eq!(cleared, [2, 3, 4]);
+    let index = w.index();
+    assert!(index[0].complete && !index[1].complete);
+    assert_eq!(index[0].bytes, committed_len);
+    assert_eq!(index[1].preamble_packets, preamble.len() as u64);
+}
+
+#[test]
+fn journal_corruption_stops_at_the_last_good_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.commit().expect("commit");
+    let first_len = w.index().last().expect("entry").bytes;
+    w.write(&event(5, 2, 1, 2), at(0)).expect("write");
+    w.write(&event(5, 3, 2, 1), at(0)).expect("write");
+    w.commit().expect("commit");
+    let name = w.current_path().to_path_buf();
+    drop(w);
+    let journal = dir.path().join(JOURNAL_NAME);
+    let mut bytes = std::fs::read(&journal).expect("read");
+    let last = bytes.len() - 2;
+    bytes[last] ^= 0xff;
+    std::fs::write(&journal, &bytes).expect("write");
+
+    let (w, recovered) = RollingWriter::open_at(config(dir.path()), at(1)).expect("reopen");
+    assert_eq!(std::fs::metadata(&name).expect("stat").len(), first_len);
+    assert_eq!(
+        recovered.streams,
+        [RecoveredStream {
+            out_seq: 2,
+            relay_instance: 500,
+            relay_sequence: 2,
+            machine_raw_id: 5,
+            written_through: 0,
+        }]
+    );
+    assert!(w.stats().journal_ignored_bytes > 0);
+}
+
+#[test]
+fn files_without_a_journal_are_kept_and_numbering_continues() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.close().expect("close");
+    std::fs::remove_file(dir.path().join(JOURNAL_NAME)).expect("rm");
+    std::fs::remove_file(dir.path().join(INDEX_NAME)).expect("rm");
+    let (w, recovered) = RollingWriter::open_at(config(dir.path()), at(1)).expect("reopen");
+    assert_eq!(
+        recovered,
+        Recovered {
+            streams: vec![],
+            next_out_seq: 1
+        }
+    );
+    let files = rolled_files(dir.path());
+    assert_eq!(files.len(), 2);
+    assert!(files[1].ends_with("-000002.pftrace"));
+    let index = w.index();
+    assert!(index[0].complete);
+    assert_eq!(index[0].first_ts, None);
+    assert_eq!(read_packets(w.current_path()), []);
+}
+
+#[test]
+fn unfinished_rotation_leaves_no_orphan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.commit().expect("commit");
+    drop(w);
+    // A rotation that crashed after creating its file, before the journal.
+    let orphan = naming::file_name(at(3), 2);
+    std::fs::write(dir.path().join(&orphan), b"").expect("write");
+    let (w, recovered) = RollingWriter::open_at(config(dir.path()), at(4)).expect("reopen");
+    assert_eq!(recovered.streams.len(), 1);
+    assert_eq!(w.stats().recovered_orphans_removed, 1);
+    let files = rolled_files(dir.path());
+    assert_eq!(files.len(), 2);
+    assert!(!files.contains(&orphan));
+}
+
+/// A writer that takes `room` bytes, then fails like a full disk.
+struct FullDisk {
+    written: Vec<u8>,
+    room: usize,
+}
+
+impl io::Write for FullDisk {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.room == 0 {
+            return Err(io::ErrorKind::StorageFull.into());
+        }
+        let n = buf.len().min(self.room);
+        self.room -= n;
+        self.written.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_full_disk_loses_and_tears_nothing() {
+    let data: Vec<u8> = (0..=255).collect();
+    let mut pending = data.clone();
+    let mut disk = FullDisk {
+        written: Vec::new(),
+        room: 100,
+    };
+    let e = drain_into(&mut disk, &mut pending).expect_err("disk is full");
+    assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+    assert_eq!(pending, data[100..]);
+    disk.room = usize::MAX;
+    drain_into(&mut disk, &mut pending).expect("space again");
+    assert!(pending.is_empty());
+    assert_eq!(disk.written, data);
+}
