@@ -6,4 +6,5 @@
 //! - [`source`]: trace sources (file, unix socket, stdin, synthetic).
 
 pub mod clocks;
+pub mod probe;
 pub mod source;

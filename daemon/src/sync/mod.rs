@@ -1,2 +1,145 @@
 //! Clock sync, host side: host-initiated four-timestamp probes on the UDP
 //! sync socket and the per-relay offset estimator.
+//!
+//! - [`estimator`]: sans-IO estimator (first version): samples in, a
+//!   [`SyncEstimate`] out. Issue 4 replaces its inside, not its interface.
+//! - [`prober`]: sans-IO probe scheduler and reply matcher ([`ProberCore`]).
+//! - [`sessions`]: the registry the server fills ([`ProbeSessions`]).
+//! - [`edge`]: the tokio task around the socket ([`spawn_prober`]).
+//!
+//! Timestamps: t1 = host BOOTTIME at probe send, t2 / t3 = relay BOOTTIME at
+//! probe receive / reply send, t4 = host BOOTTIME at reply receive. Offsets
+//! are relay minus host.
+
+pub mod edge;
+pub mod estimator;
+pub mod prober;
+pub mod sessions;
+
+use serde::{Deserialize, Serialize};
+
+pub use edge::spawn_prober;
+pub use estimator::{Estimator, EstimatorConfig};
+pub use prober::{ProbeDue, ProberConfig, ProberCore};
+pub use sessions::{ProbeSessions, ProberStats, Registration};
+
+/// A relay BOOTTIME -> host BOOTTIME mapping for one clock epoch of a relay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SyncEstimate {
+    /// Counts the relay's clock epochs seen by this estimator (0 = first).
+    /// A suspend (BOOTTIME-MONOTONIC jump) starts a new epoch.
+    pub epoch: u64,
+    /// Relay BOOTTIME at which `offset_ns` holds (ns).
+    pub ref_relay_ns: u64,
+    /// Relay minus host at `ref_relay_ns` (ns).
+    pub offset_ns: i64,
+    /// Relay clock rate minus host clock rate, in ppm of elapsed relay time.
+    pub freq_ppm: f64,
+    /// Bound on |estimated offset - true offset| at `ref_relay_ns` (ns),
+    /// barring fixed path asymmetry beyond half the round trip.
+    pub error_bound_ns: u64,
+    /// Spread of the fitted samples around the fit (ns).
+    pub sigma_ns: u64,
+    /// Smallest round trip (delay) in the window (ns).
+    pub rtt_ns: u64,
+    /// Samples the fit used.
+    pub samples: u32,
+}
+
+impl SyncEstimate {
+    /// Relay minus host at relay BOOTTIME `relay_boottime_ns` (ns).
+    pub fn offset_at(&self, relay_boottime_ns: u64) -> i64 {
+        let elapsed = relay_boottime_ns as i128 - self.ref_relay_ns as i128;
+        // f64 -> i64 `as` saturates; the product is small for sane inputs.
+        let drift = (self.freq_ppm * 1e-6 * elapsed as f64).round() as i64;
+        clamp_i64(self.offset_ns as i128 + drift as i128)
+    }
+
+    /// Host BOOTTIME for a relay BOOTTIME value (ns): relay - offset(relay).
+    pub fn to_host(&self, relay_boottime_ns: u64) -> i64 {
+        clamp_i64(relay_boottime_ns as i128 - self.offset_at(relay_boottime_ns) as i128)
+    }
+}
+
+fn clamp_i64(value: i128) -> i64 {
+    value.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+/// One raw probe exchange, kept in the `.sync.jsonl` sidecar so a capture
+/// can be re-estimated later.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeSample {
+    pub machine_raw_id: u32,
+    pub session_id: u64,
+    /// Host BOOTTIME at probe send (ns).
+    pub t1: u64,
+    /// Relay BOOTTIME at probe receive (ns).
+    pub t2: u64,
+    /// Relay BOOTTIME at reply send (ns).
+    pub t3: u64,
+    /// Host BOOTTIME at reply receive (ns).
+    pub t4: u64,
+}
+
+/// What the prober tells the ingest loop after accepted replies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SyncUpdate {
+    /// The live core's slot of the relay (from [`ProbeSessions::register`]).
+    pub slot: u32,
+    pub session_id: u64,
+    /// Latest estimate for the relay.
+    pub estimate: SyncEstimate,
+    /// Raw samples accepted since the previous update of this slot.
+    pub samples: Vec<ProbeSample>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn to_host_applies_offset_and_frequency() {
+        let estimate = SyncEstimate {
+            ref_relay_ns: 10_000_000_000,
+            offset_ns: 5_000_000_000,
+            freq_ppm: 30.0,
+            ..SyncEstimate::default()
+        };
+        assert_eq!(estimate.to_host(10_000_000_000), 5_000_000_000);
+        // One second later the relay has gained 30 µs more.
+        assert_eq!(estimate.offset_at(11_000_000_000), 5_000_030_000);
+        assert_eq!(estimate.to_host(11_000_000_000), 5_999_970_000);
+        // Before the reference the drift term runs backwards.
+        assert_eq!(estimate.offset_at(9_000_000_000), 4_999_970_000);
+    }
+
+    #[test]
+    fn to_host_never_panics_at_extremes() {
+        let estimate = SyncEstimate {
+            ref_relay_ns: 0,
+            offset_ns: i64::MIN,
+            freq_ppm: f64::MAX,
+            ..SyncEstimate::default()
+        };
+        let _ = estimate.to_host(u64::MAX);
+        let nan = SyncEstimate {
+            freq_ppm: f64::NAN,
+            ..estimate
+        };
+        let _ = nan.to_host(u64::MAX);
+    }
+
+    #[test]
+    fn probe_sample_round_trips_through_json() {
+        let sample = ProbeSample {
+            machine_raw_id: 7,
+            session_id: u64::MAX,
+            t1: 1,
+            t2: 2,
+            t3: 3,
+            t4: 4,
+        };
+        let text = serde_json::to_string(&sample).unwrap();
+        assert_eq!(serde_json::from_str::<ProbeSample>(&text).unwrap(), sample);
+    }
+}

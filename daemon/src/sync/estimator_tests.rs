@@ -1,0 +1,295 @@
+//! Estimator v1 against synthetic exchanges with a known relay clock.
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// Small deterministic generator (xorshift64*), so the tests need no crate.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in (0, 1].
+    fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Exponential with the given mean (ns): one-sided queueing noise.
+    fn exponential(&mut self, mean_ns: f64) -> u64 {
+        (-mean_ns * self.unit().ln()) as u64
+    }
+}
+
+/// A relay clock: relay = host + offset + (host - origin) * ppm.
+struct RelayModel {
+    offset_ns: i64,
+    drift_ppm: f64,
+    origin_ns: u64,
+}
+
+impl RelayModel {
+    fn relay(&self, host_ns: u64) -> u64 {
+        let elapsed = host_ns as f64 - self.origin_ns as f64;
+        (host_ns as i64 + self.offset_ns + (elapsed * self.drift_ppm * 1e-6) as i64) as u64
+    }
+}
+
+/// One exchange starting at host time `t1` with base one-way delay `base`
+/// and exponential queueing of mean `queue` on each leg.
+fn exchange(model: &RelayModel, rng: &mut Rng, t1: u64, base: u64, queue: f64) -> [u64; 4] {
+    let forward = base + rng.exponential(queue);
+    let hold = 3_000 + rng.exponential(1_000.0);
+    let backward = base + rng.exponential(queue);
+    let t2_host = t1 + forward;
+    let t3_host = t2_host + hold;
+    [
+        t1,
+        model.relay(t2_host),
+        model.relay(t3_host),
+        t3_host + backward,
+    ]
+}
+
+const START: u64 = 1_000_000_000_000;
+
+/// Feeds `count` exchanges `interval` apart; returns the last estimate.
+fn run(
+    estimator: &mut Estimator,
+    model: &RelayModel,
+    rng: &mut Rng,
+    start: u64,
+    count: u64,
+    interval: u64,
+) -> SyncEstimate {
+    let mut last = None;
+    for i in 0..count {
+        let [t1, t2, t3, t4] = exchange(model, rng, start + i * interval, 20_000, 25_000.0);
+        last = estimator.add_sample(t1, t2, t3, t4, 0).or(last);
+    }
+    last.expect("valid samples give an estimate")
+}
+
+/// |estimated host time - true host time| at host time `host_ns`.
+fn mapping_error(estimate: &SyncEstimate, model: &RelayModel, host_ns: u64) -> i64 {
+    (estimate.to_host(model.relay(host_ns)) - host_ns as i64).abs()
+}
+
+#[test]
+fn constant_offset_with_one_sided_noise() {
+    let model = RelayModel {
+        offset_ns: 5_000_000_000,
+        drift_ppm: 0.0,
+        origin_ns: START,
+    };
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut estimator = Estimator::default();
+    let estimate = run(&mut estimator, &model, &mut rng, START, 64, 250_000_000);
+    let error = (estimate.offset_ns - model.offset_ns).abs();
+    assert!(error <= 5_000, "offset error {error} ns: {estimate:?}");
+    assert!(estimate.error_bound_ns as i64 >= error, "{estimate:?}");
+    assert!(estimate.freq_ppm.abs() < 2.0, "{estimate:?}");
+    assert!(estimate.rtt_ns >= 40_000, "{estimate:?}");
+    assert!(
+        estimate.samples >= 8 && estimate.samples <= 32,
+        "{estimate:?}"
+    );
+}
+
+#[test]
+fn fifty_ppm_drift_is_fitted_within_one_ppm_after_ten_seconds() {
+    let model = RelayModel {
+        offset_ns: -3_000_000_000,
+        drift_ppm: 50.0,
+        origin_ns: START,
+    };
+    let mut rng = Rng(7);
+    let mut estimator = Estimator::default();
+    let estimate = run(&mut estimator, &model, &mut rng, START, 41, 250_000_000);
+    assert!((estimate.freq_ppm - 50.0).abs() < 1.0, "{estimate:?}");
+    // The mapping holds at the last sample and 1 s past it.
+    let last_host = START + 40 * 250_000_000;
+    for host in [last_host, last_host + 1_000_000_000] {
+        let error = mapping_error(&estimate, &model, host);
+        assert!(error <= 10_000, "error {error} ns at {host}: {estimate:?}");
+    }
+    assert!(estimate.error_bound_ns as i64 >= mapping_error(&estimate, &model, last_host));
+}
+
+#[test]
+fn no_frequency_before_two_seconds_of_samples() {
+    let model = RelayModel {
+        offset_ns: 1_000_000,
+        drift_ppm: 50.0,
+        origin_ns: START,
+    };
+    let mut rng = Rng(11);
+    let mut estimator = Estimator::default();
+    // A burst: 8 samples 20 ms apart.
+    let estimate = run(&mut estimator, &model, &mut rng, START, 8, 20_000_000);
+    assert_eq!(estimate.freq_ppm, 0.0);
+    assert!(
+        (estimate.offset_ns - model.offset_ns).abs() <= 20_000,
+        "{estimate:?}"
+    );
+    assert!(estimate.error_bound_ns >= estimate.rtt_ns / 2);
+}
+
+#[test]
+fn suspend_offset_jump_starts_a_new_epoch() {
+    let before = RelayModel {
+        offset_ns: 2_000_000_000,
+        drift_ppm: 0.0,
+        origin_ns: START,
+    };
+    let mut rng = Rng(3);
+    let mut estimator = Estimator::default();
+    for i in 0..20 {
+        let [t1, t2, t3, t4] =
+            exchange(&before, &mut rng, START + i * 250_000_000, 20_000, 25_000.0);
+        estimator.add_sample(t1, t2, t3, t4, 1_000_000_000);
+    }
+    assert_eq!(estimator.epoch(), 0);
+    // The relay slept 30 s: its BOOTTIME jumped ahead of the fit.
+    let after = RelayModel {
+        offset_ns: 32_000_000_000,
+        ..before
+    };
+    let t = START + 20 * 250_000_000;
+    let [t1, t2, t3, t4] = exchange(&after, &mut rng, t, 20_000, 25_000.0);
+    let estimate = estimator
+        .add_sample(t1, t2, t3, t4, 31_000_000_000)
+        .expect("valid sample");
+    assert_eq!(estimate.epoch, 1);
+    assert_eq!(estimate.samples, 1, "the old epoch's samples are gone");
+    assert!(
+        (estimate.offset_ns - after.offset_ns).abs() <= 200_000,
+        "{estimate:?}"
+    );
+    // A jump below 1 ms is read noise, not a suspend.
+    let [t1, t2, t3, t4] = exchange(&after, &mut rng, t + 250_000_000, 20_000, 25_000.0);
+    let estimate = estimator
+        .add_sample(t1, t2, t3, t4, 31_000_500_000)
+        .expect("valid sample");
+    assert_eq!(estimate.epoch, 1);
+    assert_eq!(
+        estimate.samples, 1,
+        "gate keeps the lower-delay quarter of 2"
+    );
+}
+
+#[test]
+fn huge_delay_outliers_are_left_out() {
+    let model = RelayModel {
+        offset_ns: 42_000,
+        drift_ppm: 0.0,
+        origin_ns: START,
+    };
+    let mut rng = Rng(5);
+    let mut estimator = Estimator::default();
+    let mut last = None;
+    for i in 0..60u64 {
+        let t1 = START + i * 250_000_000;
+        let sample = if i % 5 == 4 {
+            // 50 ms stuck on the way there only: offset off by +25 ms.
+            let t2 = model.relay(t1 + 50_000_000);
+            [t1, t2, t2 + 3_000, t1 + 50_000_000 + 3_000 + 20_000]
+        } else {
+            exchange(&model, &mut rng, t1, 20_000, 10_000.0)
+        };
+        let [t1, t2, t3, t4] = sample;
+        last = estimator.add_sample(t1, t2, t3, t4, 0).or(last);
+    }
+    let estimate = last.expect("estimate");
+    assert!(
+        (estimate.offset_ns - model.offset_ns).abs() <= 5_000,
+        "{estimate:?}"
+    );
+    assert!(estimate.freq_ppm.abs() < 5.0, "{estimate:?}");
+}
+
+#[test]
+fn reversed_or_absurd_timestamps_are_rejected() {
+    let mut estimator = Estimator::default();
+    // t4 before t1.
+    assert_eq!(estimator.add_sample(1_000, 5_000, 5_100, 900, 0), None);
+    // t3 before t2.
+    assert_eq!(estimator.add_sample(1_000, 5_100, 5_000, 2_000, 0), None);
+    // Relay held it longer than the whole round trip.
+    assert_eq!(estimator.add_sample(1_000, 0, 1_000_000, 2_000, 0), None);
+    // Round trip beyond the sanity limit.
+    assert_eq!(estimator.add_sample(0, 5, 5, u64::MAX, 0), None);
+    assert_eq!(estimator.rejected(), 4);
+    assert_eq!(estimator.estimate(), None);
+    // A sane sample still works afterwards.
+    let estimate = estimator
+        .add_sample(1_000, 10_500, 10_600, 2_100, 0)
+        .expect("valid");
+    assert_eq!(estimate.offset_ns, 9_000);
+    assert_eq!(estimate.rtt_ns, 1_000);
+    assert_eq!(estimate.error_bound_ns, 500 + 1_000);
+}
+
+#[test]
+fn window_keeps_at_most_the_configured_samples_and_age() {
+    let config = EstimatorConfig {
+        window_samples: 16,
+        window_ns: 2_000_000_000,
+        gate_quantile: 1.0,
+        ..EstimatorConfig::default()
+    };
+    let mut estimator = Estimator::new(config);
+    let mut last = None;
+    for i in 0..100u64 {
+        let t1 = START + i * 100_000_000;
+        last = estimator.add_sample(t1, t1 + 10, t1 + 20, t1 + 1_000, 0);
+    }
+    assert_eq!(last.expect("estimate").samples, 16);
+    let mut estimator = Estimator::new(config);
+    for i in 0..10u64 {
+        let t1 = START + i * 1_000_000_000;
+        last = estimator.add_sample(t1, t1 + 10, t1 + 20, t1 + 1_000, 0);
+    }
+    assert_eq!(
+        last.expect("estimate").samples,
+        3,
+        "samples older than 2 s dropped"
+    );
+}
+
+proptest! {
+    #[test]
+    fn never_panics_and_bounds_are_sane(
+        samples in proptest::collection::vec(
+            (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<i64>()),
+            1..80,
+        ),
+        near in proptest::collection::vec((0u64..1_000_000, 0u64..1_000_000, 0u64..2_000_000, any::<i64>()), 0..80),
+    ) {
+        let mut estimator = Estimator::default();
+        for (t1, t2, t3, t4, suspend) in samples {
+            if let Some(estimate) = estimator.add_sample(t1, t2, t3, t4, suspend) {
+                prop_assert!(estimate.error_bound_ns >= 1_000);
+                prop_assert!(estimate.freq_ppm.is_finite());
+                prop_assert!(estimate.samples >= 1);
+                let _ = estimate.to_host(t2);
+            }
+        }
+        // Plausible but noisy exchanges around one base time.
+        let mut estimator = Estimator::default();
+        for (i, (forward, hold, backward, offset)) in near.into_iter().enumerate() {
+            let t1 = START + i as u64 * 50_000_000;
+            let t2 = (t1 + forward).wrapping_add_signed(offset % 1_000_000_000);
+            let t4 = t1 + forward + hold + backward;
+            if let Some(estimate) = estimator.add_sample(t1, t2, t2 + hold, t4, 0) {
+                prop_assert!(estimate.error_bound_ns >= estimate.rtt_ns / 2);
+                prop_assert!(estimate.freq_ppm.abs() <= 1000.0);
+            }
+        }
+    }
+}
