@@ -17,6 +17,7 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod control;
 pub mod demo;
 pub mod exit;
 pub mod hostclock;

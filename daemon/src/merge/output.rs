@@ -10,13 +10,62 @@ use tracesync_protocol::perfetto::clock_snapshot::Clock;
 use tracesync_protocol::perfetto::remote_clock_sync::SyncedClocks;
 use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync, TracePacket};
-use tracesync_protocol::scan::field;
+use tracesync_protocol::scan::{Kind, field};
 use tracesync_protocol::wire;
 
 use super::machines::{MachineIdx, MachineTable};
 use super::plan::offset_pair;
 use super::second_pass::{Head, OWN_SEQUENCE_ID};
 use super::stats::MergeStats;
+
+/// One jsonl record (DESIGN.md §5), shared by `merge --format jsonl` and
+/// `tail --format jsonl`. Strings arrive already JSON-encoded (quotes
+/// included, or `null`) so callers can encode each name once, not per packet.
+#[derive(Clone, Copy, Debug)]
+pub struct JsonlRecord<'a> {
+    /// Trace time (ns); negative values print as 0.
+    pub ts: i64,
+    pub machine_json: &'a str,
+    pub raw_id: u64,
+    /// Clock id and raw value the timestamp was read in; None: no timestamp.
+    pub clock: Option<(u32, u64)>,
+    pub seq: u32,
+    pub src_json: &'a str,
+    pub kind: Kind,
+    pub size: usize,
+    /// Error bound of `ts`; None where it is not known (printed as null).
+    pub err_ns: Option<u64>,
+}
+
+/// Appends `record` as one JSON line (newline included) to `line`.
+pub fn write_jsonl_record(line: &mut String, record: &JsonlRecord<'_>) {
+    // Writing to a String cannot fail.
+    let _ = write!(
+        line,
+        "{{\"ts\":{},\"machine\":{},\"raw_id\":{},",
+        record.ts.max(0),
+        record.machine_json,
+        record.raw_id,
+    );
+    let _ = match record.clock {
+        Some((c, v)) => write!(line, "\"clock\":{c},\"clock_ts\":{v},"),
+        None => write!(line, "\"clock\":null,\"clock_ts\":null,"),
+    };
+    let _ = write!(
+        line,
+        "\"seq\":{},\"src\":{},\"kind\":\"{}\",\"size\":{},",
+        record.seq, record.src_json, record.kind, record.size,
+    );
+    let _ = match record.err_ns {
+        Some(e) => writeln!(line, "\"err_ns\":{e}}}"),
+        None => writeln!(line, "\"err_ns\":null}}"),
+    };
+}
+
+/// JSON encoding of an optional name: a quoted, escaped string or `null`.
+pub fn json_name(name: Option<&str>) -> String {
+    serde_json::to_string(&name).unwrap_or_else(|_| "null".into())
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -51,7 +100,7 @@ impl<W: Write> Writer<W> {
     pub fn new(out: W, format: Format, machines: &MachineTable, trace_machine: MachineIdx) -> Self {
         let json_names = machines
             .iter()
-            .map(|(_, m)| serde_json::to_string(&m.name).unwrap_or_else(|_| "null".into()))
+            .map(|(_, m)| json_name(m.name.as_deref()))
             .collect();
         Self {
             out,
@@ -118,22 +167,19 @@ impl<W: Write> Writer<W> {
                 let m = machines.get(head.machine);
                 let line = &mut self.line;
                 line.clear();
-                // Writing to a String cannot fail.
-                let _ = write!(
+                write_jsonl_record(
                     line,
-                    "{{\"ts\":{},\"machine\":{},\"raw_id\":{},",
-                    head.ts.max(0),
-                    self.json_names[head.machine as usize],
-                    m.raw_id,
-                );
-                let _ = match head.clock {
-                    Some((c, v)) => write!(line, "\"clock\":{c},\"clock_ts\":{v},"),
-                    None => write!(line, "\"clock\":null,\"clock_ts\":null,"),
-                };
-                let _ = writeln!(
-                    line,
-                    "\"seq\":{},\"src\":{},\"kind\":\"{}\",\"size\":{},\"err_ns\":0}}",
-                    head.out_seq, src_json, head.kind, head.size,
+                    &JsonlRecord {
+                        ts: head.ts,
+                        machine_json: &self.json_names[head.machine as usize],
+                        raw_id: m.raw_id,
+                        clock: head.clock,
+                        seq: head.out_seq,
+                        src_json,
+                        kind: head.kind,
+                        size: head.size,
+                        err_ns: Some(0),
+                    },
                 );
                 stats.bytes_written += line.len() as u64;
                 self.out.write_all(line.as_bytes())

@@ -1,0 +1,196 @@
+//! One tail subscriber's view of the merged stream: its machine filter and
+//! the bytes it is sent per packet (text line, jsonl record, or Trace
+//! record). Shared by the daemon's control socket and `tracesync tail DIR`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use tracesync_protocol::scan::Kind;
+use tracesync_protocol::wire;
+
+use super::request::{TailFormat, lag_notice_record};
+use crate::live::OutPacket;
+use crate::merge::output::{JsonlRecord, json_name, write_jsonl_record};
+
+/// Which machines a subscriber wants: a name, a raw id in decimal, or
+/// `host` for an unnamed machine 0. Empty: every machine.
+#[derive(Clone, Debug, Default)]
+pub struct MachineFilter {
+    wanted: Vec<String>,
+}
+
+impl MachineFilter {
+    pub fn new(machines: &[String]) -> Self {
+        Self {
+            wanted: machines.to_vec(),
+        }
+    }
+
+    pub fn accepts(&self, raw_id: u32, name: Option<&str>) -> bool {
+        if self.wanted.is_empty() {
+            return true;
+        }
+        self.wanted.iter().any(|w| {
+            name == Some(w.as_str())
+                || w.parse::<u32>() == Ok(raw_id)
+                || (name.is_none() && raw_id == 0 && w == "host")
+        })
+    }
+}
+
+/// JSON encodings of names seen recently, keyed by the `Arc` the packets
+/// share, so each name is encoded once, not per packet.
+#[derive(Debug, Default)]
+struct JsonNames {
+    entries: Vec<(Arc<str>, String)>,
+}
+
+const MAX_CACHED_NAMES: usize = 256;
+
+impl JsonNames {
+    /// Makes room for two new names; call before [`Self::index`].
+    fn trim(&mut self) {
+        if self.entries.len() + 2 > MAX_CACHED_NAMES {
+            self.entries.clear();
+        }
+    }
+
+    fn index(&mut self, name: &Arc<str>) -> usize {
+        let found = self
+            .entries
+            .iter()
+            .position(|(k, _)| Arc::ptr_eq(k, name) || **k == **name);
+        found.unwrap_or_else(|| {
+            self.entries.push((Arc::clone(name), json_name(Some(name))));
+            self.entries.len() - 1
+        })
+    }
+}
+
+/// Formats packets for one subscriber.
+#[derive(Debug)]
+pub struct PacketFormatter {
+    format: TailFormat,
+    filter: MachineFilter,
+    /// False when the error bound is not known (`tail DIR`): jsonl prints
+    /// `err_ns: null`, text leaves it out.
+    err_known: bool,
+    names: JsonNames,
+    line: String,
+}
+
+impl PacketFormatter {
+    pub fn new(format: TailFormat, filter: MachineFilter) -> Self {
+        Self {
+            format,
+            filter,
+            err_known: true,
+            names: JsonNames::default(),
+            line: String::new(),
+        }
+    }
+
+    /// For packets read back from files, whose error bound is not recorded.
+    pub fn without_error_bounds(mut self) -> Self {
+        self.err_known = false;
+        self
+    }
+
+    pub fn format(&self) -> TailFormat {
+        self.format
+    }
+
+    pub fn accepts(&self, packet: &OutPacket) -> bool {
+        self.filter
+            .accepts(packet.machine_raw_id, packet.machine_name.as_deref())
+    }
+
+    /// Appends `packet` to `out` if the filter accepts it; returns whether it did.
+    pub fn write(&mut self, packet: &OutPacket, out: &mut Vec<u8>) -> bool {
+        if !self.accepts(packet) {
+            return false;
+        }
+        match self.format {
+            TailFormat::Perfetto => wire::put_trace_packet(out, &packet.bytes),
+            TailFormat::Jsonl => {
+                self.line.clear();
+                self.names.trim();
+                let machine = packet.machine_name.as_ref().map(|n| self.names.index(n));
+                let src = self.names.index(&packet.src);
+                let machine_json = machine.map_or("null", |i| self.names.entries[i].1.as_str());
+                let src_json = &self.names.entries[src].1;
+                write_jsonl_record(
+                    &mut self.line,
+                    &JsonlRecord {
+                        ts: packet.ts,
+                        machine_json,
+                        raw_id: u64::from(packet.machine_raw_id),
+                        clock: Some((packet.clock, packet.clock_ts)),
+                        seq: packet.seq,
+                        src_json,
+                        kind: Kind(packet.data_field),
+                        size: packet.bytes.len(),
+                        err_ns: self.err_known.then_some(packet.err_ns),
+                    },
+                );
+                out.extend_from_slice(self.line.as_bytes());
+            }
+            TailFormat::Text => {
+                self.line.clear();
+                text_line(&mut self.line, packet, self.err_known);
+                out.extend_from_slice(self.line.as_bytes());
+            }
+        }
+        true
+    }
+
+    /// Appends the notice that `skipped` packets were lost to lag: a comment
+    /// line in text, `{"lagged":N}` in jsonl, the ending notice record in
+    /// perfetto (after which the stream must end).
+    pub fn lag_notice(&self, skipped: u64, out: &mut Vec<u8>) {
+        match self.format {
+            TailFormat::Text => out.extend_from_slice(
+                format!("# tracesync: lagged, {skipped} packets skipped\n").as_bytes(),
+            ),
+            TailFormat::Jsonl => {
+                out.extend_from_slice(format!("{{\"lagged\":{skipped}}}\n").as_bytes())
+            }
+            TailFormat::Perfetto => out.extend_from_slice(&lag_notice_record(skipped)),
+        }
+    }
+}
+
+/// `<seconds>.<ns> <machine> seq=<id> <kind> <size> B [±<bound>] <src>`
+fn text_line(line: &mut String, p: &OutPacket, err_known: bool) {
+    let ts = p.ts.max(0);
+    let machine = match (&p.machine_name, p.machine_raw_id) {
+        (Some(name), _) => name.to_string(),
+        (None, 0) => "host".to_owned(),
+        (None, id) => format!("#{id}"),
+    };
+    // Writing to a String cannot fail.
+    let _ = write!(
+        line,
+        "{}.{:09} {:<12} seq={:<5} {:<20} {:>7} B",
+        ts / 1_000_000_000,
+        ts % 1_000_000_000,
+        machine,
+        p.seq,
+        Kind(p.data_field).to_string(),
+        p.bytes.len(),
+    );
+    if err_known {
+        let _ = write!(line, "  ±{}", human_ns(p.err_ns));
+    }
+    let _ = writeln!(line, "  {}", p.src);
+}
+
+/// A duration in the unit that reads best: 850ns, 12.3us, 4.56ms, 1.234s.
+pub fn human_ns(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns}ns"),
+        1_000..1_000_000 => format!("{:.1}us", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2}ms", ns as f64 / 1e6),
+        _ => format!("{:.3}s", ns as f64 / 1e9),
+    }
+}

@@ -1,0 +1,100 @@
+//! The control socket: `tracesync status` and `tracesync tail` talk to the
+//! daemon here.
+//!
+//! Protocol: the client sends one JSON line, [`Request`]; the daemon answers
+//! `{"cmd":"status"}` with one JSON line (a [`StatusReport`]) and
+//! `{"cmd":"tail",...}` with a stream (text or jsonl lines, or a raw Perfetto
+//! Trace byte stream). A refused request gets one `{"error":"..."}` line.
+//!
+//! Ingest never waits for a tail client: packets go out on a
+//! `tokio::sync::broadcast` channel, whose sender never blocks. A client
+//! that falls behind by more than the channel's capacity loses packets:
+//! text and jsonl streams get a notice and go on, a perfetto stream is ended
+//! (a gap cannot be spliced into a trace honestly), see [`server`].
+
+pub mod format;
+pub mod preamble;
+pub mod request;
+pub mod server;
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{broadcast, watch};
+
+use crate::live::{OutPacket, Role};
+use crate::status::StatusReport;
+
+pub use format::{MachineFilter, PacketFormatter};
+pub use preamble::PreambleCache;
+pub use request::{NOTICE_FIELD, Request, TailFormat};
+pub use server::{MAX_CLIENTS, bind_unix, serve, serve_tcp};
+
+/// Broadcast capacity [`ControlHub::new`] is usually given: a subscriber
+/// may fall this many packets behind before it lags. The channel keeps at
+/// most this many packets alive for a slow subscriber.
+pub const DEFAULT_TAIL_CAPACITY: usize = 8192;
+
+/// What the ingest loop shares with the control socket.
+#[derive(Clone, Debug)]
+pub struct ControlHub {
+    /// Every packet of the merged output, in output order. Publish with
+    /// [`ControlHub::publish`] so perfetto tails get a preamble.
+    pub packets: broadcast::Sender<Arc<OutPacket>>,
+    /// The latest status report.
+    pub status: watch::Receiver<Arc<StatusReport>>,
+    /// The packets a perfetto stream opens with (latest SystemInfo,
+    /// ClockSnapshot and sync point per machine, incremental state per
+    /// sequence), kept in step with `packets` under this lock.
+    preamble: Arc<Mutex<PreambleCache>>,
+}
+
+impl ControlHub {
+    /// A hub whose subscribers may fall `capacity` packets behind.
+    pub fn new(capacity: usize, status: watch::Receiver<Arc<StatusReport>>) -> Self {
+        let (packets, _) = broadcast::channel(capacity.max(1));
+        Self {
+            packets,
+            status,
+            preamble: Arc::new(Mutex::new(PreambleCache::default())),
+        }
+    }
+
+    /// Sends one packet to every tail subscriber; never blocks on them.
+    ///
+    /// Packets with a preamble role are recorded and sent under one lock, so
+    /// a perfetto subscriber sees each of them exactly once: in its preamble
+    /// or in its stream. Data packets skip the lock.
+    pub fn publish(&self, packet: Arc<OutPacket>) {
+        if packet.role == Role::Data {
+            // No subscribers is not an error: nobody is tailing.
+            let _ = self.packets.send(packet);
+            return;
+        }
+        let mut cache = lock(&self.preamble);
+        cache.observe(&packet);
+        let _ = self.packets.send(packet);
+    }
+
+    /// A new subscriber and the preamble packets it should start with.
+    pub fn subscribe_with_preamble(
+        &self,
+    ) -> (Vec<Arc<OutPacket>>, broadcast::Receiver<Arc<OutPacket>>) {
+        let cache = lock(&self.preamble);
+        let rx = self.packets.subscribe();
+        (cache.packets(), rx)
+    }
+
+    /// Counters of the preamble cache (for metrics and tests).
+    pub fn preamble_stats(&self) -> preamble::PreambleStats {
+        lock(&self.preamble).stats()
+    }
+}
+
+/// The cache stays consistent even if a holder panicked (it only ever
+/// holds whole packets), so a poisoned lock is taken over.
+fn lock(m: &Mutex<PreambleCache>) -> std::sync::MutexGuard<'_, PreambleCache> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests;

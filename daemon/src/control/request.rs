@@ -1,0 +1,58 @@
+//! What a control client sends, and the one out-of-band record of a perfetto
+//! stream.
+
+use serde::{Deserialize, Serialize};
+use tracesync_protocol::wire;
+
+/// Longest request line the daemon reads.
+pub const MAX_REQUEST_BYTES: usize = 64 << 10;
+
+/// One JSON line from the client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// One [`crate::status::StatusReport`] line, then the daemon closes.
+    Status,
+    /// The live merged stream until the client or the daemon goes away.
+    Tail {
+        #[serde(default)]
+        format: TailFormat,
+        /// Only these machines (name, or raw id in decimal; `host` for an
+        /// unnamed machine 0). Empty: all.
+        #[serde(default)]
+        machines: Vec<String>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TailFormat {
+    /// One human-readable line per packet.
+    #[default]
+    Text,
+    /// One JSON record per packet (the fields of `merge --format jsonl`).
+    Jsonl,
+    /// A Perfetto Trace byte stream (save it, open it in Perfetto UI).
+    Perfetto,
+}
+
+/// Field number of the record that ends a perfetto stream early, carrying a
+/// JSON notice such as `{"lagged":N}`. Trace defines only field 1 (packet),
+/// so the record is never mistaken for a packet; `tracesync tail` strips it
+/// and reports it on stderr.
+pub const NOTICE_FIELD: u32 = 2;
+
+/// The notice record ending a perfetto stream whose client lagged by `skipped`.
+pub fn lag_notice_record(skipped: u64) -> Vec<u8> {
+    let body = format!("{{\"lagged\":{skipped}}}");
+    let mut out = Vec::with_capacity(body.len() + 4);
+    wire::put_len_field(&mut out, NOTICE_FIELD, body.as_bytes());
+    out
+}
+
+/// The line refusing a request.
+pub fn error_line(message: &str) -> String {
+    let mut line = serde_json::json!({ "error": message }).to_string();
+    line.push('\n');
+    line
+}

@@ -1,0 +1,285 @@
+//! The control socket's accept loop and per-client tasks.
+//!
+//! Each client has its own task; a client that does not read blocks only
+//! that task, on its own socket. Ingest is never waited for: the task reads
+//! the broadcast channel, and a task that falls more than the channel's
+//! capacity behind is told how many packets it lost (text/jsonl: a notice
+//! line, then the stream goes on; perfetto: a notice record, then the
+//! stream ends). At most [`MAX_CLIENTS`] clients at once; each formats at
+//! most [`MAX_PENDING_BYTES`] before writing them out.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{Semaphore, broadcast};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::ControlHub;
+use super::format::{MachineFilter, PacketFormatter};
+use super::request::{MAX_REQUEST_BYTES, Request, TailFormat, error_line};
+
+/// Control clients served at once; more are refused with an error line.
+pub const MAX_CLIENTS: usize = 64;
+/// Formatted bytes a client task collects before writing them out.
+pub const MAX_PENDING_BYTES: usize = 64 << 10;
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a refusal may take to write.
+const REFUSAL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Binds the control socket at `path`: creates its directory, replaces a
+/// stale socket file nobody listens on, refuses to replace a live one.
+pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("{}: another daemon is listening there", path.display()),
+        ));
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    UnixListener::bind(path)
+}
+
+/// Serves control clients on a unix socket until `shutdown`, then waits for
+/// the client tasks (which end at once on `shutdown`).
+pub async fn serve(listener: UnixListener, hub: ControlHub, shutdown: CancellationToken) {
+    let clients = Clients::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _)) => clients.start(stream, &hub, &shutdown).await,
+            Err(e) => accept_failed(e, &shutdown).await,
+        }
+    }
+    clients.finish().await;
+}
+
+/// [`serve`] on TCP (`tracesync --connect ADDR`): the same protocol. Bind it
+/// only where configured: the socket has no authentication of its own.
+pub async fn serve_tcp(listener: TcpListener, hub: ControlHub, shutdown: CancellationToken) {
+    let clients = Clients::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                clients.start(stream, &hub, &shutdown).await
+            }
+            Err(e) => accept_failed(e, &shutdown).await,
+        }
+    }
+    clients.finish().await;
+}
+
+/// Out of file descriptors and the like: say so, back off, go on.
+async fn accept_failed(e: io::Error, shutdown: &CancellationToken) {
+    metrics::counter!("tracesync_control_accept_errors_total").increment(1);
+    tracing::warn!("control socket: accept failed: {e}; retrying in 100 ms");
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+    }
+}
+
+struct Clients {
+    slots: Arc<Semaphore>,
+    tasks: TaskTracker,
+}
+
+impl Clients {
+    fn new() -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(MAX_CLIENTS)),
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    async fn start<S>(&self, mut stream: S, hub: &ControlHub, shutdown: &CancellationToken)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() else {
+            metrics::counter!("tracesync_control_refused_total").increment(1);
+            let line = error_line(&format!(
+                "too many control clients ({MAX_CLIENTS}); close one and retry"
+            ));
+            let _ = tokio::time::timeout(REFUSAL_TIMEOUT, stream.write_all(line.as_bytes())).await;
+            return;
+        };
+        let hub = hub.clone();
+        let shutdown = shutdown.clone();
+        self.tasks.spawn(async move {
+            if let Err(e) = client(stream, hub, shutdown).await {
+                // A client going away mid-stream is normal.
+                tracing::debug!("control client: {e}");
+            }
+            drop(permit);
+        });
+    }
+
+    async fn finish(self) {
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+async fn client<S>(stream: S, hub: ControlHub, shutdown: CancellationToken) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (rd, mut wr) = tokio::io::split(stream);
+    let mut rd = BufReader::with_capacity(4096, rd);
+    let mut line = String::new();
+    let mut limited = (&mut rd).take(MAX_REQUEST_BYTES as u64 + 1);
+    let read = limited.read_line(&mut line);
+    let read = tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        r = tokio::time::timeout(REQUEST_TIMEOUT, read) => r,
+    };
+    let request = match read {
+        Err(_) => return refuse(&mut wr, "no request within 10 s").await,
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok(_)) if !line.ends_with('\n') => {
+            return refuse(&mut wr, "the request must be one JSON line under 64 KiB").await;
+        }
+        Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = format!(
+                    "bad request: {e}; send {{\"cmd\":\"status\"}} or {{\"cmd\":\"tail\",\"format\":\"text\"}}"
+                );
+                return refuse(&mut wr, &msg).await;
+            }
+        },
+    };
+    match request {
+        Request::Status => {
+            let report = Arc::clone(&hub.status.borrow());
+            let mut out = serde_json::to_vec(&*report).map_err(io::Error::other)?;
+            out.push(b'\n');
+            wr.write_all(&out).await?;
+            wr.shutdown().await
+        }
+        Request::Tail { format, machines } => {
+            let formatter = PacketFormatter::new(format, MachineFilter::new(&machines));
+            tail(rd, wr, &hub, formatter, &shutdown).await
+        }
+    }
+}
+
+async fn refuse<W: AsyncWrite + Unpin>(wr: &mut W, message: &str) -> io::Result<()> {
+    metrics::counter!("tracesync_control_bad_requests_total").increment(1);
+    wr.write_all(error_line(message).as_bytes()).await?;
+    wr.shutdown().await
+}
+
+/// Streams the merged output to one client until it goes away, the daemon
+/// shuts down, or (perfetto) it lags.
+async fn tail<R, W>(
+    mut rd: R,
+    mut wr: W,
+    hub: &ControlHub,
+    mut formatter: PacketFormatter,
+    shutdown: &CancellationToken,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let perfetto = formatter.format() == TailFormat::Perfetto;
+    let (preamble, mut rx) = if perfetto {
+        hub.subscribe_with_preamble()
+    } else {
+        (Vec::new(), hub.packets.subscribe())
+    };
+    let mut out = Vec::with_capacity(MAX_PENDING_BYTES);
+    for packet in &preamble {
+        formatter.write(packet, &mut out);
+        if out.len() >= MAX_PENDING_BYTES {
+            write_out(&mut wr, &mut out, shutdown).await?;
+        }
+    }
+    drop(preamble);
+    write_out(&mut wr, &mut out, shutdown).await?;
+    let mut scratch = [0u8; 256];
+    loop {
+        let first = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            // Anything the client sends after its request is ignored; EOF
+            // or an error means it is gone.
+            r = rd.read(&mut scratch) => match r {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(_) => continue,
+            },
+            r = rx.recv() => r,
+        };
+        let mut ended = match first {
+            Ok(packet) => {
+                formatter.write(&packet, &mut out);
+                false
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => lagged(&formatter, n, &mut out),
+            Err(broadcast::error::RecvError::Closed) => true,
+        };
+        // Take what else is ready, up to the buffer limit, in one write.
+        while !ended && out.len() < MAX_PENDING_BYTES {
+            match rx.try_recv() {
+                Ok(packet) => {
+                    formatter.write(&packet, &mut out);
+                }
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    ended = lagged(&formatter, n, &mut out);
+                }
+                Err(broadcast::error::TryRecvError::Empty) => break,
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    ended = true;
+                }
+            }
+        }
+        write_out(&mut wr, &mut out, shutdown).await?;
+        if ended {
+            return wr.shutdown().await;
+        }
+    }
+}
+
+/// Writes the lag notice; returns whether the stream must end.
+fn lagged(formatter: &PacketFormatter, skipped: u64, out: &mut Vec<u8>) -> bool {
+    metrics::counter!("tracesync_tail_lagged_packets_total").increment(skipped);
+    formatter.lag_notice(skipped, out);
+    formatter.format() == TailFormat::Perfetto
+}
+
+/// Writes and clears `out`; gives up at shutdown (the client may not read).
+async fn write_out<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    out: &mut Vec<u8>,
+    shutdown: &CancellationToken,
+) -> io::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    tokio::select! {
+        _ = shutdown.cancelled() => Err(io::Error::other("daemon shutting down")),
+        r = wr.write_all(out) => { out.clear(); r }
+    }
+}
