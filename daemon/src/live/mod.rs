@@ -1,9 +1,62 @@
 //! Live capture core (sans-IO): turns relay batches into the ordered,
 //! resolved, stamped packets of the merged output.
 //!
-//! The tokio side (`crate::server`) feeds it [`crate::live::IngestEvent`]s and
-//! executes what it returns; it never looks inside packets itself.
+//! The server feeds [`LiveCore`] what arrives (Hello, Batch, Heartbeat,
+//! sync estimates, ticks) with host BOOTTIME as `now`, drains packets for
+//! the rolling writer and tail, and after each writer commit asks which
+//! acks to send. The core never reads a clock or does IO.
+//!
+//! Per packet: de-duplication by (relay instance, relay sequence, index)
+//! against what was accepted or recovered as written; scan; the clock is
+//! the packet's `timestamp_clock_id`, else its sequence's default, else
+//! BOOTTIME; converted to the relay's BOOTTIME through the relay's clock
+//! graph (its ClockSnapshots, in stream order), then to host BOOTTIME by
+//! the relay's sync estimate. A packet with no timestamp takes its stream's
+//! last time (else the batch's relay clock). Stamped: machine id = the
+//! relay's raw id, output sequence id per (relay instance, relay sequence),
+//! and the clock it was resolved with where it names none.
+//!
+//! Pending: a packet whose clock cannot be resolved yet (no snapshot path,
+//! no sync estimate) waits in its relay's pending queue, with every later
+//! packet of its stream behind it; the queue is retried whenever the
+//! relay's snapshots or estimate change. When full (packets or bytes) the
+//! oldest pending packet is dropped and counted as
+//! `clock_sync_failure_no_path`: ingest never stops for one relay's
+//! missing sync, and the loss is bounded and visible. A packet still
+//! without a path `pending_max_age_ns` after arrival while its relay is
+//! synced is dropped the same way.
+//!
+//! Order: one FIFO per stream, never reordered; stream heads merged by
+//! time; drained up to the watermark (see [`LiveCore::watermark`]). A
+//! packet older than one already written is written at once, counted as
+//! `late_packets`.
+//!
+//! Sync points: a RemoteClockSync (Role::SyncPoint) before a relay
+//! machine's first packet and whenever its offset moved by more than
+//! `sync_threshold_ns` (DESIGN.md §2).
+//!
+//! Acks: a batch is acknowledged once every packet of it and of all
+//! batches before it was written and committed, or dropped.
 
+mod acks;
+mod clocks;
+mod core;
+mod emit;
+pub mod estimate;
+mod ingest;
+mod order;
 pub mod packet;
+mod stamp;
+pub mod types;
 
+#[cfg(test)]
+mod tests;
+
+pub use self::core::{LiveCore, reason};
+pub use estimate::SyncEstimate;
 pub use packet::{Origin, OutPacket, Role};
+pub use stamp::OWN_SEQUENCE_ID;
+pub use types::{
+    CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Recovered, RecoveredStream, Refusal,
+    RelaySlot, SessionError,
+};

@@ -25,6 +25,26 @@ pub enum Role {
     IncrementalState,
 }
 
+impl Role {
+    /// The role of a scanned packet: snapshots and SystemInfo first, then
+    /// incremental state, else data.
+    pub fn of(fields: &tracesync_protocol::scan::PacketFields<'_>) -> Self {
+        if fields.clock_snapshot.is_some() {
+            Role::ClockSnapshot
+        } else if fields.system_info.is_some() {
+            Role::SystemInfo
+        } else if fields.remote_clock_sync.is_some() {
+            Role::SyncPoint
+        } else if fields.clears_incremental_state() {
+            Role::IncrementalStateCleared
+        } else if fields.has_interned_data || fields.trace_packet_defaults.is_some() {
+            Role::IncrementalState
+        } else {
+            Role::Data
+        }
+    }
+}
+
 /// Where a relayed packet came from, for de-duplication of resent batches:
 /// within one relay sequence packets are never reordered, so "written up to
 /// index i" per (relay instance, relay sequence) says exactly what is in the
@@ -50,7 +70,8 @@ pub struct OutPacket {
     pub machine_name: Option<std::sync::Arc<str>>,
     /// Output trusted_packet_sequence_id stamped on the packet.
     pub seq: u32,
-    /// Clock the packet's timestamp was read in, and its raw value.
+    /// Clock the packet's timestamp was read in, and its raw value; both 0
+    /// for a packet without timestamp (it takes its stream's last time).
     pub clock: u32,
     pub clock_ts: u64,
     /// Error bound of `ts` (0 within the host machine).

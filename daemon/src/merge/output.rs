@@ -205,29 +205,12 @@ impl<W: Write> Writer<W> {
         let floor = last.map_or(0, |s| s.client);
         let (client, host) = offset_pair((c.max(0) as u64).max(floor), offset);
         self.sync[machine as usize] = Some(SyncState { client, offset });
-        let snapshot = |value| ClockSnapshot {
-            clocks: vec![Clock {
-                clock_id: Some(BOOTTIME),
-                timestamp: Some(value),
-                ..Default::default()
-            }],
-            primary_trace_clock: None,
-        };
-        let entry = SyncedClocks {
-            client_clocks: Some(snapshot(client)),
-            host_clocks: Some(snapshot(host)),
-        };
-        let packet = TracePacket {
-            data: Some(Data::RemoteClockSync(RemoteClockSync {
-                synced_clocks: vec![entry.clone(), entry],
-            })),
-            optional_trusted_packet_sequence_id: Some(
-                OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(OWN_SEQUENCE_ID),
-            ),
-            machine_id: Some(machines.get(machine).output_id),
-            ..Default::default()
-        };
-        let body = packet.encode_to_vec();
+        let body = sync_point_packet(
+            machines.get(machine).output_id,
+            OWN_SEQUENCE_ID,
+            client,
+            host,
+        );
         stats.sync_points_written += 1;
         self.write_framed(&body, stats)
     }
@@ -247,4 +230,34 @@ impl<W: Write> Writer<W> {
         self.out.flush()?;
         Ok(self.out)
     }
+}
+
+/// A RemoteClockSync packet for `machine_id` with two identical entries
+/// {client BOOTTIME `client`, host BOOTTIME `host`} (Perfetto takes the
+/// offset `client - host` from it), on sequence `sequence_id`. Shared by the
+/// offline merger and the live core.
+pub fn sync_point_packet(machine_id: u32, sequence_id: u32, client: u64, host: u64) -> Vec<u8> {
+    let snapshot = |value| ClockSnapshot {
+        clocks: vec![Clock {
+            clock_id: Some(BOOTTIME),
+            timestamp: Some(value),
+            ..Default::default()
+        }],
+        primary_trace_clock: None,
+    };
+    let entry = SyncedClocks {
+        client_clocks: Some(snapshot(client)),
+        host_clocks: Some(snapshot(host)),
+    };
+    let packet = TracePacket {
+        data: Some(Data::RemoteClockSync(RemoteClockSync {
+            synced_clocks: vec![entry.clone(), entry],
+        })),
+        optional_trusted_packet_sequence_id: Some(
+            OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(sequence_id),
+        ),
+        machine_id: Some(machine_id),
+        ..Default::default()
+    };
+    packet.encode_to_vec()
 }

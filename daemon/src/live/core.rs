@@ -1,0 +1,446 @@
+//! [`LiveCore`]: sessions, machines and streams; acknowledgements and status.
+//!
+//! Ingest (batches, resolution, pending) is in `ingest.rs`, output
+//! (watermark, drain, sync points, host packets) in `emit.rs`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
+
+use super::acks::BatchTracker;
+use super::clocks::RelayClocks;
+use super::estimate::SyncEstimate;
+use super::ingest::PendingPacket;
+use super::order::{Order, StreamId};
+use super::stamp::OWN_SEQUENCE_ID;
+use super::types::{
+    CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Recovered, Refusal, RelaySlot,
+    SessionError,
+};
+use crate::status::MachineStatus;
+
+/// Counter names (Perfetto's stat names where one exists).
+pub mod reason {
+    pub const DUPLICATE: &str = "duplicates_dropped";
+    pub const NO_PATH: &str = "clock_sync_failure_no_path";
+    pub const CONVERSION: &str = "clock_sync_failure";
+    pub const NEGATIVE: &str = "trace_sorter_negative_timestamp_dropped";
+    pub const MALFORMED: &str = "packets_malformed";
+    pub const BATCHES_LOST: &str = "relay_batches_lost";
+    pub const REMOTE_SYNC_REPLACED: &str = "remote_clock_sync_replaced";
+    pub const INVALID_SNAPSHOT: &str = "invalid_clock_snapshots";
+    pub const LATE: &str = "late_packets";
+}
+
+/// One machine row of the output (raw id 0 is the host).
+#[derive(Debug, Default)]
+pub(super) struct Machine {
+    pub name: Option<Arc<str>>,
+    /// The relay instance connected for it now.
+    pub connected: Option<u64>,
+    pub packets: u64,
+    pub bytes: u64,
+    pub counters: BTreeMap<&'static str, u64>,
+    /// Host BOOTTIME of the last frame.
+    pub last_seen: Option<u64>,
+    /// The last sync point written: (client BOOTTIME, offset).
+    pub sync_point: Option<(u64, i64)>,
+    pub estimate: Option<SyncEstimate>,
+}
+
+impl Machine {
+    pub fn count(&mut self, reason: &'static str, n: u64) {
+        *self.counters.entry(reason).or_default() += n;
+    }
+}
+
+/// One relay instance, connected or not.
+#[derive(Debug)]
+pub(super) struct Relay {
+    pub raw_id: u32,
+    pub boot_id: String,
+    pub slot: Option<RelaySlot>,
+    pub clocks: RelayClocks,
+    pub estimate: Option<SyncEstimate>,
+    /// Relay BOOTTIME of its latest Hello/Batch/Heartbeat clocks.
+    pub latest_boottime: Option<u64>,
+    pub batches: BatchTracker,
+    pub pending: VecDeque<PendingPacket>,
+    pub pending_bytes: usize,
+    /// Order of disconnection, for forgetting the longest-gone first.
+    pub disconnected_order: u64,
+}
+
+/// One stream: a relay sequence of one relay instance.
+#[derive(Debug)]
+pub(super) struct Stream {
+    pub id: StreamId,
+    pub out_seq: u32,
+    pub raw_id: u32,
+    /// Highest packet index accepted or recovered as written.
+    pub written: Option<u64>,
+    /// trace_packet_defaults.timestamp_clock_id of the sequence.
+    pub default_clock: Option<u32>,
+    /// Last resolved (host ts, relay BOOTTIME): for packets with no timestamp.
+    pub last: Option<(i64, Option<i64>)>,
+    /// Packets of this stream in its relay's pending queue.
+    pub pending: u32,
+    pub src: Arc<str>,
+}
+
+pub(super) type StreamKey = (u64, u32);
+
+/// The live capture core (sans-IO). See the module docs of [`crate::live`].
+#[derive(Debug)]
+pub struct LiveCore {
+    pub(super) config: LiveConfig,
+    pub(super) relays: HashMap<u64, Relay>,
+    pub(super) slots: HashMap<RelaySlot, u64>,
+    next_slot: RelaySlot,
+    pub(super) machines: BTreeMap<u32, Machine>,
+    pub(super) streams: HashMap<StreamKey, Stream>,
+    next_stream_id: StreamId,
+    next_out_seq: u32,
+    pub(super) order: Order,
+    pub(super) last_emitted: Option<i64>,
+    pub(super) host_info_sent: bool,
+    pub(super) host_last_snapshot: Option<u64>,
+    commit_point: u64,
+    disconnects: u64,
+    /// Latest host BOOTTIME passed in by any call.
+    pub(super) latest_now: u64,
+    pub(super) stats: LiveStats,
+}
+
+impl LiveCore {
+    /// A core resuming from the rolling writer's recovered state.
+    pub fn new(config: LiveConfig, recovered: Recovered) -> Self {
+        let mut core = Self {
+            config,
+            relays: HashMap::new(),
+            slots: HashMap::new(),
+            next_slot: 1,
+            machines: BTreeMap::new(),
+            streams: HashMap::new(),
+            next_stream_id: 0,
+            next_out_seq: recovered.next_out_seq.max(OWN_SEQUENCE_ID + 1),
+            order: Order::default(),
+            last_emitted: None,
+            host_info_sent: false,
+            host_last_snapshot: None,
+            commit_point: 0,
+            disconnects: 0,
+            latest_now: 0,
+            stats: LiveStats::default(),
+        };
+        let host_name = core.config.host_name.as_deref().map(Arc::from);
+        core.machines.entry(0).or_default().name = host_name;
+        for s in recovered.streams {
+            core.machines.entry(s.machine_raw_id).or_default();
+            let id = core.allocate_stream_id();
+            core.streams.insert(
+                (s.relay_instance, s.relay_sequence),
+                Stream {
+                    id,
+                    out_seq: s.out_seq,
+                    raw_id: s.machine_raw_id,
+                    written: Some(s.written_through),
+                    default_clock: None,
+                    last: None,
+                    pending: 0,
+                    src: Arc::from(format!("{}/{}", s.machine_raw_id, s.relay_sequence)),
+                },
+            );
+        }
+        core
+    }
+
+    fn allocate_stream_id(&mut self) -> StreamId {
+        let id = self.next_stream_id;
+        // The host's stream is StreamId::MAX.
+        self.next_stream_id = self.next_stream_id.wrapping_add(1) % StreamId::MAX;
+        id
+    }
+
+    /// The stream of (relay instance, relay sequence), created on first use.
+    pub(super) fn stream_entry(&mut self, key: StreamKey, raw_id: u32) -> &mut Stream {
+        if !self.streams.contains_key(&key) {
+            let id = self.allocate_stream_id();
+            let out_seq = self.next_out_seq;
+            self.next_out_seq = self.next_out_seq.wrapping_add(1).max(OWN_SEQUENCE_ID + 1);
+            let src = self.src_label(raw_id, key.1);
+            self.streams.insert(
+                key,
+                Stream {
+                    id,
+                    out_seq,
+                    raw_id,
+                    written: None,
+                    default_clock: None,
+                    last: None,
+                    pending: 0,
+                    src,
+                },
+            );
+        }
+        // Inserted just above if it was missing.
+        self.streams.get_mut(&key).expect("stream exists")
+    }
+
+    /// `src` of jsonl: "<machine name or raw id>/<relay sequence>".
+    fn src_label(&self, raw_id: u32, relay_sequence: u32) -> Arc<str> {
+        match self.machines.get(&raw_id).and_then(|m| m.name.as_deref()) {
+            Some(name) => Arc::from(format!("{name}/{relay_sequence}")),
+            None => Arc::from(format!("{raw_id}/{relay_sequence}")),
+        }
+    }
+
+    /// A relay's Hello. `now` is host BOOTTIME.
+    pub fn connect(&mut self, hello: HelloInfo, now: u64) -> Result<Connected, Refusal> {
+        self.latest_now = self.latest_now.max(now);
+        let raw_id = hello.machine_raw_id;
+        if raw_id == 0 {
+            return Err(Refusal::ReservedRawId);
+        }
+        let machine = self.machines.entry(raw_id).or_default();
+        if let Some(holder) = machine.connected.filter(|&i| i != hello.relay_instance) {
+            let holder_name = machine.name.as_deref().unwrap_or("unnamed").to_owned();
+            return Err(Refusal::RawIdInUse {
+                raw_id,
+                holder_instance: holder,
+                holder_name,
+            });
+        }
+        if machine.name.is_none() && !hello.machine_name.is_empty() {
+            // A machine keeps its first name: names in the output stay stable.
+            machine.name = Some(Arc::from(hello.machine_name.as_str()));
+        }
+        machine.connected = Some(hello.relay_instance);
+        machine.last_seen = Some(now);
+
+        let slot = self.next_slot;
+        self.next_slot = self.next_slot.wrapping_add(1).max(1);
+        let oldest = hello.oldest_unacked_batch;
+        let mut lost = 0;
+        let relay = self
+            .relays
+            .entry(hello.relay_instance)
+            .or_insert_with(|| Relay {
+                raw_id,
+                boot_id: hello.boot_id.clone(),
+                slot: None,
+                clocks: RelayClocks::default(),
+                estimate: None,
+                latest_boottime: None,
+                // Nothing known of this instance: what precedes its spool
+                // was acknowledged before (by this daemon, before a restart).
+                batches: BatchTracker::starting_at(oldest.saturating_sub(1)),
+                pending: VecDeque::new(),
+                pending_bytes: 0,
+                disconnected_order: 0,
+            });
+        if relay.boot_id != hello.boot_id {
+            // The relay's machine rebooted: its clocks restarted.
+            relay.boot_id = hello.boot_id.clone();
+            relay.clocks = RelayClocks::default();
+            relay.estimate = None;
+        }
+        lost += relay.batches.resume(oldest);
+        let replaced = relay.slot.replace(slot);
+        relay.raw_id = raw_id;
+        relay.latest_boottime = hello.clocks.map(|c| c.boottime_ns);
+        relay.batches.reported_now();
+        let acked_through_batch = relay.batches.acked();
+        if let Some(old) = replaced {
+            self.slots.remove(&old);
+        }
+        self.slots.insert(slot, hello.relay_instance);
+        if lost > 0 {
+            self.machine(raw_id).count(reason::BATCHES_LOST, lost);
+        }
+        // Streams recovered before the name was known get it now.
+        for stream in self.streams.iter_mut() {
+            if stream.0.0 == hello.relay_instance {
+                let label = match self.machines.get(&raw_id).and_then(|m| m.name.as_deref()) {
+                    Some(name) => format!("{name}/{}", stream.0.1),
+                    None => continue,
+                };
+                stream.1.src = Arc::from(label);
+            }
+        }
+        self.forget_idle_relays();
+        Ok(Connected {
+            slot,
+            acked_through_batch,
+            replaced,
+        })
+    }
+
+    pub(super) fn machine(&mut self, raw_id: u32) -> &mut Machine {
+        self.machines.entry(raw_id).or_default()
+    }
+
+    /// The connection of `slot` ended. Its queued and pending packets stay
+    /// (they are written when their time comes); it no longer holds the
+    /// watermark.
+    pub fn disconnect(&mut self, slot: RelaySlot) {
+        let Some(instance) = self.slots.remove(&slot) else {
+            return;
+        };
+        self.disconnects += 1;
+        if let Some(relay) = self.relays.get_mut(&instance) {
+            relay.slot = None;
+            relay.disconnected_order = self.disconnects;
+            if let Some(m) = self.machines.get_mut(&relay.raw_id)
+                && m.connected == Some(instance)
+            {
+                m.connected = None;
+            }
+        }
+    }
+
+    /// Forgets the longest-disconnected relay instances with nothing in
+    /// flight while more than `max_relay_records` are remembered.
+    fn forget_idle_relays(&mut self) {
+        while self.relays.len() > self.config.max_relay_records {
+            let idle = self
+                .relays
+                .iter()
+                .filter(|(_, r)| {
+                    r.slot.is_none() && r.pending.is_empty() && r.batches.unacked() == 0
+                })
+                .min_by_key(|(_, r)| r.disconnected_order)
+                .map(|(&i, _)| i);
+            let Some(instance) = idle else { return };
+            self.relays.remove(&instance);
+            let order = &self.order;
+            self.streams
+                .retain(|k, s| k.0 != instance || order.stream_len(s.id) > 0);
+        }
+    }
+
+    pub(super) fn relay_of(&self, slot: RelaySlot) -> Result<u64, SessionError> {
+        self.slots
+            .get(&slot)
+            .copied()
+            .ok_or(SessionError::UnknownSlot(slot))
+    }
+
+    /// A Heartbeat: the relay's clocks advance the watermark.
+    pub fn heartbeat(
+        &mut self,
+        slot: RelaySlot,
+        clocks: Option<WireClocks>,
+        now: u64,
+    ) -> Result<(), SessionError> {
+        let instance = self.relay_of(slot)?;
+        self.latest_now = self.latest_now.max(now);
+        if let Some(relay) = self.relays.get_mut(&instance) {
+            if let Some(c) = clocks {
+                relay.latest_boottime = Some(c.boottime_ns);
+            }
+            let raw_id = relay.raw_id;
+            self.machine(raw_id).last_seen = Some(now);
+        }
+        Ok(())
+    }
+
+    /// A new clock-sync estimate for the relay on `slot`: packets waiting
+    /// for it are resolved.
+    pub fn sync(&mut self, slot: RelaySlot, estimate: SyncEstimate) -> Result<(), SessionError> {
+        let instance = self.relay_of(slot)?;
+        if let Some(relay) = self.relays.get_mut(&instance) {
+            relay.estimate = Some(estimate);
+            let raw_id = relay.raw_id;
+            self.machine(raw_id).estimate = Some(estimate);
+            self.retry_pending(instance);
+        }
+        Ok(())
+    }
+
+    /// Marks everything drained so far; pass it to [`Self::committed_through`]
+    /// once the writer has committed what was drained before this call.
+    pub fn commit_point(&mut self) -> CommitPoint {
+        self.commit_point += 1;
+        for relay in self.relays.values_mut() {
+            relay.batches.mark(self.commit_point);
+        }
+        CommitPoint(self.commit_point)
+    }
+
+    /// Everything drained before `point` is durable: the acks that moved,
+    /// for connected relays.
+    pub fn committed_through(&mut self, point: CommitPoint) -> Vec<(RelaySlot, u64)> {
+        for relay in self.relays.values_mut() {
+            relay.batches.committed_through(point.0);
+        }
+        self.take_acks()
+    }
+
+    /// Everything drained so far is durable (the writer committed after the
+    /// last drain): the acks that moved, for connected relays.
+    pub fn committed(&mut self) -> Vec<(RelaySlot, u64)> {
+        for relay in self.relays.values_mut() {
+            relay.batches.committed_now();
+        }
+        self.take_acks()
+    }
+
+    fn take_acks(&mut self) -> Vec<(RelaySlot, u64)> {
+        let mut acks: Vec<_> = self
+            .relays
+            .values_mut()
+            .filter_map(|r| Some((r.slot?, r.batches.take_ack()?)))
+            .collect();
+        acks.sort_unstable();
+        acks
+    }
+
+    /// Per machine (host first): traffic, counters by reason, pending,
+    /// clock mapping. `now` is host BOOTTIME, `now_unix_ms` the wall clock
+    /// at the same moment (for last seen).
+    pub fn status(&self, now: u64, now_unix_ms: u64) -> Vec<MachineStatus> {
+        self.machines
+            .iter()
+            .map(|(&raw_id, m)| {
+                let pending = self
+                    .relays
+                    .values()
+                    .filter(|r| r.raw_id == raw_id)
+                    .map(|r| r.pending.len() as u64)
+                    .sum();
+                let estimate = m.estimate;
+                MachineStatus {
+                    name: m.name.as_deref().map(str::to_owned),
+                    raw_id,
+                    connected: raw_id == 0 || m.connected.is_some(),
+                    packets: m.packets,
+                    bytes: m.bytes,
+                    drops: m
+                        .counters
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), *v))
+                        .collect(),
+                    pending,
+                    offset_ns: estimate.map(|e| e.offset_at(e.ref_relay_ns)),
+                    drift_ppm: estimate.map(|e| e.freq_ppm),
+                    error_bound_ns: estimate.map(|e| e.error_bound_ns),
+                    rtt_ns: estimate.map(|e| e.rtt_ns),
+                    last_seen_unix_ms: m.last_seen.map(|seen| {
+                        now_unix_ms.saturating_sub(now.saturating_sub(seen) / 1_000_000)
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    pub fn stats(&self) -> LiveStats {
+        self.stats
+    }
+
+    /// Packets waiting for the watermark (all relays and the host).
+    pub fn queued(&self) -> usize {
+        self.order.len()
+    }
+}

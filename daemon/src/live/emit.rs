@@ -1,0 +1,179 @@
+//! Packets out: the watermark, draining in time order, sync points, and the
+//! host's own packets.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tracesync_protocol::clock_ids::BOOTTIME;
+use tracesync_protocol::scan::field;
+
+use super::core::{LiveCore, reason};
+use super::order::{Queued, StreamId};
+use super::packet::{OutPacket, Role};
+use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
+use crate::merge::output::sync_point_packet;
+use crate::merge::plan::offset_pair;
+
+/// The host's own packets form one stream.
+const HOST_STREAM: StreamId = StreamId::MAX;
+
+impl LiveCore {
+    /// Packets with a time <= this may be written: the slowest connected,
+    /// synced relay's latest clock on the host timeline, and host now,
+    /// minus the merge window. Unsynced and disconnected relays hold
+    /// nothing: their packets are written late if they turn out older.
+    pub fn watermark(&self, now: u64) -> i64 {
+        let host_now = i64::try_from(now).unwrap_or(i64::MAX);
+        let slowest = self
+            .relays
+            .values()
+            .filter(|r| r.slot.is_some())
+            .filter_map(|r| Some(r.estimate?.to_host(r.latest_boottime?)))
+            .fold(host_now, i64::min);
+        let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
+        slowest.saturating_sub(window)
+    }
+
+    /// Appends to `out`, in time order, every packet the watermark has
+    /// passed, with the sync points they need. `now` is host BOOTTIME.
+    pub fn drain(&mut self, now: u64, out: &mut Vec<OutPacket>) {
+        self.latest_now = self.latest_now.max(now);
+        let watermark = self.watermark(now);
+        while let Some(q) = self.order.pop_through(watermark) {
+            self.emit(q, out);
+        }
+        while self.order.bytes() > self.config.queue_max_bytes {
+            let Some(q) = self.order.pop() else { break };
+            self.stats.forced_by_queue_limit += 1;
+            self.emit(q, out);
+        }
+    }
+
+    /// Appends everything queued, in time order (shutdown). Packets still
+    /// pending stay unacknowledged: their relays resend them next time.
+    pub fn flush_all(&mut self, out: &mut Vec<OutPacket>) {
+        while let Some(q) = self.order.pop() {
+            self.emit(q, out);
+        }
+    }
+
+    fn emit(&mut self, q: Queued, out: &mut Vec<OutPacket>) {
+        let Queued {
+            packet,
+            relay_boottime,
+            batch,
+        } = q;
+        let raw_id = packet.machine_raw_id;
+        if self.last_emitted.is_some_and(|last| packet.ts < last) {
+            self.stats.late_packets += 1;
+            self.machine(raw_id).count(reason::LATE, 1);
+        }
+        self.last_emitted = Some(self.last_emitted.map_or(packet.ts, |l| l.max(packet.ts)));
+        if raw_id != 0
+            && let Some(c) = relay_boottime
+        {
+            self.sync_point(&packet, c, out);
+        }
+        if let Some(b) = batch
+            && let Some(relay) = self.relays.get_mut(&b.relay_instance)
+        {
+            relay.batches.packet_done(b.batch);
+        }
+        let machine = self.machine(raw_id);
+        machine.packets += 1;
+        machine.bytes += packet.bytes.len() as u64;
+        self.stats.packets_out += 1;
+        self.stats.bytes_out += packet.bytes.len() as u64;
+        out.push(packet);
+    }
+
+    /// Writes a RemoteClockSync for the packet's machine before it, if the
+    /// machine has none yet or its offset at the packet's relay time moved
+    /// by more than the threshold since the last one. The offset is taken
+    /// from the packet's own mapping (relay BOOTTIME minus host time), so
+    /// Perfetto places this packet exactly where the core did.
+    fn sync_point(&mut self, packet: &OutPacket, c: i64, out: &mut Vec<OutPacket>) {
+        let offset = c.saturating_sub(packet.ts);
+        let threshold = self.config.sync_threshold_ns;
+        let machine = self.machine(packet.machine_raw_id);
+        let last = machine.sync_point;
+        if last.is_some_and(|(_, o)| o.abs_diff(offset) <= threshold) {
+            return;
+        }
+        // Client values never go backwards within a machine.
+        let floor = last.map_or(0, |(client, _)| client);
+        let (client, host) = offset_pair(u64::try_from(c).unwrap_or(0).max(floor), offset);
+        machine.sync_point = Some((client, offset));
+        let bytes = Bytes::from(sync_point_packet(
+            packet.machine_raw_id,
+            OWN_SEQUENCE_ID,
+            client,
+            host,
+        ));
+        self.stats.sync_points_written += 1;
+        out.push(OutPacket {
+            ts: packet.ts,
+            machine_raw_id: packet.machine_raw_id,
+            machine_name: packet.machine_name.clone(),
+            seq: OWN_SEQUENCE_ID,
+            clock: BOOTTIME,
+            clock_ts: client,
+            err_ns: packet.err_ns,
+            data_field: Some(field::REMOTE_CLOCK_SYNC),
+            src: Arc::from(packet.machine_name.as_deref().unwrap_or("sync")),
+            role: Role::SyncPoint,
+            origin: None,
+            bytes,
+        });
+    }
+
+    /// The host's own packets: its SystemInfo once, and a ClockSnapshot
+    /// every `host_snapshot_interval_ns`. `clocks` are the host's clocks
+    /// read together ((clock id, ns), BOOTTIME among them); `now` is host
+    /// BOOTTIME. Call it often (every tick of the ingest loop).
+    pub fn host_tick(&mut self, now: u64, clocks: &[(u32, u64)]) {
+        self.latest_now = self.latest_now.max(now);
+        let ts = i64::try_from(now).unwrap_or(i64::MAX);
+        if !self.host_info_sent {
+            self.host_info_sent = true;
+            let name = self.config.host_name.clone();
+            let bytes = host_system_info(name.as_deref(), now);
+            self.push_host(ts, now, bytes, Role::SystemInfo, field::SYSTEM_INFO);
+        }
+        let interval = self.config.host_snapshot_interval_ns;
+        if self
+            .host_last_snapshot
+            .is_none_or(|last| now >= last.saturating_add(interval))
+        {
+            self.host_last_snapshot = Some(now);
+            let bytes = host_clock_snapshot(clocks);
+            self.push_host(ts, now, bytes, Role::ClockSnapshot, field::CLOCK_SNAPSHOT);
+        }
+    }
+
+    fn push_host(&mut self, ts: i64, now: u64, bytes: Bytes, role: Role, data_field: u32) {
+        let name = self.machines.get(&0).and_then(|m| m.name.clone());
+        let src: Arc<str> = Arc::from(name.as_deref().unwrap_or("host"));
+        self.order.push(
+            HOST_STREAM,
+            Queued {
+                packet: OutPacket {
+                    ts,
+                    machine_raw_id: 0,
+                    machine_name: name,
+                    seq: OWN_SEQUENCE_ID,
+                    clock: BOOTTIME,
+                    clock_ts: now,
+                    err_ns: 0,
+                    data_field: Some(data_field),
+                    src,
+                    role,
+                    origin: None,
+                    bytes,
+                },
+                relay_boottime: None,
+                batch: None,
+            },
+        );
+    }
+}
