@@ -74,6 +74,22 @@ pub trait Writer<U>: Send + 'static {
     fn close(self) -> io::Result<()>;
 }
 
+/// Where drained packets go besides the file: tail subscribers. Must never
+/// block (a slow subscriber lags or is dropped).
+pub trait Fanout: Send + 'static {
+    fn publish(&self, packet: &OutPacket);
+}
+
+/// A bare broadcast channel (tests; no preamble cache).
+impl Fanout for tokio::sync::broadcast::Sender<std::sync::Arc<OutPacket>> {
+    fn publish(&self, packet: &OutPacket) {
+        if self.receiver_count() > 0 {
+            // Nobody listening is fine: tail subscribers come and go.
+            let _ = self.send(std::sync::Arc::new(packet.clone()));
+        }
+    }
+}
+
 /// The prober's session registry: a session registers once welcomed, so the
 /// prober accepts its ProbeRegister datagrams, and unregisters on close.
 pub trait ProbeRegistry: Clone + Send + Sync + 'static {

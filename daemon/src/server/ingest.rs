@@ -18,11 +18,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, interval};
 use tracing::{debug, error, info, warn};
 
-use super::engine::{Core, Slot, Writer};
+use super::engine::{Core, Fanout, Slot, Writer};
 use super::events::{Feedback, IngestEvent, Welcomed};
 use crate::hostclock;
 use crate::live::OutPacket;
@@ -54,12 +54,12 @@ impl IngestSettings {
 }
 
 /// The loop's channels.
-pub struct IngestIo<U> {
+pub struct IngestIo<U, F> {
     pub events: mpsc::Receiver<IngestEvent>,
     pub sync_updates: mpsc::Receiver<U>,
     /// Fan-out to tail subscribers (lagging receivers lose packets, never
     /// slow the loop).
-    pub packets: broadcast::Sender<Arc<OutPacket>>,
+    pub packets: F,
     pub status: watch::Sender<Arc<StatusReport>>,
 }
 
@@ -73,15 +73,16 @@ pub struct IngestSummary {
 
 /// Starts the loop on its own thread; the thread ends when every session
 /// and the accept loop have dropped their event senders.
-pub fn spawn<C, W>(
+pub fn spawn<C, W, F>(
     core: C,
     writer: W,
     settings: IngestSettings,
-    io: IngestIo<C::SyncUpdate>,
+    io: IngestIo<C::SyncUpdate, F>,
 ) -> io::Result<std::thread::JoinHandle<io::Result<IngestSummary>>>
 where
     C: Core,
     W: Writer<C::SyncUpdate>,
+    F: Fanout,
 {
     std::thread::Builder::new()
         .name("tracesync-ingest".into())
@@ -132,7 +133,7 @@ where
         }
     }
 
-    async fn run(mut self, mut io: IngestIo<C::SyncUpdate>) -> io::Result<IngestSummary> {
+    async fn run<F: Fanout>(mut self, mut io: IngestIo<C::SyncUpdate, F>) -> io::Result<IngestSummary> {
         let mut drain = ticker(self.settings.drain_every);
         let mut commit = ticker(self.settings.commit_every);
         let mut host = ticker(self.settings.host_tick_every);
@@ -260,7 +261,7 @@ where
         }
     }
 
-    fn drain(&mut self, packets: &broadcast::Sender<Arc<OutPacket>>) {
+    fn drain(&mut self, packets: &impl Fanout) {
         if self.unwritten.is_empty() {
             self.core
                 .drain(hostclock::boottime_ns(), &mut self.unwritten);
@@ -270,18 +271,14 @@ where
 
     /// Writes the drained packets in order; false when the writer failed
     /// (the rest stay for the next try).
-    fn write_unwritten(&mut self, packets: &broadcast::Sender<Arc<OutPacket>>) -> bool {
+    fn write_unwritten(&mut self, packets: &impl Fanout) -> bool {
         let now = SystemTime::now();
-        let fan_out = packets.receiver_count() > 0;
         while let Some(packet) = self.unwritten.get(self.written_of_unwritten) {
             if let Err(e) = self.writer.write(packet, now) {
                 self.failed("write", &e);
                 return false;
             }
-            if fan_out {
-                // No receiver is fine: tail subscribers come and go.
-                let _ = packets.send(Arc::new(packet.clone()));
-            }
+            packets.publish(packet);
             self.written_of_unwritten += 1;
             self.summary.packets_written += 1;
             self.dirty = true;
@@ -292,7 +289,7 @@ where
     }
 
     /// Writes what is pending, commits, and acks what the commit covers.
-    fn commit(&mut self, packets: &broadcast::Sender<Arc<OutPacket>>) {
+    fn commit(&mut self, packets: &impl Fanout) {
         if !self.write_unwritten(packets) {
             return;
         }
@@ -359,7 +356,7 @@ where
     /// then the sessions' feedback closes and the writer is closed.
     async fn finish(
         mut self,
-        packets: &broadcast::Sender<Arc<OutPacket>>,
+        packets: &impl Fanout,
         status: &watch::Sender<Arc<StatusReport>>,
     ) -> io::Result<IngestSummary> {
         if self.unwritten.is_empty() {

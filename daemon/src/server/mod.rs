@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use engine::{Admitted, Core, NoProbes, ProbeRegistry, Slot, Writer};
+pub use engine::{Admitted, Core, Fanout, NoProbes, ProbeRegistry, Slot, Writer};
 pub use events::{Feedback, IngestEvent, Welcomed};
 
 /// Capacity of the session -> ingest channel (events, not bytes: a batch is

@@ -5,25 +5,24 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::engine::{Core, ProbeRegistry, Writer};
+use super::engine::{Core, Fanout, ProbeRegistry, Writer};
 use super::ingest::{self, IngestIo, IngestSettings, IngestSummary};
 use super::{INGEST_QUEUE, SessionSettings, Shared, listener};
-use crate::live::OutPacket;
 use crate::status::StatusReport;
 
 /// What the server drives, and where its outputs go.
-pub struct Parts<C: Core, W, P> {
+pub struct Parts<C: Core, W, P, F> {
     pub core: C,
     pub writer: W,
     pub probes: P,
     /// From the sync prober.
     pub sync_updates: mpsc::Receiver<C::SyncUpdate>,
     /// To tail subscribers (the control hub).
-    pub packets: broadcast::Sender<Arc<OutPacket>>,
+    pub packets: F,
     /// To `tracesync status` (the control hub).
     pub status: watch::Sender<Arc<StatusReport>>,
 }
@@ -39,18 +38,19 @@ pub struct Running<P> {
 }
 
 /// Starts the ingest thread and the accept loop. Needs a tokio runtime.
-pub fn start<C, W, P>(
+pub fn start<C, W, P, F>(
     listener: TcpListener,
     session: SessionSettings,
     token: Option<&str>,
     ingest_settings: IngestSettings,
-    parts: Parts<C, W, P>,
+    parts: Parts<C, W, P, F>,
     shutdown: CancellationToken,
 ) -> io::Result<Running<P>>
 where
     C: Core,
     W: Writer<C::SyncUpdate>,
     P: ProbeRegistry,
+    F: Fanout,
 {
     let data_addr = listener.local_addr()?;
     let (events, events_rx) = mpsc::channel(INGEST_QUEUE);
