@@ -55,7 +55,7 @@ pub trait Core: Send + 'static {
     /// Appends every packet still held (shutdown).
     fn flush_all(&mut self, out: &mut Vec<OutPacket>);
     /// The point covering everything drained so far.
-    fn commit_point(&self) -> Self::CommitPoint;
+    fn commit_point(&mut self) -> Self::CommitPoint;
     /// After the writer made everything up to `point` durable: the highest
     /// batch each connected relay may be acknowledged through.
     fn committed_through(&mut self, point: Self::CommitPoint) -> Vec<(Slot, u64)>;

@@ -45,7 +45,7 @@ impl IngestSettings {
         Self {
             drain_every: Duration::from_millis(10),
             commit_every,
-            host_tick_every: Duration::from_secs(1),
+            host_tick_every: Duration::from_millis(100),
             status_every: Duration::from_millis(250),
             data_addr: None,
             sync_addr: None,

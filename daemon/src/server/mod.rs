@@ -19,12 +19,14 @@
 //!   sender is gone the ingest loop flushes everything, commits, sends the
 //!   final acks and closes the writer; sessions forward those acks and close.
 
+pub mod daemon;
 pub mod engine;
 pub mod events;
 pub mod ingest;
 pub mod listener;
 pub mod run;
 pub mod session;
+pub mod wiring;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

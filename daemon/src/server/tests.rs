@@ -86,7 +86,7 @@ impl Core for FakeCore {
         self.drain(0, out);
     }
 
-    fn commit_point(&self) {}
+    fn commit_point(&mut self) {}
 
     fn committed_through(&mut self, (): ()) -> Vec<(Slot, u64)> {
         self.drained_through.iter().map(|(s, t)| (*s, *t)).collect()
