@@ -121,19 +121,37 @@ async fn run_daemon(
     config_path: Option<PathBuf>,
     args: DaemonArgs,
 ) -> Result<(), Fatal> {
+    // Installed first, so a SIGTERM during startup still stops us cleanly.
+    let signals = Signals::install()
+        .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot install signal handlers".into(), &e))?;
     let data = listener::bind_data(config.listen.data).map_err(|e| {
-        Fatal::io(exit::UNAVAILABLE, format!("cannot listen on {} (listen.data)", config.listen.data), &e)
+        Fatal::io(
+            exit::UNAVAILABLE,
+            format!("cannot listen on {} (listen.data)", config.listen.data),
+            &e,
+        )
     })?;
     let sync = UdpSocket::bind(config.listen.sync).await.map_err(|e| {
-        Fatal::io(exit::UNAVAILABLE, format!("cannot bind {} (listen.sync)", config.listen.sync), &e)
+        Fatal::io(
+            exit::UNAVAILABLE,
+            format!("cannot bind {} (listen.sync)", config.listen.sync),
+            &e,
+        )
     })?;
     let control_path = config.listen.control.clone();
     let control_listener = control::bind_unix(&control_path).map_err(|e| {
-        let what = format!("cannot create the control socket {} (listen.control)", control_path.display());
+        let what = format!(
+            "cannot create the control socket {} (listen.control)",
+            control_path.display()
+        );
         Fatal::io(exit::CANTCREAT, what, &e)
     })?;
-    let data_addr = data.local_addr().map_err(|e| Fatal::io(exit::IOERR, "data socket".into(), &e))?;
-    let sync_addr = sync.local_addr().map_err(|e| Fatal::io(exit::IOERR, "sync socket".into(), &e))?;
+    let data_addr = data
+        .local_addr()
+        .map_err(|e| Fatal::io(exit::IOERR, "data socket".into(), &e))?;
+    let sync_addr = sync
+        .local_addr()
+        .map_err(|e| Fatal::io(exit::IOERR, "sync socket".into(), &e))?;
     if let Some(metrics) = config.listen.metrics {
         warn!("listen.metrics = {metrics} is not served by this version; ignoring it");
     }
@@ -151,7 +169,11 @@ async fn run_daemon(
     let probes = ProbeSessions::new();
     let (sync_tx, sync_updates) = mpsc::channel(SYNC_QUEUE);
     let prober = spawn_prober(sync, probes.clone(), sync_tx, shutdown.clone());
-    let control_task = tokio::spawn(control::serve(control_listener, hub.clone(), shutdown.clone()));
+    let control_task = tokio::spawn(control::serve(
+        control_listener,
+        hub.clone(),
+        shutdown.clone(),
+    ));
 
     let token = config.auth.required_token();
     if token.is_none() {
@@ -178,11 +200,7 @@ async fn run_daemon(
     let running = run::start(data, session, token, ingest, parts, shutdown.clone())
         .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot start the ingest thread".into(), &e))?;
 
-    let signals = tokio::spawn(handle_signals(
-        running.shared.clone(),
-        config_path,
-        args,
-    ));
+    let signals = tokio::spawn(signals.handle(running.shared.clone(), config_path, args));
     announce(&format!(
         "tracesyncd: listening data={data_addr} sync={sync_addr} control={} output={}",
         control_path.display(),
@@ -201,8 +219,8 @@ async fn run_daemon(
     let _ = tokio::time::timeout(Duration::from_secs(2), prober).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), control_task).await;
     remove_socket(&control_path);
-    let summary = summary
-        .map_err(|e| Fatal::io(exit::IOERR, "the output could not be closed".into(), &e))?;
+    let summary =
+        summary.map_err(|e| Fatal::io(exit::IOERR, "the output could not be closed".into(), &e))?;
     info!(packets = summary.packets_written, "stopped");
     Ok(())
 }
@@ -216,25 +234,38 @@ fn announce(line: &str) {
 
 /// SIGTERM / SIGINT: stop (drain, final commit, final acks). SIGHUP:
 /// re-read the config and apply what can change live (the auth token).
-async fn handle_signals<P>(shared: Arc<Shared<P>>, config_path: Option<PathBuf>, args: DaemonArgs) {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        warn!("cannot install signal handlers; stop the daemon with SIGKILL");
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-            _ = hup.recv() => reload(&shared, config_path.as_deref(), &args),
-        }
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
     }
-    info!("stopping: finishing current frames, committing, acknowledging");
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    shared.shutdown.cancel();
+
+    async fn handle<P>(
+        mut self,
+        shared: Arc<Shared<P>>,
+        config_path: Option<PathBuf>,
+        args: DaemonArgs,
+    ) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => break,
+                _ = self.int.recv() => break,
+                _ = self.hup.recv() => reload(&shared, config_path.as_deref(), &args),
+            }
+        }
+        info!("stopping: finishing current frames, committing, acknowledging");
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+        shared.shutdown.cancel();
+    }
 }
 
 fn reload<P>(shared: &Shared<P>, config_path: Option<&Path>, args: &DaemonArgs) {

@@ -133,7 +133,10 @@ where
         }
     }
 
-    async fn run<F: Fanout>(mut self, mut io: IngestIo<C::SyncUpdate, F>) -> io::Result<IngestSummary> {
+    async fn run<F: Fanout>(
+        mut self,
+        mut io: IngestIo<C::SyncUpdate, F>,
+    ) -> io::Result<IngestSummary> {
         let mut drain = ticker(self.settings.drain_every);
         let mut commit = ticker(self.settings.commit_every);
         let mut host = ticker(self.settings.host_tick_every);

@@ -156,3 +156,5 @@ impl Counters {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_live;

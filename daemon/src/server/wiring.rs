@@ -50,7 +50,12 @@ impl Core for LiveCore {
         .map_err(|e| e.to_string())
     }
 
-    fn heartbeat(&mut self, slot: Slot, heartbeat: &v1::Heartbeat, now_ns: u64) -> Result<(), String> {
+    fn heartbeat(
+        &mut self,
+        slot: Slot,
+        heartbeat: &v1::Heartbeat,
+        now_ns: u64,
+    ) -> Result<(), String> {
         LiveCore::heartbeat(self, slot, heartbeat.clocks, now_ns).map_err(|e| e.to_string())
     }
 
