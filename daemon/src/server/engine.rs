@@ -48,7 +48,7 @@ pub trait Core: Send + 'static {
     /// A new clock mapping for a relay (stale slots are the core's to ignore).
     fn sync(&mut self, update: &Self::SyncUpdate);
     fn disconnect(&mut self, slot: Slot);
-    /// Host ClockSnapshot / SystemInfo when due.
+    /// Host ClockSnapshot / SystemInfo when due; called every 100 ms.
     fn host_tick(&mut self, now_ns: u64);
     /// Appends packets ready for output, in output order.
     fn drain(&mut self, now_ns: u64, out: &mut Vec<OutPacket>);
