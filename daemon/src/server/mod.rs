@@ -37,9 +37,10 @@ use tokio_util::sync::CancellationToken;
 pub use engine::{Admitted, Core, Fanout, NoProbes, ProbeRegistry, Slot, Writer};
 pub use events::{Feedback, IngestEvent, Welcomed};
 
-/// Capacity of the session -> ingest channel (events, not bytes: a batch is
-/// at most one frame, so this bounds memory at about this many frames).
-pub const INGEST_QUEUE: usize = 64;
+/// Capacity of the session -> ingest channel, in events. A batch is one
+/// frame (relays cut at 1 MiB, the limit is `limits.max-frame-bytes`), so
+/// this holds about 32 MiB of batches, 128 MiB at worst with 4 MiB frames.
+pub const INGEST_QUEUE: usize = 32;
 
 /// Session limits, from the config.
 #[derive(Clone, Debug)]
