@@ -7,13 +7,17 @@
 //! - [`live`]: the live-capture core (sans-IO): relay batches in, ordered
 //!   resolved packets out.
 //! - [`rolling`]: the rolling writer of the live merged trace.
+//! - [`server`]: the daemon's tokio side: relay sessions, the ingest
+//!   loop, acks, shutdown.
 //! - [`sync`]: clock-sync probes and estimator, host side.
 //! - [`status`]: the daemon's status report.
+//! - [`config`]: `tracesyncd`'s configuration (file + flags).
 //! - [`exit`]: sysexits codes shared by the binaries.
 
 pub mod check;
 pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod control;
 pub mod demo;
 pub mod exit;
@@ -21,5 +25,6 @@ pub mod hostclock;
 pub mod live;
 pub mod merge;
 pub mod rolling;
+pub mod server;
 pub mod status;
 pub mod sync;

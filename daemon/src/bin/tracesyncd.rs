@@ -1,7 +1,5 @@
-//! `tracesyncd`: the host daemon (live capture arrives with the live-capture work).
+//! `tracesyncd`: the host daemon. Relays stream their machines' trace
+//! packets to it; it writes one rolling merged trace (see `tracesync::server`).
 fn main() -> std::process::ExitCode {
-    eprintln!(
-        "tracesyncd: live capture is not built yet; use `tracesync merge` for recorded traces"
-    );
-    std::process::ExitCode::from(tracesync::exit::SOFTWARE)
+    tracesync::server::daemon::main()
 }

@@ -1,0 +1,407 @@
+//! `tracesyncd` configuration: a TOML file (kebab-case keys, unknown keys
+//! rejected) overridden by command-line flags.
+//!
+//! Search order: `--config FILE`, else `/etc/tracesync/daemon.toml` if it
+//! exists, else built-in defaults. Range checks run while deserializing, so a
+//! bad value is reported as `file:line:column: message`; the same checks
+//! parse the flags.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde::{Deserialize, Deserializer};
+use tracesync_protocol::relay::{DEFAULT_DATA_PORT, DEFAULT_SYNC_PORT, MAX_FRAME_BYTES};
+
+/// Config file read when `--config` is not given (if it exists).
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/tracesync/daemon.toml";
+pub const DEFAULT_CONTROL_PATH: &str = "/run/tracesync/control.sock";
+pub const DEFAULT_OUTPUT_DIR: &str = "/var/lib/tracesync";
+
+/// `tracesyncd` command line. Every flag but `--config` / `--check-config`
+/// overrides the matching config key.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(
+    name = "tracesyncd",
+    version,
+    about = "tracesync host daemon: receives relays' traces and writes one rolling merged trace"
+)]
+pub struct DaemonArgs {
+    /// Config file (default: /etc/tracesync/daemon.toml if present).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Parse and check the configuration, print "ok" or the first error, and exit.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Relay data TCP address [listen.data].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Clock-sync UDP address [listen.sync].
+    #[arg(long, value_name = "ADDR")]
+    pub sync_listen: Option<SocketAddr>,
+    /// Control socket path [listen.control].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Output directory of the rolling trace [output.dir].
+    #[arg(long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Shared secret relays must present [auth.token].
+    #[arg(long, env = "TRACESYNC_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Merge window in milliseconds [merge.window-ms].
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_window_ms))]
+    pub merge_window_ms: Option<u64>,
+    /// Rotate the output file at this size, 0 = never [output.rotate-bytes].
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_any))]
+    pub rotate_bytes: Option<u64>,
+    /// Rotate the output file at this age, 0 = never [output.rotate-seconds].
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_any))]
+    pub rotate_seconds: Option<u64>,
+    /// Delete the oldest files beyond this total size, 0 = keep all [output.retain-bytes].
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_any))]
+    pub retain_bytes: Option<u64>,
+    /// Delete files older than this, 0 = keep all [output.retain-seconds].
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_any))]
+    pub retain_seconds: Option<u64>,
+    /// Most relays connected at once [limits.max-relays].
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_max_relays))]
+    pub max_relays: Option<u64>,
+}
+
+/// The whole daemon configuration.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    pub listen: ListenConfig,
+    pub auth: AuthConfig,
+    pub output: OutputConfig,
+    pub merge: MergeConfig,
+    pub limits: LimitsConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ListenConfig {
+    /// Relay data connections (TCP).
+    pub data: SocketAddr,
+    /// Clock-sync probes (UDP).
+    pub sync: SocketAddr,
+    /// Control socket for `tracesync tail` / `status` (Unix).
+    pub control: PathBuf,
+    /// Prometheus metrics (TCP); off when absent.
+    pub metrics: Option<SocketAddr>,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            data: SocketAddr::from(([0, 0, 0, 0], DEFAULT_DATA_PORT)),
+            sync: SocketAddr::from(([0, 0, 0, 0], DEFAULT_SYNC_PORT)),
+            control: PathBuf::from(DEFAULT_CONTROL_PATH),
+            metrics: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Shared secret; None (or empty) accepts every relay.
+    pub token: Option<String>,
+}
+
+impl AuthConfig {
+    /// The token relays must present, if any (an empty token means none).
+    pub fn required_token(&self) -> Option<&str> {
+        self.token.as_deref().filter(|t| !t.is_empty())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct OutputConfig {
+    pub dir: PathBuf,
+    /// 0 = no size rotation.
+    #[serde(deserialize_with = "any_u64")]
+    pub rotate_bytes: u64,
+    /// 0 = no time rotation.
+    #[serde(deserialize_with = "any_u64")]
+    pub rotate_seconds: u64,
+    /// 0 = no size limit on the directory.
+    #[serde(deserialize_with = "any_u64")]
+    pub retain_bytes: u64,
+    /// 0 = no age limit.
+    #[serde(deserialize_with = "any_u64")]
+    pub retain_seconds: u64,
+    /// How often written packets are made durable and acknowledged.
+    #[serde(deserialize_with = "commit_interval_ms")]
+    pub commit_interval_ms: u64,
+    /// fdatasync on every commit (off: acks mean "written", not "durable").
+    pub fsync: bool,
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from(DEFAULT_OUTPUT_DIR),
+            rotate_bytes: 256 << 20,
+            rotate_seconds: 3600,
+            retain_bytes: 10 << 30,
+            retain_seconds: 7 * 24 * 3600,
+            commit_interval_ms: 100,
+            fsync: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct MergeConfig {
+    /// How far behind the slowest relay's clock the merge holds packets back.
+    #[serde(deserialize_with = "window_ms")]
+    pub window_ms: u64,
+    /// Per relay: packets waiting for a resolvable clock before the relay is paused.
+    #[serde(deserialize_with = "pending_packets")]
+    pub pending_packets: u64,
+}
+
+impl Default for MergeConfig {
+    fn default() -> Self {
+        Self {
+            window_ms: 500,
+            pending_packets: 100_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Relays connected at once; more are refused with a reason.
+    #[serde(deserialize_with = "max_relays")]
+    pub max_relays: u64,
+    /// A connection must send Hello within this time.
+    #[serde(deserialize_with = "hello_timeout_ms")]
+    pub hello_timeout_ms: u64,
+    /// Largest frame accepted from a relay.
+    #[serde(deserialize_with = "max_frame_bytes")]
+    pub max_frame_bytes: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_relays: 256,
+            hello_timeout_ms: 5000,
+            max_frame_bytes: MAX_FRAME_BYTES as u64,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogLevel {
+    Error,
+    Warn,
+    #[default]
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Used when RUST_LOG is not set.
+    pub level: LogLevel,
+}
+
+// Range checks, shared by the file (with spans) and the flags.
+
+fn check_any(_: u64) -> Result<(), String> {
+    Ok(())
+}
+
+fn check_range(v: u64, lo: u64, hi: u64, what: &str) -> Result<(), String> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{what} must be in {lo}..={hi}, got {v}"))
+    }
+}
+
+fn check_window_ms(v: u64) -> Result<(), String> {
+    check_range(v, 0, 60_000, "merge window (ms)")
+}
+fn check_commit_interval_ms(v: u64) -> Result<(), String> {
+    check_range(v, 1, 10_000, "commit interval (ms)")
+}
+fn check_pending_packets(v: u64) -> Result<(), String> {
+    check_range(v, 1_000, 10_000_000, "pending packets per relay")
+}
+fn check_max_relays(v: u64) -> Result<(), String> {
+    check_range(v, 1, 65_536, "max relays")
+}
+fn check_hello_timeout_ms(v: u64) -> Result<(), String> {
+    check_range(v, 100, 600_000, "hello timeout (ms)")
+}
+fn check_max_frame_bytes(v: u64) -> Result<(), String> {
+    // Relays cut batches at 1 MiB of packets; a smaller limit refuses them.
+    check_range(v, 2 << 20, 64 << 20, "max frame bytes")
+}
+
+fn parse_flag(s: &str, check: fn(u64) -> Result<(), String>) -> Result<u64, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|_| format!("expected a non-negative integer, got {s:?}"))?;
+    check(v)?;
+    Ok(v)
+}
+
+fn checked<'de, D: Deserializer<'de>>(
+    d: D,
+    check: fn(u64) -> Result<(), String>,
+) -> Result<u64, D::Error> {
+    let v = u64::deserialize(d)?;
+    check(v).map_err(serde::de::Error::custom)?;
+    Ok(v)
+}
+
+macro_rules! checked_fields {
+    ($($name:ident => $check:ident),* $(,)?) => {$(
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+            checked(d, $check)
+        }
+    )*};
+}
+
+checked_fields! {
+    any_u64 => check_any,
+    window_ms => check_window_ms,
+    commit_interval_ms => check_commit_interval_ms,
+    pending_packets => check_pending_packets,
+    max_relays => check_max_relays,
+    hello_timeout_ms => check_hello_timeout_ms,
+    max_frame_bytes => check_max_frame_bytes,
+}
+
+/// A configuration error, displayed as one line: `file:line:column: message`
+/// (or `file: message` when there is no position).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// 1-based line and column, when known.
+    pub position: Option<(usize, usize)>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.position {
+            Some((line, col)) => {
+                write!(f, "{}:{line}:{col}: {}", self.file.display(), self.message)
+            }
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before.get(line_start..).map_or(0, |s| s.chars().count()) + 1;
+    (line, column)
+}
+
+impl DaemonConfig {
+    /// Parses a config file's text; `file` only names it in errors.
+    pub fn from_toml(text: &str, file: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError {
+            file: file.to_path_buf(),
+            position: e.span().map(|span| line_column(text, span.start)),
+            // toml's message may span lines; keep the error to one.
+            message: e.message().trim().replace('\n', "; "),
+        })
+    }
+
+    /// Reads the config the args point at (or the default file, or defaults)
+    /// and applies the flag overrides. Returns the file used, if any.
+    pub fn load(args: &DaemonArgs) -> Result<(Self, Option<PathBuf>), ConfigError> {
+        let path = match &args.config {
+            Some(p) => Some(p.clone()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
+        };
+        let mut config = match &path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| ConfigError {
+                    file: p.clone(),
+                    position: None,
+                    message: format!("cannot read the config file: {e}"),
+                })?;
+                Self::from_toml(&text, p)?
+            }
+            None => Self::default(),
+        };
+        config.apply_flags(args);
+        Ok((config, path))
+    }
+
+    /// Flags win over the file.
+    pub fn apply_flags(&mut self, args: &DaemonArgs) {
+        if let Some(a) = args.listen {
+            self.listen.data = a;
+        }
+        if let Some(a) = args.sync_listen {
+            self.listen.sync = a;
+        }
+        if let Some(p) = &args.control {
+            self.listen.control = p.clone();
+        }
+        if let Some(d) = &args.output {
+            self.output.dir = d.clone();
+        }
+        if let Some(t) = &args.token {
+            self.auth.token = Some(t.clone());
+        }
+        if let Some(v) = args.merge_window_ms {
+            self.merge.window_ms = v;
+        }
+        if let Some(v) = args.rotate_bytes {
+            self.output.rotate_bytes = v;
+        }
+        if let Some(v) = args.rotate_seconds {
+            self.output.rotate_seconds = v;
+        }
+        if let Some(v) = args.retain_bytes {
+            self.output.retain_bytes = v;
+        }
+        if let Some(v) = args.retain_seconds {
+            self.output.retain_seconds = v;
+        }
+        if let Some(v) = args.max_relays {
+            self.limits.max_relays = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,178 @@
+use std::path::Path;
+
+use clap::Parser;
+
+use super::*;
+
+fn parse(text: &str) -> Result<DaemonConfig, ConfigError> {
+    DaemonConfig::from_toml(text, Path::new("daemon.toml"))
+}
+
+#[test]
+fn empty_file_gives_the_defaults() {
+    let config = parse("").expect("empty config");
+    assert_eq!(config, DaemonConfig::default());
+    assert_eq!(config.listen.data.port(), 7410);
+    assert_eq!(config.listen.sync.port(), 7411);
+    assert_eq!(config.listen.control, Path::new(DEFAULT_CONTROL_PATH));
+    assert_eq!(config.output.dir, Path::new(DEFAULT_OUTPUT_DIR));
+    assert_eq!(config.output.commit_interval_ms, 100);
+    assert_eq!(config.merge.window_ms, 500);
+    assert_eq!(config.limits.max_relays, 256);
+    assert_eq!(config.limits.max_frame_bytes, MAX_FRAME_BYTES as u64);
+    assert_eq!(config.auth.required_token(), None);
+    assert!(config.listen.metrics.is_none());
+}
+
+#[test]
+fn shipped_example_parses_and_matches_the_defaults() {
+    let text = include_str!("../../../configs/daemon.toml");
+    let config = parse(text).expect("configs/daemon.toml");
+    // The example documents the defaults: it must not drift from them.
+    assert_eq!(config, DaemonConfig::default());
+}
+
+#[test]
+fn values_are_read() {
+    let config = parse(
+        r#"
+        [listen]
+        data = "127.0.0.1:9000"
+        metrics = "127.0.0.1:9002"
+        [auth]
+        token = "s3cret"
+        [output]
+        dir = "/tmp/out"
+        rotate-bytes = 0
+        fsync = false
+        [merge]
+        window-ms = 250
+        [limits]
+        max-relays = 3
+        [log]
+        level = "debug"
+        "#,
+    )
+    .expect("config");
+    assert_eq!(config.listen.data, "127.0.0.1:9000".parse().unwrap());
+    assert_eq!(
+        config.listen.metrics,
+        Some("127.0.0.1:9002".parse().unwrap())
+    );
+    assert_eq!(config.auth.required_token(), Some("s3cret"));
+    assert_eq!(config.output.dir, Path::new("/tmp/out"));
+    assert_eq!(config.output.rotate_bytes, 0);
+    assert!(!config.output.fsync);
+    assert_eq!(config.merge.window_ms, 250);
+    assert_eq!(config.limits.max_relays, 3);
+    assert_eq!(config.log.level, LogLevel::Debug);
+    // Untouched keys keep their defaults.
+    assert_eq!(config.output.commit_interval_ms, 100);
+}
+
+#[test]
+fn empty_token_means_no_token() {
+    let config = parse("[auth]\ntoken = \"\"\n").expect("config");
+    assert_eq!(config.auth.required_token(), None);
+}
+
+#[test]
+fn unknown_key_is_reported_with_its_line_and_column() {
+    let err = parse("[output]\ndir = \"/x\"\n  no-such-key = 1\n").expect_err("unknown key");
+    assert_eq!(err.position, Some((3, 3)), "{err}");
+    assert!(err.message.contains("no-such-key"), "{err}");
+    let line = err.to_string();
+    assert!(line.starts_with("daemon.toml:3:3: "), "{line}");
+    assert_eq!(line.lines().count(), 1, "{line}");
+}
+
+#[test]
+fn unknown_section_is_an_error() {
+    let err = parse("[outptu]\ndir = \"/x\"\n").expect_err("unknown section");
+    assert_eq!(err.position.map(|p| p.0), Some(1), "{err}");
+    assert!(err.message.contains("outptu"), "{err}");
+}
+
+#[test]
+fn wrong_type_is_reported_at_the_value() {
+    let err = parse("[limits]\nmax-relays = \"many\"\n").expect_err("wrong type");
+    assert_eq!(err.position, Some((2, 14)), "{err}");
+    let err = parse("[listen]\ndata = \"not an address\"\n").expect_err("bad address");
+    assert_eq!(err.position.map(|p| p.0), Some(2), "{err}");
+}
+
+#[test]
+fn out_of_range_value_is_reported_at_the_value() {
+    let err = parse("[limits]\nmax-relays = 0\n").expect_err("zero relays");
+    assert_eq!(err.position, Some((2, 14)), "{err}");
+    assert!(err.message.contains("max relays"), "{err}");
+    let err = parse("[output]\ncommit-interval-ms = 0\n").expect_err("zero interval");
+    assert_eq!(err.position.map(|p| p.0), Some(2), "{err}");
+    let err = parse("[log]\nlevel = \"loud\"\n").expect_err("bad level");
+    assert_eq!(err.position.map(|p| p.0), Some(2), "{err}");
+}
+
+#[test]
+fn flags_override_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("daemon.toml");
+    std::fs::write(
+        &file,
+        "[listen]\ndata = \"127.0.0.1:1\"\n[limits]\nmax-relays = 5\n[merge]\nwindow-ms = 9\n",
+    )
+    .expect("write config");
+    let args = DaemonArgs::try_parse_from([
+        "tracesyncd",
+        "--config",
+        file.to_str().expect("utf-8 path"),
+        "--listen",
+        "127.0.0.1:0",
+        "--max-relays",
+        "7",
+        "--output",
+        "/tmp/o",
+        "--token",
+        "t",
+        "--rotate-seconds",
+        "60",
+    ])
+    .expect("args");
+    let (config, used) = DaemonConfig::load(&args).expect("load");
+    assert_eq!(used.as_deref(), Some(file.as_path()));
+    assert_eq!(config.listen.data, "127.0.0.1:0".parse().unwrap());
+    assert_eq!(config.limits.max_relays, 7);
+    assert_eq!(config.output.dir, Path::new("/tmp/o"));
+    assert_eq!(config.auth.required_token(), Some("t"));
+    assert_eq!(config.output.rotate_seconds, 60);
+    // Not overridden: the file's value.
+    assert_eq!(config.merge.window_ms, 9);
+}
+
+#[test]
+fn flags_are_range_checked_like_the_file() {
+    assert!(DaemonArgs::try_parse_from(["tracesyncd", "--max-relays", "0"]).is_err());
+    assert!(DaemonArgs::try_parse_from(["tracesyncd", "--merge-window-ms", "x"]).is_err());
+    assert!(DaemonArgs::try_parse_from(["tracesyncd", "--listen", "nowhere"]).is_err());
+}
+
+#[test]
+fn missing_config_file_names_the_file() {
+    let args = DaemonArgs {
+        config: Some("/nonexistent/tracesync/daemon.toml".into()),
+        ..DaemonArgs::default()
+    };
+    let err = DaemonConfig::load(&args).expect_err("missing file");
+    assert!(
+        err.to_string()
+            .starts_with("/nonexistent/tracesync/daemon.toml: cannot read"),
+        "{err}"
+    );
+}
+
+#[test]
+fn line_column_counts_characters() {
+    assert_eq!(line_column("ab\ncd", 0), (1, 1));
+    assert_eq!(line_column("ab\ncd", 4), (2, 2));
+    assert_eq!(line_column("é\nx", 3), (2, 1));
+    assert_eq!(line_column("ab", 99), (1, 3));
+}

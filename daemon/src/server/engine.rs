@@ -1,0 +1,107 @@
+//! What the server needs from the live core, the rolling writer and the
+//! sync prober's session registry, as three small traits.
+//!
+//! This file is the one place where the server depends on those modules:
+//! the accept loop, sessions and ingest loop are written against these
+//! traits, and the real types implement them (`server::wiring`). Tests drive the server with in-memory stand-ins.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use tracesync_protocol::relay::v1;
+
+use crate::live::OutPacket;
+use crate::status::MachineStatus;
+
+/// Index of a connected relay in the live core; stable for one connection.
+pub type Slot = u32;
+
+/// A relay the core accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub slot: Slot,
+    /// Welcome.acked_through_batch: every batch <= this is durable.
+    pub acked_through_batch: u64,
+    /// A stale connection of the same relay instance the core forgot: the
+    /// server closes it.
+    pub replaced: Option<Slot>,
+}
+
+/// The live core (sans-IO), as the ingest loop drives it. `now_ns` is host
+/// BOOTTIME. Errors are one line for the relay (sent as Refused, then the
+/// connection closes).
+pub trait Core: Send + 'static {
+    /// What the sync prober reports about one relay.
+    type SyncUpdate: Send + 'static;
+    /// Marks "everything drained so far", for acks after a commit.
+    type CommitPoint: Copy + Send + 'static;
+
+    fn connect(&mut self, hello: &v1::Hello, now_ns: u64) -> Result<Admitted, String>;
+    fn batch(&mut self, slot: Slot, batch: v1::Batch, now_ns: u64) -> Result<(), String>;
+    fn heartbeat(
+        &mut self,
+        slot: Slot,
+        heartbeat: &v1::Heartbeat,
+        now_ns: u64,
+    ) -> Result<(), String>;
+    /// A new clock mapping for a relay (stale slots are the core's to ignore).
+    fn sync(&mut self, update: &Self::SyncUpdate);
+    fn disconnect(&mut self, slot: Slot);
+    /// Host ClockSnapshot / SystemInfo when due; called every 100 ms.
+    fn host_tick(&mut self, now_ns: u64);
+    /// Appends packets ready for output, in output order.
+    fn drain(&mut self, now_ns: u64, out: &mut Vec<OutPacket>);
+    /// Appends every packet still held (shutdown).
+    fn flush_all(&mut self, out: &mut Vec<OutPacket>);
+    /// The point covering everything drained so far.
+    fn commit_point(&mut self) -> Self::CommitPoint;
+    /// After the writer made everything up to `point` durable: the highest
+    /// batch each connected relay may be acknowledged through.
+    fn committed_through(&mut self, point: Self::CommitPoint) -> Vec<(Slot, u64)>;
+    fn status(&self) -> Vec<MachineStatus>;
+}
+
+/// The rolling writer (blocking), as the ingest loop drives it.
+pub trait Writer<U>: Send + 'static {
+    fn write(&mut self, packet: &OutPacket, now: SystemTime) -> io::Result<()>;
+    /// After it returns Ok, everything written is durable.
+    fn commit(&mut self) -> io::Result<()>;
+    /// Raw probe samples of an update, for the `.sync.jsonl` sidecar.
+    fn write_sync_samples(&mut self, update: &U) -> io::Result<()>;
+    fn current_path(&self) -> Option<PathBuf>;
+    /// Final commit and marks the last file complete.
+    fn close(self) -> io::Result<()>;
+}
+
+/// Where drained packets go besides the file: tail subscribers. Must never
+/// block (a slow subscriber lags or is dropped).
+pub trait Fanout: Send + 'static {
+    fn publish(&self, packet: &OutPacket);
+}
+
+/// A bare broadcast channel (tests; no preamble cache).
+impl Fanout for tokio::sync::broadcast::Sender<std::sync::Arc<OutPacket>> {
+    fn publish(&self, packet: &OutPacket) {
+        if self.receiver_count() > 0 {
+            // Nobody listening is fine: tail subscribers come and go.
+            let _ = self.send(std::sync::Arc::new(packet.clone()));
+        }
+    }
+}
+
+/// The prober's session registry: a session registers once welcomed, so the
+/// prober accepts its ProbeRegister datagrams, and unregisters on close.
+pub trait ProbeRegistry: Clone + Send + Sync + 'static {
+    fn register(&self, session_id: u64, slot: Slot, machine_raw_id: u32);
+    fn unregister(&self, session_id: u64);
+}
+
+/// No sync socket (tests, or probes disabled).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoProbes;
+
+impl ProbeRegistry for NoProbes {
+    fn register(&self, _: u64, _: Slot, _: u32) {}
+    fn unregister(&self, _: u64) {}
+}

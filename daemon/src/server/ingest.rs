@@ -1,0 +1,421 @@
+//! The ingest loop: owns the live core and the rolling writer, turns
+//! session events into core calls, drained packets into file writes, and
+//! commits into acks.
+//!
+//! It runs on a dedicated thread with its own current-thread runtime: the
+//! writer blocks (write, fdatasync) and must not stall the sessions'
+//! runtime; channels and timers work across runtimes.
+//!
+//! Acks follow durability: a relay's batch is acknowledged only after a
+//! commit that covers every packet the core drained up to then. When the
+//! writer fails (disk full), the loop logs once per episode, stops taking
+//! events (sessions wait, relays keep their spools), retries at every
+//! commit tick, and acks again once a commit succeeds.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior, interval};
+use tracing::{debug, error, info, warn};
+
+use super::engine::{Core, Fanout, Slot, Writer};
+use super::events::{Feedback, IngestEvent, Welcomed};
+use crate::hostclock;
+use crate::live::OutPacket;
+use crate::status::StatusReport;
+
+/// Timers of the ingest loop.
+#[derive(Clone, Debug)]
+pub struct IngestSettings {
+    pub drain_every: Duration,
+    pub commit_every: Duration,
+    pub host_tick_every: Duration,
+    pub status_every: Duration,
+    /// Bound addresses, for the status report.
+    pub data_addr: Option<String>,
+    pub sync_addr: Option<String>,
+}
+
+impl IngestSettings {
+    pub fn new(commit_every: Duration) -> Self {
+        Self {
+            drain_every: Duration::from_millis(10),
+            commit_every,
+            host_tick_every: Duration::from_millis(100),
+            status_every: Duration::from_millis(250),
+            data_addr: None,
+            sync_addr: None,
+        }
+    }
+}
+
+/// The loop's channels.
+pub struct IngestIo<U, F> {
+    pub events: mpsc::Receiver<IngestEvent>,
+    pub sync_updates: mpsc::Receiver<U>,
+    /// Fan-out to tail subscribers (lagging receivers lose packets, never
+    /// slow the loop).
+    pub packets: F,
+    pub status: watch::Sender<Arc<StatusReport>>,
+}
+
+/// What a finished loop did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngestSummary {
+    pub packets_written: u64,
+    pub commits: u64,
+    pub write_errors: u64,
+}
+
+/// Starts the loop on its own thread; the thread ends when every session
+/// and the accept loop have dropped their event senders.
+pub fn spawn<C, W, F>(
+    core: C,
+    writer: W,
+    settings: IngestSettings,
+    io: IngestIo<C::SyncUpdate, F>,
+) -> io::Result<std::thread::JoinHandle<io::Result<IngestSummary>>>
+where
+    C: Core,
+    W: Writer<C::SyncUpdate>,
+    F: Fanout,
+{
+    std::thread::Builder::new()
+        .name("tracesync-ingest".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()?;
+            runtime.block_on(Ingest::new(core, writer, settings).run(io))
+        })
+}
+
+struct SessionEntry {
+    session_id: u64,
+    feedback: watch::Sender<Feedback>,
+}
+
+struct Ingest<C: Core, W> {
+    core: C,
+    writer: W,
+    settings: IngestSettings,
+    sessions: HashMap<Slot, SessionEntry>,
+    /// Drained packets not yet written (non-empty only while the writer fails).
+    unwritten: Vec<OutPacket>,
+    written_of_unwritten: usize,
+    /// Written since the last commit.
+    dirty: bool,
+    /// The writer failed and has not recovered yet.
+    failing: bool,
+    summary: IngestSummary,
+}
+
+impl<C, W> Ingest<C, W>
+where
+    C: Core,
+    W: Writer<C::SyncUpdate>,
+{
+    fn new(core: C, writer: W, settings: IngestSettings) -> Self {
+        Self {
+            core,
+            writer,
+            settings,
+            sessions: HashMap::new(),
+            unwritten: Vec::new(),
+            written_of_unwritten: 0,
+            dirty: false,
+            failing: false,
+            summary: IngestSummary::default(),
+        }
+    }
+
+    async fn run<F: Fanout>(
+        mut self,
+        mut io: IngestIo<C::SyncUpdate, F>,
+    ) -> io::Result<IngestSummary> {
+        let mut drain = ticker(self.settings.drain_every);
+        let mut commit = ticker(self.settings.commit_every);
+        let mut host = ticker(self.settings.host_tick_every);
+        let mut status = ticker(self.settings.status_every);
+        let mut batch = Vec::with_capacity(64);
+        let mut sync_open = true;
+        loop {
+            tokio::select! {
+                n = io.events.recv_many(&mut batch, 64), if !self.failing => {
+                    if n == 0 {
+                        break; // every sender gone: shutdown
+                    }
+                    let now = hostclock::boottime_ns();
+                    for event in batch.drain(..) {
+                        self.on_event(event, now);
+                    }
+                }
+                update = io.sync_updates.recv(), if sync_open => match update {
+                    Some(update) => self.on_sync(&update),
+                    None => sync_open = false,
+                },
+                _ = drain.tick(), if !self.failing => self.drain(&io.packets),
+                _ = commit.tick() => self.commit(&io.packets),
+                _ = host.tick() => self.core.host_tick(hostclock::boottime_ns()),
+                _ = status.tick() => self.publish_status(&io.status),
+            }
+        }
+        self.finish(&io.packets, &io.status).await
+    }
+
+    fn on_event(&mut self, event: IngestEvent, now: u64) {
+        match event {
+            IngestEvent::Connect {
+                session_id,
+                hello,
+                reply,
+            } => {
+                let admitted = match self.core.connect(&hello, now) {
+                    Ok(admitted) => admitted,
+                    Err(reason) => {
+                        let _ = reply.send(Err(reason));
+                        return;
+                    }
+                };
+                if let Some(old) = admitted.replaced
+                    && let Some(entry) = self.sessions.remove(&old)
+                {
+                    // The core already forgot the old slot: only close it.
+                    close(
+                        &entry,
+                        "replaced by a newer connection of the same relay instance",
+                    );
+                }
+                let (feedback, receiver) = watch::channel(Feedback {
+                    acked_through_batch: admitted.acked_through_batch,
+                    close: None,
+                });
+                let welcomed = Welcomed {
+                    admitted,
+                    feedback: receiver,
+                };
+                if reply.send(Ok(welcomed)).is_err() {
+                    // The session went away while we decided.
+                    self.core.disconnect(admitted.slot);
+                    return;
+                }
+                let entry = SessionEntry {
+                    session_id,
+                    feedback,
+                };
+                self.sessions.insert(admitted.slot, entry);
+            }
+            IngestEvent::Batch {
+                slot,
+                session_id,
+                batch,
+            } => {
+                if self.is_current(slot, session_id)
+                    && let Err(reason) = self.core.batch(slot, batch, now)
+                {
+                    self.close_slot(slot, &reason);
+                }
+            }
+            IngestEvent::Heartbeat {
+                slot,
+                session_id,
+                heartbeat,
+            } => {
+                if self.is_current(slot, session_id)
+                    && let Err(reason) = self.core.heartbeat(slot, &heartbeat, now)
+                {
+                    self.close_slot(slot, &reason);
+                }
+            }
+            IngestEvent::Disconnected { slot, session_id } => {
+                if self.is_current(slot, session_id) {
+                    self.sessions.remove(&slot);
+                    self.core.disconnect(slot);
+                }
+            }
+        }
+    }
+
+    /// Events of a replaced or closed session are stale.
+    fn is_current(&self, slot: Slot, session_id: u64) -> bool {
+        self.sessions
+            .get(&slot)
+            .is_some_and(|entry| entry.session_id == session_id)
+    }
+
+    /// Asks the session to refuse and close; its Disconnected event then
+    /// releases the slot in the core.
+    fn close_slot(&mut self, slot: Slot, reason: &str) {
+        if let Some(entry) = self.sessions.get(&slot) {
+            close(entry, reason);
+        }
+    }
+
+    fn on_sync(&mut self, update: &C::SyncUpdate) {
+        self.core.sync(update);
+        match self.writer.write_sync_samples(update) {
+            Ok(()) => self.dirty = true,
+            // Losing sidecar samples loses no trace data: log, go on.
+            Err(e) => warn!("cannot write clock-sync samples: {e}"),
+        }
+    }
+
+    fn drain(&mut self, packets: &impl Fanout) {
+        if self.unwritten.is_empty() {
+            self.core
+                .drain(hostclock::boottime_ns(), &mut self.unwritten);
+        }
+        self.write_unwritten(packets);
+    }
+
+    /// Writes the drained packets in order; false when the writer failed
+    /// (the rest stay for the next try).
+    fn write_unwritten(&mut self, packets: &impl Fanout) -> bool {
+        let now = SystemTime::now();
+        while let Some(packet) = self.unwritten.get(self.written_of_unwritten) {
+            if let Err(e) = self.writer.write(packet, now) {
+                self.failed("write", &e);
+                return false;
+            }
+            packets.publish(packet);
+            self.written_of_unwritten += 1;
+            self.summary.packets_written += 1;
+            self.dirty = true;
+        }
+        self.unwritten.clear();
+        self.written_of_unwritten = 0;
+        true
+    }
+
+    /// Writes what is pending, commits, and acks what the commit covers.
+    fn commit(&mut self, packets: &impl Fanout) {
+        if !self.write_unwritten(packets) {
+            return;
+        }
+        let point = self.core.commit_point();
+        if self.dirty {
+            if let Err(e) = self.writer.commit() {
+                self.failed("commit", &e);
+                return;
+            }
+            self.dirty = false;
+            self.summary.commits += 1;
+        }
+        if self.failing {
+            self.failing = false;
+            info!("the output is writable again; acknowledging relays");
+        }
+        for (slot, through) in self.core.committed_through(point) {
+            if let Some(entry) = self.sessions.get(&slot) {
+                entry.feedback.send_if_modified(|feedback| {
+                    let grew = through > feedback.acked_through_batch;
+                    if grew {
+                        feedback.acked_through_batch = through;
+                    }
+                    grew
+                });
+            }
+        }
+    }
+
+    fn failed(&mut self, what: &str, e: &io::Error) {
+        self.summary.write_errors += 1;
+        metrics::counter!("tracesync_output_errors_total").increment(1);
+        if self.failing {
+            debug!("output {what} still failing: {e}");
+        } else {
+            self.failing = true;
+            let file = self.current_file().unwrap_or_default();
+            error!(
+                "cannot {what} the output {file}: {e}; relays are not acknowledged and wait \
+                 until it succeeds (free space in the output directory)"
+            );
+        }
+    }
+
+    fn current_file(&self) -> Option<String> {
+        self.writer
+            .current_path()
+            .map(|p: PathBuf| p.display().to_string())
+    }
+
+    fn publish_status(&self, status: &watch::Sender<Arc<StatusReport>>) {
+        let report = StatusReport {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            data_addr: self.settings.data_addr.clone(),
+            sync_addr: self.settings.sync_addr.clone(),
+            current_file: self.current_file(),
+            host_boottime_ns: hostclock::boottime_ns(),
+            machines: self.core.status(),
+        };
+        status.send_replace(Arc::new(report));
+    }
+
+    /// Shutdown: everything held goes out, one final commit, final acks,
+    /// then the sessions' feedback closes and the writer is closed.
+    async fn finish(
+        mut self,
+        packets: &impl Fanout,
+        status: &watch::Sender<Arc<StatusReport>>,
+    ) -> io::Result<IngestSummary> {
+        if self.unwritten.is_empty() {
+            self.core.flush_all(&mut self.unwritten);
+        }
+        // A failing writer gets a few more chances, then the data stays in
+        // the relays' spools (they were not acknowledged).
+        let deadline = Instant::now() + FINAL_COMMIT_PATIENCE;
+        loop {
+            self.commit(packets);
+            if !self.failing {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::other(format!(
+                    "the output {} could not be committed at shutdown; unacknowledged data \
+                     stays in the relays' spools",
+                    self.current_file().unwrap_or_default()
+                )));
+            }
+            tokio::time::sleep(self.settings.commit_every).await;
+            if self.unwritten.is_empty() {
+                self.core.flush_all(&mut self.unwritten);
+            }
+        }
+        self.publish_status(status);
+        let Self {
+            writer,
+            sessions,
+            summary,
+            ..
+        } = self;
+        // Closing the watches tells sessions the final acks are out.
+        drop(sessions);
+        writer.close()?;
+        info!(
+            packets = summary.packets_written,
+            commits = summary.commits,
+            "output closed"
+        );
+        Ok(summary)
+    }
+}
+
+/// How long shutdown retries a failing final commit.
+const FINAL_COMMIT_PATIENCE: Duration = Duration::from_secs(5);
+
+fn close(entry: &SessionEntry, reason: &str) {
+    let reason: Arc<str> = Arc::from(reason);
+    entry
+        .feedback
+        .send_modify(|feedback| feedback.close = Some(reason));
+}
+
+fn ticker(every: Duration) -> tokio::time::Interval {
+    let mut ticker = interval(every);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticker
+}

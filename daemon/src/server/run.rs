@@ -1,0 +1,99 @@
+//! Starting the server's tasks and stopping them in order.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::engine::{Core, Fanout, ProbeRegistry, Writer};
+use super::ingest::{self, IngestIo, IngestSettings, IngestSummary};
+use super::{INGEST_QUEUE, SessionSettings, Shared, listener};
+use crate::status::StatusReport;
+
+/// What the server drives, and where its outputs go.
+pub struct Parts<C: Core, W, P, F> {
+    pub core: C,
+    pub writer: W,
+    pub probes: P,
+    /// From the sync prober.
+    pub sync_updates: mpsc::Receiver<C::SyncUpdate>,
+    /// To tail subscribers (the control hub).
+    pub packets: F,
+    /// To `tracesync status` (the control hub).
+    pub status: watch::Sender<Arc<StatusReport>>,
+}
+
+/// A started server; stop it by cancelling its shutdown token, then await
+/// [`Running::stopped`].
+pub struct Running<P> {
+    pub data_addr: SocketAddr,
+    pub shared: Arc<Shared<P>>,
+    accept: tokio::task::JoinHandle<()>,
+    tracker: TaskTracker,
+    ingest: std::thread::JoinHandle<io::Result<IngestSummary>>,
+}
+
+/// Starts the ingest thread and the accept loop. Needs a tokio runtime.
+pub fn start<C, W, P, F>(
+    listener: TcpListener,
+    session: SessionSettings,
+    token: Option<&str>,
+    ingest_settings: IngestSettings,
+    parts: Parts<C, W, P, F>,
+    shutdown: CancellationToken,
+) -> io::Result<Running<P>>
+where
+    C: Core,
+    W: Writer<C::SyncUpdate>,
+    P: ProbeRegistry,
+    F: Fanout,
+{
+    let data_addr = listener.local_addr()?;
+    let (events, events_rx) = mpsc::channel(INGEST_QUEUE);
+    let io = IngestIo {
+        events: events_rx,
+        sync_updates: parts.sync_updates,
+        packets: parts.packets,
+        status: parts.status,
+    };
+    let ingest = ingest::spawn(parts.core, parts.writer, ingest_settings, io)?;
+    let shared = Arc::new(Shared::new(session, token, parts.probes, shutdown));
+    let tracker = TaskTracker::new();
+    let accept = tokio::spawn(listener::accept_loop(
+        listener,
+        events,
+        shared.clone(),
+        tracker.clone(),
+    ));
+    Ok(Running {
+        data_addr,
+        shared,
+        accept,
+        tracker,
+        ingest,
+    })
+}
+
+impl<P> Running<P> {
+    /// Waits for shutdown to be requested and for everything to wind down:
+    /// the accept loop stops, sessions stop reading, the ingest loop
+    /// flushes, commits, acks and closes the writer, sessions forward the
+    /// final acks and close.
+    pub async fn stopped(self) -> io::Result<IngestSummary> {
+        self.shared.shutdown.cancelled().await;
+        // A panicked accept loop has dropped its sender all the same.
+        let _ = self.accept.await;
+        self.tracker.close();
+        let ingest = self.ingest;
+        let summary = tokio::task::spawn_blocking(move || ingest.join())
+            .await
+            .map_err(io::Error::other)?
+            .map_err(|_| io::Error::other("the ingest thread panicked"))?;
+        self.tracker.wait().await;
+        summary
+    }
+}

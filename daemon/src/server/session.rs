@@ -1,0 +1,430 @@
+//! One relay connection: Hello, checks, Welcome, then frames to the ingest
+//! loop and acks back, until the peer leaves, a frame is bad, or the daemon
+//! stops.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use prost::Message;
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
+use tokio::time::timeout;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tracesync_protocol::relay::{PROTOCOL_VERSION, v1};
+use tracing::{debug, info, warn};
+
+use super::engine::{ProbeRegistry, Slot};
+use super::events::{Feedback, IngestEvent, Welcomed};
+use super::{Counter, Shared};
+
+type Link = Framed<TcpStream, LengthDelimitedCodec>;
+
+/// How long a write to a relay may take before the connection is dropped
+/// (a relay that stops reading must not pin a session forever).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The framing both sides use (big-endian u32 length prefix).
+pub fn codec(max_frame_bytes: usize) -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(max_frame_bytes)
+        .new_codec()
+}
+
+/// Runs one session to its end. `permit` holds one of the max-relays slots.
+pub async fn run<P: ProbeRegistry>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    events: mpsc::Sender<IngestEvent>,
+    shared: Arc<Shared<P>>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let mut link = Framed::new(stream, codec(shared.settings.max_frame_bytes));
+    let session_id = new_session_id();
+    let welcomed = tokio::select! {
+        w = welcome(&mut link, peer, session_id, &events, &shared) => w,
+        () = shared.shutdown.cancelled() => None,
+    };
+    let Some((Welcomed { admitted, feedback }, machine_raw_id)) = welcomed else {
+        return;
+    };
+    let slot = admitted.slot;
+    shared.probes.register(session_id, slot, machine_raw_id);
+    let _registration = Unregister {
+        probes: shared.probes.clone(),
+        session_id,
+    };
+    shared.counters.bump(Counter::SessionsWelcomed);
+    info!(%peer, slot, session_id, acked_through = admitted.acked_through_batch, "relay connected");
+    let session = Session {
+        link,
+        peer,
+        slot,
+        session_id,
+        feedback,
+        last_acked: admitted.acked_through_batch,
+        shared: &shared,
+    };
+    session.serve(events).await;
+}
+
+/// Reads Hello, checks it, asks the core, sends Welcome. None: refused or
+/// gone (already answered).
+async fn welcome<P: ProbeRegistry>(
+    link: &mut Link,
+    peer: SocketAddr,
+    session_id: u64,
+    events: &mpsc::Sender<IngestEvent>,
+    shared: &Shared<P>,
+) -> Option<(Welcomed, u32)> {
+    let hello_timeout = shared.settings.hello_timeout;
+    let hello = match timeout(hello_timeout, link.next()).await {
+        Err(_) => {
+            shared.counters.bump(Counter::HelloTimeouts);
+            let reason = format!("no Hello within {} ms", hello_timeout.as_millis());
+            refuse(link, peer, &reason).await;
+            return None;
+        }
+        Ok(None) => return None,
+        Ok(Some(Err(e))) => {
+            read_failed(link, peer, e, shared).await;
+            return None;
+        }
+        Ok(Some(Ok(bytes))) => match decode(&bytes) {
+            Ok(v1::frame::Body::Hello(hello)) => hello,
+            Ok(other) => {
+                shared.counters.bump(Counter::MalformedFrames);
+                let reason = format!("expected Hello as the first frame, got {}", kind(&other));
+                refuse(link, peer, &reason).await;
+                return None;
+            }
+            Err(reason) => {
+                shared.counters.bump(Counter::MalformedFrames);
+                refuse(link, peer, &reason).await;
+                return None;
+            }
+        },
+    };
+    if hello.protocol_version != PROTOCOL_VERSION {
+        shared.counters.bump(Counter::RefusedVersion);
+        let reason = format!(
+            "protocol version {} is not supported (this daemon speaks {PROTOCOL_VERSION}); \
+             run matching tracesync versions",
+            hello.protocol_version
+        );
+        refuse(link, peer, &reason).await;
+        return None;
+    }
+    if let Some(expected) = shared.token()
+        && !tokens_match(expected.as_bytes(), hello.token.as_bytes())
+    {
+        shared.counters.bump(Counter::RefusedToken);
+        let reason =
+            "bad token: give the relay the daemon's [auth] token (--token or TRACESYNC_TOKEN)";
+        refuse(link, peer, reason).await;
+        return None;
+    }
+    let (reply, answer) = oneshot::channel();
+    let name = hello.machine_name.clone();
+    let machine_raw_id = hello.machine_raw_id;
+    let connect = IngestEvent::Connect {
+        session_id,
+        hello,
+        reply,
+    };
+    if events.send(connect).await.is_err() {
+        return None; // ingest loop gone: the daemon is stopping
+    }
+    let welcomed = match answer.await {
+        Ok(Ok(welcomed)) => welcomed,
+        Ok(Err(reason)) => {
+            shared.counters.bump(Counter::RefusedByCore);
+            refuse(link, peer, &reason).await;
+            return None;
+        }
+        Err(_) => return None,
+    };
+    let welcome = v1::frame::Body::Welcome(v1::Welcome {
+        protocol_version: PROTOCOL_VERSION,
+        acked_through_batch: welcomed.admitted.acked_through_batch,
+        session_id,
+        sync_udp_port: u32::from(shared.settings.sync_udp_port),
+    });
+    if let Err(e) = send(link, welcome).await {
+        debug!(%peer, machine = %name, "cannot send Welcome: {e}");
+        let slot = welcomed.admitted.slot;
+        let _ = events
+            .send(IngestEvent::Disconnected { slot, session_id })
+            .await;
+        return None;
+    }
+    Some((welcomed, machine_raw_id))
+}
+
+struct Session<'a, P> {
+    link: Link,
+    peer: SocketAddr,
+    slot: Slot,
+    session_id: u64,
+    feedback: watch::Receiver<Feedback>,
+    last_acked: u64,
+    shared: &'a Shared<P>,
+}
+
+/// Why the main loop ended.
+enum End {
+    /// The peer closed or the socket failed: nothing more to say.
+    Gone,
+    /// Tell the relay why, then close.
+    Refuse(String),
+    /// Daemon shutdown: stop reading, forward the final acks, close.
+    Shutdown,
+    /// The ingest loop is gone or closed this session without a reason.
+    Dropped,
+}
+
+impl<P: ProbeRegistry> Session<'_, P> {
+    async fn serve(mut self, events: mpsc::Sender<IngestEvent>) {
+        let end = self.main_loop(&events).await;
+        let (slot, session_id) = (self.slot, self.session_id);
+        match end {
+            End::Shutdown => {
+                // Dropping our sender lets the ingest loop see every session
+                // has stopped reading; it then commits and sends final acks.
+                drop(events);
+                self.final_acks().await;
+            }
+            End::Refuse(reason) => {
+                refuse(&mut self.link, self.peer, &reason).await;
+                let _ = events
+                    .send(IngestEvent::Disconnected { slot, session_id })
+                    .await;
+            }
+            End::Gone | End::Dropped => {
+                let _ = events
+                    .send(IngestEvent::Disconnected { slot, session_id })
+                    .await;
+            }
+        }
+        info!(peer = %self.peer, slot, "relay disconnected");
+    }
+
+    async fn main_loop(&mut self, events: &mpsc::Sender<IngestEvent>) -> End {
+        loop {
+            tokio::select! {
+                () = self.shared.shutdown.cancelled() => return End::Shutdown,
+                changed = self.feedback.changed() => {
+                    if changed.is_err() {
+                        return End::Dropped;
+                    }
+                    let feedback = self.feedback.borrow_and_update().clone();
+                    if let Some(reason) = feedback.close {
+                        return End::Refuse(reason.to_string());
+                    }
+                    if let Err(end) = self.ack(feedback.acked_through_batch).await {
+                        return end;
+                    }
+                }
+                frame = self.link.next() => {
+                    let bytes = match frame {
+                        None => return End::Gone,
+                        Some(Err(e)) => {
+                            read_failed(&mut self.link, self.peer, e, self.shared).await;
+                            return End::Gone;
+                        }
+                        Some(Ok(bytes)) => bytes,
+                    };
+                    let event = match decode(&bytes) {
+                        Ok(v1::frame::Body::Batch(batch)) => IngestEvent::Batch {
+                            slot: self.slot,
+                            session_id: self.session_id,
+                            batch,
+                        },
+                        Ok(v1::frame::Body::Heartbeat(heartbeat)) => IngestEvent::Heartbeat {
+                            slot: self.slot,
+                            session_id: self.session_id,
+                            heartbeat,
+                        },
+                        Ok(other) => {
+                            self.shared.counters.bump(Counter::MalformedFrames);
+                            return End::Refuse(format!(
+                                "unexpected {} frame after Hello; a relay sends only Batch and Heartbeat",
+                                kind(&other)
+                            ));
+                        }
+                        Err(reason) => {
+                            self.shared.counters.bump(Counter::MalformedFrames);
+                            return End::Refuse(reason);
+                        }
+                    };
+                    // Waits while the ingest loop is behind: back-pressure.
+                    if events.send(event).await.is_err() {
+                        return End::Dropped;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn ack(&mut self, through: u64) -> Result<(), End> {
+        if through <= self.last_acked {
+            return Ok(());
+        }
+        self.last_acked = through;
+        let ack = v1::frame::Body::Ack(v1::Ack {
+            through_batch: through,
+        });
+        send(&mut self.link, ack).await.map_err(|e| {
+            debug!(peer = %self.peer, "cannot send Ack: {e}");
+            End::Gone
+        })
+    }
+
+    /// After shutdown: forward acks until the ingest loop closes the
+    /// feedback (final commit done), bounded in time.
+    async fn final_acks(&mut self) {
+        let limit = self.shared.settings.final_ack_timeout;
+        let forward = async {
+            loop {
+                let through = self.feedback.borrow_and_update().acked_through_batch;
+                if self.ack(through).await.is_err() {
+                    return;
+                }
+                if self.feedback.changed().await.is_err() {
+                    // Closed: the value may have changed right before.
+                    let through = self.feedback.borrow().acked_through_batch;
+                    let _ = self.ack(through).await;
+                    return;
+                }
+            }
+        };
+        if timeout(limit, forward).await.is_err() {
+            warn!(peer = %self.peer, "no final ack within {} ms; closing", limit.as_millis());
+        }
+    }
+}
+
+/// Unregisters the session from the prober when the session ends, however
+/// it ends.
+struct Unregister<P: ProbeRegistry> {
+    probes: P,
+    session_id: u64,
+}
+
+impl<P: ProbeRegistry> Drop for Unregister<P> {
+    fn drop(&mut self) {
+        self.probes.unregister(self.session_id);
+    }
+}
+
+fn decode(bytes: &[u8]) -> Result<v1::frame::Body, String> {
+    match v1::Frame::decode(bytes) {
+        Ok(v1::Frame { body: Some(body) }) => Ok(body),
+        Ok(v1::Frame { body: None }) => {
+            Err("malformed frame: no message in it; relay and daemon versions must match".into())
+        }
+        Err(e) => Err(format!(
+            "malformed frame ({} bytes): {e}; relay and daemon versions must match",
+            bytes.len()
+        )),
+    }
+}
+
+fn kind(body: &v1::frame::Body) -> &'static str {
+    match body {
+        v1::frame::Body::Hello(_) => "Hello",
+        v1::frame::Body::Welcome(_) => "Welcome",
+        v1::frame::Body::Refused(_) => "Refused",
+        v1::frame::Body::Batch(_) => "Batch",
+        v1::frame::Body::Ack(_) => "Ack",
+        v1::frame::Body::Heartbeat(_) => "Heartbeat",
+    }
+}
+
+async fn send(link: &mut Link, body: v1::frame::Body) -> std::io::Result<()> {
+    let frame = v1::Frame { body: Some(body) };
+    let bytes = Bytes::from(frame.encode_to_vec());
+    match timeout(WRITE_TIMEOUT, link.send(bytes)).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "relay stopped reading",
+        )),
+    }
+}
+
+/// Sends Refused with a one-line reason and logs it; the caller closes.
+pub(super) async fn refuse(link: &mut Link, peer: SocketAddr, reason: &str) {
+    warn!(%peer, "refusing relay: {reason}");
+    let refused = v1::frame::Body::Refused(v1::Refused {
+        reason: reason.to_owned(),
+    });
+    if let Err(e) = send(link, refused).await {
+        debug!(%peer, "cannot send Refused: {e}");
+    }
+}
+
+/// A read error: an oversized frame is the relay's fault and gets a reason;
+/// anything else is the network's.
+async fn read_failed<P>(link: &mut Link, peer: SocketAddr, e: std::io::Error, shared: &Shared<P>) {
+    let oversized = e
+        .get_ref()
+        .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());
+    if oversized {
+        shared.counters.bump(Counter::MalformedFrames);
+        let reason = format!(
+            "frame larger than limits.max-frame-bytes={}; raise it on the daemon or upgrade the relay",
+            shared.settings.max_frame_bytes
+        );
+        refuse(link, peer, &reason).await;
+    } else {
+        debug!(%peer, "relay connection failed: {e}");
+    }
+}
+
+/// Equal inputs compare in time that depends only on the expected token's
+/// length, so a relay cannot learn the token byte by byte.
+pub fn tokens_match(expected: &[u8], given: &[u8]) -> bool {
+    let mut diff = u8::from(expected.len() != given.len());
+    for (i, e) in expected.iter().enumerate() {
+        diff |= e ^ given.get(i).copied().unwrap_or(0);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// A random non-zero session id (std's per-process random hash keys mixed
+/// with a counter and the clock; not a secret, only unique).
+fn new_session_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(NEXT.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u64(crate::hostclock::boottime_ns());
+    hasher.finish().max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_match_only_when_equal() {
+        assert!(tokens_match(b"secret", b"secret"));
+        assert!(!tokens_match(b"secret", b"secreT"));
+        assert!(!tokens_match(b"secret", b"secret2"));
+        assert!(!tokens_match(b"secret", b"secre"));
+        assert!(!tokens_match(b"secret", b""));
+        assert!(tokens_match(b"", b""));
+    }
+
+    #[test]
+    fn session_ids_are_distinct_and_non_zero() {
+        let a = new_session_id();
+        let b = new_session_id();
+        assert_ne!(a, b);
+        assert_ne!(a, 0);
+    }
+}

@@ -1,0 +1,488 @@
+//! The server over loopback, with an in-test relay and in-memory core and
+//! writer.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use prost::Message;
+use tokio::net::TcpStream;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::timeout;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+use tracesync_protocol::relay::{MAX_FRAME_BYTES, PROTOCOL_VERSION, v1};
+
+use super::ingest::IngestSettings;
+use super::run::{Parts, Running, start};
+use super::*;
+use crate::live::{OutPacket, Role};
+use crate::status::MachineStatus;
+
+// ---- in-memory core and writer ----
+
+/// Each batch's packets are output at once; a batch is committed when its
+/// packets were drained before a commit.
+#[derive(Default)]
+struct FakeCore {
+    next_slot: Slot,
+    held: Vec<(Slot, u64, Bytes)>,
+    drained_through: BTreeMap<Slot, u64>,
+    last_batch: BTreeMap<Slot, u64>,
+}
+
+impl Core for FakeCore {
+    type SyncUpdate = ();
+    type CommitPoint = ();
+
+    fn connect(&mut self, hello: &v1::Hello, _: u64) -> Result<Admitted, String> {
+        if hello.machine_name == "refuse-me" {
+            return Err("machine name refused by the core".into());
+        }
+        self.next_slot += 1;
+        Ok(Admitted {
+            slot: self.next_slot,
+            acked_through_batch: 0,
+            replaced: None,
+        })
+    }
+
+    fn batch(&mut self, slot: Slot, batch: v1::Batch, _: u64) -> Result<(), String> {
+        self.last_batch.insert(slot, batch.seq);
+        for packet in batch.packets {
+            self.held.push((slot, batch.seq, packet));
+        }
+        Ok(())
+    }
+
+    fn heartbeat(&mut self, _: Slot, _: &v1::Heartbeat, _: u64) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn sync(&mut self, (): &()) {}
+
+    fn disconnect(&mut self, slot: Slot) {
+        self.drained_through.remove(&slot);
+    }
+
+    fn host_tick(&mut self, _: u64) {}
+
+    fn drain(&mut self, _: u64, out: &mut Vec<OutPacket>) {
+        for (slot, seq, bytes) in self.held.drain(..) {
+            self.drained_through.insert(slot, seq);
+            out.push(packet(slot, bytes));
+        }
+        // Batches without packets are done once seen.
+        for (slot, seq) in &self.last_batch {
+            let through = self.drained_through.entry(*slot).or_default();
+            *through = (*through).max(*seq);
+        }
+    }
+
+    fn flush_all(&mut self, out: &mut Vec<OutPacket>) {
+        self.drain(0, out);
+    }
+
+    fn commit_point(&mut self) {}
+
+    fn committed_through(&mut self, (): ()) -> Vec<(Slot, u64)> {
+        self.drained_through.iter().map(|(s, t)| (*s, *t)).collect()
+    }
+
+    fn status(&self) -> Vec<MachineStatus> {
+        Vec::new()
+    }
+}
+
+fn packet(slot: Slot, bytes: Bytes) -> OutPacket {
+    OutPacket {
+        ts: 0,
+        machine_raw_id: slot,
+        machine_name: None,
+        seq: slot,
+        clock: 6,
+        clock_ts: 0,
+        err_ns: 0,
+        data_field: None,
+        src: Arc::from("test"),
+        role: Role::Data,
+        origin: None,
+        bytes,
+    }
+}
+
+#[derive(Default)]
+struct Output {
+    written: Vec<Bytes>,
+    committed: usize,
+    closed: bool,
+}
+
+#[derive(Clone, Default)]
+struct FakeWriter {
+    output: Arc<Mutex<Output>>,
+    fail: Arc<AtomicBool>,
+}
+
+impl FakeWriter {
+    fn check(&self) -> std::io::Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            Err(std::io::Error::other("No space left on device"))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn committed(&self) -> Vec<Bytes> {
+        let output = self.output.lock().unwrap();
+        output.written[..output.committed].to_vec()
+    }
+}
+
+impl Writer<()> for FakeWriter {
+    fn write(&mut self, packet: &OutPacket, _: std::time::SystemTime) -> std::io::Result<()> {
+        self.check()?;
+        self.output
+            .lock()
+            .unwrap()
+            .written
+            .push(packet.bytes.clone());
+        Ok(())
+    }
+
+    fn commit(&mut self) -> std::io::Result<()> {
+        self.check()?;
+        let mut output = self.output.lock().unwrap();
+        output.committed = output.written.len();
+        Ok(())
+    }
+
+    fn write_sync_samples(&mut self, (): &()) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn current_path(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
+    fn close(mut self) -> std::io::Result<()> {
+        self.commit()?;
+        self.output.lock().unwrap().closed = true;
+        Ok(())
+    }
+}
+
+// ---- harness ----
+
+struct TestServer {
+    running: Running<NoProbes>,
+    shutdown: CancellationToken,
+    writer: FakeWriter,
+    _sync_updates: mpsc::Sender<()>,
+}
+
+fn settings(max_relays: usize) -> SessionSettings {
+    SessionSettings {
+        max_relays,
+        hello_timeout: Duration::from_millis(300),
+        max_frame_bytes: MAX_FRAME_BYTES,
+        sync_udp_port: 7411,
+        final_ack_timeout: Duration::from_secs(5),
+    }
+}
+
+async fn serve(max_relays: usize, token: Option<&str>) -> TestServer {
+    let listener = listener::bind_data("127.0.0.1:0".parse().unwrap()).unwrap();
+    let writer = FakeWriter::default();
+    let (sync_tx, sync_updates) = mpsc::channel(4);
+    let parts = Parts {
+        core: FakeCore::default(),
+        writer: writer.clone(),
+        probes: NoProbes,
+        sync_updates,
+        packets: broadcast::channel(16).0,
+        status: watch::channel(Arc::default()).0,
+    };
+    let shutdown = CancellationToken::new();
+    let mut ingest = IngestSettings::new(Duration::from_millis(20));
+    ingest.drain_every = Duration::from_millis(5);
+    let running = start(
+        listener,
+        settings(max_relays),
+        token,
+        ingest,
+        parts,
+        shutdown.clone(),
+    )
+    .unwrap();
+    TestServer {
+        running,
+        shutdown,
+        writer,
+        _sync_updates: sync_tx,
+    }
+}
+
+type Relay = Framed<TcpStream, LengthDelimitedCodec>;
+
+async fn dial(server: &TestServer) -> Relay {
+    let stream = TcpStream::connect(server.running.data_addr).await.unwrap();
+    Framed::new(stream, session::codec(MAX_FRAME_BYTES))
+}
+
+fn hello(token: &str, name: &str) -> v1::frame::Body {
+    v1::frame::Body::Hello(v1::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        token: token.into(),
+        relay_instance_id: 42,
+        boot_id: "boot".into(),
+        machine_name: name.into(),
+        machine_raw_id: 7,
+        oldest_unacked_batch: 1,
+        clocks: None,
+    })
+}
+
+fn batch(seq: u64, packets: &[&'static [u8]]) -> v1::frame::Body {
+    v1::frame::Body::Batch(v1::Batch {
+        seq,
+        first_packet_index: 0,
+        packets: packets.iter().map(|p| Bytes::from_static(p)).collect(),
+        clocks: None,
+    })
+}
+
+async fn send(relay: &mut Relay, body: v1::frame::Body) {
+    let bytes = v1::Frame { body: Some(body) }.encode_to_vec();
+    relay.send(Bytes::from(bytes)).await.unwrap();
+}
+
+/// Next frame, or None when the daemon closed the connection.
+async fn recv(relay: &mut Relay) -> Option<v1::frame::Body> {
+    let frame = timeout(Duration::from_secs(5), relay.next())
+        .await
+        .expect("the daemon answers within 5 s")?;
+    let bytes = frame.ok()?;
+    v1::Frame::decode(bytes).unwrap().body
+}
+
+async fn refused_reason(relay: &mut Relay) -> String {
+    match recv(relay).await {
+        Some(v1::frame::Body::Refused(r)) => {
+            assert!(recv(relay).await.is_none(), "closed after Refused");
+            r.reason
+        }
+        other => panic!("expected Refused, got {other:?}"),
+    }
+}
+
+async fn welcomed(server: &TestServer, token: &str) -> (Relay, v1::Welcome) {
+    let mut relay = dial(server).await;
+    send(&mut relay, hello(token, "relay")).await;
+    match recv(&mut relay).await {
+        Some(v1::frame::Body::Welcome(w)) => (relay, w),
+        other => panic!("expected Welcome, got {other:?}"),
+    }
+}
+
+async fn ack(relay: &mut Relay) -> u64 {
+    match recv(relay).await {
+        Some(v1::frame::Body::Ack(a)) => a.through_batch,
+        other => panic!("expected Ack, got {other:?}"),
+    }
+}
+
+async fn ack_through(relay: &mut Relay, seq: u64) {
+    while ack(relay).await < seq {}
+}
+
+// ---- tests ----
+
+#[tokio::test]
+async fn welcome_carries_version_session_and_sync_port() {
+    let server = serve(4, Some("s3cret")).await;
+    let (_relay, welcome) = welcomed(&server, "s3cret").await;
+    assert_eq!(welcome.protocol_version, PROTOCOL_VERSION);
+    assert_eq!(welcome.acked_through_batch, 0);
+    assert_eq!(welcome.sync_udp_port, 7411);
+    assert_ne!(welcome.session_id, 0);
+}
+
+#[tokio::test]
+async fn bad_token_is_refused_with_the_reason() {
+    let server = serve(4, Some("s3cret")).await;
+    let mut relay = dial(&server).await;
+    send(&mut relay, hello("guess", "relay")).await;
+    let reason = refused_reason(&mut relay).await;
+    assert!(reason.starts_with("bad token"), "{reason}");
+    assert!(!reason.contains("s3cret"), "never echo the token: {reason}");
+    assert_eq!(server.running.shared.counters.get(Counter::RefusedToken), 1);
+}
+
+#[tokio::test]
+async fn no_token_configured_accepts_any() {
+    let server = serve(4, None).await;
+    let (_relay, welcome) = welcomed(&server, "whatever").await;
+    assert_eq!(welcome.protocol_version, PROTOCOL_VERSION);
+}
+
+#[tokio::test]
+async fn version_mismatch_is_refused() {
+    let server = serve(4, None).await;
+    let mut relay = dial(&server).await;
+    let mut body = hello("", "relay");
+    if let v1::frame::Body::Hello(h) = &mut body {
+        h.protocol_version = PROTOCOL_VERSION + 1;
+    }
+    send(&mut relay, body).await;
+    let reason = refused_reason(&mut relay).await;
+    assert!(reason.contains("protocol version 2"), "{reason}");
+}
+
+#[tokio::test]
+async fn core_refusal_is_passed_on() {
+    let server = serve(4, None).await;
+    let mut relay = dial(&server).await;
+    send(&mut relay, hello("", "refuse-me")).await;
+    let reason = refused_reason(&mut relay).await;
+    assert_eq!(reason, "machine name refused by the core");
+}
+
+#[tokio::test]
+async fn hello_timeout_is_refused() {
+    let server = serve(4, None).await;
+    let mut relay = dial(&server).await;
+    let reason = refused_reason(&mut relay).await;
+    assert!(reason.contains("no Hello within 300 ms"), "{reason}");
+}
+
+#[tokio::test]
+async fn max_relays_is_enforced_and_a_freed_place_is_reused() {
+    let server = serve(1, None).await;
+    let (first, _) = welcomed(&server, "").await;
+    let mut second = dial(&server).await;
+    let reason = refused_reason(&mut second).await;
+    assert_eq!(reason, "daemon at max-relays=1; raise limits.max-relays");
+    assert_eq!(
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::RefusedMaxRelays),
+        1
+    );
+    drop(first);
+    // The place frees once the session has noticed the close.
+    let mut tries = 0;
+    loop {
+        let mut relay = dial(&server).await;
+        send(&mut relay, hello("", "relay")).await;
+        match recv(&mut relay).await {
+            Some(v1::frame::Body::Welcome(_)) => break,
+            _ if tries < 50 => tries += 1,
+            other => panic!("place never freed: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn malformed_frame_is_refused_without_hurting_another_session() {
+    let server = serve(4, None).await;
+    let (mut good, _) = welcomed(&server, "").await;
+    let (mut bad, _) = welcomed(&server, "").await;
+    bad.send(Bytes::from_static(&[0xff, 0xff, 0xff]))
+        .await
+        .unwrap();
+    let reason = refused_reason(&mut bad).await;
+    assert!(reason.starts_with("malformed frame"), "{reason}");
+    assert_eq!(
+        server.running.shared.counters.get(Counter::MalformedFrames),
+        1
+    );
+    send(&mut good, batch(1, &[b"packet"])).await;
+    ack_through(&mut good, 1).await;
+}
+
+#[tokio::test]
+async fn unexpected_frame_kind_is_refused() {
+    let server = serve(4, None).await;
+    let (mut relay, _) = welcomed(&server, "").await;
+    send(&mut relay, hello("", "again")).await;
+    let reason = refused_reason(&mut relay).await;
+    assert!(reason.contains("unexpected Hello frame"), "{reason}");
+}
+
+#[tokio::test]
+async fn batches_are_acked_after_commit() {
+    let server = serve(4, None).await;
+    let (mut relay, _) = welcomed(&server, "").await;
+    send(&mut relay, batch(1, &[b"a", b"b"])).await;
+    send(&mut relay, batch(2, &[b"c"])).await;
+    send(
+        &mut relay,
+        v1::frame::Body::Heartbeat(v1::Heartbeat {
+            clocks: None,
+            last_batch_sent: 2,
+        }),
+    )
+    .await;
+    ack_through(&mut relay, 2).await;
+    // Acked means committed.
+    assert_eq!(server.writer.committed(), [&b"a"[..], b"b", b"c"]);
+}
+
+#[tokio::test]
+async fn failing_writer_stops_acks_until_it_recovers() {
+    let server = serve(4, None).await;
+    let (mut relay, _) = welcomed(&server, "").await;
+    server.writer.fail.store(true, Ordering::SeqCst);
+    send(&mut relay, batch(1, &[b"a"])).await;
+    let early = timeout(Duration::from_millis(300), relay.next()).await;
+    assert!(early.is_err(), "no ack while the writer fails: {early:?}");
+    server.writer.fail.store(false, Ordering::SeqCst);
+    ack_through(&mut relay, 1).await;
+    assert_eq!(server.writer.committed(), [&b"a"[..]]);
+}
+
+#[tokio::test]
+async fn shutdown_commits_sends_final_acks_and_closes_the_writer() {
+    let server = serve(4, None).await;
+    let (mut relay, _) = welcomed(&server, "").await;
+    send(&mut relay, batch(1, &[b"x"])).await;
+    send(&mut relay, batch(2, &[b"y"])).await;
+    // Make sure both frames are in before stopping (the ack proves it).
+    ack_through(&mut relay, 2).await;
+    send(&mut relay, batch(3, &[b"z"])).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.shutdown.cancel();
+    let TestServer {
+        running, writer, ..
+    } = server;
+    let stopped = tokio::spawn(running.stopped());
+    ack_through(&mut relay, 3).await;
+    assert!(
+        recv(&mut relay).await.is_none(),
+        "closed after the final ack"
+    );
+    let summary = stopped.await.unwrap().unwrap();
+    assert_eq!(summary.packets_written, 3);
+    let output = writer.output.lock().unwrap();
+    assert!(output.closed);
+    assert_eq!(output.committed, 3);
+}
+
+#[tokio::test]
+async fn shutdown_with_no_relays_is_prompt() {
+    let server = serve(4, None).await;
+    server.shutdown.cancel();
+    let summary = timeout(Duration::from_secs(5), server.running.stopped())
+        .await
+        .expect("stops within 5 s")
+        .unwrap();
+    assert_eq!(summary.packets_written, 0);
+    assert!(server.writer.output.lock().unwrap().closed);
+}

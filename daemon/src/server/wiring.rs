@@ -1,0 +1,173 @@
+//! The real live core, rolling writer, prober registry and control hub
+//! behind the server's traits ([`super::engine`]): the only file that knows
+//! both sides.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tracesync_protocol::relay::v1;
+
+use super::engine::{Admitted, Core, Fanout, ProbeRegistry, Slot, Writer};
+use crate::control::ControlHub;
+use crate::live::{self, LiveCore, OutPacket, Role};
+use crate::rolling::{self, RollingWriter};
+use crate::status::MachineStatus;
+use crate::sync::{ProbeSessions, SyncUpdate};
+
+impl Core for LiveCore {
+    type SyncUpdate = SyncUpdate;
+    type CommitPoint = live::CommitPoint;
+
+    fn connect(&mut self, hello: &v1::Hello, now_ns: u64) -> Result<Admitted, String> {
+        let info = live::HelloInfo {
+            relay_instance: hello.relay_instance_id,
+            boot_id: hello.boot_id.clone(),
+            machine_name: hello.machine_name.clone(),
+            machine_raw_id: hello.machine_raw_id,
+            oldest_unacked_batch: hello.oldest_unacked_batch,
+            clocks: hello.clocks,
+        };
+        let connected = LiveCore::connect(self, info, now_ns).map_err(|r| r.to_string())?;
+        Ok(Admitted {
+            slot: connected.slot,
+            acked_through_batch: connected.acked_through_batch,
+            replaced: connected.replaced,
+        })
+    }
+
+    fn batch(&mut self, slot: Slot, batch: v1::Batch, now_ns: u64) -> Result<(), String> {
+        LiveCore::batch(
+            self,
+            slot,
+            batch.seq,
+            batch.first_packet_index,
+            batch.packets,
+            batch.clocks,
+            now_ns,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn heartbeat(
+        &mut self,
+        slot: Slot,
+        heartbeat: &v1::Heartbeat,
+        now_ns: u64,
+    ) -> Result<(), String> {
+        LiveCore::heartbeat(self, slot, heartbeat.clocks, now_ns).map_err(|e| e.to_string())
+    }
+
+    fn sync(&mut self, update: &SyncUpdate) {
+        let e = update.estimate;
+        let estimate = live::SyncEstimate {
+            epoch: e.epoch,
+            ref_relay_ns: e.ref_relay_ns,
+            offset_ns: e.offset_ns,
+            freq_ppm: e.freq_ppm,
+            error_bound_ns: e.error_bound_ns,
+            sigma_ns: e.sigma_ns,
+            rtt_ns: e.rtt_ns,
+            samples: e.samples,
+        };
+        // An update for a slot that has gone since is stale: nothing to do.
+        let _ = LiveCore::sync(self, update.slot, estimate);
+    }
+
+    fn disconnect(&mut self, slot: Slot) {
+        LiveCore::disconnect(self, slot);
+    }
+
+    fn host_tick(&mut self, now_ns: u64) {
+        let clocks = crate::hostclock::snapshot_ns();
+        LiveCore::host_tick(self, now_ns, &clocks);
+    }
+
+    fn drain(&mut self, now_ns: u64, out: &mut Vec<OutPacket>) {
+        LiveCore::drain(self, now_ns, out);
+    }
+
+    fn flush_all(&mut self, out: &mut Vec<OutPacket>) {
+        LiveCore::flush_all(self, out);
+    }
+
+    fn commit_point(&mut self) -> live::CommitPoint {
+        LiveCore::commit_point(self)
+    }
+
+    fn committed_through(&mut self, point: live::CommitPoint) -> Vec<(Slot, u64)> {
+        LiveCore::committed_through(self, point)
+    }
+
+    fn status(&self) -> Vec<MachineStatus> {
+        let unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        LiveCore::status(self, crate::hostclock::boottime_ns(), unix_ms)
+    }
+}
+
+impl Writer<SyncUpdate> for RollingWriter {
+    fn write(&mut self, packet: &OutPacket, now: SystemTime) -> io::Result<()> {
+        RollingWriter::write(self, packet, now)
+    }
+
+    fn commit(&mut self) -> io::Result<()> {
+        RollingWriter::commit(self)
+    }
+
+    fn write_sync_samples(&mut self, update: &SyncUpdate) -> io::Result<()> {
+        if update.samples.is_empty() {
+            return Ok(());
+        }
+        RollingWriter::write_sync_samples(self, &update.samples)
+    }
+
+    fn current_path(&self) -> Option<PathBuf> {
+        Some(RollingWriter::current_path(self).to_path_buf())
+    }
+
+    fn close(self) -> io::Result<()> {
+        RollingWriter::close(self)
+    }
+}
+
+impl ProbeRegistry for ProbeSessions {
+    fn register(&self, session_id: u64, slot: Slot, machine_raw_id: u32) {
+        self.register_machine(session_id, slot, machine_raw_id);
+    }
+
+    fn unregister(&self, session_id: u64) {
+        ProbeSessions::unregister(self, session_id);
+    }
+}
+
+impl Fanout for ControlHub {
+    fn publish(&self, packet: &OutPacket) {
+        // Preamble packets always go through (the hub caches them for the
+        // next subscriber); data packets only when someone is tailing.
+        if packet.role == Role::Data && self.packets.receiver_count() == 0 {
+            return;
+        }
+        ControlHub::publish(self, Arc::new(packet.clone()));
+    }
+}
+
+/// The rolling writer's recovered state, as the live core takes it.
+pub fn recovered_for_core(recovered: &rolling::Recovered) -> live::Recovered {
+    live::Recovered {
+        streams: recovered
+            .streams
+            .iter()
+            .map(|s| live::RecoveredStream {
+                out_seq: s.out_seq,
+                relay_instance: s.relay_instance,
+                relay_sequence: s.relay_sequence,
+                machine_raw_id: s.machine_raw_id,
+                written_through: s.written_through,
+            })
+            .collect(),
+        next_out_seq: recovered.next_out_seq,
+    }
+}
