@@ -119,3 +119,40 @@ pub fn host_boottime_ns() -> u64 {
         t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
     })
 }
+
+/// The largest `error_bound_ns` the daemon reported per machine name over
+/// a run (status samples): the bound every packet placed in the run is
+/// held to.
+#[derive(Clone, Debug, Default)]
+pub struct BoundTracker {
+    pub max_bound_ns: std::collections::BTreeMap<String, u64>,
+    pub samples: u64,
+}
+
+impl BoundTracker {
+    pub fn record(&mut self, status: &serde_json::Value) {
+        self.samples += 1;
+        for m in status["machines"].as_array().into_iter().flatten() {
+            if let (Some(name), Some(bound)) = (m["name"].as_str(), m["error_bound_ns"].as_u64()) {
+                let e = self.max_bound_ns.entry(name.to_owned()).or_default();
+                *e = (*e).max(bound);
+            }
+        }
+    }
+
+    /// Samples the daemon's status every `every` for `total`.
+    pub fn sample_for(
+        &mut self,
+        daemon: &Daemon,
+        total: std::time::Duration,
+        every: std::time::Duration,
+    ) {
+        let end = std::time::Instant::now() + total;
+        while std::time::Instant::now() < end {
+            if let Ok(s) = daemon.status() {
+                self.record(&s);
+            }
+            std::thread::sleep(every);
+        }
+    }
+}

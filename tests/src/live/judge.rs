@@ -94,3 +94,21 @@ pub fn judge_file(scan: &FileScan) -> Result<Judgement, String> {
         Err(format!("{label}: {}", problems.join("; ")))
     }
 }
+
+/// [`judge_file`] on every file of a checked output dir; `Err` lists the
+/// problems of every failing file.
+pub fn judge_all(check: &super::OutputCheck) -> Result<Vec<Judgement>, String> {
+    let mut ok = Vec::new();
+    let mut failed = Vec::new();
+    for scan in &check.files {
+        match judge_file(scan) {
+            Ok(j) => ok.push(j),
+            Err(e) => failed.push(e),
+        }
+    }
+    if failed.is_empty() {
+        Ok(ok)
+    } else {
+        Err(failed.join("\n"))
+    }
+}
