@@ -131,6 +131,7 @@ impl Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let output = dir.path().join("out");
         let control = dir.path().join("control.sock");
+        std::fs::create_dir_all(&output).expect("create output dir");
         let unbound: SocketAddr = "127.0.0.1:0".parse().expect("address");
         let mut d = Daemon {
             output,
@@ -447,8 +448,10 @@ impl Relay {
 
     pub fn start_to(host: SocketAddr, token: &str, opts: RelayOpts) -> Relay {
         let dir = tempfile::tempdir().expect("tempdir");
+        let spool = dir.path().join("spool");
+        std::fs::create_dir_all(&spool).expect("create spool dir");
         let mut r = Relay {
-            spool: dir.path().join("spool"),
+            spool,
             dir,
             host,
             token: token.into(),
