@@ -178,8 +178,10 @@ impl Daemon {
             .current_dir(self.dir.path());
         let mut child = cmd.spawn().expect("spawn tracesyncd");
         let (tx, rx) = mpsc::channel();
+        // The startup line belongs on stderr; stdout is watched too so a
+        // daemon that prints it there still starts.
         if let Some(out) = child.stdout.take() {
-            drain(out, "tracesyncd".into(), self.log.clone(), None);
+            drain(out, "tracesyncd".into(), self.log.clone(), Some(tx.clone()));
         }
         if let Some(err) = child.stderr.take() {
             drain(err, "tracesyncd".into(), self.log.clone(), Some(tx));
