@@ -3,5 +3,6 @@
 
 pub mod archive;
 pub mod build;
+pub mod live;
 pub mod run;
 pub mod tp;

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Live capture benchmarks (DESIGN.md §8), all in one run on this machine:
+#
+#   1. raw loopback TCP throughput, 4 KiB writes (tests/examples/tcp_baseline.rs);
+#   2. four synthetic relays into tracesyncd, small packets (~64 B):
+#      packets/s end to end, daemon peak RSS;
+#   3. the same with large packets (synthetic size=4096): MB/s and the ratio
+#      to (1);
+#   4. one relay at 10 k packets/s: relay CPU (utime+stime from
+#      /proc/PID/stat over the interval, % of one core) and tail latency
+#      p50/p99 (a jsonl tail client comparing each record's ts with the host
+#      CLOCK_BOOTTIME when it reads the record).
+#
+#   scripts/bench-live.sh
+#   BENCH_SECS=20 BENCH_SMALL_RATE=500000 scripts/bench-live.sh
+#
+# End-to-end figures are the daemon's own counters (status: packets and
+# bytes taken from relays, summed over machines) over BENCH_SECS after a
+# BENCH_WARMUP_SECS warm-up. Relays generate at the offered rate (per
+# relay) and block on a full spool, so the measured rate is what the daemon
+# sustains. MB = 10^6 bytes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECS=${BENCH_SECS:-10}
+WARMUP=${BENCH_WARMUP_SECS:-3}
+SMALL_RATE=${BENCH_SMALL_RATE:-400000}
+LARGE_RATE=${BENCH_LARGE_RATE:-40000}
+RELAYS=${BENCH_RELAYS:-4}
+WINDOW_MS=${BENCH_WINDOW_MS:-100}
+TMPBASE=${TMPDIR:-/tmp}
+
+echo "building (release)" >&2
+cargo build --release --quiet -p tracesync-daemon -p tracesync-relay --bins
+cargo build --release --quiet -p tracesync-tests --example tcp_baseline
+target=${CARGO_TARGET_DIR:-target}
+tracesyncd=$target/release/tracesyncd
+relay=$target/release/tracesync-relay
+baseline=$target/release/examples/tcp_baseline
+
+work=$(mktemp -d "$TMPBASE/tracesync-bench-live.XXXXXX")
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+token=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+
+# Status over the control socket: prints "<packets> <bytes>" summed over machines.
+cat >"$work/status.py" <<'EOF'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b'{"cmd":"status"}\n')
+buf = b""
+while not buf.endswith(b"\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+report = json.loads(buf)
+ms = report.get("machines", [])
+print(sum(m.get("packets", 0) for m in ms), sum(m.get("bytes", 0) for m in ms))
+EOF
+
+# Tail latency: host BOOTTIME at receipt minus the record's trace ts.
+cat >"$work/tail_latency.py" <<'EOF'
+import json, socket, sys, time
+sock, secs = sys.argv[1], float(sys.argv[2])
+s = socket.socket(socket.AF_UNIX)
+s.connect(sock)
+s.sendall(b'{"cmd":"tail","format":"jsonl"}\n')
+f = s.makefile("rb")
+lat, lagged = [], 0
+end = time.monotonic() + secs
+for line in f:
+    now = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        continue
+    ts = rec.get("ts")
+    if isinstance(ts, int) and rec.get("raw_id", 0) != 0:
+        lat.append(now - ts)
+    elif "ts" not in rec:
+        lagged += 1
+    if time.monotonic() > end:
+        break
+lat.sort()
+if not lat:
+    print("nan nan 0 %d" % lagged)
+else:
+    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] / 1e6
+    print("%.2f %.2f %d %d" % (q(0.50), q(0.99), len(lat), lagged))
+EOF
+
+start_daemon() { # $1 label
+    local dir=$work/$1
+    mkdir -p "$dir"
+    "$tracesyncd" --listen 127.0.0.1:0 --sync-listen 127.0.0.1:0 \
+        --control "$dir/control.sock" --output "$dir/out" --token "$token" \
+        --merge-window-ms "$WINDOW_MS" 2>"$dir/daemon.log" &
+    daemon_pid=$!
+    pids+=("$daemon_pid")
+    control=$dir/control.sock
+    data_addr=""
+    for _ in $(seq 300); do
+        data_addr=$(sed -n 's/.*listening data=\([^ ]*\).*/\1/p' "$dir/daemon.log" | head -1)
+        [ -n "$data_addr" ] && break
+        sleep 0.1
+    done
+    if [ -z "$data_addr" ]; then
+        echo "tracesyncd did not start:" >&2
+        cat "$dir/daemon.log" >&2
+        exit 1
+    fi
+}
+
+start_relays() { # $1 label, $2 count, $3 source spec
+    relay_pids=()
+    for i in $(seq "$2"); do
+        "$relay" --host "$data_addr" --name "bench-$i" --token "$token" \
+            --spool "$work/$1/spool-$i" --source "$3" \
+            2>"$work/$1/relay-$i.log" &
+        relay_pids+=("$!")
+        pids+=("$!")
+    done
+}
+
+stop_all() {
+    for p in "${relay_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${relay_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    kill -TERM "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+}
+
+status() { python3 "$work/status.py" "$control"; }
+
+cpu_ticks() { # utime + stime of a pid (fields 14, 15 of /proc/PID/stat)
+    sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+
+# Runs one end-to-end phase; sets pps, mbps, rss_mib.
+phase() { # $1 label, $2 source spec
+    start_daemon "$1"
+    start_relays "$1" "$RELAYS" "$2"
+    sleep "$WARMUP"
+    read -r p0 b0 < <(status)
+    t0=$(date +%s.%N)
+    sleep "$SECS"
+    read -r p1 b1 < <(status)
+    t1=$(date +%s.%N)
+    rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$daemon_pid/status")
+    stop_all
+    read -r pps mbps bpp rss_mib < <(python3 -c "
+dt = $t1 - $t0
+p, b = $p1 - $p0, $b1 - $b0
+print(round(p / dt), round(b / dt / 1e6, 1), round(b / max(p, 1)), round($rss_kib / 1024, 1))")
+}
+
+echo "1/4 raw loopback TCP, 4 KiB writes, ${SECS}s" >&2
+tcp_mbps=$("$baseline" --seconds "$SECS" --chunk 4096 | sed -n 's/.*mb_per_s=\([0-9.]*\).*/\1/p')
+
+echo "2/4 $RELAYS relays, small packets, offered ${SMALL_RATE}/s each" >&2
+phase small "synthetic:$SMALL_RATE,size=64"
+small_pps=$pps small_mbps=$mbps small_bpp=$bpp small_rss=$rss_mib
+
+echo "3/4 $RELAYS relays, 4 KiB packets, offered ${LARGE_RATE}/s each" >&2
+phase large "synthetic:$LARGE_RATE,size=4096"
+large_pps=$pps large_mbps=$mbps large_bpp=$bpp large_rss=$rss_mib
+ratio=$(python3 -c "print(round($large_mbps / $tcp_mbps * 100, 1))")
+
+echo "4/4 one relay at 10 k packets/s: relay CPU, tail latency" >&2
+start_daemon cpu
+start_relays cpu 1 "synthetic:10000"
+sleep "$WARMUP"
+rpid=${relay_pids[0]}
+c0=$(cpu_ticks "$rpid")
+t0=$(date +%s.%N)
+read -r p50 p99 nlat lagged < <(python3 "$work/tail_latency.py" "$control" "$SECS")
+c1=$(cpu_ticks "$rpid")
+t1=$(date +%s.%N)
+stop_all
+hz=$(getconf CLK_TCK)
+relay_cpu=$(python3 -c "print(round(($c1 - $c0) / $hz / ($t1 - $t0) * 100, 2))")
+
+cat <<EOF
+
+tracesync live benchmarks ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s per phase, merge window ${WINDOW_MS} ms)
+
+| measure                                     | value                | target            |
+|---------------------------------------------|----------------------|-------------------|
+| raw loopback TCP, 4 KiB writes              | ${tcp_mbps} MB/s         | baseline          |
+| $RELAYS relays, small packets (~${small_bpp} B): packets/s | ${small_pps}             | >= 1 M/s          |
+| $RELAYS relays, 4 KiB packets: MB/s             | ${large_mbps} (${large_pps} pkt/s) | >= 60% of TCP     |
+| 4 KiB packets vs raw TCP                    | ${ratio}%                |                   |
+| daemon peak RSS (VmHWM) small / large       | ${small_rss} / ${large_rss} MiB  | <= 256 MiB        |
+| relay CPU at 10 k packets/s                 | ${relay_cpu}% of a core    | <= 3%             |
+| tail latency p50 / p99 (${nlat} records, ${lagged} lag notices) | ${p50} / ${p99} ms | p99 <= window + 50 ms |
+
+reproduce: scripts/bench-live.sh (BENCH_SECS=$SECS BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS)
+EOF

@@ -1,0 +1,591 @@
+//! The real `tracesyncd` and `tracesync-relay` as child processes.
+//!
+//! Every child is killed (SIGKILL) and reaped on drop, so a failing test
+//! leaves no orphans. Their stderr is kept (last lines) for failure
+//! messages, and echoed live when `TRACESYNC_LIVE_LOG` is set.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::{bin, random_token};
+
+/// How long a daemon may take to print its startup line (a loaded 2-core
+/// CI box can be slow to start processes).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long SIGTERM may take before the child is killed and the stop fails.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+const LOG_LINES: usize = 200;
+
+/// The last lines a child wrote to stderr/stdout.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<VecDeque<String>>>);
+
+impl Log {
+    fn push(&self, line: String) {
+        if let Ok(mut q) = self.0.lock() {
+            if q.len() == LOG_LINES {
+                q.pop_front();
+            }
+            q.push_back(line);
+        }
+    }
+
+    fn text(&self) -> String {
+        self.0
+            .lock()
+            .map(|q| q.iter().cloned().collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default()
+    }
+}
+
+/// Reads `stream` line by line into `log` (and `lines`, if given) until EOF.
+fn drain<R: Read + Send + 'static>(
+    stream: R,
+    label: String,
+    log: Log,
+    lines: Option<mpsc::Sender<String>>,
+) {
+    let echo = std::env::var_os("TRACESYNC_LIVE_LOG").is_some();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            if echo {
+                eprintln!("[{label}] {line}");
+            }
+            if let Some(tx) = &lines {
+                let _ = tx.send(line.clone());
+            }
+            log.push(line);
+        }
+    });
+}
+
+fn signal(child: &Child, sig: Signal) {
+    // The child may have exited already: nothing to signal then.
+    let _ = kill(Pid::from_raw(child.id() as i32), sig);
+}
+
+/// SIGTERM, then wait up to [`STOP_TIMEOUT`]; SIGKILL after that.
+fn terminate(mut child: Child, what: &str) -> Result<ExitStatus, String> {
+    signal(&child, Signal::SIGTERM);
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{what} did not exit within {STOP_TIMEOUT:?} of SIGTERM"
+                ));
+            }
+        }
+    }
+}
+
+fn kill9(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Options of [`Daemon::start`] (flags of `tracesyncd`; None = default).
+#[derive(Clone, Debug, Default)]
+pub struct DaemonOpts {
+    pub merge_window_ms: Option<u64>,
+    pub rotate_bytes: Option<u64>,
+    pub rotate_seconds: Option<u64>,
+    pub max_relays: Option<u64>,
+    pub extra_args: Vec<String>,
+}
+
+/// A running `tracesyncd` with its own temporary output dir and control
+/// socket, on free loopback ports.
+pub struct Daemon {
+    dir: tempfile::TempDir,
+    pub output: PathBuf,
+    pub control: PathBuf,
+    pub token: String,
+    /// Relay data address (TCP) and sync address (UDP) actually bound.
+    pub data_addr: SocketAddr,
+    pub sync_addr: SocketAddr,
+    opts: DaemonOpts,
+    child: Option<Child>,
+    log: Log,
+}
+
+impl Daemon {
+    /// Starts `tracesyncd` on `127.0.0.1:0` (data and sync) and waits for
+    /// its startup line. Panics with the daemon's output if it does not come.
+    pub fn start(opts: DaemonOpts) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let output = dir.path().join("out");
+        let control = dir.path().join("control.sock");
+        std::fs::create_dir_all(&output).expect("create output dir");
+        let unbound: SocketAddr = "127.0.0.1:0".parse().expect("address");
+        let mut d = Daemon {
+            output,
+            control,
+            token: random_token(),
+            data_addr: unbound,
+            sync_addr: unbound,
+            opts,
+            child: None,
+            log: Log::default(),
+            dir,
+        };
+        d.spawn(unbound, unbound);
+        d
+    }
+
+    fn spawn(&mut self, data: SocketAddr, sync: SocketAddr) {
+        let mut cmd = Command::new(bin("tracesyncd"));
+        cmd.arg("--listen")
+            .arg(data.to_string())
+            .arg("--sync-listen")
+            .arg(sync.to_string())
+            .arg("--control")
+            .arg(&self.control)
+            .arg("--output")
+            .arg(&self.output)
+            .arg("--token")
+            .arg(&self.token);
+        let o = &self.opts;
+        for (flag, v) in [
+            ("--merge-window-ms", o.merge_window_ms),
+            ("--rotate-bytes", o.rotate_bytes),
+            ("--rotate-seconds", o.rotate_seconds),
+            ("--max-relays", o.max_relays),
+        ] {
+            if let Some(v) = v {
+                cmd.arg(flag).arg(v.to_string());
+            }
+        }
+        cmd.args(&o.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .current_dir(self.dir.path());
+        let mut child = cmd.spawn().expect("spawn tracesyncd");
+        let (tx, rx) = mpsc::channel();
+        // The startup line belongs on stderr; stdout is watched too so a
+        // daemon that prints it there still starts.
+        if let Some(out) = child.stdout.take() {
+            drain(out, "tracesyncd".into(), self.log.clone(), Some(tx.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            drain(err, "tracesyncd".into(), self.log.clone(), Some(tx));
+        }
+        self.child = Some(child);
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some((d, s)) = parse_startup_line(&line) {
+                        self.data_addr = d;
+                        self.sync_addr = s;
+                        return;
+                    }
+                }
+                Err(_) => panic!(
+                    "tracesyncd printed no `tracesyncd: listening data=... sync=...` line \
+                     within {STARTUP_TIMEOUT:?} (exited: {:?}); output:\n{}",
+                    self.child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten()),
+                    self.log.text()
+                ),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGTERM and wait: the daemon drains and commits everything received.
+    pub fn stop(&mut self) -> ExitStatus {
+        let child = self.child.take().expect("daemon is running");
+        terminate(child, "tracesyncd")
+            .unwrap_or_else(|e| panic!("{e}; output:\n{}", self.log.text()))
+    }
+
+    /// SIGKILL: no drain, no commit; a torn file is left for recovery.
+    pub fn kill9(&mut self) {
+        if let Some(c) = self.child.take() {
+            kill9(c);
+        }
+    }
+
+    /// Starts the daemon again on the same output dir, control socket,
+    /// token and addresses (relays reconnect to the address they know).
+    pub fn restart(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "restart: stop or kill the daemon first"
+        );
+        self.log.push("---- restart ----".into());
+        let (data, sync) = (self.data_addr, self.sync_addr);
+        self.spawn(data, sync);
+    }
+
+    /// The daemon's stderr/stdout (last lines).
+    pub fn log(&self) -> String {
+        self.log.text()
+    }
+
+    /// One `{"cmd":"status"}` request on the control socket: the
+    /// StatusReport as JSON.
+    pub fn status(&self) -> Result<serde_json::Value, String> {
+        let mut s = self.control_request("{\"cmd\":\"status\"}\n")?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        BufReader::new(&mut s)
+            .read_line(&mut line)
+            .map_err(|e| format!("status: reading {}: {e}", self.control.display()))?;
+        serde_json::from_str(&line).map_err(|e| format!("status: bad JSON {line:?}: {e}"))
+    }
+
+    /// `tracesync status --connect <control> --json`.
+    pub fn status_cli(&self) -> Result<serde_json::Value, String> {
+        let out = Command::new(bin("tracesync"))
+            .arg("status")
+            .arg("--connect")
+            .arg(&self.control)
+            .arg("--json")
+            .output()
+            .map_err(|e| format!("run tracesync status: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "tracesync status failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("tracesync status --json: {e}"))
+    }
+
+    /// Connects to the control socket and sends `request`.
+    pub fn control_request(&self, request: &str) -> Result<UnixStream, String> {
+        let mut s = UnixStream::connect(&self.control)
+            .map_err(|e| format!("connect {}: {e}", self.control.display()))?;
+        s.write_all(request.as_bytes())
+            .map_err(|e| format!("write {}: {e}", self.control.display()))?;
+        Ok(s)
+    }
+
+    /// A tail subscriber (jsonl) that never reads: keep it alive as long as
+    /// it should stay stuck.
+    pub fn stuck_tail(&self) -> UnixStream {
+        let s = self
+            .control_request("{\"cmd\":\"tail\",\"format\":\"jsonl\"}\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        // The smallest receive buffer, so the daemon's side fills quickly.
+        let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &4096);
+        s
+    }
+
+    /// Polls the status until `ready` holds, for at most `timeout`.
+    pub fn wait_status(
+        &self,
+        what: &str,
+        timeout: Duration,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + timeout;
+        let mut last = Err(String::from("no status yet"));
+        while Instant::now() < deadline {
+            last = self.status();
+            if let Ok(s) = &last
+                && ready(s)
+            {
+                return s.clone();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "waited {timeout:?} for {what}; last status: {last:?}\ndaemon output:\n{}",
+            self.log.text()
+        );
+    }
+
+    /// Waits until every relay named in `names` is connected.
+    pub fn wait_connected(&self, names: &[&str], timeout: Duration) -> serde_json::Value {
+        self.wait_status(&format!("relays {names:?} connected"), timeout, |s| {
+            names
+                .iter()
+                .all(|n| machine(s, n).is_some_and(|m| m["connected"] == true))
+        })
+    }
+
+    /// Waits until every relay named in `names` has a sync estimate
+    /// (`error_bound_ns` set).
+    pub fn wait_synced(&self, names: &[&str], timeout: Duration) -> serde_json::Value {
+        self.wait_status(&format!("relays {names:?} synced"), timeout, |s| {
+            names
+                .iter()
+                .all(|n| machine(s, n).is_some_and(|m| m["error_bound_ns"].is_u64()))
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            kill9(c);
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- tracesyncd output (last lines) ----\n{}",
+                self.log.text()
+            );
+        }
+    }
+}
+
+/// `tracesyncd: listening data=ADDR sync=ADDR control=PATH output=DIR`
+pub fn parse_startup_line(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let rest = line.split_once("listening")?.1;
+    let mut data = None;
+    let mut sync = None;
+    for word in rest.split_whitespace() {
+        if let Some(v) = word.strip_prefix("data=") {
+            data = v.parse().ok();
+        } else if let Some(v) = word.strip_prefix("sync=") {
+            sync = v.parse().ok();
+        }
+    }
+    Some((data?, sync?))
+}
+
+/// The status entry of the machine named `name`.
+pub fn machine<'a>(status: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
+    status["machines"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"].as_str() == Some(name))
+}
+
+/// Packets the daemon has taken from all relays so far (status).
+pub fn total_packets(status: &serde_json::Value) -> u64 {
+    status["machines"]
+        .as_array()
+        .map(|ms| ms.iter().filter_map(|m| m["packets"].as_u64()).sum())
+        .unwrap_or(0)
+}
+
+/// A relay's clocks shifted by a Linux time namespace (seconds).
+#[derive(Clone, Copy, Debug)]
+pub struct TimeNamespace {
+    pub boottime_s: i64,
+    pub monotonic_s: i64,
+}
+
+/// Options of [`Relay::start`].
+#[derive(Clone, Debug, Default)]
+pub struct RelayOpts {
+    pub name: String,
+    /// `--source` specs, e.g. `synthetic:1000`.
+    pub sources: Vec<String>,
+    /// Run under `unshare --time --boottime S --monotonic S`.
+    pub time_namespace: Option<TimeNamespace>,
+    pub clock_offset_ns: Option<i64>,
+    pub clock_drift_ppm: Option<f64>,
+    pub extra_args: Vec<String>,
+}
+
+impl RelayOpts {
+    /// A relay named `name` with one `synthetic:RATE` source.
+    pub fn synthetic(name: &str, rate: u64) -> Self {
+        Self {
+            name: name.into(),
+            sources: vec![format!("synthetic:{rate}")],
+            ..Self::default()
+        }
+    }
+
+    /// The same in a time namespace shifted by `secs` (BOOTTIME and
+    /// MONOTONIC alike).
+    pub fn in_time_namespace(mut self, secs: i64) -> Self {
+        self.time_namespace = Some(TimeNamespace {
+            boottime_s: secs,
+            monotonic_s: secs,
+        });
+        self
+    }
+}
+
+/// A running `tracesync-relay` with its own spool dir.
+pub struct Relay {
+    dir: tempfile::TempDir,
+    pub spool: PathBuf,
+    pub host: SocketAddr,
+    token: String,
+    pub opts: RelayOpts,
+    child: Option<Child>,
+    log: Log,
+}
+
+impl Relay {
+    /// Starts a relay sending to `daemon`.
+    pub fn start(daemon: &Daemon, opts: RelayOpts) -> Relay {
+        Self::start_to(daemon.data_addr, &daemon.token, opts)
+    }
+
+    pub fn start_to(host: SocketAddr, token: &str, opts: RelayOpts) -> Relay {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spool = dir.path().join("spool");
+        std::fs::create_dir_all(&spool).expect("create spool dir");
+        let mut r = Relay {
+            spool,
+            dir,
+            host,
+            token: token.into(),
+            opts,
+            child: None,
+            log: Log::default(),
+        };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        let relay = bin("tracesync-relay");
+        let mut cmd = match self.opts.time_namespace {
+            Some(ns) => {
+                // unshare execs the relay itself (no fork), so the child's
+                // pid is the relay's and kill -9 reaches it.
+                let mut c = Command::new("unshare");
+                c.arg("--time")
+                    .arg("--boottime")
+                    .arg(ns.boottime_s.to_string())
+                    .arg("--monotonic")
+                    .arg(ns.monotonic_s.to_string())
+                    .arg(relay);
+                c
+            }
+            None => Command::new(relay),
+        };
+        cmd.arg("--host")
+            .arg(self.host.to_string())
+            .arg("--name")
+            .arg(&self.opts.name)
+            .arg("--token")
+            .arg(&self.token)
+            .arg("--spool")
+            .arg(&self.spool);
+        for s in &self.opts.sources {
+            cmd.arg("--source").arg(s);
+        }
+        if let Some(o) = self.opts.clock_offset_ns {
+            cmd.arg("--clock-offset-ns").arg(o.to_string());
+        }
+        if let Some(d) = self.opts.clock_drift_ppm {
+            cmd.arg("--clock-drift-ppm").arg(d.to_string());
+        }
+        cmd.args(&self.opts.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .current_dir(self.dir.path());
+        let mut child = cmd.spawn().expect("spawn tracesync-relay");
+        let label = format!("relay {}", self.opts.name);
+        if let Some(out) = child.stdout.take() {
+            drain(out, label.clone(), self.log.clone(), None);
+        }
+        if let Some(err) = child.stderr.take() {
+            drain(err, label, self.log.clone(), None);
+        }
+        self.child = Some(child);
+    }
+
+    pub fn name(&self) -> &str {
+        &self.opts.name
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the relay process has exited (e.g. refused by the daemon).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGTERM and wait.
+    pub fn stop(&mut self) -> ExitStatus {
+        let child = self.child.take().expect("relay is running");
+        let what = format!("tracesync-relay {}", self.opts.name);
+        terminate(child, &what).unwrap_or_else(|e| panic!("{e}; output:\n{}", self.log.text()))
+    }
+
+    /// SIGKILL: whatever is not in the spool's disk segments is lost to the
+    /// relay, which must resume from its persisted cursors.
+    pub fn kill9(&mut self) {
+        if let Some(c) = self.child.take() {
+            kill9(c);
+        }
+    }
+
+    /// Starts the relay again on the same spool (and name, clocks, sources).
+    pub fn restart(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "restart: stop or kill the relay first"
+        );
+        self.log.push("---- restart ----".into());
+        self.spawn();
+    }
+
+    pub fn log(&self) -> String {
+        self.log.text()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            kill9(c);
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- relay {} output (last lines) ----\n{}",
+                self.opts.name,
+                self.log.text()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn startup_line() {
+        let line = "tracesyncd: listening data=127.0.0.1:4100 sync=127.0.0.1:4101 \
+                    control=/tmp/x/control.sock output=/tmp/x/out";
+        let (d, s) = parse_startup_line(line).expect("parses");
+        assert_eq!(d.port(), 4100);
+        assert_eq!(s.port(), 4101);
+        assert!(parse_startup_line("tracesyncd: starting").is_none());
+    }
+}
