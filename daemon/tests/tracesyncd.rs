@@ -58,13 +58,17 @@ fn starts_announces_its_addresses_and_stops_cleanly_on_sigterm() {
         .arg("--output")
         .arg(&output)
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start tracesyncd");
-    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut stderr = BufReader::new(stderr);
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
+    // Warnings (e.g. no token configured) may come first.
+    while stderr.read_line(&mut line).unwrap() > 0 && !line.starts_with("tracesyncd: listening") {
+        line.clear();
+    }
     assert!(
         line.starts_with("tracesyncd: listening data=127.0.0.1:"),
         "{line}"

@@ -2,7 +2,6 @@
 //! in-test daemon: a dropped connection, SIGTERM, and a restart on the same
 //! spool lose nothing and repeat nothing.
 
-
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -3,6 +3,9 @@
 
 use bytes::Bytes;
 
+/// TracePacket.track_descriptor.
+const TRACK_DESCRIPTOR: u32 = 60;
+
 /// What a packet is for the rolling writer's preamble (DESIGN.md §4): the
 /// writer replays the latest packets of these roles at the start of every
 /// file so each file opens alone.
@@ -37,7 +40,12 @@ impl Role {
             Role::SyncPoint
         } else if fields.clears_incremental_state() {
             Role::IncrementalStateCleared
-        } else if fields.has_interned_data || fields.trace_packet_defaults.is_some() {
+        } else if fields.has_interned_data
+            || fields.trace_packet_defaults.is_some()
+            // Producers re-emit track descriptors after each clear: a file
+            // without them loses its tracks.
+            || fields.data_field == Some(TRACK_DESCRIPTOR)
+        {
             Role::IncrementalState
         } else {
             Role::Data

@@ -111,25 +111,9 @@ pub enum SessionError {
     },
 }
 
-/// One stream the rolling writer recovered on restart: its output sequence
-/// id and how far it is durably written. Mirrors the rolling writer's type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecoveredStream {
-    pub out_seq: u32,
-    pub relay_instance: u64,
-    pub relay_sequence: u32,
-    pub machine_raw_id: u32,
-    /// Highest Origin.index of this stream in the output.
-    pub written_through: u64,
-}
-
-/// The rolling writer's recovered state.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Recovered {
-    pub streams: Vec<RecoveredStream>,
-    /// Lowest output sequence id not used by any recovered stream.
-    pub next_out_seq: u32,
-}
+/// The rolling writer's recovered state: output sequence ids and how far
+/// each relay stream is durably written.
+pub use crate::rolling::{Recovered, RecoveredStream};
 
 /// Marks "everything drained so far" for [`crate::live::LiveCore::committed_through`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

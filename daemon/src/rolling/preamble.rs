@@ -16,22 +16,7 @@ const TRACK_DESCRIPTOR: u32 = 60;
 /// The preamble role of a packet, decided from its top-level fields. The
 /// live core classifies its packets with the same rule.
 pub fn role_of(fields: &PacketFields<'_>) -> Role {
-    if fields.system_info.is_some() {
-        Role::SystemInfo
-    } else if fields.clock_snapshot.is_some() {
-        Role::ClockSnapshot
-    } else if fields.remote_clock_sync.is_some() {
-        Role::SyncPoint
-    } else if fields.clears_incremental_state() {
-        Role::IncrementalStateCleared
-    } else if fields.has_interned_data
-        || fields.trace_packet_defaults.is_some()
-        || fields.data_field == Some(TRACK_DESCRIPTOR)
-    {
-        Role::IncrementalState
-    } else {
-        Role::Data
-    }
+    Role::of(fields)
 }
 
 /// Top-level fields kept when an incremental-state packet is replayed: the

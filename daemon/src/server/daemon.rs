@@ -16,7 +16,6 @@ use tracing::{error, info, warn};
 
 use super::ingest::IngestSettings;
 use super::run::{self, Parts};
-use super::wiring::recovered_for_core;
 use super::{SessionSettings, Shared, listener};
 use crate::config::{DaemonArgs, DaemonConfig};
 use crate::control::{self, ControlHub, DEFAULT_TAIL_CAPACITY};
@@ -161,7 +160,7 @@ async fn run_daemon(
         .await
         .map_err(|e| Fatal::new(exit::SOFTWARE, format!("opening the output panicked: {e}")))?
         .map_err(|e| Fatal::new(exit::CANTCREAT, format!("{e} (output.dir)")))?;
-    let core = LiveCore::new(live_config(&config), recovered_for_core(&recovered));
+    let core = LiveCore::new(live_config(&config), recovered.clone());
 
     let shutdown = CancellationToken::new();
     let (status_tx, status_rx) = watch::channel(Arc::new(StatusReport::default()));
@@ -227,9 +226,10 @@ async fn run_daemon(
 
 /// The startup line tests and operators read the bound addresses from.
 fn announce(line: &str) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{line}");
-    let _ = stdout.flush();
+    // stderr, with the logs: journald keeps it, and tools wait for it there.
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "{line}");
+    let _ = stderr.flush();
 }
 
 /// SIGTERM / SIGINT: stop (drain, final commit, final acks). SIGHUP:

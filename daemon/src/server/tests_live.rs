@@ -17,7 +17,6 @@ use tracesync_protocol::scan::scan_packet;
 
 use super::ingest::IngestSettings;
 use super::run::{Parts, start};
-use super::wiring::recovered_for_core;
 use super::*;
 use crate::hostclock;
 use crate::live::{LiveConfig, LiveCore, OutPacket};
@@ -102,7 +101,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
             merge_window_ns: 10_000_000,
             ..LiveConfig::default()
         },
-        recovered_for_core(&recovered),
+        recovered.clone(),
     );
     let (sync_tx, sync_updates) = mpsc::channel(4);
     let parts = Parts {

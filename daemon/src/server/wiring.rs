@@ -12,7 +12,7 @@ use tracesync_protocol::relay::v1;
 use super::engine::{Admitted, Core, Fanout, ProbeRegistry, Slot, Writer};
 use crate::control::ControlHub;
 use crate::live::{self, LiveCore, OutPacket, Role};
-use crate::rolling::{self, RollingWriter};
+use crate::rolling::RollingWriter;
 use crate::status::MachineStatus;
 use crate::sync::{ProbeSessions, SyncUpdate};
 
@@ -60,19 +60,8 @@ impl Core for LiveCore {
     }
 
     fn sync(&mut self, update: &SyncUpdate) {
-        let e = update.estimate;
-        let estimate = live::SyncEstimate {
-            epoch: e.epoch,
-            ref_relay_ns: e.ref_relay_ns,
-            offset_ns: e.offset_ns,
-            freq_ppm: e.freq_ppm,
-            error_bound_ns: e.error_bound_ns,
-            sigma_ns: e.sigma_ns,
-            rtt_ns: e.rtt_ns,
-            samples: e.samples,
-        };
         // An update for a slot that has gone since is stale: nothing to do.
-        let _ = LiveCore::sync(self, update.slot, estimate);
+        let _ = LiveCore::sync(self, update.slot, update.estimate);
     }
 
     fn disconnect(&mut self, slot: Slot) {
@@ -151,23 +140,5 @@ impl Fanout for ControlHub {
             return;
         }
         ControlHub::publish(self, Arc::new(packet.clone()));
-    }
-}
-
-/// The rolling writer's recovered state, as the live core takes it.
-pub fn recovered_for_core(recovered: &rolling::Recovered) -> live::Recovered {
-    live::Recovered {
-        streams: recovered
-            .streams
-            .iter()
-            .map(|s| live::RecoveredStream {
-                out_seq: s.out_seq,
-                relay_instance: s.relay_instance,
-                relay_sequence: s.relay_sequence,
-                machine_raw_id: s.machine_raw_id,
-                written_through: s.written_through,
-            })
-            .collect(),
-        next_out_seq: recovered.next_out_seq,
     }
 }
