@@ -31,6 +31,10 @@ pub struct MachineStatus {
     pub bytes: u64,
     /// Drops by reason (Perfetto stat names where they exist).
     pub drops: BTreeMap<String, u64>,
+    /// Packets written after later ones had already gone out (e.g. data
+    /// that arrived before the machine's first sync); not dropped.
+    #[serde(default)]
+    pub late_packets: u64,
     /// Packets waiting for a resolvable clock.
     pub pending: u64,
     /// Client-minus-host offset at the latest sync (ns), None before sync.

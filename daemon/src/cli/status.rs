@@ -200,6 +200,7 @@ mod tests {
                     error_bound_ns: Some(1_500),
                     rtt_ns: Some(80_000),
                     last_seen_unix_ms: Some(9_000),
+                    late_packets: 0,
                 },
             ],
             ..Default::default()

@@ -37,7 +37,7 @@ pub struct DemoMachine {
 
 /// Machines of the demo: seconds apart, one drifting fast, one slow.
 pub fn machines(n: usize) -> Vec<DemoMachine> {
-    const NAMES: [&str; 4] = ["phone", "vm", "server", "board"];
+    const NAMES: [&str; 4] = ["phone", "guest-vm", "server", "board"];
     const OFFSETS_MS: [i64; 4] = [3_700, 11_100, -1_250, 7_300];
     const DRIFTS: [f64; 4] = [8.0, 50.0, -12.0, 0.0];
     (0..n)

@@ -439,11 +439,14 @@ impl LiveCore {
                     connected: raw_id == 0 || m.connected.is_some(),
                     packets: m.packets,
                     bytes: m.bytes,
+                    // Late packets are written, not dropped: reported apart.
                     drops: m
                         .counters
                         .iter()
+                        .filter(|(k, _)| **k != reason::LATE)
                         .map(|(k, v)| ((*k).to_owned(), *v))
                         .collect(),
+                    late_packets: m.counters.get(reason::LATE).copied().unwrap_or(0),
                     pending,
                     offset_ns: estimate.map(|e| e.offset_at(e.ref_relay_ns)),
                     drift_ppm: estimate.map(|e| e.freq_ppm),
