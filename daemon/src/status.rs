@@ -35,6 +35,10 @@ pub struct MachineStatus {
     /// that arrived before the machine's first sync); not dropped.
     #[serde(default)]
     pub late_packets: u64,
+    /// Largest error bound of any packet written for this machine: every
+    /// written packet's time is within this of the truth if the bounds hold.
+    #[serde(default)]
+    pub max_err_ns: u64,
     /// Packets waiting for a resolvable clock.
     pub pending: u64,
     /// Client-minus-host offset at the latest sync (ns), None before sync.

@@ -133,7 +133,10 @@ impl BoundTracker {
     pub fn record(&mut self, status: &serde_json::Value) {
         self.samples += 1;
         for m in status["machines"].as_array().into_iter().flatten() {
-            if let (Some(name), Some(bound)) = (m["name"].as_str(), m["error_bound_ns"].as_u64()) {
+            // The current estimate's bound, and the largest bound any
+            // written packet carried (covers estimates between samples).
+            let bound = m["error_bound_ns"].as_u64().max(m["max_err_ns"].as_u64());
+            if let (Some(name), Some(bound)) = (m["name"].as_str(), bound) {
                 let e = self.max_bound_ns.entry(name.to_owned()).or_default();
                 *e = (*e).max(bound);
             }

@@ -201,6 +201,7 @@ mod tests {
                     rtt_ns: Some(80_000),
                     last_seen_unix_ms: Some(9_000),
                     late_packets: 0,
+                    max_err_ns: 0,
                 },
             ],
             ..Default::default()

@@ -42,6 +42,8 @@ pub(super) struct Machine {
     pub connected: Option<u64>,
     pub packets: u64,
     pub bytes: u64,
+    /// Largest error bound of any packet written for it.
+    pub max_err_ns: u64,
     pub counters: BTreeMap<&'static str, u64>,
     /// Host BOOTTIME of the last frame.
     pub last_seen: Option<u64>,
@@ -447,6 +449,7 @@ impl LiveCore {
                         .map(|(k, v)| ((*k).to_owned(), *v))
                         .collect(),
                     late_packets: m.counters.get(reason::LATE).copied().unwrap_or(0),
+                    max_err_ns: m.max_err_ns,
                     pending,
                     offset_ns: estimate.map(|e| e.offset_at(e.ref_relay_ns)),
                     drift_ppm: estimate.map(|e| e.freq_ppm),

@@ -82,6 +82,7 @@ impl LiveCore {
         let machine = self.machine(raw_id);
         machine.packets += 1;
         machine.bytes += packet.bytes.len() as u64;
+        machine.max_err_ns = machine.max_err_ns.max(packet.err_ns);
         self.stats.packets_out += 1;
         self.stats.bytes_out += packet.bytes.len() as u64;
         out.push(packet);

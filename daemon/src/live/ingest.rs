@@ -302,9 +302,10 @@ impl LiveCore {
             seq: stream.out_seq,
             clock: if has_ts { m.clock } else { 0 },
             clock_ts: fields.timestamp.unwrap_or(0),
-            err_ns: estimate
-                .filter(|_| boottime.is_some())
-                .map_or(0, |e| e.error_bound_ns),
+            err_ns: match (estimate, boottime) {
+                (Some(e), Some(c)) => extrapolated_bound(&e, c.max(0) as u64),
+                _ => 0,
+            },
             data_field: fields.data_field,
             src: Arc::clone(&stream.src),
             role: Role::of(fields),
@@ -443,4 +444,16 @@ impl LiveCore {
             relay.pending_bytes = kept_bytes;
         }
     }
+}
+
+/// Drift assumed between an estimate's reference and a packet's time:
+/// crystal tolerance, so the bound holds even while the frequency is still
+/// unknown or wrong. (The estimator's own bound covers its reference only.)
+const EXTRAPOLATION_PPM: u64 = 100;
+
+/// The estimate's bound carried from its reference to relay BOOTTIME `c`.
+fn extrapolated_bound(e: &SyncEstimate, c: u64) -> u64 {
+    let distance = c.abs_diff(e.ref_relay_ns);
+    e.error_bound_ns
+        .saturating_add(distance.saturating_mul(EXTRAPOLATION_PPM) / 1_000_000)
 }

@@ -33,7 +33,9 @@ fn two_relays_with_different_offsets_resolve_to_exact_host_times() {
                 p.seq
             ))
         );
-        assert_eq!(p.err_ns, 40);
+        // The estimate's bound (40 ns) plus 100 ppm of the few ms between
+        // its reference and the packet.
+        assert!((40..=40 + 1_000).contains(&p.err_ns), "{}", p.err_ns);
         assert_eq!((p.clock, p.clock_ts), (BOOTTIME, d.timestamp.unwrap()));
         assert_eq!(p.data_field, Some(11));
         assert_eq!(p.role, Role::Data);
