@@ -10,3 +10,13 @@ pub const CANTCREAT: u8 = 73;
 pub const IOERR: u8 = 74;
 pub const NOPERM: u8 = 77;
 pub const CONFIG: u8 = 78;
+
+/// Parses the command line; on `--help`/`--version` or a usage error, prints
+/// what clap says and returns the exit code (0 or 64) to exit with.
+pub fn parse_args<T: clap::Parser>() -> Result<T, std::process::ExitCode> {
+    T::try_parse().map_err(|e| {
+        let code = if e.use_stderr() { USAGE } else { OK };
+        let _ = e.print();
+        std::process::ExitCode::from(code)
+    })
+}

@@ -113,17 +113,9 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
+    let cli = match exit::parse_args::<Cli>() {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
     };
     let mut report = |fault: &crate::merge::first_pass::InputFault| eprintln!("tracesync: {fault}");
     let code = match cli.command {

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
 use tokio::net::UdpSocket;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
@@ -55,17 +54,9 @@ impl Fatal {
 }
 
 pub fn main() -> ExitCode {
-    let args = match DaemonArgs::try_parse() {
-        Ok(args) => args,
-        Err(e) => {
-            let code = if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
+    let args = match exit::parse_args::<DaemonArgs>() {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
     };
     let (config, config_path) = match DaemonConfig::load(&args) {
         Ok(loaded) => loaded,
