@@ -5,6 +5,7 @@
 //! - [`scan`]: a zero-copy scanner of a TracePacket's top-level fields, and
 //!   stamping/replacing of top-level fields in a packet's bytes.
 //! - [`relay`]: the relay <-> daemon protocol (frames, probes, limits).
+//! - [`probe`]: signing, checking and replay windows of probe datagrams.
 //! - [`reader`]: a streaming reader of Trace framing (field-1 records) that
 //!   takes input in arbitrary chunks and expands compressed packet bundles.
 
@@ -14,6 +15,7 @@ pub mod perfetto {
     include!(concat!(env!("OUT_DIR"), "/perfetto.protos.rs"));
 }
 
+pub mod probe;
 pub mod relay;
 
 pub mod clock_ids;

@@ -17,7 +17,8 @@ pub const MAX_FRAME_BYTES: usize = 4 << 20;
 /// A relay closes a batch at this many packet bytes.
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
 
-/// Largest UDP probe datagram either side sends or accepts.
+/// Largest probe datagram (UDP datagram or TCP-fallback frame) either side
+/// sends or accepts.
 pub const MAX_PROBE_DATAGRAM_BYTES: usize = 256;
 
 /// Default daemon TCP port for relay data connections.

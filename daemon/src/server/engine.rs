@@ -93,7 +93,8 @@ impl Fanout for tokio::sync::broadcast::Sender<std::sync::Arc<OutPacket>> {
 /// The prober's session registry: a session registers once welcomed, so the
 /// prober accepts its ProbeRegister datagrams, and unregisters on close.
 pub trait ProbeRegistry: Clone + Send + Sync + 'static {
-    fn register(&self, session_id: u64, slot: Slot, machine_raw_id: u32);
+    /// `probe_key` is the session's Welcome.probe_key.
+    fn register(&self, session_id: u64, slot: Slot, machine_raw_id: u32, probe_key: [u8; 32]);
     fn unregister(&self, session_id: u64);
 }
 
@@ -102,6 +103,6 @@ pub trait ProbeRegistry: Clone + Send + Sync + 'static {
 pub struct NoProbes;
 
 impl ProbeRegistry for NoProbes {
-    fn register(&self, _: u64, _: Slot, _: u32) {}
+    fn register(&self, _: u64, _: Slot, _: u32, _: [u8; 32]) {}
     fn unregister(&self, _: u64) {}
 }

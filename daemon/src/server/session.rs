@@ -47,11 +47,13 @@ pub async fn run<P: ProbeRegistry>(
         w = welcome(&mut link, peer, session_id, &events, &shared) => w,
         () = shared.shutdown.cancelled() => None,
     };
-    let Some((Welcomed { admitted, feedback }, machine_raw_id)) = welcomed else {
+    let Some((Welcomed { admitted, feedback }, machine_raw_id, probe_key)) = welcomed else {
         return;
     };
     let slot = admitted.slot;
-    shared.probes.register(session_id, slot, machine_raw_id);
+    shared
+        .probes
+        .register(session_id, slot, machine_raw_id, probe_key);
     let _registration = Unregister {
         probes: shared.probes.clone(),
         session_id,
@@ -78,7 +80,7 @@ async fn welcome<P: ProbeRegistry>(
     session_id: u64,
     events: &mpsc::Sender<IngestEvent>,
     shared: &Shared<P>,
-) -> Option<(Welcomed, u32)> {
+) -> Option<(Welcomed, u32, [u8; 32])> {
     let hello_timeout = shared.settings.hello_timeout;
     let hello = match timeout(hello_timeout, link.next()).await {
         Err(_) => {
@@ -126,6 +128,11 @@ async fn welcome<P: ProbeRegistry>(
         refuse(link, peer, reason).await;
         return None;
     }
+    // The session's probe key: signs its probe datagrams (Welcome carries it).
+    let Ok(probe_key) = tracesync_protocol::probe::new_probe_key() else {
+        refuse(link, peer, "the daemon cannot draw a probe key from the OS random source; retry later").await;
+        return None;
+    };
     let (reply, answer) = oneshot::channel();
     let name = hello.machine_name.clone();
     let machine_raw_id = hello.machine_raw_id;
@@ -151,6 +158,7 @@ async fn welcome<P: ProbeRegistry>(
         acked_through_batch: welcomed.admitted.acked_through_batch,
         session_id,
         sync_udp_port: u32::from(shared.settings.sync_udp_port),
+        probe_key: probe_key.to_vec().into(),
     });
     if let Err(e) = send(link, welcome).await {
         debug!(%peer, machine = %name, "cannot send Welcome: {e}");
@@ -160,7 +168,7 @@ async fn welcome<P: ProbeRegistry>(
             .await;
         return None;
     }
-    Some((welcomed, machine_raw_id))
+    Some((welcomed, machine_raw_id, probe_key))
 }
 
 struct Session<'a, P> {

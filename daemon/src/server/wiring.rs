@@ -123,8 +123,13 @@ impl Writer<SyncUpdate> for RollingWriter {
 }
 
 impl ProbeRegistry for ProbeSessions {
-    fn register(&self, session_id: u64, slot: Slot, machine_raw_id: u32) {
-        self.register_machine(session_id, slot, machine_raw_id);
+    fn register(&self, session_id: u64, slot: Slot, machine_raw_id: u32, probe_key: [u8; 32]) {
+        let registration = crate::sync::Registration {
+            slot,
+            machine_raw_id,
+            probe_key,
+        };
+        ProbeSessions::register(self, session_id, registration);
     }
 
     fn unregister(&self, session_id: u64) {

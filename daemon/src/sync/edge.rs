@@ -1,18 +1,29 @@
-//! The prober's tokio edge: one task owns the daemon's UDP sync socket,
-//! stamps t1 right before each send and t4 right after each receive, and
-//! hands updates to the ingest loop without ever waiting on it.
+//! The prober's tokio edge: one thread owns the daemon's sync socket (UDP)
+//! and the TCP listener of the fallback on the same port number, stamps t1
+//! right before each send and t4 right after each receive, and hands
+//! updates to the ingest loop without ever waiting on it.
+//!
+//! TCP fallback: a relay whose link carries only TCP (adb forward/reverse)
+//! opens its own connection to the sync port (TCP_NODELAY), framed with
+//! LengthDelimitedCodec, one `ProbeDatagram` per frame. The connection must
+//! authenticate (a signed ProbeRegister) as its first frame, within
+//! [`TCP_REGISTER_TIMEOUT`]; any frame that does not authenticate closes it.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::net::UdpSocket;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio_util::codec::{Encoder, FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
 
-use super::{ProbeDue, ProbeSessions, ProberConfig, ProberCore, SyncUpdate};
+use super::{ProbeDue, ProbeSessions, ProberConfig, ProberCore, Route, SyncUpdate};
 use crate::hostclock::boottime_ns;
 
 /// Receive buffer asked for: bursts from many relays must not be dropped
@@ -29,8 +40,25 @@ const RETRY_TICK: Duration = Duration::from_millis(10);
 /// Samples held per session while the update channel is full.
 const MAX_HELD_SAMPLES: usize = 1024;
 
+/// Most TCP probe connections at once; more are closed at accept.
+pub const MAX_TCP_CONNECTIONS: usize = 1024;
+
+/// A TCP probe connection must authenticate within this.
+pub const TCP_REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Frames received on TCP probe connections waiting for the main loop.
+const TCP_EVENT_QUEUE: usize = 1024;
+
+/// The framing of the TCP fallback (big-endian u32 length prefix).
+pub fn tcp_codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_PROBE_DATAGRAM_BYTES)
+        .new_codec()
+}
+
 /// Starts the prober on `socket` (bound by the server) with the default
-/// schedule. It stops on `shutdown` or when `updates` is closed.
+/// schedule, plus the TCP fallback listener on the same port number. It
+/// stops on `shutdown` or when `updates` is closed.
 pub fn spawn_prober(
     socket: UdpSocket,
     sessions: ProbeSessions,
@@ -38,6 +66,22 @@ pub fn spawn_prober(
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
     spawn_prober_with(socket, sessions, updates, shutdown, ProberConfig::default())
+}
+
+/// Binds the TCP fallback listener on the UDP socket's address; None (with
+/// a warning) when that port is taken for TCP.
+fn bind_tcp_fallback(socket: &UdpSocket) -> Option<std::net::TcpListener> {
+    let addr = socket.local_addr().ok()?;
+    match std::net::TcpListener::bind(addr).and_then(|listener| {
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    }) {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!(%error, %addr, "sync: cannot listen for TCP probes on the sync port; relays on TCP-only links get no clock sync");
+            None
+        }
+    }
 }
 
 /// As [`spawn_prober`] with an explicit schedule and estimator tuning.
@@ -56,6 +100,7 @@ pub fn spawn_prober_with(
     let stop = shutdown.child_token();
     let stop_on_drop = stop.clone().drop_guard();
     let (done_tx, done_rx) = oneshot::channel::<()>();
+    let tcp = bind_tcp_fallback(&socket);
     let started = socket.into_std().and_then(|socket| {
         std::thread::Builder::new()
             .name("tracesync-sync".into())
@@ -64,7 +109,9 @@ pub fn spawn_prober_with(
                     .enable_all()
                     .build()
                 {
-                    Ok(runtime) => runtime.block_on(run(socket, sessions, updates, stop, config)),
+                    Ok(runtime) => {
+                        runtime.block_on(run(socket, tcp, sessions, updates, stop, config));
+                    }
                     Err(error) => {
                         tracing::error!(%error, "sync: cannot build the prober runtime; clock sync is off");
                     }
@@ -82,8 +129,131 @@ pub fn spawn_prober_with(
     })
 }
 
+enum TcpEvent {
+    Frame { conn: u64, bytes: Bytes, t4: u64 },
+    Closed { conn: u64 },
+}
+
+struct TcpConn {
+    writer: OwnedWriteHalf,
+    reader: JoinHandle<()>,
+    opened: Instant,
+    /// The session the connection authenticated for.
+    session: Option<u64>,
+}
+
+/// The TCP probe connections of the edge.
+struct TcpConns {
+    next_id: u64,
+    conns: HashMap<u64, TcpConn>,
+    events: mpsc::Sender<TcpEvent>,
+    codec: LengthDelimitedCodec,
+}
+
+impl TcpConns {
+    fn accept(&mut self, stream: TcpStream, core: &mut ProberCore) {
+        if self.conns.len() >= MAX_TCP_CONNECTIONS {
+            core.stats_mut().tcp_refused += 1;
+            return;
+        }
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "sync: TCP_NODELAY failed on a probe connection");
+        }
+        self.next_id += 1;
+        let conn = self.next_id;
+        let (read, writer) = stream.into_split();
+        let events = self.events.clone();
+        let reader = tokio::spawn(async move {
+            let mut frames = FramedRead::new(read, tcp_codec());
+            while let Some(Ok(frame)) = frames.next().await {
+                let t4 = boottime_ns();
+                let bytes = frame.freeze();
+                if events.send(TcpEvent::Frame { conn, bytes, t4 }).await.is_err() {
+                    return;
+                }
+            }
+            let _ = events.send(TcpEvent::Closed { conn }).await;
+        });
+        core.stats_mut().tcp_connections += 1;
+        self.conns.insert(
+            conn,
+            TcpConn {
+                writer,
+                reader,
+                opened: Instant::now(),
+                session: None,
+            },
+        );
+    }
+
+    fn close(&mut self, conn: u64, core: &mut ProberCore) {
+        if let Some(closed) = self.conns.remove(&conn) {
+            closed.reader.abort();
+            core.route_closed(Route::Tcp(conn));
+        }
+    }
+
+    fn on_frame(&mut self, conn: u64, bytes: &[u8], t4: u64, core: &mut ProberCore) -> Option<SyncUpdate> {
+        let bound = self.conns.get(&conn)?.session;
+        let (session, update) = core.on_datagram(bytes, Route::Tcp(conn), t4);
+        match (session, bound) {
+            (Some(session), None) => {
+                if let Some(entry) = self.conns.get_mut(&conn) {
+                    entry.session = Some(session);
+                }
+            }
+            (Some(session), Some(bound)) if session == bound => {}
+            // Unauthenticated, or another session's frame: a stream peer
+            // that sends either is not a relay of ours.
+            _ => {
+                core.stats_mut().tcp_refused += 1;
+                self.close(conn, core);
+            }
+        }
+        update
+    }
+
+    /// Closes connections that did not authenticate in time.
+    fn expire(&mut self, core: &mut ProberCore) {
+        let late: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.session.is_none() && c.opened.elapsed() > TCP_REGISTER_TIMEOUT)
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in late {
+            core.stats_mut().tcp_refused += 1;
+            self.close(conn, core);
+        }
+    }
+
+    /// Sends one framed probe; a connection that cannot take a tiny frame
+    /// at once is closed (the relay reconnects). Returns t1 when sent.
+    fn send(&mut self, conn: u64, bytes: &[u8], core: &mut ProberCore) -> Option<u64> {
+        let mut frame = BytesMut::with_capacity(bytes.len() + 4);
+        if self
+            .codec
+            .encode(Bytes::copy_from_slice(bytes), &mut frame)
+            .is_err()
+        {
+            return None;
+        }
+        let entry = self.conns.get(&conn)?;
+        let t1 = boottime_ns();
+        match entry.writer.try_write(&frame) {
+            Ok(written) if written == frame.len() => Some(t1),
+            _ => {
+                core.stats_mut().send_errors += 1;
+                self.close(conn, core);
+                None
+            }
+        }
+    }
+}
+
 async fn run(
     socket: std::net::UdpSocket,
+    tcp: Option<std::net::TcpListener>,
     sessions: ProbeSessions,
     updates: mpsc::Sender<SyncUpdate>,
     shutdown: CancellationToken,
@@ -99,6 +269,20 @@ async fn run(
     if let Err(error) = socket2::SockRef::from(&socket).set_recv_buffer_size(RECV_BUFFER_BYTES) {
         tracing::debug!(%error, "sync socket: could not raise the receive buffer; keeping the default");
     }
+    let listener = tcp.and_then(|listener| match TcpListener::from_std(listener) {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!(%error, "sync: cannot register the TCP probe listener; TCP fallback is off");
+            None
+        }
+    });
+    let (tcp_tx, mut tcp_events) = mpsc::channel(TCP_EVENT_QUEUE);
+    let mut conns = TcpConns {
+        next_id: 0,
+        conns: HashMap::new(),
+        events: tcp_tx,
+        codec: tcp_codec(),
+    };
     let mut core = ProberCore::new(config);
     let mut held = HeldUpdates::default();
     let mut seen_generation = 0;
@@ -111,7 +295,8 @@ async fn run(
             held.retain_sessions(|id| registered.contains_key(&id));
             core.set_registered(registered);
         }
-        send_due_probes(&socket, &mut core, &mut due);
+        conns.expire(&mut core);
+        send_due_probes(&socket, &mut conns, &mut core, &mut due);
         if updates.is_closed() || held.flush(&updates).is_err() {
             tracing::debug!("sync: update channel closed; prober stops");
             break;
@@ -135,7 +320,7 @@ async fn run(
                 match received {
                     Ok((length, from)) => {
                         let bytes = buffer.get(..length).unwrap_or_default();
-                        if let Some(update) = core.on_datagram(bytes, from, t4) {
+                        if let (_, Some(update)) = core.on_datagram(bytes, Route::Udp(from), t4) {
                             held.push(update);
                         }
                     }
@@ -148,28 +333,75 @@ async fn run(
                     }
                 }
             }
+            Some(event) = tcp_events.recv() => match event {
+                TcpEvent::Frame { conn, bytes, t4 } => {
+                    if let Some(update) = conns.on_frame(conn, &bytes, t4, &mut core) {
+                        held.push(update);
+                    }
+                }
+                TcpEvent::Closed { conn } => conns.close(conn, &mut core),
+            },
+            accepted = accept(listener.as_ref()) => match accepted {
+                Ok((stream, _)) => conns.accept(stream, &mut core),
+                Err(error) => {
+                    let errors = &mut core.stats_mut().recv_errors;
+                    *errors += 1;
+                    if errors.is_power_of_two() {
+                        tracing::warn!(%error, count = *errors, "sync: TCP probe accept failed");
+                    }
+                    // Out of descriptors and the like: do not spin.
+                    tokio::time::sleep(RETRY_TICK).await;
+                }
+            },
             () = tokio::time::sleep(sleep) => {}
         }
     }
     sessions.publish_stats(core.stats());
 }
 
-fn send_due_probes(socket: &UdpSocket, core: &mut ProberCore, due: &mut Vec<ProbeDue>) {
+/// Accepts on the fallback listener; pending forever without one.
+async fn accept(
+    listener: Option<&TcpListener>,
+) -> std::io::Result<(TcpStream, std::net::SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn send_due_probes(
+    socket: &UdpSocket,
+    conns: &mut TcpConns,
+    core: &mut ProberCore,
+    due: &mut Vec<ProbeDue>,
+) {
     due.clear();
     core.poll(boottime_ns(), due);
     for probe in due.iter() {
-        let t1 = boottime_ns();
-        let Some(datagram) = core.probe_datagram(probe.session_id, t1) else {
+        let Some(prepared) = core.prepare_probe(probe.session_id) else {
             continue;
         };
-        // try_send_to: a UDP socket is writable nearly always, and waiting
-        // here would put the wait between t1 and the wire.
-        if let Err(error) = socket.try_send_to(&datagram, probe.addr) {
-            let errors = &mut core.stats_mut().send_errors;
-            *errors += 1;
-            if errors.is_power_of_two() {
-                tracing::warn!(%error, peer = %probe.addr, count = *errors, "sync socket: probe send failed; check the relay's reachability");
+        let sent = match prepared.route {
+            Route::Udp(addr) => {
+                let t1 = boottime_ns();
+                // try_send_to: a UDP socket is writable nearly always, and
+                // waiting here would put the wait between t1 and the wire.
+                match socket.try_send_to(&prepared.bytes, addr) {
+                    Ok(_) => Some(t1),
+                    Err(error) => {
+                        let errors = &mut core.stats_mut().send_errors;
+                        *errors += 1;
+                        if errors.is_power_of_two() {
+                            tracing::warn!(%error, peer = %addr, count = *errors, "sync socket: probe send failed; check the relay's reachability");
+                        }
+                        None
+                    }
+                }
             }
+            Route::Tcp(conn) => conns.send(conn, &prepared.bytes, core),
+        };
+        if let Some(t1) = sent {
+            core.probe_sent(prepared.session_id, prepared.nonce, t1);
         }
     }
 }
@@ -267,13 +499,21 @@ mod tests {
         assert!(held.flush(&tx).is_err());
     }
 
-    fn register_bytes(session_id: u64) -> Vec<u8> {
-        use prost::Message;
-        use tracesync_protocol::relay::v1::{ProbeDatagram, ProbeRegister, probe_datagram::Body};
-        ProbeDatagram {
-            body: Some(Body::Register(ProbeRegister { session_id })),
+    const KEY: [u8; 32] = [5; 32];
+
+    fn register_bytes(session_id: u64, nonce: u64) -> Vec<u8> {
+        use tracesync_protocol::probe::{ProbeKey, seal};
+        use tracesync_protocol::relay::v1::{ProbeRegister, probe_body::Kind};
+        let key = ProbeKey::new(&KEY).expect("key");
+        seal(&key, session_id, Kind::Register(ProbeRegister { nonce }))
+    }
+
+    fn registration() -> crate::sync::Registration {
+        crate::sync::Registration {
+            slot: 0,
+            machine_raw_id: 0,
+            probe_key: KEY,
         }
-        .encode_to_vec()
     }
 
     async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
@@ -296,7 +536,7 @@ mod tests {
         let prober = spawn_prober(socket, sessions.clone(), tx, CancellationToken::new());
 
         relay
-            .send_to(&register_bytes(9), sync_addr)
+            .send_to(&register_bytes(9, 1), sync_addr)
             .await
             .expect("send");
         wait_for("unknown session counted", || {
@@ -304,12 +544,14 @@ mod tests {
         })
         .await;
 
-        sessions.register(9, 0);
+        sessions.register(9, registration());
         // The registry is picked up within one idle tick; resend as a relay does.
         let mut buffer = [0u8; 512];
+        let mut nonce = 1;
         let probe = loop {
+            nonce += 1;
             relay
-                .send_to(&register_bytes(9), sync_addr)
+                .send_to(&register_bytes(9, nonce), sync_addr)
                 .await
                 .expect("send");
             if let Ok(received) =
@@ -326,6 +568,55 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), prober)
             .await
             .expect("prober ends once nobody takes updates")
+            .expect("no panic");
+    }
+
+    #[tokio::test]
+    async fn tcp_fallback_probes_an_authenticated_connection_and_drops_others() {
+        use futures_util::SinkExt;
+        use tokio_util::codec::Framed;
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let sync_addr = socket.local_addr().expect("addr");
+        let sessions = ProbeSessions::new();
+        sessions.register(9, registration());
+        let (tx, _rx) = mpsc::channel(8);
+        let shutdown = CancellationToken::new();
+        let prober = spawn_prober(socket, sessions.clone(), tx, shutdown.clone());
+
+        // A connection whose first frame is not signed with the key is closed.
+        let stranger = TcpStream::connect(sync_addr).await.expect("connect");
+        let mut stranger = Framed::new(stranger, tcp_codec());
+        stranger
+            .send(Bytes::from_static(&[0x0a, 0x01, 0x00]))
+            .await
+            .expect("send");
+        let closed = tokio::time::timeout(Duration::from_secs(5), stranger.next())
+            .await
+            .expect("closed within 5 s");
+        assert!(closed.is_none_or(|frame| frame.is_err()));
+
+        let relay = TcpStream::connect(sync_addr).await.expect("connect");
+        let mut relay = Framed::new(relay, tcp_codec());
+        relay
+            .send(Bytes::from(register_bytes(9, 1)))
+            .await
+            .expect("send");
+        let probe = tokio::time::timeout(Duration::from_secs(5), relay.next())
+            .await
+            .expect("a probe within 5 s")
+            .expect("open")
+            .expect("frame");
+        let datagram = tracesync_protocol::probe::envelope(&probe).expect("decodes");
+        assert_eq!(datagram.session_id, 9);
+        wait_for("tcp counted", || {
+            let stats = sessions.stats();
+            stats.tcp_connections == 2 && stats.tcp_refused == 1 && stats.probes_sent >= 1
+        })
+        .await;
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), prober)
+            .await
+            .expect("stops")
             .expect("no panic");
     }
 }

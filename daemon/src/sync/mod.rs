@@ -1,11 +1,12 @@
-//! Clock sync, host side: host-initiated four-timestamp probes on the UDP
-//! sync socket and the per-relay offset estimator.
+//! Clock sync, host side: host-initiated four-timestamp probes on the sync
+//! port (UDP, or the TCP fallback on the same port number), signed with a
+//! per-session key, and the per-relay offset estimator.
 //!
 //! - [`estimator`]: sans-IO estimator (first version): samples in, a
 //!   [`SyncEstimate`] out. Issue 4 replaces its inside, not its interface.
 //! - [`prober`]: sans-IO probe scheduler and reply matcher ([`ProberCore`]).
 //! - [`sessions`]: the registry the server fills ([`ProbeSessions`]).
-//! - [`edge`]: the tokio task around the socket ([`spawn_prober`]).
+//! - [`edge`]: the thread around the sockets ([`spawn_prober`]).
 //!
 //! Timestamps: t1 = host BOOTTIME at probe send, t2 / t3 = relay BOOTTIME at
 //! probe receive / reply send, t4 = host BOOTTIME at reply receive. Offsets
@@ -20,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use edge::spawn_prober;
 pub use estimator::{Estimator, EstimatorConfig};
-pub use prober::{ProbeDue, ProberConfig, ProberCore};
+pub use prober::{PreparedProbe, ProbeDue, ProberConfig, ProberCore, Route};
 pub use sessions::{ProbeSessions, ProberStats, Registration};
 
 /// A relay BOOTTIME -> host BOOTTIME mapping for one clock epoch of a relay.

@@ -1,20 +1,34 @@
-//! The prober's core (sans-IO): which session to probe when, matching
-//! replies to outstanding probes, one estimator per session. The tokio edge
-//! (`super::edge`) reads the clock and moves the bytes.
+//! The prober's core (sans-IO): which session to probe when and over which
+//! route, checking and matching replies, one estimator per session. The
+//! tokio edge (`super::edge`) reads the clock and moves the bytes.
 //!
-//! Schedule: a burst of probes on a session's first ProbeRegister and again
-//! when its relay starts a new clock epoch, then one probe per steady
-//! interval. Each scheduled probe starts a short train: the next probe goes
-//! out as soon as the previous reply is in. A relay idle since the last
-//! probe wakes late (one-sided delay on the way there); the follow-up finds
-//! both ends awake, so its delay is lower and the gate prefers it.
+//! Security: every datagram is signed with the session's probe key (see
+//! `tracesync_protocol::probe`). A datagram with a bad MAC, a reply whose
+//! nonce is not an outstanding probe of its session, a replayed reply, or a
+//! register whose nonce is not above the last accepted one changes nothing
+//! but a counter in [`ProberStats`].
+//!
+//! Schedule (docs/clock-sync.md "Probe channel"):
+//! - a burst of `burst_probes` probes `burst_interval_ns` apart when a
+//!   session's relay first registers, when it registers from another route
+//!   (reconnect, transport change), when its relay starts a new clock epoch
+//!   (resume), and when a low-delay sample lies far outside the estimate's
+//!   bound (suspected step);
+//! - then one scheduled probe per steady interval, each starting a short
+//!   train: the follow-up goes out as soon as the previous reply is in. A
+//!   relay idle since the last probe wakes late (one-sided delay on the way
+//!   there); the follow-up finds both ends awake, so its delay is lower;
+//! - the steady interval adapts between `min_interval_ns` and
+//!   `max_interval_ns`: it grows by 1/4 after `slow_after_agreeing` samples
+//!   in a row agree with the estimate (the sample's interval
+//!   `offset ± delay/2` meets the estimate's `offset ± bound`), and halves
+//!   when a sample disagrees.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
-use prost::Message;
-use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
-use tracesync_protocol::relay::v1::{Probe, ProbeDatagram, ProbeReply, probe_datagram::Body};
+use tracesync_protocol::probe::{self, OpenError, ProbeKey, ReplayWindow};
+use tracesync_protocol::relay::v1::{Probe, ProbeReply, probe_body::Kind};
 
 use super::{
     Estimator, EstimatorConfig, ProbeSample, ProberStats, Registration, SyncEstimate, SyncUpdate,
@@ -26,9 +40,25 @@ pub struct ProberConfig {
     pub burst_probes: u32,
     /// Spacing of a burst's probes (ns).
     pub burst_interval_ns: u64,
-    /// Spacing of steady probes (ns).
+    /// Spacing of steady probes at start (ns).
     pub steady_interval_ns: u64,
-    /// Exchanges per scheduled probe (1 = no follow-ups).
+    /// Fastest steady spacing (ns).
+    pub min_interval_ns: u64,
+    /// Slowest steady spacing (ns).
+    pub max_interval_ns: u64,
+    /// Agreeing samples in a row before the steady spacing grows by 1/4.
+    pub slow_after_agreeing: u32,
+    /// A sample with delay at most this many times the estimate's smallest
+    /// round trip counts as low delay for step detection.
+    pub step_max_delay_factor: u64,
+    /// A low-delay sample this many times farther from the estimate than
+    /// the agreement tolerance (and at least `step_min_ns`) suggests a step.
+    pub step_factor: u64,
+    pub step_min_ns: u64,
+    /// Frequency uncertainty assumed when extrapolating the estimate's bound
+    /// to a sample's time (ppm).
+    pub bound_growth_ppm: f64,
+    /// Exchanges per scheduled steady probe (1 = no follow-ups).
     pub train_length: u32,
     /// Most probes awaiting a reply, over all sessions.
     pub max_outstanding: usize,
@@ -39,8 +69,15 @@ impl Default for ProberConfig {
     fn default() -> Self {
         Self {
             burst_probes: 8,
-            burst_interval_ns: 20_000_000,
+            burst_interval_ns: 15_000_000,
             steady_interval_ns: 250_000_000,
+            min_interval_ns: 100_000_000,
+            max_interval_ns: 1_000_000_000,
+            slow_after_agreeing: 8,
+            step_max_delay_factor: 2,
+            step_factor: 8,
+            step_min_ns: 50_000,
+            bound_growth_ppm: 1.0,
             train_length: 2,
             max_outstanding: 4096,
             estimator: EstimatorConfig::default(),
@@ -48,46 +85,92 @@ impl Default for ProberConfig {
     }
 }
 
-/// A probe the edge should send now: stamp t1, then
-/// [`ProberCore::probe_datagram`], then send to `addr`.
+/// How a relay is reached: a UDP address, or a TCP probe connection the
+/// edge numbered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Route {
+    Udp(SocketAddr),
+    Tcp(u64),
+}
+
+/// A probe the edge should send now: [`ProberCore::prepare_probe`], stamp
+/// t1, send, [`ProberCore::probe_sent`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeDue {
     pub session_id: u64,
-    pub addr: SocketAddr,
+    pub route: Route,
+}
+
+/// A signed probe ready to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreparedProbe {
+    pub session_id: u64,
+    pub nonce: u64,
+    pub route: Route,
+    pub bytes: Vec<u8>,
 }
 
 #[derive(Debug)]
 struct ActiveSession {
     registration: Registration,
-    /// Where the relay's ProbeRegister came from (NAT-mapped address).
-    addr: SocketAddr,
+    /// Where the relay's last accepted ProbeRegister came from (None: its
+    /// TCP probe connection closed).
+    route: Option<Route>,
     estimator: Estimator,
     burst_left: u32,
     next_probe_ns: u64,
+    /// Current steady spacing (adaptive).
+    interval_ns: u64,
+    /// Samples in a row that agreed with the estimate.
+    agreeing: u32,
     /// Follow-ups still to send in the current train.
     follow_ups_left: u32,
     /// The last reply of the train arrived: send the next probe now.
     follow_up_due: bool,
-    /// Only the reply to the latest probe continues a train.
-    last_probe_id: u64,
+    /// Nonce of the latest probe (per session: 1, 2, 3, ...).
+    last_nonce: u64,
+    /// Nonces already answered (replay detection).
+    answered: ReplayWindow,
+    /// Highest register nonce accepted.
+    register_nonce: u64,
+}
+
+impl ActiveSession {
+    fn start_burst(&mut self, bursts: u32, now_ns: u64) {
+        self.burst_left = bursts;
+        self.next_probe_ns = now_ns;
+        self.follow_ups_left = 0;
+        self.follow_up_due = false;
+        self.agreeing = 0;
+    }
+
+    fn in_burst(&self) -> bool {
+        self.burst_left > 0
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Outstanding {
-    session_id: u64,
-    t1: u64,
+    /// Host BOOTTIME at send; None until the edge reports the send.
+    t1: Option<u64>,
+}
+
+/// A registered session: what the server said, and its key.
+#[derive(Debug)]
+struct Known {
+    registration: Registration,
+    key: Option<ProbeKey>,
 }
 
 #[derive(Debug)]
 pub struct ProberCore {
     config: ProberConfig,
-    registered: HashMap<u64, Registration>,
-    /// Registered sessions whose relay address is known.
+    registered: HashMap<u64, Known>,
+    /// Registered sessions whose relay has registered a route.
     active: HashMap<u64, ActiveSession>,
-    outstanding: HashMap<u64, Outstanding>,
-    /// Probe ids in send order; bounds `outstanding`.
-    outstanding_order: VecDeque<u64>,
-    next_probe_id: u64,
+    outstanding: HashMap<(u64, u64), Outstanding>,
+    /// (session, nonce) in send order; bounds `outstanding`.
+    outstanding_order: VecDeque<(u64, u64)>,
     stats: ProberStats,
 }
 
@@ -99,7 +182,6 @@ impl ProberCore {
             active: HashMap::new(),
             outstanding: HashMap::new(),
             outstanding_order: VecDeque::new(),
-            next_probe_id: 1,
             stats: ProberStats::default(),
         }
     }
@@ -114,115 +196,214 @@ impl ProberCore {
             }
             None => false,
         });
-        self.registered = registered;
+        self.outstanding.retain(|(id, _), _| registered.contains_key(id));
+        self.outstanding_order
+            .retain(|(id, _)| registered.contains_key(id));
+        self.registered = registered
+            .into_iter()
+            .map(|(id, registration)| {
+                let key = ProbeKey::new(&registration.probe_key);
+                (id, Known { registration, key })
+            })
+            .collect();
     }
 
-    /// Handles one received datagram; `now_ns` is host BOOTTIME read right
-    /// after the receive (t4 for replies).
+    /// Handles one received datagram (or TCP frame) from `route`; `now_ns`
+    /// is host BOOTTIME read right after the receive (t4 for replies).
+    /// Returns the session it authenticated for, if any, and an update for
+    /// an accepted reply.
     pub fn on_datagram(
         &mut self,
         bytes: &[u8],
-        from: SocketAddr,
+        route: Route,
         now_ns: u64,
-    ) -> Option<SyncUpdate> {
-        let body = (bytes.len() <= MAX_PROBE_DATAGRAM_BYTES)
-            .then(|| ProbeDatagram::decode(bytes).ok())
-            .flatten()
-            .and_then(|datagram| datagram.body);
-        match body {
-            Some(Body::Register(register)) => {
-                self.on_register(register.session_id, from, now_ns);
-                None
-            }
-            Some(Body::Reply(reply)) => self.on_reply(&reply, now_ns),
-            // A Probe is daemon -> relay only.
-            Some(Body::Probe(_)) | None => {
+    ) -> (Option<u64>, Option<SyncUpdate>) {
+        let datagram = match probe::envelope(bytes) {
+            Ok(datagram) => datagram,
+            Err(_) => {
                 self.stats.malformed += 1;
-                None
+                return (None, None);
+            }
+        };
+        let session_id = datagram.session_id;
+        let Some(known) = self.registered.get(&session_id) else {
+            self.stats.unknown_session += 1;
+            return (None, None);
+        };
+        let Some(key) = &known.key else {
+            // Registered without a usable key: nothing can be verified.
+            self.stats.bad_mac += 1;
+            return (None, None);
+        };
+        let kind = match probe::open(key, &datagram) {
+            Ok(kind) => kind,
+            Err(OpenError::BadMac | OpenError::SessionMismatch) => {
+                self.stats.bad_mac += 1;
+                return (None, None);
+            }
+            Err(OpenError::Malformed) => {
+                self.stats.malformed += 1;
+                return (None, None);
+            }
+        };
+        match kind {
+            Kind::Register(register) => {
+                let accepted = self.on_register(session_id, register.nonce, route, now_ns);
+                (accepted.then_some(session_id), None)
+            }
+            Kind::Reply(reply) => (Some(session_id), self.on_reply(session_id, &reply, now_ns)),
+            // A Probe is daemon -> relay only (a reflected probe lands here).
+            Kind::Probe(_) => {
+                self.stats.malformed += 1;
+                (None, None)
             }
         }
     }
 
-    /// A relay announced its address for `session_id`. The first
-    /// announcement starts a burst; later ones only update the address.
-    /// Returns false for unregistered sessions.
-    pub fn on_register(&mut self, session_id: u64, addr: SocketAddr, now_ns: u64) -> bool {
-        let Some(registration) = self.registered.get(&session_id).copied() else {
+    /// An authenticated ProbeRegister of `session_id` from `route`. The
+    /// first one starts a burst; one from another route moves the session
+    /// there and starts a burst; a nonce not above the last accepted one is
+    /// a replay and changes nothing. Returns whether it was accepted.
+    fn on_register(&mut self, session_id: u64, nonce: u64, route: Route, now_ns: u64) -> bool {
+        let Some(known) = self.registered.get(&session_id) else {
             self.stats.unknown_session += 1;
             return false;
         };
-        self.stats.registers_accepted += 1;
+        let registration = known.registration;
         let config = self.config;
-        self.active
+        let session = self
+            .active
             .entry(session_id)
-            .and_modify(|session| session.addr = addr)
             .or_insert_with(|| ActiveSession {
                 registration,
-                addr,
+                route: None,
                 estimator: Estimator::new(config.estimator),
-                burst_left: config.burst_probes,
+                burst_left: 0,
                 next_probe_ns: now_ns,
+                interval_ns: config.steady_interval_ns,
+                agreeing: 0,
                 follow_ups_left: 0,
                 follow_up_due: false,
-                last_probe_id: 0,
+                last_nonce: 0,
+                answered: ReplayWindow::default(),
+                register_nonce: 0,
             });
+        if nonce <= session.register_nonce {
+            self.stats.registers_replayed += 1;
+            return false;
+        }
+        session.register_nonce = nonce;
+        self.stats.registers_accepted += 1;
+        if session.route != Some(route) {
+            // First contact, reconnect, or a new address: re-acquire.
+            session.route = Some(route);
+            session.start_burst(config.burst_probes, now_ns);
+            self.stats.bursts += 1;
+        }
         true
     }
 
-    /// A reply arrived at host BOOTTIME `t4`. Returns an update when it
-    /// matches an outstanding probe and its timestamps are sane.
-    pub fn on_reply(&mut self, reply: &ProbeReply, t4: u64) -> Option<SyncUpdate> {
-        let Some(outstanding) = self.outstanding.get(&reply.probe_id).copied() else {
-            self.stats.unknown_probe += 1;
-            return None;
-        };
-        // A mismatching reply leaves the entry: the real one may follow.
-        if outstanding.session_id != reply.session_id {
-            self.stats.wrong_session += 1;
-            return None;
+    /// The edge lost `route` (a TCP probe connection closed): sessions on it
+    /// wait for their relay to register again.
+    pub fn route_closed(&mut self, route: Route) {
+        for session in self.active.values_mut() {
+            if session.route == Some(route) {
+                session.route = None;
+                session.follow_up_due = false;
+            }
         }
-        if outstanding.t1 != reply.t1_ns {
-            self.stats.unknown_probe += 1;
-            return None;
-        }
-        self.outstanding.remove(&reply.probe_id);
-        let Some(session) = self.active.get_mut(&reply.session_id) else {
+    }
+
+    /// An authenticated reply of `session_id` arrived at host BOOTTIME `t4`.
+    /// Returns an update when it answers an outstanding probe of the session
+    /// for the first time and its timestamps are sane.
+    fn on_reply(&mut self, session_id: u64, reply: &ProbeReply, t4: u64) -> Option<SyncUpdate> {
+        let Some(session) = self.active.get_mut(&session_id) else {
             self.stats.unknown_session += 1;
             return None;
         };
-        let epoch_before = session.estimator.epoch();
-        let t1 = outstanding.t1;
-        let Some(estimate) = session.estimator.add_sample(
+        let t1 = match self.outstanding.get(&(session_id, reply.nonce)) {
+            Some(Outstanding { t1: Some(t1) }) => *t1,
+            _ => {
+                if session.answered.is_seen(reply.nonce) {
+                    self.stats.replayed += 1;
+                } else {
+                    self.stats.nonce_mismatch += 1;
+                }
+                return None;
+            }
+        };
+        self.outstanding.remove(&(session_id, reply.nonce));
+        // Cannot fail: the nonce was outstanding, so it was never answered.
+        let _ = session.answered.accept(reply.nonce);
+        let (t2, t3) = (reply.t2_ns, reply.t3_ns);
+        let config = self.config;
+        let before = session.estimator.estimate();
+        // Judged before the estimator sees it: a step's first samples may
+        // well be gated out, and those are the ones to react to.
+        let verdict = before
+            .filter(|_| t1 <= t4 && t2 <= t3)
+            .map(|b| judge(&config, &b, t1, t2, t3, t4));
+        let result = session.estimator.add_sample(
             t1,
-            reply.t2_ns,
-            reply.t3_ns,
+            t2,
+            t3,
             t4,
             reply.boottime_minus_monotonic_ns,
-        ) else {
+        );
+        if let (Some(b), Some(e)) = (before, result)
+            && b.epoch != e.epoch
+        {
+            // The relay's clock stepped (suspend): re-acquire quickly.
+            self.stats.new_epochs += 1;
+            self.stats.bursts += 1;
+            session.start_burst(config.burst_probes, t4);
+        } else {
+            match verdict {
+                Some(Verdict::Step) if !session.in_burst() => {
+                    self.stats.suspected_steps += 1;
+                    self.stats.bursts += 1;
+                    session.interval_ns = config.steady_interval_ns;
+                    session.start_burst(config.burst_probes, t4);
+                }
+                Some(Verdict::Agree) if !session.in_burst() => {
+                    session.agreeing += 1;
+                    if session.agreeing >= config.slow_after_agreeing.max(1) {
+                        session.agreeing = 0;
+                        session.interval_ns = (session.interval_ns + session.interval_ns / 4)
+                            .min(config.max_interval_ns);
+                    }
+                }
+                Some(Verdict::Disagree) if !session.in_burst() => {
+                    session.agreeing = 0;
+                    session.interval_ns = (session.interval_ns / 2).max(config.min_interval_ns);
+                    // Do not wait out a long interval on a disagreeing clock.
+                    session.next_probe_ns = session
+                        .next_probe_ns
+                        .min(t4.saturating_add(session.interval_ns));
+                }
+                _ => {}
+            }
+            if session.follow_ups_left > 0 && session.last_nonce == reply.nonce {
+                session.follow_ups_left -= 1;
+                session.follow_up_due = true;
+            }
+        }
+        let Some(estimate) = result else {
             self.stats.replies_rejected += 1;
             return None;
         };
-        if estimate.epoch != epoch_before {
-            // The relay's clock stepped (suspend): re-acquire quickly.
-            self.stats.new_epochs += 1;
-            session.burst_left = self.config.burst_probes;
-            session.next_probe_ns = t4;
-            session.follow_ups_left = 0;
-        } else if session.follow_ups_left > 0 && session.last_probe_id == reply.probe_id {
-            session.follow_ups_left -= 1;
-            session.follow_up_due = true;
-        }
         self.stats.replies_accepted += 1;
         Some(SyncUpdate {
             slot: session.registration.slot,
-            session_id: reply.session_id,
+            session_id,
             estimate,
             samples: vec![ProbeSample {
                 machine_raw_id: session.registration.machine_raw_id,
-                session_id: reply.session_id,
+                session_id,
                 t1,
-                t2: reply.t2_ns,
-                t3: reply.t3_ns,
+                t2,
+                t3,
                 t4,
             }],
         })
@@ -232,9 +413,12 @@ impl ProberCore {
     pub fn poll(&mut self, now_ns: u64, due: &mut Vec<ProbeDue>) {
         let config = self.config;
         for (session_id, session) in &mut self.active {
+            let Some(route) = session.route else {
+                continue;
+            };
             let probe = ProbeDue {
                 session_id: *session_id,
-                addr: session.addr,
+                route,
             };
             if session.follow_up_due {
                 session.follow_up_due = false;
@@ -245,28 +429,35 @@ impl ProberCore {
                 continue;
             }
             due.push(probe);
-            session.follow_ups_left = config.train_length.saturating_sub(1);
-            session.burst_left = session.burst_left.saturating_sub(1);
-            let interval = if session.burst_left > 0 {
-                config.burst_interval_ns
+            let interval = if session.in_burst() {
+                session.burst_left -= 1;
+                session.follow_ups_left = 0;
+                if session.in_burst() {
+                    config.burst_interval_ns
+                } else {
+                    session.interval_ns
+                }
             } else {
-                config.steady_interval_ns
+                session.follow_ups_left = config.train_length.saturating_sub(1);
+                session.interval_ns
             };
             session.next_probe_ns = now_ns.saturating_add(interval.max(1));
         }
     }
 
-    /// The Probe datagram for `session_id` stamped with `t1` (host BOOTTIME
-    /// read right before sending it); remembers it for the reply. None when
-    /// the session is not active.
-    pub fn probe_datagram(&mut self, session_id: u64, t1: u64) -> Option<Vec<u8>> {
+    /// The signed Probe for `session_id`, remembered as outstanding; the
+    /// edge stamps t1 right before sending it and reports it with
+    /// [`ProberCore::probe_sent`]. None when the session is not active.
+    pub fn prepare_probe(&mut self, session_id: u64) -> Option<PreparedProbe> {
+        let key = self.registered.get(&session_id)?.key.as_ref()?;
         let session = self.active.get_mut(&session_id)?;
-        let probe_id = self.next_probe_id;
-        self.next_probe_id = self.next_probe_id.wrapping_add(1).max(1);
-        session.last_probe_id = probe_id;
+        let route = session.route?;
+        session.last_nonce += 1;
+        let nonce = session.last_nonce;
+        let bytes = probe::seal(key, session_id, Kind::Probe(Probe { nonce }));
         self.outstanding
-            .insert(probe_id, Outstanding { session_id, t1 });
-        self.outstanding_order.push_back(probe_id);
+            .insert((session_id, nonce), Outstanding { t1: None });
+        self.outstanding_order.push_back((session_id, nonce));
         while self.outstanding_order.len() > self.config.max_outstanding.max(1) {
             if let Some(oldest) = self.outstanding_order.pop_front()
                 && self.outstanding.remove(&oldest).is_some()
@@ -274,21 +465,28 @@ impl ProberCore {
                 self.stats.outstanding_evicted += 1;
             }
         }
-        self.stats.probes_sent += 1;
-        let datagram = ProbeDatagram {
-            body: Some(Body::Probe(Probe {
-                session_id,
-                probe_id,
-                t1_ns: t1,
-            })),
-        };
-        Some(datagram.encode_to_vec())
+        Some(PreparedProbe {
+            session_id,
+            nonce,
+            route,
+            bytes,
+        })
     }
 
-    /// Host BOOTTIME of the next due probe (0: now), if any session is active.
+    /// The probe `nonce` of `session_id` left at host BOOTTIME `t1`.
+    pub fn probe_sent(&mut self, session_id: u64, nonce: u64, t1: u64) {
+        if let Some(outstanding) = self.outstanding.get_mut(&(session_id, nonce)) {
+            outstanding.t1 = Some(t1);
+            self.stats.probes_sent += 1;
+        }
+    }
+
+    /// Host BOOTTIME of the next due probe (0: now), if any session has a
+    /// route.
     pub fn next_wakeup_ns(&self) -> Option<u64> {
         self.active
             .values()
+            .filter(|s| s.route.is_some())
             .map(|s| if s.follow_up_due { 0 } else { s.next_probe_ns })
             .min()
     }
@@ -298,6 +496,16 @@ impl ProberCore {
         self.active.get(&session_id)?.estimator.estimate()
     }
 
+    /// Current steady probe spacing of a session (ns).
+    pub fn steady_interval_ns(&self, session_id: u64) -> Option<u64> {
+        Some(self.active.get(&session_id)?.interval_ns)
+    }
+
+    /// Probes left in a session's current burst.
+    pub fn burst_left(&self, session_id: u64) -> Option<u32> {
+        Some(self.active.get(&session_id)?.burst_left)
+    }
+
     pub fn stats(&self) -> ProberStats {
         self.stats
     }
@@ -305,6 +513,39 @@ impl ProberCore {
     /// Counters the edge keeps (socket errors, dropped samples) fold in here.
     pub fn stats_mut(&mut self) -> &mut ProberStats {
         &mut self.stats
+    }
+}
+
+/// How a new sample relates to the estimate before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The sample's interval meets the estimate's.
+    Agree,
+    Disagree,
+    /// A low-delay sample far outside the estimate: the clock may have stepped.
+    Step,
+}
+
+fn judge(config: &ProberConfig, before: &SyncEstimate, t1: u64, t2: u64, t3: u64, t4: u64) -> Verdict {
+    let (t1, t2, t3, t4) = (t1 as i128, t2 as i128, t3 as i128, t4 as i128);
+    let offset = ((t2 - t1) + (t3 - t4)) / 2;
+    let delay = ((t4 - t1) - (t3 - t2)).max(0);
+    let predicted = before.offset_at(t2 as u64) as i128;
+    let residual = (offset - predicted).unsigned_abs();
+    let elapsed = (t2 - before.ref_relay_ns as i128).unsigned_abs() as f64;
+    let growth = (elapsed * config.bound_growth_ppm * 1e-6) as u128;
+    let tolerance = u128::from(before.error_bound_ns) + growth + (delay as u128).div_ceil(2);
+    if residual <= tolerance {
+        return Verdict::Agree;
+    }
+    let low_delay = delay as u128
+        <= u128::from(before.rtt_ns.max(1)) * u128::from(config.step_max_delay_factor.max(1));
+    let far = residual > tolerance * u128::from(config.step_factor.max(1))
+        && residual > u128::from(config.step_min_ns);
+    if low_delay && far {
+        Verdict::Step
+    } else {
+        Verdict::Disagree
     }
 }
 

@@ -1,53 +1,98 @@
-//! ProberCore: schedule, reply matching, what is ignored and counted.
+//! ProberCore: authentication, schedule, reply matching, what is ignored
+//! and counted.
 
 use super::*;
+use tracesync_protocol::probe::PROBE_KEY_BYTES;
+use tracesync_protocol::relay::v1::ProbeRegister;
 
 const MS: u64 = 1_000_000;
 const SESSION: u64 = 0xfeed_beef;
+const KEY: [u8; PROBE_KEY_BYTES] = [7; PROBE_KEY_BYTES];
 
-fn relay_addr() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 40_000))
+fn relay_addr() -> Route {
+    Route::Udp(SocketAddr::from(([127, 0, 0, 1], 40_000)))
 }
 
-fn core_with_session() -> ProberCore {
-    let mut core = ProberCore::new(ProberConfig::default());
+fn key() -> ProbeKey {
+    ProbeKey::new(&KEY).expect("32 bytes")
+}
+
+fn core_with(config: ProberConfig) -> ProberCore {
+    let mut core = ProberCore::new(config);
     core.set_registered(HashMap::from([(
         SESSION,
         Registration {
             slot: 2,
             machine_raw_id: 99,
+            probe_key: KEY,
         },
     )]));
     core
 }
 
-fn encode(body: Body) -> Vec<u8> {
-    ProbeDatagram { body: Some(body) }.encode_to_vec()
+fn core_with_session() -> ProberCore {
+    core_with(ProberConfig::default())
 }
 
-fn register_datagram(session_id: u64) -> Vec<u8> {
-    encode(Body::Register(
-        tracesync_protocol::relay::v1::ProbeRegister { session_id },
-    ))
+/// A relay of the session: signs with the session key, counts registers.
+struct Relay {
+    key: ProbeKey,
+    register_nonce: u64,
 }
 
-/// Decodes a Probe the core produced.
+impl Relay {
+    fn new() -> Self {
+        Self {
+            key: key(),
+            register_nonce: 0,
+        }
+    }
+
+    fn register(&mut self) -> Vec<u8> {
+        self.register_nonce += 1;
+        probe::seal(
+            &self.key,
+            SESSION,
+            Kind::Register(ProbeRegister {
+                nonce: self.register_nonce,
+            }),
+        )
+    }
+
+    fn reply(&self, reply: ProbeReply) -> Vec<u8> {
+        probe::seal(&self.key, SESSION, Kind::Reply(reply))
+    }
+}
+
+/// Registers the session from `route` at `now`.
+fn register(core: &mut ProberCore, relay: &mut Relay, route: Route, now: u64) -> bool {
+    core.on_datagram(&relay.register(), route, now).0 == Some(SESSION)
+}
+
+/// Opens a probe the core produced (checking its MAC).
 fn decode_probe(bytes: &[u8]) -> Probe {
-    match ProbeDatagram::decode(bytes).expect("decodes").body {
-        Some(Body::Probe(probe)) => probe,
+    let datagram = probe::envelope(bytes).expect("decodes");
+    assert_eq!(datagram.session_id, SESSION);
+    match probe::open(&key(), &datagram).expect("signed with the session key") {
+        Kind::Probe(probe) => probe,
         other => panic!("not a probe: {other:?}"),
     }
 }
 
-/// A reply from a relay 1 ms ahead of the host, 10 µs each way.
-fn reply_to(probe: &Probe, suspend_offset: i64) -> (ProbeReply, u64) {
-    let t2 = probe.t1_ns + 10_000 + MS;
+/// A sent probe: its nonce and t1.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    nonce: u64,
+    t1: u64,
+}
+
+/// A reply from a relay `offset` ahead of the host, with `one_way` each way.
+fn reply_with(sent: Sent, offset: u64, one_way: u64, suspend_offset: i64) -> (ProbeReply, u64) {
+    let t2 = sent.t1 + one_way + offset;
     let t3 = t2 + 2_000;
-    let t4 = probe.t1_ns + 22_000;
+    let t4 = sent.t1 + 2 * one_way + 2_000;
     let reply = ProbeReply {
-        session_id: probe.session_id,
-        probe_id: probe.probe_id,
-        t1_ns: probe.t1_ns,
+        nonce: sent.nonce,
         t2_ns: t2,
         t3_ns: t3,
         boottime_minus_monotonic_ns: suspend_offset,
@@ -55,213 +100,436 @@ fn reply_to(probe: &Probe, suspend_offset: i64) -> (ProbeReply, u64) {
     (reply, t4)
 }
 
+/// A reply from a relay 1 ms ahead of the host, 10 µs each way.
+fn reply_to(sent: Sent, suspend_offset: i64) -> (ProbeReply, u64) {
+    reply_with(sent, MS, 10_000, suspend_offset)
+}
+
 /// Polls at `now`, sends every due probe with t1 = now; returns them.
-fn send_due(core: &mut ProberCore, now: u64) -> Vec<Probe> {
+fn send_due(core: &mut ProberCore, now: u64) -> Vec<Sent> {
     let mut due = Vec::new();
     core.poll(now, &mut due);
     due.iter()
         .map(|d| {
-            assert_eq!(d.addr, relay_addr());
-            decode_probe(&core.probe_datagram(d.session_id, now).expect("active"))
+            let prepared = core.prepare_probe(d.session_id).expect("active");
+            assert_eq!(prepared.route, d.route);
+            let probe = decode_probe(&prepared.bytes);
+            assert_eq!(probe.nonce, prepared.nonce);
+            core.probe_sent(d.session_id, prepared.nonce, now);
+            Sent {
+                nonce: prepared.nonce,
+                t1: now,
+            }
         })
         .collect()
+}
+
+/// Delivers a reply; the update if it was accepted.
+fn deliver(core: &mut ProberCore, relay: &Relay, reply: ProbeReply, t4: u64) -> Option<SyncUpdate> {
+    core.on_datagram(&relay.reply(reply), relay_addr(), t4).1
+}
+
+/// Answers every due probe at once for `until - now`, stepping by `step`.
+fn run_answering(
+    core: &mut ProberCore,
+    relay: &Relay,
+    mut now: u64,
+    until: u64,
+    step: u64,
+    answer: impl Fn(Sent) -> (ProbeReply, u64),
+) -> u64 {
+    while now < until {
+        for sent in send_due(core, now) {
+            let (reply, t4) = answer(sent);
+            deliver(core, relay, reply, t4);
+        }
+        now += step;
+    }
+    now
 }
 
 #[test]
 fn unregistered_sessions_are_ignored_and_counted() {
     let mut core = ProberCore::new(ProberConfig::default());
-    assert!(
-        core.on_datagram(&register_datagram(SESSION), relay_addr(), 0)
-            .is_none()
-    );
+    let mut relay = Relay::new();
+    assert!(!register(&mut core, &mut relay, relay_addr(), 0));
     assert_eq!(core.stats().unknown_session, 1);
     assert_eq!(core.next_wakeup_ns(), None);
     assert!(send_due(&mut core, 0).is_empty());
 }
 
 #[test]
-fn burst_then_steady_schedule() {
+fn burst_of_eight_at_15_ms_then_steady_4_hz() {
     let mut core = core_with_session();
+    let mut relay = Relay::new();
     let start = 1_000 * MS;
-    core.on_datagram(&register_datagram(SESSION), relay_addr(), start);
+    assert!(register(&mut core, &mut relay, relay_addr(), start));
     let mut sent_at = Vec::new();
     let mut now = start;
+    // No replies: no follow-ups, only the schedule.
     while now < start + 1_000 * MS {
         if !send_due(&mut core, now).is_empty() {
             sent_at.push(now - start);
         }
         now += MS;
     }
-    let burst: Vec<u64> = (0..8).map(|i| i * 20 * MS).collect();
+    let burst: Vec<u64> = (0..8).map(|i| i * 15 * MS).collect();
     assert_eq!(&sent_at[..8], &burst[..]);
-    assert_eq!(sent_at[8], 140 * MS + 250 * MS);
-    assert_eq!(sent_at[9], 140 * MS + 500 * MS);
-    // A second register (address refresh) does not restart the burst.
-    let moved = SocketAddr::from(([127, 0, 0, 1], 40_001));
-    assert!(core.on_register(SESSION, moved, now));
+    assert_eq!(sent_at[8], 105 * MS + 250 * MS);
+    assert_eq!(sent_at[9], 105 * MS + 500 * MS);
+    assert_eq!(core.stats().bursts, 1);
+    // A second register from the same address (refresh) does not restart
+    // the burst.
+    assert!(register(&mut core, &mut relay, relay_addr(), now));
     let mut due = Vec::new();
     core.poll(now, &mut due);
     assert!(due.is_empty());
+    assert_eq!(core.stats().bursts, 1);
+}
+
+#[test]
+fn a_register_from_a_new_route_restarts_the_burst() {
+    let mut core = core_with_session();
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let now = run_answering(&mut core, &relay, 0, 2_000 * MS, MS, |s| reply_to(s, 0));
+    assert_eq!(core.burst_left(SESSION), Some(0));
+    // The relay reconnected over TCP (or its NAT mapping moved).
+    assert!(register(&mut core, &mut relay, Route::Tcp(3), now));
+    assert_eq!(core.burst_left(SESSION), Some(8));
+    assert_eq!(core.stats().bursts, 2);
+    let mut due = Vec::new();
+    core.poll(now, &mut due);
+    assert_eq!(
+        due,
+        vec![ProbeDue {
+            session_id: SESSION,
+            route: Route::Tcp(3)
+        }]
+    );
+    // The TCP connection closes: nothing to probe until the next register.
+    core.route_closed(Route::Tcp(3));
+    assert_eq!(core.next_wakeup_ns(), None);
+    assert!(send_due(&mut core, now + 1_000 * MS).is_empty());
+    assert!(core.prepare_probe(SESSION).is_none());
 }
 
 #[test]
 fn matching_reply_gives_an_update_with_the_sample() {
     let mut core = core_with_session();
-    core.on_register(SESSION, relay_addr(), 5 * MS);
-    let probe = send_due(&mut core, 5 * MS).remove(0);
-    let (reply, t4) = reply_to(&probe, 0);
-    let update = core
-        .on_datagram(&encode(Body::Reply(reply)), relay_addr(), t4)
-        .expect("update");
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 5 * MS);
+    let sent = send_due(&mut core, 5 * MS).remove(0);
+    let (reply, t4) = reply_to(sent, 0);
+    let update = deliver(&mut core, &relay, reply, t4).expect("update");
     assert_eq!(update.slot, 2);
     assert_eq!(update.session_id, SESSION);
     assert_eq!(update.samples.len(), 1);
     assert_eq!(update.samples[0].machine_raw_id, 99);
-    assert_eq!(update.samples[0].t1, probe.t1_ns);
+    assert_eq!(update.samples[0].t1, sent.t1);
     assert_eq!(update.samples[0].t4, t4);
     assert_eq!(update.estimate.offset_ns, MS as i64);
     assert_eq!(update.estimate.rtt_ns, 20_000);
     assert_eq!(core.estimate(SESSION), Some(update.estimate));
-    // The same reply again: the probe is no longer outstanding.
-    assert!(core.on_reply(&reply, t4).is_none());
-    assert_eq!(core.stats().unknown_probe, 1);
     assert_eq!(core.stats().replies_accepted, 1);
 }
 
 #[test]
-fn mismatching_replies_are_ignored_and_counted() {
+fn forged_replies_change_nothing() {
     let mut core = core_with_session();
-    core.on_register(SESSION, relay_addr(), 0);
-    let probe = send_due(&mut core, 0).remove(0);
-    let (reply, t4) = reply_to(&probe, 0);
-    let other_session = ProbeReply {
-        session_id: SESSION + 1,
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let sent = send_due(&mut core, 0).remove(0);
+    let (reply, t4) = reply_to(sent, 0);
+    let genuine = deliver(&mut core, &relay, reply, t4).expect("update");
+    let next = send_due(&mut core, 15 * MS).remove(0);
+    // A forger who knows the session id and the nonce but not the key.
+    let forger = Relay {
+        key: ProbeKey::new(&[8; PROBE_KEY_BYTES]).expect("key"),
+        register_nonce: 100,
+    };
+    let (forged, t4) = reply_with(next, 50 * MS, 10_000, 0);
+    assert!(deliver(&mut core, &forger, forged, t4).is_none());
+    // Unsigned and truncated MACs are forgeries too.
+    let mut datagram = probe::envelope(&relay.reply(forged)).expect("decodes");
+    datagram.mac = Default::default();
+    use prost::Message;
+    assert!(
+        core.on_datagram(&datagram.encode_to_vec(), relay_addr(), t4)
+            .1
+            .is_none()
+    );
+    // A forged register cannot move the probes elsewhere.
+    let elsewhere = Route::Udp(SocketAddr::from(([10, 0, 0, 9], 1)));
+    let mut forger = forger;
+    assert!(!register(&mut core, &mut forger, elsewhere, t4));
+    assert_eq!(core.stats().bad_mac, 3);
+    assert_eq!(core.stats().replies_accepted, 1);
+    assert_eq!(core.estimate(SESSION), Some(genuine.estimate));
+    // The genuine reply to that probe is still taken.
+    let (reply, t4) = reply_to(next, 0);
+    assert!(deliver(&mut core, &relay, reply, t4).is_some());
+    let mut due = Vec::new();
+    core.poll(30 * MS, &mut due);
+    assert_eq!(due[0].route, relay_addr());
+}
+
+#[test]
+fn replayed_replies_are_counted_and_ignored() {
+    let mut core = core_with_session();
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let sent = send_due(&mut core, 0).remove(0);
+    let (reply, t4) = reply_to(sent, 0);
+    let bytes = relay.reply(reply);
+    let update = core.on_datagram(&bytes, relay_addr(), t4).1.expect("update");
+    // The same datagram again, later (a replay), even from elsewhere.
+    let elsewhere = Route::Udp(SocketAddr::from(([10, 0, 0, 9], 1)));
+    assert!(core.on_datagram(&bytes, elsewhere, t4 + 5 * MS).1.is_none());
+    assert!(core.on_datagram(&bytes, relay_addr(), t4 + 9 * MS).1.is_none());
+    assert_eq!(core.stats().replayed, 2);
+    assert_eq!(core.stats().replies_accepted, 1);
+    assert_eq!(core.estimate(SESSION), Some(update.estimate));
+}
+
+#[test]
+fn replies_to_no_outstanding_probe_are_nonce_mismatches() {
+    let mut core = core_with_session();
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let sent = send_due(&mut core, 0).remove(0);
+    let (reply, t4) = reply_to(sent, 0);
+    // A nonce never sent (the relay's key, so authentic but stray).
+    let stray = ProbeReply {
+        nonce: sent.nonce + 10,
         ..reply
     };
-    assert!(core.on_reply(&other_session, t4).is_none());
-    let wrong_t1 = ProbeReply {
-        t1_ns: reply.t1_ns + 1,
+    assert!(deliver(&mut core, &relay, stray, t4).is_none());
+    // A probe prepared but not reported sent has no t1 yet.
+    let prepared = core.prepare_probe(SESSION).expect("active");
+    let early = ProbeReply {
+        nonce: prepared.nonce,
         ..reply
     };
-    assert!(core.on_reply(&wrong_t1, t4).is_none());
-    let unknown_id = ProbeReply {
-        probe_id: 12_345,
-        ..reply
-    };
-    assert!(core.on_reply(&unknown_id, t4).is_none());
+    assert!(deliver(&mut core, &relay, early, t4).is_none());
+    assert_eq!(core.stats().nonce_mismatch, 2);
+    assert_eq!(core.stats().replayed, 0);
     let reversed = ProbeReply {
         t3_ns: reply.t2_ns - 1,
         ..reply
     };
-    assert!(core.on_reply(&reversed, t4).is_none());
+    assert!(deliver(&mut core, &relay, reversed, t4).is_none());
+    assert_eq!(core.stats().replies_rejected, 1);
     for garbage in [&[0xff, 0xff, 0xff][..], &[], &[0u8; 300][..]] {
-        assert!(core.on_datagram(garbage, relay_addr(), t4).is_none());
+        assert!(core.on_datagram(garbage, relay_addr(), t4).1.is_none());
     }
-    // A Probe arriving at the daemon is not part of the protocol.
+    // A Probe reflected back at the daemon is not part of the protocol.
     assert!(
-        core.on_datagram(&encode(Body::Probe(probe)), relay_addr(), t4)
+        core.on_datagram(&prepared.bytes, relay_addr(), t4)
+            .1
             .is_none()
     );
     let stats = core.stats();
-    assert_eq!(stats.wrong_session, 1);
-    assert_eq!(stats.unknown_probe, 2);
-    assert_eq!(stats.replies_rejected, 1);
-    assert_eq!(stats.malformed, 4);
+    assert_eq!(stats.malformed, 3, "oversized + probe at daemon + undecodable");
     assert_eq!(stats.replies_accepted, 0);
+}
+
+#[test]
+fn replayed_registers_do_not_move_the_session() {
+    let mut core = core_with_session();
+    let mut relay = Relay::new();
+    let first = relay.register();
+    assert_eq!(core.on_datagram(&first, relay_addr(), 0).0, Some(SESSION));
+    // Someone on the path replays the register from their own address.
+    let attacker = Route::Udp(SocketAddr::from(([10, 0, 0, 66], 7411)));
+    assert_eq!(core.on_datagram(&first, attacker, MS).0, None);
+    assert_eq!(core.stats().registers_replayed, 1);
+    let mut due = Vec::new();
+    core.poll(MS, &mut due);
+    assert_eq!(due[0].route, relay_addr());
+    assert_eq!(core.stats().bursts, 1);
 }
 
 #[test]
 fn new_epoch_restarts_the_burst() {
     let mut core = core_with_session();
-    let mut now = 0;
-    core.on_register(SESSION, relay_addr(), now);
-    // Run well past the burst.
-    while now < 2_000 * MS {
-        for probe in send_due(&mut core, now) {
-            let (reply, t4) = reply_to(&probe, 7);
-            core.on_reply(&reply, t4).expect("update");
-        }
-        now += 10 * MS;
-    }
-    let mut due = Vec::new();
-    core.poll(now, &mut due);
-    let probe = decode_probe(&core.probe_datagram(SESSION, now).expect("active"));
-    let (reply, t4) = reply_to(&probe, 7 + 30_000 * MS as i64);
-    let update = core.on_reply(&reply, t4).expect("update");
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let now = run_answering(&mut core, &relay, 0, 2_000 * MS, 10 * MS, |s| reply_to(s, 7));
+    let prepared = core.prepare_probe(SESSION).expect("active");
+    core.probe_sent(SESSION, prepared.nonce, now);
+    let sent = Sent {
+        nonce: prepared.nonce,
+        t1: now,
+    };
+    let (reply, t4) = reply_to(sent, 7 + 30_000 * MS as i64);
+    let update = deliver(&mut core, &relay, reply, t4).expect("update");
     assert_eq!(update.estimate.epoch, 1);
     assert_eq!(core.stats().new_epochs, 1);
     assert_eq!(core.next_wakeup_ns(), Some(t4), "burst starts at once");
     let mut burst = 0;
     let mut at = t4;
-    while at < t4 + 200 * MS {
+    while at < t4 + 150 * MS {
         burst += send_due(&mut core, at).len();
         at += MS;
     }
     assert_eq!(burst, 8);
 }
 
+/// The tolerance the core uses to judge a sample against `estimate`.
+fn tolerance(estimate: &SyncEstimate, delay: u64) -> u64 {
+    estimate.error_bound_ns + delay.div_ceil(2) + 1_000
+}
+
+#[test]
+fn a_low_delay_sample_far_outside_the_bound_starts_a_burst() {
+    let mut core = core_with_session();
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let now = run_answering(&mut core, &relay, 0, 3_000 * MS, MS, |s| reply_to(s, 0));
+    assert_eq!(core.burst_left(SESSION), Some(0));
+    let estimate = core.estimate(SESSION).expect("estimate");
+    let jump = (8 * tolerance(&estimate, 22_000)).max(50_000) * 2;
+    // Same low delay, relay clock jumped ahead.
+    let sent = send_due(&mut core, now + 1_000 * MS).remove(0);
+    let (reply, t4) = reply_with(sent, MS + jump, 10_000, 0);
+    deliver(&mut core, &relay, reply, t4);
+    assert_eq!(core.stats().suspected_steps, 1);
+    assert_eq!(core.burst_left(SESSION), Some(8));
+    assert_eq!(core.next_wakeup_ns(), Some(t4));
+    // A far sample with a high delay is only a disagreement (queueing).
+    let mut core = core_with_session();
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let now = run_answering(&mut core, &relay, 0, 3_000 * MS, MS, |s| reply_to(s, 0));
+    let before = core.steady_interval_ns(SESSION).expect("active");
+    let sent = send_due(&mut core, now + 1_000 * MS).remove(0);
+    // 100 µs each way (5x the floor), relay clock off by more than the
+    // sample's own half delay plus the bound.
+    let estimate = core.estimate(SESSION).expect("estimate");
+    let miss = tolerance(&estimate, 200_000) + 5_000;
+    let (reply, t4) = reply_with(sent, MS + miss, 100_000, 0);
+    deliver(&mut core, &relay, reply, t4);
+    assert_eq!(core.stats().suspected_steps, 0);
+    assert_eq!(core.burst_left(SESSION), Some(0));
+    assert_eq!(core.steady_interval_ns(SESSION), Some((before / 2).max(100 * MS)));
+}
+
+#[test]
+fn the_steady_rate_slows_while_samples_agree_and_speeds_up_when_not() {
+    let config = ProberConfig {
+        train_length: 1,
+        ..ProberConfig::default()
+    };
+    let mut core = core_with(config);
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    assert_eq!(core.steady_interval_ns(SESSION), Some(250 * MS));
+    // Agreeing samples: the interval grows to the 1 s ceiling (1 Hz).
+    let now = run_answering(&mut core, &relay, 0, 60_000 * MS, MS, |s| reply_to(s, 0));
+    assert_eq!(core.steady_interval_ns(SESSION), Some(1_000 * MS));
+    // Each disagreeing sample halves it, down to the 100 ms floor (10 Hz).
+    let mut now = now;
+    let mut intervals = Vec::new();
+    for i in 0..5u64 {
+        let estimate = core.estimate(SESSION).expect("estimate");
+        let off = tolerance(&estimate, 20_000) + 2_000;
+        let sent = loop {
+            if let Some(sent) = send_due(&mut core, now).pop() {
+                break sent;
+            }
+            now += MS;
+        };
+        // Alternate sides so the estimate does not follow.
+        let offset = if i % 2 == 0 { MS + off } else { MS - off };
+        let (reply, t4) = reply_with(sent, offset, 10_000, 0);
+        deliver(&mut core, &relay, reply, t4);
+        intervals.push(core.steady_interval_ns(SESSION).expect("active") / MS);
+    }
+    assert_eq!(core.stats().suspected_steps, 0, "small misses are no steps");
+    assert_eq!(intervals, vec![500, 250, 125, 100, 100]);
+    // Within the steady schedule, the next probe is due an interval after
+    // the disagreeing reply at most.
+    assert!(core.next_wakeup_ns().expect("active") <= now + 101 * MS);
+}
+
 #[test]
 fn unregistering_stops_probes() {
     let mut core = core_with_session();
-    core.on_register(SESSION, relay_addr(), 0);
-    let probe = send_due(&mut core, 0).remove(0);
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let sent = send_due(&mut core, 0).remove(0);
     core.set_registered(HashMap::new());
     assert!(send_due(&mut core, 10_000 * MS).is_empty());
-    assert!(core.probe_datagram(SESSION, 0).is_none());
-    let (reply, t4) = reply_to(&probe, 0);
-    assert!(core.on_reply(&reply, t4).is_none());
+    assert!(core.prepare_probe(SESSION).is_none());
+    let (reply, t4) = reply_to(sent, 0);
+    assert!(deliver(&mut core, &relay, reply, t4).is_none());
     assert_eq!(core.stats().unknown_session, 1);
 }
 
 #[test]
 fn outstanding_table_stays_bounded() {
-    let mut core = ProberCore::new(ProberConfig {
+    let mut core = core_with(ProberConfig {
         max_outstanding: 4,
         ..ProberConfig::default()
     });
-    core.set_registered(HashMap::from([(SESSION, Registration::default())]));
-    core.on_register(SESSION, relay_addr(), 0);
-    let probes: Vec<Probe> = (0..10)
-        .map(|i| decode_probe(&core.probe_datagram(SESSION, i * MS).expect("active")))
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let sent: Vec<Sent> = (0..10)
+        .map(|i| {
+            let prepared = core.prepare_probe(SESSION).expect("active");
+            core.probe_sent(SESSION, prepared.nonce, i * MS);
+            Sent {
+                nonce: prepared.nonce,
+                t1: i * MS,
+            }
+        })
         .collect();
     assert_eq!(core.stats().outstanding_evicted, 6);
-    let (oldest, t4) = reply_to(&probes[0], 0);
-    assert!(core.on_reply(&oldest, t4).is_none());
-    let (newest, t4) = reply_to(&probes[9], 0);
-    assert!(core.on_reply(&newest, t4).is_some());
+    let (oldest, t4) = reply_to(sent[0], 0);
+    assert!(deliver(&mut core, &relay, oldest, t4).is_none());
+    assert_eq!(core.stats().nonce_mismatch, 1);
+    let (newest, t4) = reply_to(sent[9], 0);
+    assert!(deliver(&mut core, &relay, newest, t4).is_some());
 }
 
 #[test]
-fn each_scheduled_probe_gets_one_follow_up_after_its_reply() {
+fn each_steady_probe_gets_one_follow_up_after_its_reply() {
     let mut core = core_with_session();
-    let start = 1_000 * MS;
-    core.on_register(SESSION, relay_addr(), start);
-    let first = send_due(&mut core, start).remove(0);
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let now = run_answering(&mut core, &relay, 0, 1_000 * MS, MS, |s| reply_to(s, 0));
+    let at = core.next_wakeup_ns().expect("active").max(now);
+    let first = send_due(&mut core, at).remove(0);
     assert!(
-        send_due(&mut core, start + MS).is_empty(),
+        send_due(&mut core, at + MS).is_empty(),
         "no follow-up before the reply"
     );
-    let (reply, t4) = reply_to(&first, 0);
-    core.on_reply(&reply, t4).expect("update");
+    let (reply, t4) = reply_to(first, 0);
+    deliver(&mut core, &relay, reply, t4).expect("update");
     assert_eq!(core.next_wakeup_ns(), Some(0), "follow-up due at once");
     let follow_up = send_due(&mut core, t4);
     assert_eq!(follow_up.len(), 1);
-    // Its reply ends the train (length 2): the next probe is the burst's.
-    let (reply, t4) = reply_to(&follow_up[0], 0);
-    core.on_reply(&reply, t4).expect("update");
+    // Its reply ends the train (length 2).
+    let (reply, t4) = reply_to(follow_up[0], 0);
+    deliver(&mut core, &relay, reply, t4).expect("update");
     assert!(send_due(&mut core, t4).is_empty());
-    assert_eq!(send_due(&mut core, start + 20 * MS).len(), 1);
 }
 
 #[test]
-fn a_late_reply_to_an_older_probe_does_not_start_a_follow_up() {
+fn bursts_have_no_follow_ups() {
     let mut core = core_with_session();
-    core.on_register(SESSION, relay_addr(), 0);
-    let old = send_due(&mut core, 0).remove(0);
-    // Lost reply; the next burst probe goes out, then the old reply arrives.
-    let _newer = send_due(&mut core, 20 * MS).remove(0);
-    let (reply, t4) = reply_to(&old, 0);
-    core.on_reply(&reply, t4 + 20 * MS)
-        .expect("still a valid sample");
-    assert!(send_due(&mut core, 21 * MS).is_empty());
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let mut probes = 0;
+    let mut now = 0;
+    while now < 110 * MS {
+        for sent in send_due(&mut core, now) {
+            probes += 1;
+            let (reply, t4) = reply_to(sent, 0);
+            deliver(&mut core, &relay, reply, t4);
+        }
+        now += MS;
+    }
+    assert_eq!(probes, 8);
 }

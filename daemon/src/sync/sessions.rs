@@ -5,13 +5,26 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tracesync_protocol::probe::PROBE_KEY_BYTES;
+
 /// What the prober needs to know about a registered session.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct Registration {
     /// The live core's slot of the relay.
     pub slot: u32,
     /// Perfetto machine id of the relay (0 when the server did not say).
     pub machine_raw_id: u32,
+    /// The session's probe key (sent in Welcome.probe_key).
+    pub probe_key: [u8; PROBE_KEY_BYTES],
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("slot", &self.slot)
+            .field("machine_raw_id", &self.machine_raw_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Counters of the prober, readable from the registry.
@@ -22,18 +35,31 @@ pub struct ProberStats {
     pub replies_accepted: u64,
     /// Replies whose timestamps the estimator rejected (reversed, absurd).
     pub replies_rejected: u64,
-    /// Register or reply datagrams naming a session that is not registered.
+    /// Datagrams naming a session that is not registered.
     pub unknown_session: u64,
-    /// Replies to a known probe id that name another session.
-    pub wrong_session: u64,
-    /// Replies to no outstanding probe (unknown id, duplicate, t1 mismatch).
-    pub unknown_probe: u64,
+    /// Datagrams whose MAC does not check with their session's key
+    /// (forged, corrupted, or signed for another session).
+    pub bad_mac: u64,
+    /// Authenticated replies whose nonce is no outstanding probe of their
+    /// session (never sent, or forgotten to keep the table bounded).
+    pub nonce_mismatch: u64,
+    /// Authenticated replies to a probe already answered.
+    pub replayed: u64,
+    /// Authenticated registers whose nonce is not above the last accepted.
+    pub registers_replayed: u64,
     /// Datagrams that do not decode, or that a daemon never receives (Probe).
     pub malformed: u64,
     /// Outstanding probes forgotten to keep the table bounded.
     pub outstanding_evicted: u64,
     /// Clock epochs started after the first (relay suspends).
     pub new_epochs: u64,
+    /// Bursts started (first register, new route, new epoch, suspected step).
+    pub bursts: u64,
+    /// Low-delay samples far outside the estimate (each starts a burst).
+    pub suspected_steps: u64,
+    /// TCP probe connections accepted / closed for a bad first frame.
+    pub tcp_connections: u64,
+    pub tcp_refused: u64,
     pub send_errors: u64,
     pub recv_errors: u64,
     /// Samples dropped because the update channel stayed full.
@@ -72,24 +98,11 @@ impl ProbeSessions {
         Self::default()
     }
 
-    /// Lets the prober answer ProbeRegister for `session_id` and probe it.
-    /// Samples of this session carry machine_raw_id 0; prefer
-    /// [`ProbeSessions::register_machine`] when the id is known.
-    pub fn register(&self, session_id: u64, slot: u32) {
-        self.register_machine(session_id, slot, 0);
-    }
-
-    /// As [`ProbeSessions::register`], with the relay's machine raw id for
-    /// the samples.
-    pub fn register_machine(&self, session_id: u64, slot: u32, machine_raw_id: u32) {
+    /// Lets the prober answer ProbeRegister for `session_id` (signed with
+    /// `registration.probe_key`) and probe it.
+    pub fn register(&self, session_id: u64, registration: Registration) {
         let mut registry = lock(&self.shared.registry);
-        registry.sessions.insert(
-            session_id,
-            Registration {
-                slot,
-                machine_raw_id,
-            },
-        );
+        registry.sessions.insert(session_id, registration);
         registry.generation += 1;
     }
 
@@ -144,15 +157,15 @@ mod tests {
         let sessions = ProbeSessions::new();
         let handle = sessions.clone();
         assert!(sessions.changed_since(0).is_none());
-        handle.register_machine(42, 3, 77);
+        let registration = Registration {
+            slot: 3,
+            machine_raw_id: 77,
+            probe_key: [9; PROBE_KEY_BYTES],
+        };
+        handle.register(42, registration);
         let (generation, map) = sessions.changed_since(0).expect("changed");
-        assert_eq!(
-            map.get(&42),
-            Some(&Registration {
-                slot: 3,
-                machine_raw_id: 77
-            })
-        );
+        assert_eq!(map.get(&42), Some(&registration));
+        assert!(!format!("{registration:?}").contains('9'), "no key in logs");
         assert!(sessions.changed_since(generation).is_none());
         handle.unregister(99); // unknown: no change
         assert!(sessions.changed_since(generation).is_none());
