@@ -171,7 +171,7 @@ impl ReplayWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::v1::{Probe, ProbeReply, ProbeRegister};
+    use crate::relay::v1::{Probe, ProbeRegister, ProbeReply};
 
     fn key(byte: u8) -> ProbeKey {
         ProbeKey::new(&[byte; PROBE_KEY_BYTES]).expect("32 bytes")
@@ -196,7 +196,7 @@ mod tests {
             t3_ns: 2,
             boottime_minus_monotonic_ns: -3,
         });
-        let bytes = seal(&key(1), 77, reply.clone());
+        let bytes = seal(&key(1), 77, reply);
         assert!(bytes.len() <= MAX_PROBE_DATAGRAM_BYTES);
         let datagram = envelope(&bytes).expect("decodes");
         assert_eq!(datagram.session_id, 77);

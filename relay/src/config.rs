@@ -78,6 +78,9 @@ pub struct Flags {
     /// Test/demo: pose as a machine whose clocks drift by this much (ppm).
     #[arg(long, value_name = "X", allow_hyphen_values = true)]
     pub clock_drift_ppm: Option<f64>,
+    /// How clock-sync probes travel: auto (UDP, else TCP), udp, or tcp.
+    #[arg(long, value_name = "T", value_parser = crate::probe::SyncTransport::parse)]
+    pub sync_transport: Option<crate::probe::SyncTransport>,
 }
 
 fn parse_when_full(text: &str) -> Result<WhenFull, String> {
@@ -99,6 +102,7 @@ struct FileConfig {
     linger_ms: Option<Spanned<u64>>,
     clock_offset_ns: Option<i64>,
     clock_drift_ppm: Option<Spanned<f64>>,
+    sync: Option<crate::probe::SyncConfig>,
 }
 
 /// Which clock the relay reads.
@@ -123,6 +127,7 @@ pub struct RelayConfig {
     pub spool_disk_bytes: u64,
     pub linger: Duration,
     pub clock: ClockChoice,
+    pub sync: crate::probe::SyncConfig,
 }
 
 /// A configuration error, printed as one line.
@@ -291,6 +296,11 @@ impl RelayConfig {
             spool_disk_bytes,
             linger: Duration::from_millis(linger_ms),
             clock,
+            sync: crate::probe::SyncConfig {
+                transport: flags
+                    .sync_transport
+                    .unwrap_or(file.sync.unwrap_or_default().transport),
+            },
         })
     }
 }
@@ -456,6 +466,26 @@ mod tests {
         assert!(err.starts_with("relay.toml:1:21: "), "{err}");
         let err = parse("spool-memory-bytes = 10\n").unwrap_err().to_string();
         assert!(err.starts_with("relay.toml:1:22: "), "{err}");
+    }
+
+    #[test]
+    fn sync_section_picks_the_probe_transport() {
+        use crate::probe::SyncTransport;
+        assert_eq!(parse("").unwrap().sync.transport, SyncTransport::Auto);
+        let config = parse("[sync]\ntransport = \"tcp\"\n").unwrap();
+        assert_eq!(config.sync.transport, SyncTransport::Tcp);
+        let flags = Flags {
+            sync_transport: Some(SyncTransport::Udp),
+            ..Flags::default()
+        };
+        let config = RelayConfig::from_parts(None, Some("[sync]\ntransport = \"tcp\"\n"), &flags);
+        assert_eq!(config.unwrap().sync.transport, SyncTransport::Udp);
+        let err = parse("[sync]\ntransport = \"quic\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("relay.toml:2:13: "), "{err}");
+        let err = parse("[sync]\nrate = 4\n").unwrap_err().to_string();
+        assert!(err.starts_with("relay.toml:2:1: "), "{err}");
     }
 
     #[test]

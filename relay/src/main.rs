@@ -173,11 +173,12 @@ async fn run(config: RelayConfig) -> u8 {
     let wait_limit =
         uplink_config.intake_grace + uplink_config.drain_timeout + Duration::from_secs(2);
     let probe_clock = clock.clone();
-    let start_probe: uplink::ProbeStarter = Box::new(move |daemon, session_id, token| {
+    let sync_transport = config.sync.transport;
+    let start_probe: uplink::ProbeStarter = Box::new(move |target, token| {
         tokio::spawn(parts::probe::run_probe_responder(
             probe_clock.clone(),
-            daemon,
-            session_id,
+            target,
+            sync_transport,
             token,
         ));
     });

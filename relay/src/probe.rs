@@ -1,26 +1,41 @@
 //! The relay's side of clock sync: announce the session on the daemon's
-//! UDP sync socket, answer each probe at once with the relay's BOOTTIME at
+//! sync port, answer each probe at once with the relay's BOOTTIME at
 //! receive (t2) and at reply (t3) and its BOOTTIME-MONOTONIC (suspends).
 //!
-//! Nothing runs between reading t2 and reading t3 but decoding the probe and
+//! Every datagram is signed with the session's probe key (Welcome.probe_key,
+//! HMAC-SHA256, `tracesync_protocol::probe`). A probe with a bad MAC, of
+//! another session, or replayed (its nonce seen before, or older than the
+//! replay window) is counted and not answered.
+//!
+//! Transports ([`SyncTransport`]): UDP datagrams to the daemon's sync port,
+//! or, for links that carry only TCP (adb forward/reverse), frames on the
+//! relay's own TCP connection to the same port number (TCP_NODELAY,
+//! length-delimited). `auto` starts with UDP and falls back to TCP when no
+//! probe arrives within [`UNPROBED_GIVE_UP`], and back to UDP when TCP
+//! fails or goes silent.
+//!
+//! Between reading t2 and reading t3 run only the MAC check, the decode and
 //! one clock snapshot: the daemon takes the whole hold time t3 - t2 out of
-//! the round trip, but work after t3 or before t2 would count as network
-//! delay.
+//! the round trip. After t3 come only signing the reply (one HMAC over
+//! ~40 bytes, about a microsecond) and the send: work there counts as
+//! network delay on the return leg.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use prost::Message;
-use tokio::net::UdpSocket;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tokio_util::codec::{Encoder, FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
+use tracesync_protocol::probe::{self, NonceRejected, OpenError, ProbeKey, ReplayWindow};
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
-use tracesync_protocol::relay::v1::{
-    Probe, ProbeDatagram, ProbeRegister, ProbeReply, probe_datagram::Body,
-};
+use tracesync_protocol::relay::v1::{ProbeRegister, ProbeReply, probe_body::Kind};
 
 use crate::clocks::SharedClock;
 
@@ -29,6 +44,57 @@ pub const REGISTER_INTERVAL_UNPROBED: Duration = Duration::from_secs(1);
 /// ProbeRegister spacing once probed: keeps a NAT mapping fresh and lets
 /// the daemon learn a changed address.
 pub const REGISTER_INTERVAL_PROBED: Duration = Duration::from_secs(10);
+/// `auto`: a transport that brings no probe for this long after it starts
+/// is given up for the other one.
+pub const UNPROBED_GIVE_UP: Duration = Duration::from_secs(3);
+/// `auto`: a transport that was probed and then stays silent this long (the
+/// daemon probes at least once a second) is given up for the other one.
+pub const SILENCE_GIVE_UP: Duration = Duration::from_secs(5);
+/// Pause before retrying after a TCP connection failed.
+const TCP_RETRY: Duration = Duration::from_secs(1);
+
+/// The relay's `[sync]` section.
+#[derive(serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct SyncConfig {
+    /// How probes reach this relay (`--sync-transport` overrides it).
+    #[serde(default)]
+    pub transport: SyncTransport,
+}
+
+/// How probes reach this relay (`[sync] transport`, `--sync-transport`).
+#[derive(serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncTransport {
+    /// UDP, falling back to TCP when no probe arrives.
+    #[default]
+    Auto,
+    Udp,
+    Tcp,
+}
+
+impl SyncTransport {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(Self::Auto),
+            "udp" => Ok(Self::Udp),
+            "tcp" => Ok(Self::Tcp),
+            other => Err(format!(
+                "unknown sync transport {other:?}; use auto, udp or tcp"
+            )),
+        }
+    }
+}
+
+/// What the uplink learned from Welcome for the responder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeTarget {
+    /// The daemon's sync port (UDP, and TCP for the fallback).
+    pub daemon: SocketAddr,
+    pub session_id: u64,
+    /// Welcome.probe_key.
+    pub probe_key: Vec<u8>,
+}
 
 /// Counters of one responder (shared so the uplink or status can read them).
 #[derive(Debug, Default)]
@@ -37,75 +103,129 @@ pub struct ResponderStats {
     pub probes_answered: AtomicU64,
     /// Probes naming another session (an older connection's daemon state).
     pub other_sessions: AtomicU64,
+    /// Probes whose MAC does not check with the session's key.
+    pub bad_mac: AtomicU64,
+    /// Probes whose nonce was seen before or is older than the window.
+    pub replayed: AtomicU64,
     /// Datagrams that do not decode or are not probes.
     pub malformed: AtomicU64,
     pub send_errors: AtomicU64,
     pub recv_errors: AtomicU64,
+    /// TCP probe connections opened.
+    pub tcp_connects: AtomicU64,
+    /// `auto` changes of transport.
+    pub transport_switches: AtomicU64,
 }
 
 impl ResponderStats {
     fn bump(counter: &AtomicU64) -> u64 {
         counter.fetch_add(1, Ordering::Relaxed) + 1
     }
+
+    fn count(&self, incoming: Incoming) {
+        let counter = match incoming {
+            Incoming::Probe(_) => return,
+            Incoming::OtherSession => &self.other_sessions,
+            Incoming::BadMac => &self.bad_mac,
+            Incoming::Replayed => &self.replayed,
+            Incoming::Malformed => &self.malformed,
+        };
+        Self::bump(counter);
+    }
 }
 
-/// What a received datagram is to a responder of one session.
+/// What a received datagram is to the responder of one session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Incoming {
-    Probe(Probe),
+    /// A fresh, authentic probe: its nonce.
+    Probe(u64),
     OtherSession,
+    BadMac,
+    Replayed,
     Malformed,
 }
 
-/// Classifies one received datagram for session `session_id`.
-pub fn classify(bytes: &[u8], session_id: u64) -> Incoming {
-    if bytes.len() > MAX_PROBE_DATAGRAM_BYTES {
-        return Incoming::Malformed;
+/// One session's signing and replay state (sans-IO).
+#[derive(Debug)]
+pub struct Responder {
+    session_id: u64,
+    key: ProbeKey,
+    window: ReplayWindow,
+    register_nonce: u64,
+}
+
+impl Responder {
+    /// None when the key is not 32 bytes (a daemon without probe keys).
+    pub fn new(session_id: u64, probe_key: &[u8]) -> Option<Self> {
+        Some(Self {
+            session_id,
+            key: ProbeKey::new(probe_key)?,
+            window: ReplayWindow::default(),
+            register_nonce: 0,
+        })
     }
-    match ProbeDatagram::decode(bytes).ok().and_then(|d| d.body) {
-        Some(Body::Probe(probe)) if probe.session_id == session_id => Incoming::Probe(probe),
-        Some(Body::Probe(_)) => Incoming::OtherSession,
-        _ => Incoming::Malformed,
+
+    /// The next signed ProbeRegister (nonces 1, 2, 3, ... over transports).
+    pub fn register(&mut self) -> Vec<u8> {
+        self.register_nonce += 1;
+        probe::seal(
+            &self.key,
+            self.session_id,
+            Kind::Register(ProbeRegister {
+                nonce: self.register_nonce,
+            }),
+        )
+    }
+
+    /// Checks one received datagram; a fresh probe's nonce is recorded.
+    pub fn classify(&mut self, bytes: &[u8]) -> Incoming {
+        let Ok(datagram) = probe::envelope(bytes) else {
+            return Incoming::Malformed;
+        };
+        if datagram.session_id != self.session_id {
+            return Incoming::OtherSession;
+        }
+        match probe::open(&self.key, &datagram) {
+            Ok(Kind::Probe(probe)) => match self.window.accept(probe.nonce) {
+                Ok(()) => Incoming::Probe(probe.nonce),
+                Err(NonceRejected::Replay | NonceRejected::TooOld) => Incoming::Replayed,
+            },
+            Ok(_) | Err(OpenError::Malformed) => Incoming::Malformed,
+            Err(OpenError::BadMac | OpenError::SessionMismatch) => Incoming::BadMac,
+        }
+    }
+
+    /// The signed reply to probe `nonce`.
+    pub fn reply(&self, nonce: u64, t2: u64, t3: u64, boottime_minus_monotonic_ns: i64) -> Vec<u8> {
+        probe::seal(
+            &self.key,
+            self.session_id,
+            Kind::Reply(ProbeReply {
+                nonce,
+                t2_ns: t2,
+                t3_ns: t3,
+                boottime_minus_monotonic_ns,
+            }),
+        )
     }
 }
 
-/// The reply to `probe` with relay BOOTTIME `t2` (receive) and `t3` (send).
-pub fn reply_datagram(
-    probe: &Probe,
-    t2: u64,
-    t3: u64,
-    boottime_minus_monotonic_ns: i64,
-) -> Vec<u8> {
-    ProbeDatagram {
-        body: Some(Body::Reply(ProbeReply {
-            session_id: probe.session_id,
-            probe_id: probe.probe_id,
-            t1_ns: probe.t1_ns,
-            t2_ns: t2,
-            t3_ns: t3,
-            boottime_minus_monotonic_ns,
-        })),
-    }
-    .encode_to_vec()
+/// The framing of the TCP fallback (as the daemon's).
+pub fn tcp_codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_PROBE_DATAGRAM_BYTES)
+        .new_codec()
 }
 
-/// The ProbeRegister datagram of a session.
-pub fn register_datagram(session_id: u64) -> Vec<u8> {
-    ProbeDatagram {
-        body: Some(Body::Register(ProbeRegister { session_id })),
-    }
-    .encode_to_vec()
-}
-
-/// Answers the daemon's probes for `session_id` until `shutdown`.
+/// Answers the daemon's probes for `target` until `shutdown`.
 pub async fn run_probe_responder(
     clock: SharedClock,
-    daemon: SocketAddr,
-    session_id: u64,
+    target: ProbeTarget,
+    transport: SyncTransport,
     shutdown: CancellationToken,
 ) {
     let stats = Arc::new(ResponderStats::default());
-    run_probe_responder_with_stats(clock, daemon, session_id, shutdown, stats).await;
+    run_probe_responder_with_stats(clock, target, transport, shutdown, stats).await;
 }
 
 /// As [`run_probe_responder`], counting into `stats`.
@@ -115,15 +235,23 @@ pub async fn run_probe_responder(
 /// Dropping the returned future stops the thread.
 pub async fn run_probe_responder_with_stats(
     clock: SharedClock,
-    daemon: SocketAddr,
-    session_id: u64,
+    target: ProbeTarget,
+    transport: SyncTransport,
     shutdown: CancellationToken,
     stats: Arc<ResponderStats>,
 ) {
+    let Some(responder) = Responder::new(target.session_id, &target.probe_key) else {
+        tracing::warn!(
+            daemon = %target.daemon,
+            "the daemon sent no usable probe key (older daemon?); clock sync is off for this session"
+        );
+        return;
+    };
     let stop = shutdown.child_token();
     let _stop_on_drop = stop.clone().drop_guard();
     let (done_tx, done_rx) = oneshot::channel::<()>();
-    let (thread_clock, thread_stop, thread_stats) = (clock.clone(), stop.clone(), stats.clone());
+    let daemon = target.daemon;
+    let thread_stop = stop.clone();
     let started = std::thread::Builder::new()
         .name("tracesync-probe".into())
         .spawn(move || {
@@ -132,11 +260,12 @@ pub async fn run_probe_responder_with_stats(
                 .build()
             {
                 Ok(runtime) => runtime.block_on(respond(
-                    thread_clock,
+                    clock,
                     daemon,
-                    session_id,
+                    responder,
+                    transport,
                     thread_stop,
-                    thread_stats,
+                    stats,
                 )),
                 Err(error) => {
                     tracing::warn!(%error, "probe responder: no runtime of its own; probes off");
@@ -150,39 +279,108 @@ pub async fn run_probe_responder_with_stats(
             let _ = done_rx.await;
         }
         Err(error) => {
-            tracing::warn!(%error, "probe responder: no thread of its own; answering on the shared runtime");
-            respond(clock, daemon, session_id, stop, stats).await;
+            tracing::warn!(%error, "probe responder: no thread of its own; probes off");
         }
     }
+}
+
+/// How one transport's run ended.
+enum Ended {
+    Shutdown,
+    /// Failed or silent: try again (the other transport under `auto`).
+    Failed,
+}
+
+/// Everything a transport run needs.
+struct Ctx {
+    clock: SharedClock,
+    daemon: SocketAddr,
+    responder: Responder,
+    stats: Arc<ResponderStats>,
+    shutdown: CancellationToken,
+    /// Give up a silent transport (`auto` only).
+    give_up: bool,
 }
 
 async fn respond(
     clock: SharedClock,
     daemon: SocketAddr,
-    session_id: u64,
+    responder: Responder,
+    mode: SyncTransport,
     shutdown: CancellationToken,
     stats: Arc<ResponderStats>,
 ) {
-    let Some(socket) = bind_for(daemon, &shutdown).await else {
-        return;
+    let mut ctx = Ctx {
+        clock,
+        daemon,
+        responder,
+        stats,
+        shutdown,
+        give_up: mode == SyncTransport::Auto,
     };
-    let register = register_datagram(session_id);
-    let mut probed = false;
+    let mut tcp = mode == SyncTransport::Tcp;
+    loop {
+        let was_tcp = tcp;
+        let ended = if tcp {
+            run_tcp(&mut ctx).await
+        } else {
+            run_udp(&mut ctx).await
+        };
+        match ended {
+            Ended::Shutdown => return,
+            Ended::Failed if ctx.give_up => {
+                tcp = !tcp;
+                ResponderStats::bump(&ctx.stats.transport_switches);
+                let (from, to) = if tcp { ("UDP", "TCP") } else { ("TCP", "UDP") };
+                tracing::info!(%daemon, "probe responder: no probes over {from}; trying {to}");
+            }
+            Ended::Failed => {}
+        }
+        if was_tcp {
+            tokio::select! {
+                () = ctx.shutdown.cancelled() => return,
+                () = tokio::time::sleep(TCP_RETRY) => {}
+            }
+        }
+    }
+}
+
+/// When a silent transport is given up (`auto`), or never.
+fn give_up_at(ctx: &Ctx, started: Instant, last_probe: Option<Instant>) -> Option<Instant> {
+    ctx.give_up.then(|| match last_probe {
+        Some(at) => at + SILENCE_GIVE_UP,
+        None => started + UNPROBED_GIVE_UP,
+    })
+}
+
+async fn sleep_until_or_forever(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn run_udp(ctx: &mut Ctx) -> Ended {
+    let Some(socket) = bind_for(ctx.daemon, &ctx.shutdown).await else {
+        return Ended::Shutdown;
+    };
+    let started = Instant::now();
+    let mut last_probe: Option<Instant> = None;
     let mut next_register = Instant::now();
     // One byte more than the limit: a truncated read shows as oversized.
     let mut buffer = [0u8; MAX_PROBE_DATAGRAM_BYTES + 1];
     loop {
         tokio::select! {
             biased;
-            () = shutdown.cancelled() => return,
+            () = ctx.shutdown.cancelled() => return Ended::Shutdown,
             received = socket.recv_from(&mut buffer) => {
-                let t2 = clock.boottime();
+                let t2 = ctx.clock.boottime();
                 let (length, from) = match received {
                     Ok(received) => received,
                     Err(error) => {
-                        let count = ResponderStats::bump(&stats.recv_errors);
+                        let count = ResponderStats::bump(&ctx.stats.recv_errors);
                         if count.is_power_of_two() {
-                            tracing::warn!(%error, %daemon, count, "probe responder: receive failed; retrying");
+                            tracing::warn!(%error, daemon = %ctx.daemon, count, "probe responder: receive failed; retrying");
                         }
                         // Persistent errors must not spin the task.
                         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -190,53 +388,127 @@ async fn respond(
                     }
                 };
                 let bytes = buffer.get(..length).unwrap_or_default();
-                match classify(bytes, session_id) {
-                    Incoming::Probe(probe) => {
-                        let suspend_offset = clock.now().suspend_offset();
-                        let t3 = clock.boottime();
-                        let reply = reply_datagram(&probe, t2, t3, suspend_offset);
+                match ctx.responder.classify(bytes) {
+                    Incoming::Probe(nonce) => {
+                        let suspend_offset = ctx.clock.now().suspend_offset();
+                        let t3 = ctx.clock.boottime();
+                        let reply = ctx.responder.reply(nonce, t2, t3, suspend_offset);
                         // try_send_to: a wait here would sit after t3.
                         match socket.try_send_to(&reply, from) {
                             Ok(_) => {
-                                ResponderStats::bump(&stats.probes_answered);
+                                ResponderStats::bump(&ctx.stats.probes_answered);
                             }
                             Err(error) => {
-                                let count = ResponderStats::bump(&stats.send_errors);
+                                let count = ResponderStats::bump(&ctx.stats.send_errors);
                                 if count.is_power_of_two() {
                                     tracing::warn!(%error, peer = %from, count, "probe responder: reply send failed");
                                 }
                             }
                         }
-                        if !probed {
-                            probed = true;
+                        if last_probe.is_none() {
                             next_register = Instant::now() + REGISTER_INTERVAL_PROBED;
                         }
+                        last_probe = Some(Instant::now());
                     }
-                    Incoming::OtherSession => {
-                        ResponderStats::bump(&stats.other_sessions);
-                    }
-                    Incoming::Malformed => {
-                        ResponderStats::bump(&stats.malformed);
-                    }
+                    other => ctx.stats.count(other),
                 }
             }
             () = tokio::time::sleep_until(next_register) => {
-                match socket.try_send_to(&register, daemon) {
+                let register = ctx.responder.register();
+                match socket.try_send_to(&register, ctx.daemon) {
                     Ok(_) => {
-                        ResponderStats::bump(&stats.registers_sent);
+                        ResponderStats::bump(&ctx.stats.registers_sent);
                     }
                     Err(error) => {
-                        let count = ResponderStats::bump(&stats.send_errors);
+                        let count = ResponderStats::bump(&ctx.stats.send_errors);
                         if count.is_power_of_two() {
-                            tracing::warn!(%error, %daemon, count, "probe responder: ProbeRegister send failed; check the daemon's sync address");
+                            tracing::warn!(%error, daemon = %ctx.daemon, count, "probe responder: ProbeRegister send failed; check the daemon's sync address");
                         }
                     }
                 }
-                let interval = if probed { REGISTER_INTERVAL_PROBED } else { REGISTER_INTERVAL_UNPROBED };
+                let interval = if last_probe.is_some() { REGISTER_INTERVAL_PROBED } else { REGISTER_INTERVAL_UNPROBED };
                 next_register = Instant::now() + interval;
             }
+            () = sleep_until_or_forever(give_up_at(ctx, started, last_probe)) => return Ended::Failed,
         }
     }
+}
+
+async fn run_tcp(ctx: &mut Ctx) -> Ended {
+    let started = Instant::now();
+    let connect = tokio::time::timeout(UNPROBED_GIVE_UP, TcpStream::connect(ctx.daemon));
+    let stream = tokio::select! {
+        () = ctx.shutdown.cancelled() => return Ended::Shutdown,
+        connected = connect => match connected {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, daemon = %ctx.daemon, "probe responder: TCP connect failed");
+                return Ended::Failed;
+            }
+            Err(_) => return Ended::Failed,
+        },
+    };
+    ResponderStats::bump(&ctx.stats.tcp_connects);
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "probe responder: TCP_NODELAY failed");
+    }
+    let (read, mut write) = stream.into_split();
+    let mut frames = FramedRead::new(read, tcp_codec());
+    let mut codec = tcp_codec();
+    let mut frame = BytesMut::new();
+    let register = ctx.responder.register();
+    if write_frame(&mut codec, &mut frame, &mut write, register)
+        .await
+        .is_err()
+    {
+        return Ended::Failed;
+    }
+    ResponderStats::bump(&ctx.stats.registers_sent);
+    let mut last_probe: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            biased;
+            () = ctx.shutdown.cancelled() => return Ended::Shutdown,
+            received = frames.next() => {
+                let t2 = ctx.clock.boottime();
+                let bytes = match received {
+                    Some(Ok(bytes)) => bytes,
+                    Some(Err(error)) => {
+                        tracing::debug!(%error, daemon = %ctx.daemon, "probe responder: TCP probe connection failed");
+                        return Ended::Failed;
+                    }
+                    None => return Ended::Failed,
+                };
+                match ctx.responder.classify(&bytes) {
+                    Incoming::Probe(nonce) => {
+                        let suspend_offset = ctx.clock.now().suspend_offset();
+                        let t3 = ctx.clock.boottime();
+                        let reply = ctx.responder.reply(nonce, t2, t3, suspend_offset);
+                        if write_frame(&mut codec, &mut frame, &mut write, reply).await.is_err() {
+                            ResponderStats::bump(&ctx.stats.send_errors);
+                            return Ended::Failed;
+                        }
+                        ResponderStats::bump(&ctx.stats.probes_answered);
+                        last_probe = Some(Instant::now());
+                    }
+                    other => ctx.stats.count(other),
+                }
+            }
+            () = sleep_until_or_forever(give_up_at(ctx, started, last_probe)) => return Ended::Failed,
+        }
+    }
+}
+
+/// Writes one length-delimited frame (one write call on an idle socket).
+async fn write_frame(
+    codec: &mut LengthDelimitedCodec,
+    frame: &mut BytesMut,
+    write: &mut tokio::net::tcp::OwnedWriteHalf,
+    bytes: Vec<u8>,
+) -> std::io::Result<()> {
+    frame.clear();
+    codec.encode(Bytes::from(bytes), frame)?;
+    write.write_all(frame).await
 }
 
 /// Binds an ephemeral UDP port of the daemon's address family, retrying
@@ -262,140 +534,5 @@ async fn bind_for(daemon: SocketAddr, shutdown: &CancellationToken) -> Option<Ud
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clocks::SimulatedClock;
-
-    const SESSION: u64 = 0x5e55_1010;
-
-    fn probe_bytes(session_id: u64, probe_id: u64, t1_ns: u64) -> Vec<u8> {
-        ProbeDatagram {
-            body: Some(Body::Probe(Probe {
-                session_id,
-                probe_id,
-                t1_ns,
-            })),
-        }
-        .encode_to_vec()
-    }
-
-    #[test]
-    fn classify_sorts_datagrams() {
-        let probe = Probe {
-            session_id: SESSION,
-            probe_id: 3,
-            t1_ns: 9,
-        };
-        assert_eq!(
-            classify(&probe_bytes(SESSION, 3, 9), SESSION),
-            Incoming::Probe(probe)
-        );
-        assert_eq!(
-            classify(&probe_bytes(SESSION + 1, 3, 9), SESSION),
-            Incoming::OtherSession
-        );
-        assert_eq!(
-            classify(&register_datagram(SESSION), SESSION),
-            Incoming::Malformed
-        );
-        assert_eq!(classify(&[0xff; 8], SESSION), Incoming::Malformed);
-        assert_eq!(classify(&[], SESSION), Incoming::Malformed);
-        assert_eq!(classify(&[0; 300], SESSION), Incoming::Malformed);
-    }
-
-    #[test]
-    fn reply_echoes_the_probe() {
-        let probe = Probe {
-            session_id: SESSION,
-            probe_id: 77,
-            t1_ns: 1_000,
-        };
-        let bytes = reply_datagram(&probe, 5_000, 5_200, -42);
-        assert!(bytes.len() <= MAX_PROBE_DATAGRAM_BYTES);
-        let Some(Body::Reply(reply)) = ProbeDatagram::decode(&bytes[..]).expect("decodes").body
-        else {
-            panic!("not a reply");
-        };
-        assert_eq!(
-            reply,
-            ProbeReply {
-                session_id: SESSION,
-                probe_id: 77,
-                t1_ns: 1_000,
-                t2_ns: 5_000,
-                t3_ns: 5_200,
-                boottime_minus_monotonic_ns: -42,
-            }
-        );
-    }
-
-    async fn recv(socket: &UdpSocket, buffer: &mut [u8]) -> (usize, SocketAddr) {
-        tokio::time::timeout(Duration::from_secs(5), socket.recv_from(buffer))
-            .await
-            .expect("datagram within 5 s")
-            .expect("recv")
-    }
-
-    #[tokio::test]
-    async fn registers_then_answers_its_own_probes_only() {
-        let daemon = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
-        let daemon_addr = daemon.local_addr().expect("addr");
-        let clock: SharedClock = Arc::new(SimulatedClock::new(7_000_000_000, 0.0));
-        let stats = Arc::new(ResponderStats::default());
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run_probe_responder_with_stats(
-            clock.clone(),
-            daemon_addr,
-            SESSION,
-            shutdown.clone(),
-            stats.clone(),
-        ));
-        let mut buffer = [0u8; 512];
-        let (length, relay) = recv(&daemon, &mut buffer).await;
-        assert_eq!(&buffer[..length], &register_datagram(SESSION)[..]);
-
-        daemon.send_to(&[0xff, 0x01], relay).await.expect("send");
-        daemon
-            .send_to(&probe_bytes(SESSION + 1, 1, 5), relay)
-            .await
-            .expect("send");
-        let before = clock.boottime();
-        daemon
-            .send_to(&probe_bytes(SESSION, 2, 123), relay)
-            .await
-            .expect("send");
-        let (length, _) = recv(&daemon, &mut buffer).await;
-        let after = clock.boottime();
-        let Some(Body::Reply(reply)) = ProbeDatagram::decode(&buffer[..length])
-            .expect("decodes")
-            .body
-        else {
-            panic!("expected a reply");
-        };
-        assert_eq!(
-            (reply.session_id, reply.probe_id, reply.t1_ns),
-            (SESSION, 2, 123)
-        );
-        assert!(before <= reply.t2_ns && reply.t2_ns <= reply.t3_ns && reply.t3_ns <= after);
-        // The responder's thread counts the reply just after sending it.
-        let counts = || {
-            [
-                stats.probes_answered.load(Ordering::Relaxed),
-                stats.other_sessions.load(Ordering::Relaxed),
-                stats.malformed.load(Ordering::Relaxed),
-            ]
-        };
-        for _ in 0..500 {
-            if counts() == [1, 1, 1] {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(counts(), [1, 1, 1], "answered, other sessions, malformed");
-        shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .expect("stops on shutdown")
-            .expect("no panic");
-    }
-}
+#[path = "probe_tests.rs"]
+mod tests;

@@ -62,6 +62,8 @@ pub enum Action {
     StartProbe {
         session_id: u64,
         sync_udp_port: u16,
+        /// Welcome.probe_key: signs the session's probe datagrams.
+        probe_key: Vec<u8>,
     },
     /// Drop the connection (the session already plans the reconnect).
     Close {
@@ -213,6 +215,7 @@ impl Session {
         acked_through: u64,
         session_id: u64,
         sync_udp_port: u32,
+        probe_key: &[u8],
         oldest_spooled: u64,
         now: Instant,
     ) -> Vec<Action> {
@@ -230,6 +233,7 @@ impl Session {
             actions.push(Action::StartProbe {
                 session_id,
                 sync_udp_port: port,
+                probe_key: probe_key.to_vec(),
             });
         }
         actions
@@ -321,14 +325,15 @@ mod tests {
         let mut s = Session::new(SessionConfig::default(), t0, 42);
         assert_eq!(s.poll(t0, oldest, 0), Some(Action::Connect));
         assert_eq!(s.connected(t0), vec![Action::SendHello]);
-        let actions = s.welcome(acked, 7, 7411, oldest, t0);
+        let actions = s.welcome(acked, 7, 7411, &[1; 32], oldest, t0);
         assert_eq!(
             actions,
             vec![
                 Action::AckSpool(acked),
                 Action::StartProbe {
                     session_id: 7,
-                    sync_udp_port: 7411
+                    sync_udp_port: 7411,
+                    probe_key: vec![1; 32],
                 }
             ]
         );
@@ -408,7 +413,7 @@ mod tests {
         assert_eq!(s.poll(retry, 3, 5), Some(Action::Connect));
         s.connected(retry);
         // The daemon wrote batch 3 before the drop.
-        s.welcome(3, 8, 0, 3, retry);
+        s.welcome(3, 8, 0, &[], 3, retry);
         let seqs = pump(&mut s, retry, 5, 10);
         assert_eq!(seqs, vec![Action::SendBatch(4), Action::SendBatch(5)]);
     }
@@ -446,7 +451,7 @@ mod tests {
         // A connection that lived for a while starts over at the minimum.
         s.poll(now, 1, 0);
         s.connected(now);
-        s.welcome(0, 1, 0, 1, now);
+        s.welcome(0, 1, 0, &[], 1, now);
         s.connection_lost(now + Duration::from_secs(2));
         let delay = s.deadline().unwrap() - (now + Duration::from_secs(2));
         assert!(delay <= 100 * MS, "{delay:?}");
@@ -477,7 +482,7 @@ mod tests {
         assert!(matches!(s.ack(5, t0)[..], [Action::Close { .. }]));
         let (mut s, t0) = welcomed(0, 1);
         assert!(matches!(
-            s.welcome(0, 1, 0, 1, t0)[..],
+            s.welcome(0, 1, 0, &[], 1, t0)[..],
             [Action::Close { .. }]
         ));
         // A stale ack is ignored.

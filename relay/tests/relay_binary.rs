@@ -99,6 +99,7 @@ impl Daemon {
                 acked_through_batch: self.acked_through,
                 session_id: 1,
                 sync_udp_port: 0,
+                probe_key: Default::default(),
             })),
         })
         .await

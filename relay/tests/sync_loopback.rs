@@ -9,13 +9,14 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
-use tracesync::sync::{ProbeSessions, SyncEstimate, spawn_prober};
+use tracesync::sync::{ProbeSessions, Registration, SyncEstimate, spawn_prober};
 use tracesync_relay::clocks::{RelayClock, SharedClock, SimulatedClock};
-use tracesync_relay::probe::run_probe_responder;
+use tracesync_relay::probe::{ProbeTarget, SyncTransport, run_probe_responder};
 
 const SESSION: u64 = 0x0123_4567_89ab_cdef;
 const SLOT: u32 = 4;
 const MACHINE: u32 = 0x00c0_ffee;
+const KEY: [u8; 32] = [0x5a; 32];
 
 /// True host BOOTTIME, as this process reads it, for a relay BOOTTIME.
 fn truth_host(clock: &SimulatedClock, relay_ns: u64) -> i64 {
@@ -31,7 +32,14 @@ async fn prober_and_responder_find_the_simulated_offset() {
         .expect("bind sync socket");
     let sync_addr = socket.local_addr().expect("local addr");
     let sessions = ProbeSessions::new();
-    sessions.register_machine(SESSION, SLOT, MACHINE);
+    sessions.register(
+        SESSION,
+        Registration {
+            slot: SLOT,
+            machine_raw_id: MACHINE,
+            probe_key: KEY,
+        },
+    );
     let (updates_tx, mut updates) = mpsc::channel(64);
     let shutdown = CancellationToken::new();
     let prober = spawn_prober(socket, sessions.clone(), updates_tx, shutdown.clone());
@@ -40,8 +48,12 @@ async fn prober_and_responder_find_the_simulated_offset() {
     let clock: SharedClock = Arc::new(simulated);
     let responder = tokio::spawn(run_probe_responder(
         clock.clone(),
-        sync_addr,
-        SESSION,
+        ProbeTarget {
+            daemon: sync_addr,
+            session_id: SESSION,
+            probe_key: KEY.to_vec(),
+        },
+        SyncTransport::Udp,
         shutdown.clone(),
     ));
 
@@ -63,7 +75,7 @@ async fn prober_and_responder_find_the_simulated_offset() {
     assert!(samples >= 14, "{samples} samples in 3 s");
     let stats = sessions.stats();
     assert_eq!(
-        stats.malformed + stats.unknown_probe + stats.wrong_session,
+        stats.malformed + stats.bad_mac + stats.nonce_mismatch + stats.replayed,
         0,
         "{stats:?}"
     );

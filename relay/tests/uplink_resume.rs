@@ -79,7 +79,7 @@ fn start_relay(dir: &std::path::Path, host: String) -> Relay {
         spool,
         rx,
         |m: Incoming| m,
-        Box::new(|_, _, _| {}),
+        Box::new(|_, _| {}),
         stop.clone(),
     ));
     Relay { tx, stop, task }
@@ -157,6 +157,7 @@ impl Daemon {
                 acked_through_batch: self.acked_through,
                 session_id: 9,
                 sync_udp_port: 0,
+                probe_key: Default::default(),
             }),
         )
         .await;

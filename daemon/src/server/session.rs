@@ -130,7 +130,12 @@ async fn welcome<P: ProbeRegistry>(
     }
     // The session's probe key: signs its probe datagrams (Welcome carries it).
     let Ok(probe_key) = tracesync_protocol::probe::new_probe_key() else {
-        refuse(link, peer, "the daemon cannot draw a probe key from the OS random source; retry later").await;
+        refuse(
+            link,
+            peer,
+            "the daemon cannot draw a probe key from the OS random source; retry later",
+        )
+        .await;
         return None;
     };
     let (reply, answer) = oneshot::channel();

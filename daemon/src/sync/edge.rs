@@ -168,7 +168,11 @@ impl TcpConns {
             while let Some(Ok(frame)) = frames.next().await {
                 let t4 = boottime_ns();
                 let bytes = frame.freeze();
-                if events.send(TcpEvent::Frame { conn, bytes, t4 }).await.is_err() {
+                if events
+                    .send(TcpEvent::Frame { conn, bytes, t4 })
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -193,7 +197,13 @@ impl TcpConns {
         }
     }
 
-    fn on_frame(&mut self, conn: u64, bytes: &[u8], t4: u64, core: &mut ProberCore) -> Option<SyncUpdate> {
+    fn on_frame(
+        &mut self,
+        conn: u64,
+        bytes: &[u8],
+        t4: u64,
+        core: &mut ProberCore,
+    ) -> Option<SyncUpdate> {
         let bound = self.conns.get(&conn)?.session;
         let (session, update) = core.on_datagram(bytes, Route::Tcp(conn), t4);
         match (session, bound) {

@@ -196,7 +196,8 @@ impl ProberCore {
             }
             None => false,
         });
-        self.outstanding.retain(|(id, _), _| registered.contains_key(id));
+        self.outstanding
+            .retain(|(id, _), _| registered.contains_key(id));
         self.outstanding_order
             .retain(|(id, _)| registered.contains_key(id));
         self.registered = registered
@@ -344,13 +345,10 @@ impl ProberCore {
         let verdict = before
             .filter(|_| t1 <= t4 && t2 <= t3)
             .map(|b| judge(&config, &b, t1, t2, t3, t4));
-        let result = session.estimator.add_sample(
-            t1,
-            t2,
-            t3,
-            t4,
-            reply.boottime_minus_monotonic_ns,
-        );
+        let result =
+            session
+                .estimator
+                .add_sample(t1, t2, t3, t4, reply.boottime_minus_monotonic_ns);
         if let (Some(b), Some(e)) = (before, result)
             && b.epoch != e.epoch
         {
@@ -526,7 +524,14 @@ enum Verdict {
     Step,
 }
 
-fn judge(config: &ProberConfig, before: &SyncEstimate, t1: u64, t2: u64, t3: u64, t4: u64) -> Verdict {
+fn judge(
+    config: &ProberConfig,
+    before: &SyncEstimate,
+    t1: u64,
+    t2: u64,
+    t3: u64,
+    t4: u64,
+) -> Verdict {
     let (t1, t2, t3, t4) = (t1 as i128, t2 as i128, t3 as i128, t4 as i128);
     let offset = ((t2 - t1) + (t3 - t4)) / 2;
     let delay = ((t4 - t1) - (t3 - t2)).max(0);

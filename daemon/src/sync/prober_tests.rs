@@ -282,11 +282,18 @@ fn replayed_replies_are_counted_and_ignored() {
     let sent = send_due(&mut core, 0).remove(0);
     let (reply, t4) = reply_to(sent, 0);
     let bytes = relay.reply(reply);
-    let update = core.on_datagram(&bytes, relay_addr(), t4).1.expect("update");
+    let update = core
+        .on_datagram(&bytes, relay_addr(), t4)
+        .1
+        .expect("update");
     // The same datagram again, later (a replay), even from elsewhere.
     let elsewhere = Route::Udp(SocketAddr::from(([10, 0, 0, 9], 1)));
     assert!(core.on_datagram(&bytes, elsewhere, t4 + 5 * MS).1.is_none());
-    assert!(core.on_datagram(&bytes, relay_addr(), t4 + 9 * MS).1.is_none());
+    assert!(
+        core.on_datagram(&bytes, relay_addr(), t4 + 9 * MS)
+            .1
+            .is_none()
+    );
     assert_eq!(core.stats().replayed, 2);
     assert_eq!(core.stats().replies_accepted, 1);
     assert_eq!(core.estimate(SESSION), Some(update.estimate));
@@ -330,7 +337,10 @@ fn replies_to_no_outstanding_probe_are_nonce_mismatches() {
             .is_none()
     );
     let stats = core.stats();
-    assert_eq!(stats.malformed, 3, "oversized + probe at daemon + undecodable");
+    assert_eq!(
+        stats.malformed, 3,
+        "oversized + probe at daemon + undecodable"
+    );
     assert_eq!(stats.replies_accepted, 0);
 }
 
@@ -355,7 +365,9 @@ fn new_epoch_restarts_the_burst() {
     let mut core = core_with_session();
     let mut relay = Relay::new();
     register(&mut core, &mut relay, relay_addr(), 0);
-    let now = run_answering(&mut core, &relay, 0, 2_000 * MS, 10 * MS, |s| reply_to(s, 7));
+    let now = run_answering(&mut core, &relay, 0, 2_000 * MS, 10 * MS, |s| {
+        reply_to(s, 7)
+    });
     let prepared = core.prepare_probe(SESSION).expect("active");
     core.probe_sent(SESSION, prepared.nonce, now);
     let sent = Sent {
@@ -412,7 +424,10 @@ fn a_low_delay_sample_far_outside_the_bound_starts_a_burst() {
     deliver(&mut core, &relay, reply, t4);
     assert_eq!(core.stats().suspected_steps, 0);
     assert_eq!(core.burst_left(SESSION), Some(0));
-    assert_eq!(core.steady_interval_ns(SESSION), Some((before / 2).max(100 * MS)));
+    assert_eq!(
+        core.steady_interval_ns(SESSION),
+        Some((before / 2).max(100 * MS))
+    );
 }
 
 #[test]

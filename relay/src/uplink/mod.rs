@@ -69,9 +69,10 @@ pub enum UplinkExit {
     Refused { reason: String },
 }
 
-/// Starts the clock-sync probe responder for a session: daemon UDP
-/// address, session id, and a token cancelled when the connection ends.
-pub type ProbeStarter = Box<dyn FnMut(SocketAddr, u64, CancellationToken) + Send>;
+/// Starts the clock-sync probe responder for a session: daemon sync
+/// address, session id and probe key, and a token cancelled when the
+/// connection ends.
+pub type ProbeStarter = Box<dyn FnMut(crate::probe::ProbeTarget, CancellationToken) + Send>;
 
 /// Runs until shutdown (drained or timed out) or an authentication refusal.
 /// `incoming` carries the sources' messages, `convert` turns each into the
@@ -299,10 +300,15 @@ impl Uplink {
             Action::StartProbe {
                 session_id,
                 sync_udp_port,
+                probe_key,
             } => {
                 if let (Some(connection), Some(peer)) = (&self.connection, self.peer) {
-                    let daemon = SocketAddr::new(peer.ip(), sync_udp_port);
-                    (self.start_probe)(daemon, session_id, connection.token.child_token());
+                    let target = crate::probe::ProbeTarget {
+                        daemon: SocketAddr::new(peer.ip(), sync_udp_port),
+                        session_id,
+                        probe_key,
+                    };
+                    (self.start_probe)(target, connection.token.child_token());
                 }
             }
             Action::Close { reason } => {
@@ -362,6 +368,7 @@ impl Uplink {
                         welcome.acked_through_batch,
                         welcome.session_id,
                         welcome.sync_udp_port,
+                        &welcome.probe_key,
                         self.spool.oldest_unacked(),
                         now,
                     )
