@@ -37,7 +37,7 @@ pub struct DaemonArgs {
     /// Relay data TCP address [listen.data].
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Clock-sync UDP address [listen.sync].
+    /// Clock-sync address, UDP and the TCP fallback [listen.sync].
     #[arg(long, value_name = "ADDR")]
     pub sync_listen: Option<SocketAddr>,
     /// Control socket path [listen.control].
@@ -86,7 +86,7 @@ pub struct DaemonConfig {
 pub struct ListenConfig {
     /// Relay data connections (TCP).
     pub data: SocketAddr,
-    /// Clock-sync probes (UDP).
+    /// Clock-sync probes: UDP, and TCP on the same port (fallback).
     pub sync: SocketAddr,
     /// Control socket for `tracesync tail` / `status` (Unix).
     pub control: PathBuf,

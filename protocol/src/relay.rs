@@ -24,7 +24,7 @@ pub const MAX_PROBE_DATAGRAM_BYTES: usize = 256;
 /// Default daemon TCP port for relay data connections.
 pub const DEFAULT_DATA_PORT: u16 = 7410;
 
-/// Default daemon UDP port for clock-sync probes.
+/// Default daemon port for clock-sync probes (UDP, and TCP for the fallback).
 pub const DEFAULT_SYNC_PORT: u16 = 7411;
 
 /// Default daemon metrics address (off unless enabled).
