@@ -18,6 +18,9 @@ pub struct StatusReport {
     /// Host BOOTTIME when the report was made (ns).
     pub host_boottime_ns: u64,
     pub machines: Vec<MachineStatus>,
+    /// Counters of the clock-sync prober (probes, rejections by reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<crate::sync::ProberStats>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

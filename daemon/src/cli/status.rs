@@ -124,6 +124,22 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             let _ = writeln!(out, "drops on {}: {}", name(m), reasons.join(", "));
         }
     }
+    if let Some(p) = &report.sync {
+        let _ = writeln!(
+            out,
+            "sync probes: sent={} accepted={} rejected: bad_mac={} replayed={} nonce_mismatch={} \
+             unknown_session={} malformed={}; bursts={} tcp_connections={}",
+            p.probes_sent,
+            p.replies_accepted,
+            p.bad_mac,
+            p.replayed,
+            p.nonce_mismatch,
+            p.unknown_session,
+            p.malformed,
+            p.bursts,
+            p.tcp_connections
+        );
+    }
     out
 }
 

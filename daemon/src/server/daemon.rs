@@ -179,6 +179,7 @@ async fn run_daemon(
     let mut ingest = IngestSettings::new(Duration::from_millis(config.output.commit_interval_ms));
     ingest.data_addr = Some(data_addr.to_string());
     ingest.sync_addr = Some(sync_addr.to_string());
+    ingest.probes = Some(probes.clone());
     let parts = Parts {
         core,
         writer,

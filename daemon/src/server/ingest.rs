@@ -38,6 +38,8 @@ pub struct IngestSettings {
     /// Bound addresses, for the status report.
     pub data_addr: Option<String>,
     pub sync_addr: Option<String>,
+    /// The prober's registry, for its counters in the status report.
+    pub probes: Option<crate::sync::ProbeSessions>,
 }
 
 impl IngestSettings {
@@ -49,6 +51,7 @@ impl IngestSettings {
             status_every: Duration::from_millis(250),
             data_addr: None,
             sync_addr: None,
+            probes: None,
         }
     }
 }
@@ -351,6 +354,7 @@ where
             current_file: self.current_file(),
             host_boottime_ns: hostclock::boottime_ns(),
             machines: self.core.status(),
+            sync: self.settings.probes.as_ref().map(|p| p.stats()),
         };
         status.send_replace(Arc::new(report));
     }

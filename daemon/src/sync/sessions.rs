@@ -27,8 +27,10 @@ impl std::fmt::Debug for Registration {
     }
 }
 
-/// Counters of the prober, readable from the registry.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Counters of the prober, readable from the registry (and in the status
+/// report's `sync` object).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ProberStats {
     pub probes_sent: u64,
     pub registers_accepted: u64,
