@@ -22,7 +22,7 @@
 //!   `max_interval_ns`: it grows by 1/4 after `slow_after_agreeing` samples
 //!   in a row agree with the estimate (the sample's interval
 //!   `offset ± delay/2` meets the estimate's `offset ± bound`), and halves
-//!   when a sample disagrees.
+//!   when a sample disagrees; every burst resets it to `steady_interval_ns`.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -298,6 +298,7 @@ impl ProberCore {
         if session.route != Some(route) {
             // First contact, reconnect, or a new address: re-acquire.
             session.route = Some(route);
+            session.interval_ns = config.steady_interval_ns;
             session.start_burst(config.burst_probes, now_ns);
             self.stats.bursts += 1;
         }
@@ -355,6 +356,7 @@ impl ProberCore {
             // The relay's clock stepped (suspend): re-acquire quickly.
             self.stats.new_epochs += 1;
             self.stats.bursts += 1;
+            session.interval_ns = config.steady_interval_ns;
             session.start_burst(config.burst_probes, t4);
         } else {
             match verdict {

@@ -463,6 +463,9 @@ fn the_steady_rate_slows_while_samples_agree_and_speeds_up_when_not() {
     }
     assert_eq!(core.stats().suspected_steps, 0, "small misses are no steps");
     assert_eq!(intervals, vec![500, 250, 125, 100, 100]);
+    // A burst (here: the relay moved to TCP) starts over at 4 Hz.
+    assert!(register(&mut core, &mut relay, Route::Tcp(1), now));
+    assert_eq!(core.steady_interval_ns(SESSION), Some(250 * MS));
     // Within the steady schedule, the next probe is due an interval after
     // the disagreeing reply at most.
     assert!(core.next_wakeup_ns().expect("active") <= now + 101 * MS);
