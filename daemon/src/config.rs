@@ -110,6 +110,8 @@ impl Default for ListenConfig {
 pub struct AuthConfig {
     /// Shared secret; None (or empty) accepts every relay.
     pub token: Option<String>,
+    /// Machine names (the relay's Hello name) allowed to connect; empty: all.
+    pub allow_machines: Vec<String>,
 }
 
 impl AuthConfig {
@@ -117,6 +119,16 @@ impl AuthConfig {
     pub fn required_token(&self) -> Option<&str> {
         self.token.as_deref().filter(|t| !t.is_empty())
     }
+
+    /// Whether a relay naming itself `machine` may connect.
+    pub fn machine_allowed(&self, machine: &str) -> bool {
+        allowed(&self.allow_machines, machine)
+    }
+}
+
+/// An empty allow-list allows every machine.
+pub fn allowed(allow_machines: &[String], machine: &str) -> bool {
+    allow_machines.is_empty() || allow_machines.iter().any(|m| m == machine)
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

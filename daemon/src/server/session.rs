@@ -126,6 +126,15 @@ async fn welcome<P: ProbeRegistry>(
         refuse(link, peer, reason).await;
         return None;
     }
+    if !shared.machine_allowed(&hello.machine_name) {
+        shared.counters.bump(Counter::RefusedMachine);
+        let reason = format!(
+            "machine {:?} is not in the daemon's [auth] allow-machines",
+            hello.machine_name
+        );
+        refuse(link, peer, &reason).await;
+        return None;
+    }
     let (reply, answer) = oneshot::channel();
     let name = hello.machine_name.clone();
     let machine_raw_id = hello.machine_raw_id;
