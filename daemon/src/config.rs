@@ -31,7 +31,8 @@ pub struct DaemonArgs {
     /// Config file (default: /etc/tracesync/daemon.toml if present).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Parse and check the configuration, print "ok" or the first error, and exit.
+    /// Parse and check the configuration, print "FILE: ok" or the first error
+    /// as file:line:column: message, and exit (78 on an error).
     #[arg(long)]
     pub check_config: bool,
     /// Relay data TCP address [listen.data].
@@ -375,6 +376,36 @@ impl DaemonConfig {
         };
         config.apply_flags(args);
         Ok((config, path))
+    }
+
+    /// `--check-config`'s checks of the paths the config names, beyond
+    /// parsing: paths that exist must be of the right kind (the output
+    /// directory and the control socket's directory are created by systemd
+    /// or at startup, so they may be missing). Sections with files to read
+    /// (certificates) add their checks here.
+    pub fn check_paths(&self, file: Option<&Path>) -> Result<(), ConfigError> {
+        let error = |message: String| ConfigError {
+            file: file.map_or_else(|| PathBuf::from("built-in defaults"), Path::to_path_buf),
+            position: None,
+            message,
+        };
+        let dir = &self.output.dir;
+        if dir.exists() && !dir.is_dir() {
+            return Err(error(format!(
+                "[output] dir: {} exists and is not a directory",
+                dir.display()
+            )));
+        }
+        if let Some(parent) = self.listen.control.parent()
+            && parent.exists()
+            && !parent.is_dir()
+        {
+            return Err(error(format!(
+                "[listen] control: {} is not a directory",
+                parent.display()
+            )));
+        }
+        Ok(())
     }
 
     /// Flags win over the file.

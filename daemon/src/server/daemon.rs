@@ -67,7 +67,15 @@ pub fn main() -> ExitCode {
         }
     };
     if args.check_config {
-        println!("ok");
+        if let Err(e) = config.check_paths(config_path.as_deref()) {
+            eprintln!("tracesyncd: {e}");
+            return ExitCode::from(exit::CONFIG);
+        }
+        let file = config_path.as_ref().map_or_else(
+            || "built-in defaults".to_owned(),
+            |p| p.display().to_string(),
+        );
+        println!("{file}: ok");
         return ExitCode::from(exit::OK);
     }
     init_logging(&config);
@@ -244,7 +252,11 @@ async fn run_daemon(
         relays_recovered = recovered.streams.len(), "ready"
     );
     // Listeners are bound and the output is open: only now is the service ready.
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    let status = format!("listening data={data_addr} sync={sync_addr}");
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&status),
+    ]);
 
     let summary = keep_alive(running.stopped(), ingest_alive).await;
     signals.abort();
@@ -369,7 +381,7 @@ impl Reloader {
         let mut applied = new.clone();
         if plan.log_level_changed() {
             match set_log_level(new.log.level) {
-                Ok(()) => tracing::debug!("log level is now {}", new.log.level.as_str()),
+                Ok(()) => {}
                 Err(e) => {
                     warn!("SIGHUP: cannot change the log level: {e}");
                     applied.log = self.running.log.clone();
@@ -382,6 +394,9 @@ impl Reloader {
             self.limits.send_replace(OutputLimits::from_config(&new));
         }
         info!("SIGHUP: reloaded {}: {}", path.display(), plan.summary());
+        if applied.log.level != self.running.log.level {
+            tracing::debug!("log level is now {}", applied.log.level.as_str());
+        }
         // Keys that need a restart keep their running values, so the next
         // reload reports them again until the restart.
         keep_restart_only(&mut applied, &self.running);
