@@ -12,7 +12,8 @@
 # and prints the static relay's size and how it is linked.
 #
 # Usage: scripts/package.sh [--out DIR] [--no-build]
-#   --out DIR     install tree (default: target/package/tracesync-VERSION-x86_64-linux)
+#   --out DIR     install tree (default: $CARGO_TARGET_DIR/package/tracesync-VERSION-x86_64-linux,
+#                 CARGO_TARGET_DIR defaulting to target)
 #   --no-build    package binaries already built by an earlier run
 #
 # Install on a host:  sudo cp -a TREE/. /  &&  sudo systemd-sysusers \
@@ -26,7 +27,8 @@ cd "$(dirname "$0")/.."
 
 TARGET=x86_64-unknown-linux-gnu
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-OUT="target/package/tracesync-$VERSION-x86_64-linux"
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+OUT="$TARGET_DIR/package/tracesync-$VERSION-x86_64-linux"
 BUILD=1
 while (( $# )); do
   case "$1" in
@@ -47,16 +49,19 @@ if (( BUILD )); then
     cargo build --release --target "$TARGET" -p tracesync-relay
 fi
 
-RELAY="target/$TARGET/release/tracesync-relay"
-for f in target/release/tracesyncd target/release/tracesync "$RELAY"; do
+RELAY="$TARGET_DIR/$TARGET/release/tracesync-relay"
+HOST_BIN="$TARGET_DIR/release"
+for f in "$HOST_BIN/tracesyncd" "$HOST_BIN/tracesync" "$RELAY"; do
   [[ -x $f ]] || { echo "package.sh: $f is not built (drop --no-build)" >&2; exit 66; }
 done
 
 rm -rf "$OUT"
 install -d "$OUT/usr/bin" "$OUT/etc/tracesync" "$OUT/usr/lib/systemd/system" \
   "$OUT/usr/lib/sysusers.d" "$OUT/usr/lib/systemd/system-preset" "$OUT/usr/share/doc/tracesync"
-install -m 0755 target/release/tracesyncd target/release/tracesync "$OUT/usr/bin/"
-install -m 0755 "$RELAY" "$OUT/usr/bin/tracesync-relay"
+install -m 0755 "$HOST_BIN/tracesyncd" "$HOST_BIN/tracesync" "$OUT/usr/bin/"
+# Stripped: the release profile keeps line tables (for backtraces), which
+# weigh more than the code on a phone.
+install -m 0755 -s "$RELAY" "$OUT/usr/bin/tracesync-relay"
 # The configs are readable by the service user only (they may hold a token).
 install -m 0640 configs/daemon.toml configs/relay.toml "$OUT/etc/tracesync/"
 install -m 0644 systemd/tracesyncd.service systemd/tracesync-relay.service \
@@ -71,14 +76,15 @@ install -m 0644 docs/operations.md README.md "$OUT/usr/share/doc/tracesync/"
 
 tar -C "$(dirname "$OUT")" -czf "$OUT.tar.gz" "$(basename "$OUT")"
 
-bytes=$(stat -c %s "$RELAY")
+SHIPPED="$OUT/usr/bin/tracesync-relay"
 echo "install tree: $OUT ($OUT.tar.gz)"
-echo "static relay: $RELAY: $bytes bytes ($(( (bytes + 524288) / 1048576 )) MiB)"
+echo "static relay: $(stat -c %s "$SHIPPED") bytes stripped ($SHIPPED)," \
+  "$(stat -c %s "$RELAY") bytes as built with line tables ($RELAY)"
 if command -v file >/dev/null; then
-  echo "  file: $(file -b "$RELAY")"
+  echo "  file: $(file -b "$SHIPPED")"
 fi
-echo "  ldd: $(ldd "$RELAY" 2>&1 | head -1 | sed 's/^[[:space:]]*//')"
-if ldd "$RELAY" 2>&1 | grep -q '=>'; then
-  echo "package.sh: $RELAY is dynamically linked" >&2
+echo "  ldd: $(ldd "$SHIPPED" 2>&1 | head -1 | sed 's/^[[:space:]]*//')"
+if ldd "$SHIPPED" 2>&1 | grep -q '=>'; then
+  echo "package.sh: $SHIPPED is dynamically linked" >&2
   exit 70
 fi
