@@ -231,6 +231,7 @@ async fn run_daemon(
     };
     let running = run::start(data, session, token, ingest, parts, shutdown.clone())
         .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot start the ingest thread".into(), &e))?;
+    // No await since the accept loop started: set before any Hello is read.
     running
         .shared
         .set_allow_machines(&config.auth.allow_machines);
