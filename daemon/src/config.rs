@@ -31,7 +31,8 @@ pub struct DaemonArgs {
     /// Config file (default: /etc/tracesync/daemon.toml if present).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Parse and check the configuration, print "ok" or the first error, and exit.
+    /// Parse and check the configuration, print "FILE: ok" or the first error
+    /// as file:line:column: message, and exit (78 on an error).
     #[arg(long)]
     pub check_config: bool,
     /// Relay data TCP address [listen.data].
@@ -110,6 +111,8 @@ impl Default for ListenConfig {
 pub struct AuthConfig {
     /// Shared secret; None (or empty) accepts every relay.
     pub token: Option<String>,
+    /// Machine names (the relay's Hello name) allowed to connect; empty: all.
+    pub allow_machines: Vec<String>,
 }
 
 impl AuthConfig {
@@ -117,6 +120,16 @@ impl AuthConfig {
     pub fn required_token(&self) -> Option<&str> {
         self.token.as_deref().filter(|t| !t.is_empty())
     }
+
+    /// Whether a relay naming itself `machine` may connect.
+    pub fn machine_allowed(&self, machine: &str) -> bool {
+        allowed(&self.allow_machines, machine)
+    }
+}
+
+/// An empty allow-list allows every machine.
+pub fn allowed(allow_machines: &[String], machine: &str) -> bool {
+    allow_machines.is_empty() || allow_machines.iter().any(|m| m == machine)
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -363,6 +376,36 @@ impl DaemonConfig {
         };
         config.apply_flags(args);
         Ok((config, path))
+    }
+
+    /// `--check-config`'s checks of the paths the config names, beyond
+    /// parsing: paths that exist must be of the right kind (the output
+    /// directory and the control socket's directory are created by systemd
+    /// or at startup, so they may be missing). Sections with files to read
+    /// (certificates) add their checks here.
+    pub fn check_paths(&self, file: Option<&Path>) -> Result<(), ConfigError> {
+        let error = |message: String| ConfigError {
+            file: file.map_or_else(|| PathBuf::from("built-in defaults"), Path::to_path_buf),
+            position: None,
+            message,
+        };
+        let dir = &self.output.dir;
+        if dir.exists() && !dir.is_dir() {
+            return Err(error(format!(
+                "[output] dir: {} exists and is not a directory",
+                dir.display()
+            )));
+        }
+        if let Some(parent) = self.listen.control.parent()
+            && parent.exists()
+            && !parent.is_dir()
+        {
+            return Err(error(format!(
+                "[listen] control: {} is not a directory",
+                parent.display()
+            )));
+        }
+        Ok(())
     }
 
     /// Flags win over the file.

@@ -12,6 +12,7 @@
 //! - [`sync`]: clock-sync probes and estimator, host side.
 //! - [`status`]: the daemon's status report.
 //! - [`config`]: `tracesyncd`'s configuration (file + flags).
+//! - [`reload`]: what SIGHUP applies, and what needs a restart.
 //! - [`exit`]: sysexits codes shared by the binaries.
 
 pub mod check;
@@ -24,6 +25,7 @@ pub mod exit;
 pub mod hostclock;
 pub mod live;
 pub mod merge;
+pub mod reload;
 pub mod rolling;
 pub mod server;
 pub mod status;

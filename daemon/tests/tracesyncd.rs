@@ -17,7 +17,10 @@ fn check_config_accepts_the_shipped_example() {
         .output()
         .expect("run tracesyncd");
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{config}: ok")
+    );
 }
 
 #[test]

@@ -434,6 +434,21 @@ impl RollingWriter {
         Ok(())
     }
 
+    /// New rotation and retention limits (a reload): rotation is checked
+    /// before the next write, retention at the next rotation.
+    pub fn set_limits(
+        &mut self,
+        max_file_bytes: u64,
+        max_file_age: Duration,
+        retain_bytes: u64,
+        retain_age: Duration,
+    ) {
+        self.config.max_file_bytes = max_file_bytes;
+        self.config.max_file_age = max_file_age;
+        self.config.retain_bytes = retain_bytes;
+        self.config.retain_age = retain_age;
+    }
+
     /// Deletes expired complete files and their sidecars.
     fn apply_retention(&mut self, now: SystemTime) {
         let limits = index::Retention {

@@ -605,3 +605,23 @@ fn a_failed_rotation_takes_nothing_and_is_retried() {
         .collect();
     assert_eq!(indexes, [vec![1000], vec![1001]]);
 }
+
+#[test]
+fn new_limits_apply_to_the_running_writer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No size rotation at first.
+    let cfg = RollingConfig {
+        max_file_bytes: u64::MAX,
+        ..config(dir.path())
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
+    write_mixed(&mut w, 200, |_| at(1));
+    w.commit().expect("commit");
+    assert_eq!(rolled_files(dir.path()).len(), 1);
+    // A reload: rotate at 2000 bytes from the next write on.
+    w.set_limits(2000, Duration::MAX, u64::MAX, Duration::ZERO);
+    write_mixed(&mut w, 200, |_| at(2));
+    w.commit().expect("commit");
+    assert!(w.stats().rotations > 0, "no rotation after the new limit");
+    assert!(rolled_files(dir.path()).len() > 2);
+}

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
@@ -16,10 +16,11 @@ use tracing::{error, info, warn};
 use super::ingest::IngestSettings;
 use super::run::{self, Parts};
 use super::{SessionSettings, Shared, listener};
-use crate::config::{DaemonArgs, DaemonConfig};
+use crate::config::{DaemonArgs, DaemonConfig, LogLevel};
 use crate::control::{self, ControlHub, DEFAULT_TAIL_CAPACITY};
 use crate::exit;
 use crate::live::{LiveConfig, LiveCore};
+use crate::reload::{self, OutputLimits};
 use crate::rolling::{RollingConfig, RollingWriter};
 use crate::status::StatusReport;
 use crate::sync::{ProbeSessions, spawn_prober};
@@ -66,7 +67,15 @@ pub fn main() -> ExitCode {
         }
     };
     if args.check_config {
-        println!("ok");
+        if let Err(e) = config.check_paths(config_path.as_deref()) {
+            eprintln!("tracesyncd: {e}");
+            return ExitCode::from(exit::CONFIG);
+        }
+        let file = config_path.as_ref().map_or_else(
+            || "built-in defaults".to_owned(),
+            |p| p.display().to_string(),
+        );
+        println!("{file}: ok");
         return ExitCode::from(exit::OK);
     }
     init_logging(&config);
@@ -94,16 +103,44 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// RUST_LOG wins; else the config's level.
+type LevelHandle =
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
+
+/// Lets SIGHUP change the filter of the installed subscriber.
+static LOG_LEVEL: OnceLock<LevelHandle> = OnceLock::new();
+
+/// RUST_LOG wins at startup; else the config's level.
 fn init_logging(config: &DaemonConfig) {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, fmt, reload};
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(config.log.level.as_str()));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let (filter, handle) = reload::Layer::new(filter);
+    let output = fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(output)
+        .try_init()
+        .is_ok()
+    {
+        let _ = LOG_LEVEL.set(handle);
+    }
+}
+
+/// The reload hook for `log.level` (SIGHUP): the one call site that changes
+/// the running log level.
+// When daemon/src/logging.rs (the `metrics` helper's) is merged, this body
+// becomes `crate::logging::set_level(level)`.
+fn set_log_level(level: LogLevel) -> Result<(), String> {
+    let handle = LOG_LEVEL
+        .get()
+        .ok_or("logging was not initialized by tracesyncd")?;
+    handle
+        .reload(tracing_subscriber::EnvFilter::new(level.as_str()))
+        .map_err(|e| e.to_string())
 }
 
 async fn run_daemon(
@@ -155,6 +192,9 @@ async fn run_daemon(
 
     let shutdown = CancellationToken::new();
     let (status_tx, status_rx) = watch::channel(Arc::new(StatusReport::default()));
+    // The ingest thread publishes the status every 250 ms: the watchdog's
+    // sign of life.
+    let ingest_alive = status_tx.subscribe();
     let hub = ControlHub::new(DEFAULT_TAIL_CAPACITY, status_rx);
     let probes = ProbeSessions::new();
     let (sync_tx, sync_updates) = mpsc::channel(SYNC_QUEUE);
@@ -180,6 +220,8 @@ async fn run_daemon(
     ingest.data_addr = Some(data_addr.to_string());
     ingest.sync_addr = Some(sync_addr.to_string());
     ingest.probes = Some(probes.clone());
+    let (limits_tx, limits_rx) = watch::channel(OutputLimits::from_config(&config));
+    ingest.limits = Some(limits_rx);
     let parts = Parts {
         core,
         writer,
@@ -190,8 +232,18 @@ async fn run_daemon(
     };
     let running = run::start(data, session, token, ingest, parts, shutdown.clone())
         .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot start the ingest thread".into(), &e))?;
+    // No await since the accept loop started: set before any Hello is read.
+    running
+        .shared
+        .set_allow_machines(&config.auth.allow_machines);
 
-    let signals = tokio::spawn(signals.handle(running.shared.clone(), config_path, args));
+    let reloader = Reloader {
+        running: config.clone(),
+        path: config_path,
+        args,
+        limits: limits_tx,
+    };
+    let signals = tokio::spawn(signals.handle(running.shared.clone(), reloader));
     announce(&format!(
         "tracesyncd: listening data={data_addr} sync={sync_addr} control={} output={}",
         control_path.display(),
@@ -202,9 +254,13 @@ async fn run_daemon(
         relays_recovered = recovered.streams.len(), "ready"
     );
     // Listeners are bound and the output is open: only now is the service ready.
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    let status = format!("listening data={data_addr} sync={sync_addr}");
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&status),
+    ]);
 
-    let summary = running.stopped().await;
+    let summary = keep_alive(running.stopped(), ingest_alive).await;
     signals.abort();
     // The prober and control server stop on the same token.
     let _ = tokio::time::timeout(Duration::from_secs(2), prober).await;
@@ -216,6 +272,47 @@ async fn run_daemon(
     Ok(())
 }
 
+/// Waits for `stopped`; meanwhile, when systemd's watchdog is on
+/// (`WATCHDOG_USEC`), sends WATCHDOG=1 at half its interval as long as the
+/// ingest thread is alive (it published a status within the interval).
+async fn keep_alive<T>(
+    stopped: impl std::future::Future<Output = T>,
+    mut ingest_alive: watch::Receiver<Arc<StatusReport>>,
+) -> T {
+    let Some(interval) = sd_notify::watchdog_enabled() else {
+        return stopped.await;
+    };
+    info!(
+        "systemd watchdog: {interval:?}, keep-alives every {:?}",
+        interval / 2
+    );
+    let stale_after = interval.max(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(interval / 2);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_sign = tokio::time::Instant::now();
+    tokio::pin!(stopped);
+    loop {
+        tokio::select! {
+            result = &mut stopped => return result,
+            _ = tick.tick() => {
+                if ingest_alive.has_changed().unwrap_or(false) {
+                    ingest_alive.mark_unchanged();
+                    last_sign = tokio::time::Instant::now();
+                }
+                if last_sign.elapsed() <= stale_after {
+                    let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+                } else {
+                    warn!(
+                        "the ingest thread has not reported for {:?}: withholding the watchdog \
+                         keep-alive",
+                        last_sign.elapsed()
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The startup line tests and operators read the bound addresses from.
 fn announce(line: &str) {
     // stderr, with the logs: journald keeps it, and tools wait for it there.
@@ -225,7 +322,7 @@ fn announce(line: &str) {
 }
 
 /// SIGTERM / SIGINT: stop (drain, final commit, final acks). SIGHUP:
-/// re-read the config and apply what can change live (the auth token).
+/// re-read the config and apply what can change live ([`crate::reload`]).
 struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
@@ -241,17 +338,12 @@ impl Signals {
         })
     }
 
-    async fn handle<P>(
-        mut self,
-        shared: Arc<Shared<P>>,
-        config_path: Option<PathBuf>,
-        args: DaemonArgs,
-    ) {
+    async fn handle<P>(mut self, shared: Arc<Shared<P>>, mut reloader: Reloader) {
         loop {
             tokio::select! {
                 _ = self.term.recv() => break,
                 _ = self.int.recv() => break,
-                _ = self.hup.recv() => reload(&shared, config_path.as_deref(), &args),
+                _ = self.hup.recv() => reloader.reload(&shared),
             }
         }
         info!("stopping: finishing current frames, committing, acknowledging");
@@ -260,25 +352,70 @@ impl Signals {
     }
 }
 
-fn reload<P>(shared: &Shared<P>, config_path: Option<&Path>, args: &DaemonArgs) {
-    let Some(path) = config_path else {
-        info!("SIGHUP: no config file to reload");
-        return;
-    };
-    let args = DaemonArgs {
-        config: Some(path.to_path_buf()),
-        ..args.clone()
-    };
-    match DaemonConfig::load(&args) {
-        Ok((config, _)) => {
-            shared.set_token(config.auth.required_token());
-            info!(
-                "SIGHUP: reloaded {} (auth.token applied; other changes need a restart)",
-                path.display()
-            );
+/// The running config and where to push what a reload changes.
+struct Reloader {
+    running: DaemonConfig,
+    path: Option<PathBuf>,
+    args: DaemonArgs,
+    limits: watch::Sender<OutputLimits>,
+}
+
+impl Reloader {
+    /// Re-reads the file (flags still win), applies what can change at run
+    /// time and logs one line saying what changed and what needs a restart.
+    fn reload<P>(&mut self, shared: &Shared<P>) {
+        let Some(path) = self.path.clone() else {
+            info!("SIGHUP: started without a config file; nothing to reload");
+            return;
+        };
+        let args = DaemonArgs {
+            config: Some(path.clone()),
+            ..self.args.clone()
+        };
+        let new = match DaemonConfig::load(&args) {
+            Ok((config, _)) => config,
+            Err(e) => {
+                warn!("SIGHUP: keeping the running config: {e}");
+                return;
+            }
+        };
+        let plan = reload::plan(&self.running, &new);
+        let mut applied = new.clone();
+        if plan.log_level_changed() {
+            match set_log_level(new.log.level) {
+                Ok(()) => {}
+                Err(e) => {
+                    warn!("SIGHUP: cannot change the log level: {e}");
+                    applied.log = self.running.log.clone();
+                }
+            }
         }
-        Err(e) => warn!("SIGHUP: keeping the running config: {e}"),
+        shared.set_token(new.auth.required_token());
+        shared.set_allow_machines(&new.auth.allow_machines);
+        if plan.output_limits_changed() {
+            self.limits.send_replace(OutputLimits::from_config(&new));
+        }
+        info!("SIGHUP: reloaded {}: {}", path.display(), plan.summary());
+        if applied.log.level != self.running.log.level {
+            tracing::debug!("log level is now {}", applied.log.level.as_str());
+        }
+        // Keys that need a restart keep their running values, so the next
+        // reload reports them again until the restart.
+        keep_restart_only(&mut applied, &self.running);
+        self.running = applied;
     }
+}
+
+/// `applied` takes the running values of every key a reload cannot change.
+fn keep_restart_only(applied: &mut DaemonConfig, running: &DaemonConfig) {
+    let mut kept = running.clone();
+    kept.log = applied.log.clone();
+    kept.auth = applied.auth.clone();
+    kept.output.rotate_bytes = applied.output.rotate_bytes;
+    kept.output.rotate_seconds = applied.output.rotate_seconds;
+    kept.output.retain_bytes = applied.output.retain_bytes;
+    kept.output.retain_seconds = applied.output.retain_seconds;
+    *applied = kept;
 }
 
 fn remove_socket(path: &Path) {
@@ -292,14 +429,11 @@ fn remove_socket(path: &Path) {
 fn rolling_config(config: &DaemonConfig) -> RollingConfig {
     let out = &config.output;
     let mut rolling = RollingConfig::new(&out.dir);
-    // 0 means "no limit" in the config.
-    rolling.max_file_bytes = nonzero_or(out.rotate_bytes, u64::MAX);
-    rolling.max_file_age = match out.rotate_seconds {
-        0 => Duration::MAX,
-        s => Duration::from_secs(s),
-    };
-    rolling.retain_bytes = nonzero_or(out.retain_bytes, u64::MAX);
-    rolling.retain_age = Duration::from_secs(out.retain_seconds); // zero: no age limit
+    let limits = OutputLimits::from_config(config);
+    rolling.max_file_bytes = limits.max_file_bytes;
+    rolling.max_file_age = limits.max_file_age;
+    rolling.retain_bytes = limits.retain_bytes;
+    rolling.retain_age = limits.retain_age;
     rolling.fsync = out.fsync;
     rolling
 }
@@ -311,10 +445,6 @@ fn live_config(config: &DaemonConfig) -> LiveConfig {
         host_name: host_name(),
         ..LiveConfig::default()
     }
-}
-
-fn nonzero_or(v: u64, unlimited: u64) -> u64 {
-    if v == 0 { unlimited } else { v }
 }
 
 fn host_name() -> Option<String> {

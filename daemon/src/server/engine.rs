@@ -70,6 +70,9 @@ pub trait Writer<U>: Send + 'static {
     /// Raw probe samples of an update, for the `.sync.jsonl` sidecar.
     fn write_sync_samples(&mut self, update: &U) -> io::Result<()>;
     fn current_path(&self) -> Option<PathBuf>;
+    /// New rotation and retention limits (SIGHUP); they apply from the next
+    /// write or rotation.
+    fn set_limits(&mut self, _limits: &crate::reload::OutputLimits) {}
     /// Final commit and marks the last file complete.
     fn close(self) -> io::Result<()>;
 }

@@ -26,6 +26,7 @@ use super::engine::{Core, Fanout, Slot, Writer};
 use super::events::{Feedback, IngestEvent, Welcomed};
 use crate::hostclock;
 use crate::live::OutPacket;
+use crate::reload::OutputLimits;
 use crate::status::StatusReport;
 
 /// Timers of the ingest loop.
@@ -40,6 +41,8 @@ pub struct IngestSettings {
     pub sync_addr: Option<String>,
     /// The prober's registry, for its counters in the status report.
     pub probes: Option<crate::sync::ProbeSessions>,
+    /// New output rotation/retention limits (SIGHUP reloads), if wired.
+    pub limits: Option<watch::Receiver<OutputLimits>>,
 }
 
 impl IngestSettings {
@@ -52,6 +55,7 @@ impl IngestSettings {
             data_addr: None,
             sync_addr: None,
             probes: None,
+            limits: None,
         }
     }
 }
@@ -64,6 +68,18 @@ pub struct IngestIo<U, F> {
     /// slow the loop).
     pub packets: F,
     pub status: watch::Sender<Arc<StatusReport>>,
+}
+
+/// The next value of a watch; None once its sender is gone. Pending forever
+/// without a watch.
+async fn changed<T: Copy>(watch: &mut Option<watch::Receiver<T>>) -> Option<T> {
+    match watch {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(*rx.borrow_and_update()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// What a finished loop did.
@@ -146,6 +162,7 @@ where
         let mut status = ticker(self.settings.status_every);
         let mut batch = Vec::with_capacity(64);
         let mut sync_open = true;
+        let mut limits = self.settings.limits.take();
         loop {
             tokio::select! {
                 n = io.events.recv_many(&mut batch, 64), if !self.failing => {
@@ -165,6 +182,10 @@ where
                 _ = commit.tick() => self.commit(&io.packets),
                 _ = host.tick() => self.core.host_tick(hostclock::boottime_ns()),
                 _ = status.tick() => self.publish_status(&io.status),
+                changed = changed(&mut limits) => match changed {
+                    Some(new) => self.writer.set_limits(&new),
+                    None => limits = None,
+                },
             }
         }
         self.finish(&io.packets, &io.status).await

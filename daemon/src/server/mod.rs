@@ -62,6 +62,8 @@ pub struct Shared<P> {
     pub shutdown: CancellationToken,
     /// Replaced on reload (SIGHUP).
     token: RwLock<Option<Arc<str>>>,
+    /// Machine names allowed to connect (empty: all); replaced on reload.
+    allow_machines: RwLock<Arc<[String]>>,
 }
 
 impl<P> Shared<P> {
@@ -77,6 +79,7 @@ impl<P> Shared<P> {
             counters: Counters::default(),
             shutdown,
             token: RwLock::new(token.map(Arc::from)),
+            allow_machines: RwLock::new(Arc::from(Vec::new())),
         }
     }
 
@@ -95,6 +98,23 @@ impl<P> Shared<P> {
             Err(poisoned) => *poisoned.into_inner() = token,
         }
     }
+
+    /// Whether a relay naming itself `machine` may connect.
+    pub fn machine_allowed(&self, machine: &str) -> bool {
+        let list = match self.allow_machines.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        crate::config::allowed(&list, machine)
+    }
+
+    pub fn set_allow_machines(&self, machines: &[String]) {
+        let list: Arc<[String]> = Arc::from(machines.to_vec());
+        match self.allow_machines.write() {
+            Ok(mut guard) => *guard = list,
+            Err(poisoned) => *poisoned.into_inner() = list,
+        }
+    }
 }
 
 /// Server events worth counting (also exported as metrics).
@@ -105,6 +125,7 @@ pub enum Counter {
     RefusedMaxRelays,
     RefusedVersion,
     RefusedToken,
+    RefusedMachine,
     RefusedByCore,
     HelloTimeouts,
     MalformedFrames,
@@ -112,12 +133,13 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 9] = [
+    pub const ALL: [Counter; 10] = [
         Counter::ConnectionsAccepted,
         Counter::SessionsWelcomed,
         Counter::RefusedMaxRelays,
         Counter::RefusedVersion,
         Counter::RefusedToken,
+        Counter::RefusedMachine,
         Counter::RefusedByCore,
         Counter::HelloTimeouts,
         Counter::MalformedFrames,
@@ -131,6 +153,7 @@ impl Counter {
             Counter::RefusedMaxRelays => "tracesync_refused_max_relays_total",
             Counter::RefusedVersion => "tracesync_refused_version_total",
             Counter::RefusedToken => "tracesync_refused_token_total",
+            Counter::RefusedMachine => "tracesync_refused_machine_total",
             Counter::RefusedByCore => "tracesync_refused_by_core_total",
             Counter::HelloTimeouts => "tracesync_hello_timeouts_total",
             Counter::MalformedFrames => "tracesync_malformed_frames_total",

@@ -128,6 +128,15 @@ async fn welcome<P: ProbeRegistry>(
         refuse(link, peer, reason).await;
         return None;
     }
+    if !shared.machine_allowed(&hello.machine_name) {
+        shared.counters.bump(Counter::RefusedMachine);
+        let reason = format!(
+            "machine {:?} is not in the daemon's [auth] allow-machines",
+            hello.machine_name
+        );
+        refuse(link, peer, &reason).await;
+        return None;
+    }
     // The session's probe key: signs its probe datagrams (Welcome carries it).
     let Ok(probe_key) = tracesync_protocol::probe::new_probe_key() else {
         refuse(

@@ -119,6 +119,7 @@ struct Output {
     written: Vec<Bytes>,
     committed: usize,
     closed: bool,
+    limits: Option<crate::reload::OutputLimits>,
 }
 
 #[derive(Clone, Default)]
@@ -168,6 +169,10 @@ impl Writer<()> for FakeWriter {
         None
     }
 
+    fn set_limits(&mut self, limits: &crate::reload::OutputLimits) {
+        self.output.lock().unwrap().limits = Some(*limits);
+    }
+
     fn close(mut self) -> std::io::Result<()> {
         self.commit()?;
         self.output.lock().unwrap().closed = true;
@@ -195,6 +200,14 @@ fn settings(max_relays: usize) -> SessionSettings {
 }
 
 async fn serve(max_relays: usize, token: Option<&str>) -> TestServer {
+    serve_with(max_relays, token, None).await
+}
+
+async fn serve_with(
+    max_relays: usize,
+    token: Option<&str>,
+    limits: Option<watch::Receiver<crate::reload::OutputLimits>>,
+) -> TestServer {
     let listener = listener::bind_data("127.0.0.1:0".parse().unwrap()).unwrap();
     let writer = FakeWriter::default();
     let (sync_tx, sync_updates) = mpsc::channel(4);
@@ -209,6 +222,7 @@ async fn serve(max_relays: usize, token: Option<&str>) -> TestServer {
     let shutdown = CancellationToken::new();
     let mut ingest = IngestSettings::new(Duration::from_millis(20));
     ingest.drain_every = Duration::from_millis(5);
+    ingest.limits = limits;
     let running = start(
         listener,
         settings(max_relays),
@@ -320,6 +334,55 @@ async fn bad_token_is_refused_with_the_reason() {
     assert!(reason.starts_with("bad token"), "{reason}");
     assert!(!reason.contains("s3cret"), "never echo the token: {reason}");
     assert_eq!(server.running.shared.counters.get(Counter::RefusedToken), 1);
+}
+
+#[tokio::test]
+async fn allow_machines_refuses_other_names_and_a_reload_applies_to_the_next_connection() {
+    let server = serve(4, None).await;
+    server
+        .running
+        .shared
+        .set_allow_machines(&["vm-1".to_owned()]);
+    let mut relay = dial(&server).await;
+    send(&mut relay, hello("", "phone")).await;
+    let reason = refused_reason(&mut relay).await;
+    assert!(reason.contains("\"phone\""), "{reason}");
+    assert!(reason.contains("allow-machines"), "{reason}");
+    assert_eq!(
+        server.running.shared.counters.get(Counter::RefusedMachine),
+        1
+    );
+    // An empty list (the default) allows every machine again.
+    server.running.shared.set_allow_machines(&[]);
+    let mut relay = dial(&server).await;
+    send(&mut relay, hello("", "phone")).await;
+    assert!(matches!(
+        recv(&mut relay).await,
+        Some(v1::frame::Body::Welcome(_))
+    ));
+}
+
+#[tokio::test]
+async fn reloaded_output_limits_reach_the_writer() {
+    let config = crate::config::DaemonConfig::default();
+    let first = crate::reload::OutputLimits::from_config(&config);
+    let (limits, rx) = watch::channel(first);
+    let server = serve_with(4, None, Some(rx)).await;
+    let mut reloaded = config.clone();
+    reloaded.output.retain_bytes = 1 << 20;
+    reloaded.output.rotate_seconds = 0;
+    let second = crate::reload::OutputLimits::from_config(&reloaded);
+    limits.send_replace(second);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while server.writer.output.lock().unwrap().limits != Some(second) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ingest loop never passed the new limits to the writer"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(second.retain_bytes, 1 << 20);
+    assert_eq!(second.max_file_age, Duration::MAX);
 }
 
 #[tokio::test]

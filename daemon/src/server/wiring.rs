@@ -117,6 +117,16 @@ impl Writer<SyncUpdate> for RollingWriter {
         Some(RollingWriter::current_path(self).to_path_buf())
     }
 
+    fn set_limits(&mut self, limits: &crate::reload::OutputLimits) {
+        RollingWriter::set_limits(
+            self,
+            limits.max_file_bytes,
+            limits.max_file_age,
+            limits.retain_bytes,
+            limits.retain_age,
+        );
+    }
+
     fn close(self) -> io::Result<()> {
         RollingWriter::close(self)
     }
