@@ -15,6 +15,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use clap::Parser;
@@ -107,7 +108,7 @@ fn main() -> ExitCode {
     let proxy = std::sync::Arc::new(proxy);
     let p = std::sync::Arc::clone(&proxy);
     let refresher = std::thread::spawn(move || {
-        while done_rx.recv_timeout(Duration::from_secs(1)).is_err() {
+        while let Err(RecvTimeoutError::Timeout) = done_rx.recv_timeout(Duration::from_secs(1)) {
             write_stats(&stats_path, &p);
         }
     });
