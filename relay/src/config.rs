@@ -11,6 +11,7 @@ use clap::Parser;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::clocks::ClockSchedule;
 use crate::spool::WhenFull;
 
 /// File looked for when `--config` is not given.
@@ -78,6 +79,16 @@ pub struct Flags {
     /// Test/demo: pose as a machine whose clocks drift by this much (ppm).
     #[arg(long, value_name = "X", allow_hyphen_values = true)]
     pub clock_drift_ppm: Option<f64>,
+    /// Test only: sinusoidal frequency wander of the simulated clock,
+    /// amplitude (ppm) and period (s).
+    #[arg(long, value_name = "PPM:PERIOD_S", allow_hyphen_values = true,
+          value_parser = ClockSchedule::parse_wander)]
+    pub clock_wander: Option<(f64, f64)>,
+    /// Test only: step every clock by NS (negative: back) AT_S seconds
+    /// after start (repeatable).
+    #[arg(long, value_name = "AT_S:NS", allow_hyphen_values = true,
+          value_parser = ClockSchedule::parse_step)]
+    pub clock_step: Vec<(f64, i64)>,
 }
 
 fn parse_when_full(text: &str) -> Result<WhenFull, String> {
@@ -123,6 +134,8 @@ pub struct RelayConfig {
     pub spool_disk_bytes: u64,
     pub linger: Duration,
     pub clock: ClockChoice,
+    /// Test only (flags): wander and steps on top of the simulated clock.
+    pub clock_schedule: ClockSchedule,
 }
 
 /// A configuration error, printed as one line.
@@ -265,7 +278,11 @@ impl RelayConfig {
             }
             (None, None) => None,
         };
-        let clock = if offset.is_some() || drift.is_some() {
+        let clock_schedule = ClockSchedule {
+            wander: flags.clock_wander,
+            steps: flags.clock_step.clone(),
+        };
+        let clock = if offset.is_some() || drift.is_some() || !clock_schedule.is_empty() {
             ClockChoice::Simulated {
                 offset_ns: offset.unwrap_or(0),
                 drift_ppm: drift.unwrap_or(0.0),
@@ -291,6 +308,7 @@ impl RelayConfig {
             spool_disk_bytes,
             linger: Duration::from_millis(linger_ms),
             clock,
+            clock_schedule,
         })
     }
 }
