@@ -3,7 +3,8 @@
 # tracesyncd, the impairment proxy (tracesync-impair) and two relays, each in
 # its own network namespace linked by veth pairs; the relays also in time
 # namespaces with known offsets (+1000 s; +5000 s with 50 ppm simulated
-# drift). All relay <-> daemon traffic (TCP data, UDP probes) crosses the
+# drift; +3000 s with 20 ppm drift, 5 ppm / 60 s sinusoidal wander and a
+# +200 us step at SYNC_REAL_STEP_AT s). All relay <-> daemon traffic (TCP data, UDP probes) crosses the
 # proxy, which applies the named link profile. Prints a markdown table:
 # per profile and relay, |merged ts - truth| p50/p99/max after a 10 s
 # warm-up, the fraction inside the per-packet bound the daemon reported, and
@@ -27,6 +28,9 @@ fi
 SECS=${SYNC_REAL_SECS:-40}
 SEED=${SYNC_REAL_SEED:-1}
 args=(--seconds "$SECS" --seed "$SEED")
+# A third relay with wander and a +200 us clock step at this second (0: none).
+STEP_AT=${SYNC_REAL_STEP_AT:-25}
+args+=(--step-at "$STEP_AT")
 if [ -n "${SYNC_REAL_KEEP:-}" ]; then
     args+=(--keep)
 fi

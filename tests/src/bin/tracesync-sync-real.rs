@@ -24,6 +24,10 @@ struct Flags {
     /// Keep each run's directory (logs, output, sidecars).
     #[arg(long)]
     keep: bool,
+    /// Add a third relay whose clock wanders (5 ppm, 60 s) and steps
+    /// +200 µs at this many seconds (0: no such relay).
+    #[arg(long, default_value_t = 0)]
+    step_at: u64,
     /// Profiles (default: loopback lan wifi asym-static asym-jitter).
     profiles: Vec<String>,
 }
@@ -61,6 +65,10 @@ fn main() -> ExitCode {
         spec.seed = flags.seed;
         spec.warmup_s = flags.warmup;
         spec.keep = flags.keep;
+        if flags.step_at > 0 {
+            spec.relays
+                .push(RunSpec::wander_and_step_relay(flags.step_at));
+        }
         eprintln!("sync-real: {p}: {} s ...", flags.seconds);
         match realsock::run(&spec) {
             Ok(r) => {

@@ -67,6 +67,8 @@ pub struct RelaySpec {
     pub drift_ppm: Option<f64>,
     /// Synthetic events per second.
     pub rate: u64,
+    /// More relay flags (e.g. `--clock-wander`, `--clock-step`).
+    pub extra_args: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -86,6 +88,23 @@ pub struct RunSpec {
 impl RunSpec {
     /// The standard pair: one relay offset by a time namespace only, one
     /// with 50 ppm simulated drift on top of another offset.
+    /// A relay whose simulated clock also wanders (5 ppm sine, 60 s) and
+    /// steps forward by 200 µs `step_at_s` after start (20 ppm drift, +3000 s).
+    pub fn wander_and_step_relay(step_at_s: u64) -> RelaySpec {
+        RelaySpec {
+            name: "r-wander-step".into(),
+            timens_s: 3000,
+            drift_ppm: Some(20.0),
+            rate: 200,
+            extra_args: vec![
+                "--clock-wander".into(),
+                "5:60".into(),
+                "--clock-step".into(),
+                format!("{step_at_s}:200000"),
+            ],
+        }
+    }
+
     pub fn standard(profile: &str, seconds: u64, bins: Bins) -> RunSpec {
         RunSpec {
             profile: profile.into(),
@@ -98,12 +117,14 @@ impl RunSpec {
                     timens_s: 1000,
                     drift_ppm: None,
                     rate: 200,
+                    extra_args: Vec::new(),
                 },
                 RelaySpec {
                     name: "r-drift50".into(),
                     timens_s: 5000,
                     drift_ppm: Some(50.0),
                     rate: 200,
+                    extra_args: Vec::new(),
                 },
             ],
             bins,
@@ -151,6 +172,7 @@ pub struct RelayResult {
     pub name: String,
     pub timens_s: i64,
     pub drift_ppm: Option<f64>,
+    pub extra_args: Vec<String>,
     pub events_total: u64,
     pub missing: u64,
     pub duplicates: u64,
@@ -660,6 +682,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
         if let Some(d) = r.drift_ppm {
             c.arg("--clock-drift-ppm").arg(d.to_string());
         }
+        c.args(&r.extra_args);
         let log = root.join(format!("relay-{}.log", r.name));
         relays.push(Proc::spawn(c, &format!("relay {}", r.name), log)?);
     }
@@ -724,6 +747,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             name: r.name.clone(),
             timens_s: r.timens_s,
             drift_ppm: r.drift_ppm,
+            extra_args: r.extra_args.clone(),
             events_total: source.map_or(0, |s| s.events),
             missing: source.map_or(0, |s| s.missing),
             duplicates: source.map_or(0, |s| s.duplicates),
@@ -811,10 +835,14 @@ pub fn table(results: &[RunResult]) -> String {
         let late = &r.proxy["release_late_ns"];
         let late = |k: &str| us(late[k].as_u64().unwrap_or(0));
         for x in &r.relays {
-            let relay = match x.drift_ppm {
-                Some(d) => format!("{} (+{} s, {d} ppm)", x.name, x.timens_s),
-                None => format!("{} (+{} s)", x.name, x.timens_s),
+            let mut relay = match x.drift_ppm {
+                Some(d) => format!("{} (+{} s, {d} ppm", x.name, x.timens_s),
+                None => format!("{} (+{} s", x.name, x.timens_s),
             };
+            if !x.extra_args.is_empty() {
+                relay.push_str(&format!(", {}", x.extra_args.join(" ")));
+            }
+            relay.push(')');
             let base = |b: &Option<ErrStats>| b.map_or_else(|| "n/a".into(), |b| b.cells());
             s.push_str(&format!(
                 "| {} | {relay} | {} | {} | {} | {:.1} | {:.2}%{} | {} | {} | {} | {} / {} | {} / {} / {} |\n",
