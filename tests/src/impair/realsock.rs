@@ -230,6 +230,11 @@ pub fn available() -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
+    // Listing may work where creating does not (an unprivileged container).
+    let probe = format!("tsr{}-probe", std::process::id());
+    let made = ip(&["netns", "add", &probe]);
+    let _ = ip(&["netns", "del", &probe]);
+    made.map_err(|e| format!("cannot create a network namespace: {e}"))?;
     crate::live::time_namespaces()
 }
 
