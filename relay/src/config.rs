@@ -11,6 +11,7 @@ use clap::Parser;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::clocks::ClockSchedule;
 use crate::spool::WhenFull;
 
 /// File looked for when `--config` is not given.
@@ -81,6 +82,16 @@ pub struct Flags {
     /// How clock-sync probes travel: auto (UDP, else TCP), udp, or tcp.
     #[arg(long, value_name = "T", value_parser = crate::probe::SyncTransport::parse)]
     pub sync_transport: Option<crate::probe::SyncTransport>,
+    /// Test only: sinusoidal frequency wander of the simulated clock,
+    /// amplitude (ppm) and period (s).
+    #[arg(long, value_name = "PPM:PERIOD_S", allow_hyphen_values = true,
+          value_parser = ClockSchedule::parse_wander)]
+    pub clock_wander: Option<(f64, f64)>,
+    /// Test only: step every clock by NS (negative: back) AT_S seconds
+    /// after start (repeatable).
+    #[arg(long, value_name = "AT_S:NS", allow_hyphen_values = true,
+          value_parser = ClockSchedule::parse_step)]
+    pub clock_step: Vec<(f64, i64)>,
 }
 
 fn parse_when_full(text: &str) -> Result<WhenFull, String> {
@@ -128,6 +139,8 @@ pub struct RelayConfig {
     pub linger: Duration,
     pub clock: ClockChoice,
     pub sync: crate::probe::SyncConfig,
+    /// Test only (flags): wander and steps on top of the simulated clock.
+    pub clock_schedule: ClockSchedule,
 }
 
 /// A configuration error, printed as one line.
@@ -270,7 +283,11 @@ impl RelayConfig {
             }
             (None, None) => None,
         };
-        let clock = if offset.is_some() || drift.is_some() {
+        let clock_schedule = ClockSchedule {
+            wander: flags.clock_wander,
+            steps: flags.clock_step.clone(),
+        };
+        let clock = if offset.is_some() || drift.is_some() || !clock_schedule.is_empty() {
             ClockChoice::Simulated {
                 offset_ns: offset.unwrap_or(0),
                 drift_ppm: drift.unwrap_or(0.0),
@@ -301,6 +318,7 @@ impl RelayConfig {
                     .sync_transport
                     .unwrap_or(file.sync.unwrap_or_default().transport),
             },
+            clock_schedule,
         })
     }
 }

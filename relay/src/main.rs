@@ -15,7 +15,7 @@ use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracesync_relay::clocks::{SharedClock, SimulatedClock, SystemClock};
+use tracesync_relay::clocks::{ScheduledClock, SharedClock, SimulatedClock, SystemClock};
 use tracesync_relay::config::{ClockChoice, Flags, RelayConfig};
 use tracesync_relay::spool::{Incoming, Spool, SpoolConfig};
 use tracesync_relay::uplink::{self, HelloInfo, UplinkConfig, UplinkExit};
@@ -110,7 +110,17 @@ async fn run(config: RelayConfig) -> u8 {
         ClockChoice::Simulated {
             offset_ns,
             drift_ppm,
-        } => Arc::new(SimulatedClock::new(offset_ns, drift_ppm)),
+        } if config.clock_schedule.is_empty() => {
+            Arc::new(SimulatedClock::new(offset_ns, drift_ppm))
+        }
+        ClockChoice::Simulated {
+            offset_ns,
+            drift_ppm,
+        } => Arc::new(ScheduledClock::new(
+            offset_ns,
+            drift_ppm,
+            config.clock_schedule.clone(),
+        )),
     };
     let identity = MachineIdentity::detect(config.name.as_deref());
     let mut spool_config = SpoolConfig::new(
