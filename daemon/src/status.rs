@@ -18,6 +18,10 @@ pub struct StatusReport {
     /// Host BOOTTIME when the report was made (ns).
     pub host_boottime_ns: u64,
     pub machines: Vec<MachineStatus>,
+    /// Relay connections refused or closed by the daemon, by
+    /// `Refused.code` (bad_frame, frame_too_large, unexpected_frame, ...).
+    #[serde(default)]
+    pub relays_refused: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

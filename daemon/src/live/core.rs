@@ -32,6 +32,7 @@ pub mod reason {
     pub const REMOTE_SYNC_REPLACED: &str = "remote_clock_sync_replaced";
     pub const INVALID_SNAPSHOT: &str = "invalid_clock_snapshots";
     pub const LATE: &str = "late_packets";
+    pub const SEQUENCES_OVER_LIMIT: &str = "sequences_over_limit";
 }
 
 /// One machine row of the output (raw id 0 is the host).
@@ -73,6 +74,8 @@ pub(super) struct Relay {
     pub pending_bytes: usize,
     /// Order of disconnection, for forgetting the longest-gone first.
     pub disconnected_order: u64,
+    /// Streams of this instance (bounded by `max_sequences_per_relay`).
+    pub sequences: usize,
 }
 
 /// One stream: a relay sequence of one relay instance.
@@ -116,6 +119,8 @@ pub struct LiveCore {
     pub(super) stats: LiveStats,
     /// Reused staging buffer of the batch being ingested.
     pub(super) staged: Staged,
+    /// The batch being ingested hit `max_sequences_per_relay`.
+    pub(super) sequence_limit_hit: bool,
 }
 
 impl LiveCore {
@@ -139,6 +144,7 @@ impl LiveCore {
             latest_now: 0,
             stats: LiveStats::default(),
             staged: Staged::default(),
+            sequence_limit_hit: false,
         };
         let host_name = core.config.host_name.as_deref().map(Arc::from);
         core.machines.entry(0).or_default().name = host_name;
@@ -176,6 +182,9 @@ impl LiveCore {
             let out_seq = self.next_out_seq;
             self.next_out_seq = self.next_out_seq.wrapping_add(1).max(OWN_SEQUENCE_ID + 1);
             let src = self.src_label(raw_id, key.1);
+            if let Some(relay) = self.relays.get_mut(&key.0) {
+                relay.sequences += 1;
+            }
             self.streams.insert(
                 key,
                 Stream {
@@ -229,10 +238,16 @@ impl LiveCore {
         self.next_slot = self.next_slot.wrapping_add(1).max(1);
         let oldest = hello.oldest_unacked_batch;
         let mut lost = 0;
+        let streams = &self.streams;
         let relay = self
             .relays
             .entry(hello.relay_instance)
             .or_insert_with(|| Relay {
+                // Streams recovered from the output before it connected.
+                sequences: streams
+                    .keys()
+                    .filter(|k| k.0 == hello.relay_instance)
+                    .count(),
                 raw_id,
                 boot_id: hello.boot_id.clone(),
                 slot: None,
