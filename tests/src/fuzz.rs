@@ -66,8 +66,9 @@ where
     S: Strategy,
     S::Value: Debug,
 {
-    let cases = env_u64("FUZZ_CASES")
-        .map_or(default_cases, |c| u32::try_from(c.max(1)).unwrap_or(u32::MAX));
+    let cases = env_u64("FUZZ_CASES").map_or(default_cases, |c| {
+        u32::try_from(c.max(1)).unwrap_or(u32::MAX)
+    });
     let seed = env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED);
     let seconds = env_u64("FUZZ_SECONDS").map(Duration::from_secs);
     let count = Cell::new(0u64);
@@ -116,6 +117,23 @@ where
     );
     let _ = std::io::stderr().write_all(line.as_bytes());
     figures
+}
+
+/// Runs `f` on a thread with a 256 MiB stack and waits for it: proptest's
+/// generators of nested strategies take deep, wide stack frames in debug
+/// builds (the default 2 MiB test thread overflows), and deep-nesting
+/// inputs must not be mistaken for a stack problem of the harness.
+pub fn with_big_stack(f: impl FnOnce() + Send) {
+    std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("fuzz".into())
+            .stack_size(256 << 20)
+            .spawn_scoped(scope, f)
+            .expect("spawn the fuzz thread");
+        if let Err(panic) = handle.join() {
+            std::panic::resume_unwind(panic);
+        }
+    });
 }
 
 // ---- protobuf wire bytes ----
@@ -269,45 +287,53 @@ pub fn message(field: impl Strategy<Value = u32> + Clone + 'static) -> BoxedStra
 pub fn plausible_packet() -> impl Strategy<Value = Vec<u8>> {
     (
         prop::option::of(edge_u64()),
-        prop::option::of(prop_oneof![Just(6u32), Just(1), Just(3), 64u32..130, any::<u32>()]),
+        prop::option::of(prop_oneof![
+            Just(6u32),
+            Just(1),
+            Just(3),
+            64u32..130,
+            any::<u32>()
+        ]),
         prop::option::of(prop_oneof![1u32..8, any::<u32>()]),
         prop::option::of(0u64..4),
         prop::option::of(prop_oneof![Just(6u32), 64u32..130]),
         prop::option::of(prop::collection::vec((0u32..140, edge_u64()), 0..4)),
         prop::collection::vec(any::<u8>(), 0..32),
     )
-        .prop_map(|(ts, clock, seq, flags, default_clock, snapshot, payload)| {
-            let mut n = Vec::new();
-            if let Some(ts) = ts {
-                n.push(Node::Varint(8, ts));
-            }
-            if let Some(c) = clock {
-                n.push(Node::Varint(58, u64::from(c)));
-            }
-            if let Some(s) = seq {
-                n.push(Node::Varint(10, u64::from(s)));
-            }
-            if let Some(f) = flags {
-                n.push(Node::Varint(13, f));
-            }
-            if let Some(c) = default_clock {
-                n.push(Node::Message(59, vec![Node::Varint(58, u64::from(c))]));
-            }
-            if let Some(clocks) = snapshot {
-                let clocks = clocks
-                    .into_iter()
-                    .map(|(id, ts)| {
-                        Node::Message(
-                            1,
-                            vec![Node::Varint(1, u64::from(id)), Node::Varint(2, ts)],
-                        )
-                    })
-                    .collect();
-                n.push(Node::Message(6, clocks));
-            }
-            n.push(Node::Bytes(11, payload));
-            encode(&n)
-        })
+        .prop_map(
+            |(ts, clock, seq, flags, default_clock, snapshot, payload)| {
+                let mut n = Vec::new();
+                if let Some(ts) = ts {
+                    n.push(Node::Varint(8, ts));
+                }
+                if let Some(c) = clock {
+                    n.push(Node::Varint(58, u64::from(c)));
+                }
+                if let Some(s) = seq {
+                    n.push(Node::Varint(10, u64::from(s)));
+                }
+                if let Some(f) = flags {
+                    n.push(Node::Varint(13, f));
+                }
+                if let Some(c) = default_clock {
+                    n.push(Node::Message(59, vec![Node::Varint(58, u64::from(c))]));
+                }
+                if let Some(clocks) = snapshot {
+                    let clocks = clocks
+                        .into_iter()
+                        .map(|(id, ts)| {
+                            Node::Message(
+                                1,
+                                vec![Node::Varint(1, u64::from(id)), Node::Varint(2, ts)],
+                            )
+                        })
+                        .collect();
+                    n.push(Node::Message(6, clocks));
+                }
+                n.push(Node::Bytes(11, payload));
+                encode(&n)
+            },
+        )
 }
 
 /// Breaks bytes the way a bad peer or a torn file would.

@@ -49,8 +49,18 @@ fn json_scalar() -> impl Strategy<Value = String> {
         Just("true".to_owned()),
         Just("null".to_owned()),
         prop::sample::select(vec![
-            "BOOTTIME", "MONOTONIC", "REALTIME", "MONOTONIC_RAW", "REALTIME_COARSE",
-            "MONOTONIC_COARSE", "TSC", "a.pftrace", "b.pftrace", "dir/a.pftrace", "host", "",
+            "BOOTTIME",
+            "MONOTONIC",
+            "REALTIME",
+            "MONOTONIC_RAW",
+            "REALTIME_COARSE",
+            "MONOTONIC_COARSE",
+            "TSC",
+            "a.pftrace",
+            "b.pftrace",
+            "dir/a.pftrace",
+            "host",
+            "",
         ])
         .prop_map(|s| format!("\"{s}\"")),
         "[ -~]{0,12}".prop_map(|s| serde_json::Value::String(s).to_string()),
@@ -60,8 +70,22 @@ fn json_scalar() -> impl Strategy<Value = String> {
 
 fn json_value() -> impl Strategy<Value = String> {
     let keys = prop::sample::select(vec![
-        "perfetto_manifest", "version", "files", "path", "machine", "machines", "id", "name",
-        "clocks", "clock", "sync_to", "file", "offset_ns", "trace_time", "attributes", "x",
+        "perfetto_manifest",
+        "version",
+        "files",
+        "path",
+        "machine",
+        "machines",
+        "id",
+        "name",
+        "clocks",
+        "clock",
+        "sync_to",
+        "file",
+        "offset_ns",
+        "trace_time",
+        "attributes",
+        "x",
     ]);
     json_scalar().prop_recursive(5, 64, 6, move |inner| {
         prop_oneof![
@@ -134,14 +158,16 @@ fn manifest_text() -> impl Strategy<Value = String> {
 
 #[test]
 fn manifest() {
-    fuzz::run(BIN, "manifest", 2_000, manifest_text(), |text| {
-        if let Err(e) = parse_manifest(&text) {
-            let line = e.to_string();
-            prop_assert!(!line.is_empty());
-            prop_assert!(!line.contains('\n'), "error is not one line: {line:?}");
-            prop_assert!(e.exit_code() != 0);
-        }
-        Ok(())
+    fuzz::with_big_stack(|| {
+        fuzz::run(BIN, "manifest", 2_000, manifest_text(), |text| {
+            if let Err(e) = parse_manifest(&text) {
+                let line = e.to_string();
+                prop_assert!(!line.is_empty());
+                prop_assert!(!line.contains('\n'), "error is not one line: {line:?}");
+                prop_assert!(e.exit_code() != 0);
+            }
+            Ok(())
+        });
     });
 }
 
@@ -203,55 +229,84 @@ fn check_position(text: &str, line: usize, column: usize) -> Result<(), TestCase
 
 #[test]
 fn daemon_config() {
-    const SECTIONS: &[&str] = &["listen", "auth", "output", "merge", "limits", "log", "x"];
-    const KEYS: &[&str] = &[
-        "data", "sync", "control", "metrics", "token", "dir", "rotate-bytes",
-        "rotate-seconds", "retain-bytes", "retain-seconds", "commit-interval-ms", "fsync",
-        "window-ms", "pending-packets", "max-relays", "hello-timeout-ms", "max-frame-bytes",
-        "level", "unknown-key",
-    ];
-    let shipped = include_str!("../../configs/daemon.toml");
-    let file = Path::new("daemon.toml");
-    fuzz::run(
-        BIN,
-        "daemon_config",
-        1_500,
-        toml_text(shipped, SECTIONS, KEYS),
-        |text| {
-            if let Err(e) = DaemonConfig::from_toml(&text, file) {
-                let line = e.to_string();
-                prop_assert!(line.starts_with("daemon.toml"), "{line}");
-                prop_assert!(!line.contains('\n'), "error is not one line: {line:?}");
-                if let Some((l, c)) = e.position {
-                    check_position(&text, l, c)?;
+    fuzz::with_big_stack(|| {
+        const SECTIONS: &[&str] = &["listen", "auth", "output", "merge", "limits", "log", "x"];
+        const KEYS: &[&str] = &[
+            "data",
+            "sync",
+            "control",
+            "metrics",
+            "token",
+            "dir",
+            "rotate-bytes",
+            "rotate-seconds",
+            "retain-bytes",
+            "retain-seconds",
+            "commit-interval-ms",
+            "fsync",
+            "window-ms",
+            "pending-packets",
+            "max-relays",
+            "hello-timeout-ms",
+            "max-frame-bytes",
+            "level",
+            "unknown-key",
+        ];
+        let shipped = include_str!("../../configs/daemon.toml");
+        let file = Path::new("daemon.toml");
+        fuzz::run(
+            BIN,
+            "daemon_config",
+            1_500,
+            toml_text(shipped, SECTIONS, KEYS),
+            |text| {
+                if let Err(e) = DaemonConfig::from_toml(&text, file) {
+                    let line = e.to_string();
+                    prop_assert!(line.starts_with("daemon.toml"), "{line}");
+                    prop_assert!(!line.contains('\n'), "error is not one line: {line:?}");
+                    if let Some((l, c)) = e.position {
+                        check_position(&text, l, c)?;
+                    }
                 }
-            }
-            Ok(())
-        },
-    );
+                Ok(())
+            },
+        );
+    });
 }
 
 #[test]
 fn relay_config() {
-    const KEYS: &[&str] = &[
-        "host", "name", "sources", "token", "spool", "when-full", "spool-memory-bytes",
-        "spool-disk-bytes", "linger-ms", "clock-offset-ns", "clock-drift-ppm", "unknown-key",
-    ];
-    let shipped = include_str!("../../configs/relay.toml");
-    let path = Path::new("relay.toml");
-    let flags = Flags::default();
-    fuzz::run(
-        BIN,
-        "relay_config",
-        1_500,
-        toml_text(shipped, &["x"], KEYS),
-        |text| {
-            if let Err(e) = RelayConfig::from_parts(Some(path), Some(&text), &flags) {
-                let line = e.to_string();
-                prop_assert!(line.starts_with("relay.toml"), "{line}");
-                prop_assert!(!line.contains('\n'), "error is not one line: {line:?}");
-            }
-            Ok(())
-        },
-    );
+    fuzz::with_big_stack(|| {
+        const KEYS: &[&str] = &[
+            "host",
+            "name",
+            "sources",
+            "token",
+            "spool",
+            "when-full",
+            "spool-memory-bytes",
+            "spool-disk-bytes",
+            "linger-ms",
+            "clock-offset-ns",
+            "clock-drift-ppm",
+            "unknown-key",
+        ];
+        let shipped = include_str!("../../configs/relay.toml");
+        let path = Path::new("relay.toml");
+        let flags = Flags::default();
+        fuzz::run(
+            BIN,
+            "relay_config",
+            1_500,
+            toml_text(shipped, &["x"], KEYS),
+            |text| {
+                if let Err(e) = RelayConfig::from_parts(Some(path), Some(&text), &flags) {
+                    let line = e.to_string();
+                    prop_assert!(line.starts_with("relay.toml"), "{line}");
+                    prop_assert!(!line.contains('\n'), "error is not one line: {line:?}");
+                }
+                Ok(())
+            },
+        );
+    });
 }

@@ -185,11 +185,9 @@ fn read_file(case: &ReaderCase) -> Result<(), TestCaseError> {
         let at = case.stream.len() % gz.len();
         gz[at] ^= 0x5a;
     }
-    let mut file = TraceFile::with_reader(
-        Cursor::new(gz),
-        TraceReader::with_max_packet_size(case.max),
-    )
-    .map_err(|e| TestCaseError::fail(format!("in-memory read failed: {e}")))?;
+    let mut file =
+        TraceFile::with_reader(Cursor::new(gz), TraceReader::with_max_packet_size(case.max))
+            .map_err(|e| TestCaseError::fail(format!("in-memory read failed: {e}")))?;
     let _ = file.is_gzip();
     let mut packets = 0u64;
     loop {
@@ -207,12 +205,14 @@ fn read_file(case: &ReaderCase) -> Result<(), TestCaseError> {
 
 #[test]
 fn trace_reader() {
-    fuzz::run(BIN, "trace_reader", 1_500, reader_case(), |case| {
-        read_chunked(&case)?;
-        if case.gzip {
-            read_file(&case)?;
-        }
-        Ok(())
+    fuzz::with_big_stack(|| {
+        fuzz::run(BIN, "trace_reader", 1_500, reader_case(), |case| {
+            read_chunked(&case)?;
+            if case.gzip {
+                read_file(&case)?;
+            }
+            Ok(())
+        });
     });
 }
 
@@ -243,54 +243,58 @@ fn scanner_input() -> impl Strategy<Value = Vec<u8>> {
 
 #[test]
 fn packet_scanner_and_stamp() {
-    fuzz::run(
-        BIN,
-        "packet_scanner_and_stamp",
-        6_000,
-        (scanner_input(), stamp()),
-        |(packet, stamp)| {
-            let Ok(fields) = scan_packet(&packet) else {
-                // A packet that does not scan is never stamped.
-                let mut out = Vec::new();
-                prop_assert!(stamp_into(&packet, &stamp, &mut out).is_err());
-                return Ok(());
-            };
-            let _ = fields.kind();
-            let _ = fields.clears_incremental_state();
-            if let Some(defaults) = fields.trace_packet_defaults {
-                let _ = tracesync_protocol::scan::defaults_timestamp_clock_id(defaults);
-            }
-            let mut a = Vec::new();
-            stamp_into(&packet, &stamp, &mut a)
-                .map_err(|e| TestCaseError::fail(format!("stamp_into after a good scan: {e}")))?;
-            let mut b = Vec::new();
-            stamp_scanned(&packet, &fields, &stamp, &mut b)
-                .map_err(|e| TestCaseError::fail(format!("stamp_scanned: {e}")))?;
-            prop_assert_eq!(&a, &b, "stamp_scanned differs from stamp_into");
-            let again = scan_packet(&a)
-                .map_err(|e| TestCaseError::fail(format!("stamped packet does not scan: {e}")))?;
-            if let Some(seq) = stamp.trusted_packet_sequence_id {
-                prop_assert_eq!(again.trusted_packet_sequence_id, Some(seq));
-            } else if stamp.strip_trusted {
-                prop_assert_eq!(again.trusted_packet_sequence_id, None);
-            }
-            match stamp.machine_id {
-                Some(0) => prop_assert_eq!(again.machine_id, None),
-                Some(m) => prop_assert_eq!(again.machine_id, Some(m)),
-                None if stamp.strip_trusted => prop_assert_eq!(again.machine_id, None),
-                None => prop_assert_eq!(again.machine_id, fields.machine_id),
-            }
-            // Field 58 of any wire type counts as present (StampLayout).
-            if let (false, Some(c)) = (
-                fields.stamp_layout.has_clock_id,
-                stamp.default_timestamp_clock_id,
-            ) {
-                prop_assert_eq!(again.timestamp_clock_id, Some(c));
-            }
-            prop_assert_eq!(again.timestamp, fields.timestamp);
-            Ok(())
-        },
-    );
+    fuzz::with_big_stack(|| {
+        fuzz::run(
+            BIN,
+            "packet_scanner_and_stamp",
+            6_000,
+            (scanner_input(), stamp()),
+            |(packet, stamp)| {
+                let Ok(fields) = scan_packet(&packet) else {
+                    // A packet that does not scan is never stamped.
+                    let mut out = Vec::new();
+                    prop_assert!(stamp_into(&packet, &stamp, &mut out).is_err());
+                    return Ok(());
+                };
+                let _ = fields.kind();
+                let _ = fields.clears_incremental_state();
+                if let Some(defaults) = fields.trace_packet_defaults {
+                    let _ = tracesync_protocol::scan::defaults_timestamp_clock_id(defaults);
+                }
+                let mut a = Vec::new();
+                stamp_into(&packet, &stamp, &mut a).map_err(|e| {
+                    TestCaseError::fail(format!("stamp_into after a good scan: {e}"))
+                })?;
+                let mut b = Vec::new();
+                stamp_scanned(&packet, &fields, &stamp, &mut b)
+                    .map_err(|e| TestCaseError::fail(format!("stamp_scanned: {e}")))?;
+                prop_assert_eq!(&a, &b, "stamp_scanned differs from stamp_into");
+                let again = scan_packet(&a).map_err(|e| {
+                    TestCaseError::fail(format!("stamped packet does not scan: {e}"))
+                })?;
+                if let Some(seq) = stamp.trusted_packet_sequence_id {
+                    prop_assert_eq!(again.trusted_packet_sequence_id, Some(seq));
+                } else if stamp.strip_trusted {
+                    prop_assert_eq!(again.trusted_packet_sequence_id, None);
+                }
+                match stamp.machine_id {
+                    Some(0) => prop_assert_eq!(again.machine_id, None),
+                    Some(m) => prop_assert_eq!(again.machine_id, Some(m)),
+                    None if stamp.strip_trusted => prop_assert_eq!(again.machine_id, None),
+                    None => prop_assert_eq!(again.machine_id, fields.machine_id),
+                }
+                // Field 58 of any wire type counts as present (StampLayout).
+                if let (false, Some(c)) = (
+                    fields.stamp_layout.has_clock_id,
+                    stamp.default_timestamp_clock_id,
+                ) {
+                    prop_assert_eq!(again.timestamp_clock_id, Some(c));
+                }
+                prop_assert_eq!(again.timestamp, fields.timestamp);
+                Ok(())
+            },
+        );
+    });
 }
 
 // ---- probe datagrams ----
@@ -298,7 +302,8 @@ fn packet_scanner_and_stamp() {
 fn datagram() -> impl Strategy<Value = Vec<u8>> {
     let ids = prop_oneof![Just(7u64), Just(0), any::<u64>()];
     let body = prop_oneof![
-        ids.clone().prop_map(|session_id| Body::Register(ProbeRegister { session_id })),
+        ids.clone()
+            .prop_map(|session_id| Body::Register(ProbeRegister { session_id })),
         (ids.clone(), edge(), edge()).prop_map(|(session_id, probe_id, t1_ns)| Body::Probe(
             Probe {
                 session_id,
@@ -333,35 +338,37 @@ fn edge() -> impl Strategy<Value = u64> {
 
 #[test]
 fn probe_datagrams() {
-    use tracesync::sync::prober::{ProberConfig, ProberCore};
-    use tracesync::sync::sessions::Registration;
-    let from: SocketAddr = "127.0.0.1:9".parse().expect("address");
-    fuzz::run(
-        BIN,
-        "probe_datagrams",
-        3_000,
-        prop::collection::vec(datagram(), 1..6),
-        |datagrams| {
-            // Daemon side: session 7 registered, no probe sent yet, so no
-            // datagram (reply or not) may produce a clock update.
-            let mut prober = ProberCore::new(ProberConfig::default());
-            let registered = [(
-                7u64,
-                Registration {
-                    slot: 1,
-                    machine_raw_id: 5,
-                },
-            )]
-            .into_iter()
-            .collect();
-            prober.set_registered(registered);
-            for (i, d) in datagrams.iter().enumerate() {
-                let update = prober.on_datagram(d, from, 1_000_000_000 + i as u64);
-                prop_assert!(update.is_none(), "an unsolicited datagram moved a clock");
-                // Relay side.
-                let _ = tracesync_relay::probe::classify(d, 7);
-            }
-            Ok(())
-        },
-    );
+    fuzz::with_big_stack(|| {
+        use tracesync::sync::prober::{ProberConfig, ProberCore};
+        use tracesync::sync::sessions::Registration;
+        let from: SocketAddr = "127.0.0.1:9".parse().expect("address");
+        fuzz::run(
+            BIN,
+            "probe_datagrams",
+            3_000,
+            prop::collection::vec(datagram(), 1..6),
+            |datagrams| {
+                // Daemon side: session 7 registered, no probe sent yet, so no
+                // datagram (reply or not) may produce a clock update.
+                let mut prober = ProberCore::new(ProberConfig::default());
+                let registered = [(
+                    7u64,
+                    Registration {
+                        slot: 1,
+                        machine_raw_id: 5,
+                    },
+                )]
+                .into_iter()
+                .collect();
+                prober.set_registered(registered);
+                for (i, d) in datagrams.iter().enumerate() {
+                    let update = prober.on_datagram(d, from, 1_000_000_000 + i as u64);
+                    prop_assert!(update.is_none(), "an unsolicited datagram moved a clock");
+                    // Relay side.
+                    let _ = tracesync_relay::probe::classify(d, 7);
+                }
+                Ok(())
+            },
+        );
+    });
 }

@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use prost::Message;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
+use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, mpsc, watch};
@@ -154,7 +154,10 @@ async fn refused(link: &mut Link) -> v1::Refused {
     loop {
         match recv(link).await {
             Some(v1::frame::Body::Refused(r)) => {
-                assert!(recv(link).await.is_none(), "connection closed after Refused");
+                assert!(
+                    recv(link).await.is_none(),
+                    "connection closed after Refused"
+                );
                 return r;
             }
             Some(v1::frame::Body::Ack(_)) => {}
@@ -200,14 +203,18 @@ enum Chunk {
 
 fn clocks() -> impl Strategy<Value = Option<v1::RelayClocks>> {
     prop::option::of(
-        (fuzz::edge_u64(), fuzz::edge_u64(), fuzz::edge_u64(), fuzz::edge_u64()).prop_map(
-            |(b, m, r, raw)| v1::RelayClocks {
+        (
+            fuzz::edge_u64(),
+            fuzz::edge_u64(),
+            fuzz::edge_u64(),
+            fuzz::edge_u64(),
+        )
+            .prop_map(|(b, m, r, raw)| v1::RelayClocks {
                 boottime_ns: b,
                 monotonic_ns: m,
                 realtime_ns: r,
                 monotonic_raw_ns: raw,
-            },
-        ),
+            }),
     )
 }
 
@@ -314,7 +321,9 @@ async fn run_case(addr: SocketAddr, chunks: &[Chunk]) -> Result<(), String> {
     while rest.len() >= 4 {
         let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         if rest.len() < 4 + len {
-            return Err(format!("a torn frame from the daemon: {len} bytes announced"));
+            return Err(format!(
+                "a torn frame from the daemon: {len} bytes announced"
+            ));
         }
         let f = v1::Frame::decode(&rest[4..4 + len]).map_err(|e| format!("daemon frame: {e}"))?;
         match f.body {
@@ -322,7 +331,9 @@ async fn run_case(addr: SocketAddr, chunks: &[Chunk]) -> Result<(), String> {
             Some(v1::frame::Body::Refused(r)) => {
                 refusals += 1;
                 if r.reason.is_empty() || r.code.is_empty() || r.reason.contains('\n') {
-                    return Err(format!("Refused without a one-line reason and a code: {r:?}"));
+                    return Err(format!(
+                        "Refused without a one-line reason and a code: {r:?}"
+                    ));
                 }
             }
             other => return Err(format!("unexpected frame from the daemon: {other:?}")),
@@ -340,26 +351,29 @@ async fn run_case(addr: SocketAddr, chunks: &[Chunk]) -> Result<(), String> {
 
 #[test]
 fn relay_frames_session() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let server = runtime.block_on(serve(LiveConfig {
-        merge_window_ns: 10_000_000,
-        ..LiveConfig::default()
-    }));
-    let addr = server.running.data_addr;
-    fuzz::run(BIN, "relay_frames_session", 1_500, case(), |chunks| {
-        runtime
-            .block_on(run_case(addr, &chunks))
-            .map_err(TestCaseError::fail)
-    });
-    runtime.block_on(async {
-        good_relay_is_served(addr, 0xfeed).await;
-        let refused = server.status.borrow().relays_refused.clone();
-        eprintln!("relay_frames_session: refusals by code {refused:?}");
-        server.stop().await;
+    fuzz::with_big_stack(|| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let server = runtime.block_on(serve(LiveConfig {
+            merge_window_ns: 10_000_000,
+            ..LiveConfig::default()
+        }));
+        let addr = server.running.data_addr;
+        fuzz::run(BIN, "relay_frames_session", 1_500, case(), |chunks| {
+            runtime
+                .block_on(run_case(addr, &chunks))
+                .map_err(TestCaseError::fail)
+        });
+        runtime.block_on(async {
+            good_relay_is_served(addr, 0xfeed).await;
+            let refused = server.status.borrow().relays_refused.clone();
+            let line = format!("relay_frames_session: refusals by code {refused:?}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            server.stop().await;
+        });
     });
 }
 
@@ -431,7 +445,12 @@ async fn sequence_flood_is_cut_at_the_limit_and_closed() {
     };
     // One packet on each of 10_000 sequences.
     let packets: Vec<Bytes> = (1..=10_000u64)
-        .map(|seq| Bytes::from(encode(&[Node::Varint(10, seq), Node::Bytes(11, Vec::new())])))
+        .map(|seq| {
+            Bytes::from(encode(&[
+                Node::Varint(10, seq),
+                Node::Bytes(11, Vec::new()),
+            ]))
+        })
         .collect();
     let batch = v1::frame::Body::Batch(v1::Batch {
         seq: 1,
@@ -550,7 +569,8 @@ fn bad_relay_is_refused_while_a_good_relay_loses_nothing() {
         ("bad_frame", vec![0xff; 64]),
         ("unexpected_frame", hello(0xbad2)),
         ("frame_too_large", Vec::new()),
-        ("bad_frame", Vec::new()),
+        // "GET " read as a length prefix is 1.2 GB.
+        ("frame_too_large", Vec::new()),
     ];
     for (round, (code, body)) in garbage.iter().enumerate() {
         let mut s = StdTcpStream::connect(daemon.data_addr).expect("connect");
@@ -576,9 +596,9 @@ fn bad_relay_is_refused_while_a_good_relay_loses_nothing() {
     }
     let status = daemon.wait_status("refusals counted", Duration::from_secs(30), |s| {
         let r = &s["relays_refused"];
-        r["bad_frame"].as_u64() >= Some(2)
+        r["bad_frame"].as_u64() >= Some(1)
             && r["unexpected_frame"].as_u64() >= Some(1)
-            && r["frame_too_large"].as_u64() >= Some(1)
+            && r["frame_too_large"].as_u64() >= Some(2)
     });
     eprintln!("{TEST}: relays_refused {}", status["relays_refused"]);
     // The good relay kept streaming through all of it.

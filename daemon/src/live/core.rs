@@ -55,7 +55,9 @@ pub(super) struct Machine {
 
 impl Machine {
     pub fn count(&mut self, reason: &'static str, n: u64) {
-        *self.counters.entry(reason).or_default() += n;
+        // Saturating: a hostile batch seq can claim u64::MAX lost batches.
+        let count = self.counters.entry(reason).or_default();
+        *count = count.saturating_add(n);
     }
 }
 
