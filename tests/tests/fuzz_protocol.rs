@@ -181,7 +181,7 @@ fn read_file(case: &ReaderCase) -> Result<(), TestCaseError> {
     e.write_all(&case.stream).expect("in memory");
     let mut gz = e.finish().expect("in memory");
     // Break the gzip layer too, now and then.
-    if case.stream.len() % 3 == 0 && gz.len() > 12 {
+    if case.stream.len().is_multiple_of(3) && gz.len() > 12 {
         let at = case.stream.len() % gz.len();
         gz[at] ^= 0x5a;
     }
@@ -190,14 +190,9 @@ fn read_file(case: &ReaderCase) -> Result<(), TestCaseError> {
             .map_err(|e| TestCaseError::fail(format!("in-memory read failed: {e}")))?;
     let _ = file.is_gzip();
     let mut packets = 0u64;
-    loop {
-        match file.next_packet() {
-            Ok(Some(p)) => {
-                prop_assert!(p.bytes.len() <= case.max);
-                packets += 1;
-            }
-            Ok(None) | Err(_) => break,
-        }
+    while let Ok(Some(p)) = file.next_packet() {
+        prop_assert!(p.bytes.len() <= case.max);
+        packets += 1;
         prop_assert!(packets < 1 << 20);
     }
     Ok(())
