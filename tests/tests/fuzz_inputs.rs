@@ -159,7 +159,7 @@ fn manifest_text() -> impl Strategy<Value = String> {
 #[test]
 fn manifest() {
     fuzz::with_big_stack(|| {
-        fuzz::run(BIN, "manifest", 2_000, manifest_text(), |text| {
+        fuzz::run(BIN, "manifest", 3_000, manifest_text(), |text| {
             if let Err(e) = parse_manifest(&text) {
                 let line = e.to_string();
                 prop_assert!(!line.is_empty());
@@ -257,7 +257,7 @@ fn daemon_config() {
         fuzz::run(
             BIN,
             "daemon_config",
-            1_500,
+            5_000,
             toml_text(shipped, SECTIONS, KEYS),
             |text| {
                 if let Err(e) = DaemonConfig::from_toml(&text, file) {
@@ -297,7 +297,7 @@ fn relay_config() {
         fuzz::run(
             BIN,
             "relay_config",
-            1_500,
+            5_000,
             toml_text(shipped, &["x"], KEYS),
             |text| {
                 if let Err(e) = RelayConfig::from_parts(Some(path), Some(&text), &flags) {
