@@ -613,3 +613,34 @@ fn bad_relay_is_refused_while_a_good_relay_loses_nothing() {
     check.assert_complete();
     assert!(check.source_of("good", 1).is_some(), "{}", check.summary());
 }
+
+/// Relays that come and go with new instance ids and raw ids: the core
+/// remembers at most `max_relay_records` of them, and their machine rows
+/// go with them.
+#[test]
+fn relay_records_and_machine_rows_stay_bounded() {
+    use tracesync::live::{HelloInfo, Recovered};
+    const RECORDS: usize = 16;
+    let mut core = LiveCore::new(
+        LiveConfig {
+            max_relay_records: RECORDS,
+            ..LiveConfig::default()
+        },
+        Recovered::default(),
+    );
+    for i in 1..=5_000u64 {
+        let hello = HelloInfo {
+            relay_instance: i,
+            boot_id: "b".into(),
+            machine_name: format!("m{i}"),
+            machine_raw_id: i as u32,
+            oldest_unacked_batch: 1,
+            clocks: None,
+        };
+        let connected = core.connect(hello, i).expect("admitted");
+        core.disconnect(connected.slot);
+    }
+    let rows = core.status(5_000, 0).len();
+    // The host, the remembered relays, and the one that just connected.
+    assert!(rows <= RECORDS + 2, "{rows} machine rows");
+}

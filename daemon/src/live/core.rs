@@ -349,7 +349,7 @@ impl LiveCore {
                 .min_by_key(|(_, r)| r.disconnected_order)
                 .map(|(&i, _)| i);
             let Some(instance) = idle else { return };
-            self.relays.remove(&instance);
+            let raw_id = self.relays.remove(&instance).map(|r| r.raw_id);
             let order = &mut self.order;
             self.streams.retain(|k, s| {
                 let forget = k.0 == instance && order.stream_len(s.id) == 0;
@@ -358,6 +358,18 @@ impl LiveCore {
                 }
                 !forget
             });
+            // Its machine row goes too once nothing refers to it, so relays
+            // that keep coming with new raw ids cannot grow the table.
+            if let Some(raw_id) = raw_id.filter(|&id| id != 0)
+                && self
+                    .machines
+                    .get(&raw_id)
+                    .is_some_and(|m| m.connected.is_none())
+                && !self.relays.values().any(|r| r.raw_id == raw_id)
+                && !self.streams.values().any(|s| s.raw_id == raw_id)
+            {
+                self.machines.remove(&raw_id);
+            }
         }
     }
 
