@@ -201,6 +201,10 @@ pub struct LimitsConfig {
     /// Largest frame accepted from a relay.
     #[serde(deserialize_with = "max_frame_bytes")]
     pub max_frame_bytes: u64,
+    /// Sequences one relay instance may open; a packet on one more is
+    /// dropped and the connection closed with a reason.
+    #[serde(deserialize_with = "max_sequences_per_relay")]
+    pub max_sequences_per_relay: u64,
 }
 
 impl Default for LimitsConfig {
@@ -209,6 +213,7 @@ impl Default for LimitsConfig {
             max_relays: 256,
             hello_timeout_ms: 5000,
             max_frame_bytes: MAX_FRAME_BYTES as u64,
+            max_sequences_per_relay: 16_384,
         }
     }
 }
@@ -277,6 +282,10 @@ fn check_max_frame_bytes(v: u64) -> Result<(), String> {
     check_range(v, 2 << 20, 64 << 20, "max frame bytes")
 }
 
+fn check_max_sequences_per_relay(v: u64) -> Result<(), String> {
+    check_range(v, 16, 1 << 20, "max sequences per relay")
+}
+
 fn parse_flag(s: &str, check: fn(u64) -> Result<(), String>) -> Result<u64, String> {
     let v: u64 = s
         .parse()
@@ -310,6 +319,7 @@ checked_fields! {
     max_relays => check_max_relays,
     hello_timeout_ms => check_hello_timeout_ms,
     max_frame_bytes => check_max_frame_bytes,
+    max_sequences_per_relay => check_max_sequences_per_relay,
 }
 
 /// A configuration error, displayed as one line: `file:line:column: message`

@@ -21,6 +21,10 @@ pub struct StatusReport {
     /// Counters of the clock-sync prober (probes, rejections by reason).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<crate::sync::ProberStats>,
+    /// Relay connections refused or closed by the daemon, by
+    /// `Refused.code` (bad_frame, frame_too_large, unexpected_frame, ...).
+    #[serde(default)]
+    pub relays_refused: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -17,6 +17,11 @@ pub const MAX_FRAME_BYTES: usize = 4 << 20;
 /// A relay closes a batch at this many packet bytes.
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
 
+/// A relay closes a batch at this many packets; a daemon refuses a batch
+/// with more (tiny packets would otherwise cost far more memory decoded
+/// than their frame's bytes).
+pub const MAX_BATCH_PACKETS: usize = 65_536;
+
 /// Largest probe datagram (UDP datagram or TCP-fallback frame) either side
 /// sends or accepts.
 pub const MAX_PROBE_DATAGRAM_BYTES: usize = 256;

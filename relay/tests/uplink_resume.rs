@@ -321,6 +321,7 @@ async fn an_auth_refusal_ends_the_uplink() {
         &mut conn,
         Body::Refused(v1::Refused {
             reason: "bad token; set the relay's --token to the daemon's".into(),
+            code: "bad_token".into(),
         }),
     )
     .await;
@@ -347,6 +348,7 @@ async fn reconnects_after_a_busy_refusal() {
         &mut conn,
         Body::Refused(v1::Refused {
             reason: "too many relays (32); try later".into(),
+            code: "max_relays".into(),
         }),
     )
     .await;

@@ -3,6 +3,7 @@
 
 pub mod archive;
 pub mod build;
+pub mod fuzz;
 pub mod impair;
 pub mod live;
 pub mod run;

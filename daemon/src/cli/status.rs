@@ -140,6 +140,14 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             p.tcp_connections
         );
     }
+    if !report.relays_refused.is_empty() {
+        let refused: Vec<String> = report
+            .relays_refused
+            .iter()
+            .map(|(code, n)| format!("{code}={n}"))
+            .collect();
+        let _ = writeln!(out, "relays refused: {}", refused.join(", "));
+    }
     out
 }
 

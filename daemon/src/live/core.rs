@@ -32,6 +32,7 @@ pub mod reason {
     pub const REMOTE_SYNC_REPLACED: &str = "remote_clock_sync_replaced";
     pub const INVALID_SNAPSHOT: &str = "invalid_clock_snapshots";
     pub const LATE: &str = "late_packets";
+    pub const SEQUENCES_OVER_LIMIT: &str = "sequences_over_limit";
 }
 
 /// One machine row of the output (raw id 0 is the host).
@@ -54,7 +55,9 @@ pub(super) struct Machine {
 
 impl Machine {
     pub fn count(&mut self, reason: &'static str, n: u64) {
-        *self.counters.entry(reason).or_default() += n;
+        // Saturating: a hostile batch seq can claim u64::MAX lost batches.
+        let count = self.counters.entry(reason).or_default();
+        *count = count.saturating_add(n);
     }
 }
 
@@ -73,6 +76,8 @@ pub(super) struct Relay {
     pub pending_bytes: usize,
     /// Order of disconnection, for forgetting the longest-gone first.
     pub disconnected_order: u64,
+    /// Streams of this instance (bounded by `max_sequences_per_relay`).
+    pub sequences: usize,
 }
 
 /// One stream: a relay sequence of one relay instance.
@@ -116,6 +121,8 @@ pub struct LiveCore {
     pub(super) stats: LiveStats,
     /// Reused staging buffer of the batch being ingested.
     pub(super) staged: Staged,
+    /// The batch being ingested hit `max_sequences_per_relay`.
+    pub(super) sequence_limit_hit: bool,
 }
 
 impl LiveCore {
@@ -139,6 +146,7 @@ impl LiveCore {
             latest_now: 0,
             stats: LiveStats::default(),
             staged: Staged::default(),
+            sequence_limit_hit: false,
         };
         let host_name = core.config.host_name.as_deref().map(Arc::from);
         core.machines.entry(0).or_default().name = host_name;
@@ -176,6 +184,9 @@ impl LiveCore {
             let out_seq = self.next_out_seq;
             self.next_out_seq = self.next_out_seq.wrapping_add(1).max(OWN_SEQUENCE_ID + 1);
             let src = self.src_label(raw_id, key.1);
+            if let Some(relay) = self.relays.get_mut(&key.0) {
+                relay.sequences += 1;
+            }
             self.streams.insert(
                 key,
                 Stream {
@@ -229,10 +240,16 @@ impl LiveCore {
         self.next_slot = self.next_slot.wrapping_add(1).max(1);
         let oldest = hello.oldest_unacked_batch;
         let mut lost = 0;
+        let streams = &self.streams;
         let relay = self
             .relays
             .entry(hello.relay_instance)
             .or_insert_with(|| Relay {
+                // Streams recovered from the output before it connected.
+                sequences: streams
+                    .keys()
+                    .filter(|k| k.0 == hello.relay_instance)
+                    .count(),
                 raw_id,
                 boot_id: hello.boot_id.clone(),
                 slot: None,
@@ -332,7 +349,7 @@ impl LiveCore {
                 .min_by_key(|(_, r)| r.disconnected_order)
                 .map(|(&i, _)| i);
             let Some(instance) = idle else { return };
-            self.relays.remove(&instance);
+            let raw_id = self.relays.remove(&instance).map(|r| r.raw_id);
             let order = &mut self.order;
             self.streams.retain(|k, s| {
                 let forget = k.0 == instance && order.stream_len(s.id) == 0;
@@ -341,6 +358,18 @@ impl LiveCore {
                 }
                 !forget
             });
+            // Its machine row goes too once nothing refers to it, so relays
+            // that keep coming with new raw ids cannot grow the table.
+            if let Some(raw_id) = raw_id.filter(|&id| id != 0)
+                && self
+                    .machines
+                    .get(&raw_id)
+                    .is_some_and(|m| m.connected.is_none())
+                && !self.relays.values().any(|r| r.raw_id == raw_id)
+                && !self.streams.values().any(|s| s.raw_id == raw_id)
+            {
+                self.machines.remove(&raw_id);
+            }
         }
     }
 

@@ -168,6 +168,12 @@ impl LiveCore {
         if clocks_changed {
             self.retry_pending(instance);
         }
+        if std::mem::take(&mut self.sequence_limit_hit) {
+            return Err(SessionError::TooManySequences {
+                slot,
+                limit: self.config.max_sequences_per_relay,
+            });
+        }
         Ok(())
     }
 
@@ -180,6 +186,18 @@ impl LiveCore {
             return false;
         };
         m.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
+        if !self.streams.contains_key(&m.key)
+            && self
+                .relays
+                .get(&instance)
+                .is_some_and(|r| r.sequences >= self.config.max_sequences_per_relay)
+        {
+            // A sequence flood must not grow the stream table: drop, and
+            // the batch's caller closes the connection.
+            self.machine(raw_id).count(reason::SEQUENCES_OVER_LIMIT, 1);
+            self.sequence_limit_hit = true;
+            return false;
+        }
         let stream = self.stream_entry(m.key, raw_id);
         if stream.written.is_some_and(|w| m.index <= w) {
             self.machine(raw_id).count(reason::DUPLICATE, 1);

@@ -36,6 +36,10 @@ pub struct LiveConfig {
     /// Relay instances remembered (connected or not); past it the oldest
     /// idle disconnected one is forgotten.
     pub max_relay_records: usize,
+    /// Per relay instance: sequences (streams) remembered. A packet that
+    /// would open one more is dropped (`sequences_over_limit`) and the
+    /// connection is closed with a reason.
+    pub max_sequences_per_relay: usize,
 }
 
 impl Default for LiveConfig {
@@ -51,6 +55,7 @@ impl Default for LiveConfig {
             queue_max_bytes: 128 << 20,
             max_unacked_batches: 65_536,
             max_relay_records: 1_024,
+            max_sequences_per_relay: 16_384,
         }
     }
 }
@@ -109,6 +114,11 @@ pub enum SessionError {
         unacked: usize,
         limit: usize,
     },
+    #[error(
+        "relay slot {slot} opened more than {limit} sequences (limits.max-sequences-per-relay); \
+         packets of the extra sequences were dropped"
+    )]
+    TooManySequences { slot: RelaySlot, limit: usize },
 }
 
 /// The rolling writer's recovered state: output sequence ids and how far

@@ -443,6 +443,8 @@ fn live_config(config: &DaemonConfig) -> LiveConfig {
         merge_window_ns: config.merge.window_ms.saturating_mul(1_000_000),
         pending_max_packets: usize::try_from(config.merge.pending_packets).unwrap_or(usize::MAX),
         host_name: host_name(),
+        max_sequences_per_relay: usize::try_from(config.limits.max_sequences_per_relay)
+            .unwrap_or(usize::MAX),
         ..LiveConfig::default()
     }
 }

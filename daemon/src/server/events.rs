@@ -48,6 +48,15 @@ pub struct Welcomed {
 pub struct Feedback {
     /// Every batch <= this is durable: send Ack when it grows.
     pub acked_through_batch: u64,
-    /// Close the connection with this Refused reason.
-    pub close: Option<Arc<str>>,
+    /// Close the connection with this Refused code and reason.
+    pub close: Option<Close>,
+}
+
+/// Why the ingest loop closes a session (sent to the relay as Refused).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Close {
+    /// `Refused.code`: "closed_by_core" (the relay broke a limit, counted)
+    /// or "replaced" (a newer connection of the same relay instance).
+    pub code: &'static str,
+    pub reason: Arc<str>,
 }

@@ -23,7 +23,7 @@ use tokio::time::{Instant, MissedTickBehavior, interval};
 use tracing::{debug, error, info, warn};
 
 use super::engine::{Core, Fanout, Slot, Writer};
-use super::events::{Feedback, IngestEvent, Welcomed};
+use super::events::{Close, Feedback, IngestEvent, Welcomed};
 use crate::hostclock;
 use crate::live::OutPacket;
 use crate::reload::OutputLimits;
@@ -43,6 +43,8 @@ pub struct IngestSettings {
     pub probes: Option<crate::sync::ProbeSessions>,
     /// New output rotation/retention limits (SIGHUP reloads), if wired.
     pub limits: Option<watch::Receiver<OutputLimits>>,
+    /// The server's counters, for the status report's refusals.
+    pub server_counters: Option<Arc<super::Counters>>,
 }
 
 impl IngestSettings {
@@ -56,6 +58,7 @@ impl IngestSettings {
             sync_addr: None,
             probes: None,
             limits: None,
+            server_counters: None,
         }
     }
 }
@@ -211,6 +214,7 @@ where
                     // The core already forgot the old slot: only close it.
                     close(
                         &entry,
+                        "replaced",
                         "replaced by a newer connection of the same relay instance",
                     );
                 }
@@ -275,7 +279,7 @@ where
     /// releases the slot in the core.
     fn close_slot(&mut self, slot: Slot, reason: &str) {
         if let Some(entry) = self.sessions.get(&slot) {
-            close(entry, reason);
+            close(entry, "closed_by_core", reason);
         }
     }
 
@@ -376,6 +380,12 @@ where
             host_boottime_ns: hostclock::boottime_ns(),
             machines: self.core.status(),
             sync: self.settings.probes.as_ref().map(|p| p.stats()),
+            relays_refused: self
+                .settings
+                .server_counters
+                .as_ref()
+                .map(|c| c.refusals())
+                .unwrap_or_default(),
         };
         status.send_replace(Arc::new(report));
     }
@@ -432,11 +442,14 @@ where
 /// How long shutdown retries a failing final commit.
 const FINAL_COMMIT_PATIENCE: Duration = Duration::from_secs(5);
 
-fn close(entry: &SessionEntry, reason: &str) {
-    let reason: Arc<str> = Arc::from(reason);
+fn close(entry: &SessionEntry, code: &'static str, reason: &str) {
+    let close = Close {
+        code,
+        reason: Arc::from(reason),
+    };
     entry
         .feedback
-        .send_modify(|feedback| feedback.close = Some(reason));
+        .send_modify(|feedback| feedback.close = Some(close));
 }
 
 fn ticker(every: Duration) -> tokio::time::Interval {

@@ -103,7 +103,8 @@ pub async fn accept_loop<P: ProbeRegistry>(
                 let codec = session::codec(shared.settings.max_frame_bytes);
                 tracker.spawn(async move {
                     let mut link = Framed::new(stream, codec);
-                    session::refuse(&mut link, peer, &reason).await;
+                    let code = Counter::RefusedMaxRelays.code();
+                    session::refuse(&mut link, peer, code, &reason).await;
                     let _ = SinkExt::<bytes::Bytes>::close(&mut link).await;
                     drop(permit);
                 });

@@ -58,7 +58,8 @@ pub struct SessionSettings {
 pub struct Shared<P> {
     pub settings: SessionSettings,
     pub probes: P,
-    pub counters: Counters,
+    /// Shared with the ingest loop, which reports the refusals in status.
+    pub counters: Arc<Counters>,
     pub shutdown: CancellationToken,
     /// Replaced on reload (SIGHUP).
     token: RwLock<Option<Arc<str>>>,
@@ -76,7 +77,7 @@ impl<P> Shared<P> {
         Self {
             settings,
             probes,
-            counters: Counters::default(),
+            counters: Arc::default(),
             shutdown,
             token: RwLock::new(token.map(Arc::from)),
             allow_machines: RwLock::new(Arc::from(Vec::new())),
@@ -128,12 +129,23 @@ pub enum Counter {
     RefusedMachine,
     RefusedByCore,
     HelloTimeouts,
+    /// A frame that does not decode (or holds no message).
     MalformedFrames,
     AcceptErrors,
+    /// A frame over `limits.max-frame-bytes`.
+    FramesTooLarge,
+    /// A frame of a kind the relay must not send now (a second Hello, a
+    /// Welcome, an Ack, ...).
+    UnexpectedFrames,
+    /// The core closed the session (a relay past a limit: unacknowledged
+    /// batches, sequences).
+    ClosedByCore,
+    /// A Batch of more than `MAX_BATCH_PACKETS` packets.
+    BatchesTooLarge,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 10] = [
+    pub const ALL: [Counter; 14] = [
         Counter::ConnectionsAccepted,
         Counter::SessionsWelcomed,
         Counter::RefusedMaxRelays,
@@ -144,7 +156,44 @@ impl Counter {
         Counter::HelloTimeouts,
         Counter::MalformedFrames,
         Counter::AcceptErrors,
+        Counter::FramesTooLarge,
+        Counter::UnexpectedFrames,
+        Counter::ClosedByCore,
+        Counter::BatchesTooLarge,
     ];
+
+    /// Counters of refused or closed relay connections, by `Refused.code`.
+    pub const REFUSALS: [Counter; 11] = [
+        Counter::MalformedFrames,
+        Counter::FramesTooLarge,
+        Counter::BatchesTooLarge,
+        Counter::UnexpectedFrames,
+        Counter::HelloTimeouts,
+        Counter::RefusedVersion,
+        Counter::RefusedToken,
+        Counter::RefusedMachine,
+        Counter::RefusedByCore,
+        Counter::ClosedByCore,
+        Counter::RefusedMaxRelays,
+    ];
+
+    /// `Refused.code` of a refusal counter (empty for the others).
+    pub fn code(self) -> &'static str {
+        match self {
+            Counter::MalformedFrames => "bad_frame",
+            Counter::FramesTooLarge => "frame_too_large",
+            Counter::BatchesTooLarge => "batch_too_large",
+            Counter::UnexpectedFrames => "unexpected_frame",
+            Counter::HelloTimeouts => "no_hello",
+            Counter::RefusedVersion => "bad_version",
+            Counter::RefusedToken => "bad_token",
+            Counter::RefusedMachine => "machine_not_allowed",
+            Counter::RefusedByCore => "refused_by_core",
+            Counter::ClosedByCore => "closed_by_core",
+            Counter::RefusedMaxRelays => "max_relays",
+            Counter::ConnectionsAccepted | Counter::SessionsWelcomed | Counter::AcceptErrors => "",
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -158,6 +207,10 @@ impl Counter {
             Counter::HelloTimeouts => "tracesync_hello_timeouts_total",
             Counter::MalformedFrames => "tracesync_malformed_frames_total",
             Counter::AcceptErrors => "tracesync_accept_errors_total",
+            Counter::FramesTooLarge => "tracesync_frames_too_large_total",
+            Counter::UnexpectedFrames => "tracesync_unexpected_frames_total",
+            Counter::ClosedByCore => "tracesync_closed_by_core_total",
+            Counter::BatchesTooLarge => "tracesync_batches_too_large_total",
         }
     }
 }
@@ -175,6 +228,16 @@ impl Counters {
 
     pub fn get(&self, counter: Counter) -> u64 {
         self.values[counter as usize].load(Ordering::Relaxed)
+    }
+
+    /// Refused or closed relay connections by `Refused.code` (non-zero
+    /// ones), for the status report.
+    pub fn refusals(&self) -> std::collections::BTreeMap<String, u64> {
+        Counter::REFUSALS
+            .iter()
+            .map(|&c| (c.code().to_owned(), self.get(c)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 }
 

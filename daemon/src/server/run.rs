@@ -60,8 +60,10 @@ where
         packets: parts.packets,
         status: parts.status,
     };
-    let ingest = ingest::spawn(parts.core, parts.writer, ingest_settings, io)?;
     let shared = Arc::new(Shared::new(session, token, parts.probes, shutdown));
+    let mut ingest_settings = ingest_settings;
+    ingest_settings.server_counters = Some(shared.counters.clone());
+    let ingest = ingest::spawn(parts.core, parts.writer, ingest_settings, io)?;
     let tracker = TaskTracker::new();
     let accept = tokio::spawn(listener::accept_loop(
         listener,

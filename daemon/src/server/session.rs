@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::time::timeout;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
-use tracesync_protocol::relay::{PROTOCOL_VERSION, v1};
+use tracesync_protocol::relay::{MAX_BATCH_PACKETS, PROTOCOL_VERSION, v1};
 use tracing::{debug, info, warn};
 
 use super::engine::{ProbeRegistry, Slot};
@@ -86,7 +86,7 @@ async fn welcome<P: ProbeRegistry>(
         Err(_) => {
             shared.counters.bump(Counter::HelloTimeouts);
             let reason = format!("no Hello within {} ms", hello_timeout.as_millis());
-            refuse(link, peer, &reason).await;
+            refuse(link, peer, Counter::HelloTimeouts.code(), &reason).await;
             return None;
         }
         Ok(None) => return None,
@@ -97,14 +97,14 @@ async fn welcome<P: ProbeRegistry>(
         Ok(Some(Ok(bytes))) => match decode(&bytes) {
             Ok(v1::frame::Body::Hello(hello)) => hello,
             Ok(other) => {
-                shared.counters.bump(Counter::MalformedFrames);
+                shared.counters.bump(Counter::UnexpectedFrames);
                 let reason = format!("expected Hello as the first frame, got {}", kind(&other));
-                refuse(link, peer, &reason).await;
+                refuse(link, peer, Counter::UnexpectedFrames.code(), &reason).await;
                 return None;
             }
             Err(reason) => {
                 shared.counters.bump(Counter::MalformedFrames);
-                refuse(link, peer, &reason).await;
+                refuse(link, peer, Counter::MalformedFrames.code(), &reason).await;
                 return None;
             }
         },
@@ -116,7 +116,7 @@ async fn welcome<P: ProbeRegistry>(
              run matching tracesync versions",
             hello.protocol_version
         );
-        refuse(link, peer, &reason).await;
+        refuse(link, peer, Counter::RefusedVersion.code(), &reason).await;
         return None;
     }
     if let Some(expected) = shared.token()
@@ -125,7 +125,7 @@ async fn welcome<P: ProbeRegistry>(
         shared.counters.bump(Counter::RefusedToken);
         let reason =
             "bad token: give the relay the daemon's [auth] token (--token or TRACESYNC_TOKEN)";
-        refuse(link, peer, reason).await;
+        refuse(link, peer, Counter::RefusedToken.code(), reason).await;
         return None;
     }
     if !shared.machine_allowed(&hello.machine_name) {
@@ -134,7 +134,7 @@ async fn welcome<P: ProbeRegistry>(
             "machine {:?} is not in the daemon's [auth] allow-machines",
             hello.machine_name
         );
-        refuse(link, peer, &reason).await;
+        refuse(link, peer, Counter::RefusedMachine.code(), &reason).await;
         return None;
     }
     // The session's probe key: signs its probe datagrams (Welcome carries it).
@@ -142,6 +142,7 @@ async fn welcome<P: ProbeRegistry>(
         refuse(
             link,
             peer,
+            "internal_error",
             "the daemon cannot draw a probe key from the OS random source; retry later",
         )
         .await;
@@ -162,7 +163,7 @@ async fn welcome<P: ProbeRegistry>(
         Ok(Ok(welcomed)) => welcomed,
         Ok(Err(reason)) => {
             shared.counters.bump(Counter::RefusedByCore);
-            refuse(link, peer, &reason).await;
+            refuse(link, peer, Counter::RefusedByCore.code(), &reason).await;
             return None;
         }
         Err(_) => return None,
@@ -199,8 +200,8 @@ struct Session<'a, P> {
 enum End {
     /// The peer closed or the socket failed: nothing more to say.
     Gone,
-    /// Tell the relay why, then close.
-    Refuse(String),
+    /// Tell the relay why (Refused code and reason), then close.
+    Refuse(&'static str, String),
     /// Daemon shutdown: stop reading, forward the final acks, close.
     Shutdown,
     /// The ingest loop is gone or closed this session without a reason.
@@ -218,8 +219,8 @@ impl<P: ProbeRegistry> Session<'_, P> {
                 drop(events);
                 self.final_acks().await;
             }
-            End::Refuse(reason) => {
-                refuse(&mut self.link, self.peer, &reason).await;
+            End::Refuse(code, reason) => {
+                refuse(&mut self.link, self.peer, code, &reason).await;
                 let _ = events
                     .send(IngestEvent::Disconnected { slot, session_id })
                     .await;
@@ -242,8 +243,11 @@ impl<P: ProbeRegistry> Session<'_, P> {
                         return End::Dropped;
                     }
                     let feedback = self.feedback.borrow_and_update().clone();
-                    if let Some(reason) = feedback.close {
-                        return End::Refuse(reason.to_string());
+                    if let Some(close) = feedback.close {
+                        if close.code == Counter::ClosedByCore.code() {
+                            self.shared.counters.bump(Counter::ClosedByCore);
+                        }
+                        return End::Refuse(close.code, close.reason.to_string());
                     }
                     if let Err(end) = self.ack(feedback.acked_through_batch).await {
                         return end;
@@ -258,6 +262,16 @@ impl<P: ProbeRegistry> Session<'_, P> {
                         }
                         Some(Ok(bytes)) => bytes,
                     };
+                    // Counted before decoding: a frame of tiny packets
+                    // would cost far more memory decoded than its size.
+                    let packets = batch_packet_count(&bytes);
+                    if packets > MAX_BATCH_PACKETS {
+                        self.shared.counters.bump(Counter::BatchesTooLarge);
+                        return End::Refuse(Counter::BatchesTooLarge.code(), format!(
+                            "batch of more than {MAX_BATCH_PACKETS} packets; \
+                             relay and daemon versions must match"
+                        ));
+                    }
                     let event = match decode(&bytes) {
                         Ok(v1::frame::Body::Batch(batch)) => IngestEvent::Batch {
                             slot: self.slot,
@@ -270,15 +284,15 @@ impl<P: ProbeRegistry> Session<'_, P> {
                             heartbeat,
                         },
                         Ok(other) => {
-                            self.shared.counters.bump(Counter::MalformedFrames);
-                            return End::Refuse(format!(
+                            self.shared.counters.bump(Counter::UnexpectedFrames);
+                            return End::Refuse(Counter::UnexpectedFrames.code(), format!(
                                 "unexpected {} frame after Hello; a relay sends only Batch and Heartbeat",
                                 kind(&other)
                             ));
                         }
                         Err(reason) => {
                             self.shared.counters.bump(Counter::MalformedFrames);
-                            return End::Refuse(reason);
+                            return End::Refuse(Counter::MalformedFrames.code(), reason);
                         }
                     };
                     // Waits while the ingest loop is behind: back-pressure.
@@ -354,6 +368,29 @@ fn decode(bytes: &[u8]) -> Result<v1::frame::Body, String> {
     }
 }
 
+/// Packets in a Batch frame (0 for other frames or bytes that do not
+/// parse), counted without decoding; stops counting past the limit.
+fn batch_packet_count(frame: &[u8]) -> usize {
+    use tracesync_protocol::scan::{FieldValue, Fields};
+    const BATCH: u32 = 4;
+    const PACKETS: u32 = 3;
+    let mut count = 0;
+    for field in Fields::new(frame).map_while(Result::ok) {
+        let (BATCH, FieldValue::Len(batch)) = (field.number, field.value) else {
+            continue;
+        };
+        for inner in Fields::new(batch).map_while(Result::ok) {
+            if inner.number == PACKETS {
+                count += 1;
+                if count > MAX_BATCH_PACKETS {
+                    return count;
+                }
+            }
+        }
+    }
+    count
+}
+
 fn kind(body: &v1::frame::Body) -> &'static str {
     match body {
         v1::frame::Body::Hello(_) => "Hello",
@@ -377,11 +414,13 @@ async fn send(link: &mut Link, body: v1::frame::Body) -> std::io::Result<()> {
     }
 }
 
-/// Sends Refused with a one-line reason and logs it; the caller closes.
-pub(super) async fn refuse(link: &mut Link, peer: SocketAddr, reason: &str) {
-    warn!(%peer, "refusing relay: {reason}");
+/// Sends Refused with its code and a one-line reason and logs it; the
+/// caller closes.
+pub(super) async fn refuse(link: &mut Link, peer: SocketAddr, code: &str, reason: &str) {
+    warn!(%peer, code, "refusing relay: {reason}");
     let refused = v1::frame::Body::Refused(v1::Refused {
         reason: reason.to_owned(),
+        code: code.to_owned(),
     });
     if let Err(e) = send(link, refused).await {
         debug!(%peer, "cannot send Refused: {e}");
@@ -395,12 +434,12 @@ async fn read_failed<P>(link: &mut Link, peer: SocketAddr, e: std::io::Error, sh
         .get_ref()
         .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());
     if oversized {
-        shared.counters.bump(Counter::MalformedFrames);
+        shared.counters.bump(Counter::FramesTooLarge);
         let reason = format!(
             "frame larger than limits.max-frame-bytes={}; raise it on the daemon or upgrade the relay",
             shared.settings.max_frame_bytes
         );
-        refuse(link, peer, &reason).await;
+        refuse(link, peer, Counter::FramesTooLarge.code(), &reason).await;
     } else {
         debug!(%peer, "relay connection failed: {e}");
     }

@@ -182,7 +182,10 @@ impl Spool {
                 self.stats.oversize_packets_dropped += 1;
                 continue;
             }
-            if !self.pending.packets.is_empty() && self.pending.bytes + packet.len() > batch_bytes {
+            if !self.pending.packets.is_empty()
+                && (self.pending.bytes + packet.len() > batch_bytes
+                    || self.pending.packets.len() >= tracesync_protocol::relay::MAX_BATCH_PACKETS)
+            {
                 self.seal();
             }
             if self.pending.packets.is_empty() {

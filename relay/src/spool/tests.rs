@@ -360,3 +360,28 @@ fn cursor_only_moves_are_kept_at_shutdown() {
     let (spool, _) = Spool::open(config(dir.path())).unwrap();
     assert_eq!(spool.resume_cursor(4).unwrap(), "moved");
 }
+
+#[test]
+fn batches_are_cut_at_the_packet_count_limit() {
+    use tracesync_protocol::relay::MAX_BATCH_PACKETS;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SpoolConfig::new(
+        dir.path().to_path_buf(),
+        64 << 20,
+        64 << 20,
+        WhenFull::Block,
+    );
+    config.batch_bytes = 1 << 20;
+    let (mut spool, _) = Spool::open(config).unwrap();
+    let now = Instant::now();
+    // Tiny packets: far under the byte limit, over the count limit.
+    let count = MAX_BATCH_PACKETS as u64 + 10;
+    let packets = (0..count).map(|n| packet(2, n, 0)).collect();
+    spool.push(incoming(1, packets, "c"), now).unwrap();
+    spool.tick(now + Duration::from_secs(1)).unwrap();
+    let sizes: Vec<usize> = (1..=spool.last_seq())
+        .map(|s| spool.batch(s).unwrap().packets.len())
+        .collect();
+    assert!(sizes.iter().all(|&n| n <= MAX_BATCH_PACKETS), "{sizes:?}");
+    assert_eq!(sizes.iter().sum::<usize>() as u64, count);
+}

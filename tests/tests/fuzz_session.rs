@@ -1,0 +1,646 @@
+//! Hostile relays against the daemon's real session code, live core and
+//! rolling writer.
+//!
+//! - `relay_frames_session` (fuzz target, see `tracesync_tests::fuzz`):
+//!   each case is one loopback connection to an in-process server that
+//!   sends an arbitrary sequence of frames (valid-ish Hello/Batch/Heartbeat
+//!   with edge fields, frames a relay must not send, undecodable frames,
+//!   huge length prefixes, raw garbage). The daemon must answer only with
+//!   well-formed frames, give every refusal a code and a reason, close the
+//!   connection, and keep serving: after all cases a good relay is welcomed
+//!   and acked, and the server shuts down cleanly (no panicked task or
+//!   ingest thread).
+//! - limit tests: a batch of too many packets, a sequence flood.
+//! - `bad_relay_is_refused_while_a_good_relay_loses_nothing`: the real
+//!   binaries; a raw TCP client sends garbage after a valid Hello while a
+//!   synthetic relay streams.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream as StdTcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::timeout;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+use tracesync::live::{LiveConfig, LiveCore, OutPacket};
+use tracesync::rolling::{RollingConfig, RollingWriter};
+use tracesync::server::ingest::IngestSettings;
+use tracesync::server::run::{Parts, Running, start};
+use tracesync::server::{NoProbes, SessionSettings, listener};
+use tracesync::status::StatusReport;
+use tracesync::sync::SyncUpdate;
+use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_FRAME_BYTES, PROTOCOL_VERSION, v1};
+use tracesync_tests::fuzz::{self, Node, encode, message, mutate, mutations, plausible_packet};
+
+const BIN: &str = "fuzz_session";
+
+// ---- an in-process daemon ----
+
+struct Server {
+    running: Running<NoProbes>,
+    shutdown: CancellationToken,
+    status: watch::Receiver<Arc<StatusReport>>,
+    _sync: mpsc::Sender<SyncUpdate>,
+    _dir: tempfile::TempDir,
+}
+
+async fn serve(config: LiveConfig) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (writer, recovered) =
+        RollingWriter::open(RollingConfig::new(dir.path())).expect("rolling writer");
+    let core = LiveCore::new(config, recovered);
+    let (sync, sync_updates) = mpsc::channel(4);
+    let (status_tx, status) = watch::channel(Arc::new(StatusReport::default()));
+    let parts = Parts {
+        core,
+        writer,
+        probes: NoProbes,
+        sync_updates,
+        packets: broadcast::channel::<Arc<OutPacket>>(16).0,
+        status: status_tx,
+    };
+    let shutdown = CancellationToken::new();
+    let settings = SessionSettings {
+        max_relays: 64,
+        hello_timeout: Duration::from_secs(2),
+        max_frame_bytes: MAX_FRAME_BYTES,
+        sync_udp_port: 0,
+        final_ack_timeout: Duration::from_secs(2),
+    };
+    let listener = listener::bind_data("127.0.0.1:0".parse().expect("address")).expect("bind");
+    let mut ingest = IngestSettings::new(Duration::from_millis(10));
+    ingest.status_every = Duration::from_millis(20);
+    let running = start(listener, settings, None, ingest, parts, shutdown.clone()).expect("start");
+    Server {
+        running,
+        shutdown,
+        status,
+        _sync: sync,
+        _dir: dir,
+    }
+}
+
+impl Server {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let summary = self.running.stopped().await;
+        assert!(summary.is_ok(), "server did not stop cleanly: {summary:?}");
+    }
+
+    /// The latest status with `code` counted at least `n` times.
+    async fn wait_refused(&mut self, code: &str, n: u64) -> StatusReport {
+        for _ in 0..500 {
+            let report = self.status.borrow_and_update().clone();
+            if report.relays_refused.get(code).copied().unwrap_or(0) >= n {
+                return (*report).clone();
+            }
+            let _ = timeout(Duration::from_millis(20), self.status.changed()).await;
+        }
+        panic!(
+            "status never counted {n} x {code}: {:?}",
+            self.status.borrow().relays_refused
+        );
+    }
+}
+
+fn hello(instance: u64, raw_id: u32, name: &str) -> v1::frame::Body {
+    v1::frame::Body::Hello(v1::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        token: String::new(),
+        relay_instance_id: instance,
+        boot_id: "boot".into(),
+        machine_name: name.into(),
+        machine_raw_id: raw_id,
+        oldest_unacked_batch: 1,
+        clocks: None,
+    })
+}
+
+fn frame(body: v1::frame::Body) -> Bytes {
+    Bytes::from(v1::Frame { body: Some(body) }.encode_to_vec())
+}
+
+type Link = Framed<TcpStream, LengthDelimitedCodec>;
+
+async fn dial(addr: SocketAddr) -> Link {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    Framed::new(
+        stream,
+        LengthDelimitedCodec::builder()
+            .max_frame_length(MAX_FRAME_BYTES)
+            .new_codec(),
+    )
+}
+
+async fn recv(link: &mut Link) -> Option<v1::frame::Body> {
+    let bytes = timeout(Duration::from_secs(10), link.next())
+        .await
+        .expect("daemon answers within 10 s")?
+        .ok()?;
+    v1::Frame::decode(bytes).expect("daemon frames decode").body
+}
+
+/// The Refused frame that ends the connection, then EOF.
+async fn refused(link: &mut Link) -> v1::Refused {
+    loop {
+        match recv(link).await {
+            Some(v1::frame::Body::Refused(r)) => {
+                assert!(
+                    recv(link).await.is_none(),
+                    "connection closed after Refused"
+                );
+                return r;
+            }
+            Some(v1::frame::Body::Ack(_)) => {}
+            other => panic!("expected Refused, got {other:?}"),
+        }
+    }
+}
+
+/// Hello, Welcome, an empty batch 1, its Ack: the server still serves.
+async fn good_relay_is_served(addr: SocketAddr, instance: u64) {
+    let mut link = dial(addr).await;
+    link.send(frame(hello(instance, 0x600d, "good")))
+        .await
+        .expect("send");
+    let Some(v1::frame::Body::Welcome(_)) = recv(&mut link).await else {
+        panic!("a good relay is not welcomed after the fuzz cases");
+    };
+    let batch = v1::frame::Body::Batch(v1::Batch {
+        seq: 1,
+        first_packet_index: 0,
+        packets: Vec::new(),
+        clocks: None,
+    });
+    link.send(frame(batch)).await.expect("send");
+    match recv(&mut link).await {
+        Some(v1::frame::Body::Ack(a)) => assert!(a.through_batch >= 1),
+        other => panic!("a good relay's batch is not acked: {other:?}"),
+    }
+}
+
+// ---- the fuzz target ----
+
+/// What one case writes on the connection, in order.
+#[derive(Clone, Debug)]
+enum Chunk {
+    /// A frame (length prefix + body).
+    Frame(Vec<u8>),
+    /// A length prefix with fewer bytes after it (or far over the limit).
+    Prefix(u32, Vec<u8>),
+    /// Bytes with no framing at all.
+    Raw(Vec<u8>),
+}
+
+fn clocks() -> impl Strategy<Value = Option<v1::RelayClocks>> {
+    prop::option::of(
+        (
+            fuzz::edge_u64(),
+            fuzz::edge_u64(),
+            fuzz::edge_u64(),
+            fuzz::edge_u64(),
+        )
+            .prop_map(|(b, m, r, raw)| v1::RelayClocks {
+                boottime_ns: b,
+                monotonic_ns: m,
+                realtime_ns: r,
+                monotonic_raw_ns: raw,
+            }),
+    )
+}
+
+fn packet() -> impl Strategy<Value = Bytes> {
+    prop_oneof![
+        4 => plausible_packet(),
+        1 => (message(fuzz::packet_field_number()), mutations()).prop_map(|(n, m)| mutate(encode(&n), &m)),
+    ]
+    .prop_map(Bytes::from)
+}
+
+fn body() -> impl Strategy<Value = v1::frame::Body> {
+    use v1::frame::Body;
+    prop_oneof![
+        3 => (
+            prop_oneof![Just(PROTOCOL_VERSION), any::<u32>()],
+            0u64..4,
+            prop_oneof![1u32..6, Just(0), any::<u32>()],
+            "[a-z]{0,8}",
+            fuzz::edge_u64(),
+            clocks(),
+        )
+            .prop_map(|(version, instance, raw_id, name, oldest, clocks)| Body::Hello(v1::Hello {
+                protocol_version: version,
+                token: String::new(),
+                relay_instance_id: instance,
+                boot_id: "b".into(),
+                machine_name: name,
+                machine_raw_id: raw_id,
+                oldest_unacked_batch: oldest,
+                clocks,
+            })),
+        6 => (
+            prop_oneof![1u64..5, fuzz::edge_u64()],
+            fuzz::edge_u64(),
+            prop::collection::vec(packet(), 0..6),
+            clocks(),
+        )
+            .prop_map(|(seq, first, packets, clocks)| Body::Batch(v1::Batch {
+                seq,
+                first_packet_index: first,
+                packets,
+                clocks,
+            })),
+        2 => (clocks(), fuzz::edge_u64()).prop_map(|(clocks, last)| Body::Heartbeat(v1::Heartbeat {
+            clocks,
+            last_batch_sent: last,
+        })),
+        1 => fuzz::edge_u64().prop_map(|t| Body::Ack(v1::Ack { through_batch: t })),
+        1 => Just(Body::Welcome(v1::Welcome::default())),
+        1 => "[ -~]{0,8}".prop_map(|r| Body::Refused(v1::Refused { reason: r, code: String::new() })),
+    ]
+}
+
+fn chunk() -> impl Strategy<Value = Chunk> {
+    prop_oneof![
+        8 => (body(), mutations()).prop_map(|(b, m)| {
+            Chunk::Frame(mutate(v1::Frame { body: Some(b) }.encode_to_vec(), &m))
+        }),
+        1 => Just(Chunk::Frame(Vec::new())),
+        1 => message(prop_oneof![1u32..7, any::<u32>()]).prop_map(|n| Chunk::Frame(encode(&n))),
+        1 => (
+            prop_oneof![Just(u32::MAX), Just(MAX_FRAME_BYTES as u32 + 1), 1u32..64],
+            prop::collection::vec(any::<u8>(), 0..16),
+        )
+            .prop_map(|(len, rest)| Chunk::Prefix(len, rest)),
+        1 => prop::collection::vec(any::<u8>(), 1..32).prop_map(Chunk::Raw),
+        1 => Just(Chunk::Frame(encode(&[Node::DeepNest(4, 2_000)]))),
+    ]
+}
+
+fn case() -> impl Strategy<Value = Vec<Chunk>> {
+    prop::collection::vec(chunk(), 1..8)
+}
+
+/// Sends the chunks, closes the write side, reads every answer.
+async fn run_case(addr: SocketAddr, chunks: &[Chunk]) -> Result<(), String> {
+    let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for c in chunks {
+        match c {
+            Chunk::Frame(body) => {
+                out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+                out.extend_from_slice(body);
+            }
+            Chunk::Prefix(len, rest) => {
+                out.extend_from_slice(&len.to_be_bytes());
+                out.extend_from_slice(rest);
+            }
+            Chunk::Raw(b) => out.extend_from_slice(b),
+        }
+    }
+    // The daemon may close first (after a refusal): a failed write is fine.
+    let _ = stream.write_all(&out).await;
+    let _ = stream.shutdown().await;
+    let mut answer = Vec::new();
+    // A reset (the daemon closed with input unread) is fine: the answer so
+    // far counts.
+    let read = timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    if read.is_err() {
+        return Err("the daemon kept the connection open after EOF".into());
+    }
+    let mut rest = &answer[..];
+    let mut refusals = 0;
+    while rest.len() >= 4 {
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if rest.len() < 4 + len {
+            return Err(format!(
+                "a torn frame from the daemon: {len} bytes announced"
+            ));
+        }
+        let f = v1::Frame::decode(&rest[4..4 + len]).map_err(|e| format!("daemon frame: {e}"))?;
+        match f.body {
+            Some(v1::frame::Body::Welcome(_) | v1::frame::Body::Ack(_)) => {}
+            Some(v1::frame::Body::Refused(r)) => {
+                refusals += 1;
+                if r.reason.is_empty() || r.code.is_empty() || r.reason.contains('\n') {
+                    return Err(format!(
+                        "Refused without a one-line reason and a code: {r:?}"
+                    ));
+                }
+            }
+            other => return Err(format!("unexpected frame from the daemon: {other:?}")),
+        }
+        rest = &rest[4 + len..];
+    }
+    if !rest.is_empty() {
+        return Err(format!("{} stray bytes from the daemon", rest.len()));
+    }
+    if refusals > 1 {
+        return Err("more than one Refused on a connection".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn relay_frames_session() {
+    fuzz::with_big_stack(|| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let server = runtime.block_on(serve(LiveConfig {
+            merge_window_ns: 10_000_000,
+            ..LiveConfig::default()
+        }));
+        let addr = server.running.data_addr;
+        fuzz::run(BIN, "relay_frames_session", 1_500, case(), |chunks| {
+            runtime
+                .block_on(run_case(addr, &chunks))
+                .map_err(TestCaseError::fail)
+        });
+        runtime.block_on(async {
+            good_relay_is_served(addr, 0xfeed).await;
+            let refused = server.status.borrow().relays_refused.clone();
+            let line = format!("relay_frames_session: refusals by code {refused:?}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            server.stop().await;
+        });
+    });
+}
+
+// ---- limits ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_of_too_many_packets_is_refused_before_decoding() {
+    let mut server = serve(LiveConfig::default()).await;
+    let addr = server.running.data_addr;
+    let mut bad = dial(addr).await;
+    bad.send(frame(hello(1, 11, "bad"))).await.expect("send");
+    let Some(v1::frame::Body::Welcome(_)) = recv(&mut bad).await else {
+        panic!("expected Welcome");
+    };
+    // Empty packets: 2 bytes each on the wire, 32 + decoded.
+    let batch = v1::frame::Body::Batch(v1::Batch {
+        seq: 1,
+        first_packet_index: 0,
+        packets: vec![Bytes::new(); MAX_BATCH_PACKETS + 1],
+        clocks: None,
+    });
+    let bytes = frame(batch);
+    assert!(bytes.len() < MAX_FRAME_BYTES, "within the frame limit");
+    bad.send(bytes).await.expect("send");
+    let r = refused(&mut bad).await;
+    assert_eq!(r.code, "batch_too_large", "{r:?}");
+    assert!(r.reason.contains(&MAX_BATCH_PACKETS.to_string()), "{r:?}");
+    server.wait_refused("batch_too_large", 1).await;
+    good_relay_is_served(addr, 2).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frame_over_the_size_limit_is_refused() {
+    let mut server = serve(LiveConfig::default()).await;
+    let addr = server.running.data_addr;
+    let mut bad = dial(addr).await;
+    bad.send(frame(hello(1, 11, "bad"))).await.expect("send");
+    let Some(v1::frame::Body::Welcome(_)) = recv(&mut bad).await else {
+        panic!("expected Welcome");
+    };
+    // Only the prefix: the daemon must refuse before reading (or
+    // allocating) the announced 4 GiB.
+    bad.get_mut()
+        .write_all(&u32::MAX.to_be_bytes())
+        .await
+        .expect("send");
+    let r = refused(&mut bad).await;
+    assert_eq!(r.code, "frame_too_large", "{r:?}");
+    assert!(r.reason.contains("max-frame-bytes"), "{r:?}");
+    server.wait_refused("frame_too_large", 1).await;
+    good_relay_is_served(addr, 2).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequence_flood_is_cut_at_the_limit_and_closed() {
+    const LIMIT: usize = 32;
+    let mut server = serve(LiveConfig {
+        max_sequences_per_relay: LIMIT,
+        ..LiveConfig::default()
+    })
+    .await;
+    let addr = server.running.data_addr;
+    let mut bad = dial(addr).await;
+    bad.send(frame(hello(1, 11, "flood"))).await.expect("send");
+    let Some(v1::frame::Body::Welcome(_)) = recv(&mut bad).await else {
+        panic!("expected Welcome");
+    };
+    // One packet on each of 10_000 sequences.
+    let packets: Vec<Bytes> = (1..=10_000u64)
+        .map(|seq| {
+            Bytes::from(encode(&[
+                Node::Varint(10, seq),
+                Node::Bytes(11, Vec::new()),
+            ]))
+        })
+        .collect();
+    let batch = v1::frame::Body::Batch(v1::Batch {
+        seq: 1,
+        first_packet_index: 0,
+        packets,
+        clocks: None,
+    });
+    bad.send(frame(batch)).await.expect("send");
+    let r = refused(&mut bad).await;
+    assert_eq!(r.code, "closed_by_core", "{r:?}");
+    assert!(r.reason.contains("max-sequences-per-relay"), "{r:?}");
+    let status = server.wait_refused("closed_by_core", 1).await;
+    // Every packet past the limit was dropped and counted, none stored.
+    let machine = status
+        .machines
+        .iter()
+        .find(|m| m.raw_id == 11)
+        .expect("the flooding machine in status");
+    assert_eq!(
+        machine.drops.get("sequences_over_limit").copied(),
+        Some(10_000 - LIMIT as u64),
+        "{machine:?}"
+    );
+    good_relay_is_served(addr, 2).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_hello_and_garbage_are_refused_with_their_codes() {
+    let mut server = serve(LiveConfig::default()).await;
+    let addr = server.running.data_addr;
+    for (i, (bad_frame, code)) in [
+        (frame(hello(9, 19, "twice")), "unexpected_frame"),
+        (Bytes::from_static(&[0xff, 0xff, 0xff, 0xff]), "bad_frame"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut bad = dial(addr).await;
+        bad.send(frame(hello(10 + i as u64, 20 + i as u32, "bad")))
+            .await
+            .expect("send");
+        let Some(v1::frame::Body::Welcome(_)) = recv(&mut bad).await else {
+            panic!("expected Welcome");
+        };
+        bad.send(bad_frame).await.expect("send");
+        let r = refused(&mut bad).await;
+        assert_eq!(r.code, code, "{r:?}");
+        server.wait_refused(code, 1).await;
+    }
+    good_relay_is_served(addr, 2).await;
+    server.stop().await;
+}
+
+// ---- the real binaries ----
+
+/// One frame on a blocking socket.
+fn write_frame(s: &mut StdTcpStream, body: &[u8]) {
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body);
+    s.write_all(&out).expect("write");
+}
+
+/// Reads frames until EOF; returns the Refused one (if any).
+fn read_until_closed(s: &mut StdTcpStream) -> (Vec<v1::frame::Body>, Option<v1::Refused>) {
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut all = Vec::new();
+    let _ = s.read_to_end(&mut all);
+    let mut rest = &all[..];
+    let (mut bodies, mut refused) = (Vec::new(), None);
+    while rest.len() >= 4 {
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let Some(body) = rest.get(4..4 + len) else {
+            break;
+        };
+        match v1::Frame::decode(body).expect("daemon frame").body {
+            Some(v1::frame::Body::Refused(r)) => refused = Some(r),
+            Some(b) => bodies.push(b),
+            None => {}
+        }
+        rest = &rest[4 + len..];
+    }
+    (bodies, refused)
+}
+
+#[test]
+fn bad_relay_is_refused_while_a_good_relay_loses_nothing() {
+    use tracesync_tests::live::{Daemon, DaemonOpts, Relay, RelayOpts, check_output};
+    const TEST: &str = "bad_relay_is_refused_while_a_good_relay_loses_nothing";
+    let mut daemon = Daemon::start(DaemonOpts {
+        merge_window_ms: Some(200),
+        ..DaemonOpts::default()
+    });
+    let mut good = Relay::start(&daemon, RelayOpts::synthetic("good", 400));
+    daemon.wait_connected(&["good"], Duration::from_secs(60));
+    daemon.wait_synced(&["good"], Duration::from_secs(60));
+
+    let token = daemon.token.clone();
+    let hello = |instance: u64| {
+        v1::Frame {
+            body: Some(v1::frame::Body::Hello(v1::Hello {
+                protocol_version: PROTOCOL_VERSION,
+                token: token.clone(),
+                relay_instance_id: instance,
+                boot_id: "bad-boot".into(),
+                machine_name: "bad".into(),
+                machine_raw_id: 0xbad,
+                oldest_unacked_batch: 1,
+                clocks: None,
+            })),
+        }
+        .encode_to_vec()
+    };
+    let garbage: [(&str, Vec<u8>); 4] = [
+        ("bad_frame", vec![0xff; 64]),
+        ("unexpected_frame", hello(0xbad2)),
+        ("frame_too_large", Vec::new()),
+        // "GET " read as a length prefix is 1.2 GB.
+        ("frame_too_large", Vec::new()),
+    ];
+    for (round, (code, body)) in garbage.iter().enumerate() {
+        let mut s = StdTcpStream::connect(daemon.data_addr).expect("connect");
+        write_frame(&mut s, &hello(0xbad1 + round as u64 * 16));
+        match round {
+            // Over the frame limit: only the prefix.
+            2 => s.write_all(&u32::MAX.to_be_bytes()).expect("write"),
+            // No framing at all.
+            3 => s.write_all(b"GET / HTTP/1.1\r\n\r\n").expect("write"),
+            _ => write_frame(&mut s, body),
+        }
+        // Keep the write side open: the daemon must close by itself.
+        let (bodies, refused) = read_until_closed(&mut s);
+        let _ = s.shutdown(Shutdown::Both);
+        assert!(
+            matches!(bodies.first(), Some(v1::frame::Body::Welcome(_))),
+            "{TEST}: round {round}: {bodies:?}"
+        );
+        let refused = refused.unwrap_or_else(|| panic!("{TEST}: round {round}: no Refused"));
+        assert_eq!(&refused.code, code, "{TEST}: round {round}: {refused:?}");
+        assert!(!refused.reason.is_empty());
+        eprintln!("{TEST}: round {round}: refused {code}: {}", refused.reason);
+    }
+    let status = daemon.wait_status("refusals counted", Duration::from_secs(30), |s| {
+        let r = &s["relays_refused"];
+        r["bad_frame"].as_u64() >= Some(1)
+            && r["unexpected_frame"].as_u64() >= Some(1)
+            && r["frame_too_large"].as_u64() >= Some(2)
+    });
+    eprintln!("{TEST}: relays_refused {}", status["relays_refused"]);
+    // The good relay kept streaming through all of it.
+    std::thread::sleep(Duration::from_secs(1));
+    let s = good.stop();
+    assert!(s.success(), "relay exit: {s}");
+    let s = daemon.stop();
+    assert!(s.success(), "tracesyncd exit: {s}");
+    let check = check_output(&daemon.output);
+    eprintln!("{TEST}: {}", check.summary());
+    check.assert_complete();
+    assert!(check.source_of("good", 1).is_some(), "{}", check.summary());
+}
+
+/// Relays that come and go with new instance ids and raw ids: the core
+/// remembers at most `max_relay_records` of them, and their machine rows
+/// go with them.
+#[test]
+fn relay_records_and_machine_rows_stay_bounded() {
+    use tracesync::live::{HelloInfo, Recovered};
+    const RECORDS: usize = 16;
+    let mut core = LiveCore::new(
+        LiveConfig {
+            max_relay_records: RECORDS,
+            ..LiveConfig::default()
+        },
+        Recovered::default(),
+    );
+    for i in 1..=5_000u64 {
+        let hello = HelloInfo {
+            relay_instance: i,
+            boot_id: "b".into(),
+            machine_name: format!("m{i}"),
+            machine_raw_id: i as u32,
+            oldest_unacked_batch: 1,
+            clocks: None,
+        };
+        let connected = core.connect(hello, i).expect("admitted");
+        core.disconnect(connected.slot);
+    }
+    let rows = core.status(5_000, 0).len();
+    // The host, the remembered relays, and the one that just connected.
+    assert!(rows <= RECORDS + 2, "{rows} machine rows");
+}
