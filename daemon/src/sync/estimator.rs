@@ -148,6 +148,7 @@ pub struct Estimator {
     popped: u64,
     outliers: u64,
     steps: u64,
+    trimmed: u64,
 }
 
 impl Default for Estimator {
@@ -173,6 +174,7 @@ impl Estimator {
             popped: 0,
             outliers: 0,
             steps: 0,
+            trimmed: 0,
         }
     }
 
@@ -281,6 +283,11 @@ impl Estimator {
     /// Clock steps detected from the samples (not announced by the relay).
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// Samples dropped from the window because no line fitted them all.
+    pub fn trimmed(&self) -> u64 {
+        self.trimmed
     }
 
     fn validate(&self, t1: u64, t2: u64, t3: u64, t4: u64) -> Option<Sample> {
@@ -404,11 +411,22 @@ impl Estimator {
     }
 
     fn refit(&mut self) {
-        let window = self.window.make_contiguous();
-        let Some(f) = fit(window, self.prior, &self.config) else {
+        let Some(mut f) = fit(self.window.make_contiguous(), self.prior, &self.config) else {
             self.current = None;
             return;
         };
+        // Pairs of samples that no line fits (the hull test fails): the
+        // clock changed inside the window. Keep its newer half until the
+        // rest agrees, as chrony's runs test shrinks its window.
+        while f.contradiction && self.window.len() >= 8 {
+            let drop = self.window.len() / 2;
+            self.window.drain(..drop);
+            self.trimmed += drop as u64;
+            match fit(self.window.make_contiguous(), self.prior, &self.config) {
+                Some(next) => f = next,
+                None => break,
+            }
+        }
         self.current = Some(SyncEstimate {
             epoch: self.epoch,
             ref_relay_ns: f.ref_relay_ns,

@@ -47,6 +47,9 @@ pub(super) struct Fit {
     pub freq_dev: f64,
     pub floor_delay_ns: u64,
     pub kept: u32,
+    /// The window's samples admit no single line (plus wander): the clock
+    /// left the model inside the window (an unannounced slew or step).
+    pub contradiction: bool,
 }
 
 /// Value at quantile `q` of sorted values (nearest rank, lower).
@@ -136,7 +139,7 @@ pub(super) fn fit(window: &[Sample], prior: FreqPrior, config: &EstimatorConfig)
     let offset_sigma = (sigma0 * sigma0 / weight_sum + freq_var * mean_x * mean_x).sqrt();
 
     // Hard frequency interval, then the hard bound at the reference.
-    let (freq_lo, freq_hi) = freq_interval(window, ref_relay_ns, prior, config);
+    let (freq_lo, freq_hi, contradiction) = freq_interval(window, ref_relay_ns, prior, config);
     let freq_dev = (freq - freq_lo).max(freq_hi - freq).max(0.0);
     let bound = window
         .iter()
@@ -160,6 +163,7 @@ pub(super) fn fit(window: &[Sample], prior: FreqPrior, config: &EstimatorConfig)
         freq_dev,
         floor_delay_ns: floor,
         kept: points.len() as u32,
+        contradiction,
     })
 }
 
@@ -172,12 +176,13 @@ const HULL_SLICES: usize = 8;
 /// frequency wander moves the instantaneous value from any such mean by at
 /// most `wander_rate * sqrt(span)`. Uses the lowest-delay sample of each of
 /// a few time slices (the tight pairs are far apart and low-delay).
+/// Returns the interval and whether the pairs contradicted each other.
 fn freq_interval(
     window: &[Sample],
     ref_relay_ns: u64,
     prior: FreqPrior,
     config: &EstimatorConfig,
-) -> (f64, f64) {
+) -> (f64, f64, bool) {
     let oldest = window.iter().map(|s| s.relay_mid_ns).min().unwrap_or(0);
     let span = ref_relay_ns.saturating_sub(oldest);
     let slice = (span / HULL_SLICES as u64).max(1);
@@ -205,8 +210,9 @@ fn freq_interval(
         }
     }
     let wander = wander_rate(config) * (span as f64 * 1e-9).sqrt();
-    let (lo, hi) = if lo > hi {
-        // Contradiction: the clock left the model (e.g. a slew); stay wide.
+    let contradiction = lo - wander > hi + wander;
+    let (lo, hi) = if contradiction {
+        // The clock left the model (e.g. a slew); stay wide.
         (hi, lo)
     } else {
         (lo, hi)
@@ -215,8 +221,8 @@ fn freq_interval(
     let hi = (hi + wander).min(prior.hi);
     if lo > hi {
         // The window disagrees with the prior: trust neither alone.
-        (lo.min(prior.lo), hi.max(prior.hi))
+        (lo.min(prior.lo), hi.max(prior.hi), true)
     } else {
-        (lo, hi)
+        (lo, hi, contradiction)
     }
 }

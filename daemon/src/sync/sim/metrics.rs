@@ -94,6 +94,7 @@ pub struct Report {
     pub lost: usize,
     pub popped: u64,
     pub steps: u64,
+    pub trimmed: u64,
     pub epochs: u64,
 }
 
@@ -133,8 +134,8 @@ pub fn table(reports: &[Report]) -> String {
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in reports {
         let mut notes = format!(
-            "popped {}, steps {}, epochs {}",
-            r.popped, r.steps, r.epochs
+            "popped {}, steps {}, trimmed {}, epochs {}",
+            r.popped, r.steps, r.trimmed, r.epochs
         );
         if let Some(p99) = r.after_resume_p99 {
             let _ = write!(notes, ", 1-60 s after resume p99 {} µs", us(p99));

@@ -305,6 +305,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
         lost,
         popped: est.popped(),
         steps: est.steps(),
+        trimmed: est.trimmed(),
         epochs: est.epoch() + 1,
     }
 }
