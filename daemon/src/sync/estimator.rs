@@ -16,7 +16,9 @@
 //!    the recent ones is dropped unless the previous one was dropped too
 //!    (ntpd-rs). A sample whose hard interval [offset +- delay/2] misses the
 //!    current hard bound proves the model wrong; two such in a row mean a
-//!    step: new epoch, counted in [`Estimator::steps`].
+//!    step: new epoch, counted in [`Estimator::steps`]. Steps below that
+//!    reach are found statistically: a gated sample whose innovation is
+//!    beyond 10 sigma is held out; a second one of the same sign is a step.
 //! 3. **Gate.** The delay floor is a low quantile (p5) of the epoch's delays
 //!    over a sliding window (120 s), not the raw minimum; samples above a
 //!    gate (p10, at least floor + 2 resolutions) are left out.
@@ -84,6 +86,10 @@ pub struct EstimatorConfig {
     /// `pop_history` delays) is dropped once.
     pub pop_mads: f64,
     pub pop_history: usize,
+    /// Step test: a gated sample whose innovation exceeds this many sigmas
+    /// (of the prediction and of one gated sample), twice in a row with
+    /// the same sign, is a step smaller than the hard test can see.
+    pub step_sigmas: f64,
     /// Previous epochs whose last estimate stays queryable.
     pub epoch_history: usize,
     /// Frequency slack assumed across a suspend (ppm): temperature.
@@ -107,10 +113,19 @@ impl Default for EstimatorConfig {
             timestamp_slack_ns: 1_000,
             pop_mads: 8.0,
             pop_history: 8,
+            step_sigmas: 10.0,
             epoch_history: 8,
             resume_freq_slack_ppm: 1.0,
         }
     }
+}
+
+/// Verdict of the statistical step test on one sample.
+enum Innovation {
+    Normal,
+    FarOut,
+    /// Confirmed: carries the first far-out sample.
+    Step(Sample),
 }
 
 /// A relay clock whose reads differ by this little from "no time passed"
@@ -144,6 +159,11 @@ pub struct Estimator {
     popped_last: bool,
     /// A sample that contradicted the bound, waiting for a second one.
     suspect: Option<Sample>,
+    /// Gate and one-sample noise of the last fit (ns).
+    gate_ns: u64,
+    sample_sigma_ns: f64,
+    /// A gated sample with a far-out innovation, and its sign.
+    innovation_held: Option<(Sample, i8)>,
     rejected: u64,
     popped: u64,
     outliers: u64,
@@ -170,6 +190,9 @@ impl Estimator {
             recent_delays: VecDeque::new(),
             popped_last: false,
             suspect: None,
+            gate_ns: 0,
+            sample_sigma_ns: 0.0,
+            innovation_held: None,
             rejected: 0,
             popped: 0,
             outliers: 0,
@@ -211,8 +234,23 @@ impl Estimator {
                     self.window.push_back(first);
                 }
             }
-        } else if self.suspect.take().is_some() {
-            self.outliers += 1;
+        } else {
+            if self.suspect.take().is_some() {
+                self.outliers += 1;
+            }
+            match self.innovation_test(&sample) {
+                Innovation::Normal => {}
+                // Held out of the fit (one outlier would inflate the spread
+                // and hide the second) until the next gated sample decides.
+                Innovation::FarOut => return self.current,
+                Innovation::Step(first) => {
+                    // A step below the hard test's reach: start over here.
+                    self.steps += 1;
+                    let carried = self.carried_prior(false, 0);
+                    self.new_epoch(boottime_minus_monotonic_ns, carried);
+                    self.window.push_back(first);
+                }
+            }
         }
         self.window.push_back(sample);
         let newest = sample.host_send_ns;
@@ -368,6 +406,7 @@ impl Estimator {
         }
         self.window.clear();
         self.suspect = None;
+        self.innovation_held = None;
         self.epoch += 1;
         self.epoch_suspend_offset = Some(suspend_offset);
         self.prior = prior;
@@ -399,6 +438,44 @@ impl Estimator {
         drop
     }
 
+    /// Statistical step test on gated samples: a far-out innovation is
+    /// held; a second one of the same sign in a row is a step.
+    fn innovation_test(&mut self, sample: &Sample) -> Innovation {
+        let Some(e) = self.current else {
+            return Innovation::Normal;
+        };
+        if sample.delay_ns > self.gate_ns {
+            return Innovation::Normal;
+        }
+        let predicted = e.offset_at(sample.relay_mid_ns) as i128;
+        let innovation = (sample.offset_ns as i128 - predicted) as f64;
+        let sigma = (e.sigma_at(sample.relay_mid_ns) as f64).hypot(self.sample_sigma_ns);
+        let limit = self.config.step_sigmas * sigma + self.config.timestamp_slack_ns as f64;
+        let sign: i8 = if innovation > limit {
+            1
+        } else if innovation < -limit {
+            -1
+        } else {
+            0
+        };
+        let held = self.innovation_held.take();
+        match (sign, held) {
+            (0, None) => Innovation::Normal,
+            (0, Some(_)) => {
+                self.outliers += 1;
+                Innovation::Normal
+            }
+            (sign, Some((first, first_sign))) if sign == first_sign => Innovation::Step(first),
+            (sign, previous) => {
+                if previous.is_some() {
+                    self.outliers += 1;
+                }
+                self.innovation_held = Some((*sample, sign));
+                Innovation::FarOut
+            }
+        }
+    }
+
     /// False when the sample's hard interval misses the current bound.
     fn consistent(&self, sample: &Sample) -> bool {
         let Some(e) = self.current else {
@@ -427,6 +504,8 @@ impl Estimator {
                 None => break,
             }
         }
+        self.gate_ns = f.gate_ns;
+        self.sample_sigma_ns = f.sample_sigma_ns;
         self.current = Some(SyncEstimate {
             epoch: self.epoch,
             ref_relay_ns: f.ref_relay_ns,

@@ -46,6 +46,10 @@ pub(super) struct Fit {
     /// Hard bound on |true - fitted frequency| inside the window.
     pub freq_dev: f64,
     pub floor_delay_ns: u64,
+    /// Delay gate: samples at or below it were fitted (ns).
+    pub gate_ns: u64,
+    /// Noise of one gated sample around the line (ns).
+    pub sample_sigma_ns: f64,
     pub kept: u32,
     /// The window's samples admit no single line (plus wander): the clock
     /// left the model inside the window (an unannounced slew or step).
@@ -162,6 +166,8 @@ pub(super) fn fit(window: &[Sample], prior: FreqPrior, config: &EstimatorConfig)
         bound_ns: bound,
         freq_dev,
         floor_delay_ns: floor,
+        gate_ns: threshold,
+        sample_sigma_ns: sigma0,
         kept: points.len() as u32,
         contradiction,
     })

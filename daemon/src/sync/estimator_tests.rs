@@ -397,3 +397,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_step_below_half_the_round_trip_is_found_statistically() {
+    let before = RelayModel {
+        offset_ns: 7_000_000,
+        drift_ppm: -20.0,
+        origin_ns: START,
+    };
+    let mut rng = Rng(19);
+    let mut estimator = Estimator::default();
+    let mut t = START;
+    for _ in 0..240 {
+        let [t1, t2, t3, t4] = exchange(&before, &mut rng, t, 100_000, 5_000.0);
+        estimator.add_sample(t1, t2, t3, t4, 0);
+        t += 250_000_000;
+    }
+    assert_eq!(estimator.steps(), 0, "no step in a steady clock");
+    // 40 µs: inside the hard interval of every sample (delay/2 >= 100 µs).
+    let after = RelayModel {
+        offset_ns: 7_040_000,
+        ..before
+    };
+    for _ in 0..40 {
+        let [t1, t2, t3, t4] = exchange(&after, &mut rng, t, 100_000, 5_000.0);
+        estimator.add_sample(t1, t2, t3, t4, 0);
+        t += 250_000_000;
+    }
+    assert_eq!(estimator.steps(), 1);
+    let estimate = estimator.estimate().expect("estimate");
+    let error = mapping_error(&estimate, &after, t);
+    assert!(error <= 3_000, "error {error} ns: {estimate:?}");
+}
