@@ -464,14 +464,9 @@ impl LiveCore {
     }
 }
 
-/// Drift assumed between an estimate's reference and a packet's time:
-/// crystal tolerance, so the bound holds even while the frequency is still
-/// unknown or wrong. (The estimator's own bound covers its reference only.)
-const EXTRAPOLATION_PPM: u64 = 100;
-
-/// The estimate's bound carried from its reference to relay BOOTTIME `c`.
+/// The estimate's hard bound carried from its reference to relay BOOTTIME
+/// `c`: the estimator's own frequency bound and wander allowance
+/// ([`SyncEstimate::bound_at`]), not a flat drift assumption.
 fn extrapolated_bound(e: &SyncEstimate, c: u64) -> u64 {
-    let distance = c.abs_diff(e.ref_relay_ns);
-    e.error_bound_ns
-        .saturating_add(distance.saturating_mul(EXTRAPOLATION_PPM) / 1_000_000)
+    e.bound_at(c)
 }

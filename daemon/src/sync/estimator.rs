@@ -1,17 +1,56 @@
-//! Estimator, first version (sans-IO): a sliding window of probe samples,
-//! a delay gate, and a delay-weighted least-squares line through the kept
-//! samples. Issue 4 replaces the inside (Kalman filter, hull bounds); the
-//! interface (`add_sample`, `estimate`) stays.
+//! Estimator (sans-IO, pure functions of timestamps): probe samples in, a
+//! relay -> host mapping with a sigma and a hard bound out.
 //!
 //! Per sample (t1/t4 host, t2/t3 relay): offset = ((t2 - t1) + (t3 - t4)) / 2
-//! (relay minus host), delay = (t4 - t1) - (t3 - t2). Each one-way delay is
-//! non-negative, so a sample's offset is within delay/2 of the truth.
+//! (relay minus host), delay = (t4 - t1) - (t3 - t2), both in i128 ns. Each
+//! one-way delay is non-negative, so the true offset at the sample lies
+//! within delay/2 of the sample's offset: that is the root of the hard bound.
+//!
+//! Pipeline, per relay session:
+//! 1. **Epochs.** A change of the relay's BOOTTIME-MONOTONIC (suspend) opens
+//!    a new epoch; so does a detected step (2). Nothing is fitted across an
+//!    epoch; the last estimate of each recent epoch stays queryable
+//!    ([`Estimator::estimate_for`]) so events map in their own epoch. The
+//!    frequency (not the offset) carries over as a prior.
+//! 2. **Pop filter and step detection.** A sample whose delay is far above
+//!    the recent ones is dropped unless the previous one was dropped too
+//!    (ntpd-rs). A sample whose hard interval [offset +- delay/2] misses the
+//!    current hard bound proves the model wrong; two such in a row mean a
+//!    step: new epoch, counted in [`Estimator::steps`]. Steps below that
+//!    reach are found statistically: a gated sample whose innovation is
+//!    beyond 10 sigma is held out; a second one of the same sign is a step.
+//! 3. **Gate.** The delay floor is a low quantile (p5) of the epoch's delays
+//!    over a sliding window (120 s), not the raw minimum; samples above a
+//!    gate (p10, at least floor + 2 resolutions) are left out.
+//! 4. **Fit.** Delay-weighted linear regression of offset on relay time over
+//!    the gated samples, chrony-style weights `(1 + excess/sd)^-2`, with the
+//!    slope blended with a prior by inverse variance. Why regression rather
+//!    than ntpd-rs's Kalman filter: with gating the kept samples are few and
+//!    irregular, a regression over them has no process-noise parameter to
+//!    tune (the window length plays that role), its uncertainty comes from
+//!    the residuals themselves, and the reference simulation
+//!    (clock-sync.md §9.5, `prop_live`) meets the live targets with it. The
+//!    cost, O(window) per sample, is small at 4 Hz.
+//! 5. **Hard bound.** The frequency lies in an interval computed from pairs
+//!    of low-delay samples (a coarse convex hull), widened by a wander
+//!    allowance; the bound at the reference is the smallest, over the
+//!    window's samples, of |line - sample| + delay/2 + slack + frequency
+//!    deviation * distance. [`SyncEstimate::bound_at`] carries it to any
+//!    relay time. It is hard under the stated model: one-way delays >= 0,
+//!    timestamp error <= `timestamp_slack_ns`, frequency random walk within
+//!    `wander_sigmas` sigmas of `max_wander`, no unannounced step between
+//!    samples (steps are detected at the next two samples).
 
 use std::collections::VecDeque;
 
 use super::SyncEstimate;
 
-/// Tuning of the first-version estimator.
+#[path = "estimator_fit.rs"]
+mod fit;
+
+use fit::{FreqPrior, fit, wander_rate};
+
+/// Tuning of the estimator.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EstimatorConfig {
     /// Most samples kept in the window.
@@ -21,47 +60,80 @@ pub struct EstimatorConfig {
     /// Samples with delay above this quantile of the window's delays are
     /// left out of the fit (queueing only ever adds delay).
     pub gate_quantile: f64,
-    /// Frequency is fitted only once the kept samples span this much relay
-    /// time (ns); before that it is 0.
+    /// The delay floor used for weights: this low quantile of the window.
+    pub floor_quantile: f64,
+    /// Kept for configuration compatibility: the slope prior now decides
+    /// how much a short span counts (ns).
     pub min_freq_span_ns: u64,
     /// A change of the relay's BOOTTIME-MONOTONIC by more than this (ns)
     /// means a suspend: new epoch, empty window.
     pub epoch_jump_ns: u64,
     /// Samples with a larger delay are rejected as garbage (ns).
     pub max_delay_ns: u64,
-    /// Fitted frequencies are clamped to +-this (ppm).
+    /// Crystal tolerance: fitted frequencies are clamped to +-this, and the
+    /// hard frequency interval starts as +-this (ppm).
     pub max_abs_freq_ppm: f64,
-    /// Drift assumed for the error bound while no frequency is fitted (ppm).
+    /// Kept for configuration compatibility (the prior replaces it) (ppm).
     pub unfitted_drift_ppm: f64,
+    /// Largest frequency random-walk intensity the hard bound allows for
+    /// (s^-1; 1e-16 is a quiet crystal, 1e-14 a warm laptop).
+    pub max_wander: f64,
+    /// Sigmas of that random walk the bound covers.
+    pub wander_sigmas: f64,
+    /// Timestamp read error and processing slack per sample (ns).
+    pub timestamp_slack_ns: u64,
+    /// Pop filter: a delay above median + this many MADs (of the last
+    /// `pop_history` delays) is dropped once.
+    pub pop_mads: f64,
+    pub pop_history: usize,
+    /// Step test: a gated sample whose innovation exceeds this many sigmas
+    /// (of the prediction and of one gated sample), twice in a row with
+    /// the same sign, is a step smaller than the hard test can see.
+    pub step_sigmas: f64,
+    /// Previous epochs whose last estimate stays queryable.
+    pub epoch_history: usize,
+    /// Frequency slack assumed across a suspend (ppm): temperature.
+    pub resume_freq_slack_ppm: f64,
 }
 
 impl Default for EstimatorConfig {
     fn default() -> Self {
         Self {
-            window_samples: 128,
-            window_ns: 30_000_000_000,
-            gate_quantile: 0.25,
+            window_samples: 512,
+            window_ns: 120_000_000_000,
+            gate_quantile: 0.10,
+            floor_quantile: 0.05,
             min_freq_span_ns: 2_000_000_000,
             epoch_jump_ns: 1_000_000,
             max_delay_ns: 10_000_000_000,
-            max_abs_freq_ppm: 1000.0,
+            max_abs_freq_ppm: 500.0,
             unfitted_drift_ppm: 100.0,
+            max_wander: 1e-14,
+            wander_sigmas: 5.0,
+            timestamp_slack_ns: 1_000,
+            pop_mads: 8.0,
+            pop_history: 8,
+            step_sigmas: 10.0,
+            epoch_history: 8,
+            resume_freq_slack_ppm: 1.0,
         }
     }
+}
+
+/// Verdict of the statistical step test on one sample.
+enum Innovation {
+    Normal,
+    FarOut,
+    /// Confirmed: carries the first far-out sample.
+    Step(Sample),
 }
 
 /// A relay clock whose reads differ by this little from "no time passed"
 /// (negative delay) is rounding, not garbage.
 const NEGATIVE_DELAY_TOLERANCE_NS: i128 = 1_000;
 
-/// Timestamp granularity and processing slack added to every bound.
-const BOUND_FLOOR_NS: f64 = 1_000.0;
-
-/// Standard errors of the slope added to the bound's frequency term.
-const SLOPE_ERROR_SIGMAS: f64 = 3.0;
-
-#[derive(Clone, Copy, Debug)]
-struct Sample {
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Sample {
     /// Host BOOTTIME at send: ages the window.
     host_send_ns: u64,
     /// Relay BOOTTIME midway between receive and reply.
@@ -70,7 +142,7 @@ struct Sample {
     delay_ns: u64,
 }
 
-/// The first-version estimator for one relay session.
+/// The estimator for one relay session.
 #[derive(Debug)]
 pub struct Estimator {
     config: EstimatorConfig,
@@ -78,8 +150,25 @@ pub struct Estimator {
     epoch: u64,
     /// BOOTTIME-MONOTONIC of the current epoch (None before any sample).
     epoch_suspend_offset: Option<i64>,
+    prior: FreqPrior,
     current: Option<SyncEstimate>,
+    /// Last estimates of previous epochs, newest last.
+    history: VecDeque<SyncEstimate>,
+    /// Recent delays for the pop filter (admitted or not).
+    recent_delays: VecDeque<u64>,
+    popped_last: bool,
+    /// A sample that contradicted the bound, waiting for a second one.
+    suspect: Option<Sample>,
+    /// Gate and one-sample noise of the last fit (ns).
+    gate_ns: u64,
+    sample_sigma_ns: f64,
+    /// A gated sample with a far-out innovation, and its sign.
+    innovation_held: Option<(Sample, i8)>,
     rejected: u64,
+    popped: u64,
+    outliers: u64,
+    steps: u64,
+    trimmed: u64,
 }
 
 impl Default for Estimator {
@@ -92,16 +181,29 @@ impl Estimator {
     pub fn new(config: EstimatorConfig) -> Self {
         Self {
             window: VecDeque::with_capacity(config.window_samples.min(1024)),
+            prior: FreqPrior::uninformed(&config),
             config,
             epoch: 0,
             epoch_suspend_offset: None,
             current: None,
+            history: VecDeque::new(),
+            recent_delays: VecDeque::new(),
+            popped_last: false,
+            suspect: None,
+            gate_ns: 0,
+            sample_sigma_ns: 0.0,
+            innovation_held: None,
             rejected: 0,
+            popped: 0,
+            outliers: 0,
+            steps: 0,
+            trimmed: 0,
         }
     }
 
-    /// Adds one exchange; returns the new estimate, or None when the sample
-    /// is rejected (reversed or absurd timestamps).
+    /// Adds one exchange. Returns the current estimate (unchanged when the
+    /// sample was filtered out), or None when the sample is rejected
+    /// (reversed or absurd timestamps) or no estimate exists yet.
     pub fn add_sample(
         &mut self,
         t1: u64,
@@ -114,22 +216,86 @@ impl Estimator {
             self.rejected += 1;
             return None;
         };
-        self.track_epoch(boottime_minus_monotonic_ns);
+        self.track_epoch(boottime_minus_monotonic_ns, sample);
+        if self.pop(sample.delay_ns) {
+            return self.current;
+        }
+        if !self.consistent(&sample) {
+            match self.suspect.take() {
+                None => {
+                    self.suspect = Some(sample);
+                    return self.current;
+                }
+                Some(first) => {
+                    // Two contradictions in a row: the clock stepped.
+                    self.steps += 1;
+                    let carried = self.carried_prior(false, 0);
+                    self.new_epoch(boottime_minus_monotonic_ns, carried);
+                    self.window.push_back(first);
+                }
+            }
+        } else {
+            if self.suspect.take().is_some() {
+                self.outliers += 1;
+            }
+            match self.innovation_test(&sample) {
+                Innovation::Normal => {}
+                // Held out of the fit (one outlier would inflate the spread
+                // and hide the second) until the next gated sample decides.
+                Innovation::FarOut => return self.current,
+                Innovation::Step(first) => {
+                    // A step below the hard test's reach: start over here.
+                    self.steps += 1;
+                    let carried = self.carried_prior(false, 0);
+                    self.new_epoch(boottime_minus_monotonic_ns, carried);
+                    self.window.push_back(first);
+                }
+            }
+        }
         self.window.push_back(sample);
         let newest = sample.host_send_ns;
         let max_age = self.config.window_ns;
-        self.window
-            .retain(|s| s.host_send_ns.abs_diff(newest) <= max_age);
+        while self
+            .window
+            .front()
+            .is_some_and(|s| s.host_send_ns.abs_diff(newest) > max_age)
+        {
+            self.window.pop_front();
+        }
         while self.window.len() > self.config.window_samples.max(1) {
             self.window.pop_front();
         }
-        self.current = self.fit();
+        self.refit();
         self.current
     }
 
-    /// Latest estimate (None before the first accepted sample of an epoch).
+    /// Latest estimate of the current epoch (None before its first sample).
     pub fn estimate(&self) -> Option<SyncEstimate> {
         self.current
+    }
+
+    /// Latest estimate of the newest epoch whose BOOTTIME-MONOTONIC matches
+    /// `boottime_minus_monotonic_ns`: the mapping for a relay timestamp taken
+    /// in that epoch. None when that epoch has no estimate (yet).
+    pub fn estimate_for(&self, boottime_minus_monotonic_ns: i64) -> Option<SyncEstimate> {
+        let matches = |e: &SyncEstimate| {
+            (e.boottime_minus_monotonic_ns as i128 - boottime_minus_monotonic_ns as i128)
+                .unsigned_abs()
+                <= self.config.epoch_jump_ns as u128
+        };
+        match self.current {
+            Some(current) if matches(&current) => return Some(current),
+            // The current epoch is that one but has no estimate yet.
+            None if self.epoch_suspend_offset.is_some_and(|b| {
+                (b as i128 - boottime_minus_monotonic_ns as i128).unsigned_abs()
+                    <= self.config.epoch_jump_ns as u128
+            }) =>
+            {
+                return None;
+            }
+            _ => {}
+        }
+        self.history.iter().rev().find(|e| matches(e)).copied()
     }
 
     /// Current clock epoch (0 = the first).
@@ -137,9 +303,29 @@ impl Estimator {
         self.epoch
     }
 
-    /// Samples rejected so far.
+    /// Samples rejected so far (invalid timestamps).
     pub fn rejected(&self) -> u64 {
         self.rejected
+    }
+
+    /// Samples dropped by the pop filter (single delay outliers).
+    pub fn popped(&self) -> u64 {
+        self.popped
+    }
+
+    /// Single samples that contradicted the hard bound and were dropped.
+    pub fn outliers(&self) -> u64 {
+        self.outliers
+    }
+
+    /// Clock steps detected from the samples (not announced by the relay).
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Samples dropped from the window because no line fitted them all.
+    pub fn trimmed(&self) -> u64 {
+        self.trimmed
     }
 
     fn validate(&self, t1: u64, t2: u64, t3: u64, t4: u64) -> Option<Sample> {
@@ -161,112 +347,180 @@ impl Estimator {
         })
     }
 
-    fn track_epoch(&mut self, suspend_offset: i64) {
+    fn track_epoch(&mut self, suspend_offset: i64, sample: Sample) {
         match self.epoch_suspend_offset {
             None => self.epoch_suspend_offset = Some(suspend_offset),
             Some(previous) => {
                 let jump = (suspend_offset as i128 - previous as i128).unsigned_abs();
-                if jump > self.config.epoch_jump_ns as u128 {
+                // A relay clock running backwards (by more than reordered
+                // replies can explain) is a restart or a step too.
+                let backwards = self.window.back().is_some_and(|last| {
+                    sample.relay_mid_ns.saturating_add(self.config.max_delay_ns) < last.relay_mid_ns
+                });
+                if jump > self.config.epoch_jump_ns as u128 || backwards {
                     // Never fit across a suspend: the relay clock stepped.
-                    self.window.clear();
-                    self.current = None;
-                    self.epoch += 1;
-                    self.epoch_suspend_offset = Some(suspend_offset);
+                    let gap_ns = self.window.back().map_or(0, |last| {
+                        sample.relay_mid_ns.saturating_sub(last.relay_mid_ns)
+                    });
+                    let carried = self.carried_prior(!backwards, gap_ns);
+                    self.new_epoch(suspend_offset, carried);
                 }
             }
         }
     }
 
-    fn fit(&self) -> Option<SyncEstimate> {
-        let mut delays: Vec<u64> = self.window.iter().map(|s| s.delay_ns).collect();
-        delays.sort_unstable();
-        let floor = *delays.first()?;
-        let quantile = self.config.gate_quantile.clamp(0.0, 1.0);
-        let gate_index = ((delays.len() - 1) as f64 * quantile).floor() as usize;
-        let gate = delays[gate_index.min(delays.len() - 1)];
-        let kept: Vec<Sample> = self
-            .window
-            .iter()
-            .copied()
-            .filter(|s| s.delay_ns <= gate)
-            .collect();
-        // The floor sample always passes the gate, so `kept` is not empty.
-        let best = *kept.iter().min_by_key(|s| s.delay_ns)?;
-        let newest_relay = self.window.iter().map(|s| s.relay_mid_ns).max()?;
+    /// The frequency knowledge a new epoch starts from. Across a suspend the
+    /// oscillator is the same (its hard interval widens by the slack);
+    /// after a detected step it may not be (only the point value carries).
+    fn carried_prior(&self, same_oscillator: bool, gap_ns: u64) -> FreqPrior {
+        let uninformed = FreqPrior::uninformed(&self.config);
+        let Some(e) = self.current else {
+            return uninformed;
+        };
+        let slack = self.config.resume_freq_slack_ppm.abs() * 1e-6;
+        let mean = e.freq_ppm * 1e-6;
+        let var = (e.freq_sigma_ppm * 1e-6).powi(2) + slack * slack;
+        if !same_oscillator {
+            return FreqPrior {
+                mean,
+                var: var.max((10e-6f64).powi(2)),
+                ..uninformed
+            };
+        }
+        let wander = wander_rate(&self.config) * (gap_ns as f64 * 1e-9).sqrt();
+        let dev = e.freq_bound_ppm * 1e-6 + slack + wander;
+        FreqPrior {
+            mean,
+            var,
+            lo: (mean - dev).max(uninformed.lo),
+            hi: (mean + dev).min(uninformed.hi),
+        }
+    }
 
-        // Relative coordinates keep f64 exact enough: x in ns from the best
-        // sample (window <= tens of seconds), y in ns from its offset.
-        let scale = ((gate - floor) as f64).max(BOUND_FLOOR_NS);
-        let points: Vec<(f64, f64, f64)> = kept
-            .iter()
-            .map(|s| {
-                let x = (s.relay_mid_ns as i128 - best.relay_mid_ns as i128) as f64;
-                let y = (s.offset_ns as i128 - best.offset_ns as i128) as f64;
-                let excess = (s.delay_ns - floor) as f64 / scale;
-                let weight = 1.0 / ((1.0 + excess) * (1.0 + excess));
-                (x, y, weight)
-            })
-            .collect();
-        let n = points.len() as f64;
-        let weight_sum: f64 = points.iter().map(|p| p.2).sum();
-        let mean_x = points.iter().map(|p| p.0 * p.2).sum::<f64>() / weight_sum;
-        let mean_y = points.iter().map(|p| p.1 * p.2).sum::<f64>() / weight_sum;
-        let span = kept.iter().map(|s| s.relay_mid_ns).max()?
-            - kept.iter().map(|s| s.relay_mid_ns).min()?;
-
-        let sxx: f64 = points.iter().map(|p| p.2 * (p.0 - mean_x).powi(2)).sum();
-        let fit_frequency = span >= self.config.min_freq_span_ns && kept.len() >= 3 && sxx > 0.0;
-        let max_slope = self.config.max_abs_freq_ppm.abs() * 1e-6;
-        let slope = if fit_frequency {
-            let sxy: f64 = points
-                .iter()
-                .map(|p| p.2 * (p.0 - mean_x) * (p.1 - mean_y))
-                .sum();
-            let slope = sxy / sxx;
-            if slope.is_finite() {
-                slope.clamp(-max_slope, max_slope)
-            } else {
-                0.0
+    fn new_epoch(&mut self, suspend_offset: i64, prior: FreqPrior) {
+        if let Some(last) = self.current.take() {
+            self.history.push_back(last);
+            while self.history.len() > self.config.epoch_history {
+                self.history.pop_front();
             }
-        } else {
-            0.0
-        };
-        let line = |x: f64| mean_y + slope * (x - mean_x);
-        let weighted_sq_residuals: f64 =
-            points.iter().map(|p| p.2 * (p.1 - line(p.0)).powi(2)).sum();
-        let dof_used = if fit_frequency { 2.0 } else { 1.0 };
-        let sigma = if n > dof_used {
-            (weighted_sq_residuals / weight_sum * n / (n - dof_used)).sqrt()
-        } else {
-            0.0
-        };
-        let slope_error = if fit_frequency {
-            SLOPE_ERROR_SIGMAS * (weighted_sq_residuals / (n - 2.0) / sxx).sqrt()
-        } else {
-            self.config.unfitted_drift_ppm.abs() * 1e-6
-        };
+        }
+        self.window.clear();
+        self.suspect = None;
+        self.innovation_held = None;
+        self.epoch += 1;
+        self.epoch_suspend_offset = Some(suspend_offset);
+        self.prior = prior;
+    }
 
-        // Bound at the reference: the best sample is within delay/2 of the
-        // truth; the line is |residual| away from it there; the slope error
-        // carries that to the reference.
-        let ref_x = (newest_relay as i128 - best.relay_mid_ns as i128) as f64;
-        let best_residual = line(0.0).abs();
-        let bound = best.delay_ns as f64 / 2.0
-            + best_residual
-            + slope_error.min(max_slope) * ref_x.abs()
-            + BOUND_FLOOR_NS;
-        let offset = best.offset_ns as i128 + line(ref_x).round() as i128;
+    /// Pop filter: true when the sample is dropped.
+    fn pop(&mut self, delay: u64) -> bool {
+        let history = self.config.pop_history.max(3);
+        let mut drop = false;
+        if self.recent_delays.len() >= history {
+            let mut sorted: Vec<u64> = self.recent_delays.iter().copied().collect();
+            sorted.sort_unstable();
+            let median = sorted[sorted.len() / 2];
+            let mut deviations: Vec<u64> = sorted.iter().map(|d| d.abs_diff(median)).collect();
+            deviations.sort_unstable();
+            let mad = (deviations[deviations.len() / 2] as f64)
+                .max(self.config.timestamp_slack_ns as f64);
+            let limit = median as f64 + self.config.pop_mads * 1.4826 * mad;
+            drop = delay as f64 > limit && !self.popped_last;
+        }
+        self.recent_delays.push_back(delay);
+        while self.recent_delays.len() > history {
+            self.recent_delays.pop_front();
+        }
+        self.popped_last = drop;
+        if drop {
+            self.popped += 1;
+        }
+        drop
+    }
 
-        Some(SyncEstimate {
+    /// Statistical step test on gated samples: a far-out innovation is
+    /// held; a second one of the same sign in a row is a step.
+    fn innovation_test(&mut self, sample: &Sample) -> Innovation {
+        let Some(e) = self.current else {
+            return Innovation::Normal;
+        };
+        if sample.delay_ns > self.gate_ns {
+            return Innovation::Normal;
+        }
+        let predicted = e.offset_at(sample.relay_mid_ns) as i128;
+        let innovation = (sample.offset_ns as i128 - predicted) as f64;
+        let sigma = (e.sigma_at(sample.relay_mid_ns) as f64).hypot(self.sample_sigma_ns);
+        let limit = self.config.step_sigmas * sigma + self.config.timestamp_slack_ns as f64;
+        let sign: i8 = if innovation > limit {
+            1
+        } else if innovation < -limit {
+            -1
+        } else {
+            0
+        };
+        let held = self.innovation_held.take();
+        match (sign, held) {
+            (0, None) => Innovation::Normal,
+            (0, Some(_)) => {
+                self.outliers += 1;
+                Innovation::Normal
+            }
+            (sign, Some((first, first_sign))) if sign == first_sign => Innovation::Step(first),
+            (sign, previous) => {
+                if previous.is_some() {
+                    self.outliers += 1;
+                }
+                self.innovation_held = Some((*sample, sign));
+                Innovation::FarOut
+            }
+        }
+    }
+
+    /// False when the sample's hard interval misses the current bound.
+    fn consistent(&self, sample: &Sample) -> bool {
+        let Some(e) = self.current else {
+            return true;
+        };
+        let predicted = e.offset_at(sample.relay_mid_ns) as i128;
+        let reach = e.bound_at(sample.relay_mid_ns) as i128
+            + (sample.delay_ns / 2 + self.config.timestamp_slack_ns) as i128;
+        (sample.offset_ns as i128 - predicted).abs() <= reach
+    }
+
+    fn refit(&mut self) {
+        let Some(mut f) = fit(self.window.make_contiguous(), self.prior, &self.config) else {
+            self.current = None;
+            return;
+        };
+        // Pairs of samples that no line fits (the hull test fails): the
+        // clock changed inside the window. Keep its newer half until the
+        // rest agrees, as chrony's runs test shrinks its window.
+        while f.contradiction && self.window.len() >= 8 {
+            let drop = self.window.len() / 2;
+            self.window.drain(..drop);
+            self.trimmed += drop as u64;
+            match fit(self.window.make_contiguous(), self.prior, &self.config) {
+                Some(next) => f = next,
+                None => break,
+            }
+        }
+        self.gate_ns = f.gate_ns;
+        self.sample_sigma_ns = f.sample_sigma_ns;
+        self.current = Some(SyncEstimate {
             epoch: self.epoch,
-            ref_relay_ns: newest_relay,
-            offset_ns: offset.clamp(i64::MIN as i128, i64::MAX as i128) as i64,
-            freq_ppm: slope * 1e6,
-            error_bound_ns: finite_ns(bound),
-            sigma_ns: finite_ns(sigma),
-            rtt_ns: floor,
-            samples: kept.len() as u32,
-        })
+            ref_relay_ns: f.ref_relay_ns,
+            offset_ns: f.offset_ns.clamp(i64::MIN as i128, i64::MAX as i128) as i64,
+            freq_ppm: f.freq * 1e6,
+            error_bound_ns: finite_ns(f.bound_ns.ceil()),
+            sigma_ns: finite_ns(f.spread_ns),
+            rtt_ns: f.floor_delay_ns,
+            samples: f.kept,
+            freq_bound_ppm: f.freq_dev * 1e6,
+            wander_ppm_per_sqrt_s: wander_rate(&self.config) * 1e6,
+            map_sigma_ns: finite_ns(f.offset_sigma_ns),
+            freq_sigma_ppm: f.freq_sigma * 1e6,
+            boottime_minus_monotonic_ns: self.epoch_suspend_offset.unwrap_or(0),
+        });
     }
 }
 

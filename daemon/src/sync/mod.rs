@@ -2,8 +2,10 @@
 //! port (UDP, or the TCP fallback on the same port number), signed with a
 //! per-session key, and the per-relay offset estimator.
 //!
-//! - [`estimator`]: sans-IO estimator (first version): samples in, a
-//!   [`SyncEstimate`] out. Issue 4 replaces its inside, not its interface.
+//! - [`estimator`]: sans-IO estimator: samples in, a [`SyncEstimate`]
+//!   (point mapping, sigma and a hard bound) out.
+//! - [`sim`]: deterministic virtual-time simulator that measures the
+//!   estimator against ground truth and two baselines.
 //! - [`prober`]: sans-IO probe scheduler and reply matcher ([`ProberCore`]).
 //! - [`sessions`]: the registry the server fills ([`ProbeSessions`]).
 //! - [`edge`]: the thread around the sockets ([`spawn_prober`]).
@@ -16,6 +18,7 @@ pub mod edge;
 pub mod estimator;
 pub mod prober;
 pub mod sessions;
+pub mod sim;
 
 use serde::{Deserialize, Serialize};
 
@@ -25,7 +28,13 @@ pub use prober::{PreparedProbe, ProbeDue, ProberConfig, ProberCore, Route};
 pub use sessions::{ProbeSessions, ProberStats, Registration};
 
 /// A relay BOOTTIME -> host BOOTTIME mapping for one clock epoch of a relay.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// The hard bound at any relay time is [`SyncEstimate::bound_at`]; the
+/// statistical one is [`SyncEstimate::sigma_at`]. A hand-built estimate
+/// (`Default`) assumes 100 ppm of frequency uncertainty, so its bound still
+/// grows with distance from the reference.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SyncEstimate {
     /// Counts the relay's clock epochs seen by this estimator (0 = first).
     /// A suspend (BOOTTIME-MONOTONIC jump) starts a new epoch.
@@ -45,7 +54,43 @@ pub struct SyncEstimate {
     pub rtt_ns: u64,
     /// Samples the fit used.
     pub samples: u32,
+    /// Hard bound on |true - estimated frequency| near the reference (ppm):
+    /// the bound grows by this much per unit of distance from it.
+    pub freq_bound_ppm: f64,
+    /// Frequency wander allowance beyond the fit window (ppm per sqrt(s)):
+    /// adds (2/3) * w * |dt|^1.5 to the bound.
+    pub wander_ppm_per_sqrt_s: f64,
+    /// Standard deviation of the mapped offset at `ref_relay_ns` (ns).
+    pub map_sigma_ns: u64,
+    /// Standard deviation of `freq_ppm` (ppm).
+    pub freq_sigma_ppm: f64,
+    /// The relay's BOOTTIME minus MONOTONIC in this epoch (ns): a relay
+    /// timestamp belongs to this estimate's epoch when its own value matches.
+    pub boottime_minus_monotonic_ns: i64,
 }
+
+impl Default for SyncEstimate {
+    fn default() -> Self {
+        Self {
+            epoch: 0,
+            ref_relay_ns: 0,
+            offset_ns: 0,
+            freq_ppm: 0.0,
+            error_bound_ns: 0,
+            sigma_ns: 0,
+            rtt_ns: 0,
+            samples: 0,
+            freq_bound_ppm: DEFAULT_FREQ_BOUND_PPM,
+            wander_ppm_per_sqrt_s: 0.0,
+            map_sigma_ns: 0,
+            freq_sigma_ppm: 0.0,
+            boottime_minus_monotonic_ns: 0,
+        }
+    }
+}
+
+/// Frequency uncertainty of an estimate nobody measured (crystal tolerance).
+pub const DEFAULT_FREQ_BOUND_PPM: f64 = 100.0;
 
 impl SyncEstimate {
     /// Relay minus host at relay BOOTTIME `relay_boottime_ns` (ns).
@@ -59,6 +104,36 @@ impl SyncEstimate {
     /// Host BOOTTIME for a relay BOOTTIME value (ns): relay - offset(relay).
     pub fn to_host(&self, relay_boottime_ns: u64) -> i64 {
         clamp_i64(relay_boottime_ns as i128 - self.offset_at(relay_boottime_ns) as i128)
+    }
+
+    /// Hard bound on |mapped - true host time| at relay BOOTTIME
+    /// `relay_boottime_ns` (ns): the bound at the reference, plus the
+    /// frequency bound and the wander allowance carried over the distance.
+    /// Saturates at `u64::MAX`; NaN or negative inputs count as unbounded.
+    pub fn bound_at(&self, relay_boottime_ns: u64) -> u64 {
+        let distance_ns = relay_boottime_ns.abs_diff(self.ref_relay_ns) as f64;
+        let seconds = distance_ns * 1e-9;
+        let freq = self.freq_bound_ppm * 1e-6 * distance_ns;
+        let wander = (2.0 / 3.0) * self.wander_ppm_per_sqrt_s * 1e3 * seconds * seconds.sqrt();
+        let growth = freq + wander;
+        if growth.is_nan() || growth < 0.0 {
+            return u64::MAX;
+        }
+        // `as` saturates; +1 rounds the f64 terms up.
+        self.error_bound_ns
+            .saturating_add((growth.ceil() as u64).saturating_add(1))
+    }
+
+    /// One standard deviation of the mapping at `relay_boottime_ns` (ns).
+    pub fn sigma_at(&self, relay_boottime_ns: u64) -> u64 {
+        let distance_ns = relay_boottime_ns.abs_diff(self.ref_relay_ns) as f64;
+        let freq = self.freq_sigma_ppm * 1e-6 * distance_ns;
+        let sigma = (self.map_sigma_ns as f64).hypot(freq);
+        if sigma.is_nan() {
+            u64::MAX
+        } else {
+            sigma.ceil() as u64
+        }
     }
 }
 

@@ -61,6 +61,7 @@ fn estimate(offset_ns: i64) -> SyncEstimate {
         sigma_ns: 10,
         rtt_ns: 80,
         samples: 8,
+        ..SyncEstimate::default()
     }
 }
 

@@ -1,0 +1,234 @@
+//! The estimator's math, pure functions of one epoch's window of samples:
+//! delay-floor gate, delay-weighted regression with a frequency prior, the
+//! hard frequency interval from sample pairs, and the hard bound.
+
+use super::{EstimatorConfig, Sample};
+
+/// What the estimator knows about the frequency before this window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct FreqPrior {
+    /// Point value (relay minus host rate, dimensionless: 1e-6 = 1 ppm).
+    pub mean: f64,
+    /// Its variance (dimensionless squared).
+    pub var: f64,
+    /// Hard interval the frequency lies in (dimensionless).
+    pub lo: f64,
+    pub hi: f64,
+}
+
+impl FreqPrior {
+    /// Nothing known: crystal tolerance.
+    pub fn uninformed(config: &EstimatorConfig) -> Self {
+        let max = config.max_abs_freq_ppm.abs() * 1e-6;
+        Self {
+            mean: 0.0,
+            var: (max / 3.0).powi(2),
+            lo: -max,
+            hi: max,
+        }
+    }
+}
+
+/// One fit of a window: the line, its uncertainty and its hard bound, all
+/// at `ref_relay_ns` (the newest sample).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Fit {
+    pub ref_relay_ns: u64,
+    pub offset_ns: i128,
+    /// Dimensionless slope (relay minus host rate).
+    pub freq: f64,
+    pub freq_sigma: f64,
+    pub offset_sigma_ns: f64,
+    /// Weighted residual spread of the kept samples (ns).
+    pub spread_ns: f64,
+    /// Hard bound on |offset error| at the reference (ns).
+    pub bound_ns: f64,
+    /// Hard bound on |true - fitted frequency| inside the window.
+    pub freq_dev: f64,
+    pub floor_delay_ns: u64,
+    /// Delay gate: samples at or below it were fitted (ns).
+    pub gate_ns: u64,
+    /// Noise of one gated sample around the line (ns).
+    pub sample_sigma_ns: f64,
+    pub kept: u32,
+    /// The window's samples admit no single line (plus wander): the clock
+    /// left the model inside the window (an unannounced slew or step).
+    pub contradiction: bool,
+}
+
+/// Value at quantile `q` of sorted values (nearest rank, lower).
+fn quantile(sorted: &[u64], q: f64) -> u64 {
+    let index = ((sorted.len() - 1) as f64 * q.clamp(0.0, 1.0)).floor() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+/// Wander allowance (dimensionless per sqrt(s)) of the config.
+pub(super) fn wander_rate(config: &EstimatorConfig) -> f64 {
+    config.wander_sigmas * config.max_wander.max(0.0).sqrt()
+}
+
+/// Fits `window` (one epoch, oldest first, not empty).
+pub(super) fn fit(window: &[Sample], prior: FreqPrior, config: &EstimatorConfig) -> Option<Fit> {
+    let newest = window.last()?;
+    let ref_relay_ns = window.iter().map(|s| s.relay_mid_ns).max()?;
+    let slack = config.timestamp_slack_ns as f64;
+
+    // Gate: the delay floor is a low quantile, not the minimum (a single
+    // too-small delay is an outlier too); keep samples near the floor.
+    let mut delays: Vec<u64> = window.iter().map(|s| s.delay_ns).collect();
+    delays.sort_unstable();
+    let floor = quantile(&delays, config.floor_quantile);
+    let resolution = config.timestamp_slack_ns;
+    let mut threshold = quantile(&delays, config.gate_quantile).max(floor + 2 * resolution);
+    threshold = threshold.max(delays[delays.len().min(3) - 1]);
+    let scale = (threshold.saturating_sub(floor) as f64).max(resolution as f64);
+
+    // Coordinates relative to the reference and to the newest offset keep
+    // f64 exact (a window spans minutes: < 2^53 ns).
+    let base = newest.offset_ns as i128;
+    let points: Vec<(f64, f64, f64)> = window
+        .iter()
+        .filter(|s| s.delay_ns <= threshold)
+        .map(|s| {
+            let x = (s.relay_mid_ns as i128 - ref_relay_ns as i128) as f64;
+            let y = (s.offset_ns as i128 - base) as f64;
+            let excess = s.delay_ns.saturating_sub(floor) as f64 / scale;
+            (x, y, 1.0 / ((1.0 + excess) * (1.0 + excess)))
+        })
+        .collect();
+    let n = points.len() as f64;
+    let weight_sum: f64 = points.iter().map(|p| p.2).sum();
+    let mean_x = points.iter().map(|p| p.0 * p.2).sum::<f64>() / weight_sum;
+    let mean_y = points.iter().map(|p| p.1 * p.2).sum::<f64>() / weight_sum;
+    let sxx: f64 = points.iter().map(|p| p.2 * (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = points
+        .iter()
+        .map(|p| p.2 * (p.0 - mean_x) * (p.1 - mean_y))
+        .sum();
+
+    // Residual spread per unit weight, floored by the gate's own width so a
+    // handful of lucky samples do not claim sub-resolution precision.
+    let fitted = points.len() >= 3 && sxx > 0.0;
+    let slope_fit = if fitted { sxy / sxx } else { 0.0 };
+    let residuals: f64 = points
+        .iter()
+        .map(|p| p.2 * (p.1 - mean_y - slope_fit * (p.0 - mean_x)).powi(2))
+        .sum();
+    let spread = if points.len() > 2 {
+        (residuals / (n - 2.0)).sqrt()
+    } else {
+        0.0
+    };
+    let sigma0 = spread.max(scale / 4.0).max(resolution as f64 / 2.0);
+
+    // Slope: the regression's, blended with the prior by inverse variance
+    // (a short span gives a wide regression slope, so the prior dominates).
+    let (freq, freq_var) = if fitted {
+        let fit_var = sigma0 * sigma0 / sxx;
+        let precision = 1.0 / fit_var + 1.0 / prior.var;
+        (
+            (slope_fit / fit_var + prior.mean / prior.var) / precision,
+            1.0 / precision,
+        )
+    } else {
+        (prior.mean, prior.var)
+    };
+    let max = config.max_abs_freq_ppm.abs() * 1e-6;
+    let freq = if freq.is_finite() {
+        freq.clamp(-max, max)
+    } else {
+        0.0
+    };
+    let offset_rel = mean_y - freq * mean_x;
+    let offset_sigma = (sigma0 * sigma0 / weight_sum + freq_var * mean_x * mean_x).sqrt();
+
+    // Hard frequency interval, then the hard bound at the reference.
+    let (freq_lo, freq_hi, contradiction) = freq_interval(window, ref_relay_ns, prior, config);
+    let freq_dev = (freq - freq_lo).max(freq_hi - freq).max(0.0);
+    let bound = window
+        .iter()
+        .map(|s| {
+            let x = (s.relay_mid_ns as i128 - ref_relay_ns as i128) as f64;
+            let y = (s.offset_ns as i128 - base) as f64;
+            // The sample's line carried to the reference with our slope.
+            let centre = y - freq * x;
+            (offset_rel - centre).abs() + s.delay_ns as f64 / 2.0 + slack + freq_dev * x.abs()
+        })
+        .fold(f64::INFINITY, f64::min);
+
+    Some(Fit {
+        ref_relay_ns,
+        offset_ns: base + offset_rel.round() as i128,
+        freq,
+        freq_sigma: freq_var.sqrt(),
+        offset_sigma_ns: offset_sigma,
+        spread_ns: spread,
+        bound_ns: bound,
+        freq_dev,
+        floor_delay_ns: floor,
+        gate_ns: threshold,
+        sample_sigma_ns: sigma0,
+        kept: points.len() as u32,
+        contradiction,
+    })
+}
+
+/// Pieces of the window the hard frequency interval is built from.
+const HULL_SLICES: usize = 8;
+
+/// Hard interval of the relay's frequency over the window. The offset at a
+/// sample lies in [offset - delay/2 - slack, offset + delay/2 + slack], so
+/// the mean frequency between two samples lies in a computable interval;
+/// frequency wander moves the instantaneous value from any such mean by at
+/// most `wander_rate * sqrt(span)`. Uses the lowest-delay sample of each of
+/// a few time slices (the tight pairs are far apart and low-delay).
+/// Returns the interval and whether the pairs contradicted each other.
+fn freq_interval(
+    window: &[Sample],
+    ref_relay_ns: u64,
+    prior: FreqPrior,
+    config: &EstimatorConfig,
+) -> (f64, f64, bool) {
+    let oldest = window.iter().map(|s| s.relay_mid_ns).min().unwrap_or(0);
+    let span = ref_relay_ns.saturating_sub(oldest);
+    let slice = (span / HULL_SLICES as u64).max(1);
+    let mut best: [Option<Sample>; HULL_SLICES + 1] = [None; HULL_SLICES + 1];
+    for s in window {
+        let index = (((s.relay_mid_ns - oldest) / slice) as usize).min(HULL_SLICES);
+        if best[index].is_none_or(|b| s.delay_ns < b.delay_ns) {
+            best[index] = Some(*s);
+        }
+    }
+    let picks: Vec<Sample> = best.iter().flatten().copied().collect();
+    let slack = config.timestamp_slack_ns as f64;
+    let mut lo = f64::NEG_INFINITY;
+    let mut hi = f64::INFINITY;
+    for (i, a) in picks.iter().enumerate() {
+        for b in &picks[i + 1..] {
+            let dx = (b.relay_mid_ns as i128 - a.relay_mid_ns as i128) as f64;
+            if dx <= 0.0 {
+                continue;
+            }
+            let dy = (b.offset_ns as i128 - a.offset_ns as i128) as f64;
+            let width = (a.delay_ns + b.delay_ns) as f64 / 2.0 + 2.0 * slack;
+            lo = lo.max((dy - width) / dx);
+            hi = hi.min((dy + width) / dx);
+        }
+    }
+    let wander = wander_rate(config) * (span as f64 * 1e-9).sqrt();
+    let contradiction = lo - wander > hi + wander;
+    let (lo, hi) = if contradiction {
+        // The clock left the model (e.g. a slew); stay wide.
+        (hi, lo)
+    } else {
+        (lo, hi)
+    };
+    let lo = (lo - wander).max(prior.lo);
+    let hi = (hi + wander).min(prior.hi);
+    if lo > hi {
+        // The window disagrees with the prior: trust neither alone.
+        (lo.min(prior.lo), hi.max(prior.hi), true)
+    } else {
+        (lo, hi, contradiction)
+    }
+}
