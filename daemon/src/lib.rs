@@ -28,3 +28,4 @@ pub mod rolling;
 pub mod server;
 pub mod status;
 pub mod sync;
+pub mod tls;

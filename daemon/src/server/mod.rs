@@ -52,6 +52,8 @@ pub struct SessionSettings {
     pub sync_udp_port: u16,
     /// On shutdown, how long a session waits for the final ack.
     pub final_ack_timeout: Duration,
+    /// Mutual TLS on the data connection (None: plaintext).
+    pub tls: Option<crate::tls::DataTls>,
 }
 
 /// State every session and the accept loop share.
@@ -60,6 +62,8 @@ pub struct Shared<P> {
     pub probes: P,
     pub counters: Counters,
     pub shutdown: CancellationToken,
+    /// Raw ids and relay instances bound to certificate names.
+    pub bindings: crate::tls::Bindings,
     /// Replaced on reload (SIGHUP).
     token: RwLock<Option<Arc<str>>>,
 }
@@ -76,6 +80,7 @@ impl<P> Shared<P> {
             probes,
             counters: Counters::default(),
             shutdown,
+            bindings: crate::tls::Bindings::default(),
             token: RwLock::new(token.map(Arc::from)),
         }
     }
@@ -109,10 +114,14 @@ pub enum Counter {
     HelloTimeouts,
     MalformedFrames,
     AcceptErrors,
+    /// The TLS handshake failed (no, or an untrusted, relay certificate).
+    TlsHandshakeFailures,
+    /// A certificate-authenticated relay claimed another machine.
+    RefusedIdentity,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 9] = [
+    pub const ALL: [Counter; 11] = [
         Counter::ConnectionsAccepted,
         Counter::SessionsWelcomed,
         Counter::RefusedMaxRelays,
@@ -122,6 +131,8 @@ impl Counter {
         Counter::HelloTimeouts,
         Counter::MalformedFrames,
         Counter::AcceptErrors,
+        Counter::TlsHandshakeFailures,
+        Counter::RefusedIdentity,
     ];
 
     pub fn name(self) -> &'static str {
@@ -135,6 +146,8 @@ impl Counter {
             Counter::HelloTimeouts => "tracesync_hello_timeouts_total",
             Counter::MalformedFrames => "tracesync_malformed_frames_total",
             Counter::AcceptErrors => "tracesync_accept_errors_total",
+            Counter::TlsHandshakeFailures => "tracesync_tls_handshake_failures_total",
+            Counter::RefusedIdentity => "tracesync_refused_identity_total",
         }
     }
 }

@@ -191,6 +191,7 @@ fn settings(max_relays: usize) -> SessionSettings {
         max_frame_bytes: MAX_FRAME_BYTES,
         sync_udp_port: 7411,
         final_ack_timeout: Duration::from_secs(5),
+        tls: None,
     }
 }
 
