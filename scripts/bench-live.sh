@@ -100,7 +100,7 @@ start_daemon() { # $1 label
     local dir=$work/$1
     mkdir -p "$dir"
     "$tracesyncd" --listen 127.0.0.1:0 --sync-listen 127.0.0.1:0 \
-        --control "$dir/control.sock" --output "$dir/out" --token "$token" \
+        --control "$dir/control.sock" --output "$dir/out" --token "$token" --tls off \
         --merge-window-ms "$WINDOW_MS" 2>"$dir/daemon.log" &
     daemon_pid=$!
     pids+=("$daemon_pid")
@@ -121,7 +121,7 @@ start_daemon() { # $1 label
 start_relays() { # $1 label, $2 count, $3 source spec
     relay_pids=()
     for i in $(seq "$2"); do
-        "$relay" --host "$data_addr" --name "bench-$i" --token "$token" \
+        "$relay" --host "$data_addr" --name "bench-$i" --token "$token" --tls off \
             --spool "$work/$1/spool-$i" --source "$3" \
             2>"$work/$1/relay-$i.log" &
         relay_pids+=("$!")
