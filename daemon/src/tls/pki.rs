@@ -121,7 +121,13 @@ pub fn daemon_cert(ca_key_pem: &str, names: &[String]) -> Result<Issued, String>
 /// Signs a relay (client) certificate for machine `name`, optionally
 /// binding its raw machine id too.
 pub fn relay_cert(ca_key_pem: &str, name: &str, raw_id: Option<u32>) -> Result<Issued, String> {
-    let mut sans = vec![san_for(name)?];
+    // A machine name is never an IP SAN (the daemon reads DNS and URI SANs).
+    let mut sans = vec![if name.parse::<std::net::IpAddr>().is_ok() {
+        let uri = format!("{URI_MACHINE}{name}");
+        SanType::URI(uri.as_str().try_into().map_err(error)?)
+    } else {
+        san_for(name)?
+    }];
     if let Some(id) = raw_id {
         let uri = format!("{URI_MACHINE_ID}{id}");
         sans.push(SanType::URI(uri.as_str().try_into().map_err(error)?));
@@ -222,6 +228,12 @@ mod tests {
         assert_eq!(
             CertIdentity::from_der(der.as_ref()).unwrap().names,
             ["my phone"]
+        );
+        let ip = relay_cert(&ca.key_pem, "10.0.0.7", None).unwrap();
+        let der = rustls_pki_types::CertificateDer::from_pem_slice(ip.cert_pem.as_bytes()).unwrap();
+        assert_eq!(
+            CertIdentity::from_der(der.as_ref()).unwrap().names,
+            ["10.0.0.7"]
         );
     }
 
