@@ -343,6 +343,35 @@ mod tests {
         assert!(CertIdentity::from_der(&bad_id).is_err());
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_bytes_are_read_without_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+        ) {
+            let _ = CertIdentity::from_der(&bytes);
+        }
+
+        #[test]
+        fn a_damaged_certificate_is_read_without_panic(
+            at in 0usize..4096,
+            value in proptest::prelude::any::<u8>(),
+            cut in 0usize..4096,
+        ) {
+            let mut der = sample_cert().to_vec();
+            let n = der.len();
+            der[at % n] = value;
+            der.truncate(n - cut % n);
+            let _ = CertIdentity::from_der(&der);
+        }
+    }
+
+    fn sample_cert() -> &'static [u8] {
+        static DER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        DER.get_or_init(|| cert(vec![dns("relay-a"), uri("tracesync:machine-id/9")]))
+    }
+
     #[test]
     fn name_must_be_in_the_certificate() {
         let id = CertIdentity {
