@@ -13,6 +13,8 @@
 #
 #   scripts/bench-live.sh
 #   BENCH_SECS=20 BENCH_SMALL_RATE=500000 scripts/bench-live.sh
+#   BENCH_TLS=1 scripts/bench-live.sh   # relays over mutual TLS (lab PKI made
+#                                       # with `tracesync pki`); default plaintext
 #
 # End-to-end figures are the daemon's own counters (status: packets and
 # bytes taken from relays, summed over machines) over BENCH_SECS after a
@@ -29,6 +31,7 @@ LARGE_RATE=${BENCH_LARGE_RATE:-40000}
 RELAYS=${BENCH_RELAYS:-4}
 WINDOW_MS=${BENCH_WINDOW_MS:-100}
 TMPBASE=${TMPDIR:-/tmp}
+TLS=${BENCH_TLS:-0}
 
 echo "building (release)" >&2
 cargo build --release --quiet -p tracesync-daemon -p tracesync-relay --bins
@@ -36,6 +39,7 @@ cargo build --release --quiet -p tracesync-tests --example tcp_baseline
 target=${CARGO_TARGET_DIR:-target}
 tracesyncd=$target/release/tracesyncd
 relay=$target/release/tracesync-relay
+tracesync=$target/release/tracesync
 baseline=$target/release/examples/tcp_baseline
 
 work=$(mktemp -d "$TMPBASE/tracesync-bench-live.XXXXXX")
@@ -47,6 +51,17 @@ cleanup() {
 }
 trap cleanup EXIT
 token=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+
+# TLS flags of the daemon and of relay $1 (plaintext said explicitly).
+daemon_tls=(--tls off)
+relay_tls() { echo --tls off; }
+if [ "$TLS" = 1 ]; then
+    pki=$work/pki
+    "$tracesync" pki init --daemon-name 127.0.0.1 "$pki" >/dev/null
+    for i in $(seq "$RELAYS"); do "$tracesync" pki issue --name "bench-$i" "$pki" >/dev/null; done
+    daemon_tls=(--tls-cert "$pki/daemon.crt" --tls-key "$pki/daemon.key" --tls-client-ca "$pki/ca.crt")
+    relay_tls() { echo --tls-ca "$pki/ca.crt" --tls-cert "$pki/bench-$1.crt" --tls-key "$pki/bench-$1.key"; }
+fi
 
 # Status over the control socket: prints "<packets> <bytes>" summed over machines.
 cat >"$work/status.py" <<'EOF'
@@ -100,7 +115,7 @@ start_daemon() { # $1 label
     local dir=$work/$1
     mkdir -p "$dir"
     "$tracesyncd" --listen 127.0.0.1:0 --sync-listen 127.0.0.1:0 \
-        --control "$dir/control.sock" --output "$dir/out" --token "$token" \
+        --control "$dir/control.sock" --output "$dir/out" --token "$token" "${daemon_tls[@]}" \
         --merge-window-ms "$WINDOW_MS" 2>"$dir/daemon.log" &
     daemon_pid=$!
     pids+=("$daemon_pid")
@@ -121,7 +136,8 @@ start_daemon() { # $1 label
 start_relays() { # $1 label, $2 count, $3 source spec
     relay_pids=()
     for i in $(seq "$2"); do
-        "$relay" --host "$data_addr" --name "bench-$i" --token "$token" \
+        # shellcheck disable=SC2046 # paths without spaces (mktemp)
+        "$relay" --host "$data_addr" --name "bench-$i" --token "$token" $(relay_tls "$i") \
             --spool "$work/$1/spool-$i" --source "$3" \
             2>"$work/$1/relay-$i.log" &
         relay_pids+=("$!")
@@ -188,7 +204,7 @@ relay_cpu=$(python3 -c "print(round(($c1 - $c0) / $hz / ($t1 - $t0) * 100, 2))")
 
 cat <<EOF
 
-tracesync live benchmarks ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s per phase, merge window ${WINDOW_MS} ms)
+tracesync live benchmarks (TLS=$TLS, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s per phase, merge window ${WINDOW_MS} ms)
 
 | measure                                     | value                | target            |
 |---------------------------------------------|----------------------|-------------------|
@@ -200,5 +216,5 @@ tracesync live benchmarks ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)
 | relay CPU at 10 k packets/s                 | ${relay_cpu}% of a core    | <= 3%             |
 | tail latency p50 / p99 (${nlat} records, ${lagged} lag notices) | ${p50} / ${p99} ms | p99 <= window + 50 ms |
 
-reproduce: scripts/bench-live.sh (BENCH_SECS=$SECS BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS)
+reproduce: scripts/bench-live.sh (BENCH_TLS=$TLS BENCH_SECS=$SECS BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS)
 EOF

@@ -11,7 +11,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
+
+use crate::tls::{TlsConfig, TlsKey, TlsMode};
 use serde::{Deserialize, Deserializer};
+use toml::Spanned;
 use tracesync_protocol::relay::{DEFAULT_DATA_PORT, DEFAULT_SYNC_PORT, MAX_FRAME_BYTES};
 
 /// Config file read when `--config` is not given (if it exists).
@@ -68,6 +71,18 @@ pub struct DaemonArgs {
     /// Most relays connected at once [limits.max-relays].
     #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_max_relays))]
     pub max_relays: Option<u64>,
+    /// TLS on relay connections: required or off (plaintext) [tls.mode].
+    #[arg(long, value_name = "MODE")]
+    pub tls: Option<TlsMode>,
+    /// The daemon's certificate chain, PEM [tls.cert].
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The daemon's private key, PEM [tls.key].
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificate(s) that issue relay certificates, PEM [tls.client-ca].
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// The whole daemon configuration.
@@ -80,6 +95,7 @@ pub struct DaemonConfig {
     pub merge: MergeConfig,
     pub limits: LimitsConfig,
     pub log: LogConfig,
+    pub tls: TlsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -373,18 +389,22 @@ impl DaemonConfig {
             Some(p) => Some(p.clone()),
             None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
         };
+        let mut text = None;
         let mut config = match &path {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| ConfigError {
+                let read = std::fs::read_to_string(p).map_err(|e| ConfigError {
                     file: p.clone(),
                     position: None,
                     message: format!("cannot read the config file: {e}"),
                 })?;
-                Self::from_toml(&text, p)?
+                let config = Self::from_toml(&read, p)?;
+                text = Some(read);
+                config
             }
             None => Self::default(),
         };
         config.apply_flags(args);
+        config.check_tls(path.as_deref(), text.as_deref())?;
         Ok((config, path))
     }
 
@@ -416,6 +436,35 @@ impl DaemonConfig {
             )));
         }
         Ok(())
+    /// Loads the `[tls]` files once, so an unreadable or mismatched one is
+    /// a config error (`file:line:column` when the path is in the file).
+    pub fn check_tls(&self, file: Option<&Path>, text: Option<&str>) -> Result<(), ConfigError> {
+        let Err(e) = self.tls.load() else {
+            return Ok(());
+        };
+        let position = match (self.tls.span(e.key), text) {
+            (Some(span), Some(text)) => Some(line_column(text, span.start)),
+            _ => None,
+        };
+        let hint = match (position, e.key) {
+            (Some(_), _) => String::new(),
+            (None, TlsKey::Cert) => " (set [tls] cert or --tls-cert".into(),
+            (None, TlsKey::Key) => " (set [tls] key or --tls-key".into(),
+            (None, TlsKey::ClientCa) => " (set [tls] client-ca or --tls-client-ca".into(),
+        };
+        let hint = if hint.is_empty() {
+            hint
+        } else {
+            format!(
+                "{hint}; `tracesync pki init DIR` makes a lab PKI; [tls] mode = \"off\" or \
+                 --tls off runs plaintext)"
+            )
+        };
+        Err(ConfigError {
+            file: file.map_or_else(|| PathBuf::from("<defaults>"), Path::to_path_buf),
+            position,
+            message: format!("{e}{hint}"),
+        })
     }
 
     /// Flags win over the file.
@@ -452,6 +501,18 @@ impl DaemonConfig {
         }
         if let Some(v) = args.max_relays {
             self.limits.max_relays = v;
+        }
+        if let Some(mode) = args.tls {
+            self.tls.mode = mode;
+        }
+        for (flag, field) in [
+            (&args.tls_cert, &mut self.tls.cert),
+            (&args.tls_key, &mut self.tls.key),
+            (&args.tls_client_ca, &mut self.tls.client_ca),
+        ] {
+            if let Some(p) = flag {
+                *field = Spanned::new(0..0, p.clone());
+            }
         }
     }
 }

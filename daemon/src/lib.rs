@@ -30,3 +30,4 @@ pub mod rolling;
 pub mod server;
 pub mod status;
 pub mod sync;
+pub mod tls;

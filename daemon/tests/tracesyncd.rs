@@ -11,16 +11,81 @@ fn tracesyncd() -> Command {
 
 #[test]
 fn check_config_accepts_the_shipped_example() {
+    // The example requires TLS with files under /etc/tracesync/tls: give it
+    // a lab PKI made here in their place.
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/daemon.toml");
+    let pki = tempfile::tempdir().unwrap();
+    tracesync::tls::pki::init(pki.path(), &["localhost".into()]).unwrap();
     let out = tracesyncd()
         .args(["--config", config, "--check-config"])
+        .arg("--tls-cert")
+        .arg(pki.path().join("daemon.crt"))
+        .arg("--tls-key")
+        .arg(pki.path().join("daemon.key"))
+        .arg("--tls-client-ca")
+        .arg(pki.path().join("ca.crt"))
         .output()
         .expect("run tracesyncd");
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("{config}: ok")
     );
+}
+
+#[test]
+fn check_config_reports_an_unreadable_certificate_at_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("daemon.toml");
+    let missing = dir.path().join("missing.crt");
+    std::fs::write(
+        &file,
+        format!(
+            "[tls]\nmode = \"required\"\nclient-ca = \"{}\"\n",
+            missing.display()
+        ),
+    )
+    .unwrap();
+    let out = tracesyncd()
+        .args(["--config", file.to_str().unwrap(), "--check-config"])
+        .output()
+        .expect("run tracesyncd");
+    assert_eq!(out.status.code(), Some(78));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let expected = format!(
+        "{}:3:13: tls.client-ca: cannot read {}",
+        file.display(),
+        missing.display()
+    );
+    assert!(err.contains(&expected), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn plaintext_is_refused_unless_configured() {
+    // No config, no flags: TLS is required and the default files are absent
+    // (on a machine without /etc/tracesync/tls).
+    if std::path::Path::new("/etc/tracesync/tls/ca.crt").exists() {
+        eprintln!("skipped: /etc/tracesync/tls exists here");
+        return;
+    }
+    let out = tracesyncd().arg("--check-config").output().unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tls.client-ca") && err.contains("--tls off"),
+        "{err}"
+    );
+    let out = tracesyncd()
+        .args(["--check-config", "--tls", "off"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
 }
 
 #[test]
@@ -56,6 +121,7 @@ fn starts_announces_its_addresses_and_stops_cleanly_on_sigterm() {
     let output = dir.path().join("out");
     let mut child = tracesyncd()
         .args(["--listen", "127.0.0.1:0", "--sync-listen", "127.0.0.1:0"])
+        .args(["--tls", "off"])
         .arg("--control")
         .arg(&control)
         .arg("--output")

@@ -13,6 +13,7 @@ use toml::Spanned;
 
 use crate::clocks::ClockSchedule;
 use crate::spool::WhenFull;
+use crate::tls::{RelayTls, TlsFlags, TlsKey, TlsMode, TlsSection};
 
 /// File looked for when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/tracesync/relay.toml";
@@ -92,6 +93,21 @@ pub struct Flags {
     #[arg(long, value_name = "AT_S:NS", allow_hyphen_values = true,
           value_parser = ClockSchedule::parse_step)]
     pub clock_step: Vec<(f64, i64)>,
+    /// TLS to the daemon: required or off (plaintext) [tls] mode.
+    #[arg(long, value_name = "MODE")]
+    pub tls: Option<TlsMode>,
+    /// CA certificate(s) the daemon's certificate must chain to [tls] ca.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// This relay's certificate chain, PEM [tls] cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// This relay's private key, PEM [tls] key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Name the daemon's certificate must carry (default: the host of --host) [tls] server-name.
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
 }
 
 fn parse_when_full(text: &str) -> Result<WhenFull, String> {
@@ -114,6 +130,7 @@ struct FileConfig {
     clock_offset_ns: Option<i64>,
     clock_drift_ppm: Option<Spanned<f64>>,
     sync: Option<crate::probe::SyncConfig>,
+    tls: Option<TlsSection>,
 }
 
 /// Which clock the relay reads.
@@ -141,6 +158,7 @@ pub struct RelayConfig {
     pub sync: crate::probe::SyncConfig,
     /// Test only (flags): wander and steps on top of the simulated clock.
     pub clock_schedule: ClockSchedule,
+    pub tls: RelayTls,
 }
 
 /// A configuration error, printed as one line.
@@ -180,7 +198,53 @@ impl RelayConfig {
             }
             None => None,
         };
-        Self::from_parts(path.as_deref(), text.as_deref(), flags)
+        let config = Self::from_parts(path.as_deref(), text.as_deref(), flags)?;
+        config.check_tls(text.as_deref())?;
+        Ok(config)
+    }
+
+    /// Loads the `[tls]` files once, so an unreadable or mismatched one is
+    /// a config error at its key (`file:line:column`) or flag.
+    pub fn check_tls(&self, text: Option<&str>) -> Result<(), ConfigError> {
+        let Err(e) = self.tls.client(&self.host) else {
+            return Ok(());
+        };
+        let file = self
+            .file
+            .as_ref()
+            .map_or_else(|| "<defaults>".to_owned(), |p| p.display().to_string());
+        let message = format!("tls.{}: {}", e.key.name(), e.message);
+        if let (Some(span), Some(text)) = (self.tls.span(e.key), text) {
+            let (line, column) = line_column(text, span.start);
+            return Err(ConfigError::File {
+                file,
+                line,
+                column,
+                message,
+            });
+        }
+        // Not in the file: from a flag unless it is the default.
+        let defaults = RelayTls::default();
+        let (flag, from_flag) = match e.key {
+            TlsKey::Ca => ("tls-ca", self.tls.ca != defaults.ca),
+            TlsKey::Cert => ("tls-cert", self.tls.cert != defaults.cert),
+            TlsKey::Key => ("tls-key", self.tls.key != defaults.key),
+            TlsKey::ServerName => ("tls-server-name", self.tls.server_name.is_some()),
+        };
+        if from_flag {
+            return Err(ConfigError::Flag {
+                flag,
+                message: e.message,
+            });
+        }
+        Err(ConfigError::Unreadable {
+            file,
+            message: format!(
+                "{message} (set [tls] {key} or --tls-{key}; `tracesync pki` makes a lab PKI; \
+                 [tls] mode = \"off\" or --tls off runs plaintext)",
+                key = e.key.name()
+            ),
+        })
     }
 
     /// Merges file text (if any) and flags; `path` names the file in errors.
@@ -301,7 +365,15 @@ impl RelayConfig {
             .or(file.spool)
             .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_DIR));
+        let tls_flags = TlsFlags {
+            mode: flags.tls,
+            ca: flags.tls_ca.clone(),
+            cert: flags.tls_cert.clone(),
+            key: flags.tls_key.clone(),
+            server_name: flags.tls_server_name.clone(),
+        };
         Ok(Self {
+            tls: RelayTls::merge(file.tls, &tls_flags),
             file: path.map(Path::to_path_buf),
             host,
             name,
@@ -538,6 +610,28 @@ mod tests {
         };
         let err = RelayConfig::from_parts(None, None, &flags).unwrap_err();
         assert!(err.to_string().starts_with("--spool-disk-bytes: "), "{err}");
+    }
+
+    #[test]
+    fn tls_files_are_checked_at_their_key() {
+        let text = "host = \"127.0.0.1:7410\"\n\n[tls]\nca = \"/nonexistent/ca.crt\"\n";
+        let config = parse(text).unwrap();
+        assert_eq!(config.tls.mode, TlsMode::Required, "TLS is the default");
+        let err = config.check_tls(Some(text)).unwrap_err().to_string();
+        assert!(
+            err.starts_with("relay.toml:4:6: tls.ca: cannot read /nonexistent/ca.crt"),
+            "{err}"
+        );
+        let flags = Flags {
+            tls_ca: Some("/nonexistent/flag-ca.crt".into()),
+            ..Flags::default()
+        };
+        let config = RelayConfig::from_parts(None, None, &flags).unwrap();
+        let err = config.check_tls(None).unwrap_err().to_string();
+        assert!(err.starts_with("--tls-ca: "), "{err}");
+        let off = parse("[tls]\nmode = \"off\"\n").unwrap();
+        off.check_tls(None).unwrap();
+        assert!(parse("[tls]\nbogus = 1\n").is_err());
     }
 
     #[test]

@@ -24,4 +24,5 @@ pub mod sequences;
 pub mod session;
 pub mod source;
 pub mod spool;
+pub mod tls;
 pub mod uplink;

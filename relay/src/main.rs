@@ -179,7 +179,21 @@ async fn run(config: RelayConfig) -> u8 {
         machine_name: identity.machine_name.clone(),
         machine_raw_id: identity.raw_id,
     };
-    let uplink_config = UplinkConfig::new(config.host.clone(), hello);
+    let mut uplink_config = UplinkConfig::new(config.host.clone(), hello);
+    // Checked when the config was loaded; read again here (same files).
+    uplink_config.tls = match config.tls.client(&config.host) {
+        Ok(tls) => tls,
+        Err(e) => {
+            tracing::error!("tls.{}: {}", e.key.name(), e.message);
+            return exit::CONFIG;
+        }
+    };
+    if uplink_config.tls.is_none() {
+        tracing::warn!(
+            "plaintext connection to the daemon (tls mode = \"off\"): traces and the token \
+             cross the network unencrypted and the daemon is not verified"
+        );
+    }
     let wait_limit =
         uplink_config.intake_grace + uplink_config.drain_timeout + Duration::from_secs(2);
     let probe_clock = clock.clone();

@@ -109,7 +109,7 @@ pub struct Session {
 /// A refusal the relay cannot fix by retrying.
 pub fn is_auth_refusal(reason: &str) -> bool {
     let reason = reason.to_ascii_lowercase();
-    ["token", "auth", "permission", "credential"]
+    ["token", "auth", "permission", "credential", "certificate"]
         .iter()
         .any(|word| reason.contains(word))
 }

@@ -55,6 +55,7 @@ fn start_relay(host: &str, dir: &Path) -> RelayProc {
     RelayProc(
         Command::new(env!("CARGO_BIN_EXE_tracesync-relay"))
             .args(["--host", host, "--name", "bin-test", "--linger-ms", "5"])
+            .args(["--tls", "off"])
             .arg("--spool")
             .arg(dir.join("spool"))
             .arg("--source")

@@ -14,7 +14,7 @@ pub mod output;
 pub mod process;
 
 pub use output::{OutputCheck, SourceCheck, check_output};
-pub use process::{Daemon, DaemonOpts, Relay, RelayOpts, TimeNamespace};
+pub use process::{Daemon, DaemonOpts, DaemonTls, Relay, RelayOpts, RelayTls, TimeNamespace};
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -99,6 +99,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A lab PKI for mutual TLS between relays and the daemon (rcgen, ECDSA P-256).
+    Pki {
+        #[command(subcommand)]
+        command: PkiCommand,
+    },
     /// List every edge of the clock graph of the given inputs, with its origin.
     Clocks {
         #[arg(long)]
@@ -110,6 +115,64 @@ enum Command {
         #[arg(required = true)]
         inputs: Vec<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum PkiCommand {
+    /// Make a CA (ca.crt, ca.key) and the daemon's certificate (daemon.crt, daemon.key) in DIR.
+    Init {
+        /// Names the daemon's certificate carries (host names or IPs; relays
+        /// check the one they connect to). Default: this host's name,
+        /// localhost, 127.0.0.1, ::1.
+        #[arg(long = "daemon-name", value_name = "NAME")]
+        daemon_names: Vec<String>,
+        #[arg(value_name = "DIR", default_value = crate::tls::DEFAULT_TLS_DIR)]
+        dir: PathBuf,
+    },
+    /// Issue a relay certificate for machine NAME (NAME.crt, NAME.key), signed by DIR/ca.key.
+    Issue {
+        /// The machine name the relay sends (its --name, or its host name).
+        #[arg(long)]
+        name: String,
+        /// Also bind this raw machine id (only for relays with a fixed id).
+        #[arg(long, value_name = "ID")]
+        raw_id: Option<u32>,
+        #[arg(value_name = "DIR", default_value = crate::tls::DEFAULT_TLS_DIR)]
+        dir: PathBuf,
+    },
+}
+
+fn pki(command: PkiCommand) -> u8 {
+    let result = match command {
+        PkiCommand::Init { daemon_names, dir } => {
+            let names = if daemon_names.is_empty() {
+                let mut names: Vec<String> = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+                    .filter(|h| !h.is_empty())
+                    .into_iter()
+                    .collect();
+                names.extend(["localhost", "127.0.0.1", "::1"].map(String::from));
+                names
+            } else {
+                daemon_names
+            };
+            crate::tls::pki::init(&dir, &names)
+        }
+        PkiCommand::Issue { name, raw_id, dir } => crate::tls::pki::issue(&dir, &name, raw_id),
+    };
+    match result {
+        Ok(files) => {
+            for file in files {
+                println!("{}", file.display());
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("tracesync: error: pki: {e}");
+            exit::CANTCREAT
+        }
+    }
 }
 
 pub fn main() -> ExitCode {
@@ -179,6 +242,7 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Status { connect, json } => status::run(&Target::parse(&connect), json),
+        Command::Pki { command } => pki(command),
         Command::Clocks {
             json,
             manifest,

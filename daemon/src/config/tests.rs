@@ -135,6 +135,8 @@ fn flags_override_the_file() {
         "t",
         "--rotate-seconds",
         "60",
+        "--tls",
+        "off",
     ])
     .expect("args");
     let (config, used) = DaemonConfig::load(&args).expect("load");
@@ -175,4 +177,48 @@ fn line_column_counts_characters() {
     assert_eq!(line_column("ab\ncd", 4), (2, 2));
     assert_eq!(line_column("é\nx", 3), (2, 1));
     assert_eq!(line_column("ab", 99), (1, 3));
+}
+
+#[test]
+fn tls_section_is_read_and_flags_override_it() {
+    let config = parse(
+        "[tls]\nmode = \"off\"\ncert = \"/x/d.crt\"\nkey = \"/x/d.key\"\nclient-ca = \"/x/ca.crt\"\n",
+    )
+    .expect("config");
+    assert_eq!(config.tls.mode, crate::tls::TlsMode::Off);
+    assert_eq!(config.tls.client_ca.get_ref(), Path::new("/x/ca.crt"));
+    assert!(parse("[tls]\nmode = \"maybe\"\n").is_err());
+    assert!(parse("[tls]\nca = \"/x\"\n").is_err(), "unknown key");
+    let mut config = DaemonConfig::default();
+    assert_eq!(
+        config.tls.mode,
+        crate::tls::TlsMode::Required,
+        "TLS is the default"
+    );
+    let args = DaemonArgs::try_parse_from(["tracesyncd", "--tls", "off", "--tls-cert", "/y.crt"])
+        .expect("args");
+    config.apply_flags(&args);
+    assert_eq!(config.tls.mode, crate::tls::TlsMode::Off);
+    assert_eq!(config.tls.cert.get_ref(), Path::new("/y.crt"));
+}
+
+#[test]
+fn unreadable_tls_files_point_at_their_key() {
+    let text = "[tls]\ncert = \"/nonexistent/d.crt\"\nclient-ca = \"/nonexistent/ca.crt\"\n";
+    let config = parse(text).expect("config");
+    let err = config
+        .check_tls(Some(Path::new("daemon.toml")), Some(text))
+        .expect_err("missing files");
+    // The CA is read first.
+    assert!(
+        err.to_string()
+            .starts_with("daemon.toml:3:13: tls.client-ca: cannot read /nonexistent/ca.crt"),
+        "{err}"
+    );
+    // Not in the file: no position, and a hint.
+    let err = DaemonConfig::default()
+        .check_tls(Some(Path::new("daemon.toml")), Some(""))
+        .expect_err("defaults are absent here");
+    assert!(err.position.is_none());
+    assert!(err.message.contains("--tls off"), "{err}");
 }

@@ -192,6 +192,8 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
         name: "tracesyncd".into(),
         child: Command::new(&daemon_bin)
             .arg("--listen=127.0.0.1:0")
+            // Loopback only: plaintext, said explicitly (TLS is the default).
+            .arg("--tls=off")
             .arg("--sync-listen=127.0.0.1:0")
             .arg(format!("--control={}", control_path.display()))
             .arg(format!("--output={}", output_dir.display()))
@@ -226,6 +228,7 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
         fresh_dir(&spool)?;
         let mut child = Command::new(&relay_bin)
             .arg(format!("--host={}", listening.data))
+            .arg("--tls=off")
             .arg(format!("--name={}", m.name))
             .arg(format!("--spool={}", spool.display()))
             .arg(format!("--source=synthetic:{}", opts.rate))

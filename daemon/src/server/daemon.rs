@@ -206,8 +206,24 @@ async fn run_daemon(
     ));
 
     let token = config.auth.required_token();
-    if token.is_none() {
-        warn!("no auth.token configured: any relay that can reach {data_addr} is accepted");
+    // Checked when the config was loaded; read again here (same files).
+    let tls = config
+        .tls
+        .load()
+        .map_err(|e| Fatal::new(exit::CONFIG, e.to_string()))?;
+    match (&tls, token) {
+        (None, None) => warn!(
+            "plaintext relay connections (tls.mode = \"off\") and no auth.token: any relay \
+             that can reach {data_addr} is accepted, and traffic is readable on the network"
+        ),
+        (None, Some(_)) => warn!(
+            "plaintext relay connections (tls.mode = \"off\"): the token and the traces cross \
+             the network unencrypted and relay identities are not verified"
+        ),
+        (Some(_), _) => info!(
+            client_ca = %config.tls.client_ca.get_ref().display(),
+            "mutual TLS on relay connections; relay identities bound to certificates"
+        ),
     }
     let session = SessionSettings {
         max_relays: usize::try_from(config.limits.max_relays).unwrap_or(usize::MAX),
@@ -215,6 +231,7 @@ async fn run_daemon(
         max_frame_bytes: usize::try_from(config.limits.max_frame_bytes).unwrap_or(usize::MAX),
         sync_udp_port: sync_addr.port(),
         final_ack_timeout: Duration::from_secs(5),
+        tls,
     };
     let mut ingest = IngestSettings::new(Duration::from_millis(config.output.commit_interval_ms));
     ingest.data_addr = Some(data_addr.to_string());

@@ -17,6 +17,7 @@ use tracing::{debug, warn};
 use super::engine::ProbeRegistry;
 use super::events::IngestEvent;
 use super::{Counter, Shared, session};
+use crate::tls::{DataStream, DataTls};
 
 /// Connections being refused at once (over max-relays); past it a new one
 /// is closed without a reason, so refusals cannot pile up.
@@ -89,7 +90,18 @@ pub async fn accept_loop<P: ProbeRegistry>(
             Ok(permit) => {
                 let events = events.clone();
                 let shared = shared.clone();
-                tracker.spawn(session::run(stream, peer, events, shared, permit));
+                match shared.settings.tls.clone() {
+                    None => {
+                        tracker.spawn(session::run(stream, peer, events, shared, permit));
+                    }
+                    Some(tls) => {
+                        tracker.spawn(async move {
+                            if let Some(stream) = handshake(&tls, stream, peer, &shared).await {
+                                session::run(stream, peer, events, shared, permit).await;
+                            }
+                        });
+                    }
+                }
             }
             Err(_) => {
                 shared.counters.bump(Counter::RefusedMaxRelays);
@@ -100,15 +112,59 @@ pub async fn accept_loop<P: ProbeRegistry>(
                     "daemon at max-relays={}; raise limits.max-relays",
                     shared.settings.max_relays
                 );
-                let codec = session::codec(shared.settings.max_frame_bytes);
+                let shared = shared.clone();
                 tracker.spawn(async move {
-                    let mut link = Framed::new(stream, codec);
-                    let code = Counter::RefusedMaxRelays.code();
-                    session::refuse(&mut link, peer, code, &reason).await;
-                    let _ = SinkExt::<bytes::Bytes>::close(&mut link).await;
+                    match shared.settings.tls.clone() {
+                        None => refuse_and_close(stream, peer, Counter::RefusedMaxRelays.code(), &reason, &shared).await,
+                        Some(tls) => {
+                            if let Some(stream) = handshake(&tls, stream, peer, &shared).await {
+                                refuse_and_close(stream, peer, Counter::RefusedMaxRelays.code(), &reason, &shared).await;
+                            }
+                        }
+                    }
                     drop(permit);
                 });
             }
         }
     }
+}
+
+/// The server side of the TLS handshake, bounded by the hello timeout. A
+/// relay without a certificate from `tls.client-ca` fails here: counted,
+/// logged, closed (the relay sees the TLS alert).
+async fn handshake<P>(
+    tls: &DataTls,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared<P>,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let limit = shared.settings.hello_timeout;
+    let failed = |why: String| {
+        shared.counters.bump(Counter::TlsHandshakeFailures);
+        warn!(%peer, "TLS handshake with relay failed: {why}");
+    };
+    match tokio::time::timeout(limit, tls.acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            failed(e.to_string());
+            None
+        }
+        Err(_) => {
+            failed(format!("not done within {} ms", limit.as_millis()));
+            None
+        }
+    }
+}
+
+async fn refuse_and_close<P, S: DataStream>(
+    stream: S,
+    peer: SocketAddr,
+    code: &str,
+    reason: &str,
+    shared: &Shared<P>,
+) {
+    let codec = session::codec(shared.settings.max_frame_bytes);
+    let mut link = Framed::new(stream, codec);
+    session::refuse(&mut link, peer, code, reason).await;
+    let _ = SinkExt::<bytes::Bytes>::close(&mut link).await;
 }

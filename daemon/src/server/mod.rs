@@ -52,6 +52,8 @@ pub struct SessionSettings {
     pub sync_udp_port: u16,
     /// On shutdown, how long a session waits for the final ack.
     pub final_ack_timeout: Duration,
+    /// Mutual TLS on the data connection (None: plaintext).
+    pub tls: Option<crate::tls::DataTls>,
 }
 
 /// State every session and the accept loop share.
@@ -61,6 +63,8 @@ pub struct Shared<P> {
     /// Shared with the ingest loop, which reports the refusals in status.
     pub counters: Arc<Counters>,
     pub shutdown: CancellationToken,
+    /// Raw ids and relay instances bound to certificate names.
+    pub bindings: crate::tls::Bindings,
     /// Replaced on reload (SIGHUP).
     token: RwLock<Option<Arc<str>>>,
     /// Machine names allowed to connect (empty: all); replaced on reload.
@@ -79,6 +83,7 @@ impl<P> Shared<P> {
             probes,
             counters: Arc::default(),
             shutdown,
+            bindings: crate::tls::Bindings::default(),
             token: RwLock::new(token.map(Arc::from)),
             allow_machines: RwLock::new(Arc::from(Vec::new())),
         }
@@ -142,10 +147,14 @@ pub enum Counter {
     ClosedByCore,
     /// A Batch of more than `MAX_BATCH_PACKETS` packets.
     BatchesTooLarge,
+    /// The TLS handshake failed (no, or an untrusted, relay certificate).
+    TlsHandshakeFailures,
+    /// A certificate-authenticated relay claimed another machine.
+    RefusedIdentity,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 14] = [
+    pub const ALL: [Counter; 16] = [
         Counter::ConnectionsAccepted,
         Counter::SessionsWelcomed,
         Counter::RefusedMaxRelays,
@@ -160,10 +169,12 @@ impl Counter {
         Counter::UnexpectedFrames,
         Counter::ClosedByCore,
         Counter::BatchesTooLarge,
+        Counter::TlsHandshakeFailures,
+        Counter::RefusedIdentity,
     ];
 
     /// Counters of refused or closed relay connections, by `Refused.code`.
-    pub const REFUSALS: [Counter; 11] = [
+    pub const REFUSALS: [Counter; 12] = [
         Counter::MalformedFrames,
         Counter::FramesTooLarge,
         Counter::BatchesTooLarge,
@@ -172,6 +183,7 @@ impl Counter {
         Counter::RefusedVersion,
         Counter::RefusedToken,
         Counter::RefusedMachine,
+        Counter::RefusedIdentity,
         Counter::RefusedByCore,
         Counter::ClosedByCore,
         Counter::RefusedMaxRelays,
@@ -188,10 +200,14 @@ impl Counter {
             Counter::RefusedVersion => "bad_version",
             Counter::RefusedToken => "bad_token",
             Counter::RefusedMachine => "machine_not_allowed",
+            Counter::RefusedIdentity => "certificate_identity_mismatch",
             Counter::RefusedByCore => "refused_by_core",
             Counter::ClosedByCore => "closed_by_core",
             Counter::RefusedMaxRelays => "max_relays",
-            Counter::ConnectionsAccepted | Counter::SessionsWelcomed | Counter::AcceptErrors => "",
+            Counter::ConnectionsAccepted
+            | Counter::SessionsWelcomed
+            | Counter::AcceptErrors
+            | Counter::TlsHandshakeFailures => "",
         }
     }
 
@@ -211,6 +227,8 @@ impl Counter {
             Counter::UnexpectedFrames => "tracesync_unexpected_frames_total",
             Counter::ClosedByCore => "tracesync_closed_by_core_total",
             Counter::BatchesTooLarge => "tracesync_batches_too_large_total",
+            Counter::TlsHandshakeFailures => "tracesync_tls_handshake_failures_total",
+            Counter::RefusedIdentity => "tracesync_refused_identity_total",
         }
     }
 }

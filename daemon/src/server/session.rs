@@ -9,7 +9,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use prost::Message;
-use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::time::timeout;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
@@ -19,8 +18,10 @@ use tracing::{debug, info, warn};
 use super::engine::{ProbeRegistry, Slot};
 use super::events::{Feedback, IngestEvent, Welcomed};
 use super::{Counter, Shared};
+use crate::tls::{CertIdentity, DataStream};
 
-type Link = Framed<TcpStream, LengthDelimitedCodec>;
+/// Plain TCP or TLS ([`DataStream`]).
+type Link<S> = Framed<S, LengthDelimitedCodec>;
 
 /// How long a write to a relay may take before the connection is dropped
 /// (a relay that stops reading must not pin a session forever).
@@ -34,8 +35,8 @@ pub fn codec(max_frame_bytes: usize) -> LengthDelimitedCodec {
 }
 
 /// Runs one session to its end. `permit` holds one of the max-relays slots.
-pub async fn run<P: ProbeRegistry>(
-    stream: TcpStream,
+pub async fn run<P: ProbeRegistry, S: DataStream>(
+    stream: S,
     peer: SocketAddr,
     events: mpsc::Sender<IngestEvent>,
     shared: Arc<Shared<P>>,
@@ -74,8 +75,8 @@ pub async fn run<P: ProbeRegistry>(
 
 /// Reads Hello, checks it, asks the core, sends Welcome. None: refused or
 /// gone (already answered).
-async fn welcome<P: ProbeRegistry>(
-    link: &mut Link,
+async fn welcome<P: ProbeRegistry, S: DataStream>(
+    link: &mut Link<S>,
     peer: SocketAddr,
     session_id: u64,
     events: &mpsc::Sender<IngestEvent>,
@@ -137,6 +138,21 @@ async fn welcome<P: ProbeRegistry>(
         refuse(link, peer, Counter::RefusedMachine.code(), &reason).await;
         return None;
     }
+    if let Some(der) = link.get_ref().peer_certificate()
+        && let Err(reason) = CertIdentity::from_der(der)
+            .and_then(|id| id.check_claim(&hello.machine_name, hello.machine_raw_id))
+            .and_then(|()| {
+                shared.bindings.claim(
+                    &hello.machine_name,
+                    hello.machine_raw_id,
+                    hello.relay_instance_id,
+                )
+            })
+    {
+        shared.counters.bump(Counter::RefusedIdentity);
+        refuse(link, peer, Counter::RefusedIdentity.code(), &reason).await;
+        return None;
+    }
     // The session's probe key: signs its probe datagrams (Welcome carries it).
     let Ok(probe_key) = tracesync_protocol::probe::new_probe_key() else {
         refuse(
@@ -186,8 +202,8 @@ async fn welcome<P: ProbeRegistry>(
     Some((welcomed, machine_raw_id, probe_key))
 }
 
-struct Session<'a, P> {
-    link: Link,
+struct Session<'a, P, S> {
+    link: Link<S>,
     peer: SocketAddr,
     slot: Slot,
     session_id: u64,
@@ -208,7 +224,7 @@ enum End {
     Dropped,
 }
 
-impl<P: ProbeRegistry> Session<'_, P> {
+impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
     async fn serve(mut self, events: mpsc::Sender<IngestEvent>) {
         let end = self.main_loop(&events).await;
         let (slot, session_id) = (self.slot, self.session_id);
@@ -402,7 +418,7 @@ fn kind(body: &v1::frame::Body) -> &'static str {
     }
 }
 
-async fn send(link: &mut Link, body: v1::frame::Body) -> std::io::Result<()> {
+async fn send<S: DataStream>(link: &mut Link<S>, body: v1::frame::Body) -> std::io::Result<()> {
     let frame = v1::Frame { body: Some(body) };
     let bytes = Bytes::from(frame.encode_to_vec());
     match timeout(WRITE_TIMEOUT, link.send(bytes)).await {
@@ -416,7 +432,12 @@ async fn send(link: &mut Link, body: v1::frame::Body) -> std::io::Result<()> {
 
 /// Sends Refused with its code and a one-line reason and logs it; the
 /// caller closes.
-pub(super) async fn refuse(link: &mut Link, peer: SocketAddr, code: &str, reason: &str) {
+pub(super) async fn refuse<S: DataStream>(
+    link: &mut Link<S>,
+    peer: SocketAddr,
+    code: &str,
+    reason: &str,
+) {
     warn!(%peer, code, "refusing relay: {reason}");
     let refused = v1::frame::Body::Refused(v1::Refused {
         reason: reason.to_owned(),
@@ -429,7 +450,12 @@ pub(super) async fn refuse(link: &mut Link, peer: SocketAddr, code: &str, reason
 
 /// A read error: an oversized frame is the relay's fault and gets a reason;
 /// anything else is the network's.
-async fn read_failed<P>(link: &mut Link, peer: SocketAddr, e: std::io::Error, shared: &Shared<P>) {
+async fn read_failed<P, S: DataStream>(
+    link: &mut Link<S>,
+    peer: SocketAddr,
+    e: std::io::Error,
+    shared: &Shared<P>,
+) {
     let oversized = e
         .get_ref()
         .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());

@@ -196,15 +196,16 @@ fn settings(max_relays: usize) -> SessionSettings {
         max_frame_bytes: MAX_FRAME_BYTES,
         sync_udp_port: 7411,
         final_ack_timeout: Duration::from_secs(5),
+        tls: None,
     }
 }
 
 async fn serve(max_relays: usize, token: Option<&str>) -> TestServer {
-    serve_with(max_relays, token, None).await
+    serve_with(settings(max_relays), token, None).await
 }
 
 async fn serve_with(
-    max_relays: usize,
+    session_settings: SessionSettings,
     token: Option<&str>,
     limits: Option<watch::Receiver<crate::reload::OutputLimits>>,
 ) -> TestServer {
@@ -225,7 +226,7 @@ async fn serve_with(
     ingest.limits = limits;
     let running = start(
         listener,
-        settings(max_relays),
+        session_settings,
         token,
         ingest,
         parts,
@@ -367,7 +368,7 @@ async fn reloaded_output_limits_reach_the_writer() {
     let config = crate::config::DaemonConfig::default();
     let first = crate::reload::OutputLimits::from_config(&config);
     let (limits, rx) = watch::channel(first);
-    let server = serve_with(4, None, Some(rx)).await;
+    let server = serve_with(settings(4), None, Some(rx)).await;
     let mut reloaded = config.clone();
     reloaded.output.retain_bytes = 1 << 20;
     reloaded.output.rotate_seconds = 0;
@@ -548,4 +549,173 @@ async fn shutdown_with_no_relays_is_prompt() {
         .unwrap();
     assert_eq!(summary.packets_written, 0);
     assert!(server.writer.output.lock().unwrap().closed);
+}
+
+// ---- mutual TLS (daemon/src/tls.rs) ----
+
+/// A TLS relay presenting `<dir>/<cert>.crt` (None: no certificate).
+async fn dial_tls(
+    server: &TestServer,
+    dir: &std::path::Path,
+    cert: Option<&str>,
+) -> std::io::Result<Framed<tokio_rustls::client::TlsStream<TcpStream>, LengthDelimitedCodec>> {
+    use crate::tls::{TlsKey, read_certs, read_key};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in read_certs(&dir.join("ca.crt"), TlsKey::ClientCa).unwrap() {
+        roots.add(ca).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match cert {
+        Some(c) => builder
+            .with_client_auth_cert(
+                read_certs(&dir.join(format!("{c}.crt")), TlsKey::Cert).unwrap(),
+                read_key(&dir.join(format!("{c}.key")), TlsKey::Key).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let stream = TcpStream::connect(server.running.data_addr).await?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let stream = connector.connect(name, stream).await?;
+    Ok(Framed::new(stream, session::codec(MAX_FRAME_BYTES)))
+}
+
+async fn send_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    link: &mut Framed<S, LengthDelimitedCodec>,
+    body: v1::frame::Body,
+) -> std::io::Result<()> {
+    let bytes = v1::Frame { body: Some(body) }.encode_to_vec();
+    link.send(Bytes::from(bytes)).await
+}
+
+async fn next_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    link: &mut Framed<S, LengthDelimitedCodec>,
+) -> Result<Option<v1::frame::Body>, String> {
+    match timeout(Duration::from_secs(5), link.next()).await {
+        Err(_) => Err("no answer within 5 s".into()),
+        Ok(None) => Ok(None),
+        Ok(Some(Err(e))) => Err(e.to_string()),
+        Ok(Some(Ok(bytes))) => Ok(v1::Frame::decode(bytes).unwrap().body),
+    }
+}
+
+async fn counted(server: &TestServer, counter: Counter, n: u64) {
+    for _ in 0..500 {
+        if server.running.shared.counters.get(counter) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "{} stayed at {}",
+        counter.name(),
+        server.running.shared.counters.get(counter)
+    );
+}
+
+#[tokio::test]
+async fn tls_refuses_unauthenticated_relays_and_binds_identities() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::tls::pki::init(dir.path(), &["127.0.0.1".into()]).unwrap();
+    for name in ["relay", "other"] {
+        crate::tls::pki::issue(dir.path(), name, None).unwrap();
+    }
+    let at = |f: &str| toml::Spanned::new(0..0, dir.path().join(f));
+    let tls = crate::tls::TlsConfig {
+        mode: crate::tls::TlsMode::Required,
+        cert: at("daemon.crt"),
+        key: at("daemon.key"),
+        client_ca: at("ca.crt"),
+    }
+    .load()
+    .unwrap();
+    assert!(tls.is_some());
+    let server = serve_with(SessionSettings { tls, ..settings(4) }, Some("s3cret"), None).await;
+
+    // Plaintext: the handshake fails; no frame comes back.
+    let mut plain = dial(&server).await;
+    let _ = send_on(&mut plain, hello("s3cret", "relay")).await;
+    assert!(recv(&mut plain).await.is_none());
+    counted(&server, Counter::TlsHandshakeFailures, 1).await;
+
+    // No certificate: our half of the TLS 1.3 handshake completes, then the
+    // daemon's alert ends the connection before any frame.
+    let mut anonymous = dial_tls(&server, dir.path(), None).await.unwrap();
+    let _ = send_on(&mut anonymous, hello("s3cret", "relay")).await;
+    let answer = next_on(&mut anonymous).await;
+    assert!(
+        matches!(answer, Ok(None) | Err(_)) && !matches!(&answer, Err(e) if e.contains("5 s")),
+        "{answer:?}"
+    );
+    counted(&server, Counter::TlsHandshakeFailures, 2).await;
+
+    // A valid certificate for "other" claiming "relay": refused, counted.
+    let mut impostor = dial_tls(&server, dir.path(), Some("other")).await.unwrap();
+    send_on(&mut impostor, hello("s3cret", "relay"))
+        .await
+        .unwrap();
+    match next_on(&mut impostor).await {
+        Ok(Some(v1::frame::Body::Refused(r))) => {
+            assert!(
+                r.reason.starts_with("certificate-identity-mismatch: "),
+                "{}",
+                r.reason
+            );
+            assert!(r.reason.contains("\"relay\"") && r.reason.contains("\"other\""));
+        }
+        other => panic!("expected Refused, got {other:?}"),
+    }
+    assert_eq!(
+        server.running.shared.counters.get(Counter::RefusedIdentity),
+        1
+    );
+
+    // The right certificate with the right token is welcomed; with a wrong
+    // token it is still refused.
+    let mut wrong_token = dial_tls(&server, dir.path(), Some("relay")).await.unwrap();
+    send_on(&mut wrong_token, hello("guess", "relay"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        next_on(&mut wrong_token).await,
+        Ok(Some(v1::frame::Body::Refused(r))) if r.reason.starts_with("bad token")
+    ));
+    let mut relay = dial_tls(&server, dir.path(), Some("relay")).await.unwrap();
+    send_on(&mut relay, hello("s3cret", "relay")).await.unwrap();
+    assert!(matches!(
+        next_on(&mut relay).await,
+        Ok(Some(v1::frame::Body::Welcome(_)))
+    ));
+
+    // "other" cannot take over the raw id (7) "relay" now holds, even
+    // under its own name.
+    let mut squatter = dial_tls(&server, dir.path(), Some("other")).await.unwrap();
+    let v1::frame::Body::Hello(mut h) = hello("s3cret", "other") else {
+        unreachable!()
+    };
+    h.relay_instance_id = 43;
+    send_on(&mut squatter, v1::frame::Body::Hello(h))
+        .await
+        .unwrap();
+    match next_on(&mut squatter).await {
+        Ok(Some(v1::frame::Body::Refused(r))) => {
+            assert!(
+                r.reason
+                    .contains("raw machine id 7 belongs to machine \"relay\""),
+                "{}",
+                r.reason
+            );
+        }
+        other => panic!("expected Refused, got {other:?}"),
+    }
+    assert_eq!(
+        server.running.shared.counters.get(Counter::RefusedIdentity),
+        2
+    );
+    server.shutdown.cancel();
 }

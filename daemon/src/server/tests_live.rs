@@ -119,6 +119,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
         max_frame_bytes: MAX_FRAME_BYTES,
         sync_udp_port: 0,
         final_ack_timeout: Duration::from_secs(5),
+        tls: None,
     };
     let listener = listener::bind_data("127.0.0.1:0".parse().unwrap()).unwrap();
     let running = start(

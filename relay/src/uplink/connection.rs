@@ -1,4 +1,4 @@
-//! One TCP connection to the daemon: the frame codec and the reader and
+//! One TCP (or TLS over TCP) connection to the daemon: the frame codec and the reader and
 //! writer tasks. The uplink owns a [`Connection`]; dropping it ends both
 //! tasks.
 
@@ -9,12 +9,15 @@ use std::time::Duration;
 use bytes::{BufMut, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use prost::Message;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::relay::v1::Frame;
+
+use crate::tls::ClientTls;
 
 /// `Frame`s over tokio-util's length-delimited framing (4-byte big-endian
 /// length, at most MAX_FRAME_BYTES). Encodes straight into the write buffer.
@@ -89,7 +92,12 @@ pub struct Connection {
 impl Connection {
     /// Starts connecting to `host`. `queue` bounds the frames waiting to be
     /// written (the session's window plus a few control frames).
-    pub fn open(host: String, connect_timeout: Duration, queue: usize) -> Self {
+    pub fn open(
+        host: String,
+        connect_timeout: Duration,
+        tls: Option<ClientTls>,
+        queue: usize,
+    ) -> Self {
         let (event_tx, events) = mpsc::channel(64);
         let (outgoing, outgoing_rx) = mpsc::channel(queue.max(1));
         let token = CancellationToken::new();
@@ -97,6 +105,7 @@ impl Connection {
         tokio::spawn(run(
             host,
             connect_timeout,
+            tls,
             event_tx,
             outgoing_rx,
             token.clone(),
@@ -118,6 +127,7 @@ impl Connection {
 async fn run(
     host: String,
     connect_timeout: Duration,
+    tls: Option<ClientTls>,
     events: mpsc::Sender<ConnectionEvent>,
     outgoing: mpsc::Receiver<Frame>,
     token: CancellationToken,
@@ -151,6 +161,38 @@ async fn run(
             return;
         }
     };
+    match tls {
+        None => serve(stream, peer, events, outgoing, token).await,
+        Some(tls) => {
+            let handshake = tokio::select! {
+                () = token.cancelled() => return,
+                result = tokio::time::timeout(
+                    connect_timeout,
+                    tls.connector.connect(tls.server_name.clone(), stream),
+                ) => result,
+            };
+            let reason = match handshake {
+                Ok(Ok(stream)) => return serve(stream, peer, events, outgoing, token).await,
+                Ok(Err(e)) => format!("TLS with daemon {peer}: {e}"),
+                Err(_) => {
+                    format!("TLS with daemon {peer}: no handshake within {connect_timeout:?}")
+                }
+            };
+            let _ = events.send(lost(reason)).await;
+        }
+    }
+}
+
+/// Frames over an established stream, until it ends or `token` is cancelled.
+/// Reports Connected first (after the TLS handshake, if any).
+async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
+    stream: S,
+    peer: SocketAddr,
+    events: mpsc::Sender<ConnectionEvent>,
+    outgoing: mpsc::Receiver<Frame>,
+    token: CancellationToken,
+) {
+    let lost = |reason: String| ConnectionEvent::Lost { reason };
     if events
         .send(ConnectionEvent::Connected { peer })
         .await
@@ -158,7 +200,7 @@ async fn run(
     {
         return;
     }
-    let (read, write) = stream.into_split();
+    let (read, write) = tokio::io::split(stream);
     // Reader and writer run apart so a full send buffer never stops acks
     // from being read.
     let writer = tokio::spawn(write_frames(
@@ -176,7 +218,7 @@ async fn run(
         };
         let event = match next {
             Some(Ok(frame)) => ConnectionEvent::Frame(frame),
-            Some(Err(e)) => lost(format!("daemon {peer}: {e}")),
+            Some(Err(e)) => lost(format!("daemon {peer}: {e}{}", alert_hint(&e))),
             None => lost(format!("daemon {peer} closed the connection")),
         };
         let end = matches!(event, ConnectionEvent::Lost { .. });
@@ -188,8 +230,24 @@ async fn run(
     let _ = writer.await;
 }
 
-async fn write_frames(
-    mut sink: FramedWrite<tokio::net::tcp::OwnedWriteHalf, FrameCodec>,
+/// A TLS alert from the daemon right after the handshake means it did not
+/// accept this relay's certificate (TLS 1.3 checks it after our side is
+/// done).
+fn alert_hint(e: &io::Error) -> &'static str {
+    let alert = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|tls| matches!(tls, rustls::Error::AlertReceived(_)));
+    if alert {
+        " (the daemon did not accept this relay's certificate: check [tls] cert and key, \
+         and that the daemon's client-ca issued them)"
+    } else {
+        ""
+    }
+}
+
+async fn write_frames<W: AsyncWrite + Unpin + Send>(
+    mut sink: FramedWrite<W, FrameCodec>,
     mut outgoing: mpsc::Receiver<Frame>,
     events: mpsc::Sender<ConnectionEvent>,
     token: CancellationToken,

@@ -43,6 +43,8 @@ pub struct UplinkConfig {
     pub intake_grace: Duration,
     /// After shutdown: how long to wait for the daemon's acks.
     pub drain_timeout: Duration,
+    /// Mutual TLS to the daemon (None: plaintext TCP).
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl UplinkConfig {
@@ -54,6 +56,7 @@ impl UplinkConfig {
             connect_timeout: Duration::from_secs(5),
             intake_grace: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -246,6 +249,7 @@ impl Uplink {
                 self.connection = Some(Connection::open(
                     self.config.host.clone(),
                     self.config.connect_timeout,
+                    self.config.tls.clone(),
                     queue,
                 ));
                 self.peer = None;

@@ -107,6 +107,26 @@ pub struct DaemonOpts {
     pub rotate_seconds: Option<u64>,
     pub max_relays: Option<u64>,
     pub extra_args: Vec<String>,
+    /// Mutual TLS files; None runs plaintext (`--tls off`, said explicitly).
+    pub tls: Option<DaemonTls>,
+}
+
+/// `tracesyncd --tls-cert/--tls-key/--tls-client-ca`.
+#[derive(Clone, Debug)]
+pub struct DaemonTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
+}
+
+/// `tracesync-relay --tls-ca/--tls-cert/--tls-key` (cert and key optional,
+/// to try a relay without a certificate).
+#[derive(Clone, Debug)]
+pub struct RelayTls {
+    pub ca: PathBuf,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub server_name: Option<String>,
 }
 
 /// A running `tracesyncd` with its own temporary output dir and control
@@ -161,6 +181,19 @@ impl Daemon {
             .arg("--token")
             .arg(&self.token);
         let o = &self.opts;
+        match &o.tls {
+            None => {
+                cmd.args(["--tls", "off"]);
+            }
+            Some(tls) => {
+                cmd.arg("--tls-cert")
+                    .arg(&tls.cert)
+                    .arg("--tls-key")
+                    .arg(&tls.key)
+                    .arg("--tls-client-ca")
+                    .arg(&tls.client_ca);
+            }
+        }
         for (flag, v) in [
             ("--merge-window-ms", o.merge_window_ms),
             ("--rotate-bytes", o.rotate_bytes),
@@ -408,6 +441,8 @@ pub struct RelayOpts {
     pub clock_offset_ns: Option<i64>,
     pub clock_drift_ppm: Option<f64>,
     pub extra_args: Vec<String>,
+    /// Mutual TLS files; None runs plaintext (`--tls off`).
+    pub tls: Option<RelayTls>,
 }
 
 impl RelayOpts {
@@ -498,6 +533,23 @@ impl Relay {
         }
         if let Some(d) = self.opts.clock_drift_ppm {
             cmd.arg("--clock-drift-ppm").arg(d.to_string());
+        }
+        match &self.opts.tls {
+            None => {
+                cmd.args(["--tls", "off"]);
+            }
+            Some(tls) => {
+                cmd.arg("--tls-ca").arg(&tls.ca);
+                if let Some(cert) = &tls.cert {
+                    cmd.arg("--tls-cert").arg(cert);
+                }
+                if let Some(key) = &tls.key {
+                    cmd.arg("--tls-key").arg(key);
+                }
+                if let Some(name) = &tls.server_name {
+                    cmd.arg("--tls-server-name").arg(name);
+                }
+            }
         }
         cmd.args(&self.opts.extra_args)
             .stdin(Stdio::null())

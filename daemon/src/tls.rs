@@ -1,0 +1,267 @@
+//! Mutual TLS on the relay data connection (rustls, ring provider).
+//!
+//! The daemon presents `[tls] cert`/`key` and verifies every relay's
+//! certificate against `[tls] client-ca`; a relay without a certificate
+//! from that CA fails the handshake and never reaches Hello. The
+//! certificate's names then bind what the relay may claim in Hello
+//! ([`identity`]). Plaintext only with `mode = "off"` (or `--tls off`),
+//! and the daemon warns at startup. The `[auth] token` is checked as well
+//! when set: both may be required.
+//!
+//! Only the data connection is wrapped; probe datagrams carry their own
+//! per-session key, which travels inside this TLS stream (Welcome).
+
+pub mod identity;
+pub mod pki;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use toml::Spanned;
+
+pub use identity::{Bindings, CertIdentity, MISMATCH};
+
+/// Where `tracesync pki init` puts the daemon's files, and the defaults.
+pub const DEFAULT_TLS_DIR: &str = "/etc/tracesync/tls";
+
+/// `[tls] mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsMode {
+    /// Relays must present a certificate from `client-ca` (the default).
+    #[default]
+    Required,
+    /// Plaintext: anyone who can reach the port may connect (the daemon warns).
+    Off,
+}
+
+/// The daemon's `[tls]` section. Paths keep their position in the file so
+/// an unreadable one is reported as `file:line:column`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct TlsConfig {
+    pub mode: TlsMode,
+    /// The daemon's certificate chain (PEM), leaf first.
+    pub cert: Spanned<PathBuf>,
+    /// The daemon's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: Spanned<PathBuf>,
+    /// CA certificate(s) (PEM) that issue relay certificates.
+    pub client_ca: Spanned<PathBuf>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        let at = |file: &str| Spanned::new(0..0, Path::new(DEFAULT_TLS_DIR).join(file));
+        Self {
+            mode: TlsMode::Required,
+            cert: at("daemon.crt"),
+            key: at("daemon.key"),
+            client_ca: at("ca.crt"),
+        }
+    }
+}
+
+/// Which `[tls]` key a loading error is about (for `file:line:column`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsKey {
+    Cert,
+    Key,
+    ClientCa,
+}
+
+impl TlsKey {
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsKey::Cert => "cert",
+            TlsKey::Key => "key",
+            TlsKey::ClientCa => "client-ca",
+        }
+    }
+}
+
+/// A `[tls]` file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsError {
+    pub key: TlsKey,
+    pub message: String,
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tls.{}: {}", self.key.name(), self.message)
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+/// The acceptor sessions run the handshake with (None in the config: off).
+#[derive(Clone)]
+pub struct DataTls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl fmt::Debug for DataTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DataTls(mutual, TLS 1.3)")
+    }
+}
+
+impl TlsConfig {
+    /// Reads the files and builds the acceptor; `Ok(None)` when off.
+    pub fn load(&self) -> Result<Option<DataTls>, TlsError> {
+        if self.mode == TlsMode::Off {
+            return Ok(None);
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cas = read_certs(self.client_ca.get_ref(), TlsKey::ClientCa)?;
+        let mut roots = RootCertStore::empty();
+        for ca in cas {
+            roots.add(ca).map_err(|e| TlsError {
+                key: TlsKey::ClientCa,
+                message: format!(
+                    "{}: not a usable CA certificate: {e}",
+                    self.client_ca.get_ref().display()
+                ),
+            })?;
+        }
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| TlsError {
+                    key: TlsKey::ClientCa,
+                    message: format!("{}: {e}", self.client_ca.get_ref().display()),
+                })?;
+        let chain = read_certs(self.cert.get_ref(), TlsKey::Cert)?;
+        let key = read_key(self.key.get_ref(), TlsKey::Key)?;
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| TlsError {
+                key: TlsKey::Cert,
+                message: e.to_string(),
+            })?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .map_err(|e| TlsError {
+                key: TlsKey::Key,
+                message: format!(
+                    "{} does not fit {}: {e}",
+                    self.key.get_ref().display(),
+                    self.cert.get_ref().display()
+                ),
+            })?;
+        Ok(Some(DataTls {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        }))
+    }
+
+    /// The span of `key` in the config file (None: default or flag).
+    pub fn span(&self, key: TlsKey) -> Option<std::ops::Range<usize>> {
+        let span = match key {
+            TlsKey::Cert => self.cert.span(),
+            TlsKey::Key => self.key.span(),
+            TlsKey::ClientCa => self.client_ca.span(),
+        };
+        Some(span).filter(|s| !s.is_empty())
+    }
+}
+
+/// Every certificate in a PEM file (at least one).
+pub fn read_certs(path: &Path, key: TlsKey) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let fail = |message: String| TlsError { key, message };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(fail(format!(
+            "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+/// The private key in a PEM file.
+pub fn read_key(path: &Path, key: TlsKey) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError {
+        key,
+        message: format!("cannot read a private key from {}: {e}", path.display()),
+    })
+}
+
+/// A relay data stream: plain TCP or TCP under TLS. Sessions are generic
+/// over it; the certificate is there only under TLS.
+pub trait DataStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The peer's verified leaf certificate (DER), under TLS.
+    fn peer_certificate(&self) -> Option<&[u8]>;
+}
+
+impl DataStream for TcpStream {
+    fn peer_certificate(&self) -> Option<&[u8]> {
+        None
+    }
+}
+
+impl DataStream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn peer_certificate(&self) -> Option<&[u8]> {
+        let (_, connection) = self.get_ref();
+        connection
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|c| c.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_loads_nothing_and_missing_files_name_their_key() {
+        let off = TlsConfig {
+            mode: TlsMode::Off,
+            ..TlsConfig::default()
+        };
+        assert!(off.load().unwrap().is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let missing = TlsConfig {
+            client_ca: Spanned::new(0..0, dir.path().join("nope.crt")),
+            ..TlsConfig::default()
+        };
+        let err = missing.load().unwrap_err();
+        assert_eq!(err.key, TlsKey::ClientCa);
+        assert!(
+            err.to_string().starts_with("tls.client-ca: cannot read "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_lab_pki_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        pki::init(dir.path(), &["localhost".into()]).unwrap();
+        let config = TlsConfig {
+            mode: TlsMode::Required,
+            cert: Spanned::new(0..0, dir.path().join("daemon.crt")),
+            key: Spanned::new(0..0, dir.path().join("daemon.key")),
+            client_ca: Spanned::new(0..0, dir.path().join("ca.crt")),
+        };
+        assert!(config.load().unwrap().is_some());
+        // A key that does not belong to the certificate is refused.
+        pki::issue(dir.path(), "relay-a", None).unwrap();
+        let wrong = TlsConfig {
+            key: Spanned::new(0..0, dir.path().join("relay-a.key")),
+            ..config
+        };
+        let err = wrong.load().unwrap_err();
+        assert_eq!(err.key, TlsKey::Key, "{err}");
+    }
+}

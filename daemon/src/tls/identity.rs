@@ -1,0 +1,429 @@
+//! Which machine a relay's certificate lets it speak for, and the rule the
+//! session applies to its Hello.
+//!
+//! The rule (docs/reliability.md "Authentication and TLS"):
+//!
+//! 1. The certificate's machine names are its DNS subject alternative names
+//!    plus every URI SAN `tracesync:machine/<name>`. The subject CN is not
+//!    used (as in web PKI). A certificate naming no machine is refused.
+//! 2. The Hello's `machine_name` must equal one of them (ASCII letters
+//!    compared without case, like DNS names).
+//! 3. If the certificate carries URI SANs `tracesync:machine-id/<decimal>`,
+//!    the Hello's `machine_raw_id` must equal one of them.
+//! 4. Otherwise the raw id (which relays derive from their boot id, so it
+//!    changes at every boot) is bound to the first certificate-authenticated
+//!    name that uses it, for the daemon's lifetime, and so is the relay
+//!    instance id: another name presenting either is refused. Each name
+//!    keeps its [`BINDINGS_PER_NAME`] most recent raw ids and instances, so
+//!    the table is bounded by the names the CA has issued.
+//!
+//! A refusal's reason starts with [`MISMATCH`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+/// The first word of every identity refusal.
+pub const MISMATCH: &str = "certificate-identity-mismatch";
+/// URI SAN prefix binding a machine name.
+pub const URI_MACHINE: &str = "tracesync:machine/";
+/// URI SAN prefix binding a raw machine id (decimal).
+pub const URI_MACHINE_ID: &str = "tracesync:machine-id/";
+/// Raw ids and relay instances remembered per name.
+pub const BINDINGS_PER_NAME: usize = 8;
+
+/// The identities a verified relay certificate carries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CertIdentity {
+    /// Machine names (DNS SANs and `tracesync:machine/` URIs), in order.
+    pub names: Vec<String>,
+    /// Raw machine ids (`tracesync:machine-id/` URIs).
+    pub raw_ids: Vec<u32>,
+}
+
+impl CertIdentity {
+    /// Reads the names out of a DER certificate.
+    pub fn from_der(der: &[u8]) -> Result<Self, String> {
+        let sans = subject_alt_names(der)?;
+        let mut identity = CertIdentity::default();
+        for san in sans {
+            match san {
+                San::Dns(name) => identity.names.push(name),
+                San::Uri(uri) => {
+                    if let Some(name) = uri.strip_prefix(URI_MACHINE) {
+                        identity.names.push(name.to_owned());
+                    } else if let Some(id) = uri.strip_prefix(URI_MACHINE_ID) {
+                        let id = id
+                            .parse()
+                            .map_err(|_| format!("bad raw id in URI SAN {uri:?}"))?;
+                        identity.raw_ids.push(id);
+                    }
+                }
+            }
+        }
+        Ok(identity)
+    }
+
+    /// Rules 1 to 3: may this certificate say it is `name` with `raw_id`?
+    pub fn check_claim(&self, name: &str, raw_id: u32) -> Result<(), String> {
+        if self.names.is_empty() {
+            return Err(format!(
+                "{MISMATCH}: the relay certificate names no machine (give it a DNS SAN or a \
+                 URI SAN {URI_MACHINE}<name>)"
+            ));
+        }
+        if !self.names.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+            return Err(format!(
+                "{MISMATCH}: Hello names machine {name:?} but the certificate is for {}; \
+                 use the certificate issued for this machine or set the relay's name to match",
+                self.names_list()
+            ));
+        }
+        if !self.raw_ids.is_empty() && !self.raw_ids.contains(&raw_id) {
+            return Err(format!(
+                "{MISMATCH}: Hello claims raw machine id {raw_id} but the certificate binds {}",
+                self.raw_ids
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    fn names_list(&self) -> String {
+        self.names
+            .iter()
+            .map(|n| format!("{n:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Rule 4: raw ids and relay instances bound to the name that first used
+/// them with a certificate.
+#[derive(Debug, Default)]
+pub struct Bindings {
+    inner: Mutex<BindingTable>,
+}
+
+#[derive(Debug, Default)]
+struct BindingTable {
+    raw_ids: HashMap<u32, String>,
+    instances: HashMap<u64, String>,
+    /// Per lower-cased name: its recent raw ids and instances, oldest first.
+    recent: HashMap<String, (VecDeque<u32>, VecDeque<u64>)>,
+}
+
+impl Bindings {
+    /// Binds `raw_id` and `instance` to `name`, or says who holds them.
+    pub fn claim(&self, name: &str, raw_id: u32, instance: u64) -> Result<(), String> {
+        let mut table = match self.inner.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let key = name.to_ascii_lowercase();
+        if let Some(holder) = table.raw_ids.get(&raw_id).filter(|h| **h != key) {
+            return Err(format!(
+                "{MISMATCH}: raw machine id {raw_id} belongs to machine {holder:?} on this \
+                 daemon; a certificate for {name:?} cannot send as it"
+            ));
+        }
+        if let Some(holder) = table.instances.get(&instance).filter(|h| **h != key) {
+            return Err(format!(
+                "{MISMATCH}: relay instance {instance:016x} belongs to machine {holder:?} on \
+                 this daemon; a certificate for {name:?} cannot resume it"
+            ));
+        }
+        let table = &mut *table;
+        let (ids, insts) = table.recent.entry(key.clone()).or_default();
+        if !ids.contains(&raw_id) {
+            ids.push_back(raw_id);
+            table.raw_ids.insert(raw_id, key.clone());
+            if ids.len() > BINDINGS_PER_NAME
+                && let Some(old) = ids.pop_front()
+            {
+                table.raw_ids.remove(&old);
+            }
+        }
+        if !insts.contains(&instance) {
+            insts.push_back(instance);
+            table.instances.insert(instance, key);
+            if insts.len() > BINDINGS_PER_NAME
+                && let Some(old) = insts.pop_front()
+            {
+                table.instances.remove(&old);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A subject alternative name we read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum San {
+    Dns(String),
+    Uri(String),
+}
+
+const TAG_SEQUENCE: u8 = 0x30;
+const TAG_OID: u8 = 0x06;
+const TAG_OCTET_STRING: u8 = 0x04;
+const TAG_EXTENSIONS: u8 = 0xa3; // [3] EXPLICIT, constructed
+const TAG_SAN_DNS: u8 = 0x82; // [2] IMPLICIT IA5String
+const TAG_SAN_URI: u8 = 0x86; // [6] IMPLICIT IA5String
+/// 2.5.29.17 subjectAltName.
+const OID_SAN: &[u8] = &[0x55, 0x1d, 0x11];
+
+/// One DER TLV: tag, contents, and the bytes after it.
+fn tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
+    let bad = || "malformed certificate (DER)".to_owned();
+    let (&tag, rest) = input.split_first().ok_or_else(bad)?;
+    if tag & 0x1f == 0x1f {
+        return Err(bad()); // high tag numbers do not occur where we look
+    }
+    let (&first, rest) = rest.split_first().ok_or_else(bad)?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return Err(bad());
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
+        (len, &rest[n..])
+    };
+    if rest.len() < len {
+        return Err(bad());
+    }
+    Ok((tag, &rest[..len], &rest[len..]))
+}
+
+/// The children of a constructed TLV's contents.
+fn children(mut contents: &[u8]) -> impl Iterator<Item = Result<(u8, &[u8]), String>> {
+    std::iter::from_fn(move || {
+        if contents.is_empty() {
+            return None;
+        }
+        match tlv(contents) {
+            Ok((tag, value, rest)) => {
+                contents = rest;
+                Some(Ok((tag, value)))
+            }
+            Err(e) => {
+                contents = &[];
+                Some(Err(e))
+            }
+        }
+    })
+}
+
+/// The DNS and URI names of a certificate's subjectAltName extension.
+fn subject_alt_names(der: &[u8]) -> Result<Vec<San>, String> {
+    let bad = |what: &str| format!("malformed certificate: {what}");
+    let (tag, cert, _) = tlv(der)?;
+    if tag != TAG_SEQUENCE {
+        return Err(bad("not a SEQUENCE"));
+    }
+    let (tag, tbs, _) = tlv(cert)?;
+    if tag != TAG_SEQUENCE {
+        return Err(bad("no tbsCertificate"));
+    }
+    let mut names = Vec::new();
+    for child in children(tbs) {
+        let (tag, value) = child?;
+        if tag != TAG_EXTENSIONS {
+            continue;
+        }
+        let (tag, list, _) = tlv(value)?;
+        if tag != TAG_SEQUENCE {
+            return Err(bad("extensions are not a SEQUENCE"));
+        }
+        for ext in children(list) {
+            let (tag, ext) = ext?;
+            if tag != TAG_SEQUENCE {
+                return Err(bad("extension is not a SEQUENCE"));
+            }
+            let mut parts = children(ext);
+            let Some(Ok((TAG_OID, oid))) = parts.next() else {
+                return Err(bad("extension without an OID"));
+            };
+            if oid != OID_SAN {
+                continue;
+            }
+            // The value is the last part (an optional BOOLEAN may precede it).
+            let mut value = None;
+            for part in parts {
+                value = Some(part?);
+            }
+            let Some((TAG_OCTET_STRING, value)) = value else {
+                return Err(bad("subjectAltName without a value"));
+            };
+            let (tag, general_names, _) = tlv(value)?;
+            if tag != TAG_SEQUENCE {
+                return Err(bad("subjectAltName is not a SEQUENCE"));
+            }
+            for name in children(general_names) {
+                let (tag, value) = name?;
+                let text = || {
+                    std::str::from_utf8(value)
+                        .ok()
+                        .filter(|s| s.is_ascii())
+                        .map(str::to_owned)
+                        .ok_or_else(|| bad("a SAN is not ASCII"))
+                };
+                match tag {
+                    TAG_SAN_DNS => names.push(San::Dns(text()?)),
+                    TAG_SAN_URI => names.push(San::Uri(text()?)),
+                    _ => {} // IP addresses, e-mail, ...: not machine names
+                }
+            }
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(sans: Vec<rcgen::SanType>) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::default();
+        params.subject_alt_names = sans;
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    fn dns(n: &str) -> rcgen::SanType {
+        rcgen::SanType::DnsName(n.try_into().unwrap())
+    }
+
+    fn uri(u: &str) -> rcgen::SanType {
+        rcgen::SanType::URI(u.try_into().unwrap())
+    }
+
+    #[test]
+    fn reads_dns_and_uri_names_and_raw_ids() {
+        let der = cert(vec![
+            dns("relay-a"),
+            rcgen::SanType::IpAddress("10.0.0.1".parse().unwrap()),
+            uri("tracesync:machine/pixel 7"),
+            uri("tracesync:machine-id/12345"),
+            uri("https://example.invalid/other"),
+        ]);
+        let id = CertIdentity::from_der(&der).unwrap();
+        assert_eq!(id.names, ["relay-a", "pixel 7"]);
+        assert_eq!(id.raw_ids, [12345]);
+    }
+
+    #[test]
+    fn no_san_means_no_names() {
+        let id = CertIdentity::from_der(&cert(vec![])).unwrap();
+        assert_eq!(id, CertIdentity::default());
+        let err = id.check_claim("a", 7).unwrap_err();
+        assert!(err.starts_with(MISMATCH), "{err}");
+        assert!(err.contains("names no machine"), "{err}");
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for bytes in [
+            &b""[..],
+            b"\x30",
+            b"\x30\x84\xff\xff\xff\xff",
+            b"\x1f\x00",
+            b"\x30\x00",
+        ] {
+            let _ = CertIdentity::from_der(bytes);
+        }
+        assert!(CertIdentity::from_der(b"\x30\x05\x30\x03\x02").is_err());
+        let bad_id = cert(vec![dns("a"), uri("tracesync:machine-id/x")]);
+        assert!(CertIdentity::from_der(&bad_id).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_bytes_are_read_without_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+        ) {
+            let _ = CertIdentity::from_der(&bytes);
+        }
+
+        #[test]
+        fn a_damaged_certificate_is_read_without_panic(
+            at in 0usize..4096,
+            value in proptest::prelude::any::<u8>(),
+            cut in 0usize..4096,
+        ) {
+            let mut der = sample_cert().to_vec();
+            let n = der.len();
+            der[at % n] = value;
+            der.truncate(n - cut % n);
+            let _ = CertIdentity::from_der(&der);
+        }
+    }
+
+    fn sample_cert() -> &'static [u8] {
+        static DER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        DER.get_or_init(|| cert(vec![dns("relay-a"), uri("tracesync:machine-id/9")]))
+    }
+
+    #[test]
+    fn name_must_be_in_the_certificate() {
+        let id = CertIdentity {
+            names: vec!["relay-a".into(), "Lab-B".into()],
+            raw_ids: vec![],
+        };
+        assert!(id.check_claim("relay-a", 1).is_ok());
+        assert!(id.check_claim("lab-b", 1).is_ok(), "ASCII case is ignored");
+        assert!(id.check_claim("RELAY-A", 99).is_ok());
+        let err = id.check_claim("relay-b", 1).unwrap_err();
+        assert!(err.starts_with("certificate-identity-mismatch: "), "{err}");
+        assert!(err.contains("\"relay-b\""), "{err}");
+        assert!(err.contains("\"relay-a\""), "{err}");
+        assert!(id.check_claim("relay-a.example", 1).is_err());
+        assert!(id.check_claim("", 1).is_err());
+    }
+
+    #[test]
+    fn bound_raw_id_must_match() {
+        let id = CertIdentity {
+            names: vec!["a".into()],
+            raw_ids: vec![10, 11],
+        };
+        assert!(id.check_claim("a", 10).is_ok());
+        assert!(id.check_claim("a", 11).is_ok());
+        let err = id.check_claim("a", 12).unwrap_err();
+        assert!(err.starts_with(MISMATCH) && err.contains("12"), "{err}");
+    }
+
+    #[test]
+    fn raw_ids_and_instances_stay_with_their_first_name() {
+        let b = Bindings::default();
+        b.claim("a", 1, 100).unwrap();
+        b.claim("A", 1, 100).unwrap(); // same name, other case
+        b.claim("b", 2, 200).unwrap();
+        let err = b.claim("b", 1, 200).unwrap_err();
+        assert!(err.starts_with(MISMATCH) && err.contains("\"a\""), "{err}");
+        let err = b.claim("b", 3, 100).unwrap_err();
+        assert!(err.contains("relay instance"), "{err}");
+        // A refused claim binds nothing.
+        b.claim("c", 3, 300).unwrap();
+    }
+
+    #[test]
+    fn each_name_keeps_its_recent_bindings_only() {
+        let b = Bindings::default();
+        for i in 0..(BINDINGS_PER_NAME as u32 + 2) {
+            b.claim("a", i, u64::from(i)).unwrap();
+        }
+        // The two oldest were released; the newest are still held.
+        b.claim("b", 0, 0).unwrap();
+        b.claim("b", 1, 1).unwrap();
+        assert!(b.claim("b", BINDINGS_PER_NAME as u32, 50).is_err());
+    }
+}
