@@ -436,6 +436,8 @@ impl DaemonConfig {
             )));
         }
         Ok(())
+    }
+
     /// Loads the `[tls]` files once, so an unreadable or mismatched one is
     /// a config error (`file:line:column` when the path is in the file).
     pub fn check_tls(&self, file: Option<&Path>, text: Option<&str>) -> Result<(), ConfigError> {

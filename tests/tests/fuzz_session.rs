@@ -75,6 +75,7 @@ async fn serve(config: LiveConfig) -> Server {
         max_frame_bytes: MAX_FRAME_BYTES,
         sync_udp_port: 0,
         final_ack_timeout: Duration::from_secs(2),
+        tls: None,
     };
     let listener = listener::bind_data("127.0.0.1:0".parse().expect("address")).expect("bind");
     let mut ingest = IngestSettings::new(Duration::from_millis(10));

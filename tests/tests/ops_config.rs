@@ -17,13 +17,47 @@ use tracesync_tests::tp::repo_root;
 const EX_CONFIG: i32 = 78;
 
 fn check_config(binary: &str, file: &Path) -> Output {
+    check_config_with(binary, file, &["--tls", "off"])
+}
+
+fn check_config_with(binary: &str, file: &Path, extra: &[&str]) -> Output {
     Command::new(bin(binary))
         .arg("--config")
         .arg(file)
         .arg("--check-config")
+        .args(extra)
         .env_remove("TRACESYNC_TOKEN")
         .output()
         .unwrap_or_else(|e| panic!("run {binary}: {e}"))
+}
+
+/// `--tls-*` flags naming a lab PKI made in `dir` (the shipped configs
+/// require TLS with files under /etc/tracesync/tls).
+fn pki_flags(binary: &str, dir: &Path) -> Vec<String> {
+    if !dir.join("ca.crt").exists() {
+        tracesync::tls::pki::init(dir, &["localhost".into()]).expect("pki init");
+        tracesync::tls::pki::issue(dir, "relay", None).expect("pki issue");
+    }
+    let path = |name: &str| dir.join(name).display().to_string();
+    if binary == "tracesyncd" {
+        vec![
+            "--tls-cert".into(),
+            path("daemon.crt"),
+            "--tls-key".into(),
+            path("daemon.key"),
+            "--tls-client-ca".into(),
+            path("ca.crt"),
+        ]
+    } else {
+        vec![
+            "--tls-ca".into(),
+            path("ca.crt"),
+            "--tls-cert".into(),
+            path("relay.crt"),
+            "--tls-key".into(),
+            path("relay.key"),
+        ]
+    }
 }
 
 /// The binary that reads a shipped config, by its file name.
@@ -50,9 +84,12 @@ fn every_shipped_config_passes_check_config() {
         names.contains(&"daemon.toml".as_ref()) && names.contains(&"relay.toml".as_ref()),
         "configs/ must ship daemon.toml and relay.toml: {names:?}"
     );
+    let pki = tempfile::tempdir().expect("tempdir");
     for file in &files {
         let binary = binary_for(file);
-        let out = check_config(binary, file);
+        let flags = pki_flags(binary, pki.path());
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let out = check_config_with(binary, file, &flags);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -194,7 +231,8 @@ impl Drop for Daemon {
 fn config_text(dir: &Path, level: &str, data: &str, retain_bytes: u64) -> String {
     format!(
         "[listen]\ndata = \"{data}\"\nsync = \"127.0.0.1:0\"\ncontrol = {:?}\n\
-         [output]\ndir = {:?}\nretain-bytes = {retain_bytes}\n[log]\nlevel = \"{level}\"\n",
+         [output]\ndir = {:?}\nretain-bytes = {retain_bytes}\n[log]\nlevel = \"{level}\"\n\
+         [tls]\nmode = \"off\"\n",
         dir.join("control.sock").display().to_string(),
         dir.join("out").display().to_string(),
     )

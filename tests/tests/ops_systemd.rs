@@ -143,6 +143,7 @@ impl Notified {
         };
         let child = cmd
             .args(["--listen", "127.0.0.1:0", "--sync-listen", "127.0.0.1:0"])
+            .args(["--tls", "off"])
             .arg("--control")
             .arg(dir.path().join("control.sock"))
             .arg("--output")

@@ -115,10 +115,26 @@ pub async fn accept_loop<P: ProbeRegistry>(
                 let shared = shared.clone();
                 tracker.spawn(async move {
                     match shared.settings.tls.clone() {
-                        None => refuse_and_close(stream, peer, Counter::RefusedMaxRelays.code(), &reason, &shared).await,
+                        None => {
+                            refuse_and_close(
+                                stream,
+                                peer,
+                                Counter::RefusedMaxRelays.code(),
+                                &reason,
+                                &shared,
+                            )
+                            .await
+                        }
                         Some(tls) => {
                             if let Some(stream) = handshake(&tls, stream, peer, &shared).await {
-                                refuse_and_close(stream, peer, Counter::RefusedMaxRelays.code(), &reason, &shared).await;
+                                refuse_and_close(
+                                    stream,
+                                    peer,
+                                    Counter::RefusedMaxRelays.code(),
+                                    &reason,
+                                    &shared,
+                                )
+                                .await;
                             }
                         }
                     }

@@ -609,6 +609,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             .arg(&out_dir)
             .arg("--token")
             .arg(&token)
+            .args(["--tls", "off"])
             .current_dir(&root);
         Proc::spawn(c, "tracesyncd", root.join("tracesyncd.log"))?
     };
@@ -679,6 +680,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             .arg(&r.name)
             .arg("--token")
             .arg(&token)
+            .args(["--tls", "off"])
             .arg("--spool")
             .arg(&spool)
             .arg("--source")
