@@ -94,16 +94,9 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// RUST_LOG wins; else the config's level.
+/// RUST_LOG wins; else the config's level (see [`crate::logging`]).
 fn init_logging(config: &DaemonConfig) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(config.log.level.as_str()));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    crate::logging::init(config.log.level.as_str(), config.log.format);
 }
 
 async fn run_daemon(
@@ -142,8 +135,14 @@ async fn run_daemon(
     let sync_addr = sync
         .local_addr()
         .map_err(|e| Fatal::io(exit::IOERR, "sync socket".into(), &e))?;
-    if let Some(metrics) = config.listen.metrics {
-        warn!("listen.metrics = {metrics} is not served by this version; ignoring it");
+    if let Some(addr) = config.metrics.listen {
+        crate::metrics::install(addr).map_err(|e| {
+            Fatal::new(
+                exit::UNAVAILABLE,
+                format!("cannot serve metrics on {addr} (metrics.listen): {e}"),
+            )
+        })?;
+        info!("metrics: Prometheus text on http://{addr}/metrics");
     }
 
     let rolling = rolling_config(&config);
@@ -177,6 +176,8 @@ async fn run_daemon(
         final_ack_timeout: Duration::from_secs(5),
     };
     let mut ingest = IngestSettings::new(Duration::from_millis(config.output.commit_interval_ms));
+    // Machine labels of the metrics: the host and every relay slot.
+    ingest.metrics_machines = session.max_relays.saturating_add(1);
     ingest.data_addr = Some(data_addr.to_string());
     ingest.sync_addr = Some(sync_addr.to_string());
     let parts = Parts {
@@ -271,12 +272,24 @@ fn reload<P>(shared: &Shared<P>, config_path: Option<&Path>, args: &DaemonArgs) 
     match DaemonConfig::load(&args) {
         Ok((config, _)) => {
             shared.set_token(config.auth.required_token());
+            apply_log_level(config.log.level.as_str());
             info!(
-                "SIGHUP: reloaded {} (auth.token applied; other changes need a restart)",
+                "SIGHUP: reloaded {} (auth.token and log.level applied; other changes need a restart)",
                 path.display()
             );
         }
         Err(e) => warn!("SIGHUP: keeping the running config: {e}"),
+    }
+}
+
+/// `[log] level` on reload (RUST_LOG, when set, keeps winning).
+fn apply_log_level(level: &str) {
+    match crate::logging::set_level(level) {
+        Ok(crate::logging::LevelChange::KeptEnv) => {
+            info!("SIGHUP: log.level {level} ignored: RUST_LOG is set and wins")
+        }
+        Ok(_) => {}
+        Err(e) => warn!("SIGHUP: {e}"),
     }
 }
 

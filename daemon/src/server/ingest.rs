@@ -38,6 +38,8 @@ pub struct IngestSettings {
     /// Bound addresses, for the status report.
     pub data_addr: Option<String>,
     pub sync_addr: Option<String>,
+    /// Distinct `machine` labels of the metrics (the host and max relays).
+    pub metrics_machines: usize,
 }
 
 impl IngestSettings {
@@ -49,6 +51,7 @@ impl IngestSettings {
             status_every: Duration::from_millis(250),
             data_addr: None,
             sync_addr: None,
+            metrics_machines: 257,
         }
     }
 }
@@ -112,6 +115,7 @@ struct Ingest<C: Core, W> {
     /// The writer failed and has not recovered yet.
     failing: bool,
     summary: IngestSummary,
+    metrics: crate::metrics::IngestMetrics,
 }
 
 impl<C, W> Ingest<C, W>
@@ -120,6 +124,7 @@ where
     W: Writer<C::SyncUpdate>,
 {
     fn new(core: C, writer: W, settings: IngestSettings) -> Self {
+        let metrics = crate::metrics::IngestMetrics::new(settings.metrics_machines);
         Self {
             core,
             writer,
@@ -130,6 +135,7 @@ where
             dirty: false,
             failing: false,
             summary: IngestSummary::default(),
+            metrics,
         }
     }
 
@@ -161,7 +167,7 @@ where
                 _ = drain.tick(), if !self.failing => self.drain(&io.packets),
                 _ = commit.tick() => self.commit(&io.packets),
                 _ = host.tick() => self.core.host_tick(hostclock::boottime_ns()),
-                _ = status.tick() => self.publish_status(&io.status),
+                _ = status.tick() => self.publish_status(&io.status, &io.packets),
             }
         }
         self.finish(&io.packets, &io.status).await
@@ -324,7 +330,7 @@ where
 
     fn failed(&mut self, what: &str, e: &io::Error) {
         self.summary.write_errors += 1;
-        metrics::counter!("tracesync_output_errors_total").increment(1);
+        metrics::counter!(crate::metrics::names::OUTPUT_ERRORS).increment(1);
         if self.failing {
             debug!("output {what} still failing: {e}");
         } else {
@@ -343,7 +349,9 @@ where
             .map(|p: PathBuf| p.display().to_string())
     }
 
-    fn publish_status(&self, status: &watch::Sender<Arc<StatusReport>>) {
+    /// The status report, and the metrics from it and the core's and
+    /// writer's counters (one tick, not per packet).
+    fn publish_status(&mut self, status: &watch::Sender<Arc<StatusReport>>, packets: &impl Fanout) {
         let report = StatusReport {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             data_addr: self.settings.data_addr.clone(),
@@ -352,6 +360,10 @@ where
             host_boottime_ns: hostclock::boottime_ns(),
             machines: self.core.status(),
         };
+        self.core.record_metrics();
+        self.writer.record_metrics();
+        self.metrics
+            .publish(&report, self.sessions.len(), packets.subscribers());
         status.send_replace(Arc::new(report));
     }
 
@@ -385,7 +397,7 @@ where
                 self.core.flush_all(&mut self.unwritten);
             }
         }
-        self.publish_status(status);
+        self.publish_status(status, packets);
         let Self {
             writer,
             sessions,
