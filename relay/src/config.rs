@@ -78,6 +78,12 @@ pub struct Flags {
     /// Test/demo: pose as a machine whose clocks drift by this much (ppm).
     #[arg(long, value_name = "X", allow_hyphen_values = true)]
     pub clock_drift_ppm: Option<f64>,
+    /// Serve Prometheus metrics on this TCP address [metrics] listen.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Log format: auto (journald-friendly under systemd), text or json [log] format.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<crate::logging::LogFormat>,
 }
 
 fn parse_when_full(text: &str) -> Result<WhenFull, String> {
@@ -99,6 +105,10 @@ struct FileConfig {
     linger_ms: Option<Spanned<u64>>,
     clock_offset_ns: Option<i64>,
     clock_drift_ppm: Option<Spanned<f64>>,
+    #[serde(default)]
+    log: crate::logging::LogConfig,
+    #[serde(default)]
+    metrics: crate::metrics::MetricsConfig,
 }
 
 /// Which clock the relay reads.
@@ -123,6 +133,8 @@ pub struct RelayConfig {
     pub spool_disk_bytes: u64,
     pub linger: Duration,
     pub clock: ClockChoice,
+    pub log: crate::logging::LogConfig,
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 /// A configuration error, printed as one line.
@@ -279,6 +291,14 @@ impl RelayConfig {
             .or(file.spool)
             .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_DIR));
+        let mut log = file.log;
+        if let Some(format) = flags.log_format {
+            log.format = format;
+        }
+        let mut metrics = file.metrics;
+        if let Some(addr) = flags.metrics_listen {
+            metrics.listen = Some(addr);
+        }
         Ok(Self {
             file: path.map(Path::to_path_buf),
             host,
@@ -291,6 +311,8 @@ impl RelayConfig {
             spool_disk_bytes,
             linger: Duration::from_millis(linger_ms),
             clock,
+            log,
+            metrics,
         })
     }
 }
