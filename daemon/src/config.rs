@@ -83,6 +83,12 @@ pub struct DaemonArgs {
     /// CA certificate(s) that issue relay certificates, PEM [tls.client-ca].
     #[arg(long, value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Serve Prometheus metrics on this TCP address [metrics.listen].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log format: auto (journald-friendly under systemd), text or json [log.format].
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<crate::logging::LogFormat>,
 }
 
 /// The whole daemon configuration.
@@ -96,6 +102,7 @@ pub struct DaemonConfig {
     pub limits: LimitsConfig,
     pub log: LogConfig,
     pub tls: TlsConfig,
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -107,8 +114,6 @@ pub struct ListenConfig {
     pub sync: SocketAddr,
     /// Control socket for `tracesync tail` / `status` (Unix).
     pub control: PathBuf,
-    /// Prometheus metrics (TCP); off when absent.
-    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for ListenConfig {
@@ -117,7 +122,6 @@ impl Default for ListenConfig {
             data: SocketAddr::from(([0, 0, 0, 0], DEFAULT_DATA_PORT)),
             sync: SocketAddr::from(([0, 0, 0, 0], DEFAULT_SYNC_PORT)),
             control: PathBuf::from(DEFAULT_CONTROL_PATH),
-            metrics: None,
         }
     }
 }
@@ -260,8 +264,10 @@ impl LogLevel {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct LogConfig {
-    /// Used when RUST_LOG is not set.
+    /// Used when RUST_LOG is not set; applied again on SIGHUP.
     pub level: LogLevel,
+    /// auto (journald-friendly under systemd, else text), text or json.
+    pub format: crate::logging::LogFormat,
 }
 
 // Range checks, shared by the file (with spans) and the flags.
@@ -515,6 +521,12 @@ impl DaemonConfig {
             if let Some(p) = flag {
                 *field = Spanned::new(0..0, p.clone());
             }
+        }
+        if let Some(a) = args.metrics_listen {
+            self.metrics.listen = Some(a);
+        }
+        if let Some(f) = args.log_format {
+            self.log.format = f;
         }
     }
 }

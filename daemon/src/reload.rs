@@ -124,7 +124,8 @@ pub fn plan(running: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
     restart(l.data != m.data, "listen.data");
     restart(l.sync != m.sync, "listen.sync");
     restart(l.control != m.control, "listen.control");
-    restart(l.metrics != m.metrics, "listen.metrics");
+    restart(running.metrics != new.metrics, "metrics.listen");
+    restart(running.log.format != new.log.format, "log.format");
     restart(o.dir != n.dir, "output.dir");
     restart(
         o.commit_interval_ms != n.commit_interval_ms,

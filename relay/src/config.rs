@@ -108,6 +108,12 @@ pub struct Flags {
     /// Name the daemon's certificate must carry (default: the host of --host) [tls] server-name.
     #[arg(long, value_name = "NAME")]
     pub tls_server_name: Option<String>,
+    /// Serve Prometheus metrics on this TCP address [metrics] listen.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Log format: auto (journald-friendly under systemd), text or json [log] format.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<crate::logging::LogFormat>,
 }
 
 fn parse_when_full(text: &str) -> Result<WhenFull, String> {
@@ -131,6 +137,10 @@ struct FileConfig {
     clock_drift_ppm: Option<Spanned<f64>>,
     sync: Option<crate::probe::SyncConfig>,
     tls: Option<TlsSection>,
+    #[serde(default)]
+    log: crate::logging::LogConfig,
+    #[serde(default)]
+    metrics: crate::metrics::MetricsConfig,
 }
 
 /// Which clock the relay reads.
@@ -159,6 +169,8 @@ pub struct RelayConfig {
     /// Test only (flags): wander and steps on top of the simulated clock.
     pub clock_schedule: ClockSchedule,
     pub tls: RelayTls,
+    pub log: crate::logging::LogConfig,
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 /// A configuration error, printed as one line.
@@ -372,6 +384,14 @@ impl RelayConfig {
             key: flags.tls_key.clone(),
             server_name: flags.tls_server_name.clone(),
         };
+        let mut log = file.log;
+        if let Some(format) = flags.log_format {
+            log.format = format;
+        }
+        let mut metrics = file.metrics;
+        if let Some(addr) = flags.metrics_listen {
+            metrics.listen = Some(addr);
+        }
         Ok(Self {
             tls: RelayTls::merge(file.tls, &tls_flags),
             file: path.map(Path::to_path_buf),
@@ -391,6 +411,8 @@ impl RelayConfig {
                     .unwrap_or(file.sync.unwrap_or_default().transport),
             },
             clock_schedule,
+            log,
+            metrics,
         })
     }
 }

@@ -14,10 +14,14 @@
 //! - [`session`]: the sans-IO connection state machine (hello, window,
 //!   heartbeats, backoff).
 //! - [`uplink`]: the TCP edge that runs the session against the spool.
+//! - [`logging`]: journald-friendly, text or JSON logs on stderr.
+//! - [`metrics`]: the relay's Prometheus endpoint and metric names.
 
 pub mod clocks;
 pub mod config;
 pub mod identity;
+pub mod logging;
+pub mod metrics;
 pub mod own_packets;
 pub mod probe;
 pub mod sequences;

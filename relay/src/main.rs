@@ -19,7 +19,6 @@ use tracesync_relay::clocks::{ScheduledClock, SharedClock, SimulatedClock, Syste
 use tracesync_relay::config::{ClockChoice, Flags, RelayConfig};
 use tracesync_relay::spool::{Incoming, Spool, SpoolConfig};
 use tracesync_relay::uplink::{self, HelloInfo, UplinkConfig, UplinkExit};
-use tracing_subscriber::EnvFilter;
 
 use tracesync_relay as parts;
 
@@ -31,6 +30,7 @@ use parts::source::{self, Cursor, SourceBatch, SourceContext, SourceSpec, Source
 mod exit {
     pub const OK: u8 = 0;
     pub const USAGE: u8 = 64;
+    pub const UNAVAILABLE: u8 = 69;
     pub const SOFTWARE: u8 = 70;
     pub const CANTCREAT: u8 = 73;
     pub const NOPERM: u8 = 77;
@@ -52,14 +52,6 @@ fn main() -> ExitCode {
             });
         }
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colours only for a person at a terminal, not for journald or files.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
     let config = match load_config(&flags) {
         Ok(config) => config,
         Err(line) => {
@@ -67,6 +59,8 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::CONFIG);
         }
     };
+    // journald-friendly by default, JSON on request; RUST_LOG wins.
+    parts::logging::init(config.log.level.as_str(), config.log.format);
     if flags.check_config {
         let file = config.file.as_ref().map_or_else(
             || "built-in defaults".to_owned(),
@@ -105,6 +99,13 @@ fn load_config(flags: &Flags) -> Result<RelayConfig, String> {
 }
 
 async fn run(config: RelayConfig) -> u8 {
+    if let Some(addr) = config.metrics.listen {
+        if let Err(e) = parts::metrics::install(addr) {
+            tracing::error!("cannot serve metrics on {addr} ([metrics] listen): {e}");
+            return exit::UNAVAILABLE;
+        }
+        tracing::info!("metrics: Prometheus text on http://{addr}/metrics");
+    }
     let clock: SharedClock = match config.clock {
         ClockChoice::System => Arc::new(SystemClock::new()),
         ClockChoice::Simulated {
@@ -156,6 +157,7 @@ async fn run(config: RelayConfig) -> u8 {
     let (tx, rx) = mpsc::channel::<SourceBatch>(SOURCE_CHANNEL);
     let sequences = Arc::new(SequenceAllocator::new());
     let machine_name: Arc<str> = identity.machine_name.as_str().into();
+    let mut source_stats = Vec::new();
     for (position, text) in config.sources.iter().enumerate() {
         let Ok(spec) = SourceSpec::parse(text) else {
             continue; // Checked in load_config.
@@ -169,7 +171,17 @@ async fn run(config: RelayConfig) -> u8 {
             shutdown: sources_stop.clone(),
             stats: Arc::new(SourceStats::default()),
         };
+        source_stats.push(ctx.stats.clone());
         source::spawn(spec, index, ctx, resume, tx.clone());
+    }
+    if config.metrics.listen.is_some() {
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(parts::metrics::PUBLISH_EVERY);
+            loop {
+                every.tick().await;
+                parts::metrics::publish_sources(&source_stats);
+            }
+        });
     }
     parts::own_packets::spawn(clock.clone(), identity.clone(), tx, sources_stop.clone());
 

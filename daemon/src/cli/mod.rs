@@ -70,6 +70,10 @@ enum Command {
         /// Synthetic packets per second per relay.
         #[arg(long, default_value_t = 2000)]
         rate: u32,
+        /// Serve the daemon's Prometheus metrics here ("off": none). When the
+        /// default port is busy another free loopback port is used.
+        #[arg(long, value_name = "ADDR", default_value = crate::demo::live::DEFAULT_DEMO_METRICS)]
+        metrics_listen: String,
         /// Record traces of simulated machines and merge them offline
         /// instead (no daemon, no relays).
         #[arg(long)]
@@ -221,12 +225,13 @@ pub fn main() -> ExitCode {
             seconds,
             out,
             rate,
+            metrics_listen,
             offline,
         } => {
             if offline {
                 demo(relays, seconds, out)
             } else {
-                live_demo(relays, seconds, out, rate)
+                live_demo(relays, seconds, out, rate, &metrics_listen)
             }
         }
         Command::Tail {
@@ -327,7 +332,14 @@ fn demo(relays: usize, seconds: u64, out: PathBuf) -> u8 {
     }
 }
 
-fn live_demo(relays: usize, seconds: u64, out: PathBuf, rate: u32) -> u8 {
+fn live_demo(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_listen: &str) -> u8 {
+    let metrics = match crate::demo::live::metrics_addr(metrics_listen) {
+        Ok(addr) => addr,
+        Err(e) => {
+            eprintln!("tracesync: error: demo: {e}");
+            return exit::USAGE;
+        }
+    };
     if relays == 0 || relays > 64 || seconds == 0 || seconds > 3600 || rate == 0 {
         eprintln!("tracesync: error: demo: use 1..=64 relays, 1..=3600 seconds and a rate > 0");
         return exit::USAGE;
@@ -341,6 +353,7 @@ fn live_demo(relays: usize, seconds: u64, out: PathBuf, rate: u32) -> u8 {
         seconds,
         out,
         rate,
+        metrics,
     };
     let report = match crate::demo::live::run(&opts) {
         Ok(r) => r,

@@ -21,7 +21,7 @@ fn empty_file_gives_the_defaults() {
     assert_eq!(config.limits.max_relays, 256);
     assert_eq!(config.limits.max_frame_bytes, MAX_FRAME_BYTES as u64);
     assert_eq!(config.auth.required_token(), None);
-    assert!(config.listen.metrics.is_none());
+    assert!(config.metrics.listen.is_none());
 }
 
 #[test]
@@ -38,7 +38,8 @@ fn values_are_read() {
         r#"
         [listen]
         data = "127.0.0.1:9000"
-        metrics = "127.0.0.1:9002"
+        [metrics]
+        listen = "127.0.0.1:9002"
         [auth]
         token = "s3cret"
         [output]
@@ -51,14 +52,16 @@ fn values_are_read() {
         max-relays = 3
         [log]
         level = "debug"
+        format = "json"
         "#,
     )
     .expect("config");
     assert_eq!(config.listen.data, "127.0.0.1:9000".parse().unwrap());
     assert_eq!(
-        config.listen.metrics,
+        config.metrics.listen,
         Some("127.0.0.1:9002".parse().unwrap())
     );
+    assert_eq!(config.log.format, crate::logging::LogFormat::Json);
     assert_eq!(config.auth.required_token(), Some("s3cret"));
     assert_eq!(config.output.dir, Path::new("/tmp/out"));
     assert_eq!(config.output.rotate_bytes, 0);

@@ -25,6 +25,40 @@ pub struct LiveDemoOptions {
     pub out: PathBuf,
     /// Synthetic packets per second per relay.
     pub rate: u32,
+    /// The daemon's Prometheus endpoint, if any.
+    pub metrics: Option<std::net::SocketAddr>,
+}
+
+/// Where the demo serves the daemon's metrics unless told otherwise.
+pub const DEFAULT_DEMO_METRICS: &str = tracesync_protocol::relay::DEFAULT_METRICS_ADDR;
+
+/// `--metrics-listen`: "off", or an address; the default one falls back to
+/// a free loopback port when it is busy (a tracesyncd may be running).
+pub fn metrics_addr(text: &str) -> Result<Option<std::net::SocketAddr>, String> {
+    if text == "off" {
+        return Ok(None);
+    }
+    let addr: std::net::SocketAddr = text
+        .parse()
+        .map_err(|_| format!("--metrics-listen: expected ADDR:PORT or off, got {text:?}"))?;
+    if text == DEFAULT_DEMO_METRICS && std::net::TcpListener::bind(addr).is_err() {
+        let free = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("no free loopback port for metrics: {e}"))?;
+        return Ok(Some(free));
+    }
+    Ok(Some(addr))
+}
+
+/// One plain HTTP GET of the metrics page (the demo shows a few lines).
+fn fetch_metrics(addr: std::net::SocketAddr) -> Option<String> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned())
 }
 
 /// One simulated machine: name and clock model.
@@ -188,9 +222,13 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
     let token = random_token();
 
     let (tx, rx) = mpsc::channel();
+    let mut daemon_cmd = Command::new(&daemon_bin);
+    if let Some(addr) = opts.metrics {
+        daemon_cmd.arg(format!("--metrics-listen={addr}"));
+    }
     let mut daemon = Proc {
         name: "tracesyncd".into(),
-        child: Command::new(&daemon_bin)
+        child: daemon_cmd
             .arg("--listen=127.0.0.1:0")
             // Loopback only: plaintext, said explicitly (TLS is the default).
             .arg("--tls=off")
@@ -251,6 +289,9 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
         });
     }
 
+    if let Some(addr) = opts.metrics {
+        println!("metrics while it runs: curl -s http://{addr}/metrics | grep '^tracesync_'");
+    }
     let control = Target::Unix(control_path);
     let start = Instant::now();
     let mut last_status = None;
@@ -268,6 +309,19 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
         }
     }
 
+    if let Some(page) = opts.metrics.and_then(fetch_metrics) {
+        let series: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with("tracesync_"))
+            .collect();
+        println!("--- metrics: {} series; ingest per machine:", series.len());
+        for line in series
+            .iter()
+            .filter(|l| l.starts_with("tracesync_ingest_packets_total"))
+        {
+            println!("{line}");
+        }
+    }
     let mut problems = Vec::new();
     for relay in &mut relays {
         if let Err(e) = relay.terminate(Duration::from_secs(20)) {

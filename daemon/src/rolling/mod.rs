@@ -541,6 +541,15 @@ impl RollingWriter {
         &self.current.path
     }
 
+    /// Bytes written to the current file and its sequence number (the one
+    /// in its name), for metrics.
+    pub fn current_file(&self) -> (u64, u64) {
+        (
+            self.current.entry.bytes,
+            self.next_file_seq.saturating_sub(1),
+        )
+    }
+
     /// The index lines as they are now (the current file last).
     pub fn index(&self) -> Vec<IndexEntry> {
         let mut all = self.done.clone();

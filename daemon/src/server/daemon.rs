@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
@@ -103,44 +103,25 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-type LevelHandle =
-    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
-
-/// Lets SIGHUP change the filter of the installed subscriber.
-static LOG_LEVEL: OnceLock<LevelHandle> = OnceLock::new();
-
-/// RUST_LOG wins at startup; else the config's level.
+/// RUST_LOG wins; else the config's level (see [`crate::logging`]).
 fn init_logging(config: &DaemonConfig) {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::{EnvFilter, fmt, reload};
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(config.log.level.as_str()));
-    let (filter, handle) = reload::Layer::new(filter);
-    let output = fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    if tracing_subscriber::registry()
-        .with(filter)
-        .with(output)
-        .try_init()
-        .is_ok()
-    {
-        let _ = LOG_LEVEL.set(handle);
-    }
+    crate::logging::init(config.log.level.as_str(), config.log.format);
 }
 
 /// The reload hook for `log.level` (SIGHUP): the one call site that changes
-/// the running log level.
-// When daemon/src/logging.rs (the `metrics` helper's) is merged, this body
-// becomes `crate::logging::set_level(level)`.
+/// the running log level (RUST_LOG, when set, keeps winning).
 fn set_log_level(level: LogLevel) -> Result<(), String> {
-    let handle = LOG_LEVEL
-        .get()
-        .ok_or("logging was not initialized by tracesyncd")?;
-    handle
-        .reload(tracing_subscriber::EnvFilter::new(level.as_str()))
-        .map_err(|e| e.to_string())
+    match crate::logging::set_level(level.as_str()) {
+        Ok(crate::logging::LevelChange::KeptEnv) => {
+            info!(
+                "SIGHUP: log.level {} ignored: RUST_LOG is set and wins",
+                level.as_str()
+            );
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 async fn run_daemon(
@@ -179,8 +160,14 @@ async fn run_daemon(
     let sync_addr = sync
         .local_addr()
         .map_err(|e| Fatal::io(exit::IOERR, "sync socket".into(), &e))?;
-    if let Some(metrics) = config.listen.metrics {
-        warn!("listen.metrics = {metrics} is not served by this version; ignoring it");
+    if let Some(addr) = config.metrics.listen {
+        crate::metrics::install(addr).map_err(|e| {
+            Fatal::new(
+                exit::UNAVAILABLE,
+                format!("cannot serve metrics on {addr} (metrics.listen): {e}"),
+            )
+        })?;
+        info!("metrics: Prometheus text on http://{addr}/metrics");
     }
 
     let rolling = rolling_config(&config);
@@ -234,6 +221,8 @@ async fn run_daemon(
         tls,
     };
     let mut ingest = IngestSettings::new(Duration::from_millis(config.output.commit_interval_ms));
+    // Machine labels of the metrics: the host and every relay slot.
+    ingest.metrics_machines = session.max_relays.saturating_add(1);
     ingest.data_addr = Some(data_addr.to_string());
     ingest.sync_addr = Some(sync_addr.to_string());
     ingest.probes = Some(probes.clone());

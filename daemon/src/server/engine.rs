@@ -60,6 +60,9 @@ pub trait Core: Send + 'static {
     /// batch each connected relay may be acknowledged through.
     fn committed_through(&mut self, point: Self::CommitPoint) -> Vec<(Slot, u64)>;
     fn status(&self) -> Vec<MachineStatus>;
+    /// Copies the core's own counters into the metrics recorder (once per
+    /// status tick; see [`crate::metrics`]).
+    fn record_metrics(&self) {}
 }
 
 /// The rolling writer (blocking), as the ingest loop drives it.
@@ -75,12 +78,19 @@ pub trait Writer<U>: Send + 'static {
     fn set_limits(&mut self, _limits: &crate::reload::OutputLimits) {}
     /// Final commit and marks the last file complete.
     fn close(self) -> io::Result<()>;
+    /// Copies the writer's counters into the metrics recorder (once per
+    /// status tick; see [`crate::metrics`]).
+    fn record_metrics(&self) {}
 }
 
 /// Where drained packets go besides the file: tail subscribers. Must never
 /// block (a slow subscriber lags or is dropped).
 pub trait Fanout: Send + 'static {
     fn publish(&self, packet: &OutPacket);
+    /// Subscribers connected now (for metrics).
+    fn subscribers(&self) -> usize {
+        0
+    }
 }
 
 /// A bare broadcast channel (tests; no preamble cache).
@@ -90,6 +100,10 @@ impl Fanout for tokio::sync::broadcast::Sender<std::sync::Arc<OutPacket>> {
             // Nobody listening is fine: tail subscribers come and go.
             let _ = self.send(std::sync::Arc::new(packet.clone()));
         }
+    }
+
+    fn subscribers(&self) -> usize {
+        self.receiver_count()
     }
 }
 

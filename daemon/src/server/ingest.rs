@@ -45,6 +45,8 @@ pub struct IngestSettings {
     pub limits: Option<watch::Receiver<OutputLimits>>,
     /// The server's counters, for the status report's refusals.
     pub server_counters: Option<Arc<super::Counters>>,
+    /// Distinct `machine` labels of the metrics (the host and max relays).
+    pub metrics_machines: usize,
 }
 
 impl IngestSettings {
@@ -59,6 +61,7 @@ impl IngestSettings {
             probes: None,
             limits: None,
             server_counters: None,
+            metrics_machines: 257,
         }
     }
 }
@@ -134,6 +137,7 @@ struct Ingest<C: Core, W> {
     /// The writer failed and has not recovered yet.
     failing: bool,
     summary: IngestSummary,
+    metrics: crate::metrics::IngestMetrics,
 }
 
 impl<C, W> Ingest<C, W>
@@ -142,6 +146,7 @@ where
     W: Writer<C::SyncUpdate>,
 {
     fn new(core: C, writer: W, settings: IngestSettings) -> Self {
+        let metrics = crate::metrics::IngestMetrics::new(settings.metrics_machines);
         Self {
             core,
             writer,
@@ -152,6 +157,7 @@ where
             dirty: false,
             failing: false,
             summary: IngestSummary::default(),
+            metrics,
         }
     }
 
@@ -184,7 +190,7 @@ where
                 _ = drain.tick(), if !self.failing => self.drain(&io.packets),
                 _ = commit.tick() => self.commit(&io.packets),
                 _ = host.tick() => self.core.host_tick(hostclock::boottime_ns()),
-                _ = status.tick() => self.publish_status(&io.status),
+                _ = status.tick() => self.publish_status(&io.status, &io.packets),
                 changed = changed(&mut limits) => match changed {
                     Some(new) => self.writer.set_limits(&new),
                     None => limits = None,
@@ -352,7 +358,7 @@ where
 
     fn failed(&mut self, what: &str, e: &io::Error) {
         self.summary.write_errors += 1;
-        metrics::counter!("tracesync_output_errors_total").increment(1);
+        metrics::counter!(crate::metrics::names::OUTPUT_ERRORS).increment(1);
         if self.failing {
             debug!("output {what} still failing: {e}");
         } else {
@@ -371,7 +377,9 @@ where
             .map(|p: PathBuf| p.display().to_string())
     }
 
-    fn publish_status(&self, status: &watch::Sender<Arc<StatusReport>>) {
+    /// The status report, and the metrics from it and the core's and
+    /// writer's counters (one tick, not per packet).
+    fn publish_status(&mut self, status: &watch::Sender<Arc<StatusReport>>, packets: &impl Fanout) {
         let report = StatusReport {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             data_addr: self.settings.data_addr.clone(),
@@ -387,6 +395,10 @@ where
                 .map(|c| c.refusals())
                 .unwrap_or_default(),
         };
+        self.core.record_metrics();
+        self.writer.record_metrics();
+        self.metrics
+            .publish(&report, self.sessions.len(), packets.subscribers());
         status.send_replace(Arc::new(report));
     }
 
@@ -420,7 +432,7 @@ where
                 self.core.flush_all(&mut self.unwritten);
             }
         }
-        self.publish_status(status);
+        self.publish_status(status, packets);
         let Self {
             writer,
             sessions,

@@ -211,24 +211,26 @@ impl Counter {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    /// The metric (see [`crate::metrics::names`]) and its `reason` label.
+    pub fn metric(self) -> (&'static str, Option<&'static str>) {
+        use crate::metrics::names::*;
         match self {
-            Counter::ConnectionsAccepted => "tracesync_connections_accepted_total",
-            Counter::SessionsWelcomed => "tracesync_sessions_welcomed_total",
-            Counter::RefusedMaxRelays => "tracesync_refused_max_relays_total",
-            Counter::RefusedVersion => "tracesync_refused_version_total",
-            Counter::RefusedToken => "tracesync_refused_token_total",
-            Counter::RefusedMachine => "tracesync_refused_machine_total",
-            Counter::RefusedByCore => "tracesync_refused_by_core_total",
-            Counter::HelloTimeouts => "tracesync_hello_timeouts_total",
-            Counter::MalformedFrames => "tracesync_malformed_frames_total",
-            Counter::AcceptErrors => "tracesync_accept_errors_total",
-            Counter::FramesTooLarge => "tracesync_frames_too_large_total",
-            Counter::UnexpectedFrames => "tracesync_unexpected_frames_total",
-            Counter::ClosedByCore => "tracesync_closed_by_core_total",
-            Counter::BatchesTooLarge => "tracesync_batches_too_large_total",
-            Counter::TlsHandshakeFailures => "tracesync_tls_handshake_failures_total",
-            Counter::RefusedIdentity => "tracesync_refused_identity_total",
+            Counter::ConnectionsAccepted => (CONNECTIONS_ACCEPTED, None),
+            Counter::SessionsWelcomed => (SESSIONS_WELCOMED, None),
+            Counter::RefusedMaxRelays => (CONNECTIONS_REFUSED, Some("max_relays")),
+            Counter::RefusedVersion => (CONNECTIONS_REFUSED, Some("version")),
+            Counter::RefusedToken => (CONNECTIONS_REFUSED, Some("token")),
+            Counter::RefusedByCore => (CONNECTIONS_REFUSED, Some("core")),
+            Counter::HelloTimeouts => (CONNECTIONS_FAILED, Some("hello_timeout")),
+            Counter::MalformedFrames => (CONNECTIONS_FAILED, Some("malformed_frame")),
+            Counter::AcceptErrors => (ACCEPT_ERRORS, None),
+            Counter::RefusedMachine => (CONNECTIONS_REFUSED, Some("machine_not_allowed")),
+            Counter::RefusedIdentity => (CONNECTIONS_REFUSED, Some("certificate_identity")),
+            Counter::FramesTooLarge => (CONNECTIONS_FAILED, Some("frame_too_large")),
+            Counter::UnexpectedFrames => (CONNECTIONS_FAILED, Some("unexpected_frame")),
+            Counter::BatchesTooLarge => (CONNECTIONS_FAILED, Some("batch_too_large")),
+            Counter::ClosedByCore => (CONNECTIONS_FAILED, Some("closed_by_core")),
+            Counter::TlsHandshakeFailures => (CONNECTIONS_FAILED, Some("tls_handshake")),
         }
     }
 }
@@ -241,7 +243,10 @@ pub struct Counters {
 impl Counters {
     pub fn bump(&self, counter: Counter) {
         self.values[counter as usize].fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(counter.name()).increment(1);
+        match counter.metric() {
+            (name, Some(reason)) => metrics::counter!(name, "reason" => reason).increment(1),
+            (name, None) => metrics::counter!(name).increment(1),
+        }
     }
 
     pub fn get(&self, counter: Counter) -> u64 {

@@ -612,8 +612,8 @@ async fn counted(server: &TestServer, counter: Counter, n: u64) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!(
-        "{} stayed at {}",
-        counter.name(),
+        "{:?} stayed at {}",
+        counter,
         server.running.shared.counters.get(counter)
     );
 }

@@ -62,6 +62,12 @@ impl Core for LiveCore {
     fn sync(&mut self, update: &SyncUpdate) {
         // An update for a slot that has gone since is stale: nothing to do.
         let _ = LiveCore::sync(self, update.slot, update.estimate);
+        for s in &update.samples {
+            let rtt =
+                s.t4.saturating_sub(s.t1)
+                    .saturating_sub(s.t3.saturating_sub(s.t2));
+            crate::metrics::record_probe_rtt(rtt);
+        }
     }
 
     fn disconnect(&mut self, slot: Slot) {
@@ -94,6 +100,10 @@ impl Core for LiveCore {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         LiveCore::status(self, crate::hostclock::boottime_ns(), unix_ms)
+    }
+
+    fn record_metrics(&self) {
+        crate::metrics::record_live(&LiveCore::stats(self), LiveCore::queued(self));
     }
 }
 
@@ -130,6 +140,11 @@ impl Writer<SyncUpdate> for RollingWriter {
     fn close(self) -> io::Result<()> {
         RollingWriter::close(self)
     }
+
+    fn record_metrics(&self) {
+        let (bytes, seq) = RollingWriter::current_file(self);
+        crate::metrics::record_output(&RollingWriter::stats(self), bytes, seq);
+    }
 }
 
 impl ProbeRegistry for ProbeSessions {
@@ -155,5 +170,9 @@ impl Fanout for ControlHub {
             return;
         }
         ControlHub::publish(self, Arc::new(packet.clone()));
+    }
+
+    fn subscribers(&self) -> usize {
+        self.packets.receiver_count()
     }
 }

@@ -102,6 +102,7 @@ pub async fn run<M: Send + 'static>(
         start_probe,
         last_error_log: None,
         refusal: None,
+        metrics: crate::metrics::UplinkMetrics::default(),
     };
     let exit = uplink.run(incoming, convert, shutdown).await;
     if let Err(error) = uplink.spool.sync() {
@@ -124,6 +125,7 @@ struct Uplink {
     start_probe: ProbeStarter,
     last_error_log: Option<Instant>,
     refusal: Option<String>,
+    metrics: crate::metrics::UplinkMetrics,
 }
 
 /// Shutdown progress.
@@ -162,6 +164,7 @@ impl Uplink {
                 }
             }
             self.drive(now);
+            self.metrics.tick(now, &self.spool, &self.session);
             if self.session.has_exited() {
                 return UplinkExit::Refused {
                     reason: self.refusal.clone().unwrap_or_default(),
@@ -283,6 +286,7 @@ impl Uplink {
                 });
                 if self.send(frame, now) {
                     self.session.sent(seq, bytes, now);
+                    crate::metrics::batch_sent(bytes);
                 }
             }
             Action::SendHeartbeat { last_batch_sent } => {
@@ -297,6 +301,8 @@ impl Uplink {
                 }
             }
             Action::AckSpool(through) => {
+                let acked = (through + 1).saturating_sub(self.spool.oldest_unacked());
+                crate::metrics::batches_acked(acked);
                 if let Err(error) = self.spool.ack(through) {
                     self.log_error(&error, now);
                 }

@@ -1,0 +1,427 @@
+//! Operations surface of the real binaries: the Prometheus endpoints of
+//! `tracesyncd` and `tracesync-relay` show every metric of the spec
+//! (docs/operations.md `## Metrics`) with the traffic counted; SIGHUP with a
+//! changed `[log] level` changes what is logged without a restart; the log
+//! shapes (journald, JSON) are what docs/operations.md `## Logs` says.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts};
+
+/// A loopback port free right now (the daemon binds it a moment later).
+fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("local addr")
+}
+
+/// One plain HTTP/1.0 GET; the body.
+fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)
+        .map_err(|e| format!("read {addr}: {e}"))?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP header end in {text:?}"))?;
+    if !head.starts_with("HTTP/1.") || !head.contains(" 200") {
+        return Err(format!("not 200: {head}"));
+    }
+    Ok(body.to_owned())
+}
+
+/// Samples of a Prometheus text page: (name{labels}, value).
+fn samples(page: &str) -> Vec<(String, f64)> {
+    page.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn series_name(series: &str) -> &str {
+    series.split('{').next().unwrap_or(series)
+}
+
+/// The value of the one series `name{labels}` (labels as rendered, or none).
+fn value(samples: &[(String, f64)], series: &str) -> Option<f64> {
+    samples.iter().find(|(s, _)| s == series).map(|(_, v)| *v)
+}
+
+/// Every name appears as a series (a histogram by its `_count`).
+fn missing_names(samples: &[(String, f64)], names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|name| {
+            !samples.iter().any(|(s, _)| {
+                let n = series_name(s);
+                n == **name || n == format!("{name}_count")
+            })
+        })
+        .map(|n| (*n).to_owned())
+        .collect()
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => panic!("waited {timeout:?} for {what}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+#[test]
+fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
+    let metrics = free_addr();
+    let mut daemon = Daemon::start(DaemonOpts {
+        extra_args: vec!["--metrics-listen".into(), metrics.to_string()],
+        ..DaemonOpts::default()
+    });
+    let relay_metrics = free_addr();
+    let mut phone = RelayOpts::synthetic("phone", 1000);
+    phone.extra_args = vec!["--metrics-listen".into(), relay_metrics.to_string()];
+    let mut relays = vec![
+        Relay::start(&daemon, phone),
+        Relay::start(&daemon, RelayOpts::synthetic("guest-vm", 1000)),
+    ];
+    daemon.wait_synced(&["phone", "guest-vm"], Duration::from_secs(60));
+
+    let names = tracesync::metrics::names::ALL;
+    let page = wait_for(
+        "every daemon metric with traffic",
+        Duration::from_secs(30),
+        || {
+            let page = http_get(metrics, "/metrics")?;
+            let s = samples(&page);
+            let missing = missing_names(&s, names);
+            if !missing.is_empty() {
+                return Err(format!("missing {missing:?} in:\n{page}"));
+            }
+            for machine in ["phone", "guest-vm"] {
+                for name in [
+                    "tracesync_ingest_packets_total",
+                    "tracesync_ingest_bytes_total",
+                ] {
+                    let series = format!("{name}{{machine=\"{machine}\"}}");
+                    if !value(&s, &series).is_some_and(|v| v > 0.0) {
+                        return Err(format!("{series} is not > 0 in:\n{page}"));
+                    }
+                }
+            }
+            for series in [
+                "tracesync_output_bytes_total",
+                "tracesync_output_packets_total",
+                "tracesync_output_files_total",
+                "tracesync_output_commits_total",
+                "tracesync_output_current_file_bytes",
+                "tracesync_ingest_received_packets_total",
+                "tracesync_connections_accepted_total",
+                "tracesync_sessions_welcomed_total",
+                "tracesync_sync_probe_rtt_seconds_count",
+                "tracesync_sync_points_written_total",
+            ] {
+                if !value(&s, series).is_some_and(|v| v > 0.0) {
+                    return Err(format!("{series} is not > 0 in:\n{page}"));
+                }
+            }
+            if value(&s, "tracesync_relays_connected") != Some(2.0) {
+                return Err(format!("tracesync_relays_connected is not 2 in:\n{page}"));
+            }
+            Ok(page)
+        },
+    );
+    let s = samples(&page);
+    // Bounded labels: only the fixed reasons, only known machines.
+    for (series, _) in &s {
+        if series.starts_with("tracesync_connections_refused_total{") {
+            let ok = ["max_relays", "version", "token", "core"]
+                .iter()
+                .any(|r| series.contains(&format!("reason=\"{r}\"")));
+            assert!(ok, "unexpected refusal reason in {series}");
+        }
+    }
+    let error_bound = value(&s, "tracesync_sync_error_bound_seconds{machine=\"phone\"}")
+        .expect("phone's error bound gauge");
+    assert!(
+        error_bound > 0.0 && error_bound < 1.0,
+        "error bound {error_bound}"
+    );
+
+    let relay_names = tracesync_relay::metrics::ALL;
+    wait_for(
+        "every relay metric with traffic",
+        Duration::from_secs(30),
+        || {
+            let page = http_get(relay_metrics, "/metrics")?;
+            let s = samples(&page);
+            let missing = missing_names(&s, relay_names);
+            if !missing.is_empty() {
+                return Err(format!("missing {missing:?} in:\n{page}"));
+            }
+            for series in [
+                "tracesync_relay_source_packets_total",
+                "tracesync_relay_spooled_bytes_total",
+                "tracesync_relay_batches_sent_total",
+                "tracesync_relay_sent_bytes_total",
+                "tracesync_relay_batches_acked_total",
+                "tracesync_relay_connected",
+            ] {
+                if !value(&s, series).is_some_and(|v| v > 0.0) {
+                    return Err(format!("{series} is not > 0 in:\n{page}"));
+                }
+            }
+            Ok(())
+        },
+    );
+
+    for r in &mut relays {
+        assert!(r.stop().success(), "relay {}:\n{}", r.name(), r.log());
+    }
+    assert!(daemon.stop().success(), "tracesyncd:\n{}", daemon.log());
+}
+
+#[test]
+fn metrics_are_off_by_default_and_a_busy_address_is_refused() {
+    // Taken: the daemon must refuse to start (exit 69) rather than run blind.
+    let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(live::bin("tracesyncd"))
+        .args(["--listen", "127.0.0.1:0", "--sync-listen", "127.0.0.1:0"])
+        .arg("--control")
+        .arg(dir.path().join("c.sock"))
+        .arg("--output")
+        .arg(dir.path().join("out"))
+        .arg("--metrics-listen")
+        .arg(addr.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tracesyncd");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot serve metrics on {addr} (metrics.listen)")),
+        "{stderr}"
+    );
+    // Off by default: the shipped config has no [metrics] listen.
+    let shipped = include_str!("../../configs/daemon.toml");
+    let config =
+        tracesync::config::DaemonConfig::from_toml(shipped, std::path::Path::new("daemon.toml"))
+            .expect("configs/daemon.toml");
+    assert_eq!(config.metrics.listen, None);
+}
+
+/// Lines of a log, for assertions.
+fn lines_with(log: &str, needle: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn sighup_changes_the_log_level_without_a_restart() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        eprintln!(
+            "skipping sighup_changes_the_log_level_without_a_restart: RUST_LOG is set and \
+             wins over [log] level by design; unset it to run this test"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("daemon.toml");
+    std::fs::write(&config, "[log]\nlevel = \"warn\"\n").expect("write config");
+    let mut daemon = Daemon::start(DaemonOpts {
+        extra_args: vec!["--config".into(), config.display().to_string()],
+        ..DaemonOpts::default()
+    });
+    let pid = daemon.pid().expect("daemon pid");
+    let mut relays = vec![Relay::start(&daemon, RelayOpts::synthetic("phone", 500))];
+    daemon.wait_connected(&["phone"], Duration::from_secs(60));
+    let before = daemon.log();
+    assert!(
+        lines_with(&before, "relay connected").is_empty()
+            && lines_with(&before, " INFO ").is_empty(),
+        "at level warn no INFO line may appear:\n{before}"
+    );
+
+    std::fs::write(&config, "[log]\nlevel = \"debug\"\n").expect("rewrite config");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("SIGHUP");
+    wait_for("the reload line", Duration::from_secs(20), || {
+        let log = daemon.log();
+        if lines_with(&log, "SIGHUP: reloaded").is_empty() {
+            return Err(log);
+        }
+        Ok(())
+    });
+    // INFO now shows: a second relay's connection is logged.
+    relays.push(Relay::start(&daemon, RelayOpts::synthetic("guest-vm", 500)));
+    daemon.wait_connected(&["phone", "guest-vm"], Duration::from_secs(60));
+    wait_for(
+        "an INFO line for the new relay",
+        Duration::from_secs(20),
+        || {
+            let log = daemon.log();
+            let connected = lines_with(&log, "relay connected");
+            if connected.iter().any(|l| l.contains(" INFO ")) {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        },
+    );
+    // DEBUG too: a tail client that goes away mid-stream is a debug line.
+    wait_for("a DEBUG line", Duration::from_secs(30), || {
+        let mut tail = daemon
+            .control_request("{\"cmd\":\"tail\",\"format\":\"jsonl\"}\n")
+            .map_err(|e| e.to_string())?;
+        let mut first = String::new();
+        let _ = tail.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = BufReader::new(&mut tail).read_line(&mut first);
+        drop(tail);
+        std::thread::sleep(Duration::from_millis(500));
+        let log = daemon.log();
+        if lines_with(&log, " DEBUG ").is_empty() {
+            Err(log)
+        } else {
+            Ok(())
+        }
+    });
+    // Same process all along: the pid did not change and it stops cleanly.
+    assert_eq!(daemon.pid(), Some(pid));
+    for r in &mut relays {
+        assert!(r.stop().success(), "relay {}:\n{}", r.name(), r.log());
+    }
+    assert!(daemon.stop().success(), "tracesyncd:\n{}", daemon.log());
+}
+
+/// A tracesyncd writing its stderr into a pipe, killed on drop.
+struct Logged {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Logged {
+    /// Starts tracesyncd with `args`; `journal`: JOURNAL_STREAM names the
+    /// pipe, as systemd does for a service whose stderr is the journal.
+    fn start(args: &[&str], journal: bool) -> Logged {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        let st = nix::sys::stat::fstat(&writer).expect("fstat pipe");
+        let mut cmd = Command::new(live::bin("tracesyncd"));
+        cmd.args(["--listen", "127.0.0.1:0", "--sync-listen", "127.0.0.1:0"])
+            .arg("--control")
+            .arg(dir.path().join("c.sock"))
+            .arg("--output")
+            .arg(dir.path().join("out"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(writer));
+        if journal {
+            cmd.env("JOURNAL_STREAM", format!("{}:{}", st.st_dev, st.st_ino));
+        }
+        let child = cmd.spawn().expect("spawn tracesyncd");
+        drop(cmd); // closes our copy of the write end
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(reader).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Logged {
+            child,
+            lines,
+            _dir: dir,
+        }
+    }
+
+    /// Lines up to and including the "ready" log line.
+    fn until_ready(&self) -> Vec<String> {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            match self.lines.recv_timeout(Duration::from_millis(200)) {
+                Ok(line) => {
+                    let ready = line.contains("ready");
+                    got.push(line);
+                    if ready {
+                        return got;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("no ready line; got:\n{}", got.join("\n"));
+    }
+}
+
+#[test]
+fn logs_are_journald_friendly_under_systemd_and_json_on_request() {
+    // Under systemd: <N> priority prefix, no timestamp, no colour codes.
+    let journald = Logged::start(&[], true).until_ready();
+    let logged: Vec<_> = journald
+        .iter()
+        .filter(|l| !l.starts_with("tracesyncd: listening"))
+        .collect();
+    assert!(!logged.is_empty(), "{journald:?}");
+    for line in &logged {
+        assert!(
+            line.starts_with("<6>INFO ") || line.starts_with("<4>WARN "),
+            "no syslog priority prefix: {line:?}"
+        );
+        assert!(!line.contains('\u{1b}'), "colour codes: {line:?}");
+        assert!(
+            !line.contains("Z "),
+            "timestamp in a journald line: {line:?}"
+        );
+    }
+    // Without the journal: text with timestamps.
+    let text = Logged::start(&[], false).until_ready();
+    let ready = text.iter().find(|l| l.contains("ready")).expect("ready");
+    assert!(
+        ready.contains(" INFO ") && !ready.starts_with('<'),
+        "{ready:?}"
+    );
+    // JSON on request: every logged line is an object with level and message.
+    let json = Logged::start(&["--log-format", "json"], true).until_ready();
+    for line in json
+        .iter()
+        .filter(|l| !l.starts_with("tracesyncd: listening"))
+    {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+    }
+}
