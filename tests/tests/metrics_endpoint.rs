@@ -199,6 +199,7 @@ fn metrics_are_off_by_default_and_a_busy_address_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = Command::new(live::bin("tracesyncd"))
         .args(["--listen", "127.0.0.1:0", "--sync-listen", "127.0.0.1:0"])
+        .args(["--tls", "off"])
         .arg("--control")
         .arg(dir.path().join("c.sock"))
         .arg("--output")
@@ -333,6 +334,7 @@ impl Logged {
         let st = nix::sys::stat::fstat(&writer).expect("fstat pipe");
         let mut cmd = Command::new(live::bin("tracesyncd"));
         cmd.args(["--listen", "127.0.0.1:0", "--sync-listen", "127.0.0.1:0"])
+            .args(["--tls", "off"])
             .arg("--control")
             .arg(dir.path().join("c.sock"))
             .arg("--output")
