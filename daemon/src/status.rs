@@ -18,6 +18,26 @@ pub struct StatusReport {
     /// Host BOOTTIME when the report was made (ns).
     pub host_boottime_ns: u64,
     pub machines: Vec<MachineStatus>,
+    /// Whether the output can be written (disk full, I/O errors).
+    #[serde(default)]
+    pub output: OutputStatus,
+}
+
+/// The rolling output's health. While `failing`, nothing is acknowledged:
+/// relays keep their data spooled and the daemon retries every commit tick.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub struct OutputStatus {
+    /// A write or commit failed and none has succeeded since.
+    pub failing: bool,
+    /// Failed writes and commits since start (every retry counts).
+    pub errors: u64,
+    /// Episodes of failure since start (each ends with a good commit).
+    pub episodes: u64,
+    /// When the current episode began (Unix ms).
+    pub failing_since_unix_ms: Option<u64>,
+    /// The first error of the last episode.
+    pub last_error: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -124,6 +124,23 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             let _ = writeln!(out, "drops on {}: {}", name(m), reasons.join(", "));
         }
     }
+    let o = &report.output;
+    if o.failing {
+        let _ = writeln!(
+            out,
+            "OUTPUT NOT WRITABLE ({}); relays are not acknowledged and keep their spools; \
+             {} failed attempts, {} episodes",
+            o.last_error.as_deref().unwrap_or("?"),
+            o.errors,
+            o.episodes
+        );
+    } else if o.episodes > 0 {
+        let _ = writeln!(
+            out,
+            "output recovered from {} episodes of write errors ({} failed attempts)",
+            o.episodes, o.errors
+        );
+    }
     out
 }
 

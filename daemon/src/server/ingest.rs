@@ -26,7 +26,7 @@ use super::engine::{Core, Fanout, Slot, Writer};
 use super::events::{Feedback, IngestEvent, Welcomed};
 use crate::hostclock;
 use crate::live::OutPacket;
-use crate::status::StatusReport;
+use crate::status::{OutputStatus, StatusReport};
 
 /// Timers of the ingest loop.
 #[derive(Clone, Debug)]
@@ -111,6 +111,10 @@ struct Ingest<C: Core, W> {
     dirty: bool,
     /// The writer failed and has not recovered yet.
     failing: bool,
+    /// Counted failures, for the status report.
+    output: OutputStatus,
+    /// Sidecar writes are failing (logged once per episode).
+    sidecar_failing: bool,
     summary: IngestSummary,
 }
 
@@ -129,6 +133,8 @@ where
             written_of_unwritten: 0,
             dirty: false,
             failing: false,
+            output: OutputStatus::default(),
+            sidecar_failing: false,
             summary: IngestSummary::default(),
         }
     }
@@ -258,9 +264,19 @@ where
     fn on_sync(&mut self, update: &C::SyncUpdate) {
         self.core.sync(update);
         match self.writer.write_sync_samples(update) {
-            Ok(()) => self.dirty = true,
-            // Losing sidecar samples loses no trace data: log, go on.
-            Err(e) => warn!("cannot write clock-sync samples: {e}"),
+            Ok(()) => {
+                self.dirty = true;
+                if self.sidecar_failing {
+                    self.sidecar_failing = false;
+                    info!("clock-sync samples are written again");
+                }
+            }
+            // Losing sidecar samples loses no trace data: log once, go on.
+            Err(e) if !self.sidecar_failing => {
+                self.sidecar_failing = true;
+                warn!("cannot write clock-sync samples: {e}; dropping them until it works");
+            }
+            Err(e) => debug!("cannot write clock-sync samples: {e}"),
         }
     }
 
@@ -307,7 +323,14 @@ where
         }
         if self.failing {
             self.failing = false;
-            info!("the output is writable again; acknowledging relays");
+            let since = self.output.failing_since_unix_ms.take().unwrap_or(0);
+            self.output.failing = false;
+            info!(
+                "the output is writable again after {} ms ({} failed attempts in all); \
+                 acknowledging relays",
+                unix_ms().saturating_sub(since),
+                self.output.errors
+            );
         }
         for (slot, through) in self.core.committed_through(point) {
             if let Some(entry) = self.sessions.get(&slot) {
@@ -324,11 +347,16 @@ where
 
     fn failed(&mut self, what: &str, e: &io::Error) {
         self.summary.write_errors += 1;
+        self.output.errors += 1;
         metrics::counter!("tracesync_output_errors_total").increment(1);
         if self.failing {
             debug!("output {what} still failing: {e}");
         } else {
             self.failing = true;
+            self.output.failing = true;
+            self.output.episodes += 1;
+            self.output.failing_since_unix_ms = Some(unix_ms());
+            self.output.last_error = Some(format!("cannot {what}: {e}"));
             let file = self.current_file().unwrap_or_default();
             error!(
                 "cannot {what} the output {file}: {e}; relays are not acknowledged and wait \
@@ -351,6 +379,7 @@ where
             current_file: self.current_file(),
             host_boottime_ns: hostclock::boottime_ns(),
             machines: self.core.status(),
+            output: self.output.clone(),
         };
         status.send_replace(Arc::new(report));
     }
@@ -402,6 +431,12 @@ where
         );
         Ok(summary)
     }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// How long shutdown retries a failing final commit.
