@@ -3,6 +3,7 @@
 
 pub mod archive;
 pub mod build;
+pub mod faults;
 pub mod live;
 pub mod run;
 pub mod tp;
