@@ -33,6 +33,8 @@ pub struct ClusterOpts {
     /// The first relay runs in a time namespace shifted by this many
     /// seconds (when time namespaces work here).
     pub time_namespace_s: Option<i64>,
+    /// Extra flags of every relay.
+    pub relay_args: Vec<String>,
 }
 
 /// See the module docs.
@@ -68,6 +70,7 @@ impl Cluster {
                     (i as i64 + 1) * 1_000_000_007 * if i % 2 == 0 { 1 } else { -1 },
                 ),
                 clock_drift_ppm: (i == 1).then_some(20.0),
+                extra_args: opts.relay_args.clone(),
                 ..RelayOpts::synthetic(name, opts.rate)
             };
             if i == 0
@@ -189,7 +192,8 @@ impl Cluster {
     }
 
     /// Relay `i`'s clock steps by `step_ns`: it is stopped and started
-    /// again on its spool with its simulated clock offset moved.
+    /// again on its spool (same boot id) with its simulated clock offset
+    /// moved, so every clock it reports jumps at once.
     pub fn step_clock(&mut self, i: usize, step_ns: i64) {
         let r = &mut self.relays[i];
         let status = r.stop();
@@ -204,6 +208,10 @@ impl Cluster {
     /// with the trace processor. Returns the row and the check.
     pub fn finish(mut self, scenario: &str, seed: u64, judge_files: bool) -> (Row, OutputCheck) {
         self.stuck_tail = None;
+        // Every relay synced and flowing, so its last batches can be
+        // written (and acknowledged) within its drain timeout.
+        self.daemon.wait_synced(&self.name_refs(), RECOVERY_TIMEOUT);
+        self.wait_progress(1);
         // SIGTERM to all first, so they drain at once, then wait for each.
         for r in &self.relays {
             if let Some(pid) = r.pid() {
