@@ -19,7 +19,9 @@
 //!
 //! Knobs (environment): TRACESYNC_FAULT_SEED, TRACESYNC_FAULT_CYCLES (kill
 //! -9 cycles, default 6), TRACESYNC_FAULT_DISK_EPISODES (default 1),
-//! TRACESYNC_FAULT_STORMS (default 1).
+//! TRACESYNC_FAULT_STORMS (default 1), TRACESYNC_FAULT_STORM_RELAYS
+//! (default 64), TRACESYNC_FAULT_BACKWARD_STEPS=1 (clock steps may go
+//! back: the trace processor then counts invalid_clock_snapshots).
 
 use std::time::Duration;
 
@@ -128,6 +130,7 @@ fn random_kills_partitions_freezes_and_clock_steps_lose_nothing() {
     let _one = faults::one_at_a_time();
     let mut rng = Rng::from_env(TEST);
     let kills = env_u64("TRACESYNC_FAULT_CYCLES", 6).max(1);
+    let backward_steps = env_u64("TRACESYNC_FAULT_BACKWARD_STEPS", 0) != 0;
     let others = (kills / 5).max(1);
     let mut plan = vec![Fault::Kill9; kills as usize];
     for f in [
@@ -182,7 +185,13 @@ fn random_kills_partitions_freezes_and_clock_steps_lose_nothing() {
             // one boot, and a relay that did would give the trace
             // processor non-monotonic clock snapshots
             // (invalid_clock_snapshots), whatever the daemon does.
-            Fault::ClockStep => c.step_clock(relay, rng.range(100, 5000) as i64 * 1_000_000),
+            // TRACESYNC_FAULT_BACKWARD_STEPS=1 allows backward steps (to
+            // reproduce that).
+            Fault::ClockStep => {
+                let step = rng.range(100, 5000) as i64 * 1_000_000;
+                let back = backward_steps && rng.below(2) == 0;
+                c.step_clock(relay, if back { -step } else { step });
+            }
         }
         eprintln!(
             "{TEST}: fault {}/{}: {fault:?} (relay {relay})",
