@@ -250,11 +250,15 @@ impl Cluster {
             files: check.files.len(),
             files_judged: None,
         };
+        if std::env::var_os("TRACESYNC_FAULT_KEEP_ALL").is_some() {
+            keep_output(&dir, scenario);
+        }
         if judge_files && tp::require_or_skip(scenario) {
             match judge::judge_all(&check) {
                 Ok(j) => row.files_judged = Some(j.len()),
                 Err(e) => {
                     row.print();
+                    keep_output(&dir, scenario);
                     panic!("{scenario}: the trace processor rejects files:\n{e}");
                 }
             }
@@ -274,6 +278,21 @@ impl Cluster {
         }
         (row, check)
     }
+}
+
+/// Copies the output dir to `$TRACESYNC_FAULT_KEEP_DIR/<scenario>` when
+/// that is set (to look at rejected files after the test; every run's
+/// output with `TRACESYNC_FAULT_KEEP_ALL` set too).
+fn keep_output(dir: &std::path::Path, scenario: &str) {
+    let Some(keep) = std::env::var_os("TRACESYNC_FAULT_KEEP_DIR") else {
+        return;
+    };
+    let to = PathBuf::from(keep).join(scenario);
+    let _ = std::fs::create_dir_all(&to);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let _ = std::fs::copy(entry.path(), to.join(entry.file_name()));
+    }
+    eprintln!("{scenario}: output kept in {}", to.display());
 }
 
 /// Packets the daemon reports for the machine named `name`.
