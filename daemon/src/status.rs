@@ -25,6 +25,26 @@ pub struct StatusReport {
     /// `Refused.code` (bad_frame, frame_too_large, unexpected_frame, ...).
     #[serde(default)]
     pub relays_refused: BTreeMap<String, u64>,
+    /// Whether the output can be written (disk full, I/O errors).
+    #[serde(default)]
+    pub output: OutputStatus,
+}
+
+/// The rolling output's health. While `failing`, nothing is acknowledged:
+/// relays keep their data spooled and the daemon retries every commit tick.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub struct OutputStatus {
+    /// A write or commit failed and none has succeeded since.
+    pub failing: bool,
+    /// Failed writes and commits since start (every retry counts).
+    pub errors: u64,
+    /// Episodes of failure since start (each ends with a good commit).
+    pub episodes: u64,
+    /// When the current episode began (Unix ms).
+    pub failing_since_unix_ms: Option<u64>,
+    /// The first error of the last episode.
+    pub last_error: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

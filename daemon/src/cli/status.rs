@@ -148,6 +148,23 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             .collect();
         let _ = writeln!(out, "relays refused: {}", refused.join(", "));
     }
+    let o = &report.output;
+    if o.failing {
+        let _ = writeln!(
+            out,
+            "OUTPUT NOT WRITABLE ({}); relays are not acknowledged and keep their spools; \
+             {} failed attempts, episode {}",
+            o.last_error.as_deref().unwrap_or("?"),
+            o.errors,
+            o.episodes
+        );
+    } else if o.episodes > 0 {
+        let _ = writeln!(
+            out,
+            "output writable again after {} write-error episode(s) ({} failed attempts)",
+            o.episodes, o.errors
+        );
+    }
     out
 }
 
@@ -251,5 +268,33 @@ mod tests {
             assert!(lines[3].contains(cell), "{cell} missing in {}", lines[3]);
         }
         assert_eq!(lines[4], "drops on phone: clock_sync_failure_no_path=4");
+    }
+
+    #[test]
+    fn an_unwritable_output_is_said_below_the_table() {
+        let mut report = StatusReport {
+            output: crate::status::OutputStatus {
+                failing: true,
+                errors: 3,
+                episodes: 1,
+                failing_since_unix_ms: Some(1),
+                last_error: Some("cannot commit: No space left on device".into()),
+            },
+            ..Default::default()
+        };
+        let t = table(&report, 2);
+        let last = t.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("OUTPUT NOT WRITABLE (cannot commit: No space left on device)"),
+            "{t}"
+        );
+        report.output.failing = false;
+        let t = table(&report, 2);
+        assert!(
+            t.ends_with(
+                "output writable again after 1 write-error episode(s) (3 failed attempts)\n"
+            ),
+            "{t}"
+        );
     }
 }

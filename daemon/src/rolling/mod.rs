@@ -15,7 +15,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -127,6 +127,9 @@ pub struct RollingStats {
     /// Journal bytes past its last valid record, ignored by recovery.
     pub journal_ignored_bytes: u64,
     pub index_bad_lines: u64,
+    /// Times the data past the last commit was written again from memory
+    /// after a failed write or fsync (e.g. a full disk).
+    pub rewrites: u64,
 }
 
 /// The file being written.
@@ -135,8 +138,15 @@ struct Current {
     path: PathBuf,
     file: File,
     start: SystemTime,
-    /// Framed packets not yet handed to the OS.
+    /// Framed packets past `committed_len`, kept until a commit makes them
+    /// durable: after a failed write or fsync they are written again, since
+    /// the kernel may have dropped dirty pages it could not write back.
     pending: Vec<u8>,
+    /// Bytes of `pending` handed to the OS.
+    flushed: usize,
+    /// A write or fsync failed since the last commit: the file is cut back
+    /// to `committed_len` and `pending` written again before committing.
+    suspect: bool,
     /// Packets written after the preamble.
     data_packets: u64,
     machines: BTreeMap<u32, Option<Arc<str>>>,
@@ -155,22 +165,20 @@ fn frame(body: &[u8], out: &mut Vec<u8>) {
     wire::put_trace_packet(out, body);
 }
 
-/// Writes `buf` to `file`, removing from it what was written, also on error.
-fn drain_into<W: Write>(file: &mut W, buf: &mut Vec<u8>) -> io::Result<()> {
-    let mut done = 0;
-    let result = loop {
-        if done == buf.len() {
-            break Ok(());
+/// Writes `buf[*done..]` to `file`, advancing `done` by what was written,
+/// also on error.
+fn write_from<W: Write>(file: &mut W, buf: &[u8], done: &mut usize) -> io::Result<()> {
+    loop {
+        if *done >= buf.len() {
+            return Ok(());
         }
-        match file.write(&buf[done..]) {
-            Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => done += n,
+        match file.write(&buf[*done..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => break Err(e),
+            Err(e) => return Err(e),
         }
-    };
-    buf.drain(..done);
-    result
+    }
 }
 
 /// Writes the rolling output. See the module docs.
@@ -286,6 +294,8 @@ impl RollingWriter {
             file,
             start: now,
             pending: Vec::new(),
+            flushed: 0,
+            suspect: false,
             data_packets: 0,
             machines: BTreeMap::new(),
             entry: IndexEntry {
@@ -304,7 +314,8 @@ impl RollingWriter {
     /// reached). On error the packet was not taken and nothing is torn: the
     /// caller may retry it later.
     pub fn write(&mut self, packet: &OutPacket, now: SystemTime) -> io::Result<()> {
-        if self.current.pending.len() >= FLUSH_BYTES {
+        let c = &self.current;
+        if c.pending.len() - c.flushed >= FLUSH_BYTES {
             self.flush()?;
         }
         if self.should_rotate(now) {
@@ -358,22 +369,51 @@ impl RollingWriter {
         c.data_packets > 0 && (c.entry.bytes >= self.config.max_file_bytes || old)
     }
 
+    /// Hands the pending bytes to the OS. After a failure since the last
+    /// commit, first cuts the file back to its committed length and writes
+    /// everything past it again.
     fn flush(&mut self) -> io::Result<()> {
         let c = &mut self.current;
-        drain_into(&mut c.file, &mut c.pending).map_err(at(&c.path, "write"))
+        if c.suspect {
+            let len = c.committed_len;
+            c.file
+                .set_len(len)
+                .and_then(|()| c.file.seek(SeekFrom::Start(len)))
+                .map_err(at(&c.path, "truncate"))?;
+            c.flushed = 0;
+            c.suspect = false;
+            self.stats.rewrites += 1;
+        }
+        let written = write_from(&mut c.file, &c.pending, &mut c.flushed);
+        if written.is_err() {
+            c.suspect = true;
+        }
+        written.map_err(at(&c.path, "write"))
+    }
+
+    /// fdatasync of the current file (if configured); a failure makes the
+    /// bytes past the last commit suspect.
+    fn sync_current(&mut self) -> io::Result<()> {
+        let c = &mut self.current;
+        if self.config.fsync
+            && let Err(e) = c.file.sync_data()
+        {
+            c.suspect = true;
+            return Err(at(&c.path, "fsync")(e));
+        }
+        Ok(())
     }
 
     /// Makes everything written so far durable, and records it in the
     /// journal. On error nothing committed before is lost; retry later.
     pub fn commit(&mut self) -> io::Result<()> {
         self.flush()?;
-        let c = &mut self.current;
+        let c = &self.current;
         if self.changed.is_empty() && c.entry.bytes == c.committed_len {
             return Ok(());
         }
-        if self.config.fsync {
-            c.file.sync_data().map_err(at(&c.path, "fsync"))?;
-        }
+        self.sync_current()?;
+        let c = &mut self.current;
         let record = JournalRecord {
             file: c.entry.name.clone(),
             len: c.entry.bytes,
@@ -386,6 +426,8 @@ impl RollingWriter {
             .append(&record)
             .map_err(at(&path, "append to"))?;
         c.committed_len = c.entry.bytes;
+        c.pending.clear();
+        c.flushed = 0;
         self.changed.clear();
         self.stats.commits += 1;
         if self.journal.len() > JOURNAL_COMPACT_BYTES {
@@ -403,10 +445,7 @@ impl RollingWriter {
     /// Ends the current file and starts the next one with the preamble.
     fn rotate(&mut self, now: SystemTime) -> io::Result<()> {
         self.flush()?;
-        if self.config.fsync {
-            let c = &self.current;
-            c.file.sync_data().map_err(at(&c.path, "fsync"))?;
-        }
+        self.sync_current()?;
         let name = naming::file_name(now, self.next_file_seq);
         let preamble = self.preamble.packets();
         let next = Self::start_file(&self.config, &name, now, &preamble)?;

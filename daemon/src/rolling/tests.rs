@@ -556,18 +556,49 @@ impl io::Write for FullDisk {
 #[test]
 fn a_full_disk_loses_and_tears_nothing() {
     let data: Vec<u8> = (0..=255).collect();
-    let mut pending = data.clone();
+    let mut done = 0;
     let mut disk = FullDisk {
         written: Vec::new(),
         room: 100,
     };
-    let e = drain_into(&mut disk, &mut pending).expect_err("disk is full");
+    let e = write_from(&mut disk, &data, &mut done).expect_err("disk is full");
     assert_eq!(e.kind(), io::ErrorKind::StorageFull);
-    assert_eq!(pending, data[100..]);
+    assert_eq!(done, 100);
     disk.room = usize::MAX;
-    drain_into(&mut disk, &mut pending).expect("space again");
-    assert!(pending.is_empty());
+    write_from(&mut disk, &data, &mut done).expect("space again");
+    assert_eq!(done, data.len());
     assert_eq!(disk.written, data);
+}
+
+#[test]
+fn after_a_failure_the_uncommitted_tail_is_written_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.commit().expect("commit");
+    let committed = w.index().last().expect("entry").bytes;
+    w.write(&event(5, 2, 1, 2), at(0)).expect("write");
+    w.flush().expect("flush");
+    // What a failed fsync may leave: the tail on disk is not what was
+    // written (pages dropped, or garbage past it).
+    let path = w.current_path().to_path_buf();
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes.truncate(committed as usize + 3);
+    bytes.extend_from_slice(b"garbage past the tail");
+    std::fs::write(&path, &bytes).expect("write");
+    w.current.suspect = true;
+    w.write(&event(5, 2, 2, 3), at(0)).expect("write");
+    w.commit().expect("commit");
+    assert_eq!(w.stats().rewrites, 1);
+    let expected = w.index().last().expect("entry").bytes;
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), expected);
+    w.close().expect("close");
+    let ts: Vec<u64> = read_packets(&path)
+        .iter()
+        .filter(|p| p.data.is_some())
+        .filter_map(|p| p.timestamp)
+        .collect();
+    assert_eq!(ts, [1000, 1001, 1002]);
 }
 
 #[test]

@@ -27,7 +27,7 @@ use super::events::{Close, Feedback, IngestEvent, Welcomed};
 use crate::hostclock;
 use crate::live::OutPacket;
 use crate::reload::OutputLimits;
-use crate::status::StatusReport;
+use crate::status::{OutputStatus, StatusReport};
 
 /// Timers of the ingest loop.
 #[derive(Clone, Debug)]
@@ -136,6 +136,10 @@ struct Ingest<C: Core, W> {
     dirty: bool,
     /// The writer failed and has not recovered yet.
     failing: bool,
+    /// Counted failures, for the status report.
+    output: OutputStatus,
+    /// Sidecar writes are failing (logged once per episode).
+    sidecar_failing: bool,
     summary: IngestSummary,
     metrics: crate::metrics::IngestMetrics,
 }
@@ -156,6 +160,8 @@ where
             written_of_unwritten: 0,
             dirty: false,
             failing: false,
+            output: OutputStatus::default(),
+            sidecar_failing: false,
             summary: IngestSummary::default(),
             metrics,
         }
@@ -292,9 +298,19 @@ where
     fn on_sync(&mut self, update: &C::SyncUpdate) {
         self.core.sync(update);
         match self.writer.write_sync_samples(update) {
-            Ok(()) => self.dirty = true,
-            // Losing sidecar samples loses no trace data: log, go on.
-            Err(e) => warn!("cannot write clock-sync samples: {e}"),
+            Ok(()) => {
+                self.dirty = true;
+                if self.sidecar_failing {
+                    self.sidecar_failing = false;
+                    info!("clock-sync samples are written again");
+                }
+            }
+            // Losing sidecar samples loses no trace data: log once, go on.
+            Err(e) if !self.sidecar_failing => {
+                self.sidecar_failing = true;
+                warn!("cannot write clock-sync samples: {e}; dropping them until it works");
+            }
+            Err(e) => debug!("cannot write clock-sync samples: {e}"),
         }
     }
 
@@ -341,7 +357,14 @@ where
         }
         if self.failing {
             self.failing = false;
-            info!("the output is writable again; acknowledging relays");
+            let since = self.output.failing_since_unix_ms.take().unwrap_or(0);
+            self.output.failing = false;
+            info!(
+                "the output is writable again after {} ms ({} failed attempts in all); \
+                 acknowledging relays",
+                unix_ms().saturating_sub(since),
+                self.output.errors
+            );
         }
         for (slot, through) in self.core.committed_through(point) {
             if let Some(entry) = self.sessions.get(&slot) {
@@ -358,11 +381,16 @@ where
 
     fn failed(&mut self, what: &str, e: &io::Error) {
         self.summary.write_errors += 1;
+        self.output.errors += 1;
         metrics::counter!(crate::metrics::names::OUTPUT_ERRORS).increment(1);
         if self.failing {
             debug!("output {what} still failing: {e}");
         } else {
             self.failing = true;
+            self.output.failing = true;
+            self.output.episodes += 1;
+            self.output.failing_since_unix_ms = Some(unix_ms());
+            self.output.last_error = Some(format!("cannot {what}: {e}"));
             let file = self.current_file().unwrap_or_default();
             error!(
                 "cannot {what} the output {file}: {e}; relays are not acknowledged and wait \
@@ -394,6 +422,7 @@ where
                 .as_ref()
                 .map(|c| c.refusals())
                 .unwrap_or_default(),
+            output: self.output.clone(),
         };
         self.core.record_metrics();
         self.writer.record_metrics();
@@ -449,6 +478,12 @@ where
         );
         Ok(summary)
     }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// How long shutdown retries a failing final commit.

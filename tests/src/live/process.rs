@@ -107,6 +107,12 @@ pub struct DaemonOpts {
     pub rotate_seconds: Option<u64>,
     pub max_relays: Option<u64>,
     pub extra_args: Vec<String>,
+    /// Write the output here instead of a new temporary dir (e.g. a small
+    /// filesystem mounted by the test).
+    pub output_dir: Option<PathBuf>,
+    /// Run the daemon through this command (e.g. `nsenter -t PID -m --`);
+    /// it must exec the daemon, so the child's pid stays the daemon's.
+    pub command_prefix: Vec<String>,
     /// Mutual TLS files; None runs plaintext (`--tls off`, said explicitly).
     pub tls: Option<DaemonTls>,
 }
@@ -149,7 +155,10 @@ impl Daemon {
     /// its startup line. Panics with the daemon's output if it does not come.
     pub fn start(opts: DaemonOpts) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
-        let output = dir.path().join("out");
+        let output = opts
+            .output_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().join("out"));
         let control = dir.path().join("control.sock");
         std::fs::create_dir_all(&output).expect("create output dir");
         let unbound: SocketAddr = "127.0.0.1:0".parse().expect("address");
@@ -169,7 +178,14 @@ impl Daemon {
     }
 
     fn spawn(&mut self, data: SocketAddr, sync: SocketAddr) {
-        let mut cmd = Command::new(bin("tracesyncd"));
+        let mut cmd = match self.opts.command_prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin("tracesyncd"));
+                c
+            }
+            None => Command::new(bin("tracesyncd")),
+        };
         cmd.arg("--listen")
             .arg(data.to_string())
             .arg("--sync-listen")
