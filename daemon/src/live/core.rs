@@ -50,6 +50,9 @@ pub(super) struct Machine {
     pub last_seen: Option<u64>,
     /// The last sync point written: (client BOOTTIME, offset).
     pub sync_point: Option<(u64, i64)>,
+    /// Sync points never go below this client BOOTTIME: the one the
+    /// current file's preamble replays after a restart.
+    pub sync_floor: u64,
     pub estimate: Option<SyncEstimate>,
 }
 
@@ -150,6 +153,9 @@ impl LiveCore {
         };
         let host_name = core.config.host_name.as_deref().map(Arc::from);
         core.machines.entry(0).or_default().name = host_name;
+        for (raw_id, client) in recovered.sync_floors {
+            core.machines.entry(raw_id).or_default().sync_floor = client;
+        }
         for s in recovered.streams {
             core.machines.entry(s.machine_raw_id).or_default();
             let id = core.allocate_stream_id();

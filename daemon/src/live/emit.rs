@@ -101,8 +101,9 @@ impl LiveCore {
         if last.is_some_and(|(_, o)| o.abs_diff(offset) <= threshold) {
             return;
         }
-        // Client values never go backwards within a machine.
-        let floor = last.map_or(0, |(client, _)| client);
+        // Client values never go backwards within a machine, nor below the
+        // sync point a restarted daemon's preamble replays.
+        let floor = last.map_or(0, |(client, _)| client).max(machine.sync_floor);
         let (client, host) = offset_pair(u64::try_from(c).unwrap_or(0).max(floor), offset);
         machine.sync_point = Some((client, offset));
         let bytes = Bytes::from(sync_point_packet(

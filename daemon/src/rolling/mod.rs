@@ -88,6 +88,10 @@ pub struct Recovered {
     /// Output sequence ids below this are used in the carried-over state:
     /// allocate new ones from here (1 when nothing was recovered).
     pub next_out_seq: u32,
+    /// Per machine raw id, the client BOOTTIME of the last sync point the
+    /// new file's preamble replays: sync points written after a restart must
+    /// not go below it (Perfetto rejects a RemoteClockSync that goes back).
+    pub sync_floors: Vec<(u32, u64)>,
 }
 
 /// Errors of `open`.
@@ -219,6 +223,7 @@ impl RollingWriter {
         let recovered = Recovered {
             streams: found.streams.values().copied().collect(),
             next_out_seq: found.next_out_seq,
+            sync_floors: found.preamble.sync_floors(),
         };
         let name = naming::file_name(now, found.next_file_seq);
         let preamble = found.preamble.packets();

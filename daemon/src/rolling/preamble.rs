@@ -141,6 +141,38 @@ impl PreambleState {
         self.counters
     }
 
+    /// Per machine, the highest client BOOTTIME of its replayed sync point.
+    pub fn sync_floors(&self) -> Vec<(u32, u64)> {
+        use prost::Message;
+        use tracesync_protocol::perfetto::trace_packet::Data;
+        use tracesync_protocol::perfetto::{TracePacket, clock_snapshot::Clock};
+        const BOOTTIME: u32 = 6;
+        let mut floors: Vec<(u32, u64)> = self
+            .sync_points
+            .iter()
+            .filter_map(|(&machine, entry)| {
+                let Ok(TracePacket {
+                    data: Some(Data::RemoteClockSync(sync)),
+                    ..
+                }) = TracePacket::decode(&entry.bytes[..])
+                else {
+                    return None;
+                };
+                let client = sync
+                    .synced_clocks
+                    .iter()
+                    .filter_map(|s| s.client_clocks.as_ref())
+                    .flat_map(|c| c.clocks.iter())
+                    .filter(|c: &&Clock| c.clock_id == Some(BOOTTIME))
+                    .filter_map(|c| c.timestamp)
+                    .max()?;
+                Some((machine, client))
+            })
+            .collect();
+        floors.sort_unstable();
+        floors
+    }
+
     /// Notes a packet written to the output.
     pub fn observe(&mut self, role: Role, machine: u32, seq: u32, bytes: &Bytes) {
         self.order += 1;
@@ -333,6 +365,33 @@ mod tests {
         // Nothing to strip: the same bytes, not a copy.
         let b = encode(state);
         assert_eq!(strip_for_replay(&b).as_ptr(), b.as_ptr());
+    }
+
+    #[test]
+    fn sync_floors_are_the_replayed_sync_points_client_boottime() {
+        use crate::merge::output::sync_point_packet;
+        let mut s = PreambleState::new(PreambleLimits::default());
+        s.observe(
+            Role::SyncPoint,
+            3,
+            1,
+            &Bytes::from(sync_point_packet(3, 1, 700, 650)),
+        );
+        s.observe(
+            Role::SyncPoint,
+            3,
+            1,
+            &Bytes::from(sync_point_packet(3, 1, 900, 850)),
+        );
+        s.observe(
+            Role::SyncPoint,
+            5,
+            1,
+            &Bytes::from(sync_point_packet(5, 1, 40, 10)),
+        );
+        // Undecodable bytes give no floor rather than a wrong one.
+        s.observe(Role::SyncPoint, 7, 1, &Bytes::from_static(&[0xff, 0xff]));
+        assert_eq!(s.sync_floors(), [(3, 900), (5, 40)]);
     }
 
     fn state_packet(seq: u32, flags: u32, size: usize) -> Bytes {

@@ -224,7 +224,8 @@ fn rotation_by_size_makes_self_contained_files() {
         recovered,
         Recovered {
             streams: vec![],
-            next_out_seq: 1
+            next_out_seq: 1,
+            sync_floors: vec![],
         }
     );
     write_mixed(&mut w, 600, |_| at(1));
@@ -501,7 +502,8 @@ fn files_without_a_journal_are_kept_and_numbering_continues() {
         recovered,
         Recovered {
             streams: vec![],
-            next_out_seq: 1
+            next_out_seq: 1,
+            sync_floors: vec![],
         }
     );
     let files = rolled_files(dir.path());

@@ -324,6 +324,32 @@ fn sync_points_before_first_packet_and_when_offset_moves_past_threshold() {
 }
 
 #[test]
+fn sync_points_after_a_restart_never_go_below_the_replayed_one() {
+    // The new file's preamble replays a sync point of machine 1 at client
+    // 500_000; a resent older packet (client 100_000) must not put an
+    // earlier one after it (Perfetto: invalid_clock_snapshots).
+    let mut core = LiveCore::new(
+        config(),
+        Recovered {
+            sync_floors: vec![(1, 500_000)],
+            ..Recovered::default()
+        },
+    );
+    let a = synced_relay(&mut core, 10, 1, 5_000);
+    let mut out = Vec::new();
+    core.batch(a, 1, 0, encode(&[event(2, 100_000)]), None, 0)
+        .unwrap();
+    core.flush_all(&mut out);
+    // Same offset (5_000), client raised to the floor.
+    assert_eq!(sync_points(&out), [(500_000, 495_000)]);
+    assert_eq!(
+        relayed(&out).last().unwrap().ts,
+        95_000,
+        "placement unchanged"
+    );
+}
+
+#[test]
 fn host_writes_its_system_info_once_and_a_snapshot_every_second() {
     let mut core = core();
     let snap = |t: u64| [(BOOTTIME, t), (MONOTONIC, t - 7), (1, t + 99), (5, t - 8)];

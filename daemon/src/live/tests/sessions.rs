@@ -75,6 +75,7 @@ fn recovered_state_deduplicates_across_a_restart() {
             written_through: 4,
         }],
         next_out_seq: 10,
+        sync_floors: vec![],
     };
     let mut core = LiveCore::new(config(), recovered);
     let mut h = hello(10, 1, "phone");
