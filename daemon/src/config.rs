@@ -238,37 +238,9 @@ impl Default for LimitsConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LogLevel {
-    Error,
-    Warn,
-    #[default]
-    Info,
-    Debug,
-    Trace,
-}
-
-impl LogLevel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Error => "error",
-            LogLevel::Warn => "warn",
-            LogLevel::Info => "info",
-            LogLevel::Debug => "debug",
-            LogLevel::Trace => "trace",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-pub struct LogConfig {
-    /// Used when RUST_LOG is not set; applied again on SIGHUP.
-    pub level: LogLevel,
-    /// auto (journald-friendly under systemd, else text), text or json.
-    pub format: crate::logging::LogFormat,
-}
+/// `[log]`: level (applied again on SIGHUP) and format; one definition
+/// with the relay's (see [`crate::logging`]).
+pub use crate::logging::{LogConfig, LogLevel};
 
 // Range checks, shared by the file (with spans) and the flags.
 

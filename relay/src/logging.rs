@@ -1,6 +1,6 @@
-//! Logging of `tracesync-relay`: tracing-subscriber on stderr, in one of
-//! three shapes (the daemon's `daemon/src/logging.rs` does the same; the
-//! relay does not link the daemon).
+//! Logging of `tracesync-relay` and, through `daemon/src/logging.rs`, of
+//! `tracesyncd` (one source compiled into both crates): tracing-subscriber
+//! on stderr, in one of three shapes.
 //!
 //! - journald (stderr is the journal stream, `JOURNAL_STREAM` names it):
 //!   no colours, no timestamps (journald stamps every line), and a syslog
@@ -12,7 +12,7 @@
 //!
 //! The level comes from `[log] level`, unless `RUST_LOG` is set: then
 //! `RUST_LOG` wins, also over a reload. The filter sits behind a reload
-//! handle: [`set_level`] changes it without a restart.
+//! handle: [`set_level`] changes it without a restart (SIGHUP).
 
 use std::fmt;
 use std::sync::OnceLock;
