@@ -80,7 +80,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::SOFTWARE);
         }
     };
-    ExitCode::from(runtime.block_on(run(config)))
+    ExitCode::from(runtime.block_on(run(config, flags)))
 }
 
 /// The merged configuration, sources fully parsed: one error line.
@@ -98,7 +98,8 @@ fn load_config(flags: &Flags) -> Result<RelayConfig, String> {
     Ok(config)
 }
 
-async fn run(config: RelayConfig) -> u8 {
+async fn run(config: RelayConfig, flags: Flags) -> u8 {
+    tokio::spawn(reload_on_sighup(flags));
     if let Some(addr) = config.metrics.listen {
         if let Err(e) = parts::metrics::install(addr) {
             tracing::error!("cannot serve metrics on {addr} ([metrics] listen): {e}");
@@ -292,6 +293,34 @@ fn to_incoming(batch: SourceBatch) -> Incoming {
         source: batch.source,
         packets: batch.packets,
         cursor: cursor.into(),
+    }
+}
+
+/// SIGHUP: re-reads the config with the same flags and applies `[log]
+/// level`; every other relay setting needs a restart (the spool keeps what
+/// is not acknowledged). Without this handler SIGHUP would end the relay.
+async fn reload_on_sighup(flags: Flags) {
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match load_config(&flags) {
+            Ok(config) => {
+                let level = config.log.level.as_str();
+                match parts::logging::set_level(level) {
+                    Ok(parts::logging::LevelChange::KeptEnv) => {
+                        tracing::info!(
+                            "SIGHUP: log.level {level} ignored: RUST_LOG is set and wins"
+                        )
+                    }
+                    Ok(_) => tracing::info!(
+                        "SIGHUP: log.level {level} applied; other relay settings need a restart"
+                    ),
+                    Err(e) => tracing::warn!("SIGHUP: {e}"),
+                }
+            }
+            Err(line) => tracing::warn!("SIGHUP: keeping the running config: {line}"),
+        }
     }
 }
 

@@ -219,3 +219,59 @@ async fn follows_a_file_across_a_drop_a_sigterm_and_a_restart() {
 
     assert_eq!(daemon.written, (0..1500).collect::<Vec<u64>>());
 }
+
+/// SIGHUP re-reads `[log] level` (info lines appear after it) and does not
+/// end the relay.
+#[test]
+fn sighup_applies_the_log_level_and_keeps_the_relay_running() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("relay.toml");
+    let write = |level: &str| {
+        // Nothing listens on port 9 of loopback: the relay keeps retrying.
+        let text = format!(
+            "host = \"127.0.0.1:9\"\nname = \"hup\"\nspool = {:?}\nsources = [\"synthetic:10\"]\n\
+             [tls]\nmode = \"off\"\n[log]\nlevel = \"{level}\"\n",
+            dir.path().join("spool").display().to_string()
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    write("error");
+    let mut relay = RelayProc(
+        Command::new(env!("CARGO_BIN_EXE_tracesync-relay"))
+            .arg("--config")
+            .arg(&config)
+            .env_remove("RUST_LOG")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = relay.0.stderr.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    write("info");
+    let pid = nix::unistd::Pid::from_raw(relay.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut applied = false;
+    while !applied && Instant::now() < deadline {
+        if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
+            applied = line.contains("SIGHUP: log.level info applied");
+        }
+    }
+    assert!(applied, "no SIGHUP line at info level");
+    assert!(
+        relay.0.try_wait().unwrap().is_none(),
+        "SIGHUP ended the relay"
+    );
+    terminate(&relay);
+}
