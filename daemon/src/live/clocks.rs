@@ -13,9 +13,10 @@
 use std::collections::{HashMap, VecDeque};
 
 use prost::Message;
-use tracesync_protocol::clock_ids::{BOOTTIME, is_sequence_clock};
+use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC, is_sequence_clock};
 use tracesync_protocol::perfetto::ClockSnapshot;
 
+use super::epochs::EpochBoundaries;
 use crate::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
 
 /// Snapshots kept per distinct clock set.
@@ -50,6 +51,8 @@ pub struct RelayClocks {
     /// Arrival counter: rebuilds replay snapshots in their original order.
     fed: u64,
     pub invalid_clock_snapshots: u64,
+    /// Where the relay's clock epochs (suspends) begin.
+    epochs: EpochBoundaries,
 }
 
 impl RelayClocks {
@@ -70,6 +73,16 @@ impl RelayClocks {
                 is_incremental: c.is_incremental.unwrap_or(false),
             })
             .collect();
+        let read = |id: u32| {
+            snapshot
+                .clocks
+                .iter()
+                .find(|c| c.clock_id == Some(id) && !c.is_incremental.unwrap_or(false))
+                .and_then(|c| i64::try_from(c.timestamp?).ok())
+        };
+        if let (Some(boottime), Some(monotonic)) = (read(BOOTTIME), read(MONOTONIC)) {
+            self.epochs.observe(boottime, monotonic);
+        }
         if clocks.len() < 2 {
             // One clock relates nothing; Perfetto accepts it, but it adds no edge.
             return false;
@@ -140,6 +153,12 @@ impl RelayClocks {
             .convert_within_machine(node(relay_sequence, clock), raw, boottime())
     }
 
+    /// The relay's BOOTTIME-MONOTONIC at relay BOOTTIME `boottime` (its
+    /// clock epoch), from its snapshots; None before the first one.
+    pub fn epoch_at(&self, boottime: i64) -> Option<i64> {
+        self.epochs.at(boottime)
+    }
+
     /// Snapshots currently in the graph (for tests of the bound).
     #[cfg(test)]
     pub fn snapshots_in_graph(&self) -> usize {
@@ -150,7 +169,6 @@ impl RelayClocks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracesync_protocol::clock_ids::MONOTONIC;
     use tracesync_protocol::perfetto::clock_snapshot::Clock;
 
     fn snapshot(clocks: &[(u32, u64)]) -> Vec<u8> {

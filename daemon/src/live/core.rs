@@ -10,6 +10,7 @@ use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
 
 use super::acks::BatchTracker;
 use super::clocks::RelayClocks;
+use super::epochs::EarlierEstimates;
 use super::estimate::SyncEstimate;
 use super::hash::IdMap;
 use super::ingest::{PendingPacket, Staged};
@@ -71,7 +72,10 @@ pub(super) struct Relay {
     pub boot_id: String,
     pub slot: Option<RelaySlot>,
     pub clocks: RelayClocks,
+    /// The latest sync estimate (of the relay's current epoch).
     pub estimate: Option<SyncEstimate>,
+    /// The last estimate of each earlier epoch: packets map in their own.
+    pub earlier: EarlierEstimates,
     /// Relay BOOTTIME of its latest Hello/Batch/Heartbeat clocks.
     pub latest_boottime: Option<u64>,
     pub batches: BatchTracker,
@@ -261,6 +265,7 @@ impl LiveCore {
                 slot: None,
                 clocks: RelayClocks::default(),
                 estimate: None,
+                earlier: EarlierEstimates::default(),
                 latest_boottime: None,
                 // Nothing known of this instance: what precedes its spool
                 // was acknowledged before (by this daemon, before a restart).
@@ -410,6 +415,7 @@ impl LiveCore {
     pub fn sync(&mut self, slot: RelaySlot, estimate: SyncEstimate) -> Result<(), SessionError> {
         let instance = self.relay_of(slot)?;
         if let Some(relay) = self.relays.get_mut(&instance) {
+            relay.earlier.replaced(relay.estimate, &estimate);
             relay.estimate = Some(estimate);
             let raw_id = relay.raw_id;
             self.machine(raw_id).estimate = Some(estimate);

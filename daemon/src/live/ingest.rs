@@ -16,6 +16,7 @@ use tracesync_protocol::scan::{PacketFields, defaults_timestamp_clock_id, scan_p
 use super::acks::BatchSeq;
 use super::clocks::RelayClocks;
 use super::core::{LiveCore, StreamKey, reason};
+use super::epochs::EarlierEstimates;
 use super::estimate::SyncEstimate;
 use super::order::{BatchRef, Queued, StreamId};
 use super::packet::{Origin, OutPacket, Role};
@@ -68,36 +69,44 @@ enum Resolution {
     Drop(&'static str),
 }
 
+/// Host time of relay BOOTTIME `boottime`, with the estimate of the
+/// packet's own clock epoch.
+fn to_host(
+    clocks: &RelayClocks,
+    estimates: (Option<&SyncEstimate>, &EarlierEstimates),
+    boottime: i64,
+) -> Resolution {
+    let (latest, earlier) = estimates;
+    let Some(e) = earlier.pick(latest, clocks.epoch_at(boottime)) else {
+        return Resolution::NoSync;
+    };
+    // Negative relay BOOTTIME cannot be a time on it: dropped as Perfetto would.
+    let ts = u64::try_from(boottime).map_or(-1, |b| e.to_host(b));
+    if ts < 0 {
+        return Resolution::Drop(reason::NEGATIVE);
+    }
+    Resolution::Ready {
+        ts,
+        boottime: Some(boottime),
+    }
+}
+
 fn resolve(
     clocks: &mut RelayClocks,
-    estimate: Option<&SyncEstimate>,
+    estimates: (Option<&SyncEstimate>, &EarlierEstimates),
     last: Option<(i64, Option<i64>)>,
     timestamp: Option<u64>,
     m: &Meta,
 ) -> Resolution {
-    let to_host = |boottime: i64| -> Resolution {
-        let Some(e) = estimate else {
-            return Resolution::NoSync;
-        };
-        // Negative relay BOOTTIME cannot be a time on it: dropped as Perfetto would.
-        let ts = u64::try_from(boottime).map_or(-1, |b| e.to_host(b));
-        if ts < 0 {
-            return Resolution::Drop(reason::NEGATIVE);
-        }
-        Resolution::Ready {
-            ts,
-            boottime: Some(boottime),
-        }
-    };
     match timestamp {
         Some(raw) => match clocks.boottime_of(m.key.1, m.clock, raw) {
-            Ok(boottime) => to_host(boottime),
+            Ok(boottime) => to_host(clocks, estimates, boottime),
             Err(ConvertError::Overflow) => Resolution::Drop(reason::CONVERSION),
             Err(_) => Resolution::NoPath,
         },
         None => match (last, m.fallback_boottime) {
             (Some((ts, boottime)), _) => Resolution::Ready { ts, boottime },
-            (None, Some(b)) => to_host(i64::try_from(b).unwrap_or(i64::MAX)),
+            (None, Some(b)) => to_host(clocks, estimates, i64::try_from(b).unwrap_or(i64::MAX)),
             (None, None) => Resolution::Ready {
                 ts: i64::try_from(m.arrival).unwrap_or(i64::MAX),
                 boottime: None,
@@ -246,10 +255,9 @@ impl LiveCore {
         let resolution = if blocked {
             Resolution::NoPath
         } else {
-            let estimate = relay.estimate;
             resolve(
                 &mut relay.clocks,
-                estimate.as_ref(),
+                (relay.estimate.as_ref(), &relay.earlier),
                 last,
                 fields.timestamp,
                 &m,
@@ -312,7 +320,11 @@ impl LiveCore {
             return;
         }
         stream.last = Some((ts, boottime));
-        let estimate = self.relays.get(&m.key.0).and_then(|r| r.estimate);
+        // The bound of the estimate the packet was mapped with (its epoch's).
+        let estimate = self.relays.get(&m.key.0).and_then(|r| {
+            let epoch = boottime.and_then(|c| r.clocks.epoch_at(c));
+            r.earlier.pick(r.estimate.as_ref(), epoch).copied()
+        });
         let packet = OutPacket {
             ts,
             machine_raw_id: raw_id,
@@ -426,10 +438,9 @@ impl LiveCore {
             let Some(relay) = self.relays.get_mut(&instance) else {
                 break;
             };
-            let estimate = relay.estimate;
             let mut resolution = resolve(
                 &mut relay.clocks,
-                estimate.as_ref(),
+                (relay.estimate.as_ref(), &relay.earlier),
                 last,
                 fields.timestamp,
                 &m,

@@ -61,6 +61,7 @@ mod acks;
 mod clocks;
 mod core;
 mod emit;
+mod epochs;
 pub mod estimate;
 mod hash;
 mod ingest;

@@ -405,3 +405,34 @@ fn defaults_clock_applies_to_the_sequence() {
     // The sequence's default names the clock: nothing is stamped.
     assert_eq!(decode(got[1]).timestamp_clock_id, None);
 }
+
+#[test]
+fn packets_map_with_the_estimate_of_their_own_clock_epoch() {
+    let mut core = core();
+    let c = core.connect(hello(10, 1, "laptop"), 0).unwrap();
+    // Epoch 1: BOOTTIME-MONOTONIC 6 us, relay 1 us ahead of the host. Then
+    // a suspend (BOOTTIME-MONOTONIC jumps by 30 s) and a new epoch whose
+    // estimate says 3 us: packets of the old epoch still arriving keep the
+    // old mapping.
+    let epoch = |offset_ns, bmm| SyncEstimate {
+        boottime_minus_monotonic_ns: bmm,
+        ..estimate(offset_ns)
+    };
+    core.sync(c.slot, epoch(1_000, 6_000)).unwrap();
+    core.sync(c.slot, epoch(3_000, 30_000_006_000)).unwrap();
+    let packets = [
+        snapshot(1, &[(BOOTTIME, 10_000), (MONOTONIC, 4_000)]),
+        event(2, 20_000),
+        snapshot(1, &[(BOOTTIME, 40_000_000_000), (MONOTONIC, 9_999_994_000)]),
+        event(2, 40_000_001_000),
+    ];
+    core.batch(c.slot, 1, 0, encode(&packets), None, 0).unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let times: Vec<i64> = relayed(&out).iter().map(|p| p.ts).collect();
+    assert_eq!(
+        times,
+        [9_000, 19_000, 39_999_997_000, 39_999_998_000],
+        "old epoch with its 1 us, new epoch with 3 us"
+    );
+}
