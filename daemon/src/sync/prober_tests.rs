@@ -434,6 +434,7 @@ fn a_low_delay_sample_far_outside_the_bound_starts_a_burst() {
 fn the_steady_rate_slows_while_samples_agree_and_speeds_up_when_not() {
     let config = ProberConfig {
         train_length: 1,
+        max_interval_ns: 1_000 * MS,
         ..ProberConfig::default()
     };
     let mut core = core_with(config);
@@ -469,6 +470,19 @@ fn the_steady_rate_slows_while_samples_agree_and_speeds_up_when_not() {
     // Within the steady schedule, the next probe is due an interval after
     // the disagreeing reply at most.
     assert!(core.next_wakeup_ns().expect("active") <= now + 101 * MS);
+}
+
+#[test]
+fn by_default_agreeing_samples_never_slow_probing_below_4_hz() {
+    let config = ProberConfig {
+        train_length: 1,
+        ..ProberConfig::default()
+    };
+    let mut core = core_with(config);
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    run_answering(&mut core, &relay, 0, 60_000 * MS, MS, |s| reply_to(s, 0));
+    assert_eq!(core.steady_interval_ns(SESSION), Some(250 * MS));
 }
 
 #[test]
