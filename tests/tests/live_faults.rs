@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use tracesync_tests::live::{
-    Daemon, DaemonOpts, OutputCheck, Relay, RelayOpts, check_output, judge, process,
+    Daemon, DaemonOpts, OutputCheck, Relay, RelayOpts, check_output, judge,
 };
 use tracesync_tests::tp;
 
@@ -33,29 +33,6 @@ fn relays(daemon: &Daemon) -> Vec<Relay> {
 }
 
 const NAMES: [&str; 2] = ["fault-a", "fault-b"];
-
-/// Packets the daemon reports for the machine named `name`.
-fn packets_of(status: &serde_json::Value, name: &str) -> u64 {
-    process::machine(status, name).map_or(0, |m| m["packets"].as_u64().unwrap_or(0))
-}
-
-/// Waits until the daemon has taken `more` packets from each relay past
-/// what it reported when called (so the next fault lands mid-stream and
-/// every relay is seen flowing again after the last one).
-fn wait_progress(daemon: &Daemon, more: u64) {
-    let status = daemon.status().unwrap_or_default();
-    let start: Vec<u64> = NAMES.iter().map(|n| packets_of(&status, n)).collect();
-    daemon.wait_status(
-        &format!("{more} more packets from each relay"),
-        Duration::from_secs(30),
-        |s| {
-            NAMES
-                .iter()
-                .zip(&start)
-                .all(|(n, &from)| packets_of(s, n) >= from + more)
-        },
-    );
-}
 
 fn finish(test: &str, relays: &mut [Relay], daemon: &mut Daemon, min_events: u64) -> OutputCheck {
     for r in relays.iter_mut() {
@@ -92,19 +69,19 @@ fn daemon_kill9_mid_stream_loses_and_duplicates_nothing() {
     });
     let mut relays = relays(&daemon);
     daemon.wait_connected(&NAMES, Duration::from_secs(30));
-    wait_progress(&daemon, RATE);
+    daemon.wait_progress(&NAMES, RATE);
 
     daemon.kill9();
     // The relays keep generating into their spools while the daemon is down.
     std::thread::sleep(Duration::from_secs(1));
     daemon.restart();
     daemon.wait_connected(&NAMES, Duration::from_secs(30));
-    wait_progress(&daemon, RATE);
+    daemon.wait_progress(&NAMES, RATE);
 
     daemon.kill9();
     daemon.restart();
     daemon.wait_connected(&NAMES, Duration::from_secs(30));
-    wait_progress(&daemon, RATE);
+    daemon.wait_progress(&NAMES, RATE);
 
     let check = finish(
         "daemon_kill9_mid_stream_loses_and_duplicates_nothing",
@@ -124,21 +101,21 @@ fn relay_kill9_mid_stream_loses_and_duplicates_nothing() {
     });
     let mut relays = relays(&daemon);
     daemon.wait_connected(&NAMES, Duration::from_secs(30));
-    wait_progress(&daemon, RATE);
+    daemon.wait_progress(&NAMES, RATE);
 
     for _ in 0..2 {
         relays[0].kill9();
         std::thread::sleep(Duration::from_millis(300));
         relays[0].restart();
         daemon.wait_connected(&NAMES, Duration::from_secs(30));
-        wait_progress(&daemon, RATE);
+        daemon.wait_progress(&NAMES, RATE);
     }
     // Down while the daemon is up, then back: resumes from its spool.
     relays[1].kill9();
     std::thread::sleep(Duration::from_secs(1));
     relays[1].restart();
     daemon.wait_connected(&NAMES, Duration::from_secs(30));
-    wait_progress(&daemon, RATE);
+    daemon.wait_progress(&NAMES, RATE);
 
     let check = finish(
         "relay_kill9_mid_stream_loses_and_duplicates_nothing",

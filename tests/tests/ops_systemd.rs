@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tracesync_tests::live::{Daemon, DaemonOpts, Relay, RelayOpts, bin, check_output, process};
+use tracesync_tests::live::{Daemon, DaemonOpts, Relay, RelayOpts, bin, check_output};
 use tracesync_tests::tp::repo_root;
 
 const UNITS: [&str; 2] = ["tracesyncd.service", "tracesync-relay.service"];
@@ -292,25 +292,6 @@ fn no_watchdog_keep_alives_without_watchdog_usec() {
 const RATE: u64 = 2000;
 const NAMES: [&str; 2] = ["term-a", "term-b"];
 
-fn packets_of(status: &serde_json::Value, name: &str) -> u64 {
-    process::machine(status, name).map_or(0, |m| m["packets"].as_u64().unwrap_or(0))
-}
-
-fn wait_progress(daemon: &Daemon, more: u64) {
-    let status = daemon.status().unwrap_or_default();
-    let start: Vec<u64> = NAMES.iter().map(|n| packets_of(&status, n)).collect();
-    daemon.wait_status(
-        &format!("{more} more packets from each relay"),
-        Duration::from_secs(30),
-        |s| {
-            NAMES
-                .iter()
-                .zip(&start)
-                .all(|(n, &from)| packets_of(s, n) >= from + more)
-        },
-    );
-}
-
 #[test]
 fn sigterm_under_load_loses_nothing() {
     let mut daemon = Daemon::start(DaemonOpts {
@@ -322,7 +303,7 @@ fn sigterm_under_load_loses_nothing() {
         .map(|name| Relay::start(&daemon, RelayOpts::synthetic(name, RATE)))
         .collect();
     daemon.wait_connected(&NAMES, Duration::from_secs(30));
-    wait_progress(&daemon, RATE);
+    daemon.wait_progress(&NAMES, RATE);
 
     for round in 0..2 {
         // SIGTERM while the relays stream: drain, commit, final acks, exit 0.
@@ -340,7 +321,7 @@ fn sigterm_under_load_loses_nothing() {
         std::thread::sleep(Duration::from_millis(500));
         daemon.restart();
         daemon.wait_connected(&NAMES, Duration::from_secs(30));
-        wait_progress(&daemon, RATE);
+        daemon.wait_progress(&NAMES, RATE);
     }
 
     for r in &mut relays {

@@ -370,6 +370,27 @@ impl Daemon {
         );
     }
 
+    /// Waits until the daemon has taken `more` packets from each machine in
+    /// `names` past what it reported when called (so the next fault lands
+    /// mid-stream and every relay is seen flowing again after the last one).
+    pub fn wait_progress(&self, names: &[&str], more: u64) {
+        let packets = |status: &serde_json::Value, name: &str| {
+            machine(status, name).map_or(0, |m| m["packets"].as_u64().unwrap_or(0))
+        };
+        let status = self.status().unwrap_or_default();
+        let start: Vec<u64> = names.iter().map(|n| packets(&status, n)).collect();
+        self.wait_status(
+            &format!("{more} more packets from each relay"),
+            Duration::from_secs(30),
+            |s| {
+                names
+                    .iter()
+                    .zip(&start)
+                    .all(|(n, &from)| packets(s, n) >= from + more)
+            },
+        );
+    }
+
     /// Waits until every relay named in `names` is connected.
     pub fn wait_connected(&self, names: &[&str], timeout: Duration) -> serde_json::Value {
         self.wait_status(&format!("relays {names:?} connected"), timeout, |s| {
