@@ -20,7 +20,6 @@ use std::sync::Arc;
 
 use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
-use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -173,28 +172,17 @@ impl TlsConfig {
     }
 }
 
+#[path = "../../relay/src/pem.rs"]
+mod pem;
+
 /// Every certificate in a PEM file (at least one).
 pub fn read_certs(path: &Path, key: TlsKey) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let fail = |message: String| TlsError { key, message };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
-    if certs.is_empty() {
-        return Err(fail(format!(
-            "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-            path.display()
-        )));
-    }
-    Ok(certs)
+    pem::certificates(path).map_err(|message| TlsError { key, message })
 }
 
 /// The private key in a PEM file.
 pub fn read_key(path: &Path, key: TlsKey) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError {
-        key,
-        message: format!("cannot read a private key from {}: {e}", path.display()),
-    })
+    pem::private_key(path).map_err(|message| TlsError { key, message })
 }
 
 /// A relay data stream: plain TCP or TCP under TLS. Sessions are generic

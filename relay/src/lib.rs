@@ -23,6 +23,7 @@ pub mod identity;
 pub mod logging;
 pub mod metrics;
 pub mod own_packets;
+pub mod pem;
 pub mod probe;
 pub mod sequences;
 pub mod session;

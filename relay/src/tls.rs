@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::RootCertStore;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::{CertificateDer, ServerName};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -176,15 +175,7 @@ impl RelayTls {
             })?;
         }
         let chain = read_certs(self.cert.get_ref(), TlsKey::Cert)?;
-        let key = PrivateKeyDer::from_pem_file(self.key.get_ref()).map_err(|e| {
-            fail(
-                TlsKey::Key,
-                format!(
-                    "cannot read a private key from {}: {e}",
-                    self.key.get_ref().display()
-                ),
-            )
-        })?;
+        let key = crate::pem::private_key(self.key.get_ref()).map_err(|m| fail(TlsKey::Key, m))?;
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| fail(TlsKey::Cert, e.to_string()))?
@@ -216,18 +207,7 @@ fn host_part(host: &str) -> &str {
 }
 
 fn read_certs(path: &Path, key: TlsKey) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let fail = |message: String| TlsError { key, message };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
-    if certs.is_empty() {
-        return Err(fail(format!(
-            "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-            path.display()
-        )));
-    }
-    Ok(certs)
+    crate::pem::certificates(path).map_err(|message| TlsError { key, message })
 }
 
 #[cfg(test)]
