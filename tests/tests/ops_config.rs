@@ -170,6 +170,50 @@ fn daemon_output_dir_that_is_a_file_fails_the_check() {
 }
 
 #[test]
+fn daemon_sync_out_of_range_is_one_exact_line_naming_the_key() {
+    let (line, file, _dir) = error_line("tracesyncd", "[sync]\nmin-interval-ms = 5\n");
+    assert_eq!(
+        line,
+        format!(
+            "tracesyncd: {}:2:19: [sync] min-interval-ms must be in 10..=60000, got 5",
+            file.display()
+        )
+    );
+    let (line, file, _dir) = error_line("tracesyncd", "[sync]\nprobe-timeout-ms = 0\n");
+    assert_eq!(
+        line,
+        format!(
+            "tracesyncd: {}:2:20: [sync] probe-timeout-ms must be in 10..=60000, got 0",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn daemon_sync_intervals_out_of_order_are_one_exact_line() {
+    let (line, file, _dir) = error_line(
+        "tracesyncd",
+        "[sync]\nmin-interval-ms = 300\nmax-interval-ms = 200\nsteady-interval-ms = 250\n",
+    );
+    assert_eq!(
+        line,
+        format!(
+            "tracesyncd: {}: [sync] min-interval-ms (300) must not exceed max-interval-ms (200)",
+            file.display()
+        )
+    );
+    let (line, file, _dir) = error_line("tracesyncd", "[sync]\nsteady-interval-ms = 50\n");
+    assert_eq!(
+        line,
+        format!(
+            "tracesyncd: {}: [sync] steady-interval-ms (50) must be within \
+             min-interval-ms..=max-interval-ms (100..=250)",
+            file.display()
+        )
+    );
+}
+
+#[test]
 fn relay_unknown_key_is_one_exact_line() {
     let (line, file, _dir) = error_line(
         "tracesync-relay",
@@ -356,6 +400,47 @@ fn sighup_changes_the_log_level_without_a_restart_and_names_what_needs_one() {
         "{line}"
     );
     assert_eq!(daemon.child.id(), pid, "same process");
+    assert!(
+        daemon.child.try_wait().expect("try_wait").is_none(),
+        "tracesyncd still runs"
+    );
+}
+
+#[test]
+fn sighup_applies_the_probe_schedule_and_names_the_threshold_for_a_restart() {
+    let mut daemon = Daemon::start();
+    let dir = daemon.config.parent().expect("dir").to_path_buf();
+    let mut text = config_text(&dir, "info", "127.0.0.1:0", 1 << 30);
+    text.push_str(
+        "[sync]\nmax-interval-ms = 1000\nburst-probes = 4\nsync-point-threshold-ns = 10\n",
+    );
+    std::fs::write(&daemon.config, text).expect("rewrite config");
+    daemon.hup();
+    let line = daemon.wait_line("the reload line", |l| l.contains("SIGHUP: reloaded"));
+    assert!(
+        line.ends_with(
+            "applied: sync.burst-probes, sync.max-interval-ms; need a restart (running values \
+             kept): sync.sync-point-threshold-ns"
+        ),
+        "{line}"
+    );
+    // A schedule out of order is refused as a whole.
+    std::fs::write(
+        &daemon.config,
+        format!(
+            "{}[sync]\nmin-interval-ms = 2000\n",
+            config_text(&dir, "info", "127.0.0.1:0", 1 << 30)
+        ),
+    )
+    .expect("rewrite config");
+    daemon.hup();
+    let line = daemon.wait_line("the refused reload", |l| {
+        l.contains("SIGHUP: keeping the running config")
+    });
+    assert!(
+        line.ends_with("[sync] min-interval-ms (2000) must not exceed max-interval-ms (250)"),
+        "{line}"
+    );
     assert!(
         daemon.child.try_wait().expect("try_wait").is_none(),
         "tracesyncd still runs"
