@@ -446,3 +446,44 @@ fn sighup_applies_the_probe_schedule_and_names_the_threshold_for_a_restart() {
         "tracesyncd still runs"
     );
 }
+
+/// SIGHUP reaches the prober: a connected relay's probe rate follows the
+/// new `[sync]` schedule without a reconnect.
+#[test]
+fn sighup_changes_the_probe_rate_of_a_connected_relay() {
+    use tracesync_tests::live::{self, DaemonOpts, Relay, RelayOpts};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("daemon.toml");
+    std::fs::write(&config, "[sync]\ntrain-length = 2\n").expect("write config");
+    let daemon = live::Daemon::start(DaemonOpts {
+        extra_args: vec!["--config".into(), config.display().to_string()],
+        ..DaemonOpts::default()
+    });
+    let mut relay = Relay::start(&daemon, RelayOpts::synthetic("hup-relay", 100));
+    let rate = |status: &serde_json::Value| {
+        live::process::machine(status, "hup-relay")
+            .and_then(|m| m["sync"]["probe_rate_hz"].as_f64())
+            .unwrap_or(0.0)
+    };
+    // Steady: 4..10 Hz with one follow-up each.
+    let session = |status: &serde_json::Value| {
+        live::process::machine(status, "hup-relay").map(|m| m["sync"]["session_id"].clone())
+    };
+    let before = daemon.wait_status("hup-relay probing steadily", Duration::from_secs(60), |s| {
+        (8.0..=20.0).contains(&rate(s))
+    });
+    std::fs::write(
+        &config,
+        "[sync]\nsteady-interval-ms = 1000\nmin-interval-ms = 1000\nmax-interval-ms = 1000\n\
+         train-length = 1\n",
+    )
+    .expect("rewrite config");
+    let pid = Pid::from_raw(i32::try_from(daemon.pid().expect("running")).expect("pid"));
+    kill(pid, Signal::SIGHUP).expect("SIGHUP");
+    // One probe a second now (a burst in between would show 66.7 Hz).
+    let status = daemon.wait_status("hup-relay probing at 1 Hz", Duration::from_secs(30), |s| {
+        rate(s) == 1.0
+    });
+    assert_eq!(session(&status), session(&before), "the same probe session");
+    assert!(relay.stop().success(), "relay:\n{}", relay.log());
+}
