@@ -103,6 +103,7 @@ pub struct DaemonConfig {
     pub log: LogConfig,
     pub tls: TlsConfig,
     pub metrics: crate::metrics::MetricsConfig,
+    pub sync: crate::sync::prober::SyncConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -352,12 +353,19 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 impl DaemonConfig {
     /// Parses a config file's text; `file` only names it in errors.
     pub fn from_toml(text: &str, file: &Path) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError {
+        let config: Self = toml::from_str(text).map_err(|e| ConfigError {
             file: file.to_path_buf(),
             position: e.span().map(|span| line_column(text, span.start)),
             // toml's message may span lines; keep the error to one.
             message: e.message().trim().replace('\n', "; "),
-        })
+        })?;
+        // Checks across keys of a section (each key's range is checked above).
+        config.sync.check().map_err(|message| ConfigError {
+            file: file.to_path_buf(),
+            position: None,
+            message,
+        })?;
+        Ok(config)
     }
 
     /// Reads the config the args point at (or the default file, or defaults)

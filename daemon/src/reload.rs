@@ -4,7 +4,9 @@
 //! Applied at once: `log.level`, `auth.token`, `auth.allow-machines` (for
 //! the next connections), and the output's rotation and retention
 //! (`output.rotate-*`, `output.retain-*`, pushed to the rolling writer by
-//! the ingest thread). Everything else (listen addresses, the output
+//! the ingest thread), and the prober's schedule (`sync.*` but
+//! `sync.sync-point-threshold-ns`, handed to the prober thread through its
+//! registry; running sessions keep their estimators). Everything else (listen addresses, the output
 //! directory, commit interval, fsync, merge and limits, and any section this
 //! module does not know) is reported as needing a restart and keeps its
 //! running value.
@@ -69,6 +71,11 @@ impl ReloadPlan {
         self.applied.iter().any(|k| k.starts_with("output."))
     }
 
+    /// A key of the prober's schedule changed (`sync.*`, applied live).
+    pub fn prober_changed(&self) -> bool {
+        self.applied.iter().any(|k| k.starts_with("sync."))
+    }
+
     /// The one log line: what changed, and what needs a restart.
     pub fn summary(&self) -> String {
         if self.is_empty() {
@@ -114,6 +121,29 @@ pub fn plan(running: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
         o.retain_seconds != n.retain_seconds,
         "output.retain-seconds",
     );
+    let (s, t) = (&running.sync, &new.sync);
+    live(s.burst_probes != t.burst_probes, "sync.burst-probes");
+    live(
+        s.burst_interval_ms != t.burst_interval_ms,
+        "sync.burst-interval-ms",
+    );
+    live(
+        s.steady_interval_ms != t.steady_interval_ms,
+        "sync.steady-interval-ms",
+    );
+    live(
+        s.min_interval_ms != t.min_interval_ms,
+        "sync.min-interval-ms",
+    );
+    live(
+        s.max_interval_ms != t.max_interval_ms,
+        "sync.max-interval-ms",
+    );
+    live(s.train_length != t.train_length, "sync.train-length");
+    live(
+        s.probe_timeout_ms != t.probe_timeout_ms,
+        "sync.probe-timeout-ms",
+    );
 
     let mut restart = |changed: bool, key: &'static str| {
         if changed {
@@ -134,6 +164,10 @@ pub fn plan(running: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
     restart(o.fsync != n.fsync, "output.fsync");
     restart(running.merge != new.merge, "merge");
     restart(running.limits != new.limits, "limits");
+    restart(
+        s.sync_point_threshold_ns != t.sync_point_threshold_ns,
+        "sync.sync-point-threshold-ns",
+    );
 
     // Sections this function does not name (added later): compare what is
     // left once every named key is made equal.
@@ -144,6 +178,7 @@ pub fn plan(running: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
     rest.listen = running.listen.clone();
     rest.merge = running.merge.clone();
     rest.limits = running.limits.clone();
+    rest.sync = running.sync;
     restart(&rest != running, "other sections");
     plan
 }
@@ -217,6 +252,23 @@ mod tests {
         let plan = plan(&running, &new);
         assert_eq!(plan.applied, ["log.level"]);
         assert!(plan.need_restart.is_empty());
+        assert!(!plan.output_limits_changed());
+    }
+
+    #[test]
+    fn the_probers_schedule_is_applied_and_the_threshold_needs_a_restart() {
+        let running = DaemonConfig::default();
+        let new = parse(
+            "[sync]\nmax-interval-ms = 1000\nprobe-timeout-ms = 500\n\
+             sync-point-threshold-ns = 10\n",
+        );
+        let plan = plan(&running, &new);
+        assert_eq!(
+            plan.applied,
+            ["sync.max-interval-ms", "sync.probe-timeout-ms"]
+        );
+        assert_eq!(plan.need_restart, ["sync.sync-point-threshold-ns"]);
+        assert!(plan.prober_changed());
         assert!(!plan.output_limits_changed());
     }
 

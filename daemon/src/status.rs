@@ -75,4 +75,8 @@ pub struct MachineStatus {
     pub rtt_ns: Option<u64>,
     /// Wall clock of the last frame from this machine (Unix ms).
     pub last_seen_unix_ms: Option<u64>,
+    /// The machine's probe session: estimator state, probe counters, route
+    /// and rate (None for the host and for relays without a session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<crate::sync::sessions::MachineSync>,
 }

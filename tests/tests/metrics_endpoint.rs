@@ -91,10 +91,10 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
     let relay_metrics = free_addr();
     let mut phone = RelayOpts::synthetic("phone", 1000);
     phone.extra_args = vec!["--metrics-listen".into(), relay_metrics.to_string()];
-    let mut relays = vec![
-        Relay::start(&daemon, phone),
-        Relay::start(&daemon, RelayOpts::synthetic("guest-vm", 1000)),
-    ];
+    // The VM probes over the TCP fallback, the phone over UDP.
+    let mut vm = RelayOpts::synthetic("guest-vm", 1000);
+    vm.extra_args = vec!["--sync-transport".into(), "tcp".into()];
+    let mut relays = vec![Relay::start(&daemon, phone), Relay::start(&daemon, vm)];
     daemon.wait_synced(&["phone", "guest-vm"], Duration::from_secs(60));
 
     let names = tracesync::metrics::names::ALL;
@@ -158,6 +158,8 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
         "error bound {error_bound}"
     );
 
+    check_probe_sessions(&daemon, metrics);
+
     let relay_names = tracesync_relay::metrics::ALL;
     wait_for(
         "every relay metric with traffic",
@@ -189,6 +191,194 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
         assert!(r.stop().success(), "relay {}:\n{}", r.name(), r.log());
     }
     assert!(daemon.stop().success(), "tracesyncd:\n{}", daemon.log());
+}
+
+/// Each relay's probe session, in the metrics (`machine` label) and in
+/// `tracesync status` (JSON and table), with sane values once synced.
+fn check_probe_sessions(daemon: &Daemon, metrics: SocketAddr) {
+    let routes = [("phone", "udp"), ("guest-vm", "tcp")];
+    let page = wait_for(
+        "probe-session series of both relays with samples",
+        Duration::from_secs(30),
+        || {
+            let page = http_get(metrics, "/metrics")?;
+            let s = samples(&page);
+            for (machine, route) in routes {
+                let get = |series: String| {
+                    value(&s, &series).ok_or_else(|| format!("no {series} in:\n{page}"))
+                };
+                let plain = |name: &str| get(format!("{name}{{machine=\"{machine}\"}}"));
+                let labelled = |name: &str, key: &str, v: &str| {
+                    get(format!("{name}{{machine=\"{machine}\",{key}=\"{v}\"}}"))
+                };
+                if labelled("tracesync_sync_state", "state", "unsynced")? != 0.0 {
+                    return Err(format!("{machine} is unsynced in:\n{page}"));
+                }
+                if labelled("tracesync_sync_route", "route", route)? != 1.0 {
+                    return Err(format!("{machine} is not on {route} in:\n{page}"));
+                }
+                if plain("tracesync_sync_replies_total")? < 4.0 {
+                    return Err(format!("{machine}: fewer than 4 replies in:\n{page}"));
+                }
+            }
+            Ok(page)
+        },
+    );
+    let s = samples(&page);
+    for (machine, route) in routes {
+        let v = |name: &str| {
+            value(&s, &format!("{name}{{machine=\"{machine}\"}}"))
+                .unwrap_or_else(|| panic!("no {name} of {machine}"))
+        };
+        let other_route = if route == "udp" { "tcp" } else { "udp" };
+        let idle = value(
+            &s,
+            &format!("tracesync_sync_route{{machine=\"{machine}\",route=\"{other_route}\"}}"),
+        );
+        assert_eq!(idle, Some(0.0), "{machine}");
+        let states: f64 = ["unsynced", "bursting", "steady"]
+            .iter()
+            .filter_map(|st| {
+                value(
+                    &s,
+                    &format!("tracesync_sync_state{{machine=\"{machine}\",state=\"{st}\"}}"),
+                )
+            })
+            .sum();
+        assert_eq!(states, 1.0, "{machine}: exactly one state");
+        let rate = v("tracesync_sync_probe_rate_hz");
+        // Steady: 4..10 Hz with one follow-up each; a burst: 1 / 15 ms.
+        assert!((4.0..=70.0).contains(&rate), "{machine}: rate {rate}");
+        // 0 unless the estimator saw a step (two contradicting samples on
+        // this loaded loopback): a small count either way.
+        let epoch = v("tracesync_sync_epoch");
+        assert!(
+            (0.0..50.0).contains(&epoch) && epoch.fract() == 0.0,
+            "{machine}: epoch {epoch}"
+        );
+        assert!(v("tracesync_sync_samples") >= 1.0, "{machine}");
+        let age = v("tracesync_sync_last_sample_age_seconds");
+        assert!(
+            (0.0..5.0).contains(&age),
+            "{machine}: last sample {age} s ago"
+        );
+        let bound = v("tracesync_sync_error_bound_now_seconds");
+        assert!(bound > 0.0 && bound < 0.1, "{machine}: bound now {bound}");
+        let sigma = v("tracesync_sync_sigma_seconds");
+        assert!((0.0..0.1).contains(&sigma), "{machine}: sigma {sigma}");
+        let freq_bound = v("tracesync_sync_frequency_bound_ppm");
+        assert!(
+            freq_bound > 0.0 && freq_bound <= 1000.0,
+            "{machine}: frequency bound {freq_bound}"
+        );
+        let sent = v("tracesync_sync_probes_sent_total");
+        let replies = v("tracesync_sync_replies_total");
+        assert!(
+            replies >= 4.0 && replies <= sent,
+            "{machine}: {replies} of {sent}"
+        );
+        assert!(v("tracesync_sync_bursts_total") >= 1.0, "{machine}");
+        for reason in ["bad_mac", "replayed"] {
+            let series = format!(
+                "tracesync_sync_replies_rejected_total{{machine=\"{machine}\",reason=\"{reason}\"}}"
+            );
+            assert_eq!(value(&s, &series), Some(0.0), "{series}");
+        }
+    }
+    // The host has no probe session.
+    assert!(
+        !s.iter()
+            .any(|(series, _)| series.starts_with("tracesync_sync_state{")
+                && !routes
+                    .iter()
+                    .any(|(m, _)| series.contains(&format!("machine=\"{m}\"")))),
+        "sync state of a machine without a relay"
+    );
+
+    // The same in `tracesync status --json`: the machine's `sync` object.
+    let status = daemon.status_cli().unwrap_or_else(|e| panic!("{e}"));
+    for (machine, route) in routes {
+        let m = live::process::machine(&status, machine).expect("machine in status");
+        let sync = &m["sync"];
+        assert!(
+            ["bursting", "steady"].contains(&sync["state"].as_str().unwrap_or("")),
+            "{machine}: {sync}"
+        );
+        assert_eq!(sync["route"], route, "{machine}: {sync}");
+        assert!(
+            sync["epoch"].as_u64().is_some_and(|e| e < 50),
+            "{machine}: {sync}"
+        );
+        assert!(sync["samples"].as_u64().is_some_and(|n| n >= 1), "{sync}");
+        assert!(
+            sync["bound_now_ns"]
+                .as_u64()
+                .is_some_and(|b| b > 0 && b < 100_000_000),
+            "{sync}"
+        );
+        assert!(sync["sigma_ns"].is_u64(), "{sync}");
+        assert!(
+            sync["freq_bound_ppm"].as_f64().is_some_and(|f| f > 0.0),
+            "{sync}"
+        );
+        assert!(
+            sync["last_sample_age_ns"]
+                .as_u64()
+                .is_some_and(|a| a < 5_000_000_000),
+            "{sync}"
+        );
+        assert!(
+            sync["probe_rate_hz"].as_f64().is_some_and(|r| r > 0.0),
+            "{sync}"
+        );
+        let probes = &sync["probes"];
+        let sent = probes["probes_sent"].as_u64().unwrap_or(0);
+        let replies = probes["replies"].as_u64().unwrap_or(0);
+        assert!(replies >= 4 && replies <= sent, "{probes}");
+        for key in [
+            "timeouts",
+            "bad_mac",
+            "replayed",
+            "nonce_mismatch",
+            "bursts",
+        ] {
+            assert!(probes[key].is_u64(), "{key} in {probes}");
+        }
+        assert_eq!(probes["bad_mac"], 0, "{probes}");
+    }
+    let host = status["machines"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["raw_id"] == 0))
+        .expect("the host");
+    assert!(host.get("sync").is_none(), "{host}");
+    assert!(
+        status["sync"]["probe_timeouts"].is_u64(),
+        "{}",
+        status["sync"]
+    );
+
+    // And in the table: one `sync on` line per relay.
+    let out = Command::new(live::bin("tracesync"))
+        .arg("status")
+        .arg("--connect")
+        .arg(&daemon.control)
+        .output()
+        .expect("run tracesync status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    for (machine, route) in routes {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(&format!("sync on {machine}: ")))
+            .unwrap_or_else(|| panic!("no sync line of {machine} in:\n{table}"));
+        assert!(line.contains(&format!(" via {route} at ")), "{line}");
+        assert!(line.contains("; bound now ±"), "{line}");
+        assert!(line.contains("; probes sent="), "{line}");
+    }
 }
 
 #[test]

@@ -170,6 +170,50 @@ fn daemon_output_dir_that_is_a_file_fails_the_check() {
 }
 
 #[test]
+fn daemon_sync_out_of_range_is_one_exact_line_naming_the_key() {
+    let (line, file, _dir) = error_line("tracesyncd", "[sync]\nmin-interval-ms = 5\n");
+    assert_eq!(
+        line,
+        format!(
+            "tracesyncd: {}:2:19: [sync] min-interval-ms must be in 10..=60000, got 5",
+            file.display()
+        )
+    );
+    let (line, file, _dir) = error_line("tracesyncd", "[sync]\nprobe-timeout-ms = 0\n");
+    assert_eq!(
+        line,
+        format!(
+            "tracesyncd: {}:2:20: [sync] probe-timeout-ms must be in 10..=60000, got 0",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn daemon_sync_intervals_out_of_order_are_one_exact_line() {
+    let (line, file, _dir) = error_line(
+        "tracesyncd",
+        "[sync]\nmin-interval-ms = 300\nmax-interval-ms = 200\nsteady-interval-ms = 250\n",
+    );
+    assert_eq!(
+        line,
+        format!(
+            "tracesyncd: {}: [sync] min-interval-ms (300) must not exceed max-interval-ms (200)",
+            file.display()
+        )
+    );
+    let (line, file, _dir) = error_line("tracesyncd", "[sync]\nsteady-interval-ms = 50\n");
+    assert_eq!(
+        line,
+        format!(
+            "tracesyncd: {}: [sync] steady-interval-ms (50) must be within \
+             min-interval-ms..=max-interval-ms (100..=250)",
+            file.display()
+        )
+    );
+}
+
+#[test]
 fn relay_unknown_key_is_one_exact_line() {
     let (line, file, _dir) = error_line(
         "tracesync-relay",
@@ -360,4 +404,86 @@ fn sighup_changes_the_log_level_without_a_restart_and_names_what_needs_one() {
         daemon.child.try_wait().expect("try_wait").is_none(),
         "tracesyncd still runs"
     );
+}
+
+#[test]
+fn sighup_applies_the_probe_schedule_and_names_the_threshold_for_a_restart() {
+    let mut daemon = Daemon::start();
+    let dir = daemon.config.parent().expect("dir").to_path_buf();
+    let mut text = config_text(&dir, "info", "127.0.0.1:0", 1 << 30);
+    text.push_str(
+        "[sync]\nmax-interval-ms = 1000\nburst-probes = 4\nsync-point-threshold-ns = 10\n",
+    );
+    std::fs::write(&daemon.config, text).expect("rewrite config");
+    daemon.hup();
+    let line = daemon.wait_line("the reload line", |l| l.contains("SIGHUP: reloaded"));
+    assert!(
+        line.ends_with(
+            "applied: sync.burst-probes, sync.max-interval-ms; need a restart (running values \
+             kept): sync.sync-point-threshold-ns"
+        ),
+        "{line}"
+    );
+    // A schedule out of order is refused as a whole.
+    std::fs::write(
+        &daemon.config,
+        format!(
+            "{}[sync]\nmin-interval-ms = 2000\n",
+            config_text(&dir, "info", "127.0.0.1:0", 1 << 30)
+        ),
+    )
+    .expect("rewrite config");
+    daemon.hup();
+    let line = daemon.wait_line("the refused reload", |l| {
+        l.contains("SIGHUP: keeping the running config")
+    });
+    assert!(
+        line.ends_with("[sync] min-interval-ms (2000) must not exceed max-interval-ms (250)"),
+        "{line}"
+    );
+    assert!(
+        daemon.child.try_wait().expect("try_wait").is_none(),
+        "tracesyncd still runs"
+    );
+}
+
+/// SIGHUP reaches the prober: a connected relay's probe rate follows the
+/// new `[sync]` schedule without a reconnect.
+#[test]
+fn sighup_changes_the_probe_rate_of_a_connected_relay() {
+    use tracesync_tests::live::{self, DaemonOpts, Relay, RelayOpts};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("daemon.toml");
+    std::fs::write(&config, "[sync]\ntrain-length = 2\n").expect("write config");
+    let daemon = live::Daemon::start(DaemonOpts {
+        extra_args: vec!["--config".into(), config.display().to_string()],
+        ..DaemonOpts::default()
+    });
+    let mut relay = Relay::start(&daemon, RelayOpts::synthetic("hup-relay", 100));
+    let rate = |status: &serde_json::Value| {
+        live::process::machine(status, "hup-relay")
+            .and_then(|m| m["sync"]["probe_rate_hz"].as_f64())
+            .unwrap_or(0.0)
+    };
+    // Steady: 4..10 Hz with one follow-up each.
+    let session = |status: &serde_json::Value| {
+        live::process::machine(status, "hup-relay").map(|m| m["sync"]["session_id"].clone())
+    };
+    let before = daemon.wait_status("hup-relay probing steadily", Duration::from_secs(60), |s| {
+        (8.0..=20.0).contains(&rate(s))
+    });
+    std::fs::write(
+        &config,
+        "[sync]\nsteady-interval-ms = 1000\nmin-interval-ms = 1000\nmax-interval-ms = 1000\n\
+         train-length = 1\n",
+    )
+    .expect("rewrite config");
+    let pid = Pid::from_raw(i32::try_from(daemon.pid().expect("running")).expect("pid"));
+    kill(pid, Signal::SIGHUP).expect("SIGHUP");
+    // One probe a second now (a burst in between would show 66.7 Hz).
+    let status = daemon.wait_status("hup-relay probing at 1 Hz", Duration::from_secs(30), |s| {
+        rate(s) == 1.0
+    });
+    assert_eq!(session(&status), session(&before), "the same probe session");
+    assert!(relay.stop().success(), "relay:\n{}", relay.log());
 }

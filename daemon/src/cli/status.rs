@@ -9,6 +9,7 @@ use crate::control::Request;
 use crate::control::format::human_ns;
 use crate::exit;
 use crate::status::{MachineStatus, StatusReport};
+use crate::sync::sessions::MachineSync;
 
 /// Longest status line accepted.
 const MAX_REPORT_BYTES: u64 = 16 << 20;
@@ -124,13 +125,19 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             let _ = writeln!(out, "drops on {}: {}", name(m), reasons.join(", "));
         }
     }
+    for m in &report.machines {
+        if let Some(sync) = &m.sync {
+            let _ = writeln!(out, "sync on {}: {}", name(m), sync_line(sync));
+        }
+    }
     if let Some(p) = &report.sync {
         let _ = writeln!(
             out,
-            "sync probes: sent={} accepted={} rejected: bad_mac={} replayed={} nonce_mismatch={} \
-             unknown_session={} malformed={}; bursts={} tcp_connections={}",
+            "sync probes: sent={} accepted={} timeouts={} rejected: bad_mac={} replayed={} \
+             nonce_mismatch={} unknown_session={} malformed={}; bursts={} tcp_connections={}",
             p.probes_sent,
             p.replies_accepted,
+            p.probe_timeouts,
             p.bad_mac,
             p.replayed,
             p.nonce_mismatch,
@@ -166,6 +173,47 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
         );
     }
     out
+}
+
+/// A machine's probe session in one line: state, route and rate, the
+/// estimate now, the session's probe counters.
+fn sync_line(s: &MachineSync) -> String {
+    let mut line = format!(
+        "{} via {} at {:.1} probes/s",
+        s.state.as_str(),
+        s.route.map_or("-", |r| r.as_str()),
+        s.probe_rate_hz
+    );
+    if let (Some(epoch), Some(samples)) = (s.epoch, s.samples) {
+        let _ = write!(line, "; epoch {epoch}, {samples} samples");
+    }
+    if let Some(age) = s.last_sample_age_ns {
+        let _ = write!(line, ", last {} ago", human_ns(age));
+    }
+    if let Some(bound) = s.bound_now_ns {
+        let _ = write!(line, "; bound now ±{}", human_ns(bound));
+    }
+    if let Some(sigma) = s.sigma_ns {
+        let _ = write!(line, ", sigma {}", human_ns(sigma));
+    }
+    if let Some(freq) = s.freq_bound_ppm {
+        let _ = write!(line, ", freq ±{freq:.3}ppm");
+    }
+    let p = &s.probes;
+    let _ = write!(
+        line,
+        "; probes sent={} replies={} timeouts={} bad_mac={} replayed={} nonce_mismatch={} \
+         rejected={} bursts={}",
+        p.probes_sent,
+        p.replies,
+        p.timeouts,
+        p.bad_mac,
+        p.replayed,
+        p.nonce_mismatch,
+        p.replies_rejected,
+        p.bursts
+    );
+    line
 }
 
 fn name(m: &MachineStatus) -> String {
@@ -243,6 +291,26 @@ mod tests {
                     last_seen_unix_ms: Some(9_000),
                     late_packets: 0,
                     max_err_ns: 0,
+                    sync: Some(MachineSync {
+                        session_id: 9,
+                        state: crate::sync::sessions::SyncState::Steady,
+                        route: Some(crate::sync::sessions::RouteKind::Udp),
+                        probe_rate_hz: 8.0,
+                        epoch: Some(0),
+                        freq_bound_ppm: Some(0.25),
+                        sigma_ns: Some(900),
+                        bound_now_ns: Some(2_500),
+                        samples: Some(32),
+                        last_sample_age_ns: Some(120_000_000),
+                        probes: crate::sync::sessions::SessionCounters {
+                            probes_sent: 100,
+                            replies: 97,
+                            timeouts: 2,
+                            bad_mac: 1,
+                            bursts: 1,
+                            ..Default::default()
+                        },
+                    }),
                 },
             ],
             ..Default::default()
@@ -268,6 +336,12 @@ mod tests {
             assert!(lines[3].contains(cell), "{cell} missing in {}", lines[3]);
         }
         assert_eq!(lines[4], "drops on phone: clock_sync_failure_no_path=4");
+        assert_eq!(
+            lines[5],
+            "sync on phone: steady via udp at 8.0 probes/s; epoch 0, 32 samples, last 120.00ms \
+             ago; bound now ±2.5us, sigma 900ns, freq ±0.250ppm; probes sent=100 replies=97 \
+             timeouts=2 bad_mac=1 replayed=0 nonce_mismatch=0 rejected=0 bursts=1"
+        );
     }
 
     #[test]

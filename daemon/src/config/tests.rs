@@ -225,3 +225,51 @@ fn unreadable_tls_files_point_at_their_key() {
     assert!(err.position.is_none());
     assert!(err.message.contains("--tls off"), "{err}");
 }
+
+#[test]
+fn sync_section_defaults_are_the_probers_and_values_are_read() {
+    let config = parse("").expect("empty config");
+    let prober = config.sync.prober_config();
+    assert_eq!(prober, crate::sync::ProberConfig::default());
+    assert_eq!(config.sync.sync_point_threshold_ns, 1_000);
+    let config = parse(
+        "[sync]\nburst-probes = 4\nburst-interval-ms = 5\nsteady-interval-ms = 500\n\
+         min-interval-ms = 50\nmax-interval-ms = 1000\ntrain-length = 1\n\
+         probe-timeout-ms = 800\nsync-point-threshold-ns = 250\n",
+    )
+    .expect("[sync]");
+    let prober = config.sync.prober_config();
+    assert_eq!(prober.burst_probes, 4);
+    assert_eq!(prober.burst_interval_ns, 5_000_000);
+    assert_eq!(prober.steady_interval_ns, 500_000_000);
+    assert_eq!(prober.min_interval_ns, 50_000_000);
+    assert_eq!(prober.max_interval_ns, 1_000_000_000);
+    assert_eq!(prober.train_length, 1);
+    assert_eq!(prober.probe_timeout_ns, 800_000_000);
+    assert_eq!(config.sync.sync_point_threshold_ns, 250);
+}
+
+#[test]
+fn sync_section_ranges_name_the_key() {
+    let err = parse("[sync]\nmin-interval-ms = 5\n").expect_err("too fast");
+    assert_eq!(err.position, Some((2, 19)), "{err}");
+    assert_eq!(
+        err.message,
+        "[sync] min-interval-ms must be in 10..=60000, got 5"
+    );
+    let err = parse("[sync]\ntrain-length = 0\n").expect_err("no probes");
+    assert_eq!(err.message, "[sync] train-length must be in 1..=8, got 0");
+    let err = parse("[sync]\nmin-interval-ms = 300\n").expect_err("min above max");
+    assert_eq!(err.position, None);
+    assert_eq!(
+        err.to_string(),
+        "daemon.toml: [sync] min-interval-ms (300) must not exceed max-interval-ms (250)"
+    );
+    let err = parse("[sync]\nsteady-interval-ms = 1000\n").expect_err("steady above max");
+    assert!(
+        err.message.starts_with("[sync] steady-interval-ms (1000)"),
+        "{err}"
+    );
+    let err = parse("[sync]\nrate = 4\n").expect_err("unknown key");
+    assert!(err.message.starts_with("unknown field `rate`"), "{err}");
+}

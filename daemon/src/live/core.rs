@@ -499,6 +499,7 @@ impl LiveCore {
                     last_seen_unix_ms: m.last_seen.map(|seen| {
                         now_unix_ms.saturating_sub(now.saturating_sub(seen) / 1_000_000)
                     }),
+                    sync: None,
                 }
             })
             .collect()

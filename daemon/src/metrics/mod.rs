@@ -25,6 +25,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use serde::Deserialize;
 
 use crate::status::{MachineStatus, StatusReport};
+use crate::sync::sessions::{MachineSync, SessionCounters};
 
 /// `[metrics]`: the Prometheus endpoint.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -131,6 +132,41 @@ fn describe() {
     describe_gauge!(
         OUTPUT_MAX_ERROR,
         "Largest error bound of any packet of the machine written"
+    );
+    describe_gauge!(
+        SYNC_STATE,
+        "1 for the machine's sync state (unsynced, bursting, steady), 0 for the others"
+    );
+    describe_gauge!(
+        SYNC_ROUTE,
+        "1 for the transport the machine's probes take (udp, tcp); 0 without a route"
+    );
+    describe_gauge!(SYNC_EPOCH, "Clock epoch of the machine's estimate");
+    describe_gauge!(
+        SYNC_FREQUENCY_BOUND,
+        "Hard bound on the estimate's frequency error"
+    );
+    describe_gauge!(SYNC_SIGMA, "One standard deviation of the mapping now");
+    describe_gauge!(SYNC_ERROR_BOUND_NOW, "Hard error bound of the mapping now");
+    describe_gauge!(SYNC_SAMPLES, "Samples the estimate's fit used");
+    describe_gauge!(
+        SYNC_LAST_SAMPLE_AGE,
+        "Time since the machine's last accepted probe sample"
+    );
+    describe_gauge!(SYNC_PROBE_RATE, "Probes per second sent to the machine now");
+    describe_counter!(SYNC_PROBES_SENT, "Clock-sync probes sent to the machine");
+    describe_counter!(SYNC_REPLIES, "Probe replies of the machine accepted");
+    describe_counter!(
+        SYNC_PROBE_TIMEOUTS,
+        "Probes to the machine not answered within [sync] probe-timeout-ms"
+    );
+    describe_counter!(
+        SYNC_REPLIES_REJECTED,
+        "Probe datagrams of the machine's session rejected, by reason"
+    );
+    describe_counter!(
+        SYNC_BURSTS,
+        "Probe bursts started for the machine (connect, new route, new epoch, step)"
     );
     describe_histogram!(
         SYNC_PROBE_RTT,
@@ -256,6 +292,126 @@ struct MachineSeries {
     error_bound: Gauge,
     rtt: Gauge,
     max_error: Gauge,
+    /// Registered with the machine's first probe session (never for the host).
+    sync: Option<SyncSeries>,
+    label: Arc<str>,
+}
+
+/// A machine's probe-session series. Counters are per machine across
+/// sessions: each tick adds what the current session counted since the
+/// last tick (a new session counts from zero).
+struct SyncSeries {
+    state: [Gauge; 3],
+    route: [Gauge; 2],
+    epoch: Gauge,
+    freq_bound: Gauge,
+    sigma: Gauge,
+    bound_now: Gauge,
+    samples: Gauge,
+    last_sample_age: Gauge,
+    probe_rate: Gauge,
+    probes_sent: Counter,
+    replies: Counter,
+    timeouts: Counter,
+    rejected: [Counter; 4],
+    bursts: Counter,
+    /// The session and its counters at the last tick.
+    last: Option<(u64, SessionCounters)>,
+}
+
+impl SyncSeries {
+    fn new(machine: &Arc<str>) -> Self {
+        use names::*;
+        let m = || ("machine", machine.to_string());
+        let with = |key: &'static str, value: &str| [m(), (key, value.to_owned())];
+        let series = Self {
+            state: SYNC_STATES.map(|s| gauge!(SYNC_STATE, &with("state", s))),
+            route: SYNC_ROUTES.map(|r| gauge!(SYNC_ROUTE, &with("route", r))),
+            epoch: gauge!(SYNC_EPOCH, &[m()]),
+            freq_bound: gauge!(SYNC_FREQUENCY_BOUND, &[m()]),
+            sigma: gauge!(SYNC_SIGMA, &[m()]),
+            bound_now: gauge!(SYNC_ERROR_BOUND_NOW, &[m()]),
+            samples: gauge!(SYNC_SAMPLES, &[m()]),
+            last_sample_age: gauge!(SYNC_LAST_SAMPLE_AGE, &[m()]),
+            probe_rate: gauge!(SYNC_PROBE_RATE, &[m()]),
+            probes_sent: counter!(SYNC_PROBES_SENT, &[m()]),
+            replies: counter!(SYNC_REPLIES, &[m()]),
+            timeouts: counter!(SYNC_PROBE_TIMEOUTS, &[m()]),
+            rejected: SYNC_REJECT_REASONS
+                .map(|r| counter!(SYNC_REPLIES_REJECTED, &with("reason", r))),
+            bursts: counter!(SYNC_BURSTS, &[m()]),
+            last: None,
+        };
+        for c in series.rejected.iter().chain([
+            &series.probes_sent,
+            &series.replies,
+            &series.timeouts,
+            &series.bursts,
+        ]) {
+            c.increment(0);
+        }
+        series
+    }
+
+    fn set(&mut self, sync: &MachineSync) {
+        for (gauge, state) in self.state.iter().zip(crate::sync::sessions::SyncState::ALL) {
+            gauge.set(f64::from(u8::from(sync.state == state)));
+        }
+        for (gauge, route) in self.route.iter().zip(crate::sync::sessions::RouteKind::ALL) {
+            gauge.set(f64::from(u8::from(sync.route == Some(route))));
+        }
+        if let Some(v) = sync.epoch {
+            self.epoch.set(v as f64);
+        }
+        if let Some(v) = sync.freq_bound_ppm {
+            self.freq_bound.set(v);
+        }
+        if let Some(v) = sync.sigma_ns {
+            self.sigma.set(secs(v as f64));
+        }
+        if let Some(v) = sync.bound_now_ns {
+            self.bound_now.set(secs(v as f64));
+        }
+        if let Some(v) = sync.samples {
+            self.samples.set(f64::from(v));
+        }
+        if let Some(v) = sync.last_sample_age_ns {
+            self.last_sample_age.set(secs(v as f64));
+        }
+        self.probe_rate.set(sync.probe_rate_hz);
+        let now = sync.probes;
+        let before = match self.last {
+            Some((session, before)) if session == sync.session_id => before,
+            _ => SessionCounters::default(),
+        };
+        let add = |c: &Counter, now: u64, before: u64| c.increment(now.saturating_sub(before));
+        add(&self.probes_sent, now.probes_sent, before.probes_sent);
+        add(&self.replies, now.replies, before.replies);
+        add(&self.timeouts, now.timeouts, before.timeouts);
+        add(&self.bursts, now.bursts, before.bursts);
+        let reasons = [
+            (now.bad_mac, before.bad_mac),
+            (now.replayed, before.replayed),
+            (now.nonce_mismatch, before.nonce_mismatch),
+            (now.replies_rejected, before.replies_rejected),
+        ];
+        for (c, (now, before)) in self.rejected.iter().zip(reasons) {
+            add(c, now, before);
+        }
+        self.last = Some((sync.session_id, now));
+    }
+
+    /// The machine has no probe session now (its relay disconnected).
+    fn unsynced(&mut self) {
+        for (gauge, state) in self.state.iter().zip(names::SYNC_STATES) {
+            gauge.set(f64::from(u8::from(state == "unsynced")));
+        }
+        for gauge in &self.route {
+            gauge.set(0.0);
+        }
+        self.probe_rate.set(0.0);
+        self.last = None;
+    }
 }
 
 impl MachineSeries {
@@ -289,6 +445,8 @@ impl MachineSeries {
             error_bound: gauge!(SYNC_ERROR_BOUND, &[m()]),
             rtt: gauge!(SYNC_RTT, &[m()]),
             max_error: gauge!(OUTPUT_MAX_ERROR, &[m()]),
+            sync: None,
+            label: machine.clone(),
         };
         // Every drop reason shows from the start, at zero.
         for c in &series.dropped {
@@ -393,12 +551,13 @@ impl IngestMetrics {
                 });
                 self.machines.insert(m.raw_id, series);
             }
-            match self.machines.get(&m.raw_id) {
+            match self.machines.get_mut(&m.raw_id) {
                 Some(Some(series)) => {
                     let mut t = Totals::default();
                     t.add(m);
                     t.set(series);
                     set_sync(series, m);
+                    set_session(series, m);
                 }
                 _ => folded.get_or_insert_with(Totals::default).add(m),
             }
@@ -429,6 +588,20 @@ fn set_sync(s: &MachineSeries, m: &MachineStatus) {
         s.rtt.set(secs(v as f64));
     }
     s.max_error.set(secs(m.max_err_ns as f64));
+}
+
+/// The machine's probe session, if it has or had one.
+fn set_session(s: &mut MachineSeries, m: &MachineStatus) {
+    match (&m.sync, &mut s.sync) {
+        (Some(sync), Some(series)) => series.set(sync),
+        (Some(sync), None) => {
+            let mut series = SyncSeries::new(&s.label);
+            series.set(sync);
+            s.sync = Some(series);
+        }
+        (None, Some(series)) => series.unsynced(),
+        (None, None) => {}
+    }
 }
 
 /// A machine's `machine` label: its name, else `id-N`.

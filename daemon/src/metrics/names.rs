@@ -69,6 +69,29 @@ pub const SYNC_PROBE_RTT_BUCKETS: [f64; 14] = [
     1.0,
 ];
 
+// Clock sync, per machine with a probe session (the status' `sync`
+// object; published from the prober's registry on the 250 ms tick).
+pub const SYNC_STATE: &str = "tracesync_sync_state";
+/// `state` values of [`SYNC_STATE`] (1 for the current one, 0 for the rest).
+pub const SYNC_STATES: [&str; 3] = ["unsynced", "bursting", "steady"];
+pub const SYNC_ROUTE: &str = "tracesync_sync_route";
+/// `route` values of [`SYNC_ROUTE`] (both 0 while the relay has no route).
+pub const SYNC_ROUTES: [&str; 2] = ["udp", "tcp"];
+pub const SYNC_EPOCH: &str = "tracesync_sync_epoch";
+pub const SYNC_FREQUENCY_BOUND: &str = "tracesync_sync_frequency_bound_ppm";
+pub const SYNC_SIGMA: &str = "tracesync_sync_sigma_seconds";
+pub const SYNC_ERROR_BOUND_NOW: &str = "tracesync_sync_error_bound_now_seconds";
+pub const SYNC_SAMPLES: &str = "tracesync_sync_samples";
+pub const SYNC_LAST_SAMPLE_AGE: &str = "tracesync_sync_last_sample_age_seconds";
+pub const SYNC_PROBE_RATE: &str = "tracesync_sync_probe_rate_hz";
+pub const SYNC_PROBES_SENT: &str = "tracesync_sync_probes_sent_total";
+pub const SYNC_REPLIES: &str = "tracesync_sync_replies_total";
+pub const SYNC_PROBE_TIMEOUTS: &str = "tracesync_sync_probe_timeouts_total";
+pub const SYNC_REPLIES_REJECTED: &str = "tracesync_sync_replies_rejected_total";
+/// `reason` values of [`SYNC_REPLIES_REJECTED`].
+pub const SYNC_REJECT_REASONS: [&str; 4] = ["bad_mac", "replayed", "nonce_mismatch", "timestamps"];
+pub const SYNC_BURSTS: &str = "tracesync_sync_bursts_total";
+
 // Output (rolling writer).
 pub const OUTPUT_BYTES: &str = "tracesync_output_bytes_total";
 pub const OUTPUT_PACKETS: &str = "tracesync_output_packets_total";
@@ -114,6 +137,20 @@ pub const ALL: &[&str] = &[
     SYNC_RTT,
     OUTPUT_MAX_ERROR,
     SYNC_PROBE_RTT,
+    SYNC_STATE,
+    SYNC_ROUTE,
+    SYNC_EPOCH,
+    SYNC_FREQUENCY_BOUND,
+    SYNC_SIGMA,
+    SYNC_ERROR_BOUND_NOW,
+    SYNC_SAMPLES,
+    SYNC_LAST_SAMPLE_AGE,
+    SYNC_PROBE_RATE,
+    SYNC_PROBES_SENT,
+    SYNC_REPLIES,
+    SYNC_PROBE_TIMEOUTS,
+    SYNC_REPLIES_REJECTED,
+    SYNC_BURSTS,
     OUTPUT_BYTES,
     OUTPUT_PACKETS,
     OUTPUT_FILES,

@@ -160,3 +160,100 @@ fn every_name_is_documented() {
         );
     }
 }
+
+fn synced(machine_status: MachineStatus, session_id: u64, probes_sent: u64) -> MachineStatus {
+    use crate::sync::sessions::{MachineSync, RouteKind, SessionCounters, SyncState};
+    MachineStatus {
+        sync: Some(MachineSync {
+            session_id,
+            state: SyncState::Steady,
+            route: Some(RouteKind::Tcp),
+            probe_rate_hz: 8.0,
+            epoch: Some(1),
+            freq_bound_ppm: Some(0.5),
+            sigma_ns: Some(2_000),
+            bound_now_ns: Some(30_000),
+            samples: Some(40),
+            last_sample_age_ns: Some(125_000_000),
+            probes: SessionCounters {
+                probes_sent,
+                replies: probes_sent - 1,
+                timeouts: 1,
+                bad_mac: 2,
+                ..SessionCounters::default()
+            },
+        }),
+        ..machine_status
+    }
+}
+
+#[test]
+fn probe_sessions_give_sync_series_and_counters_survive_a_new_session() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let tick = |m: &mut IngestMetrics, phone: MachineStatus| {
+        let report = StatusReport {
+            machines: vec![machine(0, "host", 1), phone],
+            ..StatusReport::default()
+        };
+        m.publish(&report, 1, 0);
+    };
+    let text = metrics::with_local_recorder(&recorder, || {
+        let mut m = IngestMetrics::new(4);
+        tick(&mut m, synced(machine(7, "phone", 10), 1, 10));
+        tick(&mut m, synced(machine(7, "phone", 10), 1, 15));
+        // Reconnect: a new session counts from zero again.
+        tick(&mut m, synced(machine(7, "phone", 10), 2, 3));
+        handle.render()
+    });
+    for line in [
+        "tracesync_sync_probes_sent_total{machine=\"phone\"} 18",
+        "tracesync_sync_replies_total{machine=\"phone\"} 16",
+        "tracesync_sync_probe_timeouts_total{machine=\"phone\"} 2",
+        "tracesync_sync_replies_rejected_total{machine=\"phone\",reason=\"bad_mac\"} 4",
+        "tracesync_sync_replies_rejected_total{machine=\"phone\",reason=\"replayed\"} 0",
+        "tracesync_sync_state{machine=\"phone\",state=\"steady\"} 1",
+        "tracesync_sync_state{machine=\"phone\",state=\"unsynced\"} 0",
+        "tracesync_sync_route{machine=\"phone\",route=\"tcp\"} 1",
+        "tracesync_sync_route{machine=\"phone\",route=\"udp\"} 0",
+        "tracesync_sync_epoch{machine=\"phone\"} 1",
+        "tracesync_sync_frequency_bound_ppm{machine=\"phone\"} 0.5",
+        "tracesync_sync_sigma_seconds{machine=\"phone\"} 0.000002",
+        "tracesync_sync_error_bound_now_seconds{machine=\"phone\"} 0.00003",
+        "tracesync_sync_samples{machine=\"phone\"} 40",
+        "tracesync_sync_last_sample_age_seconds{machine=\"phone\"} 0.125",
+        "tracesync_sync_probe_rate_hz{machine=\"phone\"} 8",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+    // The host has no probe session: no session series.
+    assert!(
+        !text.contains("tracesync_sync_state{machine=\"host\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_machine_whose_session_ended_shows_unsynced() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let text = metrics::with_local_recorder(&recorder, || {
+        let mut m = IngestMetrics::new(4);
+        for phone in [synced(machine(7, "phone", 1), 1, 5), machine(7, "phone", 1)] {
+            let report = StatusReport {
+                machines: vec![phone],
+                ..StatusReport::default()
+            };
+            m.publish(&report, 0, 0);
+        }
+        handle.render()
+    });
+    for line in [
+        "tracesync_sync_state{machine=\"phone\",state=\"unsynced\"} 1",
+        "tracesync_sync_state{machine=\"phone\",state=\"steady\"} 0",
+        "tracesync_sync_route{machine=\"phone\",route=\"tcp\"} 0",
+        "tracesync_sync_probes_sent_total{machine=\"phone\"} 5",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+}

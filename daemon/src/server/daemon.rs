@@ -23,7 +23,8 @@ use crate::live::{LiveConfig, LiveCore};
 use crate::reload::{self, OutputLimits};
 use crate::rolling::{RollingConfig, RollingWriter};
 use crate::status::StatusReport;
-use crate::sync::{ProbeSessions, spawn_prober};
+use crate::sync::ProbeSessions;
+use crate::sync::edge::spawn_prober_with;
 
 /// Sync updates waiting for the ingest loop (the prober holds its samples
 /// when this is full).
@@ -185,7 +186,13 @@ async fn run_daemon(
     let hub = ControlHub::new(DEFAULT_TAIL_CAPACITY, status_rx);
     let probes = ProbeSessions::new();
     let (sync_tx, sync_updates) = mpsc::channel(SYNC_QUEUE);
-    let prober = spawn_prober(sync, probes.clone(), sync_tx, shutdown.clone());
+    let prober = spawn_prober_with(
+        sync,
+        probes.clone(),
+        sync_tx,
+        shutdown.clone(),
+        config.sync.prober_config(),
+    );
     let control_task = tokio::spawn(control::serve(
         control_listener,
         hub.clone(),
@@ -226,6 +233,7 @@ async fn run_daemon(
     ingest.data_addr = Some(data_addr.to_string());
     ingest.sync_addr = Some(sync_addr.to_string());
     ingest.probes = Some(probes.clone());
+    let probes_for_reload = probes.clone();
     let (limits_tx, limits_rx) = watch::channel(OutputLimits::from_config(&config));
     ingest.limits = Some(limits_rx);
     let parts = Parts {
@@ -248,6 +256,7 @@ async fn run_daemon(
         path: config_path,
         args,
         limits: limits_tx,
+        probes: probes_for_reload,
     };
     let signals = tokio::spawn(signals.handle(running.shared.clone(), reloader));
     announce(&format!(
@@ -364,6 +373,8 @@ struct Reloader {
     path: Option<PathBuf>,
     args: DaemonArgs,
     limits: watch::Sender<OutputLimits>,
+    /// The prober's registry: `[sync]` changes reach the prober through it.
+    probes: ProbeSessions,
 }
 
 impl Reloader {
@@ -401,6 +412,9 @@ impl Reloader {
         if plan.output_limits_changed() {
             self.limits.send_replace(OutputLimits::from_config(&new));
         }
+        if plan.prober_changed() {
+            self.probes.set_config(new.sync.prober_config());
+        }
         info!("SIGHUP: reloaded {}: {}", path.display(), plan.summary());
         if applied.log.level != self.running.log.level {
             tracing::debug!("log level is now {}", applied.log.level.as_str());
@@ -421,6 +435,10 @@ fn keep_restart_only(applied: &mut DaemonConfig, running: &DaemonConfig) {
     kept.output.rotate_seconds = applied.output.rotate_seconds;
     kept.output.retain_bytes = applied.output.retain_bytes;
     kept.output.retain_seconds = applied.output.retain_seconds;
+    kept.sync = crate::sync::prober::SyncConfig {
+        sync_point_threshold_ns: running.sync.sync_point_threshold_ns,
+        ..applied.sync
+    };
     *applied = kept;
 }
 
@@ -451,6 +469,7 @@ fn live_config(config: &DaemonConfig) -> LiveConfig {
         host_name: host_name(),
         max_sequences_per_relay: usize::try_from(config.limits.max_sequences_per_relay)
             .unwrap_or(usize::MAX),
+        sync_threshold_ns: config.sync.sync_point_threshold_ns,
         ..LiveConfig::default()
     }
 }

@@ -414,7 +414,10 @@ where
             sync_addr: self.settings.sync_addr.clone(),
             current_file: self.current_file(),
             host_boottime_ns: hostclock::boottime_ns(),
-            machines: self.core.status(),
+            machines: crate::sync::sessions::with_sync(
+                self.core.status(),
+                self.settings.probes.as_ref(),
+            ),
             sync: self.settings.probes.as_ref().map(|p| p.stats()),
             relays_refused: self
                 .settings

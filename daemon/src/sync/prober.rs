@@ -24,17 +24,140 @@
 //!   `slow_after_agreeing` samples
 //!   in a row agree with the estimate (the sample's interval
 //!   `offset ± delay/2` meets the estimate's `offset ± bound`), and halves
-//!   when a sample disagrees; every burst resets it to `steady_interval_ns`.
+//!   when a sample disagrees; every burst resets it to `steady_interval_ns`;
+//! - a probe not answered within `probe_timeout_ns` is forgotten and
+//!   counted as a timeout (its late reply would be a useless sample).
+//!
+//! The operator's knobs are the daemon's `[sync]` section ([`SyncConfig`]);
+//! SIGHUP hands a new schedule to the running prober through the registry
+//! ([`super::ProbeSessions::set_config`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
+use serde::{Deserialize, Deserializer};
 use tracesync_protocol::probe::{self, OpenError, ProbeKey, ReplayWindow};
 use tracesync_protocol::relay::v1::{Probe, ProbeReply, probe_body::Kind};
 
+use super::sessions::{Registered, RouteKind, SessionCounters, SessionSync, SyncState};
 use super::{
     Estimator, EstimatorConfig, ProbeSample, ProberStats, Registration, SyncEstimate, SyncUpdate,
 };
+
+const MS: u64 = 1_000_000;
+
+/// `[sync]` of the daemon config: the prober's schedule and the sync-point
+/// threshold. Every key but `sync-point-threshold-ns` applies on SIGHUP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct SyncConfig {
+    /// Probes in a burst (connect, new route, new epoch, suspected step).
+    #[serde(deserialize_with = "burst_probes")]
+    pub burst_probes: u64,
+    /// Spacing of a burst's probes (ms).
+    #[serde(deserialize_with = "burst_interval_ms")]
+    pub burst_interval_ms: u64,
+    /// Steady spacing after a burst (ms); adapts within min..=max.
+    #[serde(deserialize_with = "steady_interval_ms")]
+    pub steady_interval_ms: u64,
+    /// Fastest steady spacing (ms), taken while samples disagree.
+    #[serde(deserialize_with = "min_interval_ms")]
+    pub min_interval_ms: u64,
+    /// Slowest steady spacing (ms), reached while samples agree.
+    #[serde(deserialize_with = "max_interval_ms")]
+    pub max_interval_ms: u64,
+    /// Exchanges per steady probe: the follow-ups go out as soon as the
+    /// previous reply is in (1 = none).
+    #[serde(deserialize_with = "train_length")]
+    pub train_length: u64,
+    /// A probe unanswered this long is forgotten and counted as a timeout (ms).
+    #[serde(deserialize_with = "probe_timeout_ms")]
+    pub probe_timeout_ms: u64,
+    /// A new RemoteClockSync point is written when a relay's offset moved
+    /// by more than this (ns). Needs a restart.
+    #[serde(deserialize_with = "sync_point_threshold_ns")]
+    pub sync_point_threshold_ns: u64,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        let prober = ProberConfig::default();
+        Self {
+            burst_probes: u64::from(prober.burst_probes),
+            burst_interval_ms: prober.burst_interval_ns / MS,
+            steady_interval_ms: prober.steady_interval_ns / MS,
+            min_interval_ms: prober.min_interval_ns / MS,
+            max_interval_ms: prober.max_interval_ns / MS,
+            train_length: u64::from(prober.train_length),
+            probe_timeout_ms: prober.probe_timeout_ns / MS,
+            sync_point_threshold_ns: crate::live::LiveConfig::default().sync_threshold_ns,
+        }
+    }
+}
+
+impl SyncConfig {
+    /// Checks across keys (each key's range is checked while parsing).
+    pub fn check(&self) -> Result<(), String> {
+        if self.min_interval_ms > self.max_interval_ms {
+            return Err(format!(
+                "[sync] min-interval-ms ({}) must not exceed max-interval-ms ({})",
+                self.min_interval_ms, self.max_interval_ms
+            ));
+        }
+        if !(self.min_interval_ms..=self.max_interval_ms).contains(&self.steady_interval_ms) {
+            return Err(format!(
+                "[sync] steady-interval-ms ({}) must be within min-interval-ms..=max-interval-ms \
+                 ({}..={})",
+                self.steady_interval_ms, self.min_interval_ms, self.max_interval_ms
+            ));
+        }
+        Ok(())
+    }
+
+    /// The prober's schedule; what `[sync]` does not name keeps its default.
+    pub fn prober_config(&self) -> ProberConfig {
+        let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        ProberConfig {
+            burst_probes: to_u32(self.burst_probes),
+            burst_interval_ns: self.burst_interval_ms.saturating_mul(MS),
+            steady_interval_ns: self.steady_interval_ms.saturating_mul(MS),
+            min_interval_ns: self.min_interval_ms.saturating_mul(MS),
+            max_interval_ns: self.max_interval_ms.saturating_mul(MS),
+            train_length: to_u32(self.train_length),
+            probe_timeout_ns: self.probe_timeout_ms.saturating_mul(MS),
+            ..ProberConfig::default()
+        }
+    }
+}
+
+/// Range-checked `[sync]` keys: an out-of-range value is one line naming
+/// the key, at its position in the file.
+macro_rules! ranged {
+    ($($name:ident: $key:literal in $lo:literal ..= $hi:literal),* $(,)?) => {$(
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+            let v = u64::deserialize(d)?;
+            if ($lo..=$hi).contains(&v) {
+                Ok(v)
+            } else {
+                Err(serde::de::Error::custom(format!(
+                    concat!("[sync] ", $key, " must be in {}..={}, got {}"),
+                    $lo, $hi, v
+                )))
+            }
+        }
+    )*};
+}
+
+ranged! {
+    burst_probes: "burst-probes" in 1..=64,
+    burst_interval_ms: "burst-interval-ms" in 1..=1000,
+    steady_interval_ms: "steady-interval-ms" in 10..=60000,
+    min_interval_ms: "min-interval-ms" in 10..=60000,
+    max_interval_ms: "max-interval-ms" in 10..=60000,
+    train_length: "train-length" in 1..=8,
+    probe_timeout_ms: "probe-timeout-ms" in 10..=60000,
+    sync_point_threshold_ns: "sync-point-threshold-ns" in 0..=1000000000,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ProberConfig {
@@ -62,6 +185,9 @@ pub struct ProberConfig {
     pub bound_growth_ppm: f64,
     /// Exchanges per scheduled steady probe (1 = no follow-ups).
     pub train_length: u32,
+    /// A probe unanswered this long after its send is forgotten and
+    /// counted as a timeout (ns).
+    pub probe_timeout_ns: u64,
     /// Most probes awaiting a reply, over all sessions.
     pub max_outstanding: usize,
     pub estimator: EstimatorConfig,
@@ -84,6 +210,9 @@ impl Default for ProberConfig {
             step_min_ns: 50_000,
             bound_growth_ppm: 1.0,
             train_length: 2,
+            // Far above any round trip worth a sample (a phone on a bad
+            // link: ~1 s); before it existed, only max_outstanding forgot.
+            probe_timeout_ns: 2_000_000_000,
             max_outstanding: 4096,
             estimator: EstimatorConfig::default(),
         }
@@ -138,6 +267,9 @@ struct ActiveSession {
     answered: ReplayWindow,
     /// Highest register nonce accepted.
     register_nonce: u64,
+    /// Host BOOTTIME of the last accepted sample (t4).
+    last_sample_ns: Option<u64>,
+    counters: SessionCounters,
 }
 
 impl ActiveSession {
@@ -152,12 +284,49 @@ impl ActiveSession {
     fn in_burst(&self) -> bool {
         self.burst_left > 0
     }
+
+    /// Keeps the adaptive state inside a new schedule.
+    fn adopt(&mut self, config: &ProberConfig) {
+        self.interval_ns = self.interval_ns.clamp(
+            config.min_interval_ns,
+            config.max_interval_ns.max(config.min_interval_ns),
+        );
+        self.burst_left = self.burst_left.min(config.burst_probes);
+        self.follow_ups_left = self
+            .follow_ups_left
+            .min(config.train_length.saturating_sub(1));
+    }
+
+    fn state(&self) -> SyncState {
+        if self.estimator.estimate().is_none() {
+            SyncState::Unsynced
+        } else if self.in_burst() {
+            SyncState::Bursting
+        } else {
+            SyncState::Steady
+        }
+    }
+
+    /// Probes per second now: a burst's, or the steady rate with follow-ups.
+    fn probe_rate_hz(&self, config: &ProberConfig) -> f64 {
+        if self.route.is_none() {
+            return 0.0;
+        }
+        if self.in_burst() {
+            1e9 / config.burst_interval_ns.max(1) as f64
+        } else {
+            f64::from(config.train_length.max(1)) * 1e9 / self.interval_ns.max(1) as f64
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Outstanding {
     /// Host BOOTTIME at send; None until the edge reports the send.
     t1: Option<u64>,
+    /// Host BOOTTIME of the poll that made it due (timeouts of probes the
+    /// edge never reported as sent count from here).
+    due_ns: u64,
 }
 
 /// A registered session: what the server said, and its key.
@@ -176,7 +345,47 @@ pub struct ProberCore {
     outstanding: HashMap<(u64, u64), Outstanding>,
     /// (session, nonce) in send order; bounds `outstanding`.
     outstanding_order: VecDeque<(u64, u64)>,
+    /// Host BOOTTIME of the latest poll.
+    now_ns: u64,
     stats: ProberStats,
+}
+
+/// The prober's counters (it derefs to [`ProberStats`]) and, for the
+/// registry to publish, its sessions.
+#[derive(Clone, Copy)]
+pub struct ProberView<'a> {
+    core: &'a ProberCore,
+}
+
+impl std::ops::Deref for ProberView<'_> {
+    type Target = ProberStats;
+
+    fn deref(&self) -> &ProberStats {
+        &self.core.stats
+    }
+}
+
+impl ProberView<'_> {
+    /// Every registered session that has a route or had one.
+    pub fn sessions(&self) -> impl Iterator<Item = SessionSync> + '_ {
+        let config = &self.core.config;
+        self.core
+            .active
+            .iter()
+            .map(move |(&session_id, session)| SessionSync {
+                session_id,
+                machine_raw_id: session.registration.machine_raw_id,
+                state: session.state(),
+                route: session.route.map(|route| match route {
+                    Route::Udp(_) => RouteKind::Udp,
+                    Route::Tcp(_) => RouteKind::Tcp,
+                }),
+                probe_rate_hz: session.probe_rate_hz(config),
+                estimate: session.estimator.estimate(),
+                last_sample_host_ns: session.last_sample_ns,
+                counters: session.counters,
+            })
+    }
 }
 
 impl ProberCore {
@@ -187,13 +396,42 @@ impl ProberCore {
             active: HashMap::new(),
             outstanding: HashMap::new(),
             outstanding_order: VecDeque::new(),
+            now_ns: 0,
             stats: ProberStats::default(),
         }
     }
 
-    /// Replaces the set of registered sessions; sessions no longer in it
-    /// stop being probed and lose their estimator.
-    pub fn set_registered(&mut self, registered: HashMap<u64, Registration>) {
+    /// The schedule in use.
+    pub fn config(&self) -> &ProberConfig {
+        &self.config
+    }
+
+    /// Replaces the schedule (SIGHUP). Running sessions keep their
+    /// estimators; their adaptive spacing, burst and train are clamped
+    /// into the new limits.
+    pub fn set_config(&mut self, config: ProberConfig) {
+        if config == self.config {
+            return;
+        }
+        self.config = config;
+        for session in self.active.values_mut() {
+            session.adopt(&config);
+            let latest = self.now_ns.saturating_add(session.interval_ns);
+            session.next_probe_ns = session.next_probe_ns.min(latest);
+        }
+    }
+
+    /// Replaces the set of registered sessions (and the schedule, when the
+    /// registry carries one); sessions no longer in it stop being probed
+    /// and lose their estimator.
+    pub fn set_registered(&mut self, registered: Registered) {
+        let Registered {
+            sessions: registered,
+            config,
+        } = registered;
+        if let Some(config) = config {
+            self.set_config(config);
+        }
         self.active.retain(|id, session| match registered.get(id) {
             Some(registration) => {
                 session.registration = *registration;
@@ -245,6 +483,9 @@ impl ProberCore {
             Ok(kind) => kind,
             Err(OpenError::BadMac | OpenError::SessionMismatch) => {
                 self.stats.bad_mac += 1;
+                if let Some(session) = self.active.get_mut(&session_id) {
+                    session.counters.bad_mac += 1;
+                }
                 return (None, None);
             }
             Err(OpenError::Malformed) => {
@@ -293,6 +534,8 @@ impl ProberCore {
                 last_nonce: 0,
                 answered: ReplayWindow::default(),
                 register_nonce: 0,
+                last_sample_ns: None,
+                counters: SessionCounters::default(),
             });
         if nonce <= session.register_nonce {
             self.stats.registers_replayed += 1;
@@ -306,6 +549,7 @@ impl ProberCore {
             session.interval_ns = config.steady_interval_ns;
             session.start_burst(config.burst_probes, now_ns);
             self.stats.bursts += 1;
+            session.counters.bursts += 1;
         }
         true
     }
@@ -330,12 +574,14 @@ impl ProberCore {
             return None;
         };
         let t1 = match self.outstanding.get(&(session_id, reply.nonce)) {
-            Some(Outstanding { t1: Some(t1) }) => *t1,
+            Some(Outstanding { t1: Some(t1), .. }) => *t1,
             _ => {
                 if session.answered.is_seen(reply.nonce) {
                     self.stats.replayed += 1;
+                    session.counters.replayed += 1;
                 } else {
                     self.stats.nonce_mismatch += 1;
+                    session.counters.nonce_mismatch += 1;
                 }
                 return None;
             }
@@ -361,6 +607,7 @@ impl ProberCore {
             // The relay's clock stepped (suspend): re-acquire quickly.
             self.stats.new_epochs += 1;
             self.stats.bursts += 1;
+            session.counters.bursts += 1;
             session.interval_ns = config.steady_interval_ns;
             session.start_burst(config.burst_probes, t4);
         } else {
@@ -368,6 +615,7 @@ impl ProberCore {
                 Some(Verdict::Step) if !session.in_burst() => {
                     self.stats.suspected_steps += 1;
                     self.stats.bursts += 1;
+                    session.counters.bursts += 1;
                     session.interval_ns = config.steady_interval_ns;
                     session.start_burst(config.burst_probes, t4);
                 }
@@ -396,9 +644,12 @@ impl ProberCore {
         }
         let Some(estimate) = result else {
             self.stats.replies_rejected += 1;
+            session.counters.replies_rejected += 1;
             return None;
         };
         self.stats.replies_accepted += 1;
+        session.counters.replies += 1;
+        session.last_sample_ns = Some(t4);
         Some(SyncUpdate {
             slot: session.registration.slot,
             session_id,
@@ -414,8 +665,11 @@ impl ProberCore {
         })
     }
 
-    /// Appends the probes due at `now_ns` to `due` and schedules the next.
+    /// Appends the probes due at `now_ns` to `due` and schedules the next;
+    /// forgets probes unanswered for `probe_timeout_ns`.
     pub fn poll(&mut self, now_ns: u64, due: &mut Vec<ProbeDue>) {
+        self.now_ns = now_ns;
+        self.expire(now_ns);
         let config = self.config;
         for (session_id, session) in &mut self.active {
             let Some(route) = session.route else {
@@ -460,8 +714,9 @@ impl ProberCore {
         session.last_nonce += 1;
         let nonce = session.last_nonce;
         let bytes = probe::seal(key, session_id, Kind::Probe(Probe { nonce }));
+        let due_ns = self.now_ns;
         self.outstanding
-            .insert((session_id, nonce), Outstanding { t1: None });
+            .insert((session_id, nonce), Outstanding { t1: None, due_ns });
         self.outstanding_order.push_back((session_id, nonce));
         while self.outstanding_order.len() > self.config.max_outstanding.max(1) {
             if let Some(oldest) = self.outstanding_order.pop_front()
@@ -483,6 +738,36 @@ impl ProberCore {
         if let Some(outstanding) = self.outstanding.get_mut(&(session_id, nonce)) {
             outstanding.t1 = Some(t1);
             self.stats.probes_sent += 1;
+            if let Some(session) = self.active.get_mut(&session_id) {
+                session.counters.probes_sent += 1;
+            }
+        }
+    }
+
+    /// Forgets the probes sent more than `probe_timeout_ns` before `now_ns`
+    /// (oldest first: the order is the send order), counting each one sent
+    /// as a timeout of its session. Answered probes still queued in the
+    /// order are dropped on the way.
+    fn expire(&mut self, now_ns: u64) {
+        let timeout = self.config.probe_timeout_ns.max(1);
+        while let Some(&oldest) = self.outstanding_order.front() {
+            let Some(outstanding) = self.outstanding.get(&oldest) else {
+                self.outstanding_order.pop_front();
+                continue;
+            };
+            let since = outstanding.t1.unwrap_or(outstanding.due_ns);
+            if now_ns.saturating_sub(since) < timeout {
+                break;
+            }
+            let sent = outstanding.t1.is_some();
+            self.outstanding.remove(&oldest);
+            self.outstanding_order.pop_front();
+            if sent {
+                self.stats.probe_timeouts += 1;
+                if let Some(session) = self.active.get_mut(&oldest.0) {
+                    session.counters.timeouts += 1;
+                }
+            }
         }
     }
 
@@ -511,8 +796,9 @@ impl ProberCore {
         Some(self.active.get(&session_id)?.burst_left)
     }
 
-    pub fn stats(&self) -> ProberStats {
-        self.stats
+    /// The counters (through `Deref`) and the sessions.
+    pub fn stats(&self) -> ProberView<'_> {
+        ProberView { core: self }
     }
 
     /// Counters the edge keeps (socket errors, dropped samples) fold in here.

@@ -2,6 +2,7 @@
 //! and counted.
 
 use super::*;
+use crate::sync::sessions::{RouteKind, SessionSync, SyncState};
 use tracesync_protocol::probe::PROBE_KEY_BYTES;
 use tracesync_protocol::relay::v1::ProbeRegister;
 
@@ -19,14 +20,18 @@ fn key() -> ProbeKey {
 
 fn core_with(config: ProberConfig) -> ProberCore {
     let mut core = ProberCore::new(config);
-    core.set_registered(HashMap::from([(
-        SESSION,
-        Registration {
-            slot: 2,
-            machine_raw_id: 99,
-            probe_key: KEY,
-        },
-    )]));
+    core.set_registered(
+        [(
+            SESSION,
+            Registration {
+                slot: 2,
+                machine_raw_id: 99,
+                probe_key: KEY,
+            },
+        )]
+        .into_iter()
+        .collect(),
+    );
     core
 }
 
@@ -491,7 +496,7 @@ fn unregistering_stops_probes() {
     let mut relay = Relay::new();
     register(&mut core, &mut relay, relay_addr(), 0);
     let sent = send_due(&mut core, 0).remove(0);
-    core.set_registered(HashMap::new());
+    core.set_registered(Registered::default());
     assert!(send_due(&mut core, 10_000 * MS).is_empty());
     assert!(core.prepare_probe(SESSION).is_none());
     let (reply, t4) = reply_to(sent, 0);
@@ -564,4 +569,123 @@ fn bursts_have_no_follow_ups() {
         now += MS;
     }
     assert_eq!(probes, 8);
+}
+
+fn session_view(core: &ProberCore) -> SessionSync {
+    let sessions: Vec<SessionSync> = core.stats().sessions().collect();
+    assert_eq!(sessions.len(), 1);
+    sessions[0]
+}
+
+#[test]
+fn unanswered_probes_time_out_and_late_replies_are_ignored() {
+    let mut core = core_with(ProberConfig {
+        probe_timeout_ns: 100 * MS,
+        ..ProberConfig::default()
+    });
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    // The first two burst probes go unanswered.
+    let first = send_due(&mut core, 0).remove(0);
+    send_due(&mut core, 15 * MS);
+    send_due(&mut core, 99 * MS);
+    assert_eq!(core.stats().probe_timeouts, 0);
+    send_due(&mut core, 100 * MS);
+    assert_eq!(
+        core.stats().probe_timeouts,
+        1,
+        "the first, at exactly 100 ms"
+    );
+    send_due(&mut core, 115 * MS);
+    assert_eq!(core.stats().probe_timeouts, 2);
+    assert_eq!(session_view(&core).counters.timeouts, 2);
+    // Its reply arrives after all: no sample.
+    let (late, t4) = reply_to(first, 0);
+    assert!(deliver(&mut core, &relay, late, 200 * MS + t4).is_none());
+    assert_eq!(core.stats().nonce_mismatch, 1);
+    assert_eq!(session_view(&core).counters.nonce_mismatch, 1);
+    assert_eq!(core.stats().replies_accepted, 0);
+}
+
+#[test]
+fn the_view_shows_each_sessions_state_route_rate_and_counters() {
+    let mut core = core_with_session();
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let view = session_view(&core);
+    assert_eq!(view.session_id, SESSION);
+    assert_eq!(view.machine_raw_id, 99);
+    assert_eq!(view.state, SyncState::Unsynced);
+    assert_eq!(view.route, Some(RouteKind::Udp));
+    // A burst: one probe per 15 ms.
+    assert!((view.probe_rate_hz - 1e9 / (15.0 * MS as f64)).abs() < 1e-6);
+    // A forged datagram naming the session counts against it.
+    let forged = probe::seal(
+        &ProbeKey::new(&[1; PROBE_KEY_BYTES]).expect("key"),
+        SESSION,
+        Kind::Reply(ProbeReply::default()),
+    );
+    core.on_datagram(&forged, relay_addr(), MS);
+    let now = run_answering(&mut core, &relay, 0, 2_000 * MS, MS, |s| reply_to(s, 0));
+    let view = session_view(&core);
+    assert_eq!(view.state, SyncState::Steady);
+    // Steady at 4 Hz with one follow-up each: 8 probes per second.
+    assert!(
+        (view.probe_rate_hz - 8.0).abs() < 1e-9,
+        "{}",
+        view.probe_rate_hz
+    );
+    assert!(view.estimate.is_some());
+    assert!(view.last_sample_host_ns.is_some_and(|t| t < now));
+    let c = view.counters;
+    assert_eq!(c.bad_mac, 1);
+    assert_eq!(c.bursts, 1);
+    assert!(c.probes_sent >= 8 + 7 * 2, "{c:?}");
+    assert_eq!(c.replies, c.probes_sent);
+    assert_eq!(c.probes_sent, core.stats().probes_sent);
+    // Over TCP the route says so; a closed route probes at 0 Hz.
+    register(&mut core, &mut relay, Route::Tcp(1), now);
+    let view = session_view(&core);
+    assert_eq!(
+        (view.route, view.state),
+        (Some(RouteKind::Tcp), SyncState::Bursting)
+    );
+    core.route_closed(Route::Tcp(1));
+    let view = session_view(&core);
+    assert_eq!((view.route, view.probe_rate_hz), (None, 0.0));
+}
+
+#[test]
+fn a_new_schedule_applies_to_running_sessions() {
+    let mut core = core_with_session();
+    let mut relay = Relay::new();
+    register(&mut core, &mut relay, relay_addr(), 0);
+    let now = run_answering(&mut core, &relay, 0, 2_000 * MS, MS, |s| reply_to(s, 0));
+    assert_eq!(core.steady_interval_ns(SESSION), Some(250 * MS));
+    let estimate = core.estimate(SESSION);
+    let slower = ProberConfig {
+        steady_interval_ns: 1_000 * MS,
+        min_interval_ns: 500 * MS,
+        max_interval_ns: 2_000 * MS,
+        burst_probes: 3,
+        ..ProberConfig::default()
+    };
+    // SIGHUP: the registry hands the schedule over with the same sessions.
+    core.set_registered(Registered {
+        sessions: HashMap::from([(
+            SESSION,
+            Registration {
+                slot: 2,
+                machine_raw_id: 99,
+                probe_key: KEY,
+            },
+        )]),
+        config: Some(slower),
+    });
+    assert_eq!(core.config(), &slower);
+    assert_eq!(core.steady_interval_ns(SESSION), Some(500 * MS), "clamped");
+    assert_eq!(core.estimate(SESSION), estimate, "the estimator is kept");
+    // The next burst has the new size.
+    register(&mut core, &mut relay, Route::Tcp(4), now);
+    assert_eq!(core.burst_left(SESSION), Some(3));
 }

@@ -4,8 +4,18 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use tracesync_protocol::probe::PROBE_KEY_BYTES;
+
+use super::prober::ProberView;
+use super::{ProberConfig, SyncEstimate};
+use crate::status::MachineStatus;
+
+/// Per-session state is copied out of the prober at most this often (its
+/// loop turns once per datagram; the status and metrics read every 250 ms).
+const SESSION_PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 /// What the prober needs to know about a registered session.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
@@ -53,6 +63,8 @@ pub struct ProberStats {
     pub malformed: u64,
     /// Outstanding probes forgotten to keep the table bounded.
     pub outstanding_evicted: u64,
+    /// Probes not answered within `[sync] probe-timeout-ms` (forgotten).
+    pub probe_timeouts: u64,
     /// Clock epochs started after the first (relay suspends).
     pub new_epochs: u64,
     /// Bursts started (first register, new route, new epoch, suspected step).
@@ -68,17 +80,191 @@ pub struct ProberStats {
     pub samples_dropped: u64,
 }
 
+/// Counters of one probe session (a relay connection), in the status
+/// report's per-machine `sync` object and the per-machine metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SessionCounters {
+    /// Probes sent (t1 taken).
+    pub probes_sent: u64,
+    /// Replies accepted (a sample went to the estimator).
+    pub replies: u64,
+    /// Replies whose timestamps the estimator rejected.
+    pub replies_rejected: u64,
+    /// Probes not answered within `[sync] probe-timeout-ms` (forgotten).
+    pub timeouts: u64,
+    /// Datagrams naming this session whose MAC does not check.
+    pub bad_mac: u64,
+    /// Authenticated replies to a probe already answered.
+    pub replayed: u64,
+    /// Authenticated replies to no outstanding probe (never sent, timed
+    /// out, or forgotten to keep the table bounded).
+    pub nonce_mismatch: u64,
+    /// Bursts started (first register, new route, new epoch, suspected step).
+    pub bursts: u64,
+}
+
+/// Where a session's estimator stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncState {
+    /// No estimate yet (the first burst is running, or no reply came).
+    #[default]
+    Unsynced,
+    /// Re-acquiring: a burst is running (new route, new epoch, suspected step).
+    Bursting,
+    /// Steady probing at the adaptive rate.
+    Steady,
+}
+
+impl SyncState {
+    pub const ALL: [SyncState; 3] = [Self::Unsynced, Self::Bursting, Self::Steady];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unsynced => "unsynced",
+            Self::Bursting => "bursting",
+            Self::Steady => "steady",
+        }
+    }
+}
+
+/// The transport a session's probes take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteKind {
+    Udp,
+    Tcp,
+}
+
+impl RouteKind {
+    pub const ALL: [RouteKind; 2] = [Self::Udp, Self::Tcp];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        }
+    }
+}
+
+/// One session as the prober last published it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SessionSync {
+    pub session_id: u64,
+    pub machine_raw_id: u32,
+    pub state: SyncState,
+    /// None: the relay has not registered, or its TCP probe connection closed.
+    pub route: Option<RouteKind>,
+    /// Probes per second now (a burst's rate, or the steady rate with its
+    /// follow-ups).
+    pub probe_rate_hz: f64,
+    pub estimate: Option<SyncEstimate>,
+    /// Host BOOTTIME of the last accepted sample (its t4).
+    pub last_sample_host_ns: Option<u64>,
+    pub counters: SessionCounters,
+}
+
+/// A machine's clock sync as `tracesync status` shows it (the `sync`
+/// object of a machine); what the live core already reports (offset,
+/// drift, bound and RTT at the estimate's reference) is not repeated.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MachineSync {
+    pub session_id: u64,
+    pub state: SyncState,
+    /// `udp`, `tcp`, or null while the relay has no probe route.
+    pub route: Option<RouteKind>,
+    pub probe_rate_hz: f64,
+    /// Clock epoch of the estimate (a suspend starts a new one).
+    pub epoch: Option<u64>,
+    /// Hard bound on the frequency error (ppm).
+    pub freq_bound_ppm: Option<f64>,
+    /// One standard deviation of the mapping now (ns).
+    pub sigma_ns: Option<u64>,
+    /// Hard error bound of the mapping now (ns): the bound at the
+    /// estimate's reference grown by the frequency bound and wander since.
+    pub bound_now_ns: Option<u64>,
+    /// Samples the fit used.
+    pub samples: Option<u32>,
+    /// Time since the last accepted sample (ns).
+    pub last_sample_age_ns: Option<u64>,
+    pub probes: SessionCounters,
+}
+
+impl MachineSync {
+    /// The status view of `session` at host BOOTTIME `host_now_ns`.
+    pub fn at(session: &SessionSync, host_now_ns: u64) -> Self {
+        let estimate = session.estimate;
+        // Relay BOOTTIME now: host now plus the offset (an error of the
+        // offset's size moves the bound by ppm of it: nothing).
+        let relay_now = estimate.map(|e| host_now_ns.saturating_add_signed(e.offset_ns));
+        Self {
+            session_id: session.session_id,
+            state: session.state,
+            route: session.route,
+            probe_rate_hz: session.probe_rate_hz,
+            epoch: estimate.map(|e| e.epoch),
+            freq_bound_ppm: estimate.map(|e| e.freq_bound_ppm),
+            sigma_ns: estimate.zip(relay_now).map(|(e, r)| e.sigma_at(r)),
+            bound_now_ns: estimate.zip(relay_now).map(|(e, r)| e.bound_at(r)),
+            samples: estimate.map(|e| e.samples),
+            last_sample_age_ns: session
+                .last_sample_host_ns
+                .map(|t| host_now_ns.saturating_sub(t)),
+            probes: session.counters,
+        }
+    }
+}
+
+/// What the prober follows: the registered sessions, and the schedule
+/// (`[sync]`, replaced on SIGHUP).
+#[derive(Clone, Debug, Default)]
+pub struct Registered {
+    pub sessions: HashMap<u64, Registration>,
+    pub config: Option<ProberConfig>,
+}
+
+impl Registered {
+    pub fn contains_key(&self, session_id: &u64) -> bool {
+        self.sessions.contains_key(session_id)
+    }
+}
+
+impl FromIterator<(u64, Registration)> for Registered {
+    fn from_iter<I: IntoIterator<Item = (u64, Registration)>>(sessions: I) -> Self {
+        HashMap::from_iter(sessions).into()
+    }
+}
+
+impl From<HashMap<u64, Registration>> for Registered {
+    fn from(sessions: HashMap<u64, Registration>) -> Self {
+        Self {
+            sessions,
+            config: None,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Registry {
     /// Bumped on every change, so the prober copies the map only then.
     generation: u64,
     sessions: HashMap<u64, Registration>,
+    config: Option<ProberConfig>,
+}
+
+#[derive(Debug, Default)]
+struct Published {
+    at: Option<Instant>,
+    sessions: Vec<SessionSync>,
 }
 
 #[derive(Debug, Default)]
 struct Shared {
     registry: Mutex<Registry>,
     stats: Mutex<ProberStats>,
+    sessions: Mutex<Published>,
 }
 
 /// Cheaply cloneable handle on the session registry.
@@ -135,19 +321,82 @@ impl ProbeSessions {
         *lock(&self.shared.stats)
     }
 
-    pub(crate) fn publish_stats(&self, stats: ProberStats) {
-        *lock(&self.shared.stats) = stats;
+    /// Replaces the prober's schedule (SIGHUP); the prober applies it on
+    /// its next loop turn (within 50 ms).
+    pub fn set_config(&self, config: ProberConfig) {
+        let mut registry = lock(&self.shared.registry);
+        registry.config = Some(config);
+        registry.generation += 1;
     }
 
-    /// The sessions, if they changed since `seen_generation`.
-    pub(crate) fn changed_since(
-        &self,
-        seen_generation: u64,
-    ) -> Option<(u64, HashMap<u64, Registration>)> {
-        let registry = lock(&self.shared.registry);
-        (registry.generation != seen_generation)
-            .then(|| (registry.generation, registry.sessions.clone()))
+    /// The sessions as the prober last published them (at most 100 ms old
+    /// while it runs).
+    pub fn sessions(&self) -> Vec<SessionSync> {
+        lock(&self.shared.sessions).sessions.clone()
     }
+
+    /// Fills the `sync` object of every machine with a probe session, at
+    /// host BOOTTIME `host_now_ns`. Of two sessions of one machine (a relay
+    /// instance being replaced), one with an estimate wins.
+    pub fn fill_status(&self, machines: &mut [MachineStatus], host_now_ns: u64) {
+        let published = lock(&self.shared.sessions);
+        let mut by_machine: HashMap<u32, &SessionSync> = HashMap::new();
+        for session in &published.sessions {
+            by_machine
+                .entry(session.machine_raw_id)
+                .and_modify(|held| {
+                    if held.estimate.is_none() && session.estimate.is_some() {
+                        *held = session;
+                    }
+                })
+                .or_insert(session);
+        }
+        for machine in machines {
+            machine.sync = by_machine
+                .get(&machine.raw_id)
+                .map(|s| MachineSync::at(s, host_now_ns));
+        }
+    }
+
+    /// Called by the prober every loop turn: the counters always, the
+    /// sessions at most every [`SESSION_PUBLISH_EVERY`].
+    pub(crate) fn publish_stats(&self, view: ProberView<'_>) {
+        *lock(&self.shared.stats) = *view;
+        let mut published = lock(&self.shared.sessions);
+        if published
+            .at
+            .is_some_and(|at| at.elapsed() < SESSION_PUBLISH_EVERY)
+        {
+            return;
+        }
+        published.at = Some(Instant::now());
+        published.sessions.clear();
+        published.sessions.extend(view.sessions());
+    }
+
+    /// The sessions and the schedule, if they changed since `seen_generation`.
+    pub(crate) fn changed_since(&self, seen_generation: u64) -> Option<(u64, Registered)> {
+        let registry = lock(&self.shared.registry);
+        (registry.generation != seen_generation).then(|| {
+            let registered = Registered {
+                sessions: registry.sessions.clone(),
+                config: registry.config,
+            };
+            (registry.generation, registered)
+        })
+    }
+}
+
+/// The ingest loop's status machines with their `sync` objects filled in
+/// (unchanged without a prober).
+pub fn with_sync(
+    mut machines: Vec<MachineStatus>,
+    probes: Option<&ProbeSessions>,
+) -> Vec<MachineStatus> {
+    if let Some(probes) = probes {
+        probes.fill_status(&mut machines, crate::hostclock::boottime_ns());
+    }
+    machines
 }
 
 #[cfg(test)]
@@ -166,14 +415,22 @@ mod tests {
         };
         handle.register(42, registration);
         let (generation, map) = sessions.changed_since(0).expect("changed");
-        assert_eq!(map.get(&42), Some(&registration));
+        assert_eq!(map.sessions.get(&42), Some(&registration));
+        assert!(map.config.is_none());
         assert!(!format!("{registration:?}").contains('9'), "no key in logs");
         assert!(sessions.changed_since(generation).is_none());
         handle.unregister(99); // unknown: no change
         assert!(sessions.changed_since(generation).is_none());
         handle.unregister(42);
-        let (_, map) = sessions.changed_since(generation).expect("changed");
-        assert!(map.is_empty());
+        let (generation, map) = sessions.changed_since(generation).expect("changed");
+        assert!(map.sessions.is_empty());
         assert!(sessions.is_empty());
+        let config = ProberConfig {
+            burst_probes: 3,
+            ..ProberConfig::default()
+        };
+        sessions.set_config(config);
+        let (_, map) = sessions.changed_since(generation).expect("config changed");
+        assert_eq!(map.config, Some(config));
     }
 }
