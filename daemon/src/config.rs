@@ -103,7 +103,7 @@ pub struct DaemonConfig {
     pub log: LogConfig,
     pub tls: TlsConfig,
     pub metrics: crate::metrics::MetricsConfig,
-    pub sync: crate::sync::prober::SyncConfig,
+    pub sync: crate::sync::config::SyncConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -435,7 +435,7 @@ fn keep_restart_only(applied: &mut DaemonConfig, running: &DaemonConfig) {
     kept.output.rotate_seconds = applied.output.rotate_seconds;
     kept.output.retain_bytes = applied.output.retain_bytes;
     kept.output.retain_seconds = applied.output.retain_seconds;
-    kept.sync = crate::sync::prober::SyncConfig {
+    kept.sync = crate::sync::config::SyncConfig {
         sync_point_threshold_ns: running.sync.sync_point_threshold_ns,
         ..applied.sync
     };

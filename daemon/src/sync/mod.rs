@@ -6,6 +6,7 @@
 //!   (point mapping, sigma and a hard bound) out.
 //! - [`sim`]: deterministic virtual-time simulator that measures the
 //!   estimator against ground truth and two baselines.
+//! - [`config`]: the `[sync]` section of the daemon config.
 //! - [`prober`]: sans-IO probe scheduler and reply matcher ([`ProberCore`]).
 //! - [`sessions`]: the registry the server fills ([`ProbeSessions`]).
 //! - [`edge`]: the thread around the sockets ([`spawn_prober`]).
@@ -14,6 +15,7 @@
 //! probe receive / reply send, t4 = host BOOTTIME at reply receive. Offsets
 //! are relay minus host.
 
+pub mod config;
 pub mod edge;
 pub mod estimator;
 pub mod prober;
