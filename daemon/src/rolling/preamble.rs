@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use tracesync_protocol::scan::{self, Fields, PacketFields, field};
 
+use super::RecoveredSequence;
 use crate::live::Role;
 
 /// TrackDescriptor (TracePacket field 60): producers re-emit descriptors
@@ -171,6 +172,65 @@ impl PreambleState {
             .collect();
         floors.sort_unstable();
         floors
+    }
+
+    /// Per output sequence with replayed state or a snapshot: the state
+    /// the live core keeps for it (its default clock, its ClockSnapshots
+    /// that define sequence-scoped clocks),
+    /// as the packets the next file's preamble replays define it. Sorted by
+    /// sequence.
+    pub fn recovered_sequences(&self) -> Vec<RecoveredSequence> {
+        let mut out: std::collections::BTreeMap<u32, RecoveredSequence> =
+            std::collections::BTreeMap::new();
+        for (&seq, state) in &self.sequences {
+            let mut default_clock = None;
+            for e in &state.packets {
+                let Ok(fields) = scan::scan_packet(&e.bytes) else {
+                    continue;
+                };
+                // As the live core does in stream order.
+                if fields.clears_incremental_state() {
+                    default_clock = None;
+                }
+                if let Some(d) = fields.trace_packet_defaults {
+                    default_clock = scan::defaults_timestamp_clock_id(d)
+                        .ok()
+                        .flatten()
+                        .filter(|&c| c != 0);
+                }
+            }
+            out.entry(seq)
+                .or_insert_with(|| RecoveredSequence::new(seq))
+                .default_clock = default_clock;
+        }
+        let mut snapshots: Vec<(&(u32, u32), &Entry)> = self.snapshots.iter().collect();
+        snapshots.sort_by_key(|(_, e)| e.order);
+        for (&(_, seq), e) in snapshots {
+            // Only snapshots defining a sequence-scoped clock: a relay sends
+            // its builtin clocks again every second, a producer its sequence
+            // clocks only when its sequence starts.
+            let defines_sequence_clock = |payload: &[u8]| {
+                use prost::Message;
+                tracesync_protocol::perfetto::ClockSnapshot::decode(payload).is_ok_and(|c| {
+                    c.clocks.iter().any(|c| {
+                        tracesync_protocol::clock_ids::is_sequence_clock(c.clock_id.unwrap_or(0))
+                    })
+                })
+            };
+            if let Some(payload) = scan::scan_packet(&e.bytes)
+                .ok()
+                .and_then(|f| f.clock_snapshot)
+                .filter(|p| defines_sequence_clock(p))
+            {
+                out.entry(seq)
+                    .or_insert_with(|| RecoveredSequence::new(seq))
+                    .clock_snapshots
+                    .push(payload.to_vec());
+            }
+        }
+        out.into_values()
+            .filter(|s| s.default_clock.is_some() || !s.clock_snapshots.is_empty())
+            .collect()
     }
 
     /// Notes a packet written to the output.
@@ -473,5 +533,93 @@ mod tests {
         }
         assert_eq!(s.system_info.len(), 3);
         assert!(!s.system_info.contains_key(&0));
+    }
+
+    #[test]
+    fn recovered_sequences_carry_the_default_clock_and_snapshots() {
+        use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+        use tracesync_protocol::perfetto::{ClockSnapshot, clock_snapshot::Clock};
+        let on = |seq: u32, mut p: TracePacket| {
+            p.optional_trusted_packet_sequence_id = Some(
+                OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq),
+            );
+            encode(p)
+        };
+        let defaults = |clock| {
+            Some(TracePacketDefaults {
+                timestamp_clock_id: Some(clock),
+            })
+        };
+        let snap = ClockSnapshot {
+            clocks: vec![Clock {
+                clock_id: Some(64),
+                timestamp: Some(5),
+                ..Default::default()
+            }],
+            primary_trace_clock: None,
+        };
+        let mut s = PreambleState::new(PreambleLimits::default());
+        let snapshot = on(
+            5,
+            TracePacket {
+                data: Some(Data::ClockSnapshot(snap.clone())),
+                ..Default::default()
+            },
+        );
+        s.observe(Role::ClockSnapshot, 2, 5, &snapshot);
+        let clear = |clock| {
+            on(
+                5,
+                TracePacket {
+                    sequence_flags: Some(1),
+                    trace_packet_defaults: defaults(clock),
+                    ..Default::default()
+                },
+            )
+        };
+        s.observe(Role::IncrementalStateCleared, 2, 5, &clear(3));
+        let later = on(
+            5,
+            TracePacket {
+                sequence_flags: Some(2),
+                trace_packet_defaults: defaults(64),
+                ..Default::default()
+            },
+        );
+        s.observe(Role::IncrementalState, 2, 5, &later);
+        // A sequence whose last clear names no default has none.
+        s.observe(
+            Role::IncrementalState,
+            2,
+            6,
+            &on(
+                6,
+                TracePacket {
+                    trace_packet_defaults: defaults(3),
+                    ..Default::default()
+                },
+            ),
+        );
+        s.observe(
+            Role::IncrementalStateCleared,
+            2,
+            6,
+            &on(
+                6,
+                TracePacket {
+                    sequence_flags: Some(1),
+                    ..Default::default()
+                },
+            ),
+        );
+        let got = s.recovered_sequences();
+        assert_eq!(
+            got,
+            [RecoveredSequence {
+                out_seq: 5,
+                default_clock: Some(64),
+                clock_snapshots: vec![snap.encode_to_vec()],
+            }]
+        );
     }
 }
