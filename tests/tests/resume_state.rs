@@ -2,7 +2,8 @@
 //! state across restarts"): a producer trace followed by a relay `file:`
 //! source, with interned event names, trace_packet_defaults naming a
 //! sequence-scoped clock (64) and that clock's ClockSnapshot, all written
-//! once at the start of each producer sequence. The relay is killed (-9)
+//! once at the start of each producer sequence (A's clock 64 absolute, B's
+//! incremental as the Perfetto SDK writes track events: deltas). The relay is killed (-9)
 //! and restarted mid-file, then the daemon; files rotate. Every rolled file
 //! must load alone in the real trace processor with nothing skipped for
 //! missing incremental state, no error stats, every event under its own
@@ -48,11 +49,27 @@ struct Producer {
     name: &'static str,
     track: u64,
     n: u64,
+    /// Clock 64 is incremental (as the Perfetto SDK's track-event clock):
+    /// each timestamp is the delta from the sequence's previous one.
+    incremental: bool,
+    /// The last absolute clock-64 value written.
+    last: u64,
 }
 
 impl Producer {
     fn src(&self) -> String {
         format!("resume/{}", self.name)
+    }
+
+    /// The timestamp field for clock-64 time `boottime + offset`.
+    fn ts(&mut self, boottime: u64) -> u64 {
+        let abs = boottime + self.offset_ns;
+        if !self.incremental {
+            return abs;
+        }
+        let delta = abs.saturating_sub(self.last);
+        self.last = self.last.max(abs);
+        delta
     }
 
     fn seq_id(&self) -> Option<trace_packet::OptionalTrustedPacketSequenceId> {
@@ -62,20 +79,23 @@ impl Producer {
     /// What an SDK writes when a sequence starts: the sequence clock's
     /// snapshot, a packet clearing the state with defaults and interned
     /// names, the track's descriptor.
-    fn start(&self, boottime: u64) -> Vec<TracePacket> {
-        let clock = |id: u32, ts: u64| clock_snapshot::Clock {
+    fn start(&mut self, boottime: u64) -> Vec<TracePacket> {
+        let clock = |id: u32, ts: u64, incremental: bool| clock_snapshot::Clock {
             clock_id: Some(id),
             timestamp: Some(ts),
+            is_incremental: incremental.then_some(true),
             ..Default::default()
         };
+        self.last = boottime + self.offset_ns;
+        let base = boottime + self.offset_ns;
         vec![
             TracePacket {
                 timestamp: Some(boottime),
                 timestamp_clock_id: Some(BOOTTIME),
                 data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
                     clocks: vec![
-                        clock(BOOTTIME, boottime),
-                        clock(SEQ_CLOCK, boottime + self.offset_ns),
+                        clock(BOOTTIME, boottime, false),
+                        clock(SEQ_CLOCK, base, self.incremental),
                     ],
                     primary_trace_clock: None,
                 })),
@@ -83,7 +103,7 @@ impl Producer {
                 ..Default::default()
             },
             TracePacket {
-                timestamp: Some(boottime + self.offset_ns),
+                timestamp: Some(self.ts(boottime)),
                 sequence_flags: Some(1),
                 trace_packet_defaults: Some(TracePacketDefaults {
                     timestamp_clock_id: Some(SEQ_CLOCK),
@@ -98,7 +118,7 @@ impl Producer {
                 ..Default::default()
             },
             TracePacket {
-                timestamp: Some(boottime + self.offset_ns),
+                timestamp: Some(self.ts(boottime)),
                 data: Some(trace_packet::Data::TrackDescriptor(TrackDescriptor {
                     uuid: Some(self.track),
                     name: Some(format!("{} track", self.name)),
@@ -120,7 +140,7 @@ impl Producer {
         let n = self.n;
         self.n += 1;
         TracePacket {
-            timestamp: Some(boottime + self.offset_ns),
+            timestamp: Some(self.ts(boottime)),
             data: Some(trace_packet::Data::TrackEvent(TrackEvent {
                 debug_annotations: vec![
                     annotation(
@@ -162,6 +182,8 @@ fn produce(path: PathBuf, stop: Arc<AtomicBool>) -> (u64, u64) {
         name: "alpha",
         track: 0xa11a,
         n: 0,
+        incremental: false,
+        last: 0,
     };
     let mut b = Producer {
         seq: 8,
@@ -169,6 +191,8 @@ fn produce(path: PathBuf, stop: Arc<AtomicBool>) -> (u64, u64) {
         name: "beta",
         track: 0xbe7a,
         n: 0,
+        incremental: true,
+        last: 0,
     };
     let mut file = std::fs::OpenOptions::new()
         .create(true)
@@ -176,8 +200,10 @@ fn produce(path: PathBuf, stop: Arc<AtomicBool>) -> (u64, u64) {
         .open(&path)
         .expect("create the producer trace");
     let now = live::host_boottime_ns;
-    append(&mut file, &a.start(now()));
-    append(&mut file, &b.start(now()));
+    let start = a.start(now());
+    append(&mut file, &start);
+    let start = b.start(now());
+    append(&mut file, &start);
     for _ in 0..A_EVENTS {
         append(&mut file, &[a.event(now())]);
         std::thread::sleep(Duration::from_millis(2));

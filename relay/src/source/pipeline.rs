@@ -12,9 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use prost::Message;
+use tracesync_protocol::perfetto::{ClockSnapshot, clock_snapshot};
 use tracesync_protocol::reader::{ReadError, TraceReader};
 use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::scan::{self, Stamp, field};
+use tracesync_protocol::wire;
 
 use super::SourceStats;
 use crate::sequences::SequenceAllocator;
@@ -234,9 +237,100 @@ fn strip_for_replay(packet: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A producer sequence's incremental clocks (ClockSnapshot
+/// `is_incremental`, as the Perfetto SDK's track-event clock 64): its
+/// timestamps on them are deltas from its previous one, the first after a
+/// snapshot from the snapshot's value. The replayed snapshot is
+/// re-anchored at the last absolute value before the resume point, so the
+/// first resumed delta adds to the right sum ([`reanchor`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct IncrementalClocks {
+    /// (clock id, absolute raw value of its last timestamp).
+    clocks: Vec<(u32, u64)>,
+    default_clock: Option<u32>,
+}
+
+impl IncrementalClocks {
+    fn from_snapshot(payload: &[u8], default_clock: Option<u32>) -> Option<Self> {
+        let snapshot = ClockSnapshot::decode(payload).ok()?;
+        let clocks: Vec<(u32, u64)> = snapshot
+            .clocks
+            .iter()
+            .filter(|c| c.is_incremental.unwrap_or(false))
+            .map(|c| (c.clock_id.unwrap_or(0), c.timestamp.unwrap_or(0)))
+            .collect();
+        (!clocks.is_empty()).then_some(Self {
+            clocks,
+            default_clock,
+        })
+    }
+
+    fn advance(&mut self, fields: &scan::PacketFields<'_>) {
+        if fields.clears_incremental_state() {
+            self.default_clock = None;
+        }
+        if let Some(d) = fields.trace_packet_defaults {
+            self.default_clock = scan::defaults_timestamp_clock_id(d)
+                .ok()
+                .flatten()
+                .filter(|&c| c != 0);
+        }
+        let Some(ts) = fields.timestamp else { return };
+        let clock = fields
+            .timestamp_clock_id
+            .filter(|&c| c != 0)
+            .or(self.default_clock);
+        if let Some((_, acc)) = self.clocks.iter_mut().find(|(id, _)| Some(*id) == clock) {
+            *acc = acc.wrapping_add(ts);
+        }
+    }
+}
+
+/// A (stripped) ClockSnapshot packet re-anchored at `inc`'s last values:
+/// tracked incremental clocks read their last absolute value, every other
+/// clock moves by the same time. None if it cannot be rewritten.
+fn reanchor(packet: &[u8], inc: &IncrementalClocks) -> Option<Vec<u8>> {
+    let fields = scan::scan_packet(packet).ok()?;
+    let mut snapshot = ClockSnapshot::decode(fields.clock_snapshot?).ok()?;
+    let unit = |c: &clock_snapshot::Clock| {
+        i128::from(c.unit_multiplier_ns.filter(|&u| u != 0).unwrap_or(1))
+    };
+    let tracked = |id: Option<u32>| {
+        inc.clocks
+            .iter()
+            .find(|(c, _)| Some(*c) == id)
+            .map(|(_, acc)| *acc)
+    };
+    let shift_ns = snapshot.clocks.iter().find_map(|c| {
+        let acc = tracked(c.clock_id).filter(|_| c.is_incremental.unwrap_or(false))?;
+        Some((i128::from(acc) - i128::from(c.timestamp.unwrap_or(0))) * unit(c))
+    })?;
+    for c in &mut snapshot.clocks {
+        let value = match (c.is_incremental.unwrap_or(false), tracked(c.clock_id)) {
+            (true, Some(acc)) => i128::from(acc),
+            (true, None) => continue,
+            (false, _) => i128::from(c.timestamp.unwrap_or(0)) + shift_ns / unit(c),
+        };
+        c.timestamp = Some(u64::try_from(value.max(0)).unwrap_or(u64::MAX));
+    }
+    let mut out = Vec::with_capacity(packet.len() + 16);
+    for f in scan::Fields::new(packet) {
+        let f = f.ok()?;
+        if f.number != field::CLOCK_SNAPSHOT {
+            out.extend_from_slice(&packet[f.start..f.end]);
+        }
+    }
+    wire::put_len_field(&mut out, field::CLOCK_SNAPSHOT, &snapshot.encode_to_vec());
+    Some(out)
+}
+
 /// One producer sequence's incremental state as of some offset.
 #[derive(Debug, Default)]
 struct SequenceState {
+    /// The default timestamp_clock_id (for incremental clocks).
+    default_clock: Option<u32>,
+    /// Incremental clocks its latest snapshot defines.
+    incremental: Option<IncrementalClocks>,
     /// First appearance in the stream: relay sequences are allocated in
     /// this order, so the replay maps them as the first read did.
     first_seen: u64,
@@ -328,6 +422,24 @@ impl ReplayState {
                 },
             );
         }
+        if let Some(s) = self.sequences.get_mut(&producer) {
+            if let Some(snapshot) = fields.clock_snapshot {
+                s.incremental = IncrementalClocks::from_snapshot(snapshot, s.default_clock);
+            } else {
+                if fields.clears_incremental_state() {
+                    s.default_clock = None;
+                }
+                if let Some(d) = fields.trace_packet_defaults {
+                    s.default_clock = scan::defaults_timestamp_clock_id(d)
+                        .ok()
+                        .flatten()
+                        .filter(|&c| c != 0);
+                }
+                if let Some(inc) = s.incremental.as_mut() {
+                    inc.advance(&fields);
+                }
+            }
+        }
         let clears = fields.clears_incremental_state();
         let state_packet = fields.has_interned_data
             || fields.trace_packet_defaults.is_some()
@@ -389,7 +501,11 @@ impl ReplayState {
         let mut replay = Replay::default();
         for (producer, s) in sequences {
             replay.sequences.push(producer);
-            replay.packets.extend(s.snapshot.map(Bytes::from));
+            let snapshot = match (s.snapshot, &s.incremental) {
+                (Some(snap), Some(inc)) => Some(reanchor(&snap, inc).unwrap_or(snap)),
+                (snap, _) => snap,
+            };
+            replay.packets.extend(snapshot.map(Bytes::from));
             replay
                 .packets
                 .extend(s.packets.into_iter().map(Bytes::from));
@@ -847,5 +963,60 @@ mod tests {
         let replay: Vec<_> = state2.into_replay().packets.iter().map(decode).collect();
         assert_eq!(replay.len(), 1);
         assert_eq!(names(&replay[0]), ["again"]);
+    }
+
+    #[test]
+    fn replayed_incremental_clock_snapshot_is_at_the_last_absolute_value() {
+        use tracesync_protocol::perfetto::{ClockSnapshot, clock_snapshot::Clock};
+        let clock = |id, ts, incremental| Clock {
+            clock_id: Some(id),
+            timestamp: Some(ts),
+            is_incremental: incremental,
+            ..Default::default()
+        };
+        let snap = |clocks| ClockSnapshot {
+            clocks,
+            primary_trace_clock: None,
+        };
+        let on9 = |mut p: TracePacket| {
+            p.optional_trusted_packet_sequence_id =
+                Some(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(9));
+            p.encode_to_vec()
+        };
+        let delta = |ts| {
+            on9(TracePacket {
+                timestamp: Some(ts),
+                ..Default::default()
+            })
+        };
+        let input = framed(&[
+            state_packet(9, 1, "x", Some(64), 3), // defaults before the clock
+            on9(TracePacket {
+                data: Some(trace_packet::Data::ClockSnapshot(snap(vec![
+                    clock(6, 1_000, None),
+                    clock(64, 500, Some(true)),
+                ]))),
+                ..Default::default()
+            }),
+            delta(10),
+            delta(20),
+            on9(TracePacket {
+                timestamp: Some(77_777), // another clock: not summed
+                timestamp_clock_id: Some(6),
+                ..Default::default()
+            }),
+        ]);
+        let mut state = ReplayState::new();
+        state.push(&input).unwrap();
+        let replay: Vec<_> = state.into_replay().packets.iter().map(decode).collect();
+        let Some(trace_packet::Data::ClockSnapshot(got)) = &replay[0].data else {
+            panic!("snapshot first: {replay:?}");
+        };
+        assert_eq!(
+            got,
+            &snap(vec![clock(6, 1_030, None), clock(64, 530, Some(true))])
+        );
+        assert_eq!(seq_of(&replay[0]), Some(9), "before stamping");
+        assert_eq!(replay[1].sequence_flags, Some(1));
     }
 }
