@@ -20,6 +20,7 @@ use super::types::{
     CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Recovered, Refusal, RelaySlot,
     SessionError,
 };
+use crate::rolling::RecoveredSequence;
 use crate::status::MachineStatus;
 
 /// Counter names (Perfetto's stat names where one exists).
@@ -130,6 +131,9 @@ pub struct LiveCore {
     pub(super) staged: Staged,
     /// The batch being ingested hit `max_sequences_per_relay`.
     pub(super) sequence_limit_hit: bool,
+    /// Recovered ClockSnapshot payloads per relay instance, (relay
+    /// sequence, payload): fed to its clock graph when it connects.
+    recovered_clocks: IdMap<u64, Vec<(u32, Vec<u8>)>>,
 }
 
 impl LiveCore {
@@ -154,14 +158,34 @@ impl LiveCore {
             stats: LiveStats::default(),
             staged: Staged::default(),
             sequence_limit_hit: false,
+            recovered_clocks: IdMap::default(),
         };
         let host_name = core.config.host_name.as_deref().map(Arc::from);
         core.machines.entry(0).or_default().name = host_name;
         for (raw_id, client) in recovered.sync_floors {
             core.machines.entry(raw_id).or_default().sync_floor = client;
         }
+        let mut sequences: BTreeMap<u32, RecoveredSequence> = recovered
+            .sequences
+            .into_iter()
+            .map(|q| (q.out_seq, q))
+            .collect();
         for s in recovered.streams {
             core.machines.entry(s.machine_raw_id).or_default();
+            // The stream resolves and stamps as before the restart: its
+            // sequence's default clock, its sequence-scoped clocks.
+            let state = sequences.remove(&s.out_seq).unwrap_or_default();
+            if !state.clock_snapshots.is_empty() {
+                core.recovered_clocks
+                    .entry(s.relay_instance)
+                    .or_default()
+                    .extend(
+                        state
+                            .clock_snapshots
+                            .into_iter()
+                            .map(|p| (s.relay_sequence, p)),
+                    );
+            }
             let id = core.allocate_stream_id();
             core.streams.insert(
                 (s.relay_instance, s.relay_sequence),
@@ -170,7 +194,7 @@ impl LiveCore {
                     out_seq: s.out_seq,
                     raw_id: s.machine_raw_id,
                     written: Some(s.written_through),
-                    default_clock: None,
+                    default_clock: state.default_clock,
                     last: None,
                     pending: 0,
                     src: Arc::from(format!("{}/{}", s.machine_raw_id, s.relay_sequence)),
@@ -281,6 +305,11 @@ impl LiveCore {
             relay.estimate = None;
         }
         lost += relay.batches.resume(oldest);
+        if let Some(snapshots) = self.recovered_clocks.remove(&hello.relay_instance) {
+            for (relay_sequence, payload) in snapshots {
+                relay.clocks.add_snapshot(&payload, relay_sequence);
+            }
+        }
         let replaced = relay.slot.replace(slot);
         let old_raw_id = std::mem::replace(&mut relay.raw_id, raw_id);
         relay.latest_boottime = hello.clocks.map(|c| c.boottime_ns);

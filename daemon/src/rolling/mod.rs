@@ -81,6 +81,30 @@ pub struct RecoveredStream {
     pub written_through: u64,
 }
 
+/// Sequence state of one output sequence that the live core resolves
+/// packets with, recovered from what the new file's preamble replays (so
+/// any journal recovers it): packets of a resumed stream keep being
+/// resolved and stamped as before the restart.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveredSequence {
+    pub out_seq: u32,
+    /// trace_packet_defaults.timestamp_clock_id in effect.
+    pub default_clock: Option<u32>,
+    /// The latest ClockSnapshot payload (TracePacket field 6) written on
+    /// the sequence, if it defines sequence-scoped clocks (ids 64..127):
+    /// the producer does not send it again.
+    pub clock_snapshots: Vec<Vec<u8>>,
+}
+
+impl RecoveredSequence {
+    pub fn new(out_seq: u32) -> Self {
+        Self {
+            out_seq,
+            ..Self::default()
+        }
+    }
+}
+
 /// What `open` recovered from a previous run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovered {
@@ -92,6 +116,9 @@ pub struct Recovered {
     /// new file's preamble replays: sync points written after a restart must
     /// not go below it (Perfetto rejects a RemoteClockSync that goes back).
     pub sync_floors: Vec<(u32, u64)>,
+    /// Default clock and snapshots of the output sequences (see
+    /// [`RecoveredSequence`]), by `out_seq`.
+    pub sequences: Vec<RecoveredSequence>,
 }
 
 /// Errors of `open`.
@@ -224,6 +251,7 @@ impl RollingWriter {
             streams: found.streams.values().copied().collect(),
             next_out_seq: found.next_out_seq,
             sync_floors: found.preamble.sync_floors(),
+            sequences: found.preamble.recovered_sequences(),
         };
         let name = naming::file_name(now, found.next_file_seq);
         let preamble = found.preamble.packets();

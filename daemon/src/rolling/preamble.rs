@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use tracesync_protocol::scan::{self, Fields, PacketFields, field};
 
+use super::RecoveredSequence;
 use crate::live::Role;
 
 /// TrackDescriptor (TracePacket field 60): producers re-emit descriptors
@@ -20,14 +21,14 @@ pub fn role_of(fields: &PacketFields<'_>) -> Role {
 }
 
 /// Top-level fields kept when an incremental-state packet is replayed: the
-/// state itself and what places it, never the packet's event payload (a
-/// replayed event would appear twice across files).
+/// state itself and what scopes it, never the packet's event payload (a
+/// replayed event would appear twice across files) nor its timestamp (on
+/// an incremental clock it is a delta: replayed, it would move every later
+/// packet of the sequence; without one the packet takes the latest time).
 fn kept_in_replay(number: u32) -> bool {
     matches!(
         number,
-        field::TIMESTAMP
-            | field::TIMESTAMP_CLOCK_ID
-            | field::TRUSTED_PACKET_SEQUENCE_ID
+        field::TRUSTED_PACKET_SEQUENCE_ID
             | field::INTERNED_DATA
             | field::SEQUENCE_FLAGS
             | field::INCREMENTAL_STATE_CLEARED
@@ -56,6 +57,115 @@ pub fn strip_for_replay(packet: &Bytes) -> Bytes {
         out.extend_from_slice(&packet[r]);
     }
     Bytes::from(out)
+}
+
+/// A sequence's incremental clocks (ClockSnapshot `is_incremental`, as
+/// the Perfetto SDK's track-event clock 64): a timestamp on one is a delta
+/// from the sequence's previous timestamp on it, the first after a snapshot
+/// from the snapshot's value. Replaying the latest snapshot as written
+/// would restart the sum there; the preamble replays it re-anchored at the
+/// last absolute value instead ([`reanchor`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IncrementalClocks {
+    /// (clock id, absolute raw value of its last timestamp).
+    clocks: Vec<(u32, u64)>,
+    /// The sequence's default timestamp_clock_id.
+    default_clock: Option<u32>,
+}
+
+impl IncrementalClocks {
+    /// The incremental clocks a ClockSnapshot payload defines (None: none).
+    pub fn from_snapshot(payload: &[u8], default_clock: Option<u32>) -> Option<Self> {
+        use prost::Message;
+        let snapshot = tracesync_protocol::perfetto::ClockSnapshot::decode(payload).ok()?;
+        let clocks: Vec<(u32, u64)> = snapshot
+            .clocks
+            .iter()
+            .filter(|c| c.is_incremental.unwrap_or(false))
+            .map(|c| (c.clock_id.unwrap_or(0), c.timestamp.unwrap_or(0)))
+            .collect();
+        (!clocks.is_empty()).then_some(Self {
+            clocks,
+            default_clock,
+        })
+    }
+
+    /// A packet of the sequence after the snapshot, in stream order.
+    pub fn advance(&mut self, fields: &PacketFields<'_>) {
+        if fields.clears_incremental_state() {
+            self.default_clock = None;
+        }
+        if let Some(d) = fields.trace_packet_defaults {
+            self.default_clock = scan::defaults_timestamp_clock_id(d)
+                .ok()
+                .flatten()
+                .filter(|&c| c != 0);
+        }
+        let Some(ts) = fields.timestamp else { return };
+        let clock = fields
+            .timestamp_clock_id
+            .filter(|&c| c != 0)
+            .or(self.default_clock);
+        if let Some(acc) = self
+            .clocks
+            .iter_mut()
+            .find(|(id, _)| Some(*id) == clock)
+            .map(|(_, acc)| acc)
+        {
+            *acc = acc.wrapping_add(ts);
+        }
+    }
+}
+
+/// A ClockSnapshot packet re-anchored at `inc`'s last values: each tracked
+/// incremental clock reads its last absolute value, every other clock is
+/// moved by the same time (so the snapshot still relates the clocks as the
+/// original did); the packet's own timestamp is dropped. None if it cannot
+/// be rewritten (then the original is replayed).
+pub fn reanchor(packet: &[u8], inc: &IncrementalClocks) -> Option<Bytes> {
+    use prost::Message;
+    let fields = scan::scan_packet(packet).ok()?;
+    let mut snapshot =
+        tracesync_protocol::perfetto::ClockSnapshot::decode(fields.clock_snapshot?).ok()?;
+    let unit = |c: &tracesync_protocol::perfetto::clock_snapshot::Clock| {
+        i128::from(c.unit_multiplier_ns.filter(|&u| u != 0).unwrap_or(1))
+    };
+    let tracked = |id: Option<u32>| {
+        inc.clocks
+            .iter()
+            .find(|(c, _)| Some(*c) == id)
+            .map(|(_, acc)| *acc)
+    };
+    // The time the first tracked clock moved since the snapshot.
+    let shift_ns = snapshot.clocks.iter().find_map(|c| {
+        let acc = tracked(c.clock_id).filter(|_| c.is_incremental.unwrap_or(false))?;
+        Some((i128::from(acc) - i128::from(c.timestamp.unwrap_or(0))) * unit(c))
+    })?;
+    for c in &mut snapshot.clocks {
+        let incremental = c.is_incremental.unwrap_or(false);
+        let value = match (incremental, tracked(c.clock_id)) {
+            (true, Some(acc)) => i128::from(acc),
+            (true, None) => continue,
+            (false, _) => i128::from(c.timestamp.unwrap_or(0)) + shift_ns / unit(c),
+        };
+        c.timestamp = Some(u64::try_from(value.max(0)).unwrap_or(u64::MAX));
+    }
+    let mut out = Vec::with_capacity(packet.len() + 16);
+    for f in Fields::new(packet) {
+        let f = f.ok()?;
+        if !matches!(
+            f.number,
+            field::CLOCK_SNAPSHOT | field::TIMESTAMP | field::TIMESTAMP_CLOCK_ID
+        ) {
+            out.extend_from_slice(&packet[f.start..f.end]);
+        }
+    }
+    tracesync_protocol::wire::put_len_field(
+        &mut out,
+        field::CLOCK_SNAPSHOT,
+        &snapshot.encode_to_vec(),
+    );
+    Some(Bytes::from(out))
 }
 
 /// Bounds of the preamble state (memory and size of every file's start).
@@ -114,6 +224,9 @@ pub struct PreambleState {
     sequences: HashMap<u32, SequenceState>,
     incremental_bytes: usize,
     counters: PreambleCounters,
+    /// Incremental clocks by sequence (sequences whose latest snapshot
+    /// defines one).
+    incremental_clocks: HashMap<u32, IncrementalClocks>,
 }
 
 /// Removes the entry written least recently if `map` is over `max` keys.
@@ -173,6 +286,80 @@ impl PreambleState {
         floors
     }
 
+    /// The default timestamp_clock_id the replayed state of `seq` sets.
+    fn default_clock_of(&self, seq: u32) -> Option<u32> {
+        let mut default_clock = None;
+        for e in self.sequences.get(&seq).map_or(&[][..], |s| &s.packets) {
+            let Ok(fields) = scan::scan_packet(&e.bytes) else {
+                continue;
+            };
+            // As the live core does in stream order.
+            if fields.clears_incremental_state() {
+                default_clock = None;
+            }
+            if let Some(d) = fields.trace_packet_defaults {
+                default_clock = scan::defaults_timestamp_clock_id(d)
+                    .ok()
+                    .flatten()
+                    .filter(|&c| c != 0);
+            }
+        }
+        default_clock
+    }
+
+    /// The snapshot entry as the preamble replays it (re-anchored if it
+    /// defines incremental clocks).
+    fn replayed_snapshot(&self, seq: u32, e: &Entry) -> Bytes {
+        self.incremental_clocks
+            .get(&seq)
+            .and_then(|inc| reanchor(&e.bytes, inc))
+            .unwrap_or_else(|| e.bytes.clone())
+    }
+
+    /// Per output sequence with replayed state or a snapshot: the state
+    /// the live core keeps for it (its default clock, its ClockSnapshots
+    /// that define sequence-scoped clocks),
+    /// as the packets the next file's preamble replays define it. Sorted by
+    /// sequence.
+    pub fn recovered_sequences(&self) -> Vec<RecoveredSequence> {
+        let mut out: std::collections::BTreeMap<u32, RecoveredSequence> =
+            std::collections::BTreeMap::new();
+        for &seq in self.sequences.keys() {
+            out.entry(seq)
+                .or_insert_with(|| RecoveredSequence::new(seq))
+                .default_clock = self.default_clock_of(seq);
+        }
+        let mut snapshots: Vec<(&(u32, u32), &Entry)> = self.snapshots.iter().collect();
+        snapshots.sort_by_key(|(_, e)| e.order);
+        for (&(_, seq), e) in snapshots {
+            // Only snapshots defining a sequence-scoped clock: a relay sends
+            // its builtin clocks again every second, a producer its sequence
+            // clocks only when its sequence starts.
+            let defines_sequence_clock = |payload: &[u8]| {
+                use prost::Message;
+                tracesync_protocol::perfetto::ClockSnapshot::decode(payload).is_ok_and(|c| {
+                    c.clocks.iter().any(|c| {
+                        tracesync_protocol::clock_ids::is_sequence_clock(c.clock_id.unwrap_or(0))
+                    })
+                })
+            };
+            let replayed = self.replayed_snapshot(seq, e);
+            if let Some(payload) = scan::scan_packet(&replayed)
+                .ok()
+                .and_then(|f| f.clock_snapshot)
+                .filter(|p| defines_sequence_clock(p))
+            {
+                out.entry(seq)
+                    .or_insert_with(|| RecoveredSequence::new(seq))
+                    .clock_snapshots
+                    .push(payload.to_vec());
+            }
+        }
+        out.into_values()
+            .filter(|s| s.default_clock.is_some() || !s.clock_snapshots.is_empty())
+            .collect()
+    }
+
     /// Notes a packet written to the output.
     pub fn observe(&mut self, role: Role, machine: u32, seq: u32, bytes: &Bytes) {
         self.order += 1;
@@ -181,6 +368,13 @@ impl PreambleState {
             bytes: bytes.clone(),
         };
         let max = self.limits.max_keys;
+        if role != Role::ClockSnapshot
+            && !self.incremental_clocks.is_empty()
+            && let Some(inc) = self.incremental_clocks.get_mut(&seq)
+            && let Ok(fields) = scan::scan_packet(bytes)
+        {
+            inc.advance(&fields);
+        }
         let forgotten = match role {
             Role::Data => {
                 if let Some(s) = self.sequences.get_mut(&seq) {
@@ -193,8 +387,25 @@ impl PreambleState {
                 forget_oldest(&mut self.system_info, max, |e| e.order).is_some()
             }
             Role::ClockSnapshot => {
+                match scan::scan_packet(bytes)
+                    .ok()
+                    .and_then(|f| f.clock_snapshot)
+                    .and_then(|p| IncrementalClocks::from_snapshot(p, None))
+                {
+                    Some(mut inc) => {
+                        inc.default_clock = self.default_clock_of(seq);
+                        self.incremental_clocks.insert(seq, inc)
+                    }
+                    None => self.incremental_clocks.remove(&seq),
+                };
                 self.snapshots.insert((machine, seq), entry);
-                forget_oldest(&mut self.snapshots, max, |e| e.order).is_some()
+                let forgot = forget_oldest(&mut self.snapshots, max, |e| e.order).is_some();
+                if forgot {
+                    let snapshots = &self.snapshots;
+                    self.incremental_clocks
+                        .retain(|s, _| snapshots.keys().any(|k| k.1 == *s));
+                }
+                forgot
             }
             Role::SyncPoint => {
                 self.sync_points.insert(machine, entry);
@@ -254,7 +465,13 @@ impl PreambleState {
             v.into_iter().map(|e| e.bytes.clone()).collect::<Vec<_>>()
         };
         let mut out = ordered(self.system_info.values().collect());
-        out.extend(ordered(self.snapshots.values().collect()));
+        let mut snapshots: Vec<(&(u32, u32), &Entry)> = self.snapshots.iter().collect();
+        snapshots.sort_by_key(|(_, e)| e.order);
+        out.extend(
+            snapshots
+                .into_iter()
+                .map(|(&(_, seq), e)| self.replayed_snapshot(seq, e)),
+        );
         out.extend(ordered(self.sync_points.values().collect()));
         out.extend(ordered(
             self.sequences.values().flat_map(|s| &s.packets).collect(),
@@ -272,6 +489,9 @@ impl PreambleState {
             self.observe(role, machine, seq, &Bytes::copy_from_slice(bytes));
         } else {
             self.observe(role, machine, seq, &Bytes::new());
+            if let Some(inc) = self.incremental_clocks.get_mut(&seq) {
+                inc.advance(&fields);
+            }
         }
         fields.trusted_packet_sequence_id
     }
@@ -349,13 +569,13 @@ mod tests {
         use tracesync_protocol::perfetto::TrackEvent;
         use tracesync_protocol::perfetto::trace_packet::Data;
         let state = TracePacket {
-            timestamp: Some(77),
             sequence_flags: Some(1),
             interned_data: Some(InternedData::default()),
             machine_id: Some(9),
             ..Default::default()
         };
         let mut with_event = state.clone();
+        with_event.timestamp = Some(77); // a delta on an incremental clock
         with_event.data = Some(Data::TrackEvent(TrackEvent {
             track_uuid: Some(3),
             ..Default::default()
@@ -414,7 +634,7 @@ mod tests {
     #[test]
     fn order_groups_and_clears() {
         let mut s = PreambleState::new(PreambleLimits::default());
-        let b = |n: u8| Bytes::from(vec![0x40, n]); // field 8 = n
+        let b = |n: u8| Bytes::from(vec![0x68, n]); // field 13 = n (kept in replay)
         s.observe(Role::IncrementalState, 0, 5, &b(1)); // before any clear: kept
         s.observe(Role::SyncPoint, 3, 1, &b(2));
         s.observe(Role::ClockSnapshot, 3, 1, &b(3));
@@ -473,5 +693,183 @@ mod tests {
         }
         assert_eq!(s.system_info.len(), 3);
         assert!(!s.system_info.contains_key(&0));
+    }
+
+    #[test]
+    fn recovered_sequences_carry_the_default_clock_and_snapshots() {
+        use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+        use tracesync_protocol::perfetto::{ClockSnapshot, clock_snapshot::Clock};
+        let on = |seq: u32, mut p: TracePacket| {
+            p.optional_trusted_packet_sequence_id = Some(
+                OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq),
+            );
+            encode(p)
+        };
+        let defaults = |clock| {
+            Some(TracePacketDefaults {
+                timestamp_clock_id: Some(clock),
+            })
+        };
+        let snap = ClockSnapshot {
+            clocks: vec![Clock {
+                clock_id: Some(64),
+                timestamp: Some(5),
+                ..Default::default()
+            }],
+            primary_trace_clock: None,
+        };
+        let mut s = PreambleState::new(PreambleLimits::default());
+        let snapshot = on(
+            5,
+            TracePacket {
+                data: Some(Data::ClockSnapshot(snap.clone())),
+                ..Default::default()
+            },
+        );
+        s.observe(Role::ClockSnapshot, 2, 5, &snapshot);
+        let clear = |clock| {
+            on(
+                5,
+                TracePacket {
+                    sequence_flags: Some(1),
+                    trace_packet_defaults: defaults(clock),
+                    ..Default::default()
+                },
+            )
+        };
+        s.observe(Role::IncrementalStateCleared, 2, 5, &clear(3));
+        let later = on(
+            5,
+            TracePacket {
+                sequence_flags: Some(2),
+                trace_packet_defaults: defaults(64),
+                ..Default::default()
+            },
+        );
+        s.observe(Role::IncrementalState, 2, 5, &later);
+        // A sequence whose last clear names no default has none.
+        s.observe(
+            Role::IncrementalState,
+            2,
+            6,
+            &on(
+                6,
+                TracePacket {
+                    trace_packet_defaults: defaults(3),
+                    ..Default::default()
+                },
+            ),
+        );
+        s.observe(
+            Role::IncrementalStateCleared,
+            2,
+            6,
+            &on(
+                6,
+                TracePacket {
+                    sequence_flags: Some(1),
+                    ..Default::default()
+                },
+            ),
+        );
+        let got = s.recovered_sequences();
+        assert_eq!(
+            got,
+            [RecoveredSequence {
+                out_seq: 5,
+                default_clock: Some(64),
+                clock_snapshots: vec![snap.encode_to_vec()],
+            }]
+        );
+    }
+
+    #[test]
+    fn incremental_clock_snapshots_are_replayed_at_the_last_absolute_value() {
+        use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+        use tracesync_protocol::perfetto::{ClockSnapshot, clock_snapshot::Clock};
+        let on = |mut p: TracePacket| {
+            p.optional_trusted_packet_sequence_id =
+                Some(OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(5));
+            p.machine_id = Some(2);
+            encode(p)
+        };
+        let clock = |id, ts, incremental| Clock {
+            clock_id: Some(id),
+            timestamp: Some(ts),
+            is_incremental: incremental,
+            ..Default::default()
+        };
+        let snapshot = |clocks| ClockSnapshot {
+            clocks,
+            primary_trace_clock: None,
+        };
+        let mut s = PreambleState::new(PreambleLimits::default());
+        // As the SDK writes it: defaults first, then the clock, then deltas.
+        let clear = on(TracePacket {
+            timestamp: Some(7), // a delta from the snapshot: replayed without it
+            sequence_flags: Some(1),
+            trace_packet_defaults: Some(TracePacketDefaults {
+                timestamp_clock_id: Some(64),
+            }),
+            ..Default::default()
+        });
+        s.observe(Role::IncrementalStateCleared, 2, 5, &clear);
+        let original = snapshot(vec![clock(6, 1_000, None), clock(64, 500, Some(true))]);
+        let snap = on(TracePacket {
+            timestamp: Some(1_000),
+            timestamp_clock_id: Some(6),
+            data: Some(Data::ClockSnapshot(original)),
+            ..Default::default()
+        });
+        s.observe(Role::ClockSnapshot, 2, 5, &snap);
+        for delta in [10, 20] {
+            let data = on(TracePacket {
+                timestamp: Some(delta),
+                ..Default::default()
+            });
+            s.observe(Role::Data, 2, 5, &data);
+        }
+        // An explicit other clock does not move it.
+        let other = on(TracePacket {
+            timestamp: Some(99_999),
+            timestamp_clock_id: Some(6),
+            ..Default::default()
+        });
+        s.observe(Role::Data, 2, 5, &other);
+        let packets: Vec<TracePacket> = s
+            .packets()
+            .iter()
+            .map(|b| TracePacket::decode(&b[..]).expect("decodes"))
+            .collect();
+        let Some(Data::ClockSnapshot(replayed)) = &packets[0].data else {
+            panic!("snapshot first: {packets:?}");
+        };
+        assert_eq!(
+            replayed,
+            &snapshot(vec![clock(6, 1_030, None), clock(64, 530, Some(true))])
+        );
+        assert_eq!(
+            (packets[0].timestamp, packets[0].timestamp_clock_id),
+            (None, None)
+        );
+        assert_eq!(packets[0].machine_id, Some(2));
+        assert_eq!(packets[1].timestamp, None, "replayed state has no delta");
+        assert_eq!(packets[1].sequence_flags, Some(1));
+        // Recovery reads the same from the file's bytes.
+        let mut r = PreambleState::new(PreambleLimits::default());
+        for p in [&clear, &snap] {
+            r.observe_raw(p);
+        }
+        for delta in [10u64, 20] {
+            r.observe_raw(&on(TracePacket {
+                timestamp: Some(delta),
+                ..Default::default()
+            }));
+        }
+        assert_eq!(r.packets()[0], s.packets()[0]);
+        assert_eq!(
+            r.recovered_sequences()[0].clock_snapshots,
+            [snapshot(vec![clock(6, 1_030, None), clock(64, 530, Some(true))]).encode_to_vec()]
+        );
     }
 }

@@ -226,6 +226,7 @@ fn rotation_by_size_makes_self_contained_files() {
             streams: vec![],
             next_out_seq: 1,
             sync_floors: vec![],
+            sequences: vec![],
         }
     );
     write_mixed(&mut w, 600, |_| at(1));
@@ -504,6 +505,7 @@ fn files_without_a_journal_are_kept_and_numbering_continues() {
             streams: vec![],
             next_out_seq: 1,
             sync_floors: vec![],
+            sequences: vec![],
         }
     );
     let files = rolled_files(dir.path());
@@ -657,4 +659,56 @@ fn new_limits_apply_to_the_running_writer() {
     w.commit().expect("commit");
     assert!(w.stats().rotations > 0, "no rotation after the new limit");
     assert!(rolled_files(dir.path()).len() > 2);
+}
+
+#[test]
+fn reopen_recovers_each_sequences_default_clock_and_sequence_clock() {
+    use tracesync_protocol::perfetto::TracePacketDefaults;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    let origin = |index| {
+        Some(Origin {
+            relay_instance: 300,
+            relay_sequence: 7,
+            index,
+        })
+    };
+    let clock = |id, t| clock_snapshot::Clock {
+        clock_id: Some(id),
+        timestamp: Some(t),
+        ..Default::default()
+    };
+    // A producer's sequence clock, and the relay's builtin one (not kept:
+    // the relay sends it again).
+    let sequence_clock = ClockSnapshot {
+        clocks: vec![clock(6, 10), clock(64, 110)],
+        primary_trace_clock: None,
+    };
+    let snap = |s: &ClockSnapshot| data(Data::ClockSnapshot(s.clone()));
+    w.write(&out(10, 3, 7, snap(&sequence_clock), origin(0)), at(0))
+        .expect("write");
+    w.write(&snapshot(3, 20), at(0)).expect("write");
+    let clear = TracePacket {
+        sequence_flags: Some(1),
+        trace_packet_defaults: Some(TracePacketDefaults {
+            timestamp_clock_id: Some(64),
+        }),
+        ..Default::default()
+    };
+    w.write(&out(11, 3, 7, clear, origin(1)), at(0))
+        .expect("write");
+    w.write(&event(3, 7, 2, 2), at(0)).expect("write");
+    w.commit().expect("commit");
+    drop(w); // a crash: no close
+    let (_, recovered) = RollingWriter::open_at(config(dir.path()), at(1)).expect("reopen");
+    assert_eq!(
+        recovered.sequences,
+        [RecoveredSequence {
+            out_seq: 7,
+            default_clock: Some(64),
+            clock_snapshots: vec![sequence_clock.encode_to_vec()],
+        }]
+    );
+    assert_eq!(recovered.streams.len(), 1);
+    assert_eq!(recovered.streams[0].out_seq, 7);
 }

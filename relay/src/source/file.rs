@@ -17,7 +17,7 @@ use tokio::fs::File;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 
-use super::pipeline::Pipeline;
+use super::pipeline::{Pipeline, Replay, ReplayState};
 use super::{Cursor, SourceBatch, SourceContext, send_batch};
 
 /// How often a quiet file is looked at again.
@@ -173,6 +173,11 @@ impl Follower {
     }
 
     async fn follow(&self, mut file: File, id: FileId, start: u64) -> Next {
+        let replay = if start > 0 {
+            self.replay_state(&mut file, start).await
+        } else {
+            Replay::default()
+        };
         if let Err(e) = file.seek(SeekFrom::Start(start)).await {
             self.report(format!(
                 "cannot seek to {start}: {e}; reading from the start"
@@ -180,6 +185,23 @@ impl Follower {
             return Next::Reopen;
         }
         let mut pipeline = Pipeline::new(self.ctx.sequences.clone(), start);
+        let packets = pipeline.replay(&replay, &self.ctx.stats).packets;
+        if !packets.is_empty() {
+            // The resume point stays the cursor: a relay that dies before
+            // more is read replays the state again, which is harmless.
+            let batch = SourceBatch {
+                source: self.index,
+                packets,
+                cursor: Cursor::File {
+                    dev: id.dev,
+                    ino: id.ino,
+                    offset: start,
+                },
+            };
+            if !send_batch(&self.tx, &self.ctx.shutdown, &self.ctx.stats, batch).await {
+                return Next::Stop;
+            }
+        }
         let mut buf = vec![0u8; READ_CHUNK];
         let mut read_to = start;
         // After bad bytes the stream cannot be resynchronised: the file is
@@ -233,6 +255,69 @@ impl Follower {
                 return Next::Stop;
             }
         }
+    }
+
+    /// The incremental state of every producer sequence at `start`, read
+    /// again from the file's first byte (see [`ReplayState`]). A read
+    /// problem is reported and the stream resumes without it.
+    async fn replay_state(&self, file: &mut File, start: u64) -> Replay {
+        let mut state = ReplayState::new();
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut read = 0u64;
+        let problem = match file.seek(SeekFrom::Start(0)).await {
+            Err(e) => Some(format!("cannot seek to 0: {e}")),
+            Ok(_) => loop {
+                let want = usize::try_from(start - read).map_or(READ_CHUNK, |l| l.min(READ_CHUNK));
+                if want == 0 {
+                    break None;
+                }
+                match file.read(&mut buf[..want]).await {
+                    Ok(0) => break Some(format!("the file ends at byte {read}")),
+                    Ok(n) => {
+                        read += n as u64;
+                        if let Err(e) = state.push(&buf[..n]) {
+                            break Some(e.to_string());
+                        }
+                    }
+                    Err(e) => break Some(format!("read error at byte offset {read}: {e}")),
+                }
+                if self.ctx.shutdown.is_cancelled() {
+                    return Replay::default();
+                }
+            },
+        };
+        if let Some(p) = problem {
+            self.ctx
+                .stats
+                .replay_failures
+                .fetch_add(1, Ordering::Relaxed);
+            self.report(format!(
+                "resuming at byte {start} without the producers' incremental state ({p}): \
+                 their packets may be skipped until they clear it again"
+            ));
+            return Replay::default();
+        }
+        if state.overflowed > 0 {
+            self.ctx
+                .stats
+                .replay_failures
+                .fetch_add(state.overflowed, Ordering::Relaxed);
+            self.report(format!(
+                "resuming at byte {start}: the incremental state of {} sequence(s) is over the \
+                 replay bounds and is not replayed",
+                state.overflowed
+            ));
+        }
+        let sequences = state.sequences();
+        let replay = state.into_replay();
+        tracing::info!(
+            "source {} ({}): resuming at byte {start}; replaying the incremental state of \
+             {sequences} producer sequence(s) ({} packets)",
+            self.index,
+            self.label,
+            replay.packets.len()
+        );
+        replay
     }
 
     /// Sends every complete packet; Ok(false) to stop, Err on bad framing.

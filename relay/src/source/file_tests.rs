@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::source::SourceSpec;
-use crate::source::test_support::{context, framed, receive};
+use crate::source::test_support::{context, framed, receive, ts_seq};
 
 const A: FileId = FileId { dev: 1, ino: 10 };
 const B: FileId = FileId { dev: 1, ino: 11 };
@@ -151,6 +151,51 @@ async fn resumes_from_its_cursor_without_loss_or_repeats() {
     let (ctx, mut rx) = start(&path, cursor);
     let (got, _) = receive(&mut rx, 80).await;
     assert_eq!(got[0].0, 0);
+    ctx.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_resumed_file_first_replays_its_incremental_state() {
+    use prost::Message;
+    use tracesync_protocol::perfetto::{InternedData, TracePacket, trace_packet};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pftrace");
+    let clear = TracePacket {
+        timestamp: Some(1),
+        sequence_flags: Some(1),
+        interned_data: Some(InternedData::default()),
+        optional_trusted_packet_sequence_id: Some(
+            trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(4),
+        ),
+        ..Default::default()
+    };
+    let mut bytes = Vec::new();
+    tracesync_protocol::wire::put_trace_packet(&mut bytes, &clear.encode_to_vec());
+    bytes.extend(framed(10..20, Some(4)));
+    append(&path, &bytes);
+    let (ctx, mut rx) = start(&path, Cursor::None);
+    let (got, cursor) = receive(&mut rx, 11).await;
+    let seq = got[0].1;
+    ctx.shutdown.cancel();
+
+    append(&path, &framed(20..25, Some(4)));
+    let (ctx, mut rx) = start(&path, cursor.clone());
+    let first = rx.recv().await.expect("the replay batch");
+    assert_eq!(first.cursor, cursor, "the replay consumes nothing");
+    assert_eq!(first.packets.len(), 1);
+    let replayed = TracePacket::decode(first.packets[0].clone()).unwrap();
+    assert_eq!(
+        (replayed.sequence_flags, replayed.timestamp),
+        (Some(1), None),
+        "the clear, without its time"
+    );
+    assert_eq!(
+        ts_seq(&first.packets[0]).1,
+        seq,
+        "on the same relay sequence"
+    );
+    let (got, _) = receive(&mut rx, 5).await;
+    assert_eq!(got, (20..25).map(|t| (t, seq)).collect::<Vec<_>>());
     ctx.shutdown.cancel();
 }
 

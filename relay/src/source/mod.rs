@@ -97,6 +97,9 @@ pub struct SourceStats {
     pub sequence_overflow: AtomicU64,
     /// File restarts: truncated or replaced.
     pub restarts: AtomicU64,
+    /// Resumes of a file whose producers' incremental state could not be
+    /// replayed whole (unreadable prefix, or per sequence over the bounds).
+    pub replay_failures: AtomicU64,
     /// Producer connections accepted (unix).
     pub connections: AtomicU64,
     /// Producer connections refused (over the limit).
@@ -114,6 +117,7 @@ pub struct SourceStatsSnapshot {
     pub stream_errors: u64,
     pub sequence_overflow: u64,
     pub restarts: u64,
+    pub replay_failures: u64,
     pub connections: u64,
     pub connections_refused: u64,
     pub last_error: Option<String>,
@@ -130,6 +134,7 @@ impl SourceStats {
             stream_errors: get(&self.stream_errors),
             sequence_overflow: get(&self.sequence_overflow),
             restarts: get(&self.restarts),
+            replay_failures: get(&self.replay_failures),
             connections: get(&self.connections),
             connections_refused: get(&self.connections_refused),
             last_error: self.last_error(),

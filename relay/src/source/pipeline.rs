@@ -12,9 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use prost::Message;
+use tracesync_protocol::perfetto::{ClockSnapshot, clock_snapshot};
 use tracesync_protocol::reader::{ReadError, TraceReader};
 use tracesync_protocol::relay::MAX_FRAME_BYTES;
-use tracesync_protocol::scan::{self, Stamp};
+use tracesync_protocol::scan::{self, Stamp, field};
+use tracesync_protocol::wire;
 
 use super::SourceStats;
 use crate::sequences::SequenceAllocator;
@@ -145,6 +148,43 @@ impl Pipeline {
         })
     }
 
+    /// Stamps replayed state packets ([`ReplayState::into_replay`]) as the
+    /// stream's first packets: they take the relay sequences the resumed
+    /// packets of their producer sequences will use. The batch ends where
+    /// the stream resumes (nothing is consumed).
+    pub fn replay(&mut self, replay: &Replay, stats: &SourceStats) -> PipelineBatch {
+        for &producer in &replay.sequences {
+            if self.sequences.len() >= MAX_SEQUENCES_PER_STREAM {
+                break;
+            }
+            if !self.sequences.contains_key(&producer) {
+                let id = self.allocator.allocate();
+                self.sequences.insert(producer, id);
+            }
+        }
+        let mut body = Vec::new();
+        let mut ends = Vec::new();
+        for p in &replay.packets {
+            if let Some(end) = emit(&mut self.sequences, &self.allocator, p, stats, &mut body) {
+                ends.push(end);
+            }
+        }
+        let body = Bytes::from(body);
+        let mut start = 0;
+        let packets = ends
+            .into_iter()
+            .map(|end| {
+                let p = body.slice(start..end);
+                start = end;
+                p
+            })
+            .collect();
+        PipelineBatch {
+            packets,
+            end_offset: self.committed,
+        }
+    }
+
     /// Declares the end of the stream: an error if it ends inside a record.
     pub fn finish(&mut self) -> Result<(), PipelineError> {
         self.reader.finish().map_err(|e| self.error(e))
@@ -156,6 +196,334 @@ impl Pipeline {
             message: e.kind.to_string(),
         }
     }
+}
+
+/// Incremental state replayed per producer sequence when a stream resumes
+/// mid-file: past it the sequence's state is not replayed (counted).
+pub const REPLAY_MAX_SEQUENCE_BYTES: usize = 4 << 20;
+/// Incremental state replayed over all sequences of one stream.
+pub const REPLAY_MAX_TOTAL_BYTES: usize = 64 << 20;
+
+/// TracePacket.track_descriptor: producers re-emit descriptors after each
+/// clear, so they belong to the state (as in the daemon's preamble).
+const TRACK_DESCRIPTOR: u32 = 60;
+
+/// Top-level fields a replayed state packet keeps: the state, the sequence
+/// that scopes it, never an event payload (it was sent before the restart)
+/// nor a timestamp (the packet takes its stream's time at the daemon, and
+/// needs no clock that the replay itself may define).
+fn kept_in_replay(number: u32) -> bool {
+    matches!(
+        number,
+        field::CLOCK_SNAPSHOT
+            | field::TRUSTED_PACKET_SEQUENCE_ID
+            | field::INTERNED_DATA
+            | field::SEQUENCE_FLAGS
+            | field::INCREMENTAL_STATE_CLEARED
+            | field::TRACE_PACKET_DEFAULTS
+            | TRACK_DESCRIPTOR
+    )
+}
+
+/// The replayable part of a state packet, fields copied byte for byte.
+fn strip_for_replay(packet: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(packet.len());
+    for f in scan::Fields::new(packet) {
+        let f = f.ok()?;
+        if kept_in_replay(f.number) {
+            out.extend_from_slice(&packet[f.start..f.end]);
+        }
+    }
+    Some(out)
+}
+
+/// A producer sequence's incremental clocks (ClockSnapshot
+/// `is_incremental`, as the Perfetto SDK's track-event clock 64): its
+/// timestamps on them are deltas from its previous one, the first after a
+/// snapshot from the snapshot's value. The replayed snapshot is
+/// re-anchored at the last absolute value before the resume point, so the
+/// first resumed delta adds to the right sum ([`reanchor`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct IncrementalClocks {
+    /// (clock id, absolute raw value of its last timestamp).
+    clocks: Vec<(u32, u64)>,
+    default_clock: Option<u32>,
+}
+
+impl IncrementalClocks {
+    fn from_snapshot(payload: &[u8], default_clock: Option<u32>) -> Option<Self> {
+        let snapshot = ClockSnapshot::decode(payload).ok()?;
+        let clocks: Vec<(u32, u64)> = snapshot
+            .clocks
+            .iter()
+            .filter(|c| c.is_incremental.unwrap_or(false))
+            .map(|c| (c.clock_id.unwrap_or(0), c.timestamp.unwrap_or(0)))
+            .collect();
+        (!clocks.is_empty()).then_some(Self {
+            clocks,
+            default_clock,
+        })
+    }
+
+    fn advance(&mut self, fields: &scan::PacketFields<'_>) {
+        if fields.clears_incremental_state() {
+            self.default_clock = None;
+        }
+        if let Some(d) = fields.trace_packet_defaults {
+            self.default_clock = scan::defaults_timestamp_clock_id(d)
+                .ok()
+                .flatten()
+                .filter(|&c| c != 0);
+        }
+        let Some(ts) = fields.timestamp else { return };
+        let clock = fields
+            .timestamp_clock_id
+            .filter(|&c| c != 0)
+            .or(self.default_clock);
+        if let Some((_, acc)) = self.clocks.iter_mut().find(|(id, _)| Some(*id) == clock) {
+            *acc = acc.wrapping_add(ts);
+        }
+    }
+}
+
+/// A (stripped) ClockSnapshot packet re-anchored at `inc`'s last values:
+/// tracked incremental clocks read their last absolute value, every other
+/// clock moves by the same time. None if it cannot be rewritten.
+fn reanchor(packet: &[u8], inc: &IncrementalClocks) -> Option<Vec<u8>> {
+    let fields = scan::scan_packet(packet).ok()?;
+    let mut snapshot = ClockSnapshot::decode(fields.clock_snapshot?).ok()?;
+    let unit = |c: &clock_snapshot::Clock| {
+        i128::from(c.unit_multiplier_ns.filter(|&u| u != 0).unwrap_or(1))
+    };
+    let tracked = |id: Option<u32>| {
+        inc.clocks
+            .iter()
+            .find(|(c, _)| Some(*c) == id)
+            .map(|(_, acc)| *acc)
+    };
+    let shift_ns = snapshot.clocks.iter().find_map(|c| {
+        let acc = tracked(c.clock_id).filter(|_| c.is_incremental.unwrap_or(false))?;
+        Some((i128::from(acc) - i128::from(c.timestamp.unwrap_or(0))) * unit(c))
+    })?;
+    for c in &mut snapshot.clocks {
+        let value = match (c.is_incremental.unwrap_or(false), tracked(c.clock_id)) {
+            (true, Some(acc)) => i128::from(acc),
+            (true, None) => continue,
+            (false, _) => i128::from(c.timestamp.unwrap_or(0)) + shift_ns / unit(c),
+        };
+        c.timestamp = Some(u64::try_from(value.max(0)).unwrap_or(u64::MAX));
+    }
+    let mut out = Vec::with_capacity(packet.len() + 16);
+    for f in scan::Fields::new(packet) {
+        let f = f.ok()?;
+        if f.number != field::CLOCK_SNAPSHOT {
+            out.extend_from_slice(&packet[f.start..f.end]);
+        }
+    }
+    wire::put_len_field(&mut out, field::CLOCK_SNAPSHOT, &snapshot.encode_to_vec());
+    Some(out)
+}
+
+/// One producer sequence's incremental state as of some offset.
+#[derive(Debug, Default)]
+struct SequenceState {
+    /// The default timestamp_clock_id (for incremental clocks).
+    default_clock: Option<u32>,
+    /// Incremental clocks its latest snapshot defines.
+    incremental: Option<IncrementalClocks>,
+    /// First appearance in the stream: relay sequences are allocated in
+    /// this order, so the replay maps them as the first read did.
+    first_seen: u64,
+    /// The latest ClockSnapshot of the sequence (it may define the
+    /// sequence-scoped clocks its packets and defaults name).
+    snapshot: Option<Vec<u8>>,
+    /// The last clearing packet and every state packet after it.
+    packets: Vec<Vec<u8>>,
+    bytes: usize,
+    /// State past the bounds since the last clear: nothing is replayed
+    /// (the trace processor then skips what needs it, and counts it,
+    /// until the producer clears again) rather than a partial state.
+    overflowed: bool,
+}
+
+impl SequenceState {
+    fn total(&self) -> usize {
+        self.bytes + self.snapshot.as_ref().map_or(0, Vec::len)
+    }
+}
+
+/// Rebuilds, from a stream's bytes before a resume point, the incremental
+/// state each producer sequence has there (sans-IO, bounded): per
+/// sequence the latest ClockSnapshot, the last packet that cleared the
+/// state and every interned-data / defaults / track-descriptor packet
+/// after it, stripped to those fields. Sent ahead of the resumed packets
+/// on the same relay sequences, they make the packets after the cursor
+/// decodable as in the first read: a resumed relay otherwise starts mid
+/// sequence, and Perfetto skips packets that need incremental state until
+/// the producer clears it again.
+#[derive(Debug)]
+pub struct ReplayState {
+    reader: TraceReader,
+    sequences: HashMap<u32, SequenceState>,
+    total_bytes: usize,
+    /// Sequences whose state did not fit (not replayed).
+    pub overflowed: u64,
+}
+
+impl Default for ReplayState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ReplayState {
+    pub fn new() -> Self {
+        Self {
+            reader: TraceReader::with_max_packet_size(MAX_RECORD_BYTES),
+            sequences: HashMap::new(),
+            total_bytes: 0,
+            overflowed: 0,
+        }
+    }
+
+    /// Reads the next bytes of the stream (from its start, in order).
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), PipelineError> {
+        self.reader.push(chunk);
+        loop {
+            let packet = match self.reader.next_packet() {
+                Ok(Some(p)) => p.bytes.to_vec(),
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    return Err(PipelineError {
+                        offset: e.offset,
+                        message: e.kind.to_string(),
+                    });
+                }
+            };
+            self.observe(&packet);
+        }
+    }
+
+    fn observe(&mut self, packet: &[u8]) {
+        let Ok(fields) = scan::scan_packet(packet) else {
+            return; // dropped by the pipeline too
+        };
+        let producer = fields.trusted_packet_sequence_id.unwrap_or(0);
+        if !self.sequences.contains_key(&producer) {
+            if self.sequences.len() >= MAX_SEQUENCES_PER_STREAM {
+                return; // its packets are dropped by the pipeline too
+            }
+            let first_seen = self.sequences.len() as u64;
+            self.sequences.insert(
+                producer,
+                SequenceState {
+                    first_seen,
+                    ..SequenceState::default()
+                },
+            );
+        }
+        if let Some(s) = self.sequences.get_mut(&producer) {
+            if let Some(snapshot) = fields.clock_snapshot {
+                s.incremental = IncrementalClocks::from_snapshot(snapshot, s.default_clock);
+            } else {
+                if fields.clears_incremental_state() {
+                    s.default_clock = None;
+                }
+                if let Some(d) = fields.trace_packet_defaults {
+                    s.default_clock = scan::defaults_timestamp_clock_id(d)
+                        .ok()
+                        .flatten()
+                        .filter(|&c| c != 0);
+                }
+                if let Some(inc) = s.incremental.as_mut() {
+                    inc.advance(&fields);
+                }
+            }
+        }
+        let clears = fields.clears_incremental_state();
+        let state_packet = fields.has_interned_data
+            || fields.trace_packet_defaults.is_some()
+            || fields.data_field == Some(TRACK_DESCRIPTOR);
+        if !clears && fields.clock_snapshot.is_none() && !state_packet {
+            return;
+        }
+        let Some(stripped) = strip_for_replay(packet) else {
+            return;
+        };
+        let Some(s) = self.sequences.get_mut(&producer) else {
+            return;
+        };
+        let before = s.total();
+        if clears {
+            s.packets.clear();
+            s.bytes = 0;
+            s.overflowed = false;
+        } else if fields.clock_snapshot.is_some() {
+            let others = self.total_bytes - before;
+            let old = s.snapshot.replace(stripped);
+            if others + s.total() > REPLAY_MAX_TOTAL_BYTES {
+                s.snapshot = old;
+                self.overflowed += 1;
+            }
+            self.total_bytes = others + s.total();
+            return;
+        } else if s.overflowed {
+            return;
+        }
+        let len = stripped.len();
+        let others = self.total_bytes - before;
+        if s.total() + len > REPLAY_MAX_SEQUENCE_BYTES
+            || others + s.total() + len > REPLAY_MAX_TOTAL_BYTES
+        {
+            s.overflowed = true;
+            s.packets = Vec::new();
+            s.bytes = 0;
+            self.overflowed += 1;
+        } else {
+            s.packets.push(stripped);
+            s.bytes += len;
+        }
+        self.total_bytes = others + s.total();
+    }
+
+    /// Producer sequences with state to replay.
+    pub fn sequences(&self) -> usize {
+        self.sequences
+            .values()
+            .filter(|s| s.snapshot.is_some() || !s.packets.is_empty())
+            .count()
+    }
+
+    /// What to send first: see [`Replay`].
+    pub fn into_replay(self) -> Replay {
+        let mut sequences: Vec<(u32, SequenceState)> = self.sequences.into_iter().collect();
+        sequences.sort_unstable_by_key(|(_, s)| s.first_seen);
+        let mut replay = Replay::default();
+        for (producer, s) in sequences {
+            replay.sequences.push(producer);
+            let snapshot = match (s.snapshot, &s.incremental) {
+                (Some(snap), Some(inc)) => Some(reanchor(&snap, inc).unwrap_or(snap)),
+                (snap, _) => snap,
+            };
+            replay.packets.extend(snapshot.map(Bytes::from));
+            replay
+                .packets
+                .extend(s.packets.into_iter().map(Bytes::from));
+        }
+        replay
+    }
+}
+
+/// A resumed stream's replayed state.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Replay {
+    /// Producer sequences of the stream before the resume point, in order
+    /// of first appearance (stateless ones too): relay sequences are
+    /// allocated in this order, as when the stream was first read.
+    pub sequences: Vec<u32>,
+    /// Sequence by sequence: its latest snapshot, then its state in stream
+    /// order (unstamped producer packets).
+    pub packets: Vec<Bytes>,
 }
 
 /// Stamps one packet onto `body`; its end, or None if it was dropped.
@@ -434,5 +802,221 @@ mod tests {
                 .starts_with(&format!("byte offset {}: ", 1000 + good))
         );
         assert_eq!(p.committed(), 1000 + good);
+    }
+
+    fn state_packet(seq: u32, flags: u32, name: &str, clock: Option<u32>, ts: u64) -> Vec<u8> {
+        use tracesync_protocol::perfetto::{EventName, InternedData, TracePacketDefaults};
+        TracePacket {
+            timestamp: Some(ts),
+            sequence_flags: Some(flags),
+            interned_data: Some(InternedData {
+                event_names: vec![EventName {
+                    iid: Some(1),
+                    name: Some(name.into()),
+                }],
+            }),
+            trace_packet_defaults: clock.map(|c| TracePacketDefaults {
+                timestamp_clock_id: Some(c),
+            }),
+            optional_trusted_packet_sequence_id: Some(
+                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq),
+            ),
+            trusted_pid: Some(3),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    fn snapshot_packet(seq: u32, value: u64) -> Vec<u8> {
+        use tracesync_protocol::perfetto::{ClockSnapshot, clock_snapshot::Clock};
+        let clock = |id, ts| Clock {
+            clock_id: Some(id),
+            timestamp: Some(ts),
+            ..Default::default()
+        };
+        TracePacket {
+            timestamp: Some(value),
+            data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
+                clocks: vec![clock(6, value), clock(64, value + 5)],
+                primary_trace_clock: None,
+            })),
+            optional_trusted_packet_sequence_id: Some(
+                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq),
+            ),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    fn names(p: &TracePacket) -> Vec<String> {
+        p.interned_data
+            .iter()
+            .flat_map(|i| &i.event_names)
+            .filter_map(|n| n.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn replay_rebuilds_each_sequences_state_and_keeps_the_relay_sequences() {
+        let stats = SourceStats::default();
+        let prefix = framed(&[
+            state_packet(7, 1, "a-old", Some(64), 1), // replaced by the next clear
+            snapshot_packet(8, 100),
+            state_packet(8, 1, "b0", Some(64), 2),
+            state_packet(7, 1, "a0", None, 3),
+            producer_packet(4, Some(7)),
+            snapshot_packet(8, 200), // the latest snapshot is kept
+            state_packet(7, 2, "a1", Some(3), 5),
+            producer_packet(6, Some(8)),
+            producer_packet(7, None), // a sequence without state
+        ]);
+        let rest = framed(&[
+            producer_packet(8, Some(8)),
+            producer_packet(9, Some(7)),
+            producer_packet(10, None),
+        ]);
+        // The first read: relay sequences by first appearance.
+        let alloc = Arc::new(SequenceAllocator::new());
+        let mut first = Pipeline::new(alloc, 0);
+        first.push(&prefix);
+        first.push(&rest);
+        let first: Vec<_> = drain(&mut first, &stats).iter().map(decode).collect();
+        let relay_of = |seq: u32| {
+            first
+                .iter()
+                .find(|p| p.timestamp == Some(if seq == 7 { 9 } else { 8 }))
+                .and_then(seq_of)
+        };
+        let (a, b) = (relay_of(7), relay_of(8));
+
+        // A restarted relay (fresh allocator) resumes after the prefix.
+        let mut state = ReplayState::new();
+        for chunk in prefix.chunks(13) {
+            state.push(chunk).unwrap();
+        }
+        assert_eq!(state.sequences(), 2);
+        let replay = state.into_replay();
+        assert_eq!(replay.sequences, [7, 8, 0]);
+        let mut p = Pipeline::new(Arc::new(SequenceAllocator::new()), prefix.len() as u64);
+        let batch = p.replay(&replay, &stats);
+        assert_eq!(batch.end_offset, prefix.len() as u64, "nothing consumed");
+        let got: Vec<_> = batch.packets.iter().map(decode).collect();
+        // Sequence 7 came first in the file: its relay sequence is first.
+        let summary: Vec<_> = got
+            .iter()
+            .map(|q| {
+                (
+                    seq_of(q),
+                    q.sequence_flags,
+                    names(q),
+                    q.trace_packet_defaults.and_then(|d| d.timestamp_clock_id),
+                    q.data.is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (a, Some(1), vec!["a0".to_owned()], None, false),
+                (a, Some(2), vec!["a1".to_owned()], Some(3), false),
+                (b, None, vec![], None, true),
+                (b, Some(1), vec!["b0".to_owned()], Some(64), false),
+            ]
+        );
+        for q in &got {
+            assert_eq!(q.timestamp, None, "replayed state carries no time");
+            assert_eq!(q.trusted_pid, None, "trusted fields stripped");
+        }
+        let Some(trace_packet::Data::ClockSnapshot(snap)) = &got[2].data else {
+            panic!("a snapshot: {:?}", got[2]);
+        };
+        assert_eq!(snap.clocks[0].timestamp, Some(200), "the latest snapshot");
+        // The resumed packets land on the same relay sequences as at first.
+        p.push(&rest);
+        let resumed: Vec<_> = drain(&mut p, &stats).iter().map(decode).collect();
+        let none = first
+            .iter()
+            .find(|q| q.timestamp == Some(10))
+            .and_then(seq_of);
+        assert_eq!(
+            resumed.iter().map(seq_of).collect::<Vec<_>>(),
+            [b, a, none],
+            "same relay sequences as the first read"
+        );
+    }
+
+    #[test]
+    fn replay_state_is_bounded_per_sequence() {
+        let big = "x".repeat(REPLAY_MAX_SEQUENCE_BYTES / 3);
+        let mut state = ReplayState::new();
+        let mut input = vec![state_packet(5, 1, "clear", None, 1)];
+        for _ in 0..4 {
+            input.push(state_packet(5, 2, &big, None, 2));
+        }
+        state.push(&framed(&input)).unwrap();
+        assert_eq!(state.overflowed, 1);
+        assert_eq!(state.sequences(), 0, "no partial state is replayed");
+        // A new clear starts afresh.
+        let mut state2 = ReplayState::new();
+        input.push(state_packet(5, 1, "again", None, 3));
+        state2.push(&framed(&input)).unwrap();
+        let replay: Vec<_> = state2.into_replay().packets.iter().map(decode).collect();
+        assert_eq!(replay.len(), 1);
+        assert_eq!(names(&replay[0]), ["again"]);
+    }
+
+    #[test]
+    fn replayed_incremental_clock_snapshot_is_at_the_last_absolute_value() {
+        use tracesync_protocol::perfetto::{ClockSnapshot, clock_snapshot::Clock};
+        let clock = |id, ts, incremental| Clock {
+            clock_id: Some(id),
+            timestamp: Some(ts),
+            is_incremental: incremental,
+            ..Default::default()
+        };
+        let snap = |clocks| ClockSnapshot {
+            clocks,
+            primary_trace_clock: None,
+        };
+        let on9 = |mut p: TracePacket| {
+            p.optional_trusted_packet_sequence_id =
+                Some(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(9));
+            p.encode_to_vec()
+        };
+        let delta = |ts| {
+            on9(TracePacket {
+                timestamp: Some(ts),
+                ..Default::default()
+            })
+        };
+        let input = framed(&[
+            state_packet(9, 1, "x", Some(64), 3), // defaults before the clock
+            on9(TracePacket {
+                data: Some(trace_packet::Data::ClockSnapshot(snap(vec![
+                    clock(6, 1_000, None),
+                    clock(64, 500, Some(true)),
+                ]))),
+                ..Default::default()
+            }),
+            delta(10),
+            delta(20),
+            on9(TracePacket {
+                timestamp: Some(77_777), // another clock: not summed
+                timestamp_clock_id: Some(6),
+                ..Default::default()
+            }),
+        ]);
+        let mut state = ReplayState::new();
+        state.push(&input).unwrap();
+        let replay: Vec<_> = state.into_replay().packets.iter().map(decode).collect();
+        let Some(trace_packet::Data::ClockSnapshot(got)) = &replay[0].data else {
+            panic!("snapshot first: {replay:?}");
+        };
+        assert_eq!(
+            got,
+            &snap(vec![clock(6, 1_030, None), clock(64, 530, Some(true))])
+        );
+        assert_eq!(seq_of(&replay[0]), Some(9), "before stamping");
+        assert_eq!(replay[1].sequence_flags, Some(1));
     }
 }

@@ -76,6 +76,7 @@ fn recovered_state_deduplicates_across_a_restart() {
         }],
         next_out_seq: 10,
         sync_floors: vec![],
+        sequences: vec![],
     };
     let mut core = LiveCore::new(config(), recovered);
     let mut h = hello(10, 1, "phone");
@@ -93,6 +94,52 @@ fn recovered_state_deduplicates_across_a_restart() {
     assert_eq!(drop_count(&core, 1, reason::DUPLICATE), 2);
     assert_eq!(&*relayed(&out)[0].src, "phone/2");
     assert_eq!(core.committed(), [(c.slot, 3)]);
+}
+
+#[test]
+fn recovered_sequence_state_resolves_a_resumed_stream_as_before() {
+    use crate::rolling::RecoveredSequence;
+    // Clock 64 of relay sequence 2 reads relay BOOTTIME + 1000; the
+    // stream's default clock is 64. Both were in the last file's preamble.
+    let snapshot = |seq| {
+        let p = snapshot(seq, &[(BOOTTIME, 5_000), (64, 6_000)]);
+        match p.data {
+            Some(Data::ClockSnapshot(s)) => s.encode_to_vec(),
+            _ => unreachable!(),
+        }
+    };
+    let recovered = Recovered {
+        streams: vec![RecoveredStream {
+            out_seq: 9,
+            relay_instance: 10,
+            relay_sequence: 2,
+            machine_raw_id: 1,
+            written_through: 4,
+        }],
+        next_out_seq: 10,
+        sync_floors: vec![],
+        sequences: vec![RecoveredSequence {
+            out_seq: 9,
+            default_clock: Some(64),
+            clock_snapshots: vec![snapshot(2)],
+        }],
+    };
+    let mut core = LiveCore::new(config(), recovered);
+    let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
+    core.sync(c.slot, estimate(0)).unwrap();
+    // No clock id, no defaults packet since the restart: clock 64.
+    core.batch(c.slot, 1, 5, encode(&[event(2, 7_500)]), None, 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let got = relayed(&out);
+    assert_eq!(got.len(), 1, "resolved, not pending");
+    assert_eq!((got[0].ts, got[0].seq, got[0].clock), (6_500, 9, 64));
+    assert_eq!(
+        decode(got[0]).timestamp_clock_id,
+        None,
+        "the sequence default still names the clock: nothing stamped"
+    );
 }
 
 #[test]
