@@ -31,7 +31,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use nix::fcntl::{Flock, FlockArg};
 use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::{scan, wire};
@@ -46,6 +46,8 @@ pub use types::{Incoming, OutBatch, SpoolConfig, SpoolError, SpoolStats, WhenFul
 /// Largest packet the spool takes: it must fit one frame with room to spare.
 pub const MAX_PACKET_BYTES: usize = MAX_FRAME_BYTES - (64 << 10);
 const LOCK_FILE: &str = "lock";
+/// Buffers of acked batches kept for reuse (each up to a batch in size).
+const MAX_SPARE_BUFFERS: usize = 4;
 
 /// Packets cut (or being collected) but not on disk yet.
 #[derive(Debug, Default)]
@@ -84,6 +86,9 @@ pub struct Spool {
     unwritten_bytes: usize,
     /// Sequences that lost packets; their next sent packet gets marked.
     needs_mark: BTreeSet<u32>,
+    /// Buffers of acked batches, reused for the next records (memory that
+    /// is already mapped: no page faults per batch).
+    spare: Vec<BytesMut>,
     stats: SpoolStats,
     _lock: Flock<File>,
 }
@@ -148,6 +153,7 @@ impl Spool {
             sealed: VecDeque::new(),
             unwritten_bytes: 0,
             needs_mark: BTreeSet::new(),
+            spare: Vec::new(),
             stats: SpoolStats::default(),
             _lock: lock,
         };
@@ -233,9 +239,10 @@ impl Spool {
     pub fn ack(&mut self, through: u64) -> Result<(), SpoolError> {
         while self.batches.front().is_some_and(|b| b.at.seq <= through) {
             if let Some(batch) = self.batches.pop_front()
-                && batch.cached.is_some()
+                && let Some(cached) = batch.cached
             {
                 self.cached_bytes -= batch.at.payload_bytes;
+                self.recycle(cached);
             }
         }
         self.reclaim()?;
@@ -389,12 +396,13 @@ impl Spool {
             }
             RecordKind::Checkpoint => self.cursors.iter().map(|(s, c)| (*s, &c[..])).collect(),
         };
-        let encoded = record::encode(
+        let encoded = record::encode_into(
             kind,
             self.next_seq,
             self.next_packet_index,
             &cursors,
             packets,
+            self.spare.pop().unwrap_or_default(),
         );
         let bytes = &encoded.bytes;
         let path = self.active_path();
@@ -456,13 +464,28 @@ impl Spool {
         let budget = usize::try_from(self.config.memory_bytes)
             .unwrap_or(usize::MAX)
             .saturating_sub(self.unwritten_bytes);
+        let mut freed = Vec::new();
         for batch in self.batches.iter_mut() {
             if self.cached_bytes <= budget {
                 break;
             }
-            if batch.cached.take().is_some() {
+            if let Some(cached) = batch.cached.take() {
                 self.cached_bytes -= batch.at.payload_bytes;
+                freed.push(cached);
             }
+        }
+        for cached in freed {
+            self.recycle(cached);
+        }
+    }
+
+    /// Keeps the buffer of a batch no longer cached for the next record,
+    /// if nothing else holds it (a frame being written may).
+    fn recycle(&mut self, cached: Bytes) {
+        if self.spare.len() < MAX_SPARE_BUFFERS
+            && let Ok(buffer) = cached.try_into_mut()
+        {
+            self.spare.push(buffer);
         }
     }
 
@@ -539,8 +562,9 @@ impl Spool {
             if let Some(batch) = self.batches.pop_front() {
                 self.stats.batches_dropped += 1;
                 self.stats.packets_dropped += u64::from(batch.at.packet_count);
-                if batch.cached.is_some() {
+                if let Some(cached) = batch.cached {
                     self.cached_bytes -= batch.at.payload_bytes;
+                    self.recycle(cached);
                 }
             }
         }

@@ -18,7 +18,7 @@
 //! the newest segment alone is enough to resume even after all older
 //! segments were acknowledged and deleted.
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use tracesync_protocol::scan::{FieldValue, Fields};
 use tracesync_protocol::wire;
 
@@ -29,6 +29,8 @@ pub const RECORD_HEADER_BYTES: usize = 12;
 const MAX_BODY_BYTES: u32 = 64 << 20;
 /// `Batch.packets` in the relay protocol.
 pub const BATCH_PACKETS_FIELD: u32 = 3;
+/// Its tag (field 3, length-delimited).
+const BATCH_PACKETS_TAG: u8 = (BATCH_PACKETS_FIELD << 3) as u8 | 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordKind {
@@ -92,6 +94,7 @@ impl Encoded {
 
 /// Encodes a whole record (header and body) in one buffer: one copy of
 /// each packet, which the disk write and the uplink then share.
+#[cfg(test)]
 pub fn encode(
     kind: RecordKind,
     seq: u64,
@@ -99,41 +102,67 @@ pub fn encode(
     cursors: &[(u16, &[u8])],
     packets: &[Bytes],
 ) -> Encoded {
+    encode_into(
+        kind,
+        seq,
+        first_packet_index,
+        cursors,
+        packets,
+        BytesMut::new(),
+    )
+}
+
+/// [`encode`] into `out` (cleared first): a spare buffer of an acked
+/// batch, so the record is written to memory that is already mapped.
+pub fn encode_into(
+    kind: RecordKind,
+    seq: u64,
+    first_packet_index: u64,
+    cursors: &[(u16, &[u8])],
+    packets: &[Bytes],
+    mut out: BytesMut,
+) -> Encoded {
     let mut body_len =
         encoded_len(cursors.iter().map(|(_, c)| c.len()), packets.iter()) - RECORD_HEADER_BYTES;
     if kind == RecordKind::LegacyBatch {
         body_len -= packets.iter().map(|p| wire_len(p.len())).sum::<usize>();
         body_len += packets.iter().map(|p| 4 + p.len()).sum::<usize>();
     }
-    let mut out = Vec::with_capacity(RECORD_HEADER_BYTES + body_len);
-    out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-    out.extend_from_slice(&(body_len as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]); // crc, filled below
-    out.push(kind as u8);
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&first_packet_index.to_le_bytes());
-    out.extend_from_slice(&(packets.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(cursors.len() as u16).to_le_bytes());
+    out.clear();
+    out.reserve(RECORD_HEADER_BYTES + body_len);
+    out.put_u32_le(RECORD_MAGIC);
+    out.put_u32_le(body_len as u32);
+    out.put_u32_le(0); // crc, filled below
+    out.put_u8(kind as u8);
+    out.put_u64_le(seq);
+    out.put_u64_le(first_packet_index);
+    out.put_u32_le(packets.len() as u32);
+    out.put_u16_le(cursors.len() as u16);
     for (source, cursor) in cursors {
-        out.extend_from_slice(&source.to_le_bytes());
-        out.extend_from_slice(&(cursor.len() as u32).to_le_bytes());
-        out.extend_from_slice(cursor);
+        out.put_u16_le(*source);
+        out.put_u32_le(cursor.len() as u32);
+        out.put_slice(cursor);
     }
     let wire_start = out.len();
     for packet in packets {
-        match kind {
-            RecordKind::LegacyBatch => {
-                out.extend_from_slice(&(packet.len() as u32).to_le_bytes());
-                out.extend_from_slice(packet);
+        if kind == RecordKind::LegacyBatch {
+            out.put_u32_le(packet.len() as u32);
+        } else {
+            out.put_u8(BATCH_PACKETS_TAG);
+            let mut len = packet.len() as u64;
+            while len >= 0x80 {
+                out.put_u8((len as u8) | 0x80);
+                len >>= 7;
             }
-            _ => wire::put_len_field(&mut out, BATCH_PACKETS_FIELD, packet),
+            out.put_u8(len as u8);
         }
+        out.put_slice(packet);
     }
     debug_assert_eq!(out.len(), RECORD_HEADER_BYTES + body_len);
     let crc = crc32fast::hash(&out[RECORD_HEADER_BYTES..]);
     out[8..12].copy_from_slice(&crc.to_le_bytes());
     Encoded {
-        bytes: Bytes::from(out),
+        bytes: out.freeze(),
         wire_start,
     }
 }
