@@ -28,7 +28,7 @@ use tracesync_protocol::perfetto::{
 use tracesync_protocol::scan::{
     self, FieldValue, RawField, SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE,
 };
-use tracesync_protocol::wire::{self, WireType};
+use tracesync_protocol::wire::{self, WireType, put_tag, put_varint, put_varint_field};
 
 use super::{Cursor, SourceBatch, SourceContext, SyntheticSpec, send_batch};
 use crate::identity::fnv1a64;
@@ -134,7 +134,16 @@ pub struct Generator {
     /// Packets being written: a batch's packets end to end, cut into
     /// `Bytes` slices of one buffer when the batch is done.
     packet: Vec<u8>,
+    /// Buffers of recent batches: one whose packets are all dropped (the
+    /// spool has written them) is taken back, so the generator writes to
+    /// memory that is already mapped.
+    recent: std::collections::VecDeque<Bytes>,
+    /// Bytes per TrackEvent in the last batch (to reserve for the next).
+    bytes_per_event: usize,
 }
+
+/// Buffers of recent batches kept for reuse.
+const RECENT_BUFFERS: usize = 4;
 
 /// The identity annotations of a synthetic TrackEvent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,10 +200,10 @@ fn uint_annotation_len(name: &str, value: u64) -> usize {
 #[inline]
 fn put_uint_annotation(out: &mut Vec<u8>, name: &str, value: u64) {
     let body_len = uint_annotation_body_len(name, value);
-    wire::put_tag(out, fields::EVENT_DEBUG_ANNOTATIONS, WireType::Len);
-    wire::put_varint(out, body_len as u64);
+    put_tag(out, fields::EVENT_DEBUG_ANNOTATIONS, WireType::Len);
+    put_varint(out, body_len as u64);
     wire::put_len_field(out, fields::ANNOTATION_NAME, name.as_bytes());
-    wire::put_varint_field(out, fields::ANNOTATION_UINT, value);
+    put_varint_field(out, fields::ANNOTATION_UINT, value);
 }
 
 /// One TrackEvent's varying parts.
@@ -239,6 +248,8 @@ impl Generator {
             identity_every: 1,
             events: 0,
             packet: Vec::new(),
+            recent: std::collections::VecDeque::new(),
+            bytes_per_event: 128,
         };
         if let Some(size) = size {
             generator.pad_to(size);
@@ -334,9 +345,9 @@ impl Generator {
                 varint_field_len(fields::EVENT_COUNTER_VALUE, v as u64)
             });
         let p = &mut self.packet;
-        wire::put_varint_field(p, fields::PACKET_TIMESTAMP, e.ts);
-        wire::put_tag(p, fields::PACKET_TRACK_EVENT, WireType::Len);
-        wire::put_varint(p, event_len as u64);
+        put_varint_field(p, fields::PACKET_TIMESTAMP, e.ts);
+        put_tag(p, fields::PACKET_TRACK_EVENT, WireType::Len);
+        put_varint(p, event_len as u64);
         let event_start = p.len();
         if e.identity {
             p.extend_from_slice(&self.src_annotation);
@@ -344,18 +355,18 @@ impl Generator {
             put_uint_annotation(p, ANNOTATION_TRUTH, e.truth);
             p.extend_from_slice(&self.pad_annotation);
         }
-        wire::put_varint_field(p, fields::EVENT_TYPE, e.kind as u64);
+        put_varint_field(p, fields::EVENT_TYPE, e.kind as u64);
         if let Some(iid) = e.name_iid {
-            wire::put_varint_field(p, fields::EVENT_NAME_IID, iid);
+            put_varint_field(p, fields::EVENT_NAME_IID, iid);
         }
-        wire::put_varint_field(p, fields::EVENT_TRACK_UUID, e.track);
+        put_varint_field(p, fields::EVENT_TRACK_UUID, e.track);
         if let Some(v) = e.counter_value {
-            wire::put_varint_field(p, fields::EVENT_COUNTER_VALUE, v as u64);
+            put_varint_field(p, fields::EVENT_COUNTER_VALUE, v as u64);
         }
         debug_assert_eq!(p.len() - event_start, event_len);
-        wire::put_varint_field(p, fields::PACKET_SEQUENCE_ID, u64::from(e.sequence));
+        put_varint_field(p, fields::PACKET_SEQUENCE_ID, u64::from(e.sequence));
         let flags = u64::from(SEQ_NEEDS_INCREMENTAL_STATE);
-        wire::put_varint_field(p, fields::PACKET_SEQUENCE_FLAGS, flags);
+        put_varint_field(p, fields::PACKET_SEQUENCE_FLAGS, flags);
     }
 
     /// Appends `n` TrackEvents (plus the descriptor packets of any
@@ -377,6 +388,14 @@ impl Generator {
             None => (u128::from(span) * u128::from(i) / n as u128) as u64,
         };
         self.packet.clear();
+        if let Some(k) = self.recent.iter().position(Bytes::is_unique)
+            && let Some(old) = self.recent.remove(k)
+            && let Ok(mut old) = old.try_into_mut()
+        {
+            old.clear();
+            self.packet = Vec::from(old);
+        }
+        self.packet.reserve(n * self.bytes_per_event + 1024);
         let mut ends = Vec::with_capacity(n + 2 * self.sequences.len());
         for i in 0..n as u64 {
             let ts = from_ts + step_of(i + 1);
@@ -431,13 +450,12 @@ impl Generator {
         if ends.is_empty() {
             return;
         }
-        // The buffer goes with the packets; the next batch starts a new one
-        // of about the same size.
-        let capacity = self.packet.capacity();
-        let buffer = Bytes::from(std::mem::replace(
-            &mut self.packet,
-            Vec::with_capacity(capacity),
-        ));
+        self.bytes_per_event = (self.packet.len() / n.max(1)).max(16);
+        let buffer = Bytes::from(std::mem::take(&mut self.packet));
+        if self.recent.len() >= RECENT_BUFFERS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(buffer.clone());
         let mut start = 0;
         out.extend(ends.into_iter().map(|end| {
             let packet = buffer.slice(start..end);
