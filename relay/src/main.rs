@@ -20,11 +20,9 @@ use tracesync_relay::config::{ClockChoice, Flags, RelayConfig};
 use tracesync_relay::spool::{Incoming, Spool, SpoolConfig};
 use tracesync_relay::uplink::{self, HelloInfo, UplinkConfig, UplinkExit};
 
-use tracesync_relay as parts;
-
-use parts::identity::MachineIdentity;
-use parts::sequences::SequenceAllocator;
-use parts::source::{self, Cursor, SourceBatch, SourceContext, SourceSpec, SourceStats};
+use tracesync_relay::identity::MachineIdentity;
+use tracesync_relay::sequences::SequenceAllocator;
+use tracesync_relay::source::{self, Cursor, SourceBatch, SourceContext, SourceSpec, SourceStats};
 
 /// sysexits(3), as DESIGN.md §5 assigns them.
 mod exit {
@@ -60,7 +58,7 @@ fn main() -> ExitCode {
         }
     };
     // journald-friendly by default, JSON on request; RUST_LOG wins.
-    parts::logging::init(config.log.level.as_str(), config.log.format);
+    tracesync_relay::logging::init(config.log.level.as_str(), config.log.format);
     if flags.check_config {
         let file = config.file.as_ref().map_or_else(
             || "built-in defaults".to_owned(),
@@ -101,7 +99,7 @@ fn load_config(flags: &Flags) -> Result<RelayConfig, String> {
 async fn run(config: RelayConfig, flags: Flags) -> u8 {
     tokio::spawn(reload_on_sighup(flags));
     if let Some(addr) = config.metrics.listen {
-        if let Err(e) = parts::metrics::install(addr) {
+        if let Err(e) = tracesync_relay::metrics::install(addr) {
             tracing::error!("cannot serve metrics on {addr} ([metrics] listen): {e}");
             return exit::UNAVAILABLE;
         }
@@ -177,14 +175,14 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
     }
     if config.metrics.listen.is_some() {
         tokio::spawn(async move {
-            let mut every = tokio::time::interval(parts::metrics::PUBLISH_EVERY);
+            let mut every = tokio::time::interval(tracesync_relay::metrics::PUBLISH_EVERY);
             loop {
                 every.tick().await;
-                parts::metrics::publish_sources(&source_stats);
+                tracesync_relay::metrics::publish_sources(&source_stats);
             }
         });
     }
-    parts::own_packets::spawn(clock.clone(), identity.clone(), tx, sources_stop.clone());
+    tracesync_relay::own_packets::spawn(clock.clone(), identity.clone(), tx, sources_stop.clone());
 
     let hello = HelloInfo {
         token: config.token.clone(),
@@ -212,7 +210,7 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
     let probe_clock = clock.clone();
     let sync_transport = config.sync.transport;
     let start_probe: uplink::ProbeStarter = Box::new(move |target, token| {
-        tokio::spawn(parts::probe::run_probe_responder(
+        tokio::spawn(tracesync_relay::probe::run_probe_responder(
             probe_clock.clone(),
             target,
             sync_transport,
@@ -307,8 +305,8 @@ async fn reload_on_sighup(flags: Flags) {
         match load_config(&flags) {
             Ok(config) => {
                 let level = config.log.level.as_str();
-                match parts::logging::set_level(level) {
-                    Ok(parts::logging::LevelChange::KeptEnv) => {
+                match tracesync_relay::logging::set_level(level) {
+                    Ok(tracesync_relay::logging::LevelChange::KeptEnv) => {
                         tracing::info!(
                             "SIGHUP: log.level {level} ignored: RUST_LOG is set and wins"
                         )

@@ -4,17 +4,20 @@
 //! packet that clears the incremental state and carries a slice track's
 //! descriptor and interned event names, a counter track's descriptor, then
 //! TrackEvent slices (begin/end, interned names) and counter values; the
-//! state is cleared again about every 1000 packets of a sequence. Every
-//! TrackEvent carries identity annotations for accuracy and loss checks
-//! (docs/format.md, "Synthetic source"): `tracesync_src`, `tracesync_n`
-//! (contiguous from 0 per source, resumed from the cursor) and
+//! state is cleared again about every 1000 packets of a sequence. TrackEvents
+//! carry identity annotations for accuracy and loss checks (docs/format.md,
+//! "Synthetic source"): `tracesync_src`, `tracesync_n` (contiguous from 0
+//! per source over the packets that carry it, resumed from the cursor) and
 //! `tracesync_truth_ns` (ground-truth host BOOTTIME of the timestamp).
+//! Every TrackEvent carries them, except with a `size=` below an annotated
+//! packet's size (about 115 bytes): then every k-th TrackEvent does, k
+//! chosen so packets average about `size` bytes on the wire.
 //! Timestamps are relay BOOTTIME with no clock id set (BOOTTIME is
 //! Perfetto's default trace clock).
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -25,7 +28,7 @@ use tracesync_protocol::perfetto::{
 use tracesync_protocol::scan::{
     self, FieldValue, RawField, SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE,
 };
-use tracesync_protocol::wire::{self, WireType};
+use tracesync_protocol::wire::{self, WireType, put_tag, put_varint, put_varint_field};
 
 use super::{Cursor, SourceBatch, SourceContext, SyntheticSpec, send_batch};
 use crate::identity::fnv1a64;
@@ -59,6 +62,9 @@ const TICK: Duration = Duration::from_millis(10);
 const BATCH_MAX_PACKETS: usize = 4096;
 /// Most packet bytes per batch (about).
 const BATCH_MAX_BYTES: usize = 512 << 10;
+/// With a tiny `size=`, at least every this many TrackEvents one carries
+/// the identity annotations.
+const MAX_IDENTITY_EVERY: u64 = 64;
 
 /// Packets allowed so far at `rate` per second, at most `burst` at once
 /// (a stalled spool does not lead to a flood afterwards). Sans-IO.
@@ -121,8 +127,23 @@ pub struct Generator {
     src_annotation: Vec<u8>,
     /// The constant pad annotation (empty without `size=`).
     pad_annotation: Vec<u8>,
+    /// Every this many TrackEvents one carries the identity (1: all).
+    identity_every: u64,
+    /// TrackEvents written (for `identity_every`).
+    events: u64,
+    /// Packets being written: a batch's packets end to end, cut into
+    /// `Bytes` slices of one buffer when the batch is done.
     packet: Vec<u8>,
+    /// Buffers of recent batches: one whose packets are all dropped (the
+    /// spool has written them) is taken back, so the generator writes to
+    /// memory that is already mapped.
+    recent: std::collections::VecDeque<Bytes>,
+    /// Bytes per TrackEvent in the last batch (to reserve for the next).
+    bytes_per_event: usize,
 }
+
+/// Buffers of recent batches kept for reuse.
+const RECENT_BUFFERS: usize = 4;
 
 /// The identity annotations of a synthetic TrackEvent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,15 +200,17 @@ fn uint_annotation_len(name: &str, value: u64) -> usize {
 #[inline]
 fn put_uint_annotation(out: &mut Vec<u8>, name: &str, value: u64) {
     let body_len = uint_annotation_body_len(name, value);
-    wire::put_tag(out, fields::EVENT_DEBUG_ANNOTATIONS, WireType::Len);
-    wire::put_varint(out, body_len as u64);
+    put_tag(out, fields::EVENT_DEBUG_ANNOTATIONS, WireType::Len);
+    put_varint(out, body_len as u64);
     wire::put_len_field(out, fields::ANNOTATION_NAME, name.as_bytes());
-    wire::put_varint_field(out, fields::ANNOTATION_UINT, value);
+    put_varint_field(out, fields::ANNOTATION_UINT, value);
 }
 
 /// One TrackEvent's varying parts.
 #[derive(Clone, Copy, Debug)]
 struct Event {
+    /// Carries the identity (and pad) annotations.
+    identity: bool,
     sequence: u32,
     ts: u64,
     n: u64,
@@ -222,7 +245,11 @@ impl Generator {
             counter: next_counter,
             src_annotation,
             pad_annotation: Vec::new(),
+            identity_every: 1,
+            events: 0,
             packet: Vec::new(),
+            recent: std::collections::VecDeque::new(),
+            bytes_per_event: 128,
         };
         if let Some(size) = size {
             generator.pad_to(size);
@@ -235,47 +262,81 @@ impl Generator {
         self.counter
     }
 
-    /// Sets the pad annotation so a typical packet is about `size` bytes.
+    /// Sets the identity spacing and the pad annotation so that packets
+    /// average about `size` bytes: every TrackEvent annotated (and padded to
+    /// `size`) when `size` is at least an annotated packet, else every k-th,
+    /// padded so the average comes out at `size`.
     fn pad_to(&mut self, size: usize) {
-        let typical = |g: &mut Self| {
+        // A packet of each kind of the cycle, with values of typical size
+        // (a BOOTTIME of a day or so, 7 varint bytes).
+        let typical = |g: &mut Self, identity: bool, step: u64| {
+            g.packet.clear();
+            let (kind, name_iid, counter_value) = match step {
+                0 => (track_event::Type::SliceBegin, Some(1), None),
+                1 => (track_event::Type::Counter, None, Some(500)),
+                _ => (track_event::Type::SliceEnd, None, None),
+            };
             g.encode(&Event {
+                identity,
                 sequence: 1 << 12,
-                ts: 1 << 50,
+                ts: 1 << 46,
                 n: 1 << 30,
-                truth: 1 << 50,
-                kind: track_event::Type::SliceBegin,
+                truth: 1 << 46,
+                kind,
                 track: u64::MAX / 3,
-                name_iid: Some(1),
-                counter_value: None,
+                name_iid,
+                counter_value,
             });
             g.packet.len()
         };
-        let bare = typical(self);
+        let bare = (0..3).map(|step| typical(self, false, step)).sum::<usize>() / 3;
+        let annotated = (0..3).map(|step| typical(self, true, step)).sum::<usize>() / 3;
+        let every = if size >= annotated {
+            1
+        } else if size > bare {
+            ((annotated - bare).div_ceil(size - bare) as u64).min(MAX_IDENTITY_EVERY)
+        } else {
+            MAX_IDENTITY_EVERY
+        };
+        self.identity_every = every;
+        // The annotated packet's size that makes the average `size`.
+        let target = bare + every as usize * size.saturating_sub(bare);
         let mut len = 0;
         // Varint lengths make a first guess a byte or two off: refine.
         for _ in 0..4 {
             self.pad_annotation.clear();
             put_string_annotation(&mut self.pad_annotation, ANNOTATION_PAD, &"x".repeat(len));
-            let got = typical(self);
-            if got == size {
+            let got = (0..3).map(|step| typical(self, true, step)).sum::<usize>() / 3;
+            if got == target {
                 break;
             }
-            len = (len + size).saturating_sub(got);
+            len = (len + target).saturating_sub(got);
         }
-        if size <= bare {
-            self.pad_annotation.clear(); // a bare packet is already as large
+        if target <= annotated {
+            self.pad_annotation.clear(); // an annotated packet is already as large
         }
+        self.packet.clear();
     }
 
-    /// Writes one TrackEvent packet into `self.packet`, in one pass: the
+    /// Every how many TrackEvents one carries the identity annotations.
+    pub fn identity_every(&self) -> u64 {
+        self.identity_every
+    }
+
+    /// Appends one TrackEvent packet to `self.packet`, in one pass: the
     /// TrackEvent's length is computed first, so its bytes go straight in.
     #[inline]
     fn encode(&mut self, e: &Event) {
         let varint_field_len = |field: u32, v: u64| tag_len(field) + wire::varint_len(v);
-        let event_len = self.src_annotation.len()
-            + uint_annotation_len(ANNOTATION_N, e.n)
-            + uint_annotation_len(ANNOTATION_TRUTH, e.truth)
-            + self.pad_annotation.len()
+        let annotations_len = if e.identity {
+            self.src_annotation.len()
+                + uint_annotation_len(ANNOTATION_N, e.n)
+                + uint_annotation_len(ANNOTATION_TRUTH, e.truth)
+                + self.pad_annotation.len()
+        } else {
+            0
+        };
+        let event_len = annotations_len
             + varint_field_len(fields::EVENT_TYPE, e.kind as u64)
             + e.name_iid
                 .map_or(0, |iid| varint_field_len(fields::EVENT_NAME_IID, iid))
@@ -284,39 +345,41 @@ impl Generator {
                 varint_field_len(fields::EVENT_COUNTER_VALUE, v as u64)
             });
         let p = &mut self.packet;
-        p.clear();
-        wire::put_varint_field(p, fields::PACKET_TIMESTAMP, e.ts);
-        wire::put_tag(p, fields::PACKET_TRACK_EVENT, WireType::Len);
-        wire::put_varint(p, event_len as u64);
+        put_varint_field(p, fields::PACKET_TIMESTAMP, e.ts);
+        put_tag(p, fields::PACKET_TRACK_EVENT, WireType::Len);
+        put_varint(p, event_len as u64);
         let event_start = p.len();
-        p.extend_from_slice(&self.src_annotation);
-        put_uint_annotation(p, ANNOTATION_N, e.n);
-        put_uint_annotation(p, ANNOTATION_TRUTH, e.truth);
-        p.extend_from_slice(&self.pad_annotation);
-        wire::put_varint_field(p, fields::EVENT_TYPE, e.kind as u64);
-        if let Some(iid) = e.name_iid {
-            wire::put_varint_field(p, fields::EVENT_NAME_IID, iid);
+        if e.identity {
+            p.extend_from_slice(&self.src_annotation);
+            put_uint_annotation(p, ANNOTATION_N, e.n);
+            put_uint_annotation(p, ANNOTATION_TRUTH, e.truth);
+            p.extend_from_slice(&self.pad_annotation);
         }
-        wire::put_varint_field(p, fields::EVENT_TRACK_UUID, e.track);
+        put_varint_field(p, fields::EVENT_TYPE, e.kind as u64);
+        if let Some(iid) = e.name_iid {
+            put_varint_field(p, fields::EVENT_NAME_IID, iid);
+        }
+        put_varint_field(p, fields::EVENT_TRACK_UUID, e.track);
         if let Some(v) = e.counter_value {
-            wire::put_varint_field(p, fields::EVENT_COUNTER_VALUE, v as u64);
+            put_varint_field(p, fields::EVENT_COUNTER_VALUE, v as u64);
         }
         debug_assert_eq!(p.len() - event_start, event_len);
-        wire::put_varint_field(p, fields::PACKET_SEQUENCE_ID, u64::from(e.sequence));
+        put_varint_field(p, fields::PACKET_SEQUENCE_ID, u64::from(e.sequence));
         let flags = u64::from(SEQ_NEEDS_INCREMENTAL_STATE);
-        wire::put_varint_field(p, fields::PACKET_SEQUENCE_FLAGS, flags);
+        put_varint_field(p, fields::PACKET_SEQUENCE_FLAGS, flags);
     }
 
     /// Appends `n` TrackEvents (plus the descriptor packets of any
     /// sequence whose state is cleared) with timestamps spread evenly over
-    /// `(from_ts, to_ts]`; `truth` maps a timestamp to host BOOTTIME.
+    /// `(from_ts, to_ts]`; `truth` maps a timestamp to host BOOTTIME. The
+    /// packets are written end to end into one buffer and handed out as
+    /// slices of it (one allocation and no copy per packet).
     pub fn generate(
         &mut self,
         n: usize,
         from_ts: u64,
         to_ts: u64,
         truth: &dyn Fn(u64) -> u64,
-        buf: &mut BytesMut,
         out: &mut Vec<Bytes>,
     ) {
         let span = to_ts.saturating_sub(from_ts);
@@ -324,32 +387,46 @@ impl Generator {
             Some(x) => x / n as u64,
             None => (u128::from(span) * u128::from(i) / n as u128) as u64,
         };
+        self.packet.clear();
+        if let Some(k) = self.recent.iter().position(Bytes::is_unique)
+            && let Some(old) = self.recent.remove(k)
+            && let Ok(mut old) = old.try_into_mut()
+        {
+            old.clear();
+            self.packet = Vec::from(old);
+        }
+        self.packet.reserve(n * self.bytes_per_event + 1024);
+        let mut ends = Vec::with_capacity(n + 2 * self.sequences.len());
         for i in 0..n as u64 {
             let ts = from_ts + step_of(i + 1);
             let k = self.next;
             self.next = (self.next + 1) % self.sequences.len().max(1);
             let Some(seq) = self.sequences.get_mut(k) else {
-                return; // no sequences: nothing to write
+                break; // no sequences: nothing to write
             };
             if seq.step % 3 == 0 && seq.since_clear.is_none_or(|c| c >= CLEAR_EVERY) {
                 seq.since_clear = Some(0);
                 for p in descriptor_packets(seq, ts) {
-                    self.packet.clear();
                     // A Vec grows as needed: encoding cannot fail.
                     let _ = p.encode(&mut self.packet);
-                    push(&self.packet, buf, out);
+                    ends.push(self.packet.len());
                 }
             }
             let step = seq.step;
             seq.step += 1;
             seq.since_clear = seq.since_clear.map(|c| c + 1);
+            let identity = self.events.is_multiple_of(self.identity_every);
+            self.events += 1;
             let counter = self.counter;
-            self.counter += 1;
+            if identity {
+                self.counter += 1;
+            }
             let mut event = Event {
+                identity,
                 sequence: seq.relay_id,
                 ts,
                 n: counter,
-                truth: truth(ts),
+                truth: if identity { truth(ts) } else { 0 },
                 kind: track_event::Type::SliceEnd,
                 track: seq.slice_track,
                 name_iid: None,
@@ -368,17 +445,24 @@ impl Generator {
                 _ => {}
             }
             self.encode(&event);
-            push(&self.packet, buf, out);
+            ends.push(self.packet.len());
         }
+        if ends.is_empty() {
+            return;
+        }
+        self.bytes_per_event = (self.packet.len() / n.max(1)).max(16);
+        let buffer = Bytes::from(std::mem::take(&mut self.packet));
+        if self.recent.len() >= RECENT_BUFFERS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(buffer.clone());
+        let mut start = 0;
+        out.extend(ends.into_iter().map(|end| {
+            let packet = buffer.slice(start..end);
+            start = end;
+            packet
+        }));
     }
-}
-
-/// Appends `packet` to `out` as a slice of `buf` (one allocation per
-/// batch, not per packet).
-#[inline]
-fn push(packet: &[u8], buf: &mut BytesMut, out: &mut Vec<Bytes>) {
-    buf.extend_from_slice(packet);
-    out.push(buf.split().freeze());
 }
 
 /// The packets that (re)start a sequence's state: the clearing packet with
@@ -484,7 +568,7 @@ pub(crate) async fn run(
     let relay_ids: Vec<u32> = (0..spec.seqs).map(|_| ctx.sequences.allocate()).collect();
     let src = format!("{}/{index}", ctx.machine_name);
     let mut generator = Generator::new(&src, &relay_ids, next_counter, spec.size);
-    let approx_size = spec.size.unwrap_or(96).max(32);
+    let approx_size = spec.size.unwrap_or(116).max(32);
     let batch_max = (BATCH_MAX_BYTES / approx_size).clamp(1, BATCH_MAX_PACKETS);
     let mut bucket = TokenBucket::new(spec.rate);
     let origin = Instant::now();
@@ -493,7 +577,6 @@ pub(crate) async fn run(
     let clock = ctx.clock.clone();
     let truth = move |ts| clock.truth_host_boottime(ts);
     let mut last_ts = ctx.clock.boottime();
-    let mut buf = BytesMut::new();
     loop {
         tokio::select! {
             () = ctx.shutdown.cancelled() => return,
@@ -510,9 +593,8 @@ pub(crate) async fn run(
             let k = batch_max.min(due - done);
             let from = last_ts + (u128::from(span) * done as u128 / due as u128) as u64;
             let to = last_ts + (u128::from(span) * (done + k) as u128 / due as u128) as u64;
-            buf.reserve(k * (approx_size + 16));
             let mut packets = Vec::with_capacity(k + 2 * relay_ids.len());
-            generator.generate(k, from, to, &truth, &mut buf, &mut packets);
+            generator.generate(k, from, to, &truth, &mut packets);
             done += k;
             let batch = SourceBatch {
                 source: index,

@@ -13,9 +13,8 @@ fn identity_truth(ts: u64) -> u64 {
 }
 
 fn generate(g: &mut Generator, n: usize, from: u64, to: u64) -> Vec<Bytes> {
-    let mut buf = BytesMut::new();
     let mut out = Vec::new();
-    g.generate(n, from, to, &identity_truth, &mut buf, &mut out);
+    g.generate(n, from, to, &identity_truth, &mut out);
     out
 }
 
@@ -135,16 +134,56 @@ fn size_pads_packets_to_about_that_size() {
             assert!(diff <= size / 20 + 8, "size {size}: packet of {}", p.len());
         }
     }
-    // Smaller than a bare packet: no padding.
-    let mut g = Generator::new("box/1", &[2], 0, Some(10));
-    let p = generate(&mut g, 3, 0, 3);
     assert_eq!(
-        decode(p.last().unwrap()).data.map(|d| match d {
-            trace_packet::Data::TrackEvent(te) => te.debug_annotations.len(),
-            _ => 0,
-        }),
-        Some(3)
+        Generator::new("box/1", &[2], 0, Some(200)).identity_every(),
+        1
     );
+}
+
+#[test]
+fn small_sizes_average_that_size_with_every_kth_event_annotated() {
+    for size in [40, 64, 90] {
+        let mut g = Generator::new("bench-1/1", &[2, 3, 4, 5], 0, Some(size));
+        let every = g.identity_every();
+        assert!(every > 1, "size {size}");
+        let packets = generate(&mut g, 3000, 1 << 46, (1 << 46) + 1_000_000);
+        let events: Vec<&Bytes> = packets
+            .iter()
+            .filter(|p| scan_packet(p).unwrap().kind().0 == Some(11))
+            .collect();
+        assert_eq!(events.len(), 3000);
+        let mean = events.iter().map(|p| p.len()).sum::<usize>() as f64 / 3000.0;
+        assert!(
+            (mean - size as f64).abs() <= 4.0,
+            "size {size}: mean {mean}"
+        );
+        // Every k-th event carries the identity, counted without gaps.
+        let ns: Vec<u64> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let id = read_identity(p);
+                assert_eq!(id.is_some(), (i as u64).is_multiple_of(every), "event {i}");
+                id.map(|id| id.n)
+            })
+            .collect();
+        assert_eq!(ns, (0..ns.len() as u64).collect::<Vec<_>>());
+        assert_eq!(g.next_counter(), ns.len() as u64);
+        // The daemon's checker reads the same identities.
+        let checked = events
+            .iter()
+            .filter_map(|p| tracesync::check::identity(p))
+            .count();
+        assert_eq!(checked, ns.len());
+        for p in &events {
+            decode(p);
+        }
+    }
+    // Smaller than a bare packet: at most every 64th event is annotated.
+    let mut g = Generator::new("box/1", &[2], 0, Some(10));
+    assert_eq!(g.identity_every(), MAX_IDENTITY_EVERY);
+    let p = generate(&mut g, 3, 0, 3);
+    assert_eq!(p.iter().filter(|p| read_identity(p).is_some()).count(), 1);
 }
 
 #[test]
@@ -222,20 +261,11 @@ async fn runs_at_rate_and_resumes_from_its_cursor() {
 fn generator_speed() {
     for size in [None, Some(4096)] {
         let mut g = Generator::new("box/1", &[2, 3, 4, 5], 0, size);
-        let mut buf = BytesMut::new();
         let started = std::time::Instant::now();
         let mut bytes = 0;
         for i in 0..250u64 {
             let mut out = Vec::with_capacity(4100);
-            buf.reserve(4096 * size.unwrap_or(96));
-            g.generate(
-                4000,
-                i * 1000,
-                i * 1000 + 1000,
-                &identity_truth,
-                &mut buf,
-                &mut out,
-            );
+            g.generate(4000, i * 1000, i * 1000 + 1000, &identity_truth, &mut out);
             bytes += out.iter().map(Bytes::len).sum::<usize>();
         }
         let secs = started.elapsed().as_secs_f64();

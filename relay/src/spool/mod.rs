@@ -29,10 +29,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use nix::fcntl::{Flock, FlockArg};
 use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::{scan, wire};
@@ -47,6 +46,8 @@ pub use types::{Incoming, OutBatch, SpoolConfig, SpoolError, SpoolStats, WhenFul
 /// Largest packet the spool takes: it must fit one frame with room to spare.
 pub const MAX_PACKET_BYTES: usize = MAX_FRAME_BYTES - (64 << 10);
 const LOCK_FILE: &str = "lock";
+/// Buffers of acked batches kept for reuse (each up to a batch in size).
+const MAX_SPARE_BUFFERS: usize = 4;
 
 /// Packets cut (or being collected) but not on disk yet.
 #[derive(Debug, Default)]
@@ -59,7 +60,8 @@ struct Unwritten {
 #[derive(Debug)]
 struct Spooled {
     at: BatchLocation,
-    cached: Option<Arc<[Bytes]>>,
+    /// The packets in wire form, while they are cached in memory.
+    cached: Option<Bytes>,
     /// Packets (by position) that carry previous_packet_dropped when sent.
     marks: Vec<u32>,
 }
@@ -84,6 +86,9 @@ pub struct Spool {
     unwritten_bytes: usize,
     /// Sequences that lost packets; their next sent packet gets marked.
     needs_mark: BTreeSet<u32>,
+    /// Buffers of acked batches, reused for the next records (memory that
+    /// is already mapped: no page faults per batch).
+    spare: Vec<BytesMut>,
     stats: SpoolStats,
     _lock: Flock<File>,
 }
@@ -148,6 +153,7 @@ impl Spool {
             sealed: VecDeque::new(),
             unwritten_bytes: 0,
             needs_mark: BTreeSet::new(),
+            spare: Vec::new(),
             stats: SpoolStats::default(),
             _lock: lock,
         };
@@ -235,7 +241,8 @@ impl Spool {
             if let Some(batch) = self.batches.pop_front()
                 && let Some(cached) = batch.cached
             {
-                self.cached_bytes -= payload_bytes(&cached);
+                self.cached_bytes -= batch.at.payload_bytes;
+                self.recycle(cached);
             }
         }
         self.reclaim()?;
@@ -274,50 +281,68 @@ impl Spool {
 
     /// Batch `seq` for sending (None: acked, dropped, or not cut yet). A
     /// batch that cannot be read back is logged, counted and sent empty,
-    /// so the stream goes on.
+    /// so the stream goes on. The packets come as the spool holds them, in
+    /// wire form; only a batch with marks (drop-oldest) is re-encoded.
     pub fn batch(&mut self, seq: u64) -> Option<OutBatch> {
         let position = self.batches.binary_search_by_key(&seq, |b| b.at.seq).ok()?;
-        let mut packets = self.load_packets(position);
+        let wire = self.load_wire(position);
         let spooled = self.batches.get_mut(position)?;
-        if !self.needs_mark.is_empty() {
-            for (position, packet) in packets.iter().enumerate() {
-                if let Some(sequence) = sequence_of(packet)
-                    && self.needs_mark.remove(&sequence)
-                {
-                    spooled.marks.push(position as u32);
-                    self.stats.sequences_marked += 1;
+        let Some(mut wire) = wire else {
+            return Some(OutBatch {
+                seq,
+                first_packet_index: spooled.at.first_packet_index,
+                packet_count: 0,
+                wire: Bytes::new(),
+                bytes: 0,
+            });
+        };
+        let mut bytes = spooled.at.payload_bytes;
+        if !self.needs_mark.is_empty() || !spooled.marks.is_empty() {
+            let mut packets = record::wire_packets(&wire).unwrap_or_default();
+            if !self.needs_mark.is_empty() {
+                for (position, packet) in packets.iter().enumerate() {
+                    if let Some(sequence) = sequence_of(packet)
+                        && self.needs_mark.remove(&sequence)
+                    {
+                        spooled.marks.push(position as u32);
+                        self.stats.sequences_marked += 1;
+                    }
                 }
             }
-        }
-        for &position in &spooled.marks {
-            if let Some(packet) = packets.get_mut(position as usize) {
-                *packet = with_previous_packet_dropped(packet);
+            if !spooled.marks.is_empty() {
+                for &position in &spooled.marks {
+                    if let Some(packet) = packets.get_mut(position as usize) {
+                        *packet = with_previous_packet_dropped(packet);
+                    }
+                }
+                wire = record::encode_wire(&packets);
+                bytes = payload_bytes(&packets);
             }
         }
         Some(OutBatch {
             seq,
             first_packet_index: spooled.at.first_packet_index,
-            bytes: payload_bytes(&packets),
-            packets,
+            packet_count: spooled.at.packet_count,
+            wire,
+            bytes,
         })
     }
 
-    /// The packets of the batch at `position` as spooled (no marks).
-    fn load_packets(&mut self, position: usize) -> Vec<Bytes> {
-        let Some(spooled) = self.batches.get(position) else {
-            return Vec::new();
-        };
+    /// The packets of the batch at `position` in wire form, as spooled
+    /// (no marks); None if they cannot be read back (logged, counted).
+    fn load_wire(&mut self, position: usize) -> Option<Bytes> {
+        let spooled = self.batches.get(position)?;
         match &spooled.cached {
-            Some(cached) => cached.to_vec(),
+            Some(cached) => Some(cached.clone()),
             None => match segments::read_batch(&self.config.dir, &spooled.at) {
-                Ok(packets) => packets,
+                Ok(wire) => Some(wire),
                 Err(error) => {
                     tracing::error!(
                         "{error}; batch {} is lost, sending it empty",
                         spooled.at.seq
                     );
                     self.stats.batches_unreadable += 1;
-                    Vec::new()
+                    None
                 }
             },
         }
@@ -366,16 +391,20 @@ impl Spool {
         batch_cursors: &BTreeMap<u16, Bytes>,
     ) -> Result<(), SpoolError> {
         let cursors: Vec<(u16, &[u8])> = match kind {
-            RecordKind::Batch => batch_cursors.iter().map(|(s, c)| (*s, &c[..])).collect(),
+            RecordKind::Batch | RecordKind::LegacyBatch => {
+                batch_cursors.iter().map(|(s, c)| (*s, &c[..])).collect()
+            }
             RecordKind::Checkpoint => self.cursors.iter().map(|(s, c)| (*s, &c[..])).collect(),
         };
-        let bytes = record::encode(
+        let encoded = record::encode_into(
             kind,
             self.next_seq,
             self.next_packet_index,
             &cursors,
             packets,
+            self.spare.pop().unwrap_or_default(),
         );
+        let bytes = &encoded.bytes;
         let path = self.active_path();
         let Some(segment) = self.segments.back_mut() else {
             // Invariant: open() always leaves an active segment.
@@ -385,7 +414,10 @@ impl Spool {
                 reason: "no active segment".into(),
             });
         };
-        if let Err(source) = self.active.write_all(&bytes) {
+        // One write per record, straight to the page cache: durability
+        // comes from the daemon's acks plus the sync at roll and shutdown,
+        // not from an fsync per batch (see the module docs).
+        if let Err(source) = self.active.write_all(bytes) {
             // Cut back to the record boundary so later appends stay readable.
             let _ = self.active.set_len(segment.bytes);
             return Err(SpoolError::Io {
@@ -400,7 +432,6 @@ impl Spool {
         if kind == RecordKind::Checkpoint {
             return Ok(());
         }
-        let packets: Arc<[Bytes]> = packets.into();
         let at = BatchLocation {
             seq: self.next_seq,
             first_packet_index: self.next_packet_index,
@@ -408,7 +439,7 @@ impl Spool {
             segment: segment.number,
             offset,
             record_len: bytes.len() as u32,
-            payload_bytes: payload_bytes(&packets),
+            payload_bytes: payload_bytes(packets),
         };
         self.stats.batches_written += 1;
         self.stats.packets_written += packets.len() as u64;
@@ -421,7 +452,7 @@ impl Spool {
             .extend(batch_cursors.iter().map(|(s, c)| (*s, c.clone())));
         self.batches.push_back(Spooled {
             at,
-            cached: Some(packets),
+            cached: Some(encoded.wire()),
             marks: Vec::new(),
         });
         self.evict();
@@ -433,13 +464,28 @@ impl Spool {
         let budget = usize::try_from(self.config.memory_bytes)
             .unwrap_or(usize::MAX)
             .saturating_sub(self.unwritten_bytes);
+        let mut freed = Vec::new();
         for batch in self.batches.iter_mut() {
             if self.cached_bytes <= budget {
                 break;
             }
             if let Some(cached) = batch.cached.take() {
-                self.cached_bytes -= payload_bytes(&cached);
+                self.cached_bytes -= batch.at.payload_bytes;
+                freed.push(cached);
             }
+        }
+        for cached in freed {
+            self.recycle(cached);
+        }
+    }
+
+    /// Keeps the buffer of a batch no longer cached for the next record,
+    /// if nothing else holds it (a frame being written may).
+    fn recycle(&mut self, cached: Bytes) {
+        if self.spare.len() < MAX_SPARE_BUFFERS
+            && let Ok(buffer) = cached.try_into_mut()
+        {
+            self.spare.push(buffer);
         }
     }
 
@@ -509,14 +555,16 @@ impl Spool {
             if batch.at.segment != number {
                 break;
             }
-            let packets = self.load_packets(0);
+            let wire = self.load_wire(0).unwrap_or_default();
+            let packets = record::wire_packets(&wire).unwrap_or_default();
             self.needs_mark
                 .extend(packets.iter().filter_map(|p| sequence_of(p)));
             if let Some(batch) = self.batches.pop_front() {
                 self.stats.batches_dropped += 1;
                 self.stats.packets_dropped += u64::from(batch.at.packet_count);
                 if let Some(cached) = batch.cached {
-                    self.cached_bytes -= payload_bytes(&cached);
+                    self.cached_bytes -= batch.at.payload_bytes;
+                    self.recycle(cached);
                 }
             }
         }

@@ -177,7 +177,7 @@ fn scan_segment(path: &Path, number: u64, bytes: &Bytes, scan: &mut Scan) -> (u6
                 scan.next_seq = scan.next_seq.max(record.seq);
                 scan.next_packet_index = scan.next_packet_index.max(record.first_packet_index);
             }
-            RecordKind::Batch if record.seq < scan.next_seq => {
+            RecordKind::Batch | RecordKind::LegacyBatch if record.seq < scan.next_seq => {
                 scan.issues.push(issue(
                     pos,
                     &format!(
@@ -186,7 +186,7 @@ fn scan_segment(path: &Path, number: u64, bytes: &Bytes, scan: &mut Scan) -> (u6
                     ),
                 ));
             }
-            RecordKind::Batch => {
+            RecordKind::Batch | RecordKind::LegacyBatch => {
                 scan.batches.push(BatchLocation {
                     seq: record.seq,
                     first_packet_index: record.first_packet_index,
@@ -194,7 +194,7 @@ fn scan_segment(path: &Path, number: u64, bytes: &Bytes, scan: &mut Scan) -> (u6
                     segment: number,
                     offset: pos as u64,
                     record_len: record_len as u32,
-                    payload_bytes: record.packets.iter().map(Bytes::len).sum(),
+                    payload_bytes: record.payload_bytes,
                 });
                 scan.next_seq = record.seq + 1;
                 scan.next_packet_index = record.first_packet_index + u64::from(record.packet_count);
@@ -205,8 +205,8 @@ fn scan_segment(path: &Path, number: u64, bytes: &Bytes, scan: &mut Scan) -> (u6
     (pos as u64, true)
 }
 
-/// Reads and verifies one batch record.
-pub fn read_batch(dir: &Path, at: &BatchLocation) -> Result<Vec<Bytes>, SpoolError> {
+/// Reads and verifies one batch record: its packets in wire form.
+pub fn read_batch(dir: &Path, at: &BatchLocation) -> Result<Bytes, SpoolError> {
     let path = segment_path(dir, at.segment);
     let file = File::open(&path).map_err(io_error(&path, "open"))?;
     let mut buf = vec![0; at.record_len as usize];
@@ -217,12 +217,13 @@ pub fn read_batch(dir: &Path, at: &BatchLocation) -> Result<Vec<Bytes>, SpoolErr
         offset: at.offset,
         reason: why.to_owned(),
     })?;
-    if record.kind != RecordKind::Batch || record.seq != at.seq {
+    let is_batch = matches!(record.kind, RecordKind::Batch | RecordKind::LegacyBatch);
+    if !is_batch || record.seq != at.seq {
         return Err(SpoolError::Corrupt {
             path,
             offset: at.offset,
             reason: format!("expected batch {} here", at.seq),
         });
     }
-    Ok(record.packets)
+    Ok(record.wire)
 }

@@ -66,7 +66,7 @@ fn batches_are_numbered_and_survive_reopen() {
     for seq in 1..=last {
         let batch = spool.batch(seq).unwrap();
         assert_eq!(batch.first_packet_index, index);
-        index += batch.packets.len() as u64;
+        index += batch.packets().len() as u64;
     }
     assert_eq!(index, 100);
     let before: Vec<OutBatch> = (1..=last).filter_map(|s| spool.batch(s)).collect();
@@ -134,7 +134,7 @@ fn torn_tail_is_truncated_and_appending_resumes() {
     let active = segment_files(dir.path()).pop().unwrap();
     let clean_len = fs::metadata(&active).unwrap().len();
     // A record cut short by a crash mid-write.
-    let torn = record::encode(RecordKind::Batch, last + 1, 10, &[], &[packet(2, 99, 500)]);
+    let torn = record::encode(RecordKind::Batch, last + 1, 10, &[], &[packet(2, 99, 500)]).bytes;
     let mut file = OpenOptions::new().append(true).open(&active).unwrap();
     file.write_all(&torn[..torn.len() / 2]).unwrap();
     drop(file);
@@ -151,6 +151,45 @@ fn torn_tail_is_truncated_and_appending_resumes() {
     let (spool, issues) = Spool::open(config(dir.path())).unwrap();
     assert!(issues.is_empty(), "{issues:?}");
     assert_eq!(spool.last_seq(), last + 1);
+}
+
+#[test]
+fn batches_written_by_earlier_relays_are_still_read() {
+    // Kind 1 records (packets as length + bytes) from before the wire-form
+    // layout: a spool left by an older relay resends them unchanged.
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    fill(&mut spool, 3, 100, now);
+    let last = spool.last_seq();
+    let index = spool.next_packet_index;
+    drop(spool);
+    let active = segment_files(dir.path()).pop().unwrap();
+    let old = [packet(2, 7, 50), packet(3, 8, 0)];
+    let legacy = record::encode(
+        RecordKind::LegacyBatch,
+        last + 1,
+        index,
+        &[(1, b"old cursor")],
+        &old,
+    );
+    let mut file = OpenOptions::new().append(true).open(&active).unwrap();
+    file.write_all(&legacy.bytes).unwrap();
+    drop(file);
+
+    let (mut spool, issues) = Spool::open(config(dir.path())).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(spool.last_seq(), last + 1);
+    assert_eq!(spool.resume_cursor(1).as_deref(), Some(&b"old cursor"[..]));
+    let batch = spool.batch(last + 1).unwrap();
+    assert_eq!(batch.packets(), old);
+    assert_eq!(
+        (batch.packet_count, batch.bytes),
+        (2, old[0].len() + old[1].len())
+    );
+    // New batches follow it in the new layout.
+    fill(&mut spool, 1, 10, now);
+    assert_eq!(spool.batch(last + 2).unwrap().first_packet_index, index + 2);
 }
 
 #[test]
@@ -263,7 +302,10 @@ fn block_policy_stops_accepting_until_acked() {
     // Nothing was lost: every pushed packet has an index.
     spool.flush_all().unwrap();
     let last = spool.batch(spool.last_seq()).unwrap();
-    assert_eq!(last.first_packet_index + last.packets.len() as u64, pushed);
+    assert_eq!(
+        last.first_packet_index + last.packets().len() as u64,
+        pushed
+    );
 }
 
 #[test]
@@ -299,7 +341,7 @@ fn drop_oldest_counts_and_marks_the_next_packet_of_each_sequence() {
     // The first surviving packet of each sequence carries the flag; later ones do not.
     let mut flagged = Vec::new();
     for seq in oldest..=spool.last_seq() {
-        for p in spool.batch(seq).unwrap().packets {
+        for p in spool.batch(seq).unwrap().packets() {
             let fields = scan_packet(&p).unwrap();
             if fields.previous_packet_dropped == 1 {
                 flagged.push((fields.trusted_packet_sequence_id, fields.timestamp));
@@ -312,7 +354,7 @@ fn drop_oldest_counts_and_marks_the_next_packet_of_each_sequence() {
     // Resent batches keep the mark.
     let again = spool.batch(oldest).unwrap();
     assert_eq!(
-        scan_packet(&again.packets[0])
+        scan_packet(&again.packets()[0])
             .unwrap()
             .previous_packet_dropped,
         1
@@ -320,7 +362,7 @@ fn drop_oldest_counts_and_marks_the_next_packet_of_each_sequence() {
 }
 
 fn first_ts(batch: &OutBatch) -> u64 {
-    scan_packet(&batch.packets[0]).unwrap().timestamp.unwrap()
+    scan_packet(&batch.packets()[0]).unwrap().timestamp.unwrap()
 }
 
 #[test]
@@ -336,7 +378,7 @@ fn oversize_packets_are_counted_not_spooled() {
         .unwrap();
     spool.flush_all().unwrap();
     assert_eq!(spool.stats().oversize_packets_dropped, 1);
-    assert_eq!(spool.batch(1).unwrap().packets.len(), 1);
+    assert_eq!(spool.batch(1).unwrap().packets().len(), 1);
 }
 
 #[test]
@@ -380,7 +422,7 @@ fn batches_are_cut_at_the_packet_count_limit() {
     spool.push(incoming(1, packets, "c"), now).unwrap();
     spool.tick(now + Duration::from_secs(1)).unwrap();
     let sizes: Vec<usize> = (1..=spool.last_seq())
-        .map(|s| spool.batch(s).unwrap().packets.len())
+        .map(|s| spool.batch(s).unwrap().packets().len())
         .collect();
     assert!(sizes.iter().all(|&n| n <= MAX_BATCH_PACKETS), "{sizes:?}");
     assert_eq!(sizes.iter().sum::<usize>() as u64, count);

@@ -87,9 +87,19 @@ pub struct Incoming {
 pub struct OutBatch {
     pub seq: u64,
     pub first_packet_index: u64,
-    pub packets: Vec<Bytes>,
+    pub packet_count: u32,
+    /// The packets as the `packets` fields of the protocol's `Batch`
+    /// message, ready to go on the wire (shares the spool's buffer).
+    pub wire: Bytes,
     /// Packet bytes (for the in-flight window).
     pub bytes: usize,
+}
+
+impl OutBatch {
+    /// The packets (slices of `wire`, no copy).
+    pub fn packets(&self) -> Vec<Bytes> {
+        super::record::wire_packets(&self.wire).unwrap_or_default()
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

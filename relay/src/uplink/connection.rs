@@ -6,16 +6,20 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::{BufMut, BytesMut};
-use futures_util::{SinkExt, StreamExt};
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures_util::StreamExt;
 use prost::Message;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::codec::{Decoder, Encoder, FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracesync_protocol::relay::MAX_FRAME_BYTES;
-use tracesync_protocol::relay::v1::Frame;
+use tracesync_protocol::relay::v1::{Frame, RelayClocks};
+use tracesync_protocol::wire::{self, WireType};
 
 use crate::tls::ClientTls;
 
@@ -69,6 +73,87 @@ impl Encoder<Frame> for FrameCodec {
     }
 }
 
+/// A frame ready to write: its length prefix and bytes in up to three
+/// pieces, written with one vectored write. A batch's packets are the
+/// spool's wire-form buffer itself (no re-encoding, no copy): only the few
+/// bytes around them are encoded here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutFrame {
+    parts: [Bytes; 3],
+}
+
+impl OutFrame {
+    /// A whole frame, encoded (control frames: Hello, Heartbeat).
+    pub fn encode(frame: &Frame) -> io::Result<Self> {
+        let mut buf = BytesMut::new();
+        FrameCodec::default().encode(frame.clone(), &mut buf)?;
+        Ok(Self {
+            parts: [buf.freeze(), Bytes::new(), Bytes::new()],
+        })
+    }
+
+    /// `Frame { batch: Batch { seq, first_packet_index, packets, clocks } }`
+    /// with the packets given in wire form (`Batch.packets` fields); the
+    /// same bytes prost would write for that frame.
+    pub fn batch(
+        seq: u64,
+        first_packet_index: u64,
+        wire: Bytes,
+        clocks: &RelayClocks,
+    ) -> io::Result<Self> {
+        let varint_field = |v: u64| if v == 0 { 0 } else { 1 + wire::varint_len(v) };
+        let clocks_len = clocks.encoded_len();
+        let batch_len = varint_field(seq)
+            + varint_field(first_packet_index)
+            + wire.len()
+            + 1
+            + wire::varint_len(clocks_len as u64)
+            + clocks_len;
+        let frame_len = 1 + wire::varint_len(batch_len as u64) + batch_len;
+        if frame_len > MAX_FRAME_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("frame of {frame_len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit"),
+            ));
+        }
+        let mut head = Vec::with_capacity(32);
+        head.extend_from_slice(&(frame_len as u32).to_be_bytes());
+        wire::put_tag(&mut head, FRAME_BATCH, WireType::Len);
+        wire::put_varint(&mut head, batch_len as u64);
+        if seq != 0 {
+            wire::put_varint_field(&mut head, BATCH_SEQ, seq);
+        }
+        if first_packet_index != 0 {
+            wire::put_varint_field(&mut head, BATCH_FIRST_PACKET_INDEX, first_packet_index);
+        }
+        let mut tail = Vec::with_capacity(clocks_len + 4);
+        wire::put_tag(&mut tail, BATCH_CLOCKS, WireType::Len);
+        wire::put_varint(&mut tail, clocks_len as u64);
+        clocks
+            .encode(&mut tail)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        Ok(Self {
+            parts: [Bytes::from(head), wire, Bytes::from(tail)],
+        })
+    }
+
+    /// Bytes on the wire (length prefix included).
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Field numbers of the relay protocol (proto/relay.proto) that
+/// [`OutFrame::batch`] writes by hand.
+const FRAME_BATCH: u32 = 4;
+const BATCH_SEQ: u32 = 1;
+const BATCH_FIRST_PACKET_INDEX: u32 = 2;
+const BATCH_CLOCKS: u32 = 4;
+
 /// What a connection reports to the uplink.
 #[derive(Debug)]
 pub enum ConnectionEvent {
@@ -82,7 +167,7 @@ pub enum ConnectionEvent {
 #[derive(Debug)]
 pub struct Connection {
     pub events: mpsc::Receiver<ConnectionEvent>,
-    outgoing: mpsc::Sender<Frame>,
+    outgoing: mpsc::Sender<OutFrame>,
     /// Cancelled when the connection is dropped; the probe responder of
     /// this connection runs under a child of it.
     pub token: CancellationToken,
@@ -119,7 +204,7 @@ impl Connection {
     }
 
     /// Queues a frame; false if the queue is full or the connection ended.
-    pub fn send(&self, frame: Frame) -> bool {
+    pub fn send(&self, frame: OutFrame) -> bool {
         self.outgoing.try_send(frame).is_ok()
     }
 }
@@ -129,7 +214,7 @@ async fn run(
     connect_timeout: Duration,
     tls: Option<ClientTls>,
     events: mpsc::Sender<ConnectionEvent>,
-    outgoing: mpsc::Receiver<Frame>,
+    outgoing: mpsc::Receiver<OutFrame>,
     token: CancellationToken,
 ) {
     let lost = |reason: String| ConnectionEvent::Lost { reason };
@@ -189,7 +274,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
     stream: S,
     peer: SocketAddr,
     events: mpsc::Sender<ConnectionEvent>,
-    outgoing: mpsc::Receiver<Frame>,
+    outgoing: mpsc::Receiver<OutFrame>,
     token: CancellationToken,
 ) {
     let lost = |reason: String| ConnectionEvent::Lost { reason };
@@ -204,7 +289,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
     // Reader and writer run apart so a full send buffer never stops acks
     // from being read.
     let writer = tokio::spawn(write_frames(
-        FramedWrite::new(write, FrameCodec::default()),
+        write,
         outgoing,
         events.clone(),
         token.clone(),
@@ -247,29 +332,29 @@ fn alert_hint(e: &io::Error) -> &'static str {
 }
 
 async fn write_frames<W: AsyncWrite + Unpin + Send>(
-    mut sink: FramedWrite<W, FrameCodec>,
-    mut outgoing: mpsc::Receiver<Frame>,
+    mut write: W,
+    mut outgoing: mpsc::Receiver<OutFrame>,
     events: mpsc::Sender<ConnectionEvent>,
     token: CancellationToken,
     peer: SocketAddr,
 ) {
+    let mut chunks = VecDeque::new();
     loop {
         let frame = tokio::select! {
             () = token.cancelled() => return,
             frame = outgoing.recv() => frame,
         };
         let Some(frame) = frame else { return };
-        // Queue what is waiting, then write it in one flush.
-        let write = async {
-            sink.feed(frame).await?;
-            while let Ok(frame) = outgoing.try_recv() {
-                sink.feed(frame).await?;
-            }
-            sink.flush().await
-        };
+        // Take what is waiting too, then write it all with vectored writes.
+        chunks.extend(frame.parts.into_iter().filter(|p| !p.is_empty()));
+        while chunks.len() < MAX_CHUNKS_PER_WRITE
+            && let Ok(frame) = outgoing.try_recv()
+        {
+            chunks.extend(frame.parts.into_iter().filter(|p| !p.is_empty()));
+        }
         let result = tokio::select! {
             () = token.cancelled() => return,
-            result = write => result,
+            result = write_chunks(&mut write, &mut chunks) => result,
         };
         if let Err(e) = result {
             let _ = events
@@ -280,5 +365,104 @@ async fn write_frames<W: AsyncWrite + Unpin + Send>(
             token.cancel();
             return;
         }
+    }
+}
+
+/// Frames gathered into one round of vectored writes.
+const MAX_CHUNKS_PER_WRITE: usize = 64;
+
+/// Writes every chunk, in order, with as few writev calls as the socket
+/// takes, then flushes (TLS).
+async fn write_chunks<W: AsyncWrite + Unpin>(
+    write: &mut W,
+    chunks: &mut VecDeque<Bytes>,
+) -> io::Result<()> {
+    while !chunks.is_empty() {
+        let slices: Vec<IoSlice<'_>> = chunks
+            .iter()
+            .take(MAX_CHUNKS_PER_WRITE)
+            .map(|c| IoSlice::new(c))
+            .collect();
+        let mut written = write.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let Some(front) = chunks.front_mut() else {
+                break;
+            };
+            if written >= front.len() {
+                written -= front.len();
+                chunks.pop_front();
+            } else {
+                front.advance(written);
+                written = 0;
+            }
+        }
+    }
+    write.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracesync_protocol::relay::v1::{self, frame::Body};
+
+    #[test]
+    fn batch_frame_is_what_prost_writes() {
+        let packets = vec![
+            Bytes::from_static(b"packet one"),
+            Bytes::from(vec![9u8; 300]),
+        ];
+        let clocks = RelayClocks {
+            boottime_ns: 1,
+            monotonic_ns: 2,
+            realtime_ns: 3,
+            monotonic_raw_ns: 0,
+        };
+        for (seq, first) in [(1, 0), (77, 123_456), (1 << 40, 1 << 50)] {
+            let frame = Frame {
+                body: Some(Body::Batch(v1::Batch {
+                    seq,
+                    first_packet_index: first,
+                    packets: packets.clone(),
+                    clocks: Some(clocks),
+                })),
+            };
+            let wire = Bytes::from(
+                v1::Batch {
+                    packets: packets.clone(),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            );
+            let out = OutFrame::batch(seq, first, wire, &clocks).unwrap();
+            let mut want = BytesMut::new();
+            FrameCodec::default().encode(frame, &mut want).unwrap();
+            let got: Vec<u8> = out.parts.iter().flat_map(|p| p.iter().copied()).collect();
+            assert_eq!(got, want.to_vec(), "seq {seq}");
+            assert_eq!(out.len(), want.len());
+        }
+    }
+
+    #[tokio::test]
+    async fn vectored_writes_keep_order_across_partial_writes() {
+        // A pipe with a small buffer forces partial writes.
+        let (mut a, mut b) = tokio::io::duplex(7);
+        let mut chunks: VecDeque<Bytes> = (0..50u8)
+            .map(|i| Bytes::from(vec![i; usize::from(i % 5) + 1]))
+            .collect();
+        let want: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut b, &mut got)
+                .await
+                .unwrap();
+            got
+        });
+        write_chunks(&mut a, &mut chunks).await.unwrap();
+        drop(a);
+        assert_eq!(reader.await.unwrap(), want);
+        assert!(chunks.is_empty());
     }
 }

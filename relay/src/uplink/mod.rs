@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracesync_protocol::relay::PROTOCOL_VERSION;
 use tracesync_protocol::relay::v1::{self, frame::Body};
 
-pub use connection::{Connection, ConnectionEvent, FrameCodec};
+pub use connection::{Connection, ConnectionEvent, FrameCodec, OutFrame};
 
 use crate::clocks::SharedClock;
 use crate::session::{Action, Session, SessionConfig};
@@ -278,13 +278,10 @@ impl Uplink {
                     return;
                 };
                 let bytes = batch.bytes;
-                let frame = Body::Batch(v1::Batch {
-                    seq,
-                    first_packet_index: batch.first_packet_index,
-                    packets: batch.packets,
-                    clocks: Some(self.clocks()),
-                });
-                if self.send(frame, now) {
+                // The spool's wire-form packets go out as they are.
+                let frame =
+                    OutFrame::batch(seq, batch.first_packet_index, batch.wire, &self.clocks());
+                if self.send_out(frame, now) {
                     self.session.sent(seq, bytes, now);
                     crate::metrics::batch_sent(bytes);
                 }
@@ -296,8 +293,10 @@ impl Uplink {
                 });
                 // A full queue means the link is busy, which says as much as a
                 // heartbeat; a closed one reports itself as Lost.
-                if let Some(connection) = &self.connection {
-                    connection.send(v1::Frame { body: Some(frame) });
+                if let Some(connection) = &self.connection
+                    && let Ok(frame) = OutFrame::encode(&v1::Frame { body: Some(frame) })
+                {
+                    connection.send(frame);
                 }
             }
             Action::AckSpool(through) => {
@@ -337,10 +336,22 @@ impl Uplink {
 
     /// Queues a frame; a full queue or a dead connection counts as lost.
     fn send(&mut self, body: Body, now: Instant) -> bool {
-        let sent = self
-            .connection
-            .as_ref()
-            .is_some_and(|c| c.send(v1::Frame { body: Some(body) }));
+        self.send_out(OutFrame::encode(&v1::Frame { body: Some(body) }), now)
+    }
+
+    /// Queues an encoded frame; a frame that cannot be encoded (over the
+    /// frame limit), a full queue or a dead connection counts as lost.
+    fn send_out(&mut self, frame: std::io::Result<OutFrame>, now: Instant) -> bool {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => {
+                tracing::error!("daemon {}: cannot send: {e}", self.config.host);
+                self.connection = None;
+                self.session.connection_lost(now);
+                return false;
+            }
+        };
+        let sent = self.connection.as_ref().is_some_and(|c| c.send(frame));
         if !sent {
             tracing::warn!(
                 "daemon {}: connection not writable; reconnecting",
