@@ -154,7 +154,6 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
 
     let sources_stop = CancellationToken::new();
     let (tx, rx) = mpsc::channel::<SourceBatch>(SOURCE_CHANNEL);
-    let sequences = Arc::new(SequenceAllocator::new());
     let machine_name: Arc<str> = identity.machine_name.as_str().into();
     let mut source_stats = Vec::new();
     for (position, text) in config.sources.iter().enumerate() {
@@ -165,7 +164,7 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         let resume = resume_cursor(&spool, index);
         let ctx = SourceContext {
             clock: clock.clone(),
-            sequences: sequences.clone(),
+            sequences: Arc::new(SequenceAllocator::for_source(index)),
             machine_name: machine_name.clone(),
             shutdown: sources_stop.clone(),
             stats: Arc::new(SourceStats::default()),
