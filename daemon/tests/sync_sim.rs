@@ -35,8 +35,24 @@ fn check(name: &str) {
         assert_eq!(r.unmapped, 0, "every event is mapped: {ctx}");
         assert_eq!(r.wrong_epoch, 0, "no event mapped in another epoch: {ctx}");
         assert!(r.ours.count >= 1_500, "events counted: {ctx}");
+        assert!(r.prober_agrees, "the prober's estimator agrees: {ctx}");
         if t.full_coverage {
-            assert_eq!(r.covered, r.mapped, "100% inside the hard bound: {ctx}");
+            // Every event inside the hard bound, except those mapped
+            // before any sample taken after an unannounced clock step that
+            // precedes them (no causal mapping can know of it; counted in
+            // the table). Without such steps that is every event.
+            if t.min_known_coverage_pct >= 100.0 {
+                assert_eq!(
+                    r.covered + r.blind_outside,
+                    r.mapped,
+                    "100% inside the hard bound: {ctx}"
+                );
+            } else {
+                assert!(
+                    r.coverage_known_pct() >= t.min_known_coverage_pct,
+                    "coverage: {ctx}"
+                );
+            }
         }
         if let Some(p99) = t.p99_ns {
             assert!(r.ours.p99 <= p99, "p99 {} > {p99} ns: {ctx}", r.ours.p99);
@@ -111,6 +127,51 @@ fn cellular() {
 #[test]
 fn vm_pareto_reorder() {
     check("vm-pareto-reorder");
+}
+
+#[test]
+fn wifi_50ppm() {
+    check("wifi-50ppm");
+}
+
+#[test]
+fn wifi_50ppm_wander() {
+    check("wifi-50ppm-wander");
+}
+
+#[test]
+fn wifi_50ppm_sine() {
+    check("wifi-50ppm-sine");
+}
+
+#[test]
+fn lan_steps_50us() {
+    check("lan-steps+50us");
+}
+
+#[test]
+fn lan_steps_200us() {
+    check("lan-steps+200us");
+}
+
+#[test]
+fn lan_steps_1ms() {
+    check("lan-steps-1ms");
+}
+
+#[test]
+fn wifi_steps_50us() {
+    check("wifi-steps+50us");
+}
+
+#[test]
+fn wifi_steps_200us() {
+    check("wifi-steps+200us");
+}
+
+#[test]
+fn wifi_steps_1ms() {
+    check("wifi-steps-1ms");
 }
 
 #[test]

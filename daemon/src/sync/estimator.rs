@@ -17,8 +17,13 @@
 //!    (ntpd-rs). A sample whose hard interval [offset +- delay/2] misses the
 //!    current hard bound proves the model wrong; two such in a row mean a
 //!    step: new epoch, counted in [`Estimator::steps`]. Steps below that
-//!    reach are found statistically: a gated sample whose innovation is
-//!    beyond 10 sigma is held out; a second one of the same sign is a step.
+//!    reach are found statistically: a sample whose innovation is beyond 5
+//!    sigma plus half its delay excess (queueing moves an offset by at
+//!    most that) is held out; a third one of the same sign in a row is a
+//!    step.
+//!    While such a sample awaits the next one, the reported bound covers
+//!    it from the newest fitted sample on ([`SyncEstimate::suspect_extra_ns`]),
+//!    so a step is inside the bound from its first sample.
 //! 3. **Gate.** The delay floor is a low quantile (p5) of the epoch's delays
 //!    over a sliding window (120 s), not the raw minimum; samples above a
 //!    gate (p10, at least floor + 2 resolutions) are left out.
@@ -86,9 +91,10 @@ pub struct EstimatorConfig {
     /// `pop_history` delays) is dropped once.
     pub pop_mads: f64,
     pub pop_history: usize,
-    /// Step test: a gated sample whose innovation exceeds this many sigmas
-    /// (of the prediction and of one gated sample), twice in a row with
-    /// the same sign, is a step smaller than the hard test can see.
+    /// Step test: a sample whose innovation exceeds this many sigmas (of
+    /// the prediction and of one gated sample) plus half its delay excess
+    /// over the floor, three times in a row with the same sign, is a step smaller
+    /// than the hard test can see.
     pub step_sigmas: f64,
     /// Previous epochs whose last estimate stays queryable.
     pub epoch_history: usize,
@@ -113,7 +119,7 @@ impl Default for EstimatorConfig {
             timestamp_slack_ns: 1_000,
             pop_mads: 8.0,
             pop_history: 8,
-            step_sigmas: 10.0,
+            step_sigmas: 5.0,
             epoch_history: 8,
             resume_freq_slack_ppm: 1.0,
         }
@@ -127,6 +133,13 @@ enum Innovation {
     /// Confirmed: carries the first far-out sample.
     Step(Sample),
 }
+
+/// Far-out innovations of one sign in a row that make a statistical step
+/// (a 5 sigma test: two in a row happened on noisy links every ~30 min).
+const STEP_CONFIRMATIONS: u32 = 3;
+
+/// Window samples before the statistical step test judges new samples.
+const MIN_SAMPLES_FOR_STEP_TEST: usize = 8;
 
 /// A relay clock whose reads differ by this little from "no time passed"
 /// (negative delay) is rounding, not garbage.
@@ -162,8 +175,12 @@ pub struct Estimator {
     /// Gate and one-sample noise of the last fit (ns).
     gate_ns: u64,
     sample_sigma_ns: f64,
-    /// A gated sample with a far-out innovation, and its sign.
-    innovation_held: Option<(Sample, i8)>,
+    /// The first sample of a run of far-out innovations, their sign and
+    /// how many in a row.
+    innovation_held: Option<(Sample, i8, u32)>,
+    /// Pending widening of the reported bound: (relay time from which it
+    /// applies, extra ns), while a contradicting sample awaits a decision.
+    suspicion: Option<(u64, u64)>,
     rejected: u64,
     popped: u64,
     outliers: u64,
@@ -193,6 +210,7 @@ impl Estimator {
             gate_ns: 0,
             sample_sigma_ns: 0.0,
             innovation_held: None,
+            suspicion: None,
             rejected: 0,
             popped: 0,
             outliers: 0,
@@ -218,13 +236,16 @@ impl Estimator {
         };
         self.track_epoch(boottime_minus_monotonic_ns, sample);
         if self.pop(sample.delay_ns) {
-            return self.current;
+            return self.reported();
         }
         if !self.consistent(&sample) {
             match self.suspect.take() {
                 None => {
+                    // Until the next sample decides, the bound also covers
+                    // this sample's interval (the clock may have stepped).
                     self.suspect = Some(sample);
-                    return self.current;
+                    self.suspect_widening(&sample);
+                    return self.reported();
                 }
                 Some(first) => {
                     // Two contradictions in a row: the clock stepped.
@@ -237,12 +258,17 @@ impl Estimator {
         } else {
             if self.suspect.take().is_some() {
                 self.outliers += 1;
+                self.suspicion = None;
             }
             match self.innovation_test(&sample) {
                 Innovation::Normal => {}
                 // Held out of the fit (one outlier would inflate the spread
-                // and hide the second) until the next gated sample decides.
-                Innovation::FarOut => return self.current,
+                // and hide the second) until the next sample decides; the
+                // bound covers it meanwhile.
+                Innovation::FarOut => {
+                    self.suspect_widening(&sample);
+                    return self.reported();
+                }
                 Innovation::Step(first) => {
                     // A step below the hard test's reach: start over here.
                     self.steps += 1;
@@ -270,8 +296,44 @@ impl Estimator {
     }
 
     /// Latest estimate of the current epoch (None before its first sample).
+    /// While a sample that contradicts it awaits confirmation, its bound
+    /// beyond the newest fitted sample covers that sample too
+    /// ([`SyncEstimate::suspect_extra_ns`]).
     pub fn estimate(&self) -> Option<SyncEstimate> {
-        self.current
+        self.reported()
+    }
+
+    /// The fitted estimate with the pending suspicion's widening.
+    fn reported(&self) -> Option<SyncEstimate> {
+        let mut e = self.current?;
+        if let Some((from, extra)) = self.suspicion {
+            e.suspect_from_relay_ns = from;
+            e.suspect_extra_ns = extra;
+        }
+        Some(e)
+    }
+
+    /// A sample contradicts the estimate (a step is possible): until it is
+    /// confirmed or rejected, mappings after the newest fitted sample get a
+    /// bound wide enough to hold the truth if the clock did step. The
+    /// sample's hard interval holds the truth at its time, so the estimate
+    /// is at most |innovation| + delay/2 + slack off there; the bound's
+    /// frequency term carries that to later times.
+    fn suspect_widening(&mut self, sample: &Sample) {
+        let Some(e) = self.current else {
+            return;
+        };
+        let predicted = e.offset_at(sample.relay_mid_ns) as i128;
+        let innovation = (sample.offset_ns as i128 - predicted).unsigned_abs();
+        let extra = innovation
+            .saturating_add(u128::from(sample.delay_ns / 2 + 1))
+            .saturating_add(u128::from(self.config.timestamp_slack_ns));
+        let extra = u64::try_from(extra).unwrap_or(u64::MAX);
+        let from = e.ref_relay_ns.min(sample.relay_mid_ns);
+        self.suspicion = Some(match self.suspicion {
+            Some((f, x)) => (f.min(from), x.max(extra)),
+            None => (from, extra),
+        });
     }
 
     /// Latest estimate of the newest epoch whose BOOTTIME-MONOTONIC matches
@@ -283,7 +345,7 @@ impl Estimator {
                 .unsigned_abs()
                 <= self.config.epoch_jump_ns as u128
         };
-        match self.current {
+        match self.reported() {
             Some(current) if matches(&current) => return Some(current),
             // The current epoch is that one but has no estimate yet.
             None if self.epoch_suspend_offset.is_some_and(|b| {
@@ -407,6 +469,7 @@ impl Estimator {
         self.window.clear();
         self.suspect = None;
         self.innovation_held = None;
+        self.suspicion = None;
         self.epoch += 1;
         self.epoch_suspend_offset = Some(suspend_offset);
         self.prior = prior;
@@ -438,19 +501,27 @@ impl Estimator {
         drop
     }
 
-    /// Statistical step test on gated samples: a far-out innovation is
-    /// held; a second one of the same sign in a row is a step.
+    /// Statistical step test: a far-out innovation is held; the third one
+    /// of the same sign in a row is a step.
     fn innovation_test(&mut self, sample: &Sample) -> Innovation {
         let Some(e) = self.current else {
             return Innovation::Normal;
         };
-        if sample.delay_ns > self.gate_ns {
+        // A few samples say little about their own queueing error (the
+        // sigma of a handful is no measure): wait for a burst's worth.
+        if self.window.len() < MIN_SAMPLES_FOR_STEP_TEST {
             return Innovation::Normal;
         }
         let predicted = e.offset_at(sample.relay_mid_ns) as i128;
         let innovation = (sample.offset_ns as i128 - predicted) as f64;
         let sigma = (e.sigma_at(sample.relay_mid_ns) as f64).hypot(self.sample_sigma_ns);
-        let limit = self.config.step_sigmas * sigma + self.config.timestamp_slack_ns as f64;
+        // Queueing moves a sample's offset by at most half its delay
+        // excess over the floor (the legs' extra delays differ by at most
+        // their sum), so a sample of any delay can be judged; near the
+        // floor this is the gated samples' test.
+        let excess = sample.delay_ns.saturating_sub(e.rtt_ns) as f64;
+        let limit =
+            self.config.step_sigmas * sigma + self.config.timestamp_slack_ns as f64 + excess / 2.0;
         let sign: i8 = if innovation > limit {
             1
         } else if innovation < -limit {
@@ -465,12 +536,19 @@ impl Estimator {
                 self.outliers += 1;
                 Innovation::Normal
             }
-            (sign, Some((first, first_sign))) if sign == first_sign => Innovation::Step(first),
+            (sign, Some((first, first_sign, count))) if sign == first_sign => {
+                if count + 1 >= STEP_CONFIRMATIONS {
+                    Innovation::Step(first)
+                } else {
+                    self.innovation_held = Some((first, first_sign, count + 1));
+                    Innovation::FarOut
+                }
+            }
             (sign, previous) => {
                 if previous.is_some() {
                     self.outliers += 1;
                 }
-                self.innovation_held = Some((*sample, sign));
+                self.innovation_held = Some((*sample, sign, 1));
                 Innovation::FarOut
             }
         }
@@ -488,6 +566,10 @@ impl Estimator {
     }
 
     fn refit(&mut self) {
+        // A refit follows a decision on every pending contradiction.
+        if self.suspect.is_none() && self.innovation_held.is_none() {
+            self.suspicion = None;
+        }
         let Some(mut f) = fit(self.window.make_contiguous(), self.prior, &self.config) else {
             self.current = None;
             return;
@@ -520,6 +602,8 @@ impl Estimator {
             map_sigma_ns: finite_ns(f.offset_sigma_ns),
             freq_sigma_ppm: f.freq_sigma * 1e6,
             boottime_minus_monotonic_ns: self.epoch_suspend_offset.unwrap_or(0),
+            suspect_extra_ns: 0,
+            suspect_from_relay_ns: 0,
         });
     }
 }

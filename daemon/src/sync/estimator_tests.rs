@@ -226,6 +226,15 @@ fn an_unannounced_step_opens_a_counted_epoch() {
         (0, 0),
         "one sample is not a step"
     );
+    // Until the step is confirmed, mappings from the last fitted sample on
+    // carry a bound that holds the new offset; before it, the old bound.
+    assert!(held.suspect_extra_ns > 0, "{held:?}");
+    for host_ns in [t - 200_000_000, t, t + 100_000_000] {
+        let relay_ns = after.relay(host_ns);
+        let error = mapping_error(&held, &after, host_ns).unsigned_abs();
+        assert!(error <= held.bound_at(relay_ns), "{error} ns: {held:?}");
+    }
+    assert!(held.bound_at(held.ref_relay_ns - 1) < held.suspect_extra_ns);
     let [t1, t2, t3, t4] = exchange(&after, &mut rng, t + 250_000_000, 20_000, 25_000.0);
     let estimate = estimator.add_sample(t1, t2, t3, t4, 0).expect("estimate");
     assert_eq!((estimate.epoch, estimator.steps()), (1, 1), "{estimate:?}");
@@ -256,7 +265,10 @@ fn a_single_contradicting_sample_is_dropped() {
         t += 250_000_000;
     }
     assert_eq!((estimator.outliers(), estimator.steps()), (1, 0));
-    assert!(estimator.estimate().expect("estimate").offset_ns.abs() <= 5_000);
+    let estimate = estimator.estimate().expect("estimate");
+    assert!(estimate.offset_ns.abs() <= 5_000);
+    // Rejected: the bound tightens again.
+    assert_eq!(estimate.suspect_extra_ns, 0, "{estimate:?}");
 }
 
 #[test]

@@ -69,6 +69,11 @@ pub struct SyncEstimate {
     /// The relay's BOOTTIME minus MONOTONIC in this epoch (ns): a relay
     /// timestamp belongs to this estimate's epoch when its own value matches.
     pub boottime_minus_monotonic_ns: i64,
+    /// Extra hard bound (ns) for relay times at or after
+    /// `suspect_from_relay_ns`: a sample contradicted the estimate and a
+    /// step is not yet confirmed or ruled out (0: none pending).
+    pub suspect_extra_ns: u64,
+    pub suspect_from_relay_ns: u64,
 }
 
 impl Default for SyncEstimate {
@@ -87,6 +92,8 @@ impl Default for SyncEstimate {
             map_sigma_ns: 0,
             freq_sigma_ppm: 0.0,
             boottime_minus_monotonic_ns: 0,
+            suspect_extra_ns: 0,
+            suspect_from_relay_ns: 0,
         }
     }
 }
@@ -110,7 +117,8 @@ impl SyncEstimate {
 
     /// Hard bound on |mapped - true host time| at relay BOOTTIME
     /// `relay_boottime_ns` (ns): the bound at the reference, plus the
-    /// frequency bound and the wander allowance carried over the distance.
+    /// frequency bound and the wander allowance carried over the distance,
+    /// plus `suspect_extra_ns` from `suspect_from_relay_ns` on.
     /// Saturates at `u64::MAX`; NaN or negative inputs count as unbounded.
     pub fn bound_at(&self, relay_boottime_ns: u64) -> u64 {
         let distance_ns = relay_boottime_ns.abs_diff(self.ref_relay_ns) as f64;
@@ -121,9 +129,15 @@ impl SyncEstimate {
         if growth.is_nan() || growth < 0.0 {
             return u64::MAX;
         }
+        let suspect = if relay_boottime_ns >= self.suspect_from_relay_ns {
+            self.suspect_extra_ns
+        } else {
+            0
+        };
         // `as` saturates; +1 rounds the f64 terms up.
         self.error_bound_ns
             .saturating_add((growth.ceil() as u64).saturating_add(1))
+            .saturating_add(suspect)
     }
 
     /// One standard deviation of the mapping at `relay_boottime_ns` (ns).

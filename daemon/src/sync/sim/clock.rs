@@ -16,6 +16,14 @@ pub struct Slew {
     pub ppm: f64,
 }
 
+/// An unannounced relay clock step: from `at_s` (host time) on, the relay
+/// clock reads `ns` more (BOOTTIME-MONOTONIC does not change).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Step {
+    pub at_s: f64,
+    pub ns: f64,
+}
+
 /// A relay suspend: asleep for `secs` from `at_s` (host time).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Suspend {
@@ -33,6 +41,11 @@ pub struct ClockModel {
     pub wander: f64,
     pub slews: Vec<Slew>,
     pub suspends: Vec<Suspend>,
+    pub steps: Vec<Step>,
+    /// Sinusoidal frequency wander (temperature): amplitude (ppm) and
+    /// period (s); 0 ppm for none.
+    pub sine_ppm: f64,
+    pub sine_period_s: f64,
     /// Timestamp read error, uniform in +-this (ns).
     pub read_noise_ns: f64,
 }
@@ -45,6 +58,9 @@ impl Default for ClockModel {
             wander: 1e-16,
             slews: Vec::new(),
             suspends: Vec::new(),
+            steps: Vec::new(),
+            sine_ppm: 0.0,
+            sine_period_s: 60.0,
             read_noise_ns: 100.0,
         }
     }
@@ -107,7 +123,32 @@ impl RelayClock {
             .rev()
             .find(|r| h_s >= r.0)
             .map_or(0.0, |r| r.1);
-        base + step
+        let unannounced: f64 = self
+            .model
+            .steps
+            .iter()
+            .filter(|s| h_s >= s.at_s)
+            .map(|s| s.ns)
+            .sum();
+        base + step + unannounced + self.sine(h_s)
+    }
+
+    /// Offset from the sinusoidal wander (ns): the integral of
+    /// `sine_ppm * sin(2 pi h / period)`.
+    fn sine(&self, h_s: f64) -> f64 {
+        if self.model.sine_ppm == 0.0 {
+            return 0.0;
+        }
+        let period = self.model.sine_period_s.max(1e-3);
+        let w = std::f64::consts::TAU / period;
+        self.model.sine_ppm * 1e-6 * (1.0 - (w * h_s).cos()) / w * NS
+    }
+
+    /// Host times (s) at which the relay clock changes without announcing
+    /// it (steps and the start of slews).
+    pub fn unannounced_changes(&self) -> impl Iterator<Item = f64> + '_ {
+        let steps = self.model.steps.iter().map(|s| s.at_s);
+        steps.chain(self.model.slews.iter().map(|s| s.at_s))
     }
 
     /// Relay BOOTTIME-MONOTONIC at host time `h_s` (ns).
@@ -152,7 +193,9 @@ impl RelayClock {
     /// Frequency (relay minus host rate) at host time `h_s`, from the grid.
     pub fn freq(&self, h_s: f64) -> f64 {
         let i = (h_s.max(0.0).floor() as usize).min(self.grid.len() - 2);
-        (self.grid[i + 1] - self.grid[i]) / NS
+        let period = self.model.sine_period_s.max(1e-3);
+        let sine = self.model.sine_ppm * 1e-6 * (std::f64::consts::TAU * h_s / period).sin();
+        (self.grid[i + 1] - self.grid[i]) / NS + sine
     }
 }
 

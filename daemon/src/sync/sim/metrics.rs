@@ -78,6 +78,11 @@ pub struct Report {
     pub wrong_epoch: usize,
     /// Events (all, warm-up included) inside the hard bound.
     pub covered: usize,
+    /// Events mapped before any sample taken after an unannounced clock
+    /// change that precedes them (no causal mapping can know of it), and
+    /// how many of those lie outside the bound.
+    pub blind: usize,
+    pub blind_outside: usize,
     /// Events within 3 sigma.
     pub within_3sigma: usize,
     /// Median hard bound (ns) and median |error| / bound.
@@ -92,6 +97,12 @@ pub struct Report {
     pub freq_err_ppm: (f64, f64),
     pub samples: usize,
     pub lost: usize,
+    /// The prober's own estimator ended with the same estimate as the
+    /// simulator's (both fed the same samples).
+    pub prober_agrees: bool,
+    /// The prober's bursts and suspected steps.
+    pub bursts: u64,
+    pub suspected_steps: u64,
     pub popped: u64,
     pub steps: u64,
     pub trimmed: u64,
@@ -104,6 +115,16 @@ impl Report {
             return f64::NAN;
         }
         100.0 * self.covered as f64 / self.mapped as f64
+    }
+
+    /// Coverage of the events a causal mapping could have known about
+    /// (all but the blind ones).
+    pub fn coverage_known_pct(&self) -> f64 {
+        let known = self.mapped - self.blind;
+        if known == 0 {
+            return f64::NAN;
+        }
+        100.0 * (self.covered + self.blind_outside - self.blind) as f64 / known as f64
     }
 }
 
@@ -134,9 +155,21 @@ pub fn table(reports: &[Report]) -> String {
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in reports {
         let mut notes = format!(
-            "popped {}, steps {}, trimmed {}, epochs {}",
-            r.popped, r.steps, r.trimmed, r.epochs
+            "{} samples, lost {}, bursts {}, popped {}, steps {}, trimmed {}, epochs {}",
+            r.samples, r.lost, r.bursts, r.popped, r.steps, r.trimmed, r.epochs
         );
+        if r.blind > 0 {
+            let _ = write!(
+                notes,
+                ", blind {} ({} outside; known-event coverage {:.3}%)",
+                r.blind,
+                r.blind_outside,
+                r.coverage_known_pct()
+            );
+        }
+        if !r.prober_agrees {
+            let _ = write!(notes, ", PROBER ESTIMATE DIFFERS");
+        }
         if let Some(p99) = r.after_resume_p99 {
             let _ = write!(notes, ", 1-60 s after resume p99 {} µs", us(p99));
         }

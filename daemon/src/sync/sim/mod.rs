@@ -10,12 +10,14 @@
 //! - [`clock`]: offset, ppm, wander, relay NTP slews, suspends;
 //! - [`link`]: per-direction delays (exponential / pareto queueing,
 //!   symmetric term, spikes, reordering), Gilbert-Elliott loss, partitions;
+//! - `probing`: the daemon's real prober core driven in virtual time;
 //! - [`scenarios`]: clock-sync.md §9.3 and their live targets;
 //! - [`run`]: one scenario, one seed; [`metrics`]: statistics and table.
 
 pub mod clock;
 pub mod link;
 pub mod metrics;
+mod probing;
 pub mod rng;
 pub mod run;
 pub mod scenarios;

@@ -3,8 +3,8 @@
 //! at that moment, beside two baselines on the same samples.
 
 use super::clock::{RelayClock, host_ns};
-use super::link::LossState;
 use super::metrics::{ErrorStats, Report, percentile};
+use super::probing::{Exchange, probe};
 use super::rng::Rng;
 use super::scenarios::Scenario;
 use crate::sync::{Estimator, EstimatorConfig, SyncEstimate};
@@ -30,99 +30,12 @@ impl Default for RunOptions {
     }
 }
 
-/// One completed probe exchange.
-#[derive(Clone, Copy, Debug)]
-struct Exchange {
-    /// Host time of the reply's arrival (s): when the sample is usable.
-    done_s: f64,
-    t: [u64; 4],
-    bmm: i64,
-    /// Host time at the relay's receive (s), for the frequency check.
-    at_s: f64,
-}
-
 /// One event on the relay.
 #[derive(Clone, Copy, Debug)]
 struct Event {
     at_s: f64,
     relay_ns: u64,
     bmm: i64,
-}
-
-const BURST: usize = 8;
-const BURST_SPACING_S: f64 = 0.015;
-
-/// Scheduled probe times (host s) and whether each is a train (a
-/// follow-up probe leaves as soon as the reply is in, as the prober does).
-fn probe_times(sc: &Scenario, clock: &RelayClock, rng: &mut Rng) -> Vec<(f64, bool)> {
-    let mut times: Vec<(f64, bool)> = (0..BURST)
-        .map(|i| (0.05 + i as f64 * BURST_SPACING_S, false))
-        .collect();
-    let period = 1.0 / sc.probe_hz;
-    let mut t = 0.05 + BURST as f64 * BURST_SPACING_S + period;
-    while t < sc.secs {
-        times.push((t + rng.uniform(0.0, 0.005), true));
-        t += period;
-    }
-    // The prober bursts when a reply shows a new epoch: about one period
-    // after the resume.
-    for resume in clock.resumes() {
-        let first = resume + rng.uniform(0.0, period);
-        times.extend((0..BURST).map(|i| (first + 0.001 + i as f64 * BURST_SPACING_S, false)));
-    }
-    times.sort_by(|a, b| a.0.total_cmp(&b.0));
-    times
-}
-
-fn exchanges(sc: &Scenario, clock: &RelayClock, rng: &mut Rng) -> (Vec<Exchange>, usize) {
-    let mut schedule_rng = rng.fork(1);
-    let mut fwd_rng = rng.fork(2);
-    let mut bwd_rng = rng.fork(3);
-    let mut read_rng = rng.fork(4);
-    let mut loss_rng = rng.fork(5);
-    let (mut fwd_loss, mut bwd_loss) = (LossState::new(), LossState::new());
-    let link = &sc.link;
-    let partitioned = |a: f64, b: f64| link.partitions.iter().any(|p| a < p.1 && b >= p.0);
-    let mut out = Vec::new();
-    let mut lost = 0;
-    let mut attempt = |h1: f64| -> Option<Exchange> {
-        let h2 = h1 + link.forward.delay(&mut fwd_rng) * 1e-9;
-        let hold = link.hold_ns + fwd_rng.exponential(link.hold_exp_ns);
-        let h3 = h2 + hold * 1e-9;
-        let h4 = h3 + link.backward.delay(&mut bwd_rng) * 1e-9;
-        let dropped =
-            fwd_loss.lost(&link.loss, &mut loss_rng) | bwd_loss.lost(&link.loss, &mut loss_rng);
-        if dropped || partitioned(h1, h4) || clock.asleep(h2) || clock.asleep(h3) {
-            return None;
-        }
-        Some(Exchange {
-            done_s: h4,
-            t: [
-                clock.read_host(h1, &mut read_rng),
-                clock.read(h2, &mut read_rng),
-                clock.read(h3, &mut read_rng),
-                clock.read_host(h4, &mut read_rng),
-            ],
-            bmm: clock.boottime_minus_monotonic(h2),
-            at_s: h2,
-        })
-    };
-    for (h1, train) in probe_times(sc, clock, &mut schedule_rng) {
-        let Some(first) = attempt(h1) else {
-            lost += 1;
-            continue;
-        };
-        out.push(first);
-        if train {
-            match attempt(first.done_s + 20e-6) {
-                Some(second) => out.push(second),
-                None => lost += 1,
-            }
-        }
-    }
-    // Replies are processed in arrival order (reordering shows here).
-    out.sort_by(|a, b| a.done_s.total_cmp(&b.done_s));
-    (out, lost)
 }
 
 fn events(sc: &Scenario, clock: &RelayClock, count: usize, rng: &mut Rng) -> Vec<Event> {
@@ -157,30 +70,41 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
     });
     let mut rng = Rng::new(opts.seed ^ name_hash);
     let clock = RelayClock::new(&sc.clock, sc.secs, &mut rng.fork(10));
-    let (samples, lost) = exchanges(sc, &clock, &mut rng.fork(11));
+    let probing = probe(sc, &clock, &mut rng.fork(11));
+    let samples = probing.exchanges;
+    let lost = probing.lost;
+    let changes: Vec<f64> = clock.unannounced_changes().collect();
+    // Newest relay receive time (host s) among the samples processed so far.
+    let mut newest_sample_s = f64::NEG_INFINITY;
     let events = events(sc, &clock, opts.events, &mut rng.fork(12));
 
     let mut est = Estimator::new(EstimatorConfig::default());
     let mut next = 0;
     let mut naive: Option<i128> = None;
     let mut deferred: Vec<usize> = Vec::new();
-    // Per event: (signed error, bound, sigma) of ours; signed naive error.
-    let mut ours: Vec<Option<(f64, u64, u64)>> = vec![None; events.len()];
+    // Per event: (signed error, bound, sigma, blind) of ours; signed naive
+    // error. Blind: the relay clock changed unannounced before the event
+    // but after every sample processed when it was mapped (no causal
+    // mapping can know of that change yet).
+    let mut ours: Vec<Option<(f64, u64, u64, bool)>> = vec![None; events.len()];
     let mut naive_err: Vec<Option<f64>> = vec![None; events.len()];
     let mut late = 0;
     let mut wrong_epoch = 0;
     let mut freq_errs: Vec<f64> = Vec::new();
-    let mut map = |e: &SyncEstimate, i: usize, out: &mut Vec<Option<(f64, u64, u64)>>| {
-        let ev = &events[i];
-        if e.boottime_minus_monotonic_ns != ev.bmm {
-            wrong_epoch += 1;
-        }
-        out[i] = Some((
-            signed_error(e, ev),
-            e.bound_at(ev.relay_ns),
-            e.sigma_at(ev.relay_ns),
-        ));
-    };
+    let mut map =
+        |e: &SyncEstimate, i: usize, newest: f64, out: &mut Vec<Option<(f64, u64, u64, bool)>>| {
+            let ev = &events[i];
+            let blind = changes.iter().any(|&c| c > newest && c <= ev.at_s);
+            if e.boottime_minus_monotonic_ns != ev.bmm {
+                wrong_epoch += 1;
+            }
+            out[i] = Some((
+                signed_error(e, ev),
+                e.bound_at(ev.relay_ns),
+                e.sigma_at(ev.relay_ns),
+                blind,
+            ));
+        };
     for (i, ev) in events.iter().enumerate() {
         while next < samples.len() && samples[next].done_s <= ev.at_s {
             let x = &samples[next];
@@ -192,11 +116,12 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
                 freq_errs.push((e.freq_ppm - truth).abs());
             }
             naive = Some(sample_offset(x));
+            newest_sample_s = newest_sample_s.max(x.at_s);
             next += 1;
             // Events waiting for their epoch's first estimate.
             deferred.retain(|&j| match est.estimate_for(events[j].bmm) {
                 Some(e) => {
-                    map(&e, j, &mut ours);
+                    map(&e, j, newest_sample_s, &mut ours);
                     late += 1;
                     false
                 }
@@ -204,10 +129,17 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
             });
         }
         match est.estimate_for(ev.bmm) {
-            Some(e) => map(&e, i, &mut ours),
+            Some(e) => map(&e, i, newest_sample_s, &mut ours),
             None => deferred.push(i),
         }
         naive_err[i] = naive.map(|off| (ev.relay_ns as i128 - off) as f64 - host_ns(ev.at_s));
+    }
+
+    // The samples after the last event, so the estimator ends where the
+    // prober's did.
+    for x in &samples[next..] {
+        let [t1, t2, t3, t4] = x.t;
+        est.add_sample(t1, t2, t3, t4, x.bmm);
     }
 
     // Perfetto-style: one constant from the last 5 offsets, for all events.
@@ -241,8 +173,11 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
     };
     let ours_stats = ErrorStats::of(&ours_steady);
 
-    let mapped: Vec<(f64, u64, u64)> = ours.iter().flatten().copied().collect();
-    let covered = mapped.iter().filter(|m| m.0.abs() <= m.1 as f64).count();
+    let mapped: Vec<(f64, u64, u64, bool)> = ours.iter().flatten().copied().collect();
+    let inside = |m: &(f64, u64, u64, bool)| m.0.abs() <= m.1 as f64;
+    let covered = mapped.iter().filter(|m| inside(m)).count();
+    let blind_outside = mapped.iter().filter(|m| m.3 && !inside(m)).count();
+    let blind = mapped.iter().filter(|m| m.3).count();
     let within_3sigma = mapped
         .iter()
         .filter(|m| m.0.abs() <= 3.0 * m.2 as f64)
@@ -292,6 +227,8 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
         unmapped: events.len() - mapped.len(),
         wrong_epoch,
         covered,
+        blind,
+        blind_outside,
         within_3sigma,
         bound_p50: percentile(&bounds, 0.5),
         worst_bound_ratio,
@@ -303,6 +240,9 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
         },
         samples: samples.len(),
         lost,
+        prober_agrees: probing.final_estimate == est.estimate(),
+        bursts: probing.stats.bursts,
+        suspected_steps: probing.stats.suspected_steps,
         popped: est.popped(),
         steps: est.steps(),
         trimmed: est.trimmed(),

@@ -1,7 +1,7 @@
 //! The scenarios of clock-sync.md §9.3 (link profiles of §8.3) and their
 //! live targets.
 
-use super::clock::{ClockModel, Slew, Suspend};
+use super::clock::{ClockModel, Slew, Step, Suspend};
 use super::link::{BurstLoss, Leg, LinkModel, Queue};
 
 const US: f64 = 1_000.0;
@@ -18,8 +18,11 @@ pub struct Targets {
     pub after_resume_p99_ns: Option<f64>,
     /// Median |frequency error| at samples from 60 s on (ppm).
     pub freq_ppm: Option<f64>,
-    /// Whether the test gates the hard-bound coverage at 100%.
+    /// Whether the test gates the hard-bound coverage (of the events a
+    /// causal mapping could know about) at `min_known_coverage_pct`.
     pub full_coverage: bool,
+    /// 100 unless said otherwise (see the Wi-Fi -1 ms steps).
+    pub min_known_coverage_pct: f64,
     /// The median (bias) must lie inside the median reported bound.
     pub bias_in_bound: bool,
 }
@@ -51,6 +54,7 @@ fn base(name: &'static str, secs: f64, link: LinkModel, clock: ClockModel) -> Sc
         probe_hz: 4.0,
         targets: Targets {
             full_coverage: true,
+            min_known_coverage_pct: 100.0,
             ..Targets::default()
         },
     }
@@ -62,6 +66,29 @@ fn ppm(ppm: f64, wander: f64) -> ClockModel {
         wander,
         ..ClockModel::default()
     }
+}
+
+fn wifi_link() -> LinkModel {
+    let mut link = LinkModel::symmetric(Leg {
+        spike_p: 0.02,
+        ..Leg::new(0.5 * MS, Queue::Exp(1.0 * MS))
+    });
+    link.loss = BurstLoss::bursty(0.01, 3.0);
+    link
+}
+
+/// Unannounced relay clock steps of `first_ns` every 60 s from 45 s on,
+/// alternating in sign (the offset stays near its start).
+fn steps(first_ns: f64, secs: f64) -> Vec<Step> {
+    let mut out = Vec::new();
+    let mut at = 45.0;
+    let mut ns = first_ns;
+    while at < secs {
+        out.push(Step { at_s: at, ns });
+        at += 60.0;
+        ns = -ns;
+    }
+    out
 }
 
 /// All scenarios, `secs` of virtual time each (partition and suspend sit in
@@ -106,14 +133,27 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     s.targets.freq_ppm = Some(0.2);
     out.push(s);
 
-    let wifi = Leg {
-        spike_p: 0.02,
-        ..Leg::new(0.5 * MS, Queue::Exp(1.0 * MS))
-    };
-    let mut link = LinkModel::symmetric(wifi);
-    link.loss = BurstLoss::bursty(0.01, 3.0);
-    let mut s = base("wifi", secs, link, ppm(20.0, 1e-16));
+    let mut s = base("wifi", secs, wifi_link(), ppm(20.0, 1e-16));
     s.targets.p99_ns = Some(120.0 * US);
+    out.push(s);
+
+    // Wi-Fi with a fast-drifting relay: 50 ppm, then 50 ppm with frequency
+    // wander at the bound's own limit (A = 1e-14 s^-1, 100x a quiet
+    // crystal; the LAN row uses 1e-15).
+    for (name, wander) in [("wifi-50ppm", 1e-16), ("wifi-50ppm-wander", 1e-14)] {
+        let mut s = base(name, secs, wifi_link(), ppm(50.0, wander));
+        s.targets.p99_ns = Some(120.0 * US);
+        out.push(s);
+    }
+    // The real-socket run's wandering relay (docs/clock-sync.md "Accuracy:
+    // real sockets"): 50 ppm plus a 5 ppm sinusoid of period 60 s.
+    let mut clock = ppm(50.0, 1e-16);
+    clock.sine_ppm = 5.0;
+    clock.sine_period_s = 60.0;
+    // Not met (p99 117-139 µs at 1800 s): a line over the 120 s window
+    // cannot follow a 60 s sinusoid, a shorter one is too noisy on Wi-Fi.
+    // Reported; gated on coverage only.
+    let s = base("wifi-50ppm-sine", secs, wifi_link(), clock);
     out.push(s);
 
     let mut link = LinkModel::symmetric(Leg::new(1.0 * MS, Queue::Exp(25.0 * US)));
@@ -170,6 +210,36 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     let mut s = base("vm-pareto-reorder", secs, link, ppm(-35.0, 1e-15));
     s.targets.p99_ns = Some(20.0 * US);
     out.push(s);
+
+    // Not in §9.3: unannounced relay clock steps (the relay's BOOTTIME
+    // jumps, BOOTTIME-MONOTONIC does not) on the LAN and Wi-Fi links. Gated
+    // at 100% coverage of every event a causal mapping could know about
+    // (see `Report::blind`); accuracy is reported.
+    for (name, wifi, size) in [
+        ("lan-steps+50us", false, 50.0 * US),
+        ("lan-steps+200us", false, 200.0 * US),
+        ("lan-steps-1ms", false, -MS),
+        ("wifi-steps+50us", true, 50.0 * US),
+        ("wifi-steps+200us", true, 200.0 * US),
+        ("wifi-steps-1ms", true, -MS),
+    ] {
+        let mut clock = ppm(20.0, 1e-16);
+        clock.steps = steps(size, secs);
+        let link = if wifi {
+            wifi_link()
+        } else {
+            LinkModel::symmetric(lan_leg())
+        };
+        let mut s = base(name, secs, link, clock);
+        if wifi && size < -500.0 * US {
+            // Not met: a -1 ms step on Wi-Fi is beyond the bound (~0.7 ms)
+            // but within the noise of samples with > ~1 ms of queueing, so
+            // events after such a sample and before a decisive one lie
+            // outside (1.1-1.4% of the events at 1800 s, a step a minute).
+            s.targets.min_known_coverage_pct = 98.0;
+        }
+        out.push(s);
+    }
 
     // Not in §9.3: relay NTP slews (+-500 ppm for 2 s, unannounced). The
     // hard bound's model excludes unannounced slews: reported, not gated.
