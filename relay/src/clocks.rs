@@ -39,14 +39,27 @@ pub trait RelayClock: Send + Sync + 'static {
     /// kernel receive timestamps) read before and after [`Self::boottime`];
     /// `realtime_ns` is the midpoint. Maps kernel timestamps onto this clock
     /// (`tracesync_protocol::probe::RxStampMapper`).
+    /// The tightest of up to 3 tries (a preemption between the reads would
+    /// skew the pair).
     fn realtime_pair(&self) -> tracesync_protocol::probe::ClockPair {
-        let before = read(ClockId::CLOCK_REALTIME);
-        let clock_ns = self.boottime();
-        let after = read(ClockId::CLOCK_REALTIME);
-        tracesync_protocol::probe::ClockPair {
-            realtime_ns: before + after.saturating_sub(before) / 2,
-            clock_ns,
+        let mut best: Option<(u64, tracesync_protocol::probe::ClockPair)> = None;
+        for _ in 0..3 {
+            let before = read(ClockId::CLOCK_REALTIME);
+            let clock_ns = self.boottime();
+            let after = read(ClockId::CLOCK_REALTIME);
+            let width = after.saturating_sub(before);
+            let pair = tracesync_protocol::probe::ClockPair {
+                realtime_ns: before + width / 2,
+                clock_ns,
+            };
+            if best.is_none_or(|(w, _)| width < w) {
+                best = Some((width, pair));
+            }
+            if width <= 2_000 {
+                break;
+            }
         }
+        best.map(|(_, pair)| pair).unwrap_or_default()
     }
 }
 

@@ -479,16 +479,32 @@ impl RxStamps {
     }
 }
 
-/// REALTIME read around BOOTTIME (the midpoint), for [`RxStampMapper`].
+/// REALTIME read around BOOTTIME (the midpoint), for [`RxStampMapper`]:
+/// the tightest of up to 3 tries (a preemption between the reads would
+/// skew the pair).
 fn clock_pair() -> ClockPair {
-    let before = realtime_ns();
-    let clock_ns = boottime_ns();
-    let after = realtime_ns();
-    ClockPair {
-        realtime_ns: before + after.saturating_sub(before) / 2,
-        clock_ns,
+    let mut best: Option<(u64, ClockPair)> = None;
+    for _ in 0..3 {
+        let before = realtime_ns();
+        let clock_ns = boottime_ns();
+        let after = realtime_ns();
+        let width = after.saturating_sub(before);
+        let pair = ClockPair {
+            realtime_ns: before + width / 2,
+            clock_ns,
+        };
+        if best.is_none_or(|(w, _)| width < w) {
+            best = Some((width, pair));
+        }
+        if width <= PAIR_READ_GOOD_NS {
+            break;
+        }
     }
+    best.map(|(_, pair)| pair).unwrap_or_default()
 }
+
+/// A paired read this tight is taken at once.
+const PAIR_READ_GOOD_NS: u64 = 2_000;
 
 fn realtime_ns() -> u64 {
     use nix::time::{ClockId, clock_gettime};
