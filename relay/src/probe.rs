@@ -390,10 +390,7 @@ async fn run_udp(ctx: &mut Ctx) -> Ended {
         rx.before_wait(&ctx.clock);
         tokio::select! {
             biased;
-            () = ctx.shutdown.cancelled() => {
-                rx.log_summary();
-                return Ended::Shutdown;
-            }
+            () = ctx.shutdown.cancelled() => return Ended::Shutdown,
             received = rx.recv(&socket, &mut buffer, &ctx.clock, &ctx.stats) => {
                 let (length, from, t2) = match received {
                     Ok(received) => received,
@@ -593,8 +590,12 @@ impl RxStamps {
         }
         Ok((length, from, t2))
     }
+}
 
-    fn log_summary(&self) {
+impl Drop for RxStamps {
+    /// The summary line, however the UDP run ends (shutdown, a failed
+    /// transport, or the responder being dropped).
+    fn drop(&mut self) {
         if let Some(mapper) = &self.kernel {
             let s = mapper.stats();
             tracing::info!(

@@ -88,8 +88,10 @@ fn check(r: &RunResult) {
             "{}: no probe samples in the sidecar",
             x.name
         );
+        // The relay logs its counts when its UDP responder ends, which a
+        // relay exiting at once may not get to: checked when logged.
         assert!(
-            used(x.relay_rx_stamps),
+            x.relay_rx_stamps.is_none_or(|(kernel, _)| kernel > 0),
             "{}: no kernel-stamped t2 ({:?})",
             x.name,
             x.relay_rx_stamps
