@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Clock-sync accuracy over real sockets (clock-sync.md §8.2 Layer B):
-# tracesyncd, the impairment proxy (tracesync-impair) and two relays, each in
-# its own network namespace linked by veth pairs; the relays also in time
-# namespaces with known offsets (+1000 s; +5000 s with 50 ppm simulated
-# drift; +3000 s with 20 ppm drift, 5 ppm / 60 s sinusoidal wander and a
-# +200 us step at SYNC_REAL_STEP_AT s). All relay <-> daemon traffic (TCP data, UDP probes) crosses the
-# proxy, which applies the named link profile. Prints a markdown table:
-# per profile and relay, |merged ts - truth| p50/p99/max after a 10 s
-# warm-up, the fraction inside the per-packet bound the daemon reported, and
-# the naive last-sample and Perfetto-style constant baselines computed from
-# the probe samples of the same run (the .sync.jsonl sidecars).
+# tracesyncd and three relays in time namespaces with known offsets (+1000 s;
+# +5000 s with 50 ppm simulated drift; +3000 s with 20 ppm drift, 5 ppm / 60 s
+# sinusoidal wander and a +200 us step at SYNC_REAL_STEP_AT s). Wiring by
+# profile: "loopback" runs everything in one network namespace over lo and
+# "veth" gives each relay a veth pair straight to the daemon's namespace
+# (no proxy in either); every other profile (lan, wifi, asym-static,
+# asym-jitter, lan-pareto, proxy-loopback = the proxy without impairment)
+# sends all relay <-> daemon traffic (TCP data, UDP probes) through the
+# impairment proxy (tracesync-impair) in a namespace of its own. Prints a
+# markdown table: per profile and relay, |merged ts - truth| p50/p99/max
+# after a 10 s warm-up, the fraction inside the per-packet bound the daemon
+# reported, and the naive last-sample and Perfetto-style constant baselines
+# computed from the probe samples of the same run (the .sync.jsonl
+# sidecars), plus the share of kernel-stamped t4 (daemon) / t2 (relay).
 #
 #   sudo scripts/sync-real.sh                      # loopback lan wifi asym-static asym-jitter
 #   sudo scripts/sync-real.sh lan wifi             # some profiles
+#   sudo scripts/sync-real.sh --kernel-timestamps both loopback lan
+#                                                  # userspace vs kernel receive stamps
 #   SYNC_REAL_SECS=60 SYNC_REAL_SEED=2 sudo scripts/sync-real.sh
 #   SYNC_REAL_KEEP=1 ...                           # keep logs and output dirs
 #

@@ -34,6 +34,33 @@ pub trait RelayClock: Send + Sync + 'static {
     /// Ground-truth host BOOTTIME for a `boottime` value this clock
     /// returned: what the daemon's BOOTTIME read at the same instant.
     fn truth_host_boottime(&self, boottime: u64) -> u64;
+
+    /// The kernel's CLOCK_REALTIME (never shifted or simulated: the clock of
+    /// kernel receive timestamps) read before and after [`Self::boottime`];
+    /// `realtime_ns` is the midpoint. Maps kernel timestamps onto this clock
+    /// (`tracesync_protocol::probe::RxStampMapper`).
+    /// The tightest of up to 3 tries (a preemption between the reads would
+    /// skew the pair).
+    fn realtime_pair(&self) -> tracesync_protocol::probe::ClockPair {
+        let mut best: Option<(u64, tracesync_protocol::probe::ClockPair)> = None;
+        for _ in 0..3 {
+            let before = read(ClockId::CLOCK_REALTIME);
+            let clock_ns = self.boottime();
+            let after = read(ClockId::CLOCK_REALTIME);
+            let width = after.saturating_sub(before);
+            let pair = tracesync_protocol::probe::ClockPair {
+                realtime_ns: before + width / 2,
+                clock_ns,
+            };
+            if best.is_none_or(|(w, _)| width < w) {
+                best = Some((width, pair));
+            }
+            if width <= 2_000 {
+                break;
+            }
+        }
+        best.map(|(_, pair)| pair).unwrap_or_default()
+    }
 }
 
 pub type SharedClock = Arc<dyn RelayClock>;
@@ -279,6 +306,10 @@ impl RelayClock for ScheduledClock {
         let mut steps = self.schedule.steps.clone();
         steps.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut found = None;
+        // A value inside the gap a forward step jumps over was never read:
+        // the clock passed it at the step's instant, which is its truth.
+        let mut jumped_over = None;
+        let mut previous_beyond_its_end = false;
         let mut sum = 0i64;
         for k in 0..=steps.len() {
             if k > 0 {
@@ -299,8 +330,12 @@ impl RelayClock for ScheduledClock {
             if (from..to).contains(&raw) {
                 found = Some(raw);
             }
+            if k > 0 && previous_beyond_its_end && raw < from {
+                jumped_over = Some(from);
+            }
+            previous_beyond_its_end = raw >= to;
         }
-        let raw = found.unwrap_or_else(|| {
+        let raw = found.or(jumped_over).unwrap_or_else(|| {
             boottime as i64 - self.skew((boottime as i64 - self.base.offset_ns).max(0) as u64)
         });
         self.base.inner.truth_host_boottime(raw.max(0) as u64)
@@ -350,6 +385,16 @@ mod tests {
                 last = last.max(truth);
             }
         }
+        // Values the step forward jumped over map to the step's instant.
+        let step_raw = 1_000_000_000 + 20_000_000_000u64;
+        let just_before = SimulatedClock::apply(step_raw - 1, clock.skew(step_raw - 1));
+        for into_gap in [1_000u64, 250_000, 499_000] {
+            let truth = clock.truth_host_boottime(just_before + into_gap);
+            assert!(
+                (truth as i64 - step_raw as i64).abs() <= 1,
+                "{into_gap} ns into the gap -> {truth}"
+            );
+        }
         // The step forward shows at 20 s, the wander is bounded.
         let at = |s: f64| clock.schedule.phase_ns((s * 1e9) as i64);
         assert!((at(20.0) - at(19.999_999) - 500_000.0).abs() < 10.0);
@@ -370,6 +415,23 @@ mod tests {
         assert_eq!(ClockSchedule::parse_step("20:-500"), Ok((20.0, -500)));
         assert!(ClockSchedule::parse_step("-1:5").is_err());
         assert!(ClockSchedule::default().is_empty());
+    }
+
+    #[test]
+    fn realtime_pair_reads_the_kernel_realtime_and_the_simulated_boottime() {
+        let clock = SimulatedClock {
+            inner: SystemClock::default(),
+            offset_ns: 3_700_000_000_000,
+            drift_ppm: 50.0,
+            origin_ns: 0,
+        };
+        let before = read(ClockId::CLOCK_REALTIME);
+        let pair = clock.realtime_pair();
+        let after = read(ClockId::CLOCK_REALTIME);
+        assert!((before..=after).contains(&pair.realtime_ns));
+        // The stamping clock is the simulated one (3700 s ahead), not raw.
+        let raw = read(ClockId::CLOCK_BOOTTIME);
+        assert!(pair.clock_ns > raw + 3_600_000_000_000);
     }
 
     #[test]

@@ -14,6 +14,14 @@
 //! probe arrives within [`UNPROBED_GIVE_UP`], and back to UDP when TCP
 //! fails or goes silent.
 //!
+//! t2 on UDP is the kernel's receive timestamp (`SO_TIMESTAMPNS`,
+//! CLOCK_REALTIME) mapped onto the relay's clock by
+//! `tracesync_protocol::probe::RxStampMapper` with paired reads
+//! ([`RelayClock::realtime_pair`](crate::clocks::RelayClock::realtime_pair))
+//! before the wait and right after the receive; when the mapper cannot vouch
+//! for it (or `TRACESYNC_KERNEL_RX_TIMESTAMPS=off`), the clock read right
+//! after the receive. TCP frames are stamped in userspace.
+//!
 //! Between reading t2 and reading t3 run only the MAC check, the decode and
 //! one clock snapshot: the daemon takes the whole hold time t3 - t2 out of
 //! the round trip. After t3 come only signing the reply (encode + one HMAC
@@ -34,7 +42,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::codec::{Encoder, FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
-use tracesync_protocol::probe::{self, NonceRejected, OpenError, ProbeKey, ReplayWindow};
+use tracesync_protocol::probe::{
+    self, ClockPair, NonceRejected, OpenError, ProbeKey, ReplayWindow, RxStampMapper,
+};
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
 use tracesync_protocol::relay::v1::{ProbeRegister, ProbeReply, probe_body::Kind};
 
@@ -116,6 +126,11 @@ pub struct ResponderStats {
     pub tcp_connects: AtomicU64,
     /// `auto` changes of transport.
     pub transport_switches: AtomicU64,
+    /// UDP probes whose t2 is the kernel's receive timestamp.
+    pub kernel_rx_stamps: AtomicU64,
+    /// UDP probes stamped after the receive although kernel timestamps were
+    /// on (none given, or not verifiable: `RxStampMapper`).
+    pub rx_stamp_fallbacks: AtomicU64,
 }
 
 impl ResponderStats {
@@ -370,13 +385,14 @@ async fn run_udp(ctx: &mut Ctx) -> Ended {
     let mut next_register = Instant::now();
     // One byte more than the limit: a truncated read shows as oversized.
     let mut buffer = [0u8; MAX_PROBE_DATAGRAM_BYTES + 1];
+    let mut rx = RxStamps::new(&socket);
     loop {
+        rx.before_wait(&ctx.clock);
         tokio::select! {
             biased;
             () = ctx.shutdown.cancelled() => return Ended::Shutdown,
-            received = socket.recv_from(&mut buffer) => {
-                let t2 = ctx.clock.boottime();
-                let (length, from) = match received {
+            received = rx.recv(&socket, &mut buffer, &ctx.clock, &ctx.stats) => {
+                let (length, from, t2) = match received {
                     Ok(received) => received,
                     Err(error) => {
                         let count = ResponderStats::bump(&ctx.stats.recv_errors);
@@ -498,6 +514,137 @@ async fn run_tcp(ctx: &mut Ctx) -> Ended {
             () = sleep_until_or_forever(give_up_at(ctx, started, last_probe)) => return Ended::Failed,
         }
     }
+}
+
+/// How the UDP socket's probes get t2: the kernel's receive timestamp
+/// mapped onto the relay's clock, or the clock read right after the receive.
+struct RxStamps {
+    /// None: userspace stamps only (switched off, or the option failed).
+    kernel: Option<RxStampMapper>,
+    cmsg: Vec<u8>,
+}
+
+impl RxStamps {
+    fn new(socket: &UdpSocket) -> Self {
+        let wanted = match probe::kernel_rx_timestamps_from_env() {
+            Ok(on) => on,
+            Err(why) => {
+                tracing::warn!("probe responder: {why}");
+                probe::KERNEL_RX_TIMESTAMPS_DEFAULT
+            }
+        };
+        let kernel = if wanted {
+            match nix::sys::socket::setsockopt(
+                socket,
+                nix::sys::socket::sockopt::ReceiveTimestampns,
+                &true,
+            ) {
+                Ok(()) => Some(RxStampMapper::new()),
+                Err(error) => {
+                    tracing::warn!(%error, "probe responder: no kernel receive timestamps (SO_TIMESTAMPNS); t2 is stamped after the receive");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Self {
+            kernel,
+            cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
+        }
+    }
+
+    fn before_wait(&mut self, clock: &SharedClock) {
+        if let Some(mapper) = self.kernel.as_mut() {
+            mapper.note(clock.realtime_pair());
+        }
+    }
+
+    /// Receives one datagram: (length, sender, t2).
+    async fn recv(
+        &mut self,
+        socket: &UdpSocket,
+        buffer: &mut [u8],
+        clock: &SharedClock,
+        stats: &ResponderStats,
+    ) -> std::io::Result<(usize, SocketAddr, u64)> {
+        let Some(mapper) = self.kernel.as_mut() else {
+            let (length, from) = socket.recv_from(buffer).await?;
+            return Ok((length, from, clock.boottime()));
+        };
+        let cmsg = &mut self.cmsg;
+        let (length, from, kernel, now) = socket
+            .async_io(tokio::io::Interest::READABLE, || {
+                recvmsg_stamped(socket, &mut *buffer, &mut *cmsg, clock)
+            })
+            .await?;
+        let before = mapper.stats().kernel;
+        let t2 = mapper.map(kernel, now);
+        if mapper.stats().kernel > before {
+            ResponderStats::bump(&stats.kernel_rx_stamps);
+        } else {
+            let count = ResponderStats::bump(&stats.rx_stamp_fallbacks);
+            if count.is_power_of_two() {
+                tracing::debug!(stats = ?mapper.stats(), "probe responder: kernel receive timestamp not usable; stamped after the receive");
+            }
+        }
+        Ok((length, from, t2))
+    }
+}
+
+impl Drop for RxStamps {
+    /// The summary line, however the UDP run ends (shutdown, a failed
+    /// transport, or the responder being dropped).
+    fn drop(&mut self) {
+        if let Some(mapper) = &self.kernel {
+            let s = mapper.stats();
+            tracing::info!(
+                kernel = s.kernel,
+                missing = s.missing,
+                after_now = s.after_now,
+                before_anchor = s.before_anchor,
+                clocks_moved = s.clocks_moved,
+                "probe responder: receive timestamps (kernel used, userspace fallbacks by reason)"
+            );
+        }
+    }
+}
+
+/// One non-blocking `recvmsg`: (length, sender, the kernel's receive
+/// timestamp in REALTIME ns if it gave one, the paired read right after).
+fn recvmsg_stamped(
+    socket: &UdpSocket,
+    buffer: &mut [u8],
+    cmsg: &mut [u8],
+    clock: &SharedClock,
+) -> std::io::Result<(usize, SocketAddr, Option<u64>, ClockPair)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
+    use std::os::fd::AsRawFd;
+    let mut iov = [std::io::IoSliceMut::new(buffer)];
+    let msg = recvmsg::<SockaddrStorage>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(cmsg),
+        MsgFlags::MSG_DONTWAIT,
+    )?;
+    let now = clock.realtime_pair();
+    let kernel = msg.cmsgs().ok().and_then(|mut cmsgs| {
+        cmsgs.find_map(|c| match c {
+            ControlMessageOwned::ScmTimestampns(ts) if ts.tv_sec() >= 0 => {
+                Some(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+            }
+            _ => None,
+        })
+    });
+    let from = msg
+        .address
+        .and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|a| SocketAddr::from(*a))
+                .or_else(|| a.as_sockaddr_in6().map(|a| SocketAddr::from(*a)))
+        })
+        .ok_or_else(|| std::io::Error::other("datagram without an IP sender address"))?;
+    Ok((msg.bytes, from, kernel, now))
 }
 
 /// Writes one length-delimited frame (one write call on an idle socket).

@@ -171,6 +171,17 @@ async fn udp_registers_then_answers_its_own_authentic_probes_only() {
         ]
     };
     wait_for("counts", || counts() == [1, 1, 1, 1, 1]).await;
+    // Every datagram got a receive stamp: the kernel's (mapped onto the
+    // simulated clock, inside [before, after] above) unless switched off.
+    let kernel = stats.kernel_rx_stamps.load(Ordering::Relaxed);
+    let fallbacks = stats.rx_stamp_fallbacks.load(Ordering::Relaxed);
+    if tracesync_protocol::probe::kernel_rx_timestamps_from_env() == Ok(true) {
+        // A preempted paired read may make one fall back; not all of them.
+        assert_eq!(kernel + fallbacks, 5);
+        assert!(kernel >= 1, "no kernel-stamped t2 ({fallbacks} fallbacks)");
+    } else {
+        assert_eq!((kernel, fallbacks), (0, 0));
+    }
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(5), task)
         .await

@@ -3,6 +3,14 @@
 //! right before each send and t4 right after each receive, and hands
 //! updates to the ingest loop without ever waiting on it.
 //!
+//! Kernel receive timestamps: unless switched off
+//! (`TRACESYNC_KERNEL_RX_TIMESTAMPS=off`), the UDP socket asks for
+//! `SO_TIMESTAMPNS` and t4 is the kernel's receive time (CLOCK_REALTIME),
+//! mapped onto BOOTTIME by [`RxStampMapper`] with paired REALTIME/BOOTTIME
+//! reads before the wait and right after the receive; a stamp it cannot
+//! vouch for falls back to the BOOTTIME read after the receive (counted,
+//! logged). TCP frames are always stamped in userspace.
+//!
 //! TCP fallback: a relay whose link carries only TCP (adb forward/reverse)
 //! opens its own connection to the sync port (TCP_NODELAY), framed with
 //! LengthDelimitedCodec, one `ProbeDatagram` per frame. The connection must
@@ -21,6 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::codec::{Encoder, FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
+use tracesync_protocol::probe::{ClockPair, RxStampMapper, RxStampStats};
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
 
 use super::{ProbeDue, ProbeSessions, ProberConfig, ProberCore, Route, SyncUpdate};
@@ -293,6 +302,7 @@ async fn run(
         events: tcp_tx,
         codec: tcp_codec(),
     };
+    let mut rx = RxStamps::new(&socket);
     let mut core = ProberCore::new(config);
     let mut held = HeldUpdates::default();
     let mut seen_generation = 0;
@@ -322,13 +332,13 @@ async fn run(
         if !held.is_empty() {
             sleep = sleep.min(RETRY_TICK);
         }
+        rx.before_wait();
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            received = socket.recv_from(&mut buffer) => {
-                let t4 = boottime_ns();
+            received = rx.recv(&socket, &mut buffer) => {
                 match received {
-                    Ok((length, from)) => {
+                    Ok((length, from, t4)) => {
                         let bytes = buffer.get(..length).unwrap_or_default();
                         if let (_, Some(update)) = core.on_datagram(bytes, Route::Udp(from), t4) {
                             held.push(update);
@@ -367,6 +377,176 @@ async fn run(
         }
     }
     sessions.publish_stats(core.stats());
+    rx.log_summary();
+}
+
+/// How the UDP socket's datagrams get t4: the kernel's receive timestamp
+/// mapped onto BOOTTIME, or the BOOTTIME read right after the receive.
+struct RxStamps {
+    /// None: userspace stamps only (switched off, or the option failed).
+    kernel: Option<RxStampMapper>,
+    cmsg: Vec<u8>,
+    /// Fallbacks logged so far (the log is thinned to powers of two).
+    logged_fallbacks: u64,
+}
+
+impl RxStamps {
+    fn new(socket: &UdpSocket) -> Self {
+        let wanted = match tracesync_protocol::probe::kernel_rx_timestamps_from_env() {
+            Ok(on) => on,
+            Err(why) => {
+                tracing::warn!("sync: {why}");
+                tracesync_protocol::probe::KERNEL_RX_TIMESTAMPS_DEFAULT
+            }
+        };
+        let kernel = wanted
+            .then(|| {
+                nix::sys::socket::setsockopt(
+                    socket,
+                    nix::sys::socket::sockopt::ReceiveTimestampns,
+                    &true,
+                )
+            })
+            .and_then(|set| match set {
+                Ok(()) => Some(RxStampMapper::new()),
+                Err(error) => {
+                    tracing::warn!(%error, "sync socket: no kernel receive timestamps (SO_TIMESTAMPNS); t4 is stamped after the receive");
+                    None
+                }
+            });
+        tracing::debug!(kernel = kernel.is_some(), "sync socket: receive timestamps");
+        Self {
+            kernel,
+            cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
+            logged_fallbacks: 0,
+        }
+    }
+
+    /// A paired read before waiting: the lower end of the interval a
+    /// kernel stamp is checked against.
+    fn before_wait(&mut self) {
+        if let Some(mapper) = self.kernel.as_mut() {
+            mapper.note(clock_pair());
+        }
+    }
+
+    /// Receives one datagram: (length, sender, t4).
+    async fn recv(
+        &mut self,
+        socket: &UdpSocket,
+        buffer: &mut [u8],
+    ) -> std::io::Result<(usize, std::net::SocketAddr, u64)> {
+        let Some(mapper) = self.kernel.as_mut() else {
+            let (length, from) = socket.recv_from(buffer).await?;
+            return Ok((length, from, boottime_ns()));
+        };
+        let cmsg = &mut self.cmsg;
+        let (length, from, kernel, now) = socket
+            .async_io(tokio::io::Interest::READABLE, || {
+                recvmsg_stamped(socket, &mut *buffer, &mut *cmsg)
+            })
+            .await?;
+        let t4 = mapper.map(kernel, now);
+        let stats = mapper.stats();
+        if stats.fallbacks() > self.logged_fallbacks && stats.fallbacks().is_power_of_two() {
+            self.logged_fallbacks = stats.fallbacks();
+            tracing::debug!(
+                ?stats,
+                "sync socket: kernel receive timestamp not usable; stamped after the receive"
+            );
+        }
+        Ok((length, from, t4))
+    }
+
+    fn log_summary(&self) {
+        if let Some(mapper) = &self.kernel {
+            let RxStampStats {
+                kernel,
+                missing,
+                after_now,
+                before_anchor,
+                clocks_moved,
+            } = mapper.stats();
+            tracing::info!(
+                kernel,
+                missing,
+                after_now,
+                before_anchor,
+                clocks_moved,
+                "sync socket: receive timestamps (kernel used, userspace fallbacks by reason)"
+            );
+        }
+    }
+}
+
+/// REALTIME read around BOOTTIME (the midpoint), for [`RxStampMapper`]:
+/// the tightest of up to 3 tries (a preemption between the reads would
+/// skew the pair).
+fn clock_pair() -> ClockPair {
+    let mut best: Option<(u64, ClockPair)> = None;
+    for _ in 0..3 {
+        let before = realtime_ns();
+        let clock_ns = boottime_ns();
+        let after = realtime_ns();
+        let width = after.saturating_sub(before);
+        let pair = ClockPair {
+            realtime_ns: before + width / 2,
+            clock_ns,
+        };
+        if best.is_none_or(|(w, _)| width < w) {
+            best = Some((width, pair));
+        }
+        if width <= PAIR_READ_GOOD_NS {
+            break;
+        }
+    }
+    best.map(|(_, pair)| pair).unwrap_or_default()
+}
+
+/// A paired read this tight is taken at once.
+const PAIR_READ_GOOD_NS: u64 = 2_000;
+
+fn realtime_ns() -> u64 {
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_REALTIME).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
+}
+
+/// One non-blocking `recvmsg`: (length, sender, the kernel's receive
+/// timestamp in REALTIME ns if it gave one, the paired read right after).
+fn recvmsg_stamped(
+    socket: &UdpSocket,
+    buffer: &mut [u8],
+    cmsg: &mut [u8],
+) -> std::io::Result<(usize, std::net::SocketAddr, Option<u64>, ClockPair)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
+    use std::os::fd::AsRawFd;
+    let mut iov = [std::io::IoSliceMut::new(buffer)];
+    let msg = recvmsg::<SockaddrStorage>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(cmsg),
+        MsgFlags::MSG_DONTWAIT,
+    )?;
+    let now = clock_pair();
+    let kernel = msg.cmsgs().ok().and_then(|mut cmsgs| {
+        cmsgs.find_map(|c| match c {
+            ControlMessageOwned::ScmTimestampns(ts) if ts.tv_sec() >= 0 => {
+                Some(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+            }
+            _ => None,
+        })
+    });
+    let from = msg
+        .address
+        .and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|a| std::net::SocketAddr::from(*a))
+                .or_else(|| a.as_sockaddr_in6().map(|a| std::net::SocketAddr::from(*a)))
+        })
+        .ok_or_else(|| std::io::Error::other("datagram without an IP sender address"))?;
+    Ok((msg.bytes, from, kernel, now))
 }
 
 /// Accepts on the fallback listener; pending forever without one.

@@ -1,15 +1,16 @@
-//! `tracesync-sync-real [--seconds N] [--seed N] [--keep] [PROFILE...]`:
-//! the real-socket clock-sync accuracy run (needs root): for each profile,
-//! `tracesyncd`, `tracesync-impair` and two relays (one offset by a time
-//! namespace, one with 50 ppm simulated drift as well) in their own network
-//! namespaces; prints a markdown table. scripts/sync-real.sh builds and
-//! runs it.
+//! `tracesync-sync-real [--seconds N] [--seed N] [--keep]
+//! [--kernel-timestamps on|off|both] [PROFILE...]`: the real-socket
+//! clock-sync accuracy run (needs root): for each profile, `tracesyncd` and
+//! two relays (one offset by a time namespace, one with 50 ppm simulated
+//! drift as well) in network namespaces, talking over loopback (`loopback`),
+//! a direct veth (`veth`) or through `tracesync-impair` (every other
+//! profile); prints a markdown table. scripts/sync-real.sh builds and runs
+//! it.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracesync_tests::impair::model::profile_names;
-use tracesync_tests::impair::realsock::{self, Bins, RunSpec};
+use tracesync_tests::impair::realsock::{self, Bins, RunSpec, Wiring};
 
 #[derive(Parser, Debug)]
 #[command(name = "tracesync-sync-real")]
@@ -28,6 +29,10 @@ struct Flags {
     /// +200 µs at this many seconds (0: no such relay).
     #[arg(long, default_value_t = 0)]
     step_at: u64,
+    /// Kernel receive timestamps on both probe ends: on, off, or both
+    /// (each profile runs twice, userspace stamps first).
+    #[arg(long, default_value = "on", value_parser = ["on", "off", "both"])]
+    kernel_timestamps: String,
     /// Profiles (default: loopback lan wifi asym-static asym-jitter).
     profiles: Vec<String>,
 }
@@ -45,11 +50,18 @@ fn main() -> ExitCode {
     } else {
         flags.profiles.clone()
     };
-    let known = profile_names();
-    if let Some(bad) = profiles.iter().find(|p| !known.contains(&p.as_str())) {
-        eprintln!("tracesync-sync-real: unknown profile {bad:?}; one of {known:?}");
+    if let Some(bad) = profiles.iter().find(|p| Wiring::of(p).is_none()) {
+        eprintln!(
+            "tracesync-sync-real: unknown profile {bad:?}; one of {:?}",
+            Wiring::profile_names()
+        );
         return ExitCode::from(64);
     }
+    let stamps: &[bool] = match flags.kernel_timestamps.as_str() {
+        "off" => &[false],
+        "both" => &[false, true],
+        _ => &[true],
+    };
     let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(|p| p.to_path_buf()))
@@ -61,26 +73,32 @@ fn main() -> ExitCode {
     let mut results = Vec::new();
     let mut failed = false;
     for p in &profiles {
-        let mut spec = RunSpec::standard(p, flags.seconds, bins.clone());
-        spec.seed = flags.seed;
-        spec.warmup_s = flags.warmup;
-        spec.keep = flags.keep;
-        if flags.step_at > 0 {
-            spec.relays
-                .push(RunSpec::wander_and_step_relay(flags.step_at));
-        }
-        eprintln!("sync-real: {p}: {} s ...", flags.seconds);
-        match realsock::run(&spec) {
-            Ok(r) => {
-                if let Some(d) = &r.dir {
-                    eprintln!("sync-real: {p}: kept {}", d.display());
-                }
-                eprintln!("sync-real: {p}: proxy {}", r.proxy);
-                results.push(r);
+        for &kernel in stamps {
+            let mut spec = RunSpec::standard(p, flags.seconds, bins.clone());
+            spec.seed = flags.seed;
+            spec.warmup_s = flags.warmup;
+            spec.keep = flags.keep;
+            spec.kernel_timestamps = Some(kernel);
+            if flags.step_at > 0 {
+                spec.relays
+                    .push(RunSpec::wander_and_step_relay(flags.step_at));
             }
-            Err(e) => {
-                eprintln!("sync-real: {p}: FAILED: {e}");
-                failed = true;
+            let what = if kernel { "kernel" } else { "user" };
+            eprintln!("sync-real: {p} ({what} rx stamps): {} s ...", flags.seconds);
+            match realsock::run(&spec) {
+                Ok(r) => {
+                    if let Some(d) = &r.dir {
+                        eprintln!("sync-real: {p}: kept {}", d.display());
+                    }
+                    if r.proxied {
+                        eprintln!("sync-real: {p}: proxy {}", r.proxy);
+                    }
+                    results.push(r);
+                }
+                Err(e) => {
+                    eprintln!("sync-real: {p}: FAILED: {e}");
+                    failed = true;
+                }
             }
         }
     }

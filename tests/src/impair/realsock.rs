@@ -1,10 +1,17 @@
 //! The real-socket accuracy run (clock-sync.md §8.2 Layer B): `tracesyncd`
-//! in network namespace H, `tracesync-impair` in X, each relay in its own
-//! namespace Ri and in a time namespace with a known offset (optionally
-//! with the relay's simulated drift on top). Veth pairs link X to H and to
-//! every Ri; relays reach the daemon only through the proxy (data over
-//! TCP, probes over UDP), so every probe and every byte of trace data
-//! crosses the modelled link.
+//! in network namespace H, each relay in a time namespace with a known
+//! offset (optionally with the relay's simulated drift on top). How relays
+//! reach the daemon depends on the profile ([`Wiring`]):
+//!
+//! - `loopback`: the relays run in H too and talk to the daemon over `lo`,
+//!   nothing in between (real loopback sockets);
+//! - `veth`: each relay in its own namespace Ri with a veth pair straight
+//!   to H, nothing in between;
+//! - every other profile: `tracesync-impair` in X, veth pairs from X to H
+//!   and to every Ri; relays reach the daemon only through the proxy (data
+//!   over TCP, probes over UDP), so every probe and every byte of trace
+//!   data crosses the modelled link. `proxy-loopback` is the proxy with no
+//!   impairment (its own forwarding only).
 //!
 //! After the run every synthetic event of the rolled output is compared
 //! with its ground truth (`tracesync_truth_ns`, exact: time-namespace
@@ -36,6 +43,55 @@ const DATA_PORT: u16 = 7400;
 const SYNC_PORT: u16 = 7401;
 const DAEMON_IP: &str = "10.201.0.1";
 const PROXY_UPSTREAM_IP: &str = "10.201.0.2";
+
+/// How relays reach the daemon in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wiring {
+    /// Relays in the daemon's namespace, over `lo`; no proxy.
+    Loopback,
+    /// A veth pair from each relay's namespace straight to the daemon's.
+    Veth,
+    /// Through `tracesync-impair` with this link profile.
+    Proxy(&'static str),
+}
+
+impl Wiring {
+    /// The wiring of a harness profile name: `loopback` and `veth` are
+    /// direct, `proxy-loopback` is the proxy's `loopback` profile (no
+    /// impairment), any other name a proxy profile. None: unknown.
+    pub fn of(profile: &str) -> Option<Wiring> {
+        match profile {
+            "loopback" => Some(Wiring::Loopback),
+            "veth" => Some(Wiring::Veth),
+            "proxy-loopback" => Some(Wiring::Proxy("loopback")),
+            other => super::model::profile_names()
+                .into_iter()
+                .find(|p| *p == other && *p != "loopback")
+                .map(Wiring::Proxy),
+        }
+    }
+
+    /// Every profile name [`Wiring::of`] knows.
+    pub fn profile_names() -> Vec<String> {
+        let mut names = vec!["loopback".to_owned(), "veth".to_owned()];
+        names.push("proxy-loopback".to_owned());
+        names.extend(
+            super::model::profile_names()
+                .into_iter()
+                .filter(|p| *p != "loopback")
+                .map(String::from),
+        );
+        names
+    }
+
+    fn proxy_profile(self) -> Option<&'static str> {
+        match self {
+            Wiring::Proxy(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
 /// Perfetto-style baseline: one averaged constant per round of this length.
 const PERFETTO_ROUND_NS: u64 = 30_000_000_000;
 
@@ -83,6 +139,9 @@ pub struct RunSpec {
     pub keep: bool,
     /// Run the proxy with `chrt --fifo 10` when `chrt` is there.
     pub realtime_proxy: bool,
+    /// Kernel receive timestamps on both probe ends (the
+    /// `TRACESYNC_KERNEL_RX_TIMESTAMPS` switch); None: the binaries' default.
+    pub kernel_timestamps: Option<bool>,
 }
 
 impl RunSpec {
@@ -130,6 +189,7 @@ impl RunSpec {
             bins,
             keep: false,
             realtime_proxy: true,
+            kernel_timestamps: None,
         }
     }
 }
@@ -190,6 +250,9 @@ pub struct RelayResult {
     pub probe_samples: usize,
     pub naive: Option<ErrStats>,
     pub perfetto: Option<ErrStats>,
+    /// The relay's UDP probes: (t2 from the kernel, stamped in userspace
+    /// instead), from its log; None when it logged none.
+    pub relay_rx_stamps: Option<(u64, u64)>,
 }
 
 impl RelayResult {
@@ -213,6 +276,35 @@ pub struct RunResult {
     pub proxy: serde_json::Value,
     pub tail_lagged: u64,
     pub dir: Option<PathBuf>,
+    /// None: the proxy was not in the path (direct wiring).
+    pub proxied: bool,
+    /// What the run asked for (None: the binaries' default).
+    pub kernel_timestamps: Option<bool>,
+    /// The daemon's UDP sync socket: (t4 from the kernel, stamped in
+    /// userspace instead), from its log; None when it logged none.
+    pub daemon_rx_stamps: Option<(u64, u64)>,
+}
+
+/// (kernel, fallbacks) from the last "receive timestamps" summary line of a
+/// log (`kernel=N missing=N after_now=N before_anchor=N clocks_moved=N`).
+pub fn rx_stamp_counts(log: &str) -> Option<(u64, u64)> {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("receive timestamps (kernel used"))?;
+    let field = |name: &str| -> Option<u64> {
+        let at = line.find(&format!("{name}="))? + name.len() + 1;
+        let digits: String = line[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    let fallbacks = ["missing", "after_now", "before_anchor", "clocks_moved"]
+        .iter()
+        .map(|f| field(f).unwrap_or(0))
+        .sum();
+    Some((field("kernel")?, fallbacks))
 }
 
 /// Whether this machine can run it: root, `ip netns`, `unshare --time`.
@@ -258,45 +350,82 @@ fn ip(args: &[&str]) -> Result<(), String> {
 /// The run's namespaces; deleted on drop (their veths go with them).
 pub struct Net {
     pub host: String,
-    pub proxy: String,
+    /// None: no proxy (direct wiring).
+    pub proxy: Option<String>,
+    /// Each relay's namespace (the host's for [`Wiring::Loopback`]).
     pub relays: Vec<String>,
+    /// Where the daemon listens and where each relay connects to.
+    pub daemon_ip: &'static str,
+    pub relay_targets: Vec<String>,
 }
 
 impl Net {
-    pub fn create(relays: usize) -> Result<Net, String> {
+    pub fn create(relays: usize, wiring: Wiring) -> Result<Net, String> {
         static RUN: AtomicU64 = AtomicU64::new(0);
         let prefix = format!(
             "tsr{}-{}",
             std::process::id(),
             RUN.fetch_add(1, Ordering::Relaxed)
         );
-        let net = Net {
-            host: format!("{prefix}-h"),
-            proxy: format!("{prefix}-x"),
-            relays: (1..=relays).map(|i| format!("{prefix}-r{i}")).collect(),
+        let host = format!("{prefix}-h");
+        let own: Vec<String> = (1..=relays).map(|i| format!("{prefix}-r{i}")).collect();
+        let net = match wiring {
+            Wiring::Loopback => Net {
+                relays: vec![host.clone(); relays],
+                host,
+                proxy: None,
+                daemon_ip: "127.0.0.1",
+                relay_targets: vec!["127.0.0.1".to_owned(); relays],
+            },
+            Wiring::Veth => Net {
+                host,
+                proxy: None,
+                relays: own,
+                daemon_ip: "0.0.0.0",
+                relay_targets: (0..relays).map(relay_side_proxy_ip).collect(),
+            },
+            Wiring::Proxy(_) => Net {
+                host,
+                proxy: Some(format!("{prefix}-x")),
+                relays: own,
+                daemon_ip: DAEMON_IP,
+                relay_targets: (0..relays).map(relay_side_proxy_ip).collect(),
+            },
         };
         for ns in net.all() {
             ip(&["netns", "add", ns])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
-        net.link(
-            &net.proxy,
-            "xh",
-            PROXY_UPSTREAM_IP,
-            &net.host,
-            "hx",
-            DAEMON_IP,
-        )?;
-        for (i, r) in net.relays.iter().enumerate() {
-            let (x, rr) = (relay_side_proxy_ip(i), relay_ip(i));
-            net.link(&net.proxy, &format!("xr{i}"), &x, r, "rx", &rr)?;
+        match (&net.proxy, wiring) {
+            (Some(proxy), _) => {
+                net.link(proxy, "xh", PROXY_UPSTREAM_IP, &net.host, "hx", DAEMON_IP)?;
+                for (i, r) in net.relays.iter().enumerate() {
+                    let (x, rr) = (relay_side_proxy_ip(i), relay_ip(i));
+                    net.link(proxy, &format!("xr{i}"), &x, r, "rx", &rr)?;
+                }
+            }
+            (None, Wiring::Veth) => {
+                // The daemon's side takes the address the proxy has in the
+                // proxied wiring: relays connect to it directly.
+                for (i, r) in net.relays.iter().enumerate() {
+                    let (h, rr) = (relay_side_proxy_ip(i), relay_ip(i));
+                    net.link(&net.host, &format!("hr{i}"), &h, r, "rh", &rr)?;
+                }
+            }
+            (None, _) => {}
         }
         Ok(net)
     }
 
+    /// Every namespace of the run, once each.
     fn all(&self) -> Vec<&String> {
-        let mut v = vec![&self.host, &self.proxy];
-        v.extend(self.relays.iter());
+        let mut v = vec![&self.host];
+        v.extend(self.proxy.iter());
+        for r in &self.relays {
+            if !v.contains(&r) {
+                v.push(r);
+            }
+        }
         v
     }
 
@@ -595,14 +724,27 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
     std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
     let control_path = root.join("control.sock");
     let token = crate::live::random_token();
-    let net = Net::create(spec.relays.len())?;
+    let wiring = Wiring::of(&spec.profile).ok_or_else(|| {
+        format!(
+            "unknown profile {:?}; one of {:?}",
+            spec.profile,
+            Wiring::profile_names()
+        )
+    })?;
+    let net = Net::create(spec.relays.len(), wiring)?;
+    let rx_switch = spec.kernel_timestamps.map(|on| {
+        (
+            tracesync_protocol::probe::KERNEL_RX_TIMESTAMPS_ENV,
+            if on { "on" } else { "off" },
+        )
+    });
 
     let mut daemon = {
         let mut c = in_netns(&net.host, &spec.bins.daemon);
         c.arg("--listen")
-            .arg(format!("{DAEMON_IP}:{DATA_PORT}"))
+            .arg(format!("{}:{DATA_PORT}", net.daemon_ip))
             .arg("--sync-listen")
-            .arg(format!("{DAEMON_IP}:{SYNC_PORT}"))
+            .arg(format!("{}:{SYNC_PORT}", net.daemon_ip))
             .arg("--control")
             .arg(&control_path)
             .arg("--output")
@@ -611,6 +753,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             .arg(&token)
             .args(["--tls", "off"])
             .current_dir(&root);
+        c.envs(rx_switch);
         Proc::spawn(c, "tracesyncd", root.join("tracesyncd.log"))?
     };
     wait_for(
@@ -625,41 +768,45 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
     )?;
 
     let proxy_stats = root.join("impair-stats.json");
-    let mut proxy = {
-        // Real-time priority (bounded by the kernel's RT throttling) keeps
-        // the proxy's release thread from waiting behind other work on a
-        // busy box; without `chrt` it runs at normal priority.
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &net.proxy]);
-        if spec.realtime_proxy && have_chrt() {
-            c.args(["chrt", "--fifo", "10"]);
-        }
-        c.arg(&spec.bins.impair);
-        c.arg("--profile")
-            .arg(&spec.profile)
-            .arg("--seed")
-            .arg(spec.seed.to_string())
-            .arg("--tcp")
-            .arg(format!("0.0.0.0:{DATA_PORT}={DAEMON_IP}:{DATA_PORT}"))
-            .arg("--udp")
-            .arg(format!("0.0.0.0:{SYNC_PORT}={DAEMON_IP}:{SYNC_PORT}"))
-            .arg("--stats")
-            .arg(&proxy_stats);
-        Proc::spawn(c, "tracesync-impair", root.join("impair.log"))?
-    };
-    wait_for(
-        "tracesync-impair's stats file",
-        Duration::from_secs(30),
-        || {
-            if let Some(s) = proxy.exited() {
-                return Err(format!(
-                    "tracesync-impair exited: {s}\n{}",
-                    proxy.log_tail()
-                ));
+    let mut proxy = match (&net.proxy, wiring.proxy_profile()) {
+        (Some(proxy_ns), Some(profile)) => {
+            // Real-time priority (bounded by the kernel's RT throttling) keeps
+            // the proxy's release thread from waiting behind other work on a
+            // busy box; without `chrt` it runs at normal priority.
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", proxy_ns]);
+            if spec.realtime_proxy && have_chrt() {
+                c.args(["chrt", "--fifo", "10"]);
             }
-            Ok(proxy_stats.exists())
-        },
-    )?;
+            c.arg(&spec.bins.impair);
+            c.arg("--profile")
+                .arg(profile)
+                .arg("--seed")
+                .arg(spec.seed.to_string())
+                .arg("--tcp")
+                .arg(format!("0.0.0.0:{DATA_PORT}={DAEMON_IP}:{DATA_PORT}"))
+                .arg("--udp")
+                .arg(format!("0.0.0.0:{SYNC_PORT}={DAEMON_IP}:{SYNC_PORT}"))
+                .arg("--stats")
+                .arg(&proxy_stats);
+            let mut proxy = Proc::spawn(c, "tracesync-impair", root.join("impair.log"))?;
+            wait_for(
+                "tracesync-impair's stats file",
+                Duration::from_secs(30),
+                || {
+                    if let Some(s) = proxy.exited() {
+                        return Err(format!(
+                            "tracesync-impair exited: {s}\n{}",
+                            proxy.log_tail()
+                        ));
+                    }
+                    Ok(proxy_stats.exists())
+                },
+            )?;
+            Some(proxy)
+        }
+        _ => None,
+    };
 
     let (tail, tail_thread) = start_tail(&control_path)?;
     let start = host_boottime_ns();
@@ -675,7 +822,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             .arg(r.timens_s.to_string())
             .arg(&spec.bins.relay)
             .arg("--host")
-            .arg(format!("{}:{DATA_PORT}", relay_side_proxy_ip(i)))
+            .arg(format!("{}:{DATA_PORT}", net.relay_targets[i]))
             .arg("--name")
             .arg(&r.name)
             .arg("--token")
@@ -686,6 +833,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             .arg("--source")
             .arg(format!("synthetic:{}", r.rate))
             .current_dir(&root);
+        c.envs(rx_switch);
         if let Some(d) = r.drift_ppm {
             c.arg("--clock-drift-ppm").arg(d.to_string());
         }
@@ -715,7 +863,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
         Ok(s) => failures.push(format!("tracesyncd exit {s}\n{}", daemon.log_tail())),
         Err(e) => failures.push(format!("{e}\n{}", daemon.log_tail())),
     }
-    let _ = proxy.stop();
+    if let Some(proxy) = proxy.as_mut() {
+        let _ = proxy.stop();
+    }
     let _ = tail_thread.join();
     if !failures.is_empty() {
         return Err(failures.join("\n"));
@@ -739,9 +889,15 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
         warmup_s: spec.warmup_s,
         proxy: proxy_json,
         tail_lagged: tail.lagged,
+        proxied: proxy.is_some(),
+        kernel_timestamps: spec.kernel_timestamps,
+        daemon_rx_stamps: rx_stamp_counts(
+            &std::fs::read_to_string(&daemon.log).unwrap_or_default(),
+        ),
         ..RunResult::default()
     };
-    for r in &spec.relays {
+    for (i, r) in spec.relays.iter().enumerate() {
+        let relay_log = relays.get(i).map(|p| p.log.clone());
         let machine = check.machine_named(&r.name);
         let source = check.source_of(&r.name, 1);
         let raw_id = tail.raw_ids.get(&r.name).copied();
@@ -759,6 +915,8 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             missing: source.map_or(0, |s| s.missing),
             duplicates: source.map_or(0, |s| s.duplicates),
             probe_samples: relay_samples.len(),
+            relay_rx_stamps: relay_log
+                .and_then(|l| rx_stamp_counts(&std::fs::read_to_string(l).unwrap_or_default())),
             ..RelayResult::default()
         };
         let (mut merged, mut live, mut naive, mut perfetto, mut bounds) =
@@ -833,14 +991,28 @@ fn wait_for(
 /// The markdown table of results (µs).
 pub fn table(results: &[RunResult]) -> String {
     let mut s = String::from(
-        "| profile | relay | events | merged p50 / p99 / max (µs) | live p99 (µs) | bias (µs) \
+        "| profile | rx stamps | relay | events | merged p50 / p99 / max (µs) | live p99 (µs) | bias (µs) \
          | in bound | bound p50 (µs) | naive p50 / p99 / max (µs) | Perfetto-style p50 / p99 / max (µs) \
-         | lost / dup | proxy release late p50 / p99 / max (µs) |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | lost / dup | kernel-stamped t4 / t2 | proxy release late p50 / p99 / max (µs) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
         let late = &r.proxy["release_late_ns"];
-        let late = |k: &str| us(late[k].as_u64().unwrap_or(0));
+        let late_cells = if r.proxied {
+            let late = |k: &str| us(late[k].as_u64().unwrap_or(0));
+            format!("{} / {} / {}", late("p50"), late("p99"), late("max"))
+        } else {
+            "no proxy".to_owned()
+        };
+        let stamps = match r.kernel_timestamps {
+            Some(true) => "kernel",
+            Some(false) => "user",
+            None => "default",
+        };
+        let share = |c: Option<(u64, u64)>| match c {
+            Some((k, f)) if k + f > 0 => format!("{:.0}%", 100.0 * k as f64 / (k + f) as f64),
+            _ => "-".to_owned(),
+        };
         for x in &r.relays {
             let mut relay = match x.drift_ppm {
                 Some(d) => format!("{} (+{} s, {d} ppm", x.name, x.timens_s),
@@ -852,7 +1024,7 @@ pub fn table(results: &[RunResult]) -> String {
             relay.push(')');
             let base = |b: &Option<ErrStats>| b.map_or_else(|| "n/a".into(), |b| b.cells());
             s.push_str(&format!(
-                "| {} | {relay} | {} | {} | {} | {:.1} | {:.2}%{} | {} | {} | {} | {} / {} | {} / {} / {} |\n",
+                "| {} | {stamps} | {relay} | {} | {} | {} | {:.1} | {:.2}%{} | {} | {} | {} | {} / {} | {} / {} | {late_cells} |\n",
                 r.profile,
                 x.measured,
                 x.merged.cells(),
@@ -869,9 +1041,8 @@ pub fn table(results: &[RunResult]) -> String {
                 base(&x.perfetto),
                 x.missing,
                 x.duplicates,
-                late("p50"),
-                late("p99"),
-                late("max"),
+                share(r.daemon_rx_stamps),
+                share(x.relay_rx_stamps),
             ));
         }
     }
