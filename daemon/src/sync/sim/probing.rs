@@ -95,14 +95,17 @@ pub(super) fn probe(sc: &Scenario, clock: &RelayClock, rng: &mut Rng) -> Probing
 
     let key = ProbeKey::new(&KEY).expect("a 32-byte key");
     let mut core = ProberCore::new(ProberConfig::default());
-    core.set_registered(HashMap::from([(
-        SESSION,
-        Registration {
-            slot: 0,
-            machine_raw_id: 1,
-            probe_key: KEY,
-        },
-    )]));
+    core.set_registered(
+        HashMap::from([(
+            SESSION,
+            Registration {
+                slot: 0,
+                machine_raw_id: 1,
+                probe_key: KEY,
+            },
+        )])
+        .into(),
+    );
     let route = Route::Udp(SocketAddr::from(([10, 0, 0, 2], 40_000)));
 
     let mut flights: Vec<Flight> = Vec::new();
@@ -225,7 +228,7 @@ pub(super) fn probe(sc: &Scenario, clock: &RelayClock, rng: &mut Rng) -> Probing
     Probing {
         exchanges,
         lost,
-        stats: core.stats(),
+        stats: *core.stats(),
         final_estimate: core.estimate(SESSION),
     }
 }
