@@ -378,7 +378,14 @@ impl LiveCore {
         }
         let buf = Bytes::from(std::mem::take(&mut staged.buf));
         for (stream, mut queued, range) in staged.packets.drain(..) {
-            queued.packet.bytes = buf.slice(range);
+            queued.packet.bytes = if queued.packet.role == Role::Data {
+                buf.slice(range)
+            } else {
+                // Kept for file preambles and tail subscribers long after
+                // the batch is written: an own copy, so it does not pin
+                // the batch's whole buffer.
+                Bytes::copy_from_slice(&buf[range])
+            };
             self.order.push(stream, queued);
         }
     }
