@@ -15,6 +15,18 @@
 #   BENCH_SECS=20 BENCH_SMALL_RATE=500000 scripts/bench-live.sh
 #   BENCH_TLS=1 scripts/bench-live.sh   # relays over mutual TLS (lab PKI made
 #                                       # with `tracesync pki`); default plaintext
+#   BENCH_PHASES=small scripts/bench-live.sh   # only some phases: any of
+#                                              # tcp,small,large,cpu (default all)
+#   BENCH_BIN_DIR=DIR scripts/bench-live.sh   # binaries from DIR, no build
+#                                             # (e.g. a copy of an older build)
+#   BENCH_PERF=1 BENCH_PHASES=small scripts/bench-live.sh
+#                       # also `perf record -e cpu-clock -g` of the daemon
+#                       # during each end-to-end phase (report in the output)
+#
+# Besides the rates, each end-to-end phase reports the daemon's CPU time
+# (utime+stime from /proc/PID/stat over the measured interval) per packet
+# and per MB: unlike the rates, these hardly depend on what else runs on
+# the machine, so they compare builds on a busy box.
 #
 # End-to-end figures are the daemon's own counters (status: packets and
 # bytes taken from relays, summed over machines) over BENCH_SECS after a
@@ -32,14 +44,23 @@ RELAYS=${BENCH_RELAYS:-4}
 WINDOW_MS=${BENCH_WINDOW_MS:-100}
 TMPBASE=${TMPDIR:-/tmp}
 TLS=${BENCH_TLS:-0}
+PHASES=${BENCH_PHASES:-tcp,small,large,cpu}
+PERF=${BENCH_PERF:-0}
+want() { [[ ",$PHASES," == *",$1,"* ]]; }
 
-echo "building (release)" >&2
-cargo build --release --quiet -p tracesync-daemon -p tracesync-relay --bins
-cargo build --release --quiet -p tracesync-tests --example tcp_baseline
 target=${CARGO_TARGET_DIR:-target}
-tracesyncd=$target/release/tracesyncd
-relay=$target/release/tracesync-relay
-tracesync=$target/release/tracesync
+bins=${BENCH_BIN_DIR:-}
+if [ -z "$bins" ]; then
+    echo "building (release)" >&2
+    cargo build --release --quiet -p tracesync-daemon -p tracesync-relay --bins
+    bins=$target/release
+fi
+if want tcp; then
+    cargo build --release --quiet -p tracesync-tests --example tcp_baseline
+fi
+tracesyncd=$bins/tracesyncd
+relay=$bins/tracesync-relay
+tracesync=$bins/tracesync
 baseline=$target/release/examples/tcp_baseline
 
 work=$(mktemp -d "$TMPBASE/tracesync-bench-live.XXXXXX")
@@ -163,44 +184,74 @@ phase() { # $1 label, $2 source spec
     start_daemon "$1"
     start_relays "$1" "$RELAYS" "$2"
     sleep "$WARMUP"
+    local perf_pid=""
+    if [ "$PERF" = 1 ]; then
+        perf record -q -e cpu-clock -g -p "$daemon_pid" -o "$work/$1/perf.data" \
+            2>"$work/$1/perf.log" &
+        perf_pid=$!
+    fi
     read -r p0 b0 < <(status)
+    c0=$(cpu_ticks "$daemon_pid")
     t0=$(date +%s.%N)
     sleep "$SECS"
     read -r p1 b1 < <(status)
+    c1=$(cpu_ticks "$daemon_pid")
     t1=$(date +%s.%N)
     rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$daemon_pid/status")
+    if [ -n "$perf_pid" ]; then
+        kill -INT "$perf_pid" 2>/dev/null || true
+        wait "$perf_pid" || true
+        echo "--- perf report, daemon, phase $1 ---"
+        perf report -i "$work/$1/perf.data" --no-children --percent-limit 0.7 --stdio \
+            -g none --sort dso,symbol 2>&1 | grep -v '^#' | grep -v '^$' | head -50 || true
+    fi
     stop_all
-    read -r pps mbps bpp rss_mib < <(python3 -c "
+    read -r pps mbps bpp rss_mib cpu_us_pkt cpu_ms_mb < <(python3 -c "
 dt = $t1 - $t0
 p, b = $p1 - $p0, $b1 - $b0
-print(round(p / dt), round(b / dt / 1e6, 1), round(b / max(p, 1)), round($rss_kib / 1024, 1))")
+cpu = ($c1 - $c0) / $(getconf CLK_TCK)
+print(round(p / dt), round(b / dt / 1e6, 1), round(b / max(p, 1)), round($rss_kib / 1024, 1),
+      round(cpu / max(p, 1) * 1e6, 3), round(cpu / max(b, 1) * 1e9, 2))")
 }
 
-echo "1/4 raw loopback TCP, 4 KiB writes, ${SECS}s" >&2
-tcp_mbps=$("$baseline" --seconds "$SECS" --chunk 4096 | sed -n 's/.*mb_per_s=\([0-9.]*\).*/\1/p')
+tcp_mbps=nan small_pps=nan small_mbps=nan small_bpp=nan small_rss=nan small_cpu=nan
+large_pps=nan large_mbps=nan large_bpp=nan large_rss=nan large_cpu=nan ratio=nan
+relay_cpu=nan p50=nan p99=nan nlat=0 lagged=0
+if want tcp; then
+    echo "1/4 raw loopback TCP, 4 KiB writes, ${SECS}s" >&2
+    tcp_mbps=$("$baseline" --seconds "$SECS" --chunk 4096 | sed -n 's/.*mb_per_s=\([0-9.]*\).*/\1/p')
+fi
 
-echo "2/4 $RELAYS relays, small packets, offered ${SMALL_RATE}/s each" >&2
-phase small "synthetic:$SMALL_RATE,size=64"
-small_pps=$pps small_mbps=$mbps small_bpp=$bpp small_rss=$rss_mib
+if want small; then
+    echo "2/4 $RELAYS relays, small packets, offered ${SMALL_RATE}/s each" >&2
+    phase small "synthetic:$SMALL_RATE,size=64"
+    small_pps=$pps small_mbps=$mbps small_bpp=$bpp small_rss=$rss_mib
+    small_cpu="$cpu_us_pkt us/packet"
+fi
 
-echo "3/4 $RELAYS relays, 4 KiB packets, offered ${LARGE_RATE}/s each" >&2
-phase large "synthetic:$LARGE_RATE,size=4096"
-large_pps=$pps large_mbps=$mbps large_bpp=$bpp large_rss=$rss_mib
-ratio=$(python3 -c "print(round($large_mbps / $tcp_mbps * 100, 1))")
+if want large; then
+    echo "3/4 $RELAYS relays, 4 KiB packets, offered ${LARGE_RATE}/s each" >&2
+    phase large "synthetic:$LARGE_RATE,size=4096"
+    large_pps=$pps large_mbps=$mbps large_bpp=$bpp large_rss=$rss_mib
+    large_cpu="$cpu_ms_mb ms/MB"
+    ratio=$(python3 -c "print(round($large_mbps / $tcp_mbps * 100, 1))" 2>/dev/null || echo nan)
+fi
 
-echo "4/4 one relay at 10 k packets/s: relay CPU, tail latency" >&2
-start_daemon cpu
-start_relays cpu 1 "synthetic:10000"
-sleep "$WARMUP"
-rpid=${relay_pids[0]}
-c0=$(cpu_ticks "$rpid")
-t0=$(date +%s.%N)
-read -r p50 p99 nlat lagged < <(python3 "$work/tail_latency.py" "$control" "$SECS")
-c1=$(cpu_ticks "$rpid")
-t1=$(date +%s.%N)
-stop_all
-hz=$(getconf CLK_TCK)
-relay_cpu=$(python3 -c "print(round(($c1 - $c0) / $hz / ($t1 - $t0) * 100, 2))")
+if want cpu; then
+    echo "4/4 one relay at 10 k packets/s: relay CPU, tail latency" >&2
+    start_daemon cpu
+    start_relays cpu 1 "synthetic:10000"
+    sleep "$WARMUP"
+    rpid=${relay_pids[0]}
+    c0=$(cpu_ticks "$rpid")
+    t0=$(date +%s.%N)
+    read -r p50 p99 nlat lagged < <(python3 "$work/tail_latency.py" "$control" "$SECS")
+    c1=$(cpu_ticks "$rpid")
+    t1=$(date +%s.%N)
+    stop_all
+    hz=$(getconf CLK_TCK)
+    relay_cpu=$(python3 -c "print(round(($c1 - $c0) / $hz / ($t1 - $t0) * 100, 2))")
+fi
 
 cat <<EOF
 
@@ -213,8 +264,9 @@ tracesync live benchmarks (TLS=$TLS, $(nproc) cores, load $(cut -d' ' -f1-3 /pro
 | $RELAYS relays, 4 KiB packets: MB/s             | ${large_mbps} (${large_pps} pkt/s) | >= 60% of TCP     |
 | 4 KiB packets vs raw TCP                    | ${ratio}%                |                   |
 | daemon peak RSS (VmHWM) small / large       | ${small_rss} / ${large_rss} MiB  | <= 256 MiB        |
+| daemon CPU time small / large               | ${small_cpu} / ${large_cpu} |                   |
 | relay CPU at 10 k packets/s                 | ${relay_cpu}% of a core    | <= 3%             |
 | tail latency p50 / p99 (${nlat} records, ${lagged} lag notices) | ${p50} / ${p99} ms | p99 <= window + 50 ms |
 
-reproduce: scripts/bench-live.sh (BENCH_TLS=$TLS BENCH_SECS=$SECS BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS)
+reproduce: scripts/bench-live.sh (BENCH_PHASES=$PHASES BENCH_TLS=$TLS BENCH_SECS=$SECS BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS)
 EOF

@@ -79,6 +79,9 @@ pub(super) struct Relay {
     pub earlier: EarlierEstimates,
     /// Relay BOOTTIME of its latest Hello/Batch/Heartbeat clocks.
     pub latest_boottime: Option<u64>,
+    /// Host BOOTTIME of the current connection's Hello (the watermark
+    /// grace, see [`LiveConfig::connect_grace_ns`]).
+    pub connected_at: u64,
     pub batches: BatchTracker,
     pub pending: VecDeque<PendingPacket>,
     pub pending_bytes: usize,
@@ -291,6 +294,7 @@ impl LiveCore {
                 estimate: None,
                 earlier: EarlierEstimates::default(),
                 latest_boottime: None,
+                connected_at: now,
                 // Nothing known of this instance: what precedes its spool
                 // was acknowledged before (by this daemon, before a restart).
                 batches: BatchTracker::starting_at(oldest.saturating_sub(1)),
@@ -313,6 +317,7 @@ impl LiveCore {
         let replaced = relay.slot.replace(slot);
         let old_raw_id = std::mem::replace(&mut relay.raw_id, raw_id);
         relay.latest_boottime = hello.clocks.map(|c| c.boottime_ns);
+        relay.connected_at = now;
         relay.batches.reported_now();
         let acked_through_batch = relay.batches.acked();
         if let Some(old) = replaced {

@@ -14,21 +14,34 @@ use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
 use crate::merge::output::sync_point_packet;
 use crate::merge::plan::offset_pair;
 
+/// About how many packet bytes one [`LiveCore::drain`] call appends.
+pub const DRAIN_MAX_BYTES: u64 = 4 << 20;
+
 /// The host's own packets form one stream.
 const HOST_STREAM: StreamId = StreamId::MAX;
 
 impl LiveCore {
     /// Packets with a time <= this may be written: the slowest connected,
     /// synced relay's latest clock on the host timeline, and host now,
-    /// minus the merge window. Unsynced and disconnected relays hold
-    /// nothing: their packets are written late if they turn out older.
+    /// minus the merge window. A relay connected less than
+    /// `connect_grace_ns` ago without an estimate yet holds it at its
+    /// connect time (its first packets wait for that estimate). Other
+    /// unsynced relays and disconnected ones hold nothing: their packets
+    /// are written late if they turn out older.
     pub fn watermark(&self, now: u64) -> i64 {
         let host_now = i64::try_from(now).unwrap_or(i64::MAX);
+        let grace = self.config.connect_grace_ns;
         let slowest = self
             .relays
             .values()
             .filter(|r| r.slot.is_some())
-            .filter_map(|r| Some(r.estimate?.to_host(r.latest_boottime?)))
+            .filter_map(|r| match (r.estimate, r.latest_boottime) {
+                (Some(e), Some(b)) => Some(e.to_host(b)),
+                (None, _) if now < r.connected_at.saturating_add(grace) => {
+                    Some(i64::try_from(r.connected_at).unwrap_or(i64::MAX))
+                }
+                _ => None,
+            })
             .fold(host_now, i64::min);
         let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
         slowest.saturating_sub(window)
@@ -36,10 +49,17 @@ impl LiveCore {
 
     /// Appends to `out`, in time order, every packet the watermark has
     /// passed, with the sync points they need. `now` is host BOOTTIME.
+    ///
+    /// One call appends about [`DRAIN_MAX_BYTES`] at most (the rest stays
+    /// queued): call again until it appends nothing, writing in between,
+    /// so the drained-but-unwritten packets stay bounded too.
     pub fn drain(&mut self, now: u64, out: &mut Vec<OutPacket>) {
         self.latest_now = self.latest_now.max(now);
         let watermark = self.watermark(now);
-        while let Some(q) = self.order.pop_through(watermark) {
+        let stop_at = self.stats.bytes_out.saturating_add(DRAIN_MAX_BYTES);
+        while self.stats.bytes_out < stop_at
+            && let Some(q) = self.order.pop_through(watermark)
+        {
             self.emit(q, out);
         }
         while self.order.bytes() > self.config.queue_max_bytes {
@@ -64,27 +84,34 @@ impl LiveCore {
             batch,
         } = q;
         let raw_id = packet.machine_raw_id;
-        if self.last_emitted.is_some_and(|last| packet.ts < last) {
-            self.stats.late_packets += 1;
-            self.machine(raw_id).count(reason::LATE, 1);
-        }
+        let late = self.last_emitted.is_some_and(|last| packet.ts < last);
         self.last_emitted = Some(self.last_emitted.map_or(packet.ts, |l| l.max(packet.ts)));
-        if raw_id != 0
-            && let Some(c) = relay_boottime
-        {
-            self.sync_point(&packet, c, out);
-        }
         if let Some(b) = batch
             && let Some(relay) = self.relays.get_mut(&b.relay_instance)
         {
             relay.batches.packet_done(b.batch);
         }
-        let machine = self.machine(raw_id);
+        // One machine lookup per packet (the sync point check included).
+        let threshold = self.config.sync_threshold_ns;
+        let machine = self.machines.entry(raw_id).or_default();
+        if late {
+            self.stats.late_packets += 1;
+            machine.count(reason::LATE, 1);
+        }
         machine.packets += 1;
         machine.bytes += packet.bytes.len() as u64;
         machine.max_err_ns = machine.max_err_ns.max(packet.err_ns);
+        let sync_at = relay_boottime.filter(|&c| {
+            raw_id != 0
+                && machine
+                    .sync_point
+                    .is_none_or(|(_, o)| o.abs_diff(c.saturating_sub(packet.ts)) > threshold)
+        });
         self.stats.packets_out += 1;
         self.stats.bytes_out += packet.bytes.len() as u64;
+        if let Some(c) = sync_at {
+            self.sync_point(&packet, c, out);
+        }
         out.push(packet);
     }
 

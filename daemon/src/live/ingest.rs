@@ -47,6 +47,14 @@ pub(super) struct PendingPacket {
     pub bytes: Bytes,
 }
 
+impl PendingPacket {
+    /// Memory it holds, as counted against `pending_max_bytes`: its bytes
+    /// (a copy of its own) plus the queue entry.
+    fn held(&self) -> usize {
+        self.bytes.len() + std::mem::size_of::<PendingPacket>()
+    }
+}
+
 /// Resolved packets of the batch being ingested, stamped into `buf`.
 #[derive(Debug, Default)]
 pub(super) struct Staged {
@@ -268,6 +276,9 @@ impl LiveCore {
                 self.stage(&m, &bytes, &fields, ts, boottime, staged);
             }
             Resolution::NoPath | Resolution::NoSync => {
+                // A copy: the packet is a slice of its relay's whole frame,
+                // which must not stay pinned by one pending packet.
+                let bytes = Bytes::copy_from_slice(&bytes);
                 self.push_pending(PendingPacket { meta: m, bytes });
             }
             Resolution::Drop(why) => self.dropped(&m, why),
@@ -367,7 +378,14 @@ impl LiveCore {
         }
         let buf = Bytes::from(std::mem::take(&mut staged.buf));
         for (stream, mut queued, range) in staged.packets.drain(..) {
-            queued.packet.bytes = buf.slice(range);
+            queued.packet.bytes = if queued.packet.role == Role::Data {
+                buf.slice(range)
+            } else {
+                // Kept for file preambles and tail subscribers long after
+                // the batch is written: an own copy, so it does not pin
+                // the batch's whole buffer.
+                Bytes::copy_from_slice(&buf[range])
+            };
             self.order.push(stream, queued);
         }
     }
@@ -386,14 +404,14 @@ impl LiveCore {
         let Some(relay) = self.relays.get_mut(&instance) else {
             return;
         };
-        relay.pending_bytes += p.bytes.len();
+        relay.pending_bytes += p.held();
         relay.pending.push_back(p);
         let mut evicted = Vec::new();
         while relay.pending.len() > max_packets || relay.pending_bytes > max_bytes {
             let Some(old) = relay.pending.pop_front() else {
                 break;
             };
-            relay.pending_bytes -= old.bytes.len();
+            relay.pending_bytes -= old.held();
             evicted.push(old);
         }
         for old in evicted {
@@ -426,7 +444,7 @@ impl LiveCore {
         for p in waiting {
             let m = p.meta;
             if blocked.contains(&m.key.1) {
-                kept_bytes += p.bytes.len();
+                kept_bytes += p.held();
                 kept.push_back(p);
                 continue;
             }
@@ -451,7 +469,7 @@ impl LiveCore {
             }
             if let Resolution::NoPath | Resolution::NoSync = resolution {
                 blocked.insert(m.key.1);
-                kept_bytes += p.bytes.len();
+                kept_bytes += p.held();
                 kept.push_back(p);
                 continue;
             }

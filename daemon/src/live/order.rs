@@ -30,6 +30,11 @@ pub struct Queued {
     pub batch: Option<BatchRef>,
 }
 
+/// Memory a queued packet takes besides its bytes (its entry in the stream
+/// queue): counted in [`Order::bytes`], so the queue's bound holds for
+/// small packets too.
+pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<(u64, Queued)>();
+
 /// Capacity an emptied stream queue keeps.
 const KEEP_CAPACITY: usize = 4_096;
 
@@ -49,7 +54,7 @@ impl Order {
     pub fn push(&mut self, stream: StreamId, item: Queued) {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
-        self.bytes += item.packet.bytes.len();
+        self.bytes += item.packet.bytes.len() + ENTRY_OVERHEAD;
         self.len += 1;
         let queue = self.streams.entry(stream).or_default();
         if queue.is_empty() {
@@ -82,11 +87,12 @@ impl Order {
             // packets (regrowing it every batch costs copies), not a burst's.
             None => queue.shrink_to(KEEP_CAPACITY),
         }
-        self.bytes -= item.packet.bytes.len();
+        self.bytes -= item.packet.bytes.len() + ENTRY_OVERHEAD;
         self.len -= 1;
         Some(item)
     }
 
+    /// Packet bytes plus [`ENTRY_OVERHEAD`] per packet.
     pub fn bytes(&self) -> usize {
         self.bytes
     }

@@ -13,20 +13,27 @@ pub struct LiveConfig {
     /// How far behind the slowest connected relay (and host now) packets
     /// wait to be ordered before they are written.
     pub merge_window_ns: u64,
+    /// After a relay connects without a sync estimate, it holds the
+    /// watermark at its connect time for at most this long (until its
+    /// first estimate), so the packets it sends meanwhile, pending until
+    /// that estimate, are ordered with the others instead of written late.
+    pub connect_grace_ns: u64,
     /// A new sync point is written when a relay's offset moved by more.
     pub sync_threshold_ns: u64,
     /// Host name: machine_name of the host's SystemInfo (machine 0).
     pub host_name: Option<String>,
     /// Interval of the host's own ClockSnapshot packets.
     pub host_snapshot_interval_ns: u64,
-    /// Per relay: packets waiting for a resolvable clock (count, bytes).
+    /// Per relay: packets waiting for a resolvable clock (count, and bytes
+    /// with each packet's queue entry).
     pub pending_max_packets: usize,
     pub pending_max_bytes: usize,
     /// A pending packet whose clock still has no path this long after it
     /// arrived, while its relay is synced, is dropped (the producer never
     /// wrote the snapshot it needs); waiting for sync has no age limit.
     pub pending_max_age_ns: u64,
-    /// All relays: resolved packets waiting for the watermark (bytes). Past
+    /// All relays: resolved packets waiting for the watermark (bytes, each
+    /// packet's own plus its queue entry's). Past
     /// it the oldest are written before the watermark reaches them, so a
     /// stalled relay cannot make memory grow.
     pub queue_max_bytes: usize,
@@ -46,13 +53,14 @@ impl Default for LiveConfig {
     fn default() -> Self {
         Self {
             merge_window_ns: 1_000_000_000,
+            connect_grace_ns: 1_000_000_000,
             sync_threshold_ns: 1_000,
             host_name: None,
             host_snapshot_interval_ns: 1_000_000_000,
             pending_max_packets: 200_000,
             pending_max_bytes: 32 << 20,
             pending_max_age_ns: 10_000_000_000,
-            queue_max_bytes: 128 << 20,
+            queue_max_bytes: 64 << 20,
             max_unacked_batches: 65_536,
             max_relay_records: 1_024,
             max_sequences_per_relay: 16_384,

@@ -33,6 +33,8 @@ use journal::{Journal, JournalRecord};
 
 /// Buffered output is handed to the OS past this many bytes.
 const FLUSH_BYTES: usize = 1 << 20;
+/// Bytes written but not committed at most: past it a write commits first.
+const MAX_UNCOMMITTED_BYTES: usize = 16 << 20;
 /// The journal is compacted at the next commit past this size.
 const JOURNAL_COMPACT_BYTES: u64 = 8 << 20;
 
@@ -348,7 +350,11 @@ impl RollingWriter {
     /// caller may retry it later.
     pub fn write(&mut self, packet: &OutPacket, now: SystemTime) -> io::Result<()> {
         let c = &self.current;
-        if c.pending.len() - c.flushed >= FLUSH_BYTES {
+        if c.pending.len() >= MAX_UNCOMMITTED_BYTES {
+            // Bounds the bytes kept for a rewrite: commit early (durable
+            // sooner is always allowed; acks still follow the caller's).
+            self.commit()?;
+        } else if c.pending.len() - c.flushed >= FLUSH_BYTES {
             self.flush()?;
         }
         if self.should_rotate(now) {

@@ -87,6 +87,13 @@ pub trait Writer<U>: Send + 'static {
 /// block (a slow subscriber lags or is dropped).
 pub trait Fanout: Send + 'static {
     fn publish(&self, packet: &OutPacket);
+    /// Publishes packets in order (the ingest loop hands over what one
+    /// drain wrote: per-call work such as a subscriber check runs once).
+    fn publish_all(&self, packets: &[OutPacket]) {
+        for packet in packets {
+            self.publish(packet);
+        }
+    }
     /// Subscribers connected now (for metrics).
     fn subscribers(&self) -> usize {
         0

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tracesync_protocol::relay::v1;
 
 use super::engine::{Admitted, Slot};
@@ -22,6 +22,9 @@ pub enum IngestEvent {
         slot: Slot,
         session_id: u64,
         batch: v1::Batch,
+        /// The frame's share of the channel's byte budget, given back when
+        /// the ingest loop drops the event (the batch is done).
+        credit: Credit,
     },
     Heartbeat {
         slot: Slot,
@@ -59,4 +62,98 @@ pub struct Close {
     /// or "replaced" (a newer connection of the same relay instance).
     pub code: &'static str,
     pub reason: Arc<str>,
+}
+
+/// The byte budget of the session -> ingest channel, shared by all
+/// sessions: a session takes a frame's bytes before sending it and the
+/// ingest loop gives them back when it is done with the frame, so the
+/// frames in flight never hold more than the budget (a session waits, and
+/// TCP pushes back to the relay's spool).
+#[derive(Clone, Debug)]
+pub struct ByteBudget {
+    permits: Arc<Semaphore>,
+    total: usize,
+}
+
+/// Bytes of a [`ByteBudget`] held by one event.
+#[derive(Debug)]
+pub struct Credit {
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl ByteBudget {
+    /// A budget of `total` bytes (at most `u32::MAX`).
+    pub fn new(total: usize) -> Self {
+        let total = total.clamp(1, u32::MAX as usize);
+        Self {
+            permits: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// Waits until `bytes` are free and takes them. A frame larger than
+    /// the whole budget takes all of it (it then passes alone). None once
+    /// the budget is closed.
+    pub async fn acquire(&self, bytes: usize) -> Option<Credit> {
+        let n = u32::try_from(bytes.min(self.total)).unwrap_or(u32::MAX);
+        if n == 0 {
+            return Some(Credit::default());
+        }
+        let permit = self.permits.clone().acquire_many_owned(n).await.ok()?;
+        Some(Credit {
+            _permit: Some(permit),
+        })
+    }
+
+    /// Bytes free now.
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+
+    pub fn total(&self) -> usize {
+        self.total
+    }
+}
+
+/// A credit for tests and events built outside a session.
+impl Default for Credit {
+    fn default() -> Self {
+        Credit { _permit: None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_budget_blocks_until_credits_come_back() {
+        let budget = ByteBudget::new(1_000);
+        let a = budget.acquire(600).await.expect("open");
+        let b = budget.acquire(400).await.expect("open");
+        assert_eq!(budget.available(), 0);
+        // Full: the next frame waits...
+        let waiting = tokio::time::timeout(Duration::from_millis(50), budget.acquire(1)).await;
+        assert!(waiting.is_err(), "a full budget must make the sender wait");
+        // ...until an ingested frame gives its bytes back.
+        drop(a);
+        let c = budget.acquire(500).await.expect("open");
+        assert_eq!(budget.available(), 100);
+        drop((b, c));
+        assert_eq!(budget.available(), 1_000);
+    }
+
+    #[tokio::test]
+    async fn a_frame_larger_than_the_budget_passes_alone() {
+        let budget = ByteBudget::new(1_000);
+        let big = budget.acquire(5_000).await.expect("open");
+        assert_eq!(budget.available(), 0);
+        drop(big);
+        assert_eq!(budget.available(), budget.total());
+        let empty = budget.acquire(0).await.expect("open");
+        assert_eq!(budget.available(), 1_000);
+        drop(empty);
+    }
 }

@@ -253,12 +253,15 @@ where
                 slot,
                 session_id,
                 batch,
+                credit,
             } => {
                 if self.is_current(slot, session_id)
                     && let Err(reason) = self.core.batch(slot, batch, now)
                 {
                     self.close_slot(slot, &reason);
                 }
+                // The frame is ingested: its bytes go back to the budget.
+                drop(credit);
             }
             IngestEvent::Heartbeat {
                 slot,
@@ -314,28 +317,37 @@ where
         }
     }
 
+    /// Drains and writes in rounds (the core hands out a few MiB per
+    /// round), so drained packets not yet written stay bounded.
     fn drain(&mut self, packets: &impl Fanout) {
-        if self.unwritten.is_empty() {
-            self.core
-                .drain(hostclock::boottime_ns(), &mut self.unwritten);
+        for _ in 0..DRAIN_ROUNDS {
+            if self.unwritten.is_empty() {
+                self.core
+                    .drain(hostclock::boottime_ns(), &mut self.unwritten);
+            }
+            if self.unwritten.is_empty() || !self.write_unwritten(packets) {
+                return;
+            }
         }
-        self.write_unwritten(packets);
     }
 
     /// Writes the drained packets in order; false when the writer failed
     /// (the rest stay for the next try).
     fn write_unwritten(&mut self, packets: &impl Fanout) -> bool {
         let now = SystemTime::now();
+        let first = self.written_of_unwritten;
         while let Some(packet) = self.unwritten.get(self.written_of_unwritten) {
             if let Err(e) = self.writer.write(packet, now) {
+                packets.publish_all(&self.unwritten[first..self.written_of_unwritten]);
                 self.failed("write", &e);
                 return false;
             }
-            packets.publish(packet);
             self.written_of_unwritten += 1;
             self.summary.packets_written += 1;
             self.dirty = true;
         }
+        // Tail subscribers get what was written, in order, in one call.
+        packets.publish_all(&self.unwritten[first..]);
         self.unwritten.clear();
         self.written_of_unwritten = 0;
         true
@@ -488,6 +500,9 @@ fn unix_ms() -> u64 {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+/// Drain rounds per drain tick at most (the next tick goes on).
+const DRAIN_ROUNDS: usize = 64;
 
 /// How long shutdown retries a failing final commit.
 const FINAL_COMMIT_PATIENCE: Duration = Duration::from_secs(5);

@@ -35,12 +35,17 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use engine::{Admitted, Core, Fanout, NoProbes, ProbeRegistry, Slot, Writer};
-pub use events::{Feedback, IngestEvent, Welcomed};
+pub use events::{ByteBudget, Credit, Feedback, IngestEvent, Welcomed};
 
 /// Capacity of the session -> ingest channel, in events. A batch is one
 /// frame (relays cut at 1 MiB, the limit is `limits.max-frame-bytes`), so
 /// this holds about 32 MiB of batches, 128 MiB at worst with 4 MiB frames.
 pub const INGEST_QUEUE: usize = 32;
+
+/// Byte budget of the session -> ingest channel (frames taken from relays
+/// and not yet ingested, with their decoded packet lists): with small
+/// packets the frame count alone would let far more memory queue up.
+pub const INGEST_QUEUE_BYTES: usize = 32 << 20;
 
 /// Session limits, from the config.
 #[derive(Clone, Debug)]
@@ -65,6 +70,8 @@ pub struct Shared<P> {
     pub shutdown: CancellationToken,
     /// Raw ids and relay instances bound to certificate names.
     pub bindings: crate::tls::Bindings,
+    /// Bytes the session -> ingest channel may hold ([`INGEST_QUEUE_BYTES`]).
+    pub ingest_bytes: ByteBudget,
     /// Replaced on reload (SIGHUP).
     token: RwLock<Option<Arc<str>>>,
     /// Machine names allowed to connect (empty: all); replaced on reload.
@@ -84,6 +91,7 @@ impl<P> Shared<P> {
             counters: Arc::default(),
             shutdown,
             bindings: crate::tls::Bindings::default(),
+            ingest_bytes: ByteBudget::new(INGEST_QUEUE_BYTES),
             token: RwLock::new(token.map(Arc::from)),
             allow_machines: RwLock::new(Arc::from(Vec::new())),
         }

@@ -288,11 +288,22 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                              relay and daemon versions must match"
                         ));
                     }
-                    let event = match decode(&bytes) {
+                    // Bytes held until the ingest loop is done with the
+                    // frame: the frame itself and the decoded packet list.
+                    let held = bytes.len() + packets * std::mem::size_of::<Bytes>();
+                    // Waits while the channel holds its byte budget:
+                    // back-pressure through TCP, never a growing queue.
+                    let Some(credit) = self.shared.ingest_bytes.acquire(held).await else {
+                        return End::Dropped;
+                    };
+                    // Decoded from the frame's own buffer: packets are
+                    // slices of it, not copies.
+                    let event = match decode_frame(bytes.freeze()) {
                         Ok(v1::frame::Body::Batch(batch)) => IngestEvent::Batch {
                             slot: self.slot,
                             session_id: self.session_id,
                             batch,
+                            credit,
                         },
                         Ok(v1::frame::Body::Heartbeat(heartbeat)) => IngestEvent::Heartbeat {
                             slot: self.slot,
@@ -372,14 +383,20 @@ impl<P: ProbeRegistry> Drop for Unregister<P> {
 }
 
 fn decode(bytes: &[u8]) -> Result<v1::frame::Body, String> {
+    decode_frame(bytes)
+}
+
+/// Decodes a frame; from a `Bytes` buffer, the `bytes` fields (packets)
+/// are zero-copy slices of it.
+fn decode_frame(bytes: impl bytes::Buf) -> Result<v1::frame::Body, String> {
+    let len = bytes.remaining();
     match v1::Frame::decode(bytes) {
         Ok(v1::Frame { body: Some(body) }) => Ok(body),
         Ok(v1::Frame { body: None }) => {
             Err("malformed frame: no message in it; relay and daemon versions must match".into())
         }
         Err(e) => Err(format!(
-            "malformed frame ({} bytes): {e}; relay and daemon versions must match",
-            bytes.len()
+            "malformed frame ({len} bytes): {e}; relay and daemon versions must match"
         )),
     }
 }

@@ -172,6 +172,17 @@ impl Fanout for ControlHub {
         ControlHub::publish(self, Arc::new(packet.clone()));
     }
 
+    fn publish_all(&self, packets: &[OutPacket]) {
+        // The subscriber count takes the channel's lock: once per drain.
+        let tailing = self.packets.receiver_count() > 0;
+        for packet in packets {
+            if packet.role == Role::Data && !tailing {
+                continue;
+            }
+            ControlHub::publish(self, Arc::new(packet.clone()));
+        }
+    }
+
     fn subscribers(&self) -> usize {
         self.packets.receiver_count()
     }

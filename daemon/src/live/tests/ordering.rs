@@ -80,8 +80,10 @@ fn disconnect_releases_the_watermark() {
 }
 
 #[test]
-fn unsynced_relays_do_not_hold_the_watermark_and_come_in_late() {
+fn unsynced_relays_past_the_grace_do_not_hold_the_watermark_and_come_in_late() {
     let mut core = core();
+    // Past the connect grace (connect at 0).
+    let now = config().connect_grace_ns + 1_000_000;
     let fast = synced_relay(&mut core, 10, 1, 0);
     let c = core.connect(hello(20, 2, "new"), 0).unwrap();
     core.heartbeat(c.slot, clocks(10), 0).unwrap();
@@ -90,10 +92,10 @@ fn unsynced_relays_do_not_hold_the_watermark_and_come_in_late() {
     core.batch(c.slot, 1, 0, encode(&[event(2, 3_000)]), clocks(4_000), 0)
         .unwrap();
     let mut out = Vec::new();
-    core.drain(1_000_000, &mut out);
+    core.drain(now, &mut out);
     assert_eq!(ts_of(&out), [5_000]);
     core.sync(c.slot, estimate(0)).unwrap();
-    core.drain(1_000_000, &mut out);
+    core.drain(now, &mut out);
     assert_eq!(ts_of(&out), [5_000, 3_000]);
     assert_eq!(core.stats().late_packets, 1);
 }
@@ -181,4 +183,88 @@ fn throughput() {
         "{total} packets in {secs:.2}s: {:.0} packets/s",
         total as f64 / secs
     );
+}
+
+#[test]
+fn a_new_unsynced_relay_holds_the_watermark_for_the_grace() {
+    let mut core = LiveCore::new(
+        LiveConfig {
+            connect_grace_ns: 1_000,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let a = synced_relay(&mut core, 10, 1, 0);
+    core.batch(a, 1, 0, encode(&[event(2, 400)]), clocks(10_000), 0)
+        .unwrap();
+    // Relay B connects at host 500, its packets wait for its first estimate.
+    let b = core
+        .connect(hello(20, 2, "m2"), 500)
+        .expect("connects")
+        .slot;
+    core.batch(b, 1, 0, encode(&[event(2, 450)]), clocks(700), 500)
+        .unwrap();
+    core.batch(a, 2, 1, encode(&[event(2, 600)]), clocks(10_000), 600)
+        .unwrap();
+    let mut out = Vec::new();
+    // Within the grace: held at B's connect time minus the window.
+    core.drain(900, &mut out);
+    assert_eq!(core.watermark(900), 400);
+    assert_eq!(ts_of(&out), [400]);
+    // B's estimate comes: its packet is ordered, not late.
+    core.sync(b, estimate(0)).unwrap();
+    core.drain(1_200, &mut out);
+    assert_eq!(ts_of(&out), [400, 450, 600]);
+    assert_eq!(core.stats().late_packets, 0);
+}
+
+#[test]
+fn the_grace_expires_without_an_estimate() {
+    let mut core = LiveCore::new(
+        LiveConfig {
+            connect_grace_ns: 1_000,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let a = synced_relay(&mut core, 10, 1, 0);
+    let _b = core.connect(hello(20, 2, "m2"), 500).expect("connects");
+    core.batch(a, 1, 0, encode(&[event(2, 800)]), clocks(10_000), 600)
+        .unwrap();
+    let mut out = Vec::new();
+    core.drain(1_499, &mut out);
+    assert!(ts_of(&out).is_empty(), "held during the grace");
+    // Past connect + grace an unsynced relay holds nothing.
+    core.drain(1_500, &mut out);
+    assert_eq!(core.watermark(1_500), 1_400);
+    assert_eq!(ts_of(&out), [800]);
+}
+
+#[test]
+fn the_queue_bound_counts_each_packets_overhead() {
+    // Many tiny packets: their bytes alone are far below the bound, their
+    // queue entries are not.
+    let n = 100u64;
+    let mut core = LiveCore::new(
+        LiveConfig {
+            queue_max_bytes: 10 * crate::live::order::ENTRY_OVERHEAD,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let a = synced_relay(&mut core, 10, 1, 0);
+    let slow = synced_relay(&mut core, 20, 2, 0);
+    core.heartbeat(slow, clocks(0), 0).unwrap();
+    let packets: Vec<_> = (0..n).map(|i| event(2, 1_000 + i)).collect();
+    core.batch(a, 1, 0, encode(&packets), clocks(10_000), 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.drain(1_000_000, &mut out);
+    // The slow relay holds the watermark at 0: only the bound forced packets out.
+    assert!(core.queued() <= 10, "{} queued", core.queued());
+    assert_eq!(
+        core.stats().forced_by_queue_limit as usize,
+        ts_of(&out).len()
+    );
+    assert!(ts_of(&out).len() >= (n as usize) - 10);
 }
