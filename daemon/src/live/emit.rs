@@ -11,6 +11,7 @@ use super::core::{LiveCore, reason};
 use super::order::{Queued, StreamId};
 use super::packet::{OutPacket, Role};
 use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
+use super::types::RelaySlot;
 use crate::merge::output::sync_point_packet;
 use crate::merge::plan::offset_pair;
 
@@ -45,6 +46,37 @@ impl LiveCore {
             .fold(host_now, i64::min);
         let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
         slowest.saturating_sub(window)
+    }
+
+    /// Relay connections that should stop reading for now, so the relay's
+    /// spool holds the data instead of the daemon's memory:
+    /// - a relay with no sync estimate yet whose pending queue is full (its
+    ///   estimate comes from the prober, not from the stream);
+    /// - while the ordering queue holds more than half its bound, a relay
+    ///   whose latest clock is more than a merge window ahead of the
+    ///   watermark: reading the relays that hold the watermark back first
+    ///   keeps the queue short and the output in order instead of forcing
+    ///   packets out early (`forced_by_queue_limit`, written late).
+    ///
+    /// The relays holding the watermark are never held back, so it always
+    /// advances.
+    pub fn held_back(&self, now: u64) -> Vec<RelaySlot> {
+        let crowded = self.order.bytes() > self.config.queue_max_bytes / 2;
+        let watermark = self.watermark(now);
+        let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
+        let ahead_from = watermark.saturating_add(window.saturating_mul(2));
+        self.relays
+            .values()
+            .filter_map(|r| {
+                let slot = r.slot?;
+                let hold = match (r.estimate, r.latest_boottime) {
+                    (None, _) => self.pending_full(r),
+                    (Some(e), Some(b)) => crowded && e.to_host(b) > ahead_from,
+                    (Some(_), None) => false,
+                };
+                hold.then_some(slot)
+            })
+            .collect()
     }
 
     /// Appends to `out`, in time order, every packet the watermark has

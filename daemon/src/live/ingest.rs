@@ -15,7 +15,7 @@ use tracesync_protocol::scan::{PacketFields, defaults_timestamp_clock_id, scan_p
 
 use super::acks::BatchSeq;
 use super::clocks::RelayClocks;
-use super::core::{LiveCore, StreamKey, reason};
+use super::core::{LiveCore, Relay, StreamKey, reason};
 use super::epochs::EarlierEstimates;
 use super::estimate::SyncEstimate;
 use super::order::{BatchRef, Queued, StreamId};
@@ -390,20 +390,24 @@ impl LiveCore {
         }
     }
 
-    /// Queues a packet behind its relay's unresolvable ones; when the queue
-    /// is full the oldest is dropped (see the module docs).
+    /// Queues a packet behind its relay's unresolvable ones. When the queue
+    /// is full the oldest is dropped (see the module docs), except for a
+    /// relay still waiting for its first sync estimate: its connection is
+    /// held back instead ([`LiveCore::held_back`]), and only frames already
+    /// on their way can overfill it, up to twice the bound.
     fn push_pending(&mut self, p: PendingPacket) {
         let instance = p.meta.key.0;
         if let Some(stream) = self.streams.get_mut(&p.meta.key) {
             stream.pending += 1;
         }
-        let (max_packets, max_bytes) = (
-            self.config.pending_max_packets,
-            self.config.pending_max_bytes,
-        );
         let Some(relay) = self.relays.get_mut(&instance) else {
             return;
         };
+        let slack = if relay.estimate.is_none() { 2 } else { 1 };
+        let (max_packets, max_bytes) = (
+            self.config.pending_max_packets.saturating_mul(slack),
+            self.config.pending_max_bytes.saturating_mul(slack),
+        );
         relay.pending_bytes += p.held();
         relay.pending.push_back(p);
         let mut evicted = Vec::new();
@@ -420,6 +424,12 @@ impl LiveCore {
             }
             self.dropped(&old.meta, reason::NO_PATH);
         }
+    }
+
+    /// The relay's pending queue is at its bound.
+    pub(super) fn pending_full(&self, relay: &Relay) -> bool {
+        relay.pending.len() >= self.config.pending_max_packets
+            || relay.pending_bytes >= self.config.pending_max_bytes
     }
 
     /// Resolves what can be resolved of a relay's pending packets, in

@@ -54,6 +54,11 @@ pub trait Core: Send + 'static {
     fn drain(&mut self, now_ns: u64, out: &mut Vec<OutPacket>);
     /// Appends every packet still held (shutdown).
     fn flush_all(&mut self, out: &mut Vec<OutPacket>);
+    /// Connections that should stop reading for now (back-pressure to
+    /// their relays); the rest read.
+    fn held_back(&self, _now_ns: u64) -> Vec<Slot> {
+        Vec::new()
+    }
     /// The point covering everything drained so far.
     fn commit_point(&mut self) -> Self::CommitPoint;
     /// After the writer made everything up to `point` durable: the highest

@@ -53,6 +53,9 @@ pub struct Feedback {
     pub acked_through_batch: u64,
     /// Close the connection with this Refused code and reason.
     pub close: Option<Close>,
+    /// Stop reading frames for now (acks still go out): the core holds
+    /// this relay back ([`super::engine::Core::held_back`]).
+    pub paused: bool,
 }
 
 /// Why the ingest loop closes a session (sent to the relay as Refused).

@@ -233,6 +233,7 @@ where
                 let (feedback, receiver) = watch::channel(Feedback {
                     acked_through_batch: admitted.acked_through_batch,
                     close: None,
+                    paused: false,
                 });
                 let welcomed = Welcomed {
                     admitted,
@@ -320,6 +321,7 @@ where
     /// Drains and writes in rounds (the core hands out a few MiB per
     /// round), so drained packets not yet written stay bounded.
     fn drain(&mut self, packets: &impl Fanout) {
+        self.hold_back();
         for _ in 0..DRAIN_ROUNDS {
             if self.unwritten.is_empty() {
                 self.core
@@ -328,6 +330,19 @@ where
             if self.unwritten.is_empty() || !self.write_unwritten(packets) {
                 return;
             }
+        }
+    }
+
+    /// Pauses the sessions the core holds back and resumes the others.
+    fn hold_back(&mut self) {
+        let held = self.core.held_back(hostclock::boottime_ns());
+        for (slot, entry) in &self.sessions {
+            let paused = held.contains(slot);
+            entry.feedback.send_if_modified(|feedback| {
+                let changed = feedback.paused != paused;
+                feedback.paused = paused;
+                changed
+            });
         }
     }
 

@@ -251,6 +251,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
     }
 
     async fn main_loop(&mut self, events: &mpsc::Sender<IngestEvent>) -> End {
+        let mut paused = false;
         loop {
             tokio::select! {
                 () = self.shared.shutdown.cancelled() => return End::Shutdown,
@@ -265,11 +266,13 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                         }
                         return End::Refuse(close.code, close.reason.to_string());
                     }
+                    paused = feedback.paused;
                     if let Err(end) = self.ack(feedback.acked_through_batch).await {
                         return end;
                     }
                 }
-                frame = self.link.next() => {
+                // Held back: TCP pushes back to the relay's spool.
+                frame = self.link.next(), if !paused => {
                     let bytes = match frame {
                         None => return End::Gone,
                         Some(Err(e)) => {

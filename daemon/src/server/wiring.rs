@@ -87,6 +87,10 @@ impl Core for LiveCore {
         LiveCore::flush_all(self, out);
     }
 
+    fn held_back(&self, now_ns: u64) -> Vec<Slot> {
+        LiveCore::held_back(self, now_ns)
+    }
+
     fn commit_point(&mut self) -> live::CommitPoint {
         LiveCore::commit_point(self)
     }

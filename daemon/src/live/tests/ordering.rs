@@ -122,6 +122,34 @@ fn queue_limit_writes_the_oldest_before_the_watermark() {
 }
 
 #[test]
+fn a_crowded_queue_holds_back_the_relays_ahead_of_the_watermark() {
+    let mut core = LiveCore::new(
+        LiveConfig {
+            queue_max_bytes: 8_000,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let fast = synced_relay(&mut core, 10, 1, 0);
+    let slow = synced_relay(&mut core, 20, 2, 0);
+    core.heartbeat(slow, clocks(1_000), 0).unwrap();
+    let ahead: Vec<_> = (0..20).map(|i| event(2, 5_000 + i)).collect();
+    core.batch(fast, 1, 0, encode(&ahead), clocks(6_000), 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.drain(1_000_000, &mut out);
+    assert!(relayed(&out).is_empty(), "all past the watermark (900)");
+    assert!(core.queued() > 0);
+    // Over half the bound: the relay far ahead stops, the laggard reads.
+    assert_eq!(core.held_back(1_000_000), [fast]);
+    // The laggard catches up: nobody is ahead any more.
+    core.heartbeat(slow, clocks(6_000), 0).unwrap();
+    assert!(core.held_back(1_000_000).is_empty());
+    core.drain(1_000_000, &mut out);
+    assert_eq!(core.stats().forced_by_queue_limit, 0);
+}
+
+#[test]
 fn host_and_relay_packets_interleave_by_time() {
     let mut core = core();
     let a = synced_relay(&mut core, 10, 1, 0);

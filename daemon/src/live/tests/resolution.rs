@@ -90,7 +90,7 @@ fn pending_until_sync_then_released_in_order() {
 }
 
 #[test]
-fn pending_overflow_drops_the_oldest_counted_as_no_path() {
+fn pending_overflow_holds_an_unsynced_relay_back_then_drops_the_oldest() {
     let mut core = LiveCore::new(
         LiveConfig {
             pending_max_packets: 2,
@@ -99,17 +99,48 @@ fn pending_overflow_drops_the_oldest_counted_as_no_path() {
         Recovered::default(),
     );
     let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
-    let packets = [event(2, 1), event(2, 2), event(2, 3), event(2, 4)];
-    core.batch(c.slot, 1, 0, encode(&packets), None, 0).unwrap();
+    assert!(core.held_back(0).is_empty());
+    core.batch(c.slot, 1, 0, encode(&[event(2, 1), event(2, 2)]), None, 0)
+        .unwrap();
+    // Full, and no estimate yet: the connection stops reading.
+    assert_eq!(core.held_back(0), [c.slot]);
+    assert_eq!(drop_count(&core, 1, reason::NO_PATH), 0);
+    // Frames already on their way fill it up to twice the bound; beyond
+    // that the oldest go, counted.
+    let more = [event(2, 3), event(2, 4), event(2, 5), event(2, 6)];
+    core.batch(c.slot, 2, 2, encode(&more), None, 0).unwrap();
     assert_eq!(drop_count(&core, 1, reason::NO_PATH), 2);
     core.sync(c.slot, estimate(0)).unwrap();
+    assert!(core.held_back(0).is_empty(), "synced: reading again");
     let mut out = Vec::new();
     core.flush_all(&mut out);
-    assert_eq!(ts_of(&out), [3, 4]);
+    assert_eq!(ts_of(&out), [3, 4, 5, 6]);
     assert_eq!(
         core.committed(),
-        [(c.slot, 1)],
+        [(c.slot, 2)],
         "dropped packets count as done"
+    );
+}
+
+#[test]
+fn a_synced_relay_with_a_full_pending_queue_drops_at_the_bound() {
+    let mut core = LiveCore::new(
+        LiveConfig {
+            pending_max_packets: 2,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
+    core.sync(c.slot, estimate(0)).unwrap();
+    // MONOTONIC before any relay snapshot: no path yet, pending after sync.
+    let unresolvable: Vec<_> = (1..=4).map(|ts| event_on_clock(2, MONOTONIC, ts)).collect();
+    core.batch(c.slot, 1, 0, encode(&unresolvable), None, 0)
+        .unwrap();
+    assert_eq!(drop_count(&core, 1, reason::NO_PATH), 2);
+    assert!(
+        core.held_back(0).is_empty(),
+        "a synced relay is never held for pending"
     );
 }
 
