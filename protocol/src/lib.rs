@@ -6,6 +6,8 @@
 //!   stamping/replacing of top-level fields in a packet's bytes.
 //! - [`relay`]: the relay <-> daemon protocol (frames, probes, limits).
 //! - [`probe`]: signing, checking and replay windows of probe datagrams.
+//! - [`incremental`]: incremental clocks of a sequence, for replaying its
+//!   state (preambles, resumes).
 //! - [`reader`]: a streaming reader of Trace framing (field-1 records) that
 //!   takes input in arbitrary chunks and expands compressed packet bundles.
 
@@ -19,6 +21,7 @@ pub mod probe;
 pub mod relay;
 
 pub mod clock_ids;
+pub mod incremental;
 pub mod reader;
 pub mod scan;
 pub mod wire;

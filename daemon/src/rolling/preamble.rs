@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use tracesync_protocol::incremental::{IncrementalClocks, reanchor};
 use tracesync_protocol::scan::{self, Fields, PacketFields, field};
 
 use super::RecoveredSequence;
@@ -57,115 +58,6 @@ pub fn strip_for_replay(packet: &Bytes) -> Bytes {
         out.extend_from_slice(&packet[r]);
     }
     Bytes::from(out)
-}
-
-/// A sequence's incremental clocks (ClockSnapshot `is_incremental`, as
-/// the Perfetto SDK's track-event clock 64): a timestamp on one is a delta
-/// from the sequence's previous timestamp on it, the first after a snapshot
-/// from the snapshot's value. Replaying the latest snapshot as written
-/// would restart the sum there; the preamble replays it re-anchored at the
-/// last absolute value instead ([`reanchor`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct IncrementalClocks {
-    /// (clock id, absolute raw value of its last timestamp).
-    clocks: Vec<(u32, u64)>,
-    /// The sequence's default timestamp_clock_id.
-    default_clock: Option<u32>,
-}
-
-impl IncrementalClocks {
-    /// The incremental clocks a ClockSnapshot payload defines (None: none).
-    pub fn from_snapshot(payload: &[u8], default_clock: Option<u32>) -> Option<Self> {
-        use prost::Message;
-        let snapshot = tracesync_protocol::perfetto::ClockSnapshot::decode(payload).ok()?;
-        let clocks: Vec<(u32, u64)> = snapshot
-            .clocks
-            .iter()
-            .filter(|c| c.is_incremental.unwrap_or(false))
-            .map(|c| (c.clock_id.unwrap_or(0), c.timestamp.unwrap_or(0)))
-            .collect();
-        (!clocks.is_empty()).then_some(Self {
-            clocks,
-            default_clock,
-        })
-    }
-
-    /// A packet of the sequence after the snapshot, in stream order.
-    pub fn advance(&mut self, fields: &PacketFields<'_>) {
-        if fields.clears_incremental_state() {
-            self.default_clock = None;
-        }
-        if let Some(d) = fields.trace_packet_defaults {
-            self.default_clock = scan::defaults_timestamp_clock_id(d)
-                .ok()
-                .flatten()
-                .filter(|&c| c != 0);
-        }
-        let Some(ts) = fields.timestamp else { return };
-        let clock = fields
-            .timestamp_clock_id
-            .filter(|&c| c != 0)
-            .or(self.default_clock);
-        if let Some(acc) = self
-            .clocks
-            .iter_mut()
-            .find(|(id, _)| Some(*id) == clock)
-            .map(|(_, acc)| acc)
-        {
-            *acc = acc.wrapping_add(ts);
-        }
-    }
-}
-
-/// A ClockSnapshot packet re-anchored at `inc`'s last values: each tracked
-/// incremental clock reads its last absolute value, every other clock is
-/// moved by the same time (so the snapshot still relates the clocks as the
-/// original did); the packet's own timestamp is dropped. None if it cannot
-/// be rewritten (then the original is replayed).
-pub fn reanchor(packet: &[u8], inc: &IncrementalClocks) -> Option<Bytes> {
-    use prost::Message;
-    let fields = scan::scan_packet(packet).ok()?;
-    let mut snapshot =
-        tracesync_protocol::perfetto::ClockSnapshot::decode(fields.clock_snapshot?).ok()?;
-    let unit = |c: &tracesync_protocol::perfetto::clock_snapshot::Clock| {
-        i128::from(c.unit_multiplier_ns.filter(|&u| u != 0).unwrap_or(1))
-    };
-    let tracked = |id: Option<u32>| {
-        inc.clocks
-            .iter()
-            .find(|(c, _)| Some(*c) == id)
-            .map(|(_, acc)| *acc)
-    };
-    // The time the first tracked clock moved since the snapshot.
-    let shift_ns = snapshot.clocks.iter().find_map(|c| {
-        let acc = tracked(c.clock_id).filter(|_| c.is_incremental.unwrap_or(false))?;
-        Some((i128::from(acc) - i128::from(c.timestamp.unwrap_or(0))) * unit(c))
-    })?;
-    for c in &mut snapshot.clocks {
-        let incremental = c.is_incremental.unwrap_or(false);
-        let value = match (incremental, tracked(c.clock_id)) {
-            (true, Some(acc)) => i128::from(acc),
-            (true, None) => continue,
-            (false, _) => i128::from(c.timestamp.unwrap_or(0)) + shift_ns / unit(c),
-        };
-        c.timestamp = Some(u64::try_from(value.max(0)).unwrap_or(u64::MAX));
-    }
-    let mut out = Vec::with_capacity(packet.len() + 16);
-    for f in Fields::new(packet) {
-        let f = f.ok()?;
-        if !matches!(
-            f.number,
-            field::CLOCK_SNAPSHOT | field::TIMESTAMP | field::TIMESTAMP_CLOCK_ID
-        ) {
-            out.extend_from_slice(&packet[f.start..f.end]);
-        }
-    }
-    tracesync_protocol::wire::put_len_field(
-        &mut out,
-        field::CLOCK_SNAPSHOT,
-        &snapshot.encode_to_vec(),
-    );
-    Some(Bytes::from(out))
 }
 
 /// Bounds of the preamble state (memory and size of every file's start).
@@ -313,7 +205,7 @@ impl PreambleState {
         self.incremental_clocks
             .get(&seq)
             .and_then(|inc| reanchor(&e.bytes, inc))
-            .unwrap_or_else(|| e.bytes.clone())
+            .map_or_else(|| e.bytes.clone(), Bytes::from)
     }
 
     /// Per output sequence with replayed state or a snapshot: the state
@@ -390,12 +282,9 @@ impl PreambleState {
                 match scan::scan_packet(bytes)
                     .ok()
                     .and_then(|f| f.clock_snapshot)
-                    .and_then(|p| IncrementalClocks::from_snapshot(p, None))
+                    .and_then(|p| IncrementalClocks::from_snapshot(p, self.default_clock_of(seq)))
                 {
-                    Some(mut inc) => {
-                        inc.default_clock = self.default_clock_of(seq);
-                        self.incremental_clocks.insert(seq, inc)
-                    }
+                    Some(inc) => self.incremental_clocks.insert(seq, inc),
                     None => self.incremental_clocks.remove(&seq),
                 };
                 self.snapshots.insert((machine, seq), entry);

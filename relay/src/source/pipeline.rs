@@ -12,12 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use prost::Message;
-use tracesync_protocol::perfetto::{ClockSnapshot, clock_snapshot};
+use tracesync_protocol::incremental::{IncrementalClocks, reanchor};
 use tracesync_protocol::reader::{ReadError, TraceReader};
 use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::scan::{self, Stamp, field};
-use tracesync_protocol::wire;
 
 use super::SourceStats;
 use crate::sequences::SequenceAllocator;
@@ -234,93 +232,6 @@ fn strip_for_replay(packet: &[u8]) -> Option<Vec<u8>> {
             out.extend_from_slice(&packet[f.start..f.end]);
         }
     }
-    Some(out)
-}
-
-/// A producer sequence's incremental clocks (ClockSnapshot
-/// `is_incremental`, as the Perfetto SDK's track-event clock 64): its
-/// timestamps on them are deltas from its previous one, the first after a
-/// snapshot from the snapshot's value. The replayed snapshot is
-/// re-anchored at the last absolute value before the resume point, so the
-/// first resumed delta adds to the right sum ([`reanchor`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct IncrementalClocks {
-    /// (clock id, absolute raw value of its last timestamp).
-    clocks: Vec<(u32, u64)>,
-    default_clock: Option<u32>,
-}
-
-impl IncrementalClocks {
-    fn from_snapshot(payload: &[u8], default_clock: Option<u32>) -> Option<Self> {
-        let snapshot = ClockSnapshot::decode(payload).ok()?;
-        let clocks: Vec<(u32, u64)> = snapshot
-            .clocks
-            .iter()
-            .filter(|c| c.is_incremental.unwrap_or(false))
-            .map(|c| (c.clock_id.unwrap_or(0), c.timestamp.unwrap_or(0)))
-            .collect();
-        (!clocks.is_empty()).then_some(Self {
-            clocks,
-            default_clock,
-        })
-    }
-
-    fn advance(&mut self, fields: &scan::PacketFields<'_>) {
-        if fields.clears_incremental_state() {
-            self.default_clock = None;
-        }
-        if let Some(d) = fields.trace_packet_defaults {
-            self.default_clock = scan::defaults_timestamp_clock_id(d)
-                .ok()
-                .flatten()
-                .filter(|&c| c != 0);
-        }
-        let Some(ts) = fields.timestamp else { return };
-        let clock = fields
-            .timestamp_clock_id
-            .filter(|&c| c != 0)
-            .or(self.default_clock);
-        if let Some((_, acc)) = self.clocks.iter_mut().find(|(id, _)| Some(*id) == clock) {
-            *acc = acc.wrapping_add(ts);
-        }
-    }
-}
-
-/// A (stripped) ClockSnapshot packet re-anchored at `inc`'s last values:
-/// tracked incremental clocks read their last absolute value, every other
-/// clock moves by the same time. None if it cannot be rewritten.
-fn reanchor(packet: &[u8], inc: &IncrementalClocks) -> Option<Vec<u8>> {
-    let fields = scan::scan_packet(packet).ok()?;
-    let mut snapshot = ClockSnapshot::decode(fields.clock_snapshot?).ok()?;
-    let unit = |c: &clock_snapshot::Clock| {
-        i128::from(c.unit_multiplier_ns.filter(|&u| u != 0).unwrap_or(1))
-    };
-    let tracked = |id: Option<u32>| {
-        inc.clocks
-            .iter()
-            .find(|(c, _)| Some(*c) == id)
-            .map(|(_, acc)| *acc)
-    };
-    let shift_ns = snapshot.clocks.iter().find_map(|c| {
-        let acc = tracked(c.clock_id).filter(|_| c.is_incremental.unwrap_or(false))?;
-        Some((i128::from(acc) - i128::from(c.timestamp.unwrap_or(0))) * unit(c))
-    })?;
-    for c in &mut snapshot.clocks {
-        let value = match (c.is_incremental.unwrap_or(false), tracked(c.clock_id)) {
-            (true, Some(acc)) => i128::from(acc),
-            (true, None) => continue,
-            (false, _) => i128::from(c.timestamp.unwrap_or(0)) + shift_ns / unit(c),
-        };
-        c.timestamp = Some(u64::try_from(value.max(0)).unwrap_or(u64::MAX));
-    }
-    let mut out = Vec::with_capacity(packet.len() + 16);
-    for f in scan::Fields::new(packet) {
-        let f = f.ok()?;
-        if f.number != field::CLOCK_SNAPSHOT {
-            out.extend_from_slice(&packet[f.start..f.end]);
-        }
-    }
-    wire::put_len_field(&mut out, field::CLOCK_SNAPSHOT, &snapshot.encode_to_vec());
     Some(out)
 }
 
