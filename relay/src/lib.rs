@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod own_packets;
 pub mod pem;
 pub mod probe;
+pub mod rx_stamp;
 pub mod sequences;
 pub mod session;
 pub mod source;

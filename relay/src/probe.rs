@@ -43,7 +43,7 @@ use tokio::time::Instant;
 use tokio_util::codec::{Encoder, FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracesync_protocol::probe::{
-    self, ClockPair, NonceRejected, OpenError, ProbeKey, ReplayWindow, RxStampMapper,
+    self, NonceRejected, OpenError, ProbeKey, ReplayWindow, RxStampMapper,
 };
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
 use tracesync_protocol::relay::v1::{ProbeRegister, ProbeReply, probe_body::Kind};
@@ -575,7 +575,9 @@ impl RxStamps {
         let cmsg = &mut self.cmsg;
         let (length, from, kernel, now) = socket
             .async_io(tokio::io::Interest::READABLE, || {
-                recvmsg_stamped(socket, &mut *buffer, &mut *cmsg, clock)
+                crate::rx_stamp::recvmsg_stamped(socket, &mut *buffer, &mut *cmsg, || {
+                    clock.realtime_pair()
+                })
             })
             .await?;
         let before = mapper.stats().kernel;
@@ -608,43 +610,6 @@ impl Drop for RxStamps {
             );
         }
     }
-}
-
-/// One non-blocking `recvmsg`: (length, sender, the kernel's receive
-/// timestamp in REALTIME ns if it gave one, the paired read right after).
-fn recvmsg_stamped(
-    socket: &UdpSocket,
-    buffer: &mut [u8],
-    cmsg: &mut [u8],
-    clock: &SharedClock,
-) -> std::io::Result<(usize, SocketAddr, Option<u64>, ClockPair)> {
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
-    use std::os::fd::AsRawFd;
-    let mut iov = [std::io::IoSliceMut::new(buffer)];
-    let msg = recvmsg::<SockaddrStorage>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(cmsg),
-        MsgFlags::MSG_DONTWAIT,
-    )?;
-    let now = clock.realtime_pair();
-    let kernel = msg.cmsgs().ok().and_then(|mut cmsgs| {
-        cmsgs.find_map(|c| match c {
-            ControlMessageOwned::ScmTimestampns(ts) if ts.tv_sec() >= 0 => {
-                Some(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
-            }
-            _ => None,
-        })
-    });
-    let from = msg
-        .address
-        .and_then(|a| {
-            a.as_sockaddr_in()
-                .map(|a| SocketAddr::from(*a))
-                .or_else(|| a.as_sockaddr_in6().map(|a| SocketAddr::from(*a)))
-        })
-        .ok_or_else(|| std::io::Error::other("datagram without an IP sender address"))?;
-    Ok((msg.bytes, from, kernel, now))
 }
 
 /// Writes one length-delimited frame (one write call on an idle socket).

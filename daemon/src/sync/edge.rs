@@ -17,6 +17,9 @@
 //! authenticate (a signed ProbeRegister) as its first frame, within
 //! [`TCP_REGISTER_TIMEOUT`]; any frame that does not authenticate closes it.
 
+#[path = "../../../relay/src/rx_stamp.rs"]
+mod rx_stamp;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -443,7 +446,7 @@ impl RxStamps {
         let cmsg = &mut self.cmsg;
         let (length, from, kernel, now) = socket
             .async_io(tokio::io::Interest::READABLE, || {
-                recvmsg_stamped(socket, &mut *buffer, &mut *cmsg)
+                rx_stamp::recvmsg_stamped(socket, &mut *buffer, &mut *cmsg, clock_pair)
             })
             .await?;
         let t4 = mapper.map(kernel, now);
@@ -511,42 +514,6 @@ fn realtime_ns() -> u64 {
     clock_gettime(ClockId::CLOCK_REALTIME).map_or(0, |t| {
         t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
     })
-}
-
-/// One non-blocking `recvmsg`: (length, sender, the kernel's receive
-/// timestamp in REALTIME ns if it gave one, the paired read right after).
-fn recvmsg_stamped(
-    socket: &UdpSocket,
-    buffer: &mut [u8],
-    cmsg: &mut [u8],
-) -> std::io::Result<(usize, std::net::SocketAddr, Option<u64>, ClockPair)> {
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
-    use std::os::fd::AsRawFd;
-    let mut iov = [std::io::IoSliceMut::new(buffer)];
-    let msg = recvmsg::<SockaddrStorage>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(cmsg),
-        MsgFlags::MSG_DONTWAIT,
-    )?;
-    let now = clock_pair();
-    let kernel = msg.cmsgs().ok().and_then(|mut cmsgs| {
-        cmsgs.find_map(|c| match c {
-            ControlMessageOwned::ScmTimestampns(ts) if ts.tv_sec() >= 0 => {
-                Some(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
-            }
-            _ => None,
-        })
-    });
-    let from = msg
-        .address
-        .and_then(|a| {
-            a.as_sockaddr_in()
-                .map(|a| std::net::SocketAddr::from(*a))
-                .or_else(|| a.as_sockaddr_in6().map(|a| std::net::SocketAddr::from(*a)))
-        })
-        .ok_or_else(|| std::io::Error::other("datagram without an IP sender address"))?;
-    Ok((msg.bytes, from, kernel, now))
 }
 
 /// Accepts on the fallback listener; pending forever without one.
