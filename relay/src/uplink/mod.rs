@@ -9,7 +9,6 @@
 
 mod connection;
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -104,7 +103,6 @@ pub async fn run<M: Send + 'static>(
         last_error_log: None,
         refusal: None,
         metrics: crate::metrics::UplinkMetrics::default(),
-        sealed_clocks: VecDeque::new(),
     };
     let exit = uplink.run(incoming, convert, shutdown).await;
     if let Err(error) = uplink.spool.sync() {
@@ -128,16 +126,7 @@ struct Uplink {
     last_error_log: Option<Instant>,
     refusal: Option<String>,
     metrics: crate::metrics::UplinkMetrics,
-    /// The relay's clocks when each batch not yet acked was spooled, oldest
-    /// first (at most [`MAX_SEALED_CLOCKS`]). A batch carries these, not the
-    /// clocks at send: the daemon's watermark takes them as "every later
-    /// packet is newer", which the send time breaks while a backlog drains.
-    sealed_clocks: VecDeque<(u64, v1::RelayClocks)>,
 }
-
-/// Batches whose spooling clocks are remembered (beyond: the oldest are
-/// forgotten and go out with the clocks at send, as after a restart).
-const MAX_SEALED_CLOCKS: usize = 65_536;
 
 /// Shutdown progress.
 struct Drain {
@@ -174,7 +163,6 @@ impl Uplink {
                     drain.flushed = true;
                 }
             }
-            self.note_sealed();
             self.drive(now);
             self.metrics.tick(now, &self.spool, &self.session);
             if self.session.has_exited() {
@@ -291,23 +279,16 @@ impl Uplink {
                 };
                 let bytes = batch.bytes;
                 // The spool's wire-form packets go out as they are.
-                let clocks = self.clocks_of(seq);
-                let frame = OutFrame::batch(seq, batch.first_packet_index, batch.wire, &clocks);
+                let frame =
+                    OutFrame::batch(seq, batch.first_packet_index, batch.wire, &self.clocks());
                 if self.send_out(frame, now) {
                     self.session.sent(seq, bytes, now);
                     crate::metrics::batch_sent(bytes);
                 }
             }
             Action::SendHeartbeat { last_batch_sent } => {
-                // With batches still to send, "now" would claim their
-                // packets are older than the watermark may go.
-                let clocks = if last_batch_sent < self.spool.last_seq() {
-                    self.clocks_of(last_batch_sent)
-                } else {
-                    self.clocks()
-                };
                 let frame = Body::Heartbeat(v1::Heartbeat {
-                    clocks: Some(clocks),
+                    clocks: Some(self.clocks()),
                     last_batch_sent,
                 });
                 // A full queue means the link is busy, which says as much as a
@@ -435,48 +416,6 @@ impl Uplink {
         };
         for action in actions {
             self.execute(action, now);
-        }
-    }
-
-    /// Remembers the clocks now for the batches spooled since the last call
-    /// and forgets those of acked batches.
-    fn note_sealed(&mut self) {
-        let acked = self.spool.oldest_unacked();
-        while self
-            .sealed_clocks
-            .front()
-            .is_some_and(|(seq, _)| *seq < acked)
-        {
-            self.sealed_clocks.pop_front();
-        }
-        let last = self.spool.last_seq();
-        let from = self
-            .sealed_clocks
-            .back()
-            .map_or(acked, |(seq, _)| seq + 1)
-            .max(acked);
-        if from > last {
-            return;
-        }
-        let clocks = self.clocks();
-        for seq in from..=last {
-            if self.sealed_clocks.len() == MAX_SEALED_CLOCKS {
-                self.sealed_clocks.pop_front();
-            }
-            self.sealed_clocks.push_back((seq, clocks));
-        }
-    }
-
-    /// The clocks batch `seq` carries: when it was spooled, if known.
-    fn clocks_of(&self, seq: u64) -> v1::RelayClocks {
-        let known = self
-            .sealed_clocks
-            .binary_search_by_key(&seq, |(s, _)| *s)
-            .ok()
-            .and_then(|i| self.sealed_clocks.get(i));
-        match known {
-            Some((_, clocks)) => *clocks,
-            None => self.clocks(),
         }
     }
 
