@@ -129,16 +129,7 @@ impl Pipeline {
                 self.committed = self.base + self.reader.position();
             }
         }
-        let body = Bytes::from(body);
-        let mut start = 0;
-        let packets = ends
-            .into_iter()
-            .map(|end| {
-                let p = body.slice(start..end);
-                start = end;
-                p
-            })
-            .collect();
+        let packets = split_at_ends(body, ends);
         Ok(PipelineBatch {
             packets,
             end_offset: self.committed,
@@ -166,16 +157,7 @@ impl Pipeline {
                 ends.push(end);
             }
         }
-        let body = Bytes::from(body);
-        let mut start = 0;
-        let packets = ends
-            .into_iter()
-            .map(|end| {
-                let p = body.slice(start..end);
-                start = end;
-                p
-            })
-            .collect();
+        let packets = split_at_ends(body, ends);
         PipelineBatch {
             packets,
             end_offset: self.committed,
@@ -197,6 +179,20 @@ impl Pipeline {
 
 mod replay;
 pub use replay::{REPLAY_MAX_SEQUENCE_BYTES, REPLAY_MAX_TOTAL_BYTES, Replay, ReplayState};
+
+/// The packets stamped back to back into `body`, ending at `ends`: slices
+/// of one buffer, no copy per packet.
+fn split_at_ends(body: Vec<u8>, ends: Vec<usize>) -> Vec<Bytes> {
+    let body = Bytes::from(body);
+    let mut start = 0;
+    ends.into_iter()
+        .map(|end| {
+            let p = body.slice(start..end);
+            start = end;
+            p
+        })
+        .collect()
+}
 
 /// Stamps one packet onto `body`; its end, or None if it was dropped.
 fn emit(
