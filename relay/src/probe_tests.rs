@@ -257,7 +257,9 @@ async fn auto_falls_back_to_tcp_when_udp_brings_no_probes() {
     ));
     let reply = tcp_exchange(&listener).await;
     assert_eq!(reply.nonce, 1);
-    assert_eq!(stats.transport_switches.load(Ordering::Relaxed), 1);
+    // At least the switch to TCP; on a loaded box the responder may also
+    // have tried UDP again before this exchange (auto keeps probing both).
+    assert!(stats.transport_switches.load(Ordering::Relaxed) >= 1);
     assert!(
         stats.registers_sent.load(Ordering::Relaxed) >= 2,
         "UDP tried first"
