@@ -62,6 +62,17 @@ pub struct MachineStatus {
     /// that arrived before the machine's first sync); not dropped.
     #[serde(default)]
     pub late_packets: u64,
+    /// Packets written before any probe sample taken after them had been
+    /// checked (a clock step just before them could not be seen yet; their
+    /// bound assumes none): the merge window is shorter than the probe
+    /// interval, or probes are lost. Not dropped.
+    #[serde(default)]
+    pub unprobed_packets: u64,
+    /// Packets whose mapping on arrival a later probe sample showed wrong
+    /// beyond its bound (the relay's clock stepped), written with the
+    /// corrected mapping. Not dropped.
+    #[serde(default)]
+    pub remapped_packets: u64,
     /// Largest error bound of any packet written for this machine: every
     /// written packet's time is within this of the truth if the bounds hold.
     #[serde(default)]

@@ -290,6 +290,8 @@ mod tests {
                     rtt_ns: Some(80_000),
                     last_seen_unix_ms: Some(9_000),
                     late_packets: 0,
+                    unprobed_packets: 0,
+                    remapped_packets: 0,
                     max_err_ns: 0,
                     sync: Some(MachineSync {
                         session_id: 9,

@@ -22,6 +22,7 @@ use super::types::{
 };
 use crate::rolling::RecoveredSequence;
 use crate::status::MachineStatus;
+use crate::sync::covering::CoveringEstimates;
 
 /// Counter names (Perfetto's stat names where one exists).
 pub mod reason {
@@ -34,6 +35,12 @@ pub mod reason {
     pub const REMOTE_SYNC_REPLACED: &str = "remote_clock_sync_replaced";
     pub const INVALID_SNAPSHOT: &str = "invalid_clock_snapshots";
     pub const LATE: &str = "late_packets";
+    /// Written with no probe sample taken after them yet (not dropped).
+    pub const UNPROBED: &str = "unprobed_packets";
+    /// Written with a mapping a later probe sample corrected (not dropped).
+    pub const REMAPPED: &str = "remapped_packets";
+    /// Counters of written packets, reported apart from the drops.
+    pub const NOT_DROPS: [&str; 3] = [LATE, UNPROBED, REMAPPED];
     pub const SEQUENCES_OVER_LIMIT: &str = "sequences_over_limit";
 }
 
@@ -77,6 +84,9 @@ pub(super) struct Relay {
     pub estimate: Option<SyncEstimate>,
     /// The last estimate of each earlier epoch: packets map in their own.
     pub earlier: EarlierEstimates,
+    /// Recent estimates by the newest sample they checked: a packet's
+    /// mapping is checked against a sample taken after it when written.
+    pub covering: CoveringEstimates,
     /// Relay BOOTTIME of its latest Hello/Batch/Heartbeat clocks.
     pub latest_boottime: Option<u64>,
     /// Host BOOTTIME of the current connection's Hello (the watermark
@@ -89,6 +99,19 @@ pub(super) struct Relay {
     pub disconnected_order: u64,
     /// Streams of this instance (bounded by `max_sequences_per_relay`).
     pub sequences: usize,
+}
+
+/// Covering estimates kept per relay: enough for packets up to a merge
+/// window plus a few seconds of transport delay old, at the fastest probe
+/// rates (a packet older than the oldest kept is checked against a later
+/// estimate than the first after it; see `CoveringEstimates::new`).
+fn covering_estimates(config: &LiveConfig) -> CoveringEstimates {
+    const MAX_ENTRIES: usize = 1024;
+    const TRANSPORT_SLACK_NS: u64 = 10_000_000_000;
+    CoveringEstimates::new(
+        config.merge_window_ns.saturating_add(TRANSPORT_SLACK_NS),
+        MAX_ENTRIES,
+    )
 }
 
 /// One stream: a relay sequence of one relay instance.
@@ -293,6 +316,7 @@ impl LiveCore {
                 clocks: RelayClocks::default(),
                 estimate: None,
                 earlier: EarlierEstimates::default(),
+                covering: covering_estimates(&self.config),
                 latest_boottime: None,
                 connected_at: now,
                 // Nothing known of this instance: what precedes its spool
@@ -307,6 +331,7 @@ impl LiveCore {
             relay.boot_id = hello.boot_id.clone();
             relay.clocks = RelayClocks::default();
             relay.estimate = None;
+            relay.covering.clear();
         }
         lost += relay.batches.resume(oldest);
         if let Some(snapshots) = self.recovered_clocks.remove(&hello.relay_instance) {
@@ -450,6 +475,7 @@ impl LiveCore {
         let instance = self.relay_of(slot)?;
         if let Some(relay) = self.relays.get_mut(&instance) {
             relay.earlier.replaced(relay.estimate, &estimate);
+            relay.covering.push(&estimate);
             relay.estimate = Some(estimate);
             let raw_id = relay.raw_id;
             self.machine(raw_id).estimate = Some(estimate);
@@ -520,10 +546,12 @@ impl LiveCore {
                     drops: m
                         .counters
                         .iter()
-                        .filter(|(k, _)| **k != reason::LATE)
+                        .filter(|(k, _)| !reason::NOT_DROPS.contains(k))
                         .map(|(k, v)| ((*k).to_owned(), *v))
                         .collect(),
                     late_packets: m.counters.get(reason::LATE).copied().unwrap_or(0),
+                    unprobed_packets: m.counters.get(reason::UNPROBED).copied().unwrap_or(0),
+                    remapped_packets: m.counters.get(reason::REMAPPED).copied().unwrap_or(0),
                     max_err_ns: m.max_err_ns,
                     pending,
                     offset_ns: estimate.map(|e| e.offset_at(e.ref_relay_ns)),

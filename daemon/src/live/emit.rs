@@ -8,12 +8,14 @@ use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::scan::field;
 
 use super::core::{LiveCore, reason};
+use super::epochs::check_mapping;
 use super::order::{Queued, StreamId};
 use super::packet::{OutPacket, Role};
 use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
 use super::types::RelaySlot;
 use crate::merge::output::sync_point_packet;
 use crate::merge::plan::offset_pair;
+use crate::sync::covering::{Mapping, Refinement};
 
 /// About how many packet bytes one [`LiveCore::drain`] call appends.
 pub const DRAIN_MAX_BYTES: u64 = 4 << 20;
@@ -111,24 +113,41 @@ impl LiveCore {
 
     fn emit(&mut self, q: Queued, out: &mut Vec<OutPacket>) {
         let Queued {
-            packet,
+            mut packet,
             relay_boottime,
             batch,
         } = q;
         let raw_id = packet.machine_raw_id;
-        let late = self.last_emitted.is_some_and(|last| packet.ts < last);
-        self.last_emitted = Some(self.last_emitted.map_or(packet.ts, |l| l.max(packet.ts)));
+        let mut refinement = None;
         if let Some(b) = batch
             && let Some(relay) = self.relays.get_mut(&b.relay_instance)
         {
             relay.batches.packet_done(b.batch);
+            if let Some(c) = relay_boottime.and_then(|c| u64::try_from(c).ok()) {
+                let provisional = Mapping {
+                    host_ns: packet.ts,
+                    bound_ns: packet.err_ns,
+                };
+                let bmm = relay.clocks.epoch_at(c as i64);
+                let (checked, how) = check_mapping(&relay.covering, bmm, c, provisional);
+                packet.ts = checked.host_ns;
+                packet.err_ns = checked.bound_ns;
+                refinement = Some(how);
+            }
         }
+        let late = self.last_emitted.is_some_and(|last| packet.ts < last);
+        self.last_emitted = Some(self.last_emitted.map_or(packet.ts, |l| l.max(packet.ts)));
         // One machine lookup per packet (the sync point check included).
         let threshold = self.config.sync_threshold_ns;
         let machine = self.machines.entry(raw_id).or_default();
         if late {
             self.stats.late_packets += 1;
             machine.count(reason::LATE, 1);
+        }
+        match refinement {
+            Some(Refinement::Unprobed) => machine.count(reason::UNPROBED, 1),
+            Some(Refinement::Remapped) => machine.count(reason::REMAPPED, 1),
+            Some(Refinement::Confirmed) | None => {}
         }
         machine.packets += 1;
         machine.bytes += packet.bytes.len() as u64;

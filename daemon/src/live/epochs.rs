@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 
 use super::estimate::SyncEstimate;
+use crate::sync::covering::{CoveringEstimates, Mapping, Refinement, refine};
 
 /// A BOOTTIME-MONOTONIC change larger than this is a new epoch (the
 /// estimator's own threshold).
@@ -105,6 +106,23 @@ impl EarlierEstimates {
             .find(|e| same_epoch(e.boottime_minus_monotonic_ns, bmm))
             .or(Some(latest))
     }
+}
+
+/// Checks a packet's mapping, made on arrival, against the probe samples
+/// taken after it (`crate::sync::covering`) in the packet's epoch `bmm`
+/// (BOOTTIME-MONOTONIC at the packet; None when unknown). `relay_ns` is the
+/// packet's relay BOOTTIME.
+pub fn check_mapping(
+    covering: &CoveringEstimates,
+    bmm: Option<i64>,
+    relay_ns: u64,
+    provisional: Mapping,
+) -> (Mapping, Refinement) {
+    let later = covering
+        .from(relay_ns)
+        .map(|c| c.estimate)
+        .take_while(|e| bmm.is_none_or(|b| same_epoch(e.boottime_minus_monotonic_ns, b)));
+    refine(provisional, relay_ns, later)
 }
 
 #[cfg(test)]

@@ -85,6 +85,14 @@ fn describe() {
         "Packets written after later ones had gone out (not dropped)"
     );
     describe_counter!(
+        INGEST_UNPROBED_PACKETS,
+        "Packets written before a probe sample taken after them was checked (not dropped)"
+    );
+    describe_counter!(
+        INGEST_REMAPPED_PACKETS,
+        "Packets whose mapping a later probe sample corrected (not dropped)"
+    );
+    describe_counter!(
         INGEST_LOST_BATCHES,
         "Batches the relay reported lost (its spool dropped them)"
     );
@@ -283,6 +291,8 @@ struct MachineSeries {
     dropped: Vec<Counter>,
     dropped_other: Counter,
     late: Counter,
+    unprobed: Counter,
+    remapped: Counter,
     lost_batches: Counter,
     invalid_snapshots: Counter,
     pending: Gauge,
@@ -436,6 +446,8 @@ impl MachineSeries {
                 &[m(), ("reason", DROP_REASON_OTHER.to_owned())]
             ),
             late: counter!(INGEST_LATE_PACKETS, &[m()]),
+            unprobed: counter!(INGEST_UNPROBED_PACKETS, &[m()]),
+            remapped: counter!(INGEST_REMAPPED_PACKETS, &[m()]),
             lost_batches: counter!(INGEST_LOST_BATCHES, &[m()]),
             invalid_snapshots: counter!(INGEST_INVALID_CLOCK_SNAPSHOTS, &[m()]),
             pending: gauge!(INGEST_PENDING_PACKETS, &[m()]),
@@ -465,6 +477,8 @@ struct Totals {
     dropped: [u64; names::DROP_REASONS.len()],
     dropped_other: u64,
     late: u64,
+    unprobed: u64,
+    remapped: u64,
     lost_batches: u64,
     invalid_snapshots: u64,
     pending: u64,
@@ -476,6 +490,8 @@ impl Totals {
         self.packets += m.packets;
         self.bytes += m.bytes;
         self.late += m.late_packets;
+        self.unprobed += m.unprobed_packets;
+        self.remapped += m.remapped_packets;
         self.pending += m.pending;
         self.connected += u64::from(m.connected);
         for (key, &n) in &m.drops {
@@ -498,6 +514,8 @@ impl Totals {
         }
         s.dropped_other.absolute(self.dropped_other);
         s.late.absolute(self.late);
+        s.unprobed.absolute(self.unprobed);
+        s.remapped.absolute(self.remapped);
         s.lost_batches.absolute(self.lost_batches);
         s.invalid_snapshots.absolute(self.invalid_snapshots);
         s.pending.set(self.pending as f64);

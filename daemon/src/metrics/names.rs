@@ -28,6 +28,8 @@ pub const INGEST_PACKETS: &str = "tracesync_ingest_packets_total";
 pub const INGEST_BYTES: &str = "tracesync_ingest_bytes_total";
 pub const INGEST_DROPPED_PACKETS: &str = "tracesync_ingest_dropped_packets_total";
 pub const INGEST_LATE_PACKETS: &str = "tracesync_ingest_late_packets_total";
+pub const INGEST_UNPROBED_PACKETS: &str = "tracesync_ingest_unprobed_packets_total";
+pub const INGEST_REMAPPED_PACKETS: &str = "tracesync_ingest_remapped_packets_total";
 pub const INGEST_LOST_BATCHES: &str = "tracesync_ingest_lost_batches_total";
 pub const INGEST_INVALID_CLOCK_SNAPSHOTS: &str = "tracesync_ingest_invalid_clock_snapshots_total";
 pub const INGEST_PENDING_PACKETS: &str = "tracesync_ingest_pending_packets";
@@ -123,6 +125,8 @@ pub const ALL: &[&str] = &[
     INGEST_BYTES,
     INGEST_DROPPED_PACKETS,
     INGEST_LATE_PACKETS,
+    INGEST_UNPROBED_PACKETS,
+    INGEST_REMAPPED_PACKETS,
     INGEST_LOST_BATCHES,
     INGEST_INVALID_CLOCK_SNAPSHOTS,
     INGEST_PENDING_PACKETS,

@@ -48,7 +48,7 @@
 
 use std::collections::VecDeque;
 
-use super::SyncEstimate;
+use super::{CheckedSample, SyncEstimate};
 
 #[path = "estimator_fit.rs"]
 mod fit;
@@ -181,6 +181,10 @@ pub struct Estimator {
     /// Pending widening of the reported bound: (relay time from which it
     /// applies, extra ns), while a contradicting sample awaits a decision.
     suspicion: Option<(u64, u64)>,
+    /// Newest relay time of a sample past the pop filter
+    /// ([`SyncEstimate::covered_through_relay_ns`]).
+    checked_through: u64,
+    checked: Option<CheckedSample>,
     rejected: u64,
     popped: u64,
     outliers: u64,
@@ -211,6 +215,8 @@ impl Estimator {
             sample_sigma_ns: 0.0,
             innovation_held: None,
             suspicion: None,
+            checked_through: 0,
+            checked: None,
             rejected: 0,
             popped: 0,
             outliers: 0,
@@ -238,6 +244,13 @@ impl Estimator {
         if self.pop(sample.delay_ns) {
             return self.reported();
         }
+        // Every path below decides about this sample (fit, outlier, step).
+        self.checked_through = self.checked_through.max(sample.relay_mid_ns);
+        self.checked = Some(CheckedSample {
+            relay_ns: sample.relay_mid_ns,
+            offset_ns: sample.offset_ns,
+            half_width_ns: (sample.delay_ns / 2 + 1).saturating_add(self.config.timestamp_slack_ns),
+        });
         if !self.consistent(&sample) {
             match self.suspect.take() {
                 None => {
@@ -292,7 +305,7 @@ impl Estimator {
             self.window.pop_front();
         }
         self.refit();
-        self.current
+        self.reported()
     }
 
     /// Latest estimate of the current epoch (None before its first sample).
@@ -306,6 +319,8 @@ impl Estimator {
     /// The fitted estimate with the pending suspicion's widening.
     fn reported(&self) -> Option<SyncEstimate> {
         let mut e = self.current?;
+        e.covered_through_relay_ns = self.checked_through;
+        e.checked = self.checked;
         if let Some((from, extra)) = self.suspicion {
             e.suspect_from_relay_ns = from;
             e.suspect_extra_ns = extra;
@@ -604,6 +619,8 @@ impl Estimator {
             boottime_minus_monotonic_ns: self.epoch_suspend_offset.unwrap_or(0),
             suspect_extra_ns: 0,
             suspect_from_relay_ns: 0,
+            covered_through_relay_ns: 0,
+            checked: None,
         });
     }
 }

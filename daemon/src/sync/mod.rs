@@ -4,6 +4,8 @@
 //!
 //! - [`estimator`]: sans-IO estimator: samples in, a [`SyncEstimate`]
 //!   (point mapping, sigma and a hard bound) out.
+//! - [`covering`]: a packet's mapping checked against the estimate made
+//!   right after the first sample taken after it.
 //! - [`sim`]: deterministic virtual-time simulator that measures the
 //!   estimator against ground truth and two baselines.
 //! - [`config`]: the `[sync]` section of the daemon config.
@@ -16,6 +18,7 @@
 //! are relay minus host.
 
 pub mod config;
+pub mod covering;
 pub mod edge;
 pub mod estimator;
 pub mod prober;
@@ -74,6 +77,26 @@ pub struct SyncEstimate {
     /// step is not yet confirmed or ruled out (0: none pending).
     pub suspect_extra_ns: u64,
     pub suspect_from_relay_ns: u64,
+    /// Newest relay BOOTTIME (a sample's receive/reply midpoint) the
+    /// estimator has checked a sample at: fitted, held out as an outlier or
+    /// taken as a possible step (0: none). A packet at or before it can be
+    /// mapped knowing whether the clock stepped before it
+    /// ([`covering`]).
+    pub covered_through_relay_ns: u64,
+    /// The newest sample checked (None before one): its hard interval holds
+    /// the truth at its time, whatever the clock did before it.
+    pub checked: Option<CheckedSample>,
+}
+
+/// One probe sample's hard interval: at relay BOOTTIME `relay_ns` the
+/// relay-minus-host offset lies within `offset_ns ± half_width_ns` (half
+/// the delay plus the timestamp slack), barring path asymmetry beyond half
+/// the round trip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckedSample {
+    pub relay_ns: u64,
+    pub offset_ns: i64,
+    pub half_width_ns: u64,
 }
 
 impl Default for SyncEstimate {
@@ -94,6 +117,8 @@ impl Default for SyncEstimate {
             boottime_minus_monotonic_ns: 0,
             suspect_extra_ns: 0,
             suspect_from_relay_ns: 0,
+            covered_through_relay_ns: 0,
+            checked: None,
         }
     }
 }

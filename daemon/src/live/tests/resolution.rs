@@ -467,3 +467,90 @@ fn packets_map_with_the_estimate_of_their_own_clock_epoch() {
         "old epoch with its 1 us, new epoch with 3 us"
     );
 }
+
+/// An estimate made right after a sample at relay time `through` that saw
+/// offset `seen` (± `half_width`).
+fn checked_estimate(offset_ns: i64, through: u64, seen: i64, half_width: u64) -> SyncEstimate {
+    SyncEstimate {
+        ref_relay_ns: through,
+        covered_through_relay_ns: through,
+        checked: Some(crate::sync::CheckedSample {
+            relay_ns: through,
+            offset_ns: seen,
+            half_width_ns: half_width,
+        }),
+        ..estimate(offset_ns)
+    }
+}
+
+fn machine_status(core: &LiveCore, raw_id: u32) -> crate::status::MachineStatus {
+    core.status(0, 0)
+        .into_iter()
+        .find(|m| m.raw_id == raw_id)
+        .expect("machine row")
+}
+
+#[test]
+fn a_later_sample_that_shows_a_step_remaps_packets_still_queued() {
+    let mut core = core();
+    let slot = synced_relay(&mut core, 10, 1, 1_000_000);
+    core.sync(slot, checked_estimate(1_000_000, 4_000_000, 1_000_000, 50))
+        .unwrap();
+    // Mapped on arrival with the old offset.
+    core.batch(slot, 1, 0, encode(&[event(2, 5_000_000)]), None, 0)
+        .unwrap();
+    // The next sample (after the packet) shows the clock 1 ms further on,
+    // and the estimator refitted: the packet is written with that mapping.
+    core.sync(slot, checked_estimate(2_000_000, 6_000_000, 2_000_000, 50))
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let p = relayed(&out)[0];
+    assert_eq!(p.ts, 3_000_000);
+    assert!(p.err_ns < 1_000, "{}", p.err_ns);
+    let m = machine_status(&core, 1);
+    assert_eq!((m.remapped_packets, m.unprobed_packets), (1, 0));
+    assert!(m.drops.is_empty(), "not drops: {:?}", m.drops);
+    // Its sync point carries the corrected offset.
+    assert!(sync_points(&out).contains(&(5_000_000, 3_000_000)));
+}
+
+#[test]
+fn a_step_no_estimate_noticed_still_lies_inside_the_bound() {
+    let mut core = core();
+    let slot = synced_relay(&mut core, 10, 1, 1_000_000);
+    core.sync(slot, checked_estimate(1_000_000, 4_000_000, 1_000_000, 50))
+        .unwrap();
+    core.batch(slot, 1, 0, encode(&[event(2, 5_000_000)]), None, 0)
+        .unwrap();
+    // The next sample is noisy (half width 600 us) and its interval still
+    // meets the estimate, so the estimate keeps the old offset; had the
+    // clock stepped +1 ms before the packet, the truth is in that interval.
+    core.sync(
+        slot,
+        checked_estimate(1_000_000, 6_000_000, 1_700_000, 600_000),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let p = relayed(&out)[0];
+    assert_eq!(p.ts, 4_000_000, "the time stays");
+    let truth_if_stepped = 5_000_000 - 2_000_000;
+    assert!(p.err_ns >= p.ts.abs_diff(truth_if_stepped), "{}", p.err_ns);
+    let m = machine_status(&core, 1);
+    assert_eq!((m.remapped_packets, m.unprobed_packets), (0, 0));
+}
+
+#[test]
+fn packets_written_before_any_later_sample_are_counted_unprobed() {
+    let mut core = core();
+    let slot = synced_relay(&mut core, 10, 1, 1_000_000);
+    core.sync(slot, checked_estimate(1_000_000, 4_000_000, 1_000_000, 50))
+        .unwrap();
+    core.batch(slot, 1, 0, encode(&[event(2, 5_000_000)]), None, 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    assert_eq!(relayed(&out)[0].ts, 4_000_000);
+    assert_eq!(machine_status(&core, 1).unprobed_packets, 1);
+}

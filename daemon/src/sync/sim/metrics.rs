@@ -78,11 +78,14 @@ pub struct Report {
     pub wrong_epoch: usize,
     /// Events (all, warm-up included) inside the hard bound.
     pub covered: usize,
-    /// Events mapped before any sample taken after an unannounced clock
-    /// change that precedes them (no causal mapping can know of it), and
-    /// how many of those lie outside the bound.
-    pub blind: usize,
-    pub blind_outside: usize,
+    /// Events written before any sample taken after them (in their epoch)
+    /// existed: an unannounced clock step just before one cannot be known
+    /// yet. How many, and how many of those lie outside the bound.
+    pub unprobed: usize,
+    pub unprobed_outside: usize,
+    /// Events whose arrival mapping a later sample showed wrong beyond the
+    /// covering estimate's bound, written with that estimate's mapping.
+    pub remapped: usize,
     /// Events within 3 sigma.
     pub within_3sigma: usize,
     /// Median hard bound (ns) and median |error| / bound.
@@ -117,14 +120,14 @@ impl Report {
         100.0 * self.covered as f64 / self.mapped as f64
     }
 
-    /// Coverage of the events a causal mapping could have known about
-    /// (all but the blind ones).
+    /// Coverage of the events a sample taken after them had checked by
+    /// the time they were written (all but the unprobed ones).
     pub fn coverage_known_pct(&self) -> f64 {
-        let known = self.mapped - self.blind;
+        let known = self.mapped - self.unprobed;
         if known == 0 {
             return f64::NAN;
         }
-        100.0 * (self.covered + self.blind_outside - self.blind) as f64 / known as f64
+        100.0 * (self.covered + self.unprobed_outside - self.unprobed) as f64 / known as f64
     }
 }
 
@@ -158,14 +161,17 @@ pub fn table(reports: &[Report]) -> String {
             "{} samples, lost {}, bursts {}, popped {}, steps {}, trimmed {}, epochs {}",
             r.samples, r.lost, r.bursts, r.popped, r.steps, r.trimmed, r.epochs
         );
-        if r.blind > 0 {
+        if r.unprobed > 0 {
             let _ = write!(
                 notes,
-                ", blind {} ({} outside; known-event coverage {:.3}%)",
-                r.blind,
-                r.blind_outside,
+                ", unprobed {} ({} outside; probed-event coverage {:.3}%)",
+                r.unprobed,
+                r.unprobed_outside,
                 r.coverage_known_pct()
             );
+        }
+        if r.remapped > 0 {
+            let _ = write!(notes, ", remapped {}", r.remapped);
         }
         if !r.prober_agrees {
             let _ = write!(notes, ", PROBER ESTIMATE DIFFERS");

@@ -1,12 +1,15 @@
 //! One scenario run: probe exchanges through the link, events uniform in
 //! time, each mapped causally with the estimate of its own epoch available
-//! at that moment, beside two baselines on the same samples.
+//! at that moment and written a merge window later (checked against the
+//! samples taken after it by then, as the live core does), beside two
+//! baselines on the same samples.
 
 use super::clock::{RelayClock, host_ns};
 use super::metrics::{ErrorStats, Report, percentile};
 use super::probing::{Exchange, probe};
 use super::rng::Rng;
 use super::scenarios::Scenario;
+use crate::sync::covering::{CoveringEstimates, Mapping, Refinement, refine};
 use crate::sync::{Estimator, EstimatorConfig, SyncEstimate};
 
 /// Run options.
@@ -18,6 +21,10 @@ pub struct RunOptions {
     /// Events before this (s) are left out of the error statistics (they
     /// still count for bound coverage).
     pub warmup_s: f64,
+    /// How long after its mapping an event is written (s): the daemon's
+    /// merge window (`[merge] window-ms`, 500 by default). The written
+    /// mapping is checked against the samples that exist by then.
+    pub write_delay_s: f64,
 }
 
 impl Default for RunOptions {
@@ -26,6 +33,7 @@ impl Default for RunOptions {
             seed: 1,
             events: 4_000,
             warmup_s: 10.0,
+            write_delay_s: 0.5,
         }
     }
 }
@@ -54,8 +62,14 @@ fn events(sc: &Scenario, clock: &RelayClock, count: usize, rng: &mut Rng) -> Vec
         .collect()
 }
 
-fn signed_error(e: &SyncEstimate, ev: &Event) -> f64 {
-    e.to_host(ev.relay_ns) as f64 - host_ns(ev.at_s)
+/// One event as written: signed error, hard bound and sigma (ns), and
+/// whether no sample after it existed by then.
+#[derive(Clone, Copy, Debug)]
+struct Written {
+    error: f64,
+    bound: u64,
+    sigma: u64,
+    unprobed: bool,
 }
 
 fn sample_offset(x: &Exchange) -> i128 {
@@ -73,55 +87,42 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
     let probing = probe(sc, &clock, &mut rng.fork(11));
     let samples = probing.exchanges;
     let lost = probing.lost;
-    let changes: Vec<f64> = clock.unannounced_changes().collect();
-    // Newest relay receive time (host s) among the samples processed so far.
-    let mut newest_sample_s = f64::NEG_INFINITY;
     let events = events(sc, &clock, opts.events, &mut rng.fork(12));
 
     let mut est = Estimator::new(EstimatorConfig::default());
+    // Every estimate that checked a newer sample, and when (host s) it was
+    // made: what the live core's covering check has at each moment.
+    let mut covering = CoveringEstimates::new(u64::MAX, usize::MAX);
+    let mut covering_at_s: Vec<f64> = Vec::new();
     let mut next = 0;
     let mut naive: Option<i128> = None;
     let mut deferred: Vec<usize> = Vec::new();
-    // Per event: (signed error, bound, sigma, blind) of ours; signed naive
-    // error. Blind: the relay clock changed unannounced before the event
-    // but after every sample processed when it was mapped (no causal
-    // mapping can know of that change yet).
-    let mut ours: Vec<Option<(f64, u64, u64, bool)>> = vec![None; events.len()];
+    // Per event: the estimate it was mapped with on arrival (or once its
+    // epoch had one) and when that was (host s).
+    let mut arrival: Vec<Option<(SyncEstimate, f64)>> = vec![None; events.len()];
     let mut naive_err: Vec<Option<f64>> = vec![None; events.len()];
     let mut late = 0;
-    let mut wrong_epoch = 0;
     let mut freq_errs: Vec<f64> = Vec::new();
-    let mut map =
-        |e: &SyncEstimate, i: usize, newest: f64, out: &mut Vec<Option<(f64, u64, u64, bool)>>| {
-            let ev = &events[i];
-            let blind = changes.iter().any(|&c| c > newest && c <= ev.at_s);
-            if e.boottime_minus_monotonic_ns != ev.bmm {
-                wrong_epoch += 1;
-            }
-            out[i] = Some((
-                signed_error(e, ev),
-                e.bound_at(ev.relay_ns),
-                e.sigma_at(ev.relay_ns),
-                blind,
-            ));
-        };
     for (i, ev) in events.iter().enumerate() {
         while next < samples.len() && samples[next].done_s <= ev.at_s {
             let x = &samples[next];
             let [t1, t2, t3, t4] = x.t;
-            if let Some(e) = est.add_sample(t1, t2, t3, t4, x.bmm)
-                && x.at_s >= 60.0
-            {
-                let truth = clock.freq(x.at_s) * 1e6;
-                freq_errs.push((e.freq_ppm - truth).abs());
+            let estimate = est.add_sample(t1, t2, t3, t4, x.bmm);
+            if let Some(e) = estimate {
+                if x.at_s >= 60.0 {
+                    let truth = clock.freq(x.at_s) * 1e6;
+                    freq_errs.push((e.freq_ppm - truth).abs());
+                }
+                if covering.push(&e) {
+                    covering_at_s.push(x.done_s);
+                }
             }
             naive = Some(sample_offset(x));
-            newest_sample_s = newest_sample_s.max(x.at_s);
             next += 1;
             // Events waiting for their epoch's first estimate.
             deferred.retain(|&j| match est.estimate_for(events[j].bmm) {
                 Some(e) => {
-                    map(&e, j, newest_sample_s, &mut ours);
+                    arrival[j] = Some((e, x.done_s));
                     late += 1;
                     false
                 }
@@ -129,18 +130,63 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
             });
         }
         match est.estimate_for(ev.bmm) {
-            Some(e) => map(&e, i, newest_sample_s, &mut ours),
+            Some(e) => arrival[i] = Some((e, ev.at_s)),
             None => deferred.push(i),
         }
         naive_err[i] = naive.map(|off| (ev.relay_ns as i128 - off) as f64 - host_ns(ev.at_s));
     }
-
     // The samples after the last event, so the estimator ends where the
     // prober's did.
     for x in &samples[next..] {
         let [t1, t2, t3, t4] = x.t;
-        est.add_sample(t1, t2, t3, t4, x.bmm);
+        if let Some(e) = est.add_sample(t1, t2, t3, t4, x.bmm)
+            && covering.push(&e)
+        {
+            covering_at_s.push(x.done_s);
+        }
     }
+
+    // Each event as written: a merge window after it was mapped, checked
+    // against the estimate right after the first sample taken after it, if
+    // that existed by then (see `crate::sync::covering`).
+    let mut wrong_epoch = 0;
+    let mut remapped = 0;
+    let ours: Vec<Option<Written>> = events
+        .iter()
+        .zip(&arrival)
+        .map(|(ev, mapped)| {
+            let (e, mapped_s) = (*mapped)?;
+            if e.boottime_minus_monotonic_ns != ev.bmm {
+                wrong_epoch += 1;
+            }
+            let written_s = mapped_s + opts.write_delay_s;
+            let provisional = Mapping {
+                host_ns: e.to_host(ev.relay_ns),
+                bound_ns: e.bound_at(ev.relay_ns),
+            };
+            let later: Vec<&SyncEstimate> = covering
+                .from(ev.relay_ns)
+                .take_while(|c| covering_at_s[c.sequence as usize] <= written_s)
+                .map(|c| c.estimate)
+                .take_while(|c| c.boottime_minus_monotonic_ns == ev.bmm)
+                .collect();
+            let first = later.first().copied();
+            let (m, how) = refine(provisional, ev.relay_ns, later);
+            if how == Refinement::Remapped {
+                remapped += 1;
+            }
+            let sigma = match (how, first) {
+                (Refinement::Remapped, Some(c)) => c.sigma_at(ev.relay_ns),
+                _ => e.sigma_at(ev.relay_ns),
+            };
+            Some(Written {
+                error: m.host_ns as f64 - host_ns(ev.at_s),
+                bound: m.bound_ns,
+                sigma,
+                unprobed: how == Refinement::Unprobed,
+            })
+        })
+        .collect();
 
     // Perfetto-style: one constant from the last 5 offsets, for all events.
     let tail = &samples[samples.len().saturating_sub(5)..];
@@ -155,7 +201,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
         .iter()
         .zip(&ours)
         .filter(|(ev, _)| steady(ev))
-        .filter_map(|(_, o)| o.map(|o| o.0))
+        .filter_map(|(_, o)| o.map(|o| o.error))
         .collect();
     let naive_steady: Vec<f64> = events
         .iter()
@@ -173,20 +219,20 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
     };
     let ours_stats = ErrorStats::of(&ours_steady);
 
-    let mapped: Vec<(f64, u64, u64, bool)> = ours.iter().flatten().copied().collect();
-    let inside = |m: &(f64, u64, u64, bool)| m.0.abs() <= m.1 as f64;
+    let mapped: Vec<Written> = ours.iter().flatten().copied().collect();
+    let inside = |m: &Written| m.error.abs() <= m.bound as f64;
     let covered = mapped.iter().filter(|m| inside(m)).count();
-    let blind_outside = mapped.iter().filter(|m| m.3 && !inside(m)).count();
-    let blind = mapped.iter().filter(|m| m.3).count();
+    let unprobed_outside = mapped.iter().filter(|m| m.unprobed && !inside(m)).count();
+    let unprobed = mapped.iter().filter(|m| m.unprobed).count();
     let within_3sigma = mapped
         .iter()
-        .filter(|m| m.0.abs() <= 3.0 * m.2 as f64)
+        .filter(|m| m.error.abs() <= 3.0 * m.sigma as f64)
         .count();
-    let mut bounds: Vec<f64> = mapped.iter().map(|m| m.1 as f64).collect();
+    let mut bounds: Vec<f64> = mapped.iter().map(|m| m.bound as f64).collect();
     bounds.sort_by(f64::total_cmp);
     let worst_bound_ratio = mapped
         .iter()
-        .map(|m| m.0.abs() / (m.1 as f64).max(1.0))
+        .map(|m| m.error.abs() / (m.bound as f64).max(1.0))
         .fold(0.0, f64::max);
 
     // Convergence: the last event in the first minute worse than 2x p99.
@@ -194,7 +240,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
     let convergence_s = events
         .iter()
         .zip(&ours)
-        .filter(|(ev, o)| ev.at_s < 60.0 && o.is_some_and(|o| o.0.abs() > threshold))
+        .filter(|(ev, o)| ev.at_s < 60.0 && o.is_some_and(|o| o.error.abs() > threshold))
         .map(|(ev, _)| ev.at_s)
         .fold(0.0, f64::max);
 
@@ -208,7 +254,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
                     .iter()
                     .any(|r| ev.at_s >= r + 1.0 && ev.at_s < r + 60.0)
             })
-            .filter_map(|(_, o)| o.map(|o| o.0.abs()))
+            .filter_map(|(_, o)| o.map(|o| o.error.abs()))
             .collect();
         errs.sort_by(f64::total_cmp);
         percentile(&errs, 0.99)
@@ -227,8 +273,9 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
         unmapped: events.len() - mapped.len(),
         wrong_epoch,
         covered,
-        blind,
-        blind_outside,
+        unprobed,
+        unprobed_outside,
+        remapped,
         within_3sigma,
         bound_p50: percentile(&bounds, 0.5),
         worst_bound_ratio,
