@@ -22,6 +22,7 @@ pub mod covering;
 pub mod edge;
 pub mod estimator;
 pub mod prober;
+mod prober_session;
 pub mod sessions;
 pub mod sim;
 

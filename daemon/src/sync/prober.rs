@@ -39,7 +39,8 @@ use std::net::SocketAddr;
 use tracesync_protocol::probe::{self, OpenError, ProbeKey, ReplayWindow};
 use tracesync_protocol::relay::v1::{Probe, ProbeReply, probe_body::Kind};
 
-use super::sessions::{Registered, RouteKind, SessionCounters, SessionSync, SyncState};
+use super::prober_session::{ActiveSession, Verdict, judge};
+use super::sessions::{Registered, RouteKind, SessionCounters, SessionSync};
 use super::{
     Estimator, EstimatorConfig, ProbeSample, ProberStats, Registration, SyncEstimate, SyncUpdate,
 };
@@ -127,82 +128,6 @@ pub struct PreparedProbe {
     pub nonce: u64,
     pub route: Route,
     pub bytes: Vec<u8>,
-}
-
-#[derive(Debug)]
-struct ActiveSession {
-    registration: Registration,
-    /// Where the relay's last accepted ProbeRegister came from (None: its
-    /// TCP probe connection closed).
-    route: Option<Route>,
-    estimator: Estimator,
-    burst_left: u32,
-    next_probe_ns: u64,
-    /// Current steady spacing (adaptive).
-    interval_ns: u64,
-    /// Samples in a row that agreed with the estimate.
-    agreeing: u32,
-    /// Follow-ups still to send in the current train.
-    follow_ups_left: u32,
-    /// The last reply of the train arrived: send the next probe now.
-    follow_up_due: bool,
-    /// Nonce of the latest probe (per session: 1, 2, 3, ...).
-    last_nonce: u64,
-    /// Nonces already answered (replay detection).
-    answered: ReplayWindow,
-    /// Highest register nonce accepted.
-    register_nonce: u64,
-    /// Host BOOTTIME of the last accepted sample (t4).
-    last_sample_ns: Option<u64>,
-    counters: SessionCounters,
-}
-
-impl ActiveSession {
-    fn start_burst(&mut self, bursts: u32, now_ns: u64) {
-        self.burst_left = bursts;
-        self.next_probe_ns = now_ns;
-        self.follow_ups_left = 0;
-        self.follow_up_due = false;
-        self.agreeing = 0;
-    }
-
-    fn in_burst(&self) -> bool {
-        self.burst_left > 0
-    }
-
-    /// Keeps the adaptive state inside a new schedule.
-    fn adopt(&mut self, config: &ProberConfig) {
-        self.interval_ns = self.interval_ns.clamp(
-            config.min_interval_ns,
-            config.max_interval_ns.max(config.min_interval_ns),
-        );
-        self.burst_left = self.burst_left.min(config.burst_probes);
-        self.follow_ups_left = self
-            .follow_ups_left
-            .min(config.train_length.saturating_sub(1));
-    }
-
-    fn state(&self) -> SyncState {
-        if self.estimator.estimate().is_none() {
-            SyncState::Unsynced
-        } else if self.in_burst() {
-            SyncState::Bursting
-        } else {
-            SyncState::Steady
-        }
-    }
-
-    /// Probes per second now: a burst's, or the steady rate with follow-ups.
-    fn probe_rate_hz(&self, config: &ProberConfig) -> f64 {
-        if self.route.is_none() {
-            return 0.0;
-        }
-        if self.in_burst() {
-            1e9 / config.burst_interval_ns.max(1) as f64
-        } else {
-            f64::from(config.train_length.max(1)) * 1e9 / self.interval_ns.max(1) as f64
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -689,46 +614,6 @@ impl ProberCore {
     /// Counters the edge keeps (socket errors, dropped samples) fold in here.
     pub fn stats_mut(&mut self) -> &mut ProberStats {
         &mut self.stats
-    }
-}
-
-/// How a new sample relates to the estimate before it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verdict {
-    /// The sample's interval meets the estimate's.
-    Agree,
-    Disagree,
-    /// A low-delay sample far outside the estimate: the clock may have stepped.
-    Step,
-}
-
-fn judge(
-    config: &ProberConfig,
-    before: &SyncEstimate,
-    t1: u64,
-    t2: u64,
-    t3: u64,
-    t4: u64,
-) -> Verdict {
-    let (t1, t2, t3, t4) = (t1 as i128, t2 as i128, t3 as i128, t4 as i128);
-    let offset = ((t2 - t1) + (t3 - t4)) / 2;
-    let delay = ((t4 - t1) - (t3 - t2)).max(0);
-    let predicted = before.offset_at(t2 as u64) as i128;
-    let residual = (offset - predicted).unsigned_abs();
-    let elapsed = (t2 - before.ref_relay_ns as i128).unsigned_abs() as f64;
-    let growth = (elapsed * config.bound_growth_ppm * 1e-6) as u128;
-    let tolerance = u128::from(before.error_bound_ns) + growth + (delay as u128).div_ceil(2);
-    if residual <= tolerance {
-        return Verdict::Agree;
-    }
-    let low_delay = delay as u128
-        <= u128::from(before.rtt_ns.max(1)) * u128::from(config.step_max_delay_factor.max(1));
-    let far = residual > tolerance * u128::from(config.step_factor.max(1))
-        && residual > u128::from(config.step_min_ns);
-    if low_delay && far {
-        Verdict::Step
-    } else {
-        Verdict::Disagree
     }
 }
 
