@@ -24,6 +24,7 @@ pub const BUILD_INFO: &str = "tracesync_relay_build_info";
 pub const SOURCE_PACKETS: &str = "tracesync_relay_source_packets_total";
 pub const SOURCE_BYTES: &str = "tracesync_relay_source_bytes_total";
 pub const SOURCE_DROPPED_PACKETS: &str = "tracesync_relay_source_dropped_packets_total";
+pub const SOURCE_REPLAY_FAILURES: &str = "tracesync_relay_source_replay_failures_total";
 pub const SPOOLED_PACKETS: &str = "tracesync_relay_spooled_packets_total";
 pub const SPOOLED_BYTES: &str = "tracesync_relay_spooled_bytes_total";
 pub const SPOOL_BYTES: &str = "tracesync_relay_spool_bytes";
@@ -43,6 +44,7 @@ pub const ALL: &[&str] = &[
     SOURCE_PACKETS,
     SOURCE_BYTES,
     SOURCE_DROPPED_PACKETS,
+    SOURCE_REPLAY_FAILURES,
     SPOOLED_PACKETS,
     SPOOLED_BYTES,
     SPOOL_BYTES,
@@ -85,6 +87,10 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
         SOURCE_DROPPED_PACKETS,
         "Packets the sources dropped, by reason"
     );
+    describe_counter!(
+        SOURCE_REPLAY_FAILURES,
+        "Source resumes whose producers' incremental state could not be replayed whole"
+    );
     describe_counter!(SPOOLED_PACKETS, "Packets written to the spool");
     describe_counter!(SPOOLED_BYTES, "Bytes of the packets written to the spool");
     describe_gauge!(SPOOL_BYTES, "Spool size now, by tier");
@@ -110,7 +116,13 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
         "Heartbeats that advanced the relay's clocks past its last batch sent (unsent batches waiting too long for acks)"
     );
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    for name in [BATCHES_SENT, SENT_BYTES, BATCHES_ACKED, STALLED_HEARTBEATS] {
+    for name in [
+        BATCHES_SENT,
+        SENT_BYTES,
+        BATCHES_ACKED,
+        SOURCE_REPLAY_FAILURES,
+        STALLED_HEARTBEATS,
+    ] {
         counter!(name).absolute(0);
     }
     for reason in ["malformed", "oversized", "sequence_overflow"] {
@@ -168,6 +180,7 @@ impl UplinkMetrics {
 /// Sums every source's counters into the recorder (call once a second).
 pub fn publish_sources(sources: &[Arc<SourceStats>]) {
     let (mut packets, mut bytes, mut malformed, mut oversized, mut overflow) = (0, 0, 0, 0, 0);
+    let mut replay_failures = 0;
     for s in sources {
         let s = s.snapshot();
         packets += s.packets;
@@ -175,12 +188,14 @@ pub fn publish_sources(sources: &[Arc<SourceStats>]) {
         malformed += s.malformed_packets;
         oversized += s.oversized_packets;
         overflow += s.sequence_overflow;
+        replay_failures += s.replay_failures;
     }
     counter!(SOURCE_PACKETS).absolute(packets);
     counter!(SOURCE_BYTES).absolute(bytes);
     counter!(SOURCE_DROPPED_PACKETS, "reason" => "malformed").absolute(malformed);
     counter!(SOURCE_DROPPED_PACKETS, "reason" => "oversized").absolute(oversized);
     counter!(SOURCE_DROPPED_PACKETS, "reason" => "sequence_overflow").absolute(overflow);
+    counter!(SOURCE_REPLAY_FAILURES).absolute(replay_failures);
 }
 
 #[cfg(test)]
@@ -207,10 +222,16 @@ mod tests {
         let b = Arc::new(SourceStats::default());
         a.packets.store(3, std::sync::atomic::Ordering::Relaxed);
         b.packets.store(4, std::sync::atomic::Ordering::Relaxed);
+        b.replay_failures
+            .store(2, std::sync::atomic::Ordering::Relaxed);
         metrics::with_local_recorder(&recorder, || publish_sources(&[a, b]));
         let text = handle.render();
         assert!(
             text.contains("tracesync_relay_source_packets_total 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tracesync_relay_source_replay_failures_total 2"),
             "{text}"
         );
     }
