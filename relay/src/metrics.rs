@@ -24,6 +24,7 @@ pub const BUILD_INFO: &str = "tracesync_relay_build_info";
 pub const SOURCE_PACKETS: &str = "tracesync_relay_source_packets_total";
 pub const SOURCE_BYTES: &str = "tracesync_relay_source_bytes_total";
 pub const SOURCE_DROPPED_PACKETS: &str = "tracesync_relay_source_dropped_packets_total";
+pub const SOURCE_REPLAY_FAILURES: &str = "tracesync_relay_source_replay_failures_total";
 pub const SPOOLED_PACKETS: &str = "tracesync_relay_spooled_packets_total";
 pub const SPOOLED_BYTES: &str = "tracesync_relay_spooled_bytes_total";
 pub const SPOOL_BYTES: &str = "tracesync_relay_spool_bytes";
@@ -35,6 +36,7 @@ pub const SPOOL_DROPPED_BATCHES: &str = "tracesync_relay_spool_dropped_batches_t
 pub const SPOOL_DROPPED_PACKETS: &str = "tracesync_relay_spool_dropped_packets_total";
 pub const RECONNECTS: &str = "tracesync_relay_reconnects_total";
 pub const CONNECTED: &str = "tracesync_relay_connected";
+pub const STALLED_HEARTBEATS: &str = "tracesync_relay_stalled_heartbeats_total";
 
 /// Every relay metric name.
 pub const ALL: &[&str] = &[
@@ -42,6 +44,7 @@ pub const ALL: &[&str] = &[
     SOURCE_PACKETS,
     SOURCE_BYTES,
     SOURCE_DROPPED_PACKETS,
+    SOURCE_REPLAY_FAILURES,
     SPOOLED_PACKETS,
     SPOOLED_BYTES,
     SPOOL_BYTES,
@@ -53,6 +56,7 @@ pub const ALL: &[&str] = &[
     SPOOL_DROPPED_PACKETS,
     RECONNECTS,
     CONNECTED,
+    STALLED_HEARTBEATS,
 ];
 
 /// How often the counters are copied into the recorder.
@@ -83,6 +87,10 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
         SOURCE_DROPPED_PACKETS,
         "Packets the sources dropped, by reason"
     );
+    describe_counter!(
+        SOURCE_REPLAY_FAILURES,
+        "Source resumes whose producers' incremental state could not be replayed whole"
+    );
     describe_counter!(SPOOLED_PACKETS, "Packets written to the spool");
     describe_counter!(SPOOLED_BYTES, "Bytes of the packets written to the spool");
     describe_gauge!(SPOOL_BYTES, "Spool size now, by tier");
@@ -103,8 +111,18 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
         "Connections to the daemon lost and planned again"
     );
     describe_gauge!(CONNECTED, "1 while a session with the daemon is streaming");
+    describe_counter!(
+        STALLED_HEARTBEATS,
+        "Heartbeats that advanced the relay's clocks past its last batch sent (unsent batches waiting too long for acks)"
+    );
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    for name in [BATCHES_SENT, SENT_BYTES, BATCHES_ACKED] {
+    for name in [
+        BATCHES_SENT,
+        SENT_BYTES,
+        BATCHES_ACKED,
+        SOURCE_REPLAY_FAILURES,
+        STALLED_HEARTBEATS,
+    ] {
         counter!(name).absolute(0);
     }
     for reason in ["malformed", "oversized", "sequence_overflow"] {
@@ -117,6 +135,12 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
 pub fn batch_sent(bytes: usize) {
     counter!(BATCHES_SENT).increment(1);
     counter!(SENT_BYTES).increment(bytes as u64);
+}
+
+/// A heartbeat advanced the relay's clocks past its last batch sent
+/// (`uplink::claims`).
+pub fn stalled_heartbeat() {
+    counter!(STALLED_HEARTBEATS).increment(1);
 }
 
 /// The daemon acknowledged `n` more batches.
@@ -156,6 +180,7 @@ impl UplinkMetrics {
 /// Sums every source's counters into the recorder (call once a second).
 pub fn publish_sources(sources: &[Arc<SourceStats>]) {
     let (mut packets, mut bytes, mut malformed, mut oversized, mut overflow) = (0, 0, 0, 0, 0);
+    let mut replay_failures = 0;
     for s in sources {
         let s = s.snapshot();
         packets += s.packets;
@@ -163,12 +188,14 @@ pub fn publish_sources(sources: &[Arc<SourceStats>]) {
         malformed += s.malformed_packets;
         oversized += s.oversized_packets;
         overflow += s.sequence_overflow;
+        replay_failures += s.replay_failures;
     }
     counter!(SOURCE_PACKETS).absolute(packets);
     counter!(SOURCE_BYTES).absolute(bytes);
     counter!(SOURCE_DROPPED_PACKETS, "reason" => "malformed").absolute(malformed);
     counter!(SOURCE_DROPPED_PACKETS, "reason" => "oversized").absolute(oversized);
     counter!(SOURCE_DROPPED_PACKETS, "reason" => "sequence_overflow").absolute(overflow);
+    counter!(SOURCE_REPLAY_FAILURES).absolute(replay_failures);
 }
 
 #[cfg(test)]
@@ -195,10 +222,16 @@ mod tests {
         let b = Arc::new(SourceStats::default());
         a.packets.store(3, std::sync::atomic::Ordering::Relaxed);
         b.packets.store(4, std::sync::atomic::Ordering::Relaxed);
+        b.replay_failures
+            .store(2, std::sync::atomic::Ordering::Relaxed);
         metrics::with_local_recorder(&recorder, || publish_sources(&[a, b]));
         let text = handle.render();
         assert!(
             text.contains("tracesync_relay_source_packets_total 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tracesync_relay_source_replay_failures_total 2"),
             "{text}"
         );
     }
