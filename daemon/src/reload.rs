@@ -168,6 +168,10 @@ pub fn plan(running: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
         s.sync_point_threshold_ns != t.sync_point_threshold_ns,
         "sync.sync-point-threshold-ns",
     );
+    restart(
+        s.kernel_rx_timestamps != t.kernel_rx_timestamps,
+        "sync.kernel-rx-timestamps",
+    );
 
     // Sections this function does not name (added later): compare what is
     // left once every named key is made equal.
@@ -260,14 +264,18 @@ mod tests {
         let running = DaemonConfig::default();
         let new = parse(
             "[sync]\nmax-interval-ms = 1000\nprobe-timeout-ms = 500\n\
-             sync-point-threshold-ns = 10\n",
+             sync-point-threshold-ns = 10\nkernel-rx-timestamps = false\n",
         );
+        assert!(!new.sync.prober_config().kernel_rx_timestamps);
         let plan = plan(&running, &new);
         assert_eq!(
             plan.applied,
             ["sync.max-interval-ms", "sync.probe-timeout-ms"]
         );
-        assert_eq!(plan.need_restart, ["sync.sync-point-threshold-ns"]);
+        assert_eq!(
+            plan.need_restart,
+            ["sync.sync-point-threshold-ns", "sync.kernel-rx-timestamps"]
+        );
         assert!(plan.prober_changed());
         assert!(!plan.output_limits_changed());
     }

@@ -213,6 +213,22 @@ pub fn parse_kernel_rx_timestamps(value: &str) -> Result<bool, String> {
     }
 }
 
+/// Whether a probe socket asks for kernel receive timestamps: the config
+/// key's value (`[sync] kernel-rx-timestamps` of either end), unless
+/// [`KERNEL_RX_TIMESTAMPS_ENV`] is set (a switch for test harnesses and
+/// diagnosis; it wins). The error names a bad environment value; the
+/// caller logs it and keeps the configured value.
+pub fn kernel_rx_timestamps(configured: bool) -> (bool, Option<String>) {
+    match std::env::var(KERNEL_RX_TIMESTAMPS_ENV) {
+        Err(std::env::VarError::NotPresent) => (configured, None),
+        Ok(v) => match parse_kernel_rx_timestamps(&v) {
+            Ok(on) => (on, None),
+            Err(why) => (configured, Some(why)),
+        },
+        Err(e) => (configured, Some(format!("{KERNEL_RX_TIMESTAMPS_ENV}: {e}"))),
+    }
+}
+
 /// Environment switch of kernel receive timestamps on both probe ends.
 pub const KERNEL_RX_TIMESTAMPS_ENV: &str = "TRACESYNC_KERNEL_RX_TIMESTAMPS";
 

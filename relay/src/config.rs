@@ -405,10 +405,12 @@ impl RelayConfig {
             spool_disk_bytes,
             linger: Duration::from_millis(linger_ms),
             clock,
-            sync: crate::probe::SyncConfig {
-                transport: flags
-                    .sync_transport
-                    .unwrap_or(file.sync.unwrap_or_default().transport),
+            sync: {
+                let sync = file.sync.unwrap_or_default();
+                crate::probe::SyncConfig {
+                    transport: flags.sync_transport.unwrap_or(sync.transport),
+                    ..sync
+                }
             },
             clock_schedule,
             log,
@@ -584,6 +586,9 @@ mod tests {
     fn sync_section_picks_the_probe_transport() {
         use crate::probe::SyncTransport;
         assert_eq!(parse("").unwrap().sync.transport, SyncTransport::Auto);
+        assert!(parse("").unwrap().sync.kernel_rx_timestamps);
+        let config = parse("[sync]\nkernel-rx-timestamps = false\n").unwrap();
+        assert!(!config.sync.kernel_rx_timestamps);
         let config = parse("[sync]\ntransport = \"tcp\"\n").unwrap();
         assert_eq!(config.sync.transport, SyncTransport::Tcp);
         let flags = Flags {

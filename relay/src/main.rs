@@ -207,12 +207,12 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
     let wait_limit =
         uplink_config.intake_grace + uplink_config.drain_timeout + Duration::from_secs(2);
     let probe_clock = clock.clone();
-    let sync_transport = config.sync.transport;
+    let sync_config = config.sync;
     let start_probe: uplink::ProbeStarter = Box::new(move |target, token| {
         tokio::spawn(tracesync_relay::probe::run_probe_responder(
             probe_clock.clone(),
             target,
-            sync_transport,
+            sync_config,
             token,
         ));
     });

@@ -65,12 +65,23 @@ pub const SILENCE_GIVE_UP: Duration = Duration::from_secs(5);
 const TCP_RETRY: Duration = Duration::from_secs(1);
 
 /// The relay's `[sync]` section.
-#[derive(serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[derive(serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct SyncConfig {
     /// How probes reach this relay (`--sync-transport` overrides it).
-    #[serde(default)]
     pub transport: SyncTransport,
+    /// Stamp probes with the kernel's receive time (t2), mapped onto the
+    /// relay's clock, instead of the clock read after the receive.
+    pub kernel_rx_timestamps: bool,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            transport: SyncTransport::default(),
+            kernel_rx_timestamps: probe::KERNEL_RX_TIMESTAMPS_DEFAULT,
+        }
+    }
 }
 
 /// How probes reach this relay (`[sync] transport`, `--sync-transport`).
@@ -237,11 +248,11 @@ pub fn tcp_codec() -> LengthDelimitedCodec {
 pub async fn run_probe_responder(
     clock: SharedClock,
     target: ProbeTarget,
-    transport: SyncTransport,
+    sync: SyncConfig,
     shutdown: CancellationToken,
 ) {
     let stats = Arc::new(ResponderStats::default());
-    run_probe_responder_with_stats(clock, target, transport, shutdown, stats).await;
+    run_probe_responder_with_stats(clock, target, sync, shutdown, stats).await;
 }
 
 /// As [`run_probe_responder`], counting into `stats`.
@@ -252,7 +263,7 @@ pub async fn run_probe_responder(
 pub async fn run_probe_responder_with_stats(
     clock: SharedClock,
     target: ProbeTarget,
-    transport: SyncTransport,
+    sync: SyncConfig,
     shutdown: CancellationToken,
     stats: Arc<ResponderStats>,
 ) {
@@ -275,14 +286,9 @@ pub async fn run_probe_responder_with_stats(
                 .enable_all()
                 .build()
             {
-                Ok(runtime) => runtime.block_on(respond(
-                    clock,
-                    daemon,
-                    responder,
-                    transport,
-                    thread_stop,
-                    stats,
-                )),
+                Ok(runtime) => {
+                    runtime.block_on(respond(clock, daemon, responder, sync, thread_stop, stats))
+                }
                 Err(error) => {
                     tracing::warn!(%error, "probe responder: no runtime of its own; probes off");
                 }
@@ -316,16 +322,19 @@ struct Ctx {
     shutdown: CancellationToken,
     /// Give up a silent transport (`auto` only).
     give_up: bool,
+    /// `[sync] kernel-rx-timestamps`.
+    kernel_rx_timestamps: bool,
 }
 
 async fn respond(
     clock: SharedClock,
     daemon: SocketAddr,
     responder: Responder,
-    mode: SyncTransport,
+    sync: SyncConfig,
     shutdown: CancellationToken,
     stats: Arc<ResponderStats>,
 ) {
+    let mode = sync.transport;
     let mut ctx = Ctx {
         clock,
         daemon,
@@ -333,6 +342,7 @@ async fn respond(
         stats,
         shutdown,
         give_up: mode == SyncTransport::Auto,
+        kernel_rx_timestamps: sync.kernel_rx_timestamps,
     };
     let mut tcp = mode == SyncTransport::Tcp;
     loop {
@@ -385,7 +395,7 @@ async fn run_udp(ctx: &mut Ctx) -> Ended {
     let mut next_register = Instant::now();
     // One byte more than the limit: a truncated read shows as oversized.
     let mut buffer = [0u8; MAX_PROBE_DATAGRAM_BYTES + 1];
-    let mut rx = RxStamps::new(&socket);
+    let mut rx = RxStamps::new(&socket, ctx.kernel_rx_timestamps);
     loop {
         rx.before_wait(&ctx.clock);
         tokio::select! {
@@ -525,14 +535,12 @@ struct RxStamps {
 }
 
 impl RxStamps {
-    fn new(socket: &UdpSocket) -> Self {
-        let wanted = match probe::kernel_rx_timestamps_from_env() {
-            Ok(on) => on,
-            Err(why) => {
-                tracing::warn!("probe responder: {why}");
-                probe::KERNEL_RX_TIMESTAMPS_DEFAULT
-            }
-        };
+    /// `configured`: `[sync] kernel-rx-timestamps`.
+    fn new(socket: &UdpSocket, configured: bool) -> Self {
+        let (wanted, bad_env) = probe::kernel_rx_timestamps(configured);
+        if let Some(why) = bad_env {
+            tracing::warn!("probe responder: {why}");
+        }
         let kernel = if wanted {
             match nix::sys::socket::setsockopt(
                 socket,

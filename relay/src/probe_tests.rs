@@ -133,7 +133,10 @@ async fn udp_registers_then_answers_its_own_authentic_probes_only() {
     let task = tokio::spawn(run_probe_responder_with_stats(
         clock.clone(),
         target(daemon_addr),
-        SyncTransport::Udp,
+        SyncConfig {
+            transport: SyncTransport::Udp,
+            ..SyncConfig::default()
+        },
         shutdown.clone(),
         stats.clone(),
     ));
@@ -220,7 +223,10 @@ async fn tcp_transport_answers_on_its_own_connection() {
     let task = tokio::spawn(run_probe_responder_with_stats(
         clock,
         target(addr),
-        SyncTransport::Tcp,
+        SyncConfig {
+            transport: SyncTransport::Tcp,
+            ..SyncConfig::default()
+        },
         shutdown.clone(),
         stats.clone(),
     ));
@@ -251,7 +257,10 @@ async fn auto_falls_back_to_tcp_when_udp_brings_no_probes() {
     let task = tokio::spawn(run_probe_responder_with_stats(
         clock,
         target(addr),
-        SyncTransport::Auto,
+        SyncConfig {
+            transport: SyncTransport::Auto,
+            ..SyncConfig::default()
+        },
         shutdown.clone(),
         stats.clone(),
     ));

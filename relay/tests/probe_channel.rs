@@ -24,7 +24,7 @@ use tracesync_protocol::probe::{self, ProbeKey};
 use tracesync_protocol::relay::v1::{ProbeReply, probe_body::Kind};
 use tracesync_relay::clocks::{RelayClock, SharedClock, SimulatedClock};
 use tracesync_relay::probe::{
-    ProbeTarget, ResponderStats, SyncTransport, run_probe_responder_with_stats,
+    ProbeTarget, ResponderStats, SyncConfig, SyncTransport, run_probe_responder_with_stats,
 };
 
 const SESSION: u64 = 0x0bad_cafe_0000_0001;
@@ -123,7 +123,10 @@ fn start_relay(
             session_id: SESSION,
             probe_key: KEY.to_vec(),
         },
-        transport,
+        SyncConfig {
+            transport,
+            ..SyncConfig::default()
+        },
         stop.clone(),
         stats.clone(),
     ));

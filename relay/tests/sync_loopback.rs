@@ -11,7 +11,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tracesync::sync::{ProbeSessions, Registration, SyncEstimate, spawn_prober};
 use tracesync_relay::clocks::{RelayClock, SharedClock, SimulatedClock};
-use tracesync_relay::probe::{ProbeTarget, SyncTransport, run_probe_responder};
+use tracesync_relay::probe::{ProbeTarget, SyncConfig, SyncTransport, run_probe_responder};
 
 const SESSION: u64 = 0x0123_4567_89ab_cdef;
 const SLOT: u32 = 4;
@@ -53,7 +53,10 @@ async fn prober_and_responder_find_the_simulated_offset() {
             session_id: SESSION,
             probe_key: KEY.to_vec(),
         },
-        SyncTransport::Udp,
+        SyncConfig {
+            transport: SyncTransport::Udp,
+            ..SyncConfig::default()
+        },
         shutdown.clone(),
     ));
 

@@ -8,7 +8,8 @@ use super::ProberConfig;
 const MS: u64 = 1_000_000;
 
 /// `[sync]` of the daemon config: the prober's schedule and the sync-point
-/// threshold. Every key but `sync-point-threshold-ns` applies on SIGHUP.
+/// threshold. Every key but `sync-point-threshold-ns` and
+/// `kernel-rx-timestamps` applies on SIGHUP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct SyncConfig {
@@ -38,6 +39,10 @@ pub struct SyncConfig {
     /// by more than this (ns). Needs a restart.
     #[serde(deserialize_with = "sync_point_threshold_ns")]
     pub sync_point_threshold_ns: u64,
+    /// Stamp probe replies with the kernel's receive time (SO_TIMESTAMPNS,
+    /// mapped onto BOOTTIME) instead of the clock read after the receive.
+    /// Needs a restart.
+    pub kernel_rx_timestamps: bool,
 }
 
 impl Default for SyncConfig {
@@ -52,6 +57,7 @@ impl Default for SyncConfig {
             train_length: u64::from(prober.train_length),
             probe_timeout_ms: prober.probe_timeout_ns / MS,
             sync_point_threshold_ns: crate::live::LiveConfig::default().sync_threshold_ns,
+            kernel_rx_timestamps: prober.kernel_rx_timestamps,
         }
     }
 }
@@ -86,6 +92,7 @@ impl SyncConfig {
             max_interval_ns: self.max_interval_ms.saturating_mul(MS),
             train_length: to_u32(self.train_length),
             probe_timeout_ns: self.probe_timeout_ms.saturating_mul(MS),
+            kernel_rx_timestamps: self.kernel_rx_timestamps,
             ..ProberConfig::default()
         }
     }

@@ -304,7 +304,7 @@ async fn run(
         events: tcp_tx,
         codec: tcp_codec(),
     };
-    let mut rx = RxStamps::new(&socket);
+    let mut rx = RxStamps::new(&socket, config.kernel_rx_timestamps);
     let mut core = ProberCore::new(config);
     let mut held = HeldUpdates::default();
     let mut seen_generation = 0;

@@ -76,6 +76,9 @@ pub struct ProberConfig {
     pub probe_timeout_ns: u64,
     /// Most probes awaiting a reply, over all sessions.
     pub max_outstanding: usize,
+    /// The edge asks the UDP socket for kernel receive timestamps (t4);
+    /// read once when the prober starts.
+    pub kernel_rx_timestamps: bool,
     pub estimator: EstimatorConfig,
 }
 
@@ -100,6 +103,7 @@ impl Default for ProberConfig {
             // link: ~1 s); before it existed, only max_outstanding forgot.
             probe_timeout_ns: 2_000_000_000,
             max_outstanding: 4096,
+            kernel_rx_timestamps: tracesync_protocol::probe::KERNEL_RX_TIMESTAMPS_DEFAULT,
             estimator: EstimatorConfig::default(),
         }
     }

@@ -21,14 +21,12 @@ pub(super) struct RxStamps {
 }
 
 impl RxStamps {
-    pub(super) fn new(socket: &UdpSocket) -> Self {
-        let wanted = match tracesync_protocol::probe::kernel_rx_timestamps_from_env() {
-            Ok(on) => on,
-            Err(why) => {
-                tracing::warn!("sync: {why}");
-                tracesync_protocol::probe::KERNEL_RX_TIMESTAMPS_DEFAULT
-            }
-        };
+    /// `configured`: `[sync] kernel-rx-timestamps`.
+    pub(super) fn new(socket: &UdpSocket, configured: bool) -> Self {
+        let (wanted, bad_env) = tracesync_protocol::probe::kernel_rx_timestamps(configured);
+        if let Some(why) = bad_env {
+            tracing::warn!("sync: {why}");
+        }
         let kernel = wanted
             .then(|| {
                 nix::sys::socket::setsockopt(
