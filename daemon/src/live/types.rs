@@ -58,7 +58,7 @@ impl Default for LiveConfig {
             host_name: None,
             host_snapshot_interval_ns: 1_000_000_000,
             pending_max_packets: 200_000,
-            pending_max_bytes: 32 << 20,
+            pending_max_bytes: 16 << 20,
             pending_max_age_ns: 10_000_000_000,
             queue_max_bytes: 64 << 20,
             max_unacked_batches: 65_536,
