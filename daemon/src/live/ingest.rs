@@ -461,10 +461,24 @@ impl LiveCore {
         }
     }
 
-    /// The relay's pending queue is at its bound.
+    /// The relay's pending queue is at its bound, or the relays still
+    /// waiting for their first estimate hold `pending_max_bytes` together
+    /// (so their startup does not cost memory per relay: they are held
+    /// back, their spools keep the data).
     pub(super) fn pending_full(&self, relay: &Relay) -> bool {
+        let max_bytes = self.config.pending_max_bytes;
         relay.pending.len() >= self.config.pending_max_packets
-            || relay.pending_bytes >= self.config.pending_max_bytes
+            || relay.pending_bytes >= max_bytes
+            || (relay.estimate.is_none() && self.unsynced_pending_bytes() >= max_bytes)
+    }
+
+    /// Pending bytes of all relays without a sync estimate.
+    fn unsynced_pending_bytes(&self) -> usize {
+        self.relays
+            .values()
+            .filter(|r| r.estimate.is_none())
+            .map(|r| r.pending_bytes)
+            .sum()
     }
 
     /// Resolves what can be resolved of a relay's pending packets, in

@@ -25,7 +25,9 @@ pub struct LiveConfig {
     /// Interval of the host's own ClockSnapshot packets.
     pub host_snapshot_interval_ns: u64,
     /// Per relay: packets waiting for a resolvable clock (count, and bytes
-    /// with each packet's queue entry).
+    /// with each packet's queue entry, copies as allocated). Relays still
+    /// waiting for their first estimate are held back once they hold
+    /// `pending_max_bytes` together.
     pub pending_max_packets: usize,
     pub pending_max_bytes: usize,
     /// A pending packet whose clock still has no path this long after it

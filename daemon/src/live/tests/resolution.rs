@@ -519,3 +519,33 @@ fn pending_bytes_count_each_copy_as_allocated() {
         .unwrap();
     assert_eq!(core.held_back(0), [c.slot], "three are at it");
 }
+
+#[test]
+fn unsynced_relays_share_one_pending_byte_bound() {
+    use crate::live::ingest::{allocated, pending_entry_size};
+    let packet = event(2, 1);
+    let len = encode(std::slice::from_ref(&packet))[0].len();
+    let per_packet = allocated(len) + pending_entry_size();
+    let mut core = LiveCore::new(
+        LiveConfig {
+            pending_max_bytes: 4 * per_packet,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let a = core.connect(hello(10, 1, "a"), 0).unwrap();
+    let b = core.connect(hello(20, 2, "b"), 0).unwrap();
+    let two = |ts: u64| encode(&[event(2, ts), event(2, ts + 1)]);
+    core.batch(a.slot, 1, 0, two(1), None, 0).unwrap();
+    assert!(core.held_back(0).is_empty(), "2 of 4 held in all");
+    core.batch(b.slot, 1, 0, two(1), None, 0).unwrap();
+    // Each is at half its own bound; together they hold it: both wait.
+    let mut held = core.held_back(0);
+    held.sort_unstable();
+    assert_eq!(held, [a.slot, b.slot]);
+    // Once one is synced its packets are released and the other reads.
+    core.sync(a.slot, estimate(0)).unwrap();
+    assert!(core.held_back(0).is_empty());
+    assert_eq!(drop_count(&core, 1, reason::NO_PATH), 0);
+    assert_eq!(drop_count(&core, 2, reason::NO_PATH), 0);
+}
