@@ -24,6 +24,13 @@ use super::stamp::stamp_relayed;
 use super::types::{RelaySlot, SessionError};
 use crate::clock::ConvertError;
 
+/// A staged batch buffer with more unused room than 1/this of its length
+/// is shrunk before its packets are queued.
+const SLACK_DIVISOR: usize = 16;
+
+/// Staged packets whose room is kept between batches.
+const STAGED_KEEP: usize = 16_384;
+
 /// What ingest learned about a packet in stream order.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Meta {
@@ -49,10 +56,26 @@ pub(super) struct PendingPacket {
 
 impl PendingPacket {
     /// Memory it holds, as counted against `pending_max_bytes`: its bytes
-    /// (a copy of its own) plus the queue entry.
-    fn held(&self) -> usize {
-        self.bytes.len() + std::mem::size_of::<PendingPacket>()
+    /// (a copy of its own, an allocation of its own) plus the queue entry.
+    pub(super) fn held(&self) -> usize {
+        allocated(self.bytes.len()) + std::mem::size_of::<PendingPacket>()
     }
+}
+
+/// Heap memory of an allocation of `len` bytes: the allocator's header and
+/// rounding (16-byte chunks, 32 at least, as glibc's malloc), none for 0.
+pub(super) fn allocated(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        (len + 8).next_multiple_of(16).max(32)
+    }
+}
+
+/// Size of a pending queue entry (the packet's bytes are apart).
+#[cfg(test)]
+pub(super) fn pending_entry_size() -> usize {
+    std::mem::size_of::<PendingPacket>()
 }
 
 /// Resolved packets of the batch being ingested, stamped into `buf`.
@@ -376,7 +399,14 @@ impl LiveCore {
             staged.buf.clear();
             return;
         }
-        let buf = Bytes::from(std::mem::take(&mut staged.buf));
+        let mut buf = std::mem::take(&mut staged.buf);
+        // The queued slices keep the whole allocation alive, and the queue
+        // counts only their bytes: no unused room behind them (packets of
+        // the batch that went pending or were dropped, growth slack).
+        if buf.capacity() - buf.len() > buf.len() / SLACK_DIVISOR {
+            buf.shrink_to_fit();
+        }
+        let buf = Bytes::from(buf);
         for (stream, mut queued, range) in staged.packets.drain(..) {
             queued.packet.bytes = if queued.packet.role == Role::Data {
                 buf.slice(range)
@@ -387,6 +417,11 @@ impl LiveCore {
                 Bytes::copy_from_slice(&buf[range])
             };
             self.order.push(stream, queued);
+        }
+        // A retry of a long pending queue stages it all at once: that
+        // burst's room is not kept for the next batch.
+        if staged.packets.capacity() > STAGED_KEEP {
+            staged.packets.shrink_to(STAGED_KEEP);
         }
     }
 
@@ -426,10 +461,24 @@ impl LiveCore {
         }
     }
 
-    /// The relay's pending queue is at its bound.
+    /// The relay's pending queue is at its bound, or the relays still
+    /// waiting for their first estimate hold `pending_max_bytes` together
+    /// (so their startup does not cost memory per relay: they are held
+    /// back, their spools keep the data).
     pub(super) fn pending_full(&self, relay: &Relay) -> bool {
+        let max_bytes = self.config.pending_max_bytes;
         relay.pending.len() >= self.config.pending_max_packets
-            || relay.pending_bytes >= self.config.pending_max_bytes
+            || relay.pending_bytes >= max_bytes
+            || (relay.estimate.is_none() && self.unsynced_pending_bytes() >= max_bytes)
+    }
+
+    /// Pending bytes of all relays without a sync estimate.
+    fn unsynced_pending_bytes(&self) -> usize {
+        self.relays
+            .values()
+            .filter(|r| r.estimate.is_none())
+            .map(|r| r.pending_bytes)
+            .sum()
     }
 
     /// Resolves what can be resolved of a relay's pending packets, in
@@ -489,6 +538,11 @@ impl LiveCore {
             match resolution {
                 Resolution::Ready { ts, boottime } => {
                     self.stage(&m, &p.bytes, &fields, ts, boottime, &mut staged);
+                    // Queued in slices: a long pending queue is not staged
+                    // (and its staging room kept) all at once.
+                    if staged.packets.len() >= STAGED_KEEP {
+                        self.queue_staged(&mut staged);
+                    }
                 }
                 Resolution::Drop(why) => self.dropped(&m, why),
                 Resolution::NoPath | Resolution::NoSync => {}

@@ -35,8 +35,14 @@ pub struct Queued {
 /// small packets too.
 pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<(u64, Queued)>();
 
-/// Capacity an emptied stream queue keeps.
+/// Capacity a stream queue keeps when it shrinks.
 const KEEP_CAPACITY: usize = 4_096;
+
+/// A stream queue holding less than 1/this of its capacity gives the rest
+/// back (after a burst), so the memory behind [`Order::bytes`] stays within
+/// a small factor of what it counts. Amortised: after shrinking to twice its
+/// length a queue must lose half its packets again before the next shrink.
+const SHRINK_BELOW: usize = 4;
 
 #[derive(Debug, Default)]
 pub struct Order {
@@ -87,6 +93,9 @@ impl Order {
             // packets (regrowing it every batch costs copies), not a burst's.
             None => queue.shrink_to(KEEP_CAPACITY),
         }
+        if queue.capacity() > KEEP_CAPACITY && queue.len() < queue.capacity() / SHRINK_BELOW {
+            queue.shrink_to((queue.len() * 2).max(KEEP_CAPACITY));
+        }
         self.bytes -= item.packet.bytes.len() + ENTRY_OVERHEAD;
         self.len -= 1;
         Some(item)
@@ -108,8 +117,71 @@ impl Order {
         }
     }
 
+    /// Entries the stream queues have room for (their memory is this times
+    /// [`ENTRY_OVERHEAD`]).
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.streams.values().map(VecDeque::capacity).sum()
+    }
+
     /// Packets queued on one stream.
     pub fn stream_len(&self, stream: StreamId) -> usize {
         self.streams.get(&stream).map_or(0, VecDeque::len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::packet::Role;
+
+    fn queued(ts: i64, len: usize) -> Queued {
+        Queued {
+            packet: OutPacket {
+                ts,
+                machine_raw_id: 1,
+                machine_name: None,
+                seq: 2,
+                clock: 0,
+                clock_ts: 0,
+                err_ns: 0,
+                data_field: None,
+                src: std::sync::Arc::from("test"),
+                role: Role::Data,
+                origin: None,
+                bytes: bytes::Bytes::from(vec![0u8; len]),
+            },
+            relay_boottime: None,
+            batch: None,
+        }
+    }
+
+    #[test]
+    fn bytes_count_each_entry_and_a_burst_gives_its_room_back() {
+        let mut order = Order::default();
+        let burst = 100_000;
+        for ts in 0..burst {
+            order.push(0, queued(ts, 10));
+        }
+        assert_eq!(order.bytes(), burst as usize * (10 + ENTRY_OVERHEAD));
+        assert!(order.capacity() >= burst as usize);
+        // While it drains, the room behind the queue stays within a
+        // factor of what is still in it (the bound counts entries, so the
+        // memory behind the bound stays bounded too).
+        let mut expected = 0;
+        while order.len() > 10 {
+            let q = order.pop().expect("queued");
+            assert_eq!(q.packet.ts, expected);
+            expected += 1;
+            let bound = KEEP_CAPACITY.max(SHRINK_BELOW * (order.len() + 1));
+            assert!(
+                order.capacity() <= bound,
+                "capacity {} with {} queued",
+                order.capacity(),
+                order.len()
+            );
+        }
+        assert_eq!(order.bytes(), 10 * (10 + ENTRY_OVERHEAD));
+        assert!(order.capacity() <= KEEP_CAPACITY);
     }
 }

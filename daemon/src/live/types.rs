@@ -25,7 +25,9 @@ pub struct LiveConfig {
     /// Interval of the host's own ClockSnapshot packets.
     pub host_snapshot_interval_ns: u64,
     /// Per relay: packets waiting for a resolvable clock (count, and bytes
-    /// with each packet's queue entry).
+    /// with each packet's queue entry, copies as allocated). Relays still
+    /// waiting for their first estimate are held back once they hold
+    /// `pending_max_bytes` together.
     pub pending_max_packets: usize,
     pub pending_max_bytes: usize,
     /// A pending packet whose clock still has no path this long after it
@@ -58,7 +60,7 @@ impl Default for LiveConfig {
             host_name: None,
             host_snapshot_interval_ns: 1_000_000_000,
             pending_max_packets: 200_000,
-            pending_max_bytes: 32 << 20,
+            pending_max_bytes: 16 << 20,
             pending_max_age_ns: 10_000_000_000,
             queue_max_bytes: 64 << 20,
             max_unacked_batches: 65_536,

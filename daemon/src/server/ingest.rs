@@ -178,6 +178,8 @@ where
         let mut batch = Vec::with_capacity(64);
         let mut sync_open = true;
         let mut limits = self.settings.limits.take();
+        // Packets handed to the core since the last drain.
+        let mut ingested = 0;
         loop {
             tokio::select! {
                 n = io.events.recv_many(&mut batch, 64), if !self.failing => {
@@ -186,14 +188,25 @@ where
                     }
                     let now = hostclock::boottime_ns();
                     for event in batch.drain(..) {
-                        self.on_event(event, now);
+                        ingested += self.on_event(event, now);
+                        // Many frames of small packets at once would pile
+                        // up in the core (each queued packet costs far more
+                        // than its bytes in the frame) before the next
+                        // drain tick: drain in between.
+                        if ingested >= DRAIN_AFTER_PACKETS && !self.failing {
+                            ingested = 0;
+                            self.drain(&io.packets);
+                        }
                     }
                 }
                 update = io.sync_updates.recv(), if sync_open => match update {
                     Some(update) => self.on_sync(&update),
                     None => sync_open = false,
                 },
-                _ = drain.tick(), if !self.failing => self.drain(&io.packets),
+                _ = drain.tick(), if !self.failing => {
+                    ingested = 0;
+                    self.drain(&io.packets);
+                }
                 _ = commit.tick() => self.commit(&io.packets),
                 _ = host.tick() => self.core.host_tick(hostclock::boottime_ns()),
                 _ = status.tick() => self.publish_status(&io.status, &io.packets),
@@ -206,7 +219,8 @@ where
         self.finish(&io.packets, &io.status).await
     }
 
-    fn on_event(&mut self, event: IngestEvent, now: u64) {
+    /// Returns how many packets it handed to the core.
+    fn on_event(&mut self, event: IngestEvent, now: u64) -> usize {
         match event {
             IngestEvent::Connect {
                 session_id,
@@ -217,7 +231,7 @@ where
                     Ok(admitted) => admitted,
                     Err(reason) => {
                         let _ = reply.send(Err(reason));
-                        return;
+                        return 0;
                     }
                 };
                 if let Some(old) = admitted.replaced
@@ -242,13 +256,14 @@ where
                 if reply.send(Ok(welcomed)).is_err() {
                     // The session went away while we decided.
                     self.core.disconnect(admitted.slot);
-                    return;
+                    return 0;
                 }
                 let entry = SessionEntry {
                     session_id,
                     feedback,
                 };
                 self.sessions.insert(admitted.slot, entry);
+                0
             }
             IngestEvent::Batch {
                 slot,
@@ -256,13 +271,16 @@ where
                 batch,
                 credit,
             } => {
-                if self.is_current(slot, session_id)
-                    && let Err(reason) = self.core.batch(slot, batch, now)
-                {
+                let packets = batch.packets.len();
+                if !self.is_current(slot, session_id) {
+                    return 0;
+                }
+                if let Err(reason) = self.core.batch(slot, batch, now) {
                     self.close_slot(slot, &reason);
                 }
                 // The frame is ingested: its bytes go back to the budget.
                 drop(credit);
+                packets
             }
             IngestEvent::Heartbeat {
                 slot,
@@ -274,12 +292,14 @@ where
                 {
                     self.close_slot(slot, &reason);
                 }
+                0
             }
             IngestEvent::Disconnected { slot, session_id } => {
                 if self.is_current(slot, session_id) {
                     self.sessions.remove(&slot);
                     self.core.disconnect(slot);
                 }
+                0
             }
         }
     }
@@ -364,6 +384,11 @@ where
         // Tail subscribers get what was written, in order, in one call.
         packets.publish_all(&self.unwritten[first..]);
         self.unwritten.clear();
+        // A burst (packets forced out past the queue's bound) does not keep
+        // its room: the usual drain round needs far less.
+        if self.unwritten.capacity() > UNWRITTEN_KEEP {
+            self.unwritten.shrink_to(UNWRITTEN_KEEP);
+        }
         self.written_of_unwritten = 0;
         true
     }
@@ -518,6 +543,14 @@ fn unix_ms() -> u64 {
 
 /// Drain rounds per drain tick at most (the next tick goes on).
 const DRAIN_ROUNDS: usize = 64;
+
+/// Packets ingested between two drains at most (about 8 MiB of queue with
+/// small packets), besides the drain tick.
+const DRAIN_AFTER_PACKETS: usize = 32_768;
+
+/// Drained packets whose room is kept between drain rounds (a round of
+/// small packets is about this many).
+const UNWRITTEN_KEEP: usize = 65_536;
 
 /// How long shutdown retries a failing final commit.
 const FINAL_COMMIT_PATIENCE: Duration = Duration::from_secs(5);

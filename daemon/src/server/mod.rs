@@ -45,7 +45,9 @@ pub const INGEST_QUEUE: usize = 32;
 /// Byte budget of the session -> ingest channel (frames taken from relays
 /// and not yet ingested, with their decoded packet lists): with small
 /// packets the frame count alone would let far more memory queue up.
-pub const INGEST_QUEUE_BYTES: usize = 32 << 20;
+/// Ingested, a small packet takes about three times its share of the
+/// frame (its queue entry), so 16 MiB here is about 50 MiB in the core.
+pub const INGEST_QUEUE_BYTES: usize = 16 << 20;
 
 /// Session limits, from the config.
 #[derive(Clone, Debug)]

@@ -554,3 +554,85 @@ fn packets_written_before_any_later_sample_are_counted_unprobed() {
     assert_eq!(relayed(&out)[0].ts, 4_000_000);
     assert_eq!(machine_status(&core, 1).unprobed_packets, 1);
 }
+
+#[test]
+fn a_long_pending_queue_is_released_in_order_in_slices() {
+    let mut core = core();
+    let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
+    // More than one staging slice (16 Ki packets), on two streams.
+    let n = 40_000u64;
+    let packets: Vec<_> = (0..n)
+        .map(|i| event(2 + (i % 2) as u32, 1_000 + i))
+        .collect();
+    core.batch(c.slot, 1, 0, encode(&packets), None, 0).unwrap();
+    assert_eq!(core.status(0, 0)[1].pending, n);
+    core.sync(c.slot, estimate(0)).unwrap();
+    assert_eq!(core.status(0, 0)[1].pending, 0);
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let expected: Vec<i64> = (0..n as i64).map(|i| 1_000 + i).collect();
+    assert_eq!(ts_of(&out), expected);
+    assert_eq!(core.committed(), [(c.slot, 1)]);
+}
+
+#[test]
+fn pending_bytes_count_each_copy_as_allocated() {
+    use crate::live::ingest::allocated;
+    assert_eq!(allocated(0), 0);
+    assert_eq!(allocated(1), 32);
+    // A small packet's copy costs more than its bytes.
+    assert_eq!(allocated(64), 80);
+    assert_eq!(allocated(4096), 4112);
+    // The byte bound holds the relay back at exactly that many packets
+    // counted this way.
+    let packet = event(2, 1);
+    let len = encode(std::slice::from_ref(&packet))[0].len();
+    let per_packet = allocated(len) + crate::live::ingest::pending_entry_size();
+    let mut core = LiveCore::new(
+        LiveConfig {
+            pending_max_bytes: 3 * per_packet,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
+    let two: Vec<_> = (1..=2).map(|ts| event(2, ts)).collect();
+    core.batch(c.slot, 1, 0, encode(&two), None, 0).unwrap();
+    assert!(
+        core.held_back(0).is_empty(),
+        "two packets are below the bound"
+    );
+    core.batch(c.slot, 2, 2, encode(&[event(2, 3)]), None, 0)
+        .unwrap();
+    assert_eq!(core.held_back(0), [c.slot], "three are at it");
+}
+
+#[test]
+fn unsynced_relays_share_one_pending_byte_bound() {
+    use crate::live::ingest::{allocated, pending_entry_size};
+    let packet = event(2, 1);
+    let len = encode(std::slice::from_ref(&packet))[0].len();
+    let per_packet = allocated(len) + pending_entry_size();
+    let mut core = LiveCore::new(
+        LiveConfig {
+            pending_max_bytes: 4 * per_packet,
+            ..config()
+        },
+        Recovered::default(),
+    );
+    let a = core.connect(hello(10, 1, "a"), 0).unwrap();
+    let b = core.connect(hello(20, 2, "b"), 0).unwrap();
+    let two = |ts: u64| encode(&[event(2, ts), event(2, ts + 1)]);
+    core.batch(a.slot, 1, 0, two(1), None, 0).unwrap();
+    assert!(core.held_back(0).is_empty(), "2 of 4 held in all");
+    core.batch(b.slot, 1, 0, two(1), None, 0).unwrap();
+    // Each is at half its own bound; together they hold it: both wait.
+    let mut held = core.held_back(0);
+    held.sort_unstable();
+    assert_eq!(held, [a.slot, b.slot]);
+    // Once one is synced its packets are released and the other reads.
+    core.sync(a.slot, estimate(0)).unwrap();
+    assert!(core.held_back(0).is_empty());
+    assert_eq!(drop_count(&core, 1, reason::NO_PATH), 0);
+    assert_eq!(drop_count(&core, 2, reason::NO_PATH), 0);
+}
