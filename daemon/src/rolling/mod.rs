@@ -12,6 +12,7 @@ mod preamble;
 mod recover;
 #[cfg(test)]
 mod tests;
+mod writer_writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
@@ -30,6 +31,7 @@ pub use recover::JOURNAL_NAME;
 
 use crate::live::OutPacket;
 use journal::{Journal, JournalRecord};
+use writer_writeback::Writeback;
 
 /// Buffered output is handed to the OS past this many bytes.
 const FLUSH_BYTES: usize = 1 << 20;
@@ -228,6 +230,8 @@ pub struct RollingWriter {
     next_file_seq: u64,
     journal: Journal,
     stats: RollingStats,
+    /// Background writeback of the current file (with `fsync` only).
+    writeback: Option<Writeback>,
 }
 
 impl RollingWriter {
@@ -289,7 +293,12 @@ impl RollingWriter {
             next_file_seq: found.next_file_seq + 1,
             journal,
             stats,
+            writeback: None,
         };
+        if writer.config.fsync {
+            writer.writeback = Writeback::start();
+            writer.open_writeback();
+        }
         writer.apply_retention(now);
         writer.save_index();
         Ok((writer, recovered))
@@ -423,11 +432,25 @@ impl RollingWriter {
             c.suspect = false;
             self.stats.rewrites += 1;
         }
+        let before = c.flushed;
         let written = write_from(&mut c.file, &c.pending, &mut c.flushed);
         if written.is_err() {
             c.suspect = true;
         }
+        if let Some(writeback) = &mut self.writeback {
+            writeback.wrote((c.flushed - before) as u64);
+        }
         written.map_err(at(&c.path, "write"))
+    }
+
+    /// Points the background writeback at the current file (none if it
+    /// cannot be opened again: the commits sync it all, as without).
+    fn open_writeback(&mut self) {
+        if let Some(writeback) = &mut self.writeback
+            && let Err(e) = writeback.open(&self.current.path)
+        {
+            tracing::debug!("no early writeback of {}: {e}", self.current.path.display());
+        }
     }
 
     /// fdatasync of the current file (if configured); a failure makes the
@@ -500,6 +523,7 @@ impl RollingWriter {
         self.next_file_seq += 1;
         self.changed.clear();
         let mut old = std::mem::replace(&mut self.current, next);
+        self.open_writeback();
         finish_entry(&mut old);
         self.done.push(old.entry);
         self.stats.files_started += 1;

@@ -73,6 +73,10 @@ pub struct Spool {
     segments: VecDeque<SegmentFile>,
     active: File,
     active_has_batches: bool,
+    /// The segment closed last (number, file), not synced yet: it is
+    /// synced when the next one closes (or at [`Spool::sync`]) if it still
+    /// holds unacked batches, and never if acks free it first.
+    rolled: Option<(u64, File)>,
     disk_bytes: u64,
     batches: VecDeque<Spooled>,
     cached_bytes: usize,
@@ -142,6 +146,7 @@ impl Spool {
             segments: scan.segments.into(),
             active,
             active_has_batches,
+            rolled: None,
             disk_bytes,
             batches,
             cached_bytes: 0,
@@ -273,10 +278,29 @@ impl Spool {
         self.unwritten_bytes + self.cached_bytes
     }
 
-    /// Makes everything written so far durable.
+    /// Makes everything written so far and not acked durable.
     pub fn sync(&mut self) -> Result<(), SpoolError> {
+        self.sync_rolled()?;
         let path = self.active_path();
         self.active.sync_data().map_err(io_error(&path, "sync"))
+    }
+
+    /// Syncs the segment closed last if it still holds unacked batches
+    /// (an acked one is deleted by the next reclaim: its bytes need never
+    /// reach the disk).
+    fn sync_rolled(&mut self) -> Result<(), SpoolError> {
+        let Some((number, file)) = self.rolled.take() else {
+            return Ok(());
+        };
+        if self.batches.front().is_some_and(|b| b.at.segment <= number) {
+            let path = segment_path(&self.config.dir, number);
+            if let Err(error) = file.sync_data() {
+                self.rolled = Some((number, file));
+                return Err(io_error(&path, "sync")(error));
+            }
+            self.stats.segments_synced += 1;
+        }
+        Ok(())
     }
 
     /// Batch `seq` for sending (None: acked, dropped, or not cut yet). A
@@ -539,6 +563,14 @@ impl Spool {
             {
                 break;
             }
+            if self
+                .rolled
+                .as_ref()
+                .is_some_and(|(n, _)| *n == oldest.number)
+            {
+                // Closed before it is deleted: its dirty pages are dropped.
+                self.rolled = None;
+            }
             fs::remove_file(&oldest.path).map_err(io_error(&oldest.path, "delete"))?;
             self.disk_bytes -= oldest.bytes;
             self.segments.pop_front();
@@ -576,11 +608,16 @@ impl Spool {
     }
 
     /// Closes the active segment and starts a new one with a checkpoint.
+    ///
+    /// The closed segment is not synced now but when the next one closes,
+    /// and only if it still holds unacked batches then: at the rates where
+    /// segments roll often, acks have freed it by then and its bytes never
+    /// go to the disk (they would double the disk traffic of a host that
+    /// also writes the daemon's output). A power loss can so take the
+    /// unacked batches of the active segment and of the one before it; a
+    /// relay killed or restarted loses nothing (the page cache keeps them).
     fn roll(&mut self) -> Result<(), SpoolError> {
-        if let Some(segment) = self.segments.back() {
-            let path = segment.path.clone();
-            self.active.sync_data().map_err(io_error(&path, "sync"))?;
-        }
+        self.sync_rolled()?;
         let number = self.segments.back().map_or(1, |s| s.number + 1);
         let path = segment_path(&self.config.dir, number);
         let mut file = OpenOptions::new()
@@ -597,7 +634,10 @@ impl Spool {
             bytes: magic_len,
         });
         self.disk_bytes += magic_len;
-        self.active = file;
+        let closed = std::mem::replace(&mut self.active, file);
+        if let Some(segment) = self.segments.iter().rev().nth(1) {
+            self.rolled = Some((segment.number, closed));
+        }
         self.active_has_batches = false;
         self.append(RecordKind::Checkpoint, &[], &BTreeMap::new())
     }

@@ -427,3 +427,32 @@ fn batches_are_cut_at_the_packet_count_limit() {
     assert!(sizes.iter().all(|&n| n <= MAX_BATCH_PACKETS), "{sizes:?}");
     assert_eq!(sizes.iter().sum::<usize>() as u64, count);
 }
+
+#[test]
+fn closed_segments_are_synced_only_while_they_hold_unacked_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    // Acked as fast as written: segments roll and are deleted unsynced.
+    for round in 0..8 {
+        fill(&mut spool, 8, 1000, now);
+        spool.ack(spool.last_seq()).unwrap();
+        assert!(segment_files(dir.path()).len() <= 2, "round {round}");
+    }
+    assert!(spool.stats().batches_written >= 16);
+    assert_eq!(spool.stats().segments_synced, 0);
+    // Nothing acked: each closed segment is synced when the next one closes.
+    fill(&mut spool, 64, 1000, now);
+    let synced = spool.stats().segments_synced;
+    assert!(synced >= 1, "{synced}");
+    assert!(segment_files(dir.path()).len() >= 3);
+    // Shutdown syncs the last closed one too; everything reads back.
+    let last = spool.last_seq();
+    spool.flush_all().unwrap();
+    assert!(spool.stats().segments_synced > synced);
+    drop(spool);
+    let (mut spool, issues) = Spool::open(config(dir.path())).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(spool.last_seq(), last);
+    assert!(spool.batch(last).is_some_and(|b| b.packet_count > 0));
+}

@@ -114,6 +114,9 @@ pub struct SpoolStats {
     /// Batches that could not be read back (sent empty).
     pub batches_unreadable: u64,
     pub sequences_marked: u64,
+    /// Closed segments synced to disk because they still held unacked
+    /// batches when the next one closed (or at shutdown).
+    pub segments_synced: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
