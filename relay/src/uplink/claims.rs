@@ -18,11 +18,9 @@
 //!   stall the merge of every relay for good. So once unsent batches have
 //!   waited over [`STALL_GRACE`] for an ack, the relay's clocks run ahead
 //!   of its batches by as long as that wait went beyond the grace (never
-//!   past now), until the daemon acks the batches that were stuck (or the
-//!   backlog is sent, or the connection ends): the daemon moves on, at the
-//!   risk of writing some packets late. A relay that waits only because
-//!   other relays are behind (or the daemon holds it back) runs ahead too,
-//!   but only until its stuck batches are acked.
+//!   past now), and stay that far ahead until its backlog is sent or the
+//!   connection ends: the daemon moves on, at the risk of writing some
+//!   packets late.
 
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -108,7 +108,6 @@ pub async fn run<M: Send + 'static>(
         cut_clocks: claims::CutClocks::new(start),
         last_ack_at: now(),
         ahead: Duration::ZERO,
-        stalled_through: None,
     };
     let exit = uplink.run(incoming, convert, shutdown).await;
     if let Err(error) = uplink.spool.sync() {
@@ -141,10 +140,6 @@ struct Uplink {
     /// (see [`claims`]; zero once the backlog is sent or on a new
     /// connection).
     ahead: Duration,
-    /// The last batch sent when the clocks started to run ahead: once the
-    /// daemon acks it, the batches that were stuck are written and the
-    /// clocks go back to those of the batches.
-    stalled_through: Option<u64>,
 }
 
 /// Shutdown progress.
@@ -267,7 +262,7 @@ impl Uplink {
     fn execute(&mut self, action: Action, now: Instant) {
         match action {
             Action::Connect => {
-                self.stop_running_ahead();
+                self.ahead = Duration::ZERO;
                 // The queue holds at most a window of batches plus control frames.
                 let queue = self.config.session.window_batches + 8;
                 self.connection = Some(Connection::open(
@@ -309,7 +304,7 @@ impl Uplink {
                     crate::metrics::batch_sent(bytes);
                     if seq >= self.spool.last_seq() {
                         // The backlog is sent: nothing to run ahead of.
-                        self.stop_running_ahead();
+                        self.ahead = Duration::ZERO;
                     }
                 }
             }
@@ -333,9 +328,6 @@ impl Uplink {
                 // daemon is moving.
                 self.last_ack_at = now;
                 self.cut_clocks.forget_before(through + 1);
-                if self.stalled_through.is_some_and(|s| through >= s) {
-                    self.stop_running_ahead();
-                }
                 if let Err(error) = self.spool.ack(through) {
                     self.log_error(&error, now);
                 }
@@ -474,7 +466,7 @@ impl Uplink {
         let next = (last_batch_sent + 1).max(self.spool.oldest_unacked());
         let clocks_now = self.clocks();
         if next > self.spool.last_seq() {
-            self.stop_running_ahead();
+            self.ahead = Duration::ZERO;
             return clocks_now;
         }
         let waited = now.saturating_duration_since(self.last_ack_at);
@@ -489,15 +481,9 @@ impl Uplink {
                 );
             }
             self.ahead = over;
-            self.stalled_through.get_or_insert(last_batch_sent);
             crate::metrics::stalled_heartbeat();
         }
         claims::advance(self.claim(next), self.ahead, clocks_now)
-    }
-
-    fn stop_running_ahead(&mut self) {
-        self.ahead = Duration::ZERO;
-        self.stalled_through = None;
     }
 
     fn clocks(&self) -> v1::RelayClocks {
