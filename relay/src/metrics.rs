@@ -36,7 +36,6 @@ pub const SPOOL_DROPPED_BATCHES: &str = "tracesync_relay_spool_dropped_batches_t
 pub const SPOOL_DROPPED_PACKETS: &str = "tracesync_relay_spool_dropped_packets_total";
 pub const RECONNECTS: &str = "tracesync_relay_reconnects_total";
 pub const CONNECTED: &str = "tracesync_relay_connected";
-pub const STALLED_HEARTBEATS: &str = "tracesync_relay_stalled_heartbeats_total";
 
 /// Every relay metric name.
 pub const ALL: &[&str] = &[
@@ -56,7 +55,6 @@ pub const ALL: &[&str] = &[
     SPOOL_DROPPED_PACKETS,
     RECONNECTS,
     CONNECTED,
-    STALLED_HEARTBEATS,
 ];
 
 /// How often the counters are copied into the recorder.
@@ -111,18 +109,8 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
         "Connections to the daemon lost and planned again"
     );
     describe_gauge!(CONNECTED, "1 while a session with the daemon is streaming");
-    describe_counter!(
-        STALLED_HEARTBEATS,
-        "Heartbeats that advanced the relay's clocks past its last batch sent (unsent batches waiting too long for acks)"
-    );
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    for name in [
-        BATCHES_SENT,
-        SENT_BYTES,
-        BATCHES_ACKED,
-        SOURCE_REPLAY_FAILURES,
-        STALLED_HEARTBEATS,
-    ] {
+    for name in [BATCHES_SENT, SENT_BYTES, BATCHES_ACKED, SOURCE_REPLAY_FAILURES] {
         counter!(name).absolute(0);
     }
     for reason in ["malformed", "oversized", "sequence_overflow"] {
@@ -135,12 +123,6 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
 pub fn batch_sent(bytes: usize) {
     counter!(BATCHES_SENT).increment(1);
     counter!(SENT_BYTES).increment(bytes as u64);
-}
-
-/// A heartbeat advanced the relay's clocks past its last batch sent
-/// (`uplink::claims`).
-pub fn stalled_heartbeat() {
-    counter!(STALLED_HEARTBEATS).increment(1);
 }
 
 /// The daemon acknowledged `n` more batches.

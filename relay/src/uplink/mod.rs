@@ -7,7 +7,6 @@
 //! the last batch, syncs the spool, and waits for acks up to the drain
 //! timeout. What is still unacked then stays in the spool for next time.
 
-mod claims;
 mod connection;
 
 use std::net::SocketAddr;
@@ -93,7 +92,6 @@ pub async fn run<M: Send + 'static>(
 ) -> (UplinkExit, Spool) {
     let seed = spool.instance_id() ^ clock.boottime();
     let session = Session::new(config.session.clone(), now(), seed);
-    let start = read_clocks(&clock);
     let mut uplink = Uplink {
         config,
         clock,
@@ -105,9 +103,6 @@ pub async fn run<M: Send + 'static>(
         last_error_log: None,
         refusal: None,
         metrics: crate::metrics::UplinkMetrics::default(),
-        cut_clocks: claims::CutClocks::new(start),
-        last_ack_at: now(),
-        ahead: Duration::ZERO,
     };
     let exit = uplink.run(incoming, convert, shutdown).await;
     if let Err(error) = uplink.spool.sync() {
@@ -131,15 +126,6 @@ struct Uplink {
     last_error_log: Option<Instant>,
     refusal: Option<String>,
     metrics: crate::metrics::UplinkMetrics,
-    /// When each unacked batch was cut: what batches and heartbeats claim
-    /// (see [`claims`]).
-    cut_clocks: claims::CutClocks,
-    /// The last ack (or Welcome).
-    last_ack_at: Instant,
-    /// How far the clocks sent run ahead of the batches after a stall
-    /// (see [`claims`]; zero once the backlog is sent or on a new
-    /// connection).
-    ahead: Duration,
 }
 
 /// Shutdown progress.
@@ -177,7 +163,6 @@ impl Uplink {
                     drain.flushed = true;
                 }
             }
-            self.note_cuts();
             self.drive(now);
             self.metrics.tick(now, &self.spool, &self.session);
             if self.session.has_exited() {
@@ -262,7 +247,6 @@ impl Uplink {
     fn execute(&mut self, action: Action, now: Instant) {
         match action {
             Action::Connect => {
-                self.ahead = Duration::ZERO;
                 // The queue holds at most a window of batches plus control frames.
                 let queue = self.config.session.window_batches + 8;
                 self.connection = Some(Connection::open(
@@ -283,7 +267,7 @@ impl Uplink {
                     machine_name: hello.machine_name.clone(),
                     machine_raw_id: hello.machine_raw_id,
                     oldest_unacked_batch: self.spool.oldest_unacked(),
-                    clocks: Some(self.claim(self.spool.oldest_unacked())),
+                    clocks: Some(self.clocks()),
                 });
                 self.send(frame, now);
             }
@@ -294,23 +278,17 @@ impl Uplink {
                     return;
                 };
                 let bytes = batch.bytes;
-                // The spool's wire-form packets go out as they are, with
-                // the clocks of when the batch was cut.
-                let cut = self.cut_clocks.of(seq).unwrap_or_else(|| self.claim(seq));
-                let clocks = claims::advance(cut, self.ahead, self.clocks());
-                let frame = OutFrame::batch(seq, batch.first_packet_index, batch.wire, &clocks);
+                // The spool's wire-form packets go out as they are.
+                let frame =
+                    OutFrame::batch(seq, batch.first_packet_index, batch.wire, &self.clocks());
                 if self.send_out(frame, now) {
                     self.session.sent(seq, bytes, now);
                     crate::metrics::batch_sent(bytes);
-                    if seq >= self.spool.last_seq() {
-                        // The backlog is sent: nothing to run ahead of.
-                        self.ahead = Duration::ZERO;
-                    }
                 }
             }
             Action::SendHeartbeat { last_batch_sent } => {
                 let frame = Body::Heartbeat(v1::Heartbeat {
-                    clocks: Some(self.heartbeat_claim(last_batch_sent, now)),
+                    clocks: Some(self.clocks()),
                     last_batch_sent,
                 });
                 // A full queue means the link is busy, which says as much as a
@@ -324,10 +302,6 @@ impl Uplink {
             Action::AckSpool(through) => {
                 let acked = (through + 1).saturating_sub(self.spool.oldest_unacked());
                 crate::metrics::batches_acked(acked);
-                // A Welcome acks too (maybe nothing new): either way the
-                // daemon is moving.
-                self.last_ack_at = now;
-                self.cut_clocks.forget_before(through + 1);
                 if let Err(error) = self.spool.ack(through) {
                     self.log_error(&error, now);
                 }
@@ -445,49 +419,14 @@ impl Uplink {
         }
     }
 
-    /// Notes the clocks now for the batches cut since the last call.
-    fn note_cuts(&mut self) {
-        let clock = &self.clock;
-        self.cut_clocks
-            .note(self.spool.oldest_unacked(), self.spool.last_seq(), || {
-                read_clocks(clock)
-            });
-    }
-
-    /// The clocks before which no packet of batch `next` or later was taken.
-    fn claim(&self, next: u64) -> v1::RelayClocks {
-        self.cut_clocks
-            .claim(next, self.spool.last_seq(), self.clocks())
-    }
-
-    /// A heartbeat's clocks: see [`claims`] (run ahead of the batches
-    /// once unsent ones wait too long for acks).
-    fn heartbeat_claim(&mut self, last_batch_sent: u64, now: Instant) -> v1::RelayClocks {
-        let next = (last_batch_sent + 1).max(self.spool.oldest_unacked());
-        let clocks_now = self.clocks();
-        if next > self.spool.last_seq() {
-            self.ahead = Duration::ZERO;
-            return clocks_now;
-        }
-        let waited = now.saturating_duration_since(self.last_ack_at);
-        if let Some(over) = waited.checked_sub(claims::STALL_GRACE)
-            && over > self.ahead
-        {
-            if self.ahead.is_zero() {
-                tracing::info!(
-                    "daemon {}: no ack for {:.1} s with batches waiting to be sent: this relay's clocks now run ahead of its batches, so the daemon's merge can move on (some packets may be written out of time order)",
-                    self.config.host,
-                    waited.as_secs_f64()
-                );
-            }
-            self.ahead = over;
-            crate::metrics::stalled_heartbeat();
-        }
-        claims::advance(self.claim(next), self.ahead, clocks_now)
-    }
-
     fn clocks(&self) -> v1::RelayClocks {
-        read_clocks(&self.clock)
+        let now = self.clock.now();
+        v1::RelayClocks {
+            boottime_ns: now.boottime,
+            monotonic_ns: now.monotonic,
+            realtime_ns: now.realtime,
+            monotonic_raw_ns: now.monotonic_raw,
+        }
     }
 
     /// At most one spool error line per second (a full disk repeats).
@@ -499,16 +438,6 @@ impl Uplink {
             tracing::error!("{error}");
             self.last_error_log = Some(now);
         }
-    }
-}
-
-fn read_clocks(clock: &SharedClock) -> v1::RelayClocks {
-    let now = clock.now();
-    v1::RelayClocks {
-        boottime_ns: now.boottime,
-        monotonic_ns: now.monotonic,
-        realtime_ns: now.realtime,
-        monotonic_raw_ns: now.monotonic_raw,
     }
 }
 
