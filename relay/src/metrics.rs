@@ -110,7 +110,12 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
     );
     describe_gauge!(CONNECTED, "1 while a session with the daemon is streaming");
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    for name in [BATCHES_SENT, SENT_BYTES, BATCHES_ACKED, SOURCE_REPLAY_FAILURES] {
+    for name in [
+        BATCHES_SENT,
+        SENT_BYTES,
+        BATCHES_ACKED,
+        SOURCE_REPLAY_FAILURES,
+    ] {
         counter!(name).absolute(0);
     }
     for reason in ["malformed", "oversized", "sequence_overflow"] {

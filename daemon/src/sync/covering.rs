@@ -158,29 +158,41 @@ pub fn refine<'a>(
     } else {
         (Mapping { host_ns, bound_ns }, Refinement::Remapped)
     };
-    let offset = relay_ns as i128 - mapping.host_ns as i128;
-    let reach = std::iter::once(first)
-        .chain(later)
-        .filter_map(|e| interval_reach(e, relay_ns, offset))
-        .min();
-    if let Some(reach) = reach {
-        mapping.bound_ns = mapping.bound_ns.max(reach);
+    // The nearest interval; once one lies within the bound, the bound
+    // stands (most packets stop at the first).
+    let offset = match (relay_ns as i64).checked_sub(mapping.host_ns) {
+        Some(o) if relay_ns <= i64::MAX as u64 => o as f64,
+        _ => (relay_ns as i128 - mapping.host_ns as i128) as f64,
+    };
+    let floor = mapping.bound_ns as f64;
+    let mut nearest = f64::INFINITY;
+    for e in std::iter::once(first).chain(later) {
+        if let Some(reach) = interval_reach(e, relay_ns, offset) {
+            nearest = nearest.min(reach);
+            if nearest <= floor {
+                break;
+            }
+        }
+    }
+    if nearest.is_finite() && nearest > floor {
+        // `as` truncates and saturates; +1 rounds up.
+        mapping.bound_ns = (nearest as u64).saturating_add(1);
     }
     (mapping, how)
 }
 
 /// How far `offset` (relay minus host at relay time `relay_ns`) lies from
 /// the far side of `e`'s checked sample interval, carried to `relay_ns`
-/// with `e`'s frequency and its bound.
-fn interval_reach(e: &SyncEstimate, relay_ns: u64, offset: i128) -> Option<u64> {
+/// with `e`'s frequency and its bound (ns; None without a sample or for
+/// NaN inputs).
+fn interval_reach(e: &SyncEstimate, relay_ns: u64, offset: f64) -> Option<f64> {
     let s = e.checked?;
-    let distance = s.relay_ns as f64 - relay_ns as f64;
+    let distance = super::signed_distance(relay_ns, s.relay_ns);
     // The offset at the packet, had it been the sample's all along.
     let carried = s.offset_ns as f64 - e.freq_ppm * 1e-6 * distance;
     let slack = e.freq_bound_ppm * 1e-6 * distance.abs();
-    let reach = (offset as f64 - carried).abs() + s.half_width_ns as f64 + slack;
-    // NaN or absurd inputs claim nothing; `as` saturates the rest.
-    reach.is_finite().then(|| reach.ceil() as u64 + 1)
+    let reach = (offset - carried).abs() + s.half_width_ns as f64 + slack;
+    (!reach.is_nan()).then_some(reach)
 }
 
 #[cfg(test)]

@@ -130,9 +130,9 @@ pub const DEFAULT_FREQ_BOUND_PPM: f64 = 100.0;
 impl SyncEstimate {
     /// Relay minus host at relay BOOTTIME `relay_boottime_ns` (ns).
     pub fn offset_at(&self, relay_boottime_ns: u64) -> i64 {
-        let elapsed = relay_boottime_ns as i128 - self.ref_relay_ns as i128;
+        let elapsed = signed_distance(self.ref_relay_ns, relay_boottime_ns);
         // f64 -> i64 `as` saturates; the product is small for sane inputs.
-        let drift = (self.freq_ppm * 1e-6 * elapsed as f64).round() as i64;
+        let drift = (self.freq_ppm * 1e-6 * elapsed).round() as i64;
         clamp_i64(self.offset_ns as i128 + drift as i128)
     }
 
@@ -177,6 +177,13 @@ impl SyncEstimate {
             sigma.ceil() as u64
         }
     }
+}
+
+/// `to - from` (ns) as f64, without an i128 -> f64 conversion (a slow
+/// software routine on the per-packet path).
+pub(crate) fn signed_distance(from: u64, to: u64) -> f64 {
+    let d = to.abs_diff(from) as f64;
+    if to >= from { d } else { -d }
 }
 
 fn clamp_i64(value: i128) -> i64 {
