@@ -490,15 +490,21 @@ fn machine_status(core: &LiveCore, raw_id: u32) -> crate::status::MachineStatus 
         .expect("machine row")
 }
 
-#[test]
-fn a_later_sample_that_shows_a_step_remaps_packets_still_queued() {
+/// A relay with offset 1 ms from a sample at relay 4 ms, and one packet at
+/// relay 5 ms mapped on arrival with it (host 4 ms), not yet written.
+fn packet_after_the_newest_sample() -> (LiveCore, RelaySlot) {
     let mut core = core();
     let slot = synced_relay(&mut core, 10, 1, 1_000_000);
     core.sync(slot, checked_estimate(1_000_000, 4_000_000, 1_000_000, 50))
         .unwrap();
-    // Mapped on arrival with the old offset.
     core.batch(slot, 1, 0, encode(&[event(2, 5_000_000)]), None, 0)
         .unwrap();
+    (core, slot)
+}
+
+#[test]
+fn a_later_sample_that_shows_a_step_remaps_packets_still_queued() {
+    let (mut core, slot) = packet_after_the_newest_sample();
     // The next sample (after the packet) shows the clock 1 ms further on,
     // and the estimator refitted: the packet is written with that mapping.
     core.sync(slot, checked_estimate(2_000_000, 6_000_000, 2_000_000, 50))
@@ -517,12 +523,7 @@ fn a_later_sample_that_shows_a_step_remaps_packets_still_queued() {
 
 #[test]
 fn a_step_no_estimate_noticed_still_lies_inside_the_bound() {
-    let mut core = core();
-    let slot = synced_relay(&mut core, 10, 1, 1_000_000);
-    core.sync(slot, checked_estimate(1_000_000, 4_000_000, 1_000_000, 50))
-        .unwrap();
-    core.batch(slot, 1, 0, encode(&[event(2, 5_000_000)]), None, 0)
-        .unwrap();
+    let (mut core, slot) = packet_after_the_newest_sample();
     // The next sample is noisy (half width 600 us) and its interval still
     // meets the estimate, so the estimate keeps the old offset; had the
     // clock stepped +1 ms before the packet, the truth is in that interval.
@@ -543,12 +544,7 @@ fn a_step_no_estimate_noticed_still_lies_inside_the_bound() {
 
 #[test]
 fn packets_written_before_any_later_sample_are_counted_unprobed() {
-    let mut core = core();
-    let slot = synced_relay(&mut core, 10, 1, 1_000_000);
-    core.sync(slot, checked_estimate(1_000_000, 4_000_000, 1_000_000, 50))
-        .unwrap();
-    core.batch(slot, 1, 0, encode(&[event(2, 5_000_000)]), None, 0)
-        .unwrap();
+    let (mut core, _) = packet_after_the_newest_sample();
     let mut out = Vec::new();
     core.flush_all(&mut out);
     assert_eq!(relayed(&out)[0].ts, 4_000_000);
