@@ -27,7 +27,12 @@ fn config() -> LiveConfig {
 }
 
 fn core() -> LiveCore {
-    LiveCore::new(config(), Recovered::default())
+    core_with(config())
+}
+
+/// A core with `config` (usually `..config()` with a bound changed).
+fn core_with(config: LiveConfig) -> LiveCore {
+    LiveCore::new(config, Recovered::default())
 }
 
 fn hello(instance: u64, raw_id: u32, name: &str) -> HelloInfo {

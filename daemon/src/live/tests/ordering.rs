@@ -102,13 +102,10 @@ fn unsynced_relays_past_the_grace_do_not_hold_the_watermark_and_come_in_late() {
 
 #[test]
 fn queue_limit_writes_the_oldest_before_the_watermark() {
-    let mut core = LiveCore::new(
-        LiveConfig {
-            queue_max_bytes: 1,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        queue_max_bytes: 1,
+        ..config()
+    });
     let fast = synced_relay(&mut core, 10, 1, 0);
     let stalled = synced_relay(&mut core, 20, 2, 0);
     core.heartbeat(stalled, clocks(0), 0).unwrap();
@@ -123,13 +120,10 @@ fn queue_limit_writes_the_oldest_before_the_watermark() {
 
 #[test]
 fn a_crowded_queue_holds_back_the_relays_ahead_of_the_watermark() {
-    let mut core = LiveCore::new(
-        LiveConfig {
-            queue_max_bytes: 8_000,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        queue_max_bytes: 8_000,
+        ..config()
+    });
     let fast = synced_relay(&mut core, 10, 1, 0);
     let slow = synced_relay(&mut core, 20, 2, 0);
     core.heartbeat(slow, clocks(1_000), 0).unwrap();
@@ -215,13 +209,10 @@ fn throughput() {
 
 #[test]
 fn a_new_unsynced_relay_holds_the_watermark_for_the_grace() {
-    let mut core = LiveCore::new(
-        LiveConfig {
-            connect_grace_ns: 1_000,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        connect_grace_ns: 1_000,
+        ..config()
+    });
     let a = synced_relay(&mut core, 10, 1, 0);
     core.batch(a, 1, 0, encode(&[event(2, 400)]), clocks(10_000), 0)
         .unwrap();
@@ -248,13 +239,10 @@ fn a_new_unsynced_relay_holds_the_watermark_for_the_grace() {
 
 #[test]
 fn the_grace_expires_without_an_estimate() {
-    let mut core = LiveCore::new(
-        LiveConfig {
-            connect_grace_ns: 1_000,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        connect_grace_ns: 1_000,
+        ..config()
+    });
     let a = synced_relay(&mut core, 10, 1, 0);
     let _b = core.connect(hello(20, 2, "m2"), 500).expect("connects");
     core.batch(a, 1, 0, encode(&[event(2, 800)]), clocks(10_000), 600)
@@ -273,13 +261,10 @@ fn the_queue_bound_counts_each_packets_overhead() {
     // Many tiny packets: their bytes alone are far below the bound, their
     // queue entries are not.
     let n = 100u64;
-    let mut core = LiveCore::new(
-        LiveConfig {
-            queue_max_bytes: 10 * crate::live::order::ENTRY_OVERHEAD,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        queue_max_bytes: 10 * crate::live::order::ENTRY_OVERHEAD,
+        ..config()
+    });
     let a = synced_relay(&mut core, 10, 1, 0);
     let slow = synced_relay(&mut core, 20, 2, 0);
     core.heartbeat(slow, clocks(0), 0).unwrap();

@@ -91,13 +91,10 @@ fn pending_until_sync_then_released_in_order() {
 
 #[test]
 fn pending_overflow_holds_an_unsynced_relay_back_then_drops_the_oldest() {
-    let mut core = LiveCore::new(
-        LiveConfig {
-            pending_max_packets: 2,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        pending_max_packets: 2,
+        ..config()
+    });
     let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
     assert!(core.held_back(0).is_empty());
     core.batch(c.slot, 1, 0, encode(&[event(2, 1), event(2, 2)]), None, 0)
@@ -124,13 +121,10 @@ fn pending_overflow_holds_an_unsynced_relay_back_then_drops_the_oldest() {
 
 #[test]
 fn a_synced_relay_with_a_full_pending_queue_drops_at_the_bound() {
-    let mut core = LiveCore::new(
-        LiveConfig {
-            pending_max_packets: 2,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        pending_max_packets: 2,
+        ..config()
+    });
     let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
     core.sync(c.slot, estimate(0)).unwrap();
     // MONOTONIC before any relay snapshot: no path yet, pending after sync.
@@ -146,13 +140,10 @@ fn a_synced_relay_with_a_full_pending_queue_drops_at_the_bound() {
 
 #[test]
 fn pending_byte_bound_holds_too() {
-    let mut core = LiveCore::new(
-        LiveConfig {
-            pending_max_bytes: 1,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        pending_max_bytes: 1,
+        ..config()
+    });
     let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
     core.batch(c.slot, 1, 0, encode(&[event(2, 1), event(2, 2)]), None, 0)
         .unwrap();
@@ -584,13 +575,10 @@ fn pending_bytes_count_each_copy_as_allocated() {
     let packet = event(2, 1);
     let len = encode(std::slice::from_ref(&packet))[0].len();
     let per_packet = allocated(len) + crate::live::ingest::pending_entry_size();
-    let mut core = LiveCore::new(
-        LiveConfig {
-            pending_max_bytes: 3 * per_packet,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        pending_max_bytes: 3 * per_packet,
+        ..config()
+    });
     let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
     let two: Vec<_> = (1..=2).map(|ts| event(2, ts)).collect();
     core.batch(c.slot, 1, 0, encode(&two), None, 0).unwrap();
@@ -609,13 +597,10 @@ fn unsynced_relays_share_one_pending_byte_bound() {
     let packet = event(2, 1);
     let len = encode(std::slice::from_ref(&packet))[0].len();
     let per_packet = allocated(len) + pending_entry_size();
-    let mut core = LiveCore::new(
-        LiveConfig {
-            pending_max_bytes: 4 * per_packet,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        pending_max_bytes: 4 * per_packet,
+        ..config()
+    });
     let a = core.connect(hello(10, 1, "a"), 0).unwrap();
     let b = core.connect(hello(20, 2, "b"), 0).unwrap();
     let two = |ts: u64| encode(&[event(2, ts), event(2, ts + 1)]);

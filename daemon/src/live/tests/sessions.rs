@@ -200,13 +200,10 @@ fn batches_the_relay_lost_are_counted_and_acked() {
 
 #[test]
 fn too_many_unacked_batches_is_a_session_error() {
-    let mut core = LiveCore::new(
-        LiveConfig {
-            max_unacked_batches: 2,
-            ..config()
-        },
-        Recovered::default(),
-    );
+    let mut core = core_with(LiveConfig {
+        max_unacked_batches: 2,
+        ..config()
+    });
     let c = core.connect(hello(10, 1, "m1"), 0).unwrap();
     for seq in 1..=2 {
         core.batch(c.slot, seq, seq, encode(&[event(2, seq)]), None, 0)
