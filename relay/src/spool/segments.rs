@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -208,10 +208,21 @@ fn scan_segment(path: &Path, number: u64, bytes: &Bytes, scan: &mut Scan) -> (u6
 /// Reads and verifies one batch record: its packets in wire form.
 pub fn read_batch(dir: &Path, at: &BatchLocation) -> Result<Bytes, SpoolError> {
     let path = segment_path(dir, at.segment);
-    let file = File::open(&path).map_err(io_error(&path, "open"))?;
-    let mut buf = vec![0; at.record_len as usize];
-    file.read_exact_at(&mut buf, at.offset)
+    let mut file = File::open(&path).map_err(io_error(&path, "open"))?;
+    // Read into unfilled capacity: a zeroed buffer would cost a memset of
+    // every resent byte on top of the copy.
+    let len = at.record_len as usize;
+    let mut buf = Vec::with_capacity(len);
+    file.seek(SeekFrom::Start(at.offset))
+        .and_then(|_| file.take(len as u64).read_to_end(&mut buf))
         .map_err(io_error(&path, "read"))?;
+    if buf.len() != len {
+        return Err(SpoolError::Corrupt {
+            path,
+            offset: at.offset,
+            reason: format!("record cut short: {} of {len} bytes", buf.len()),
+        });
+    }
     let record = record::decode(&Bytes::from(buf)).map_err(|why| SpoolError::Corrupt {
         path: path.clone(),
         offset: at.offset,
