@@ -23,6 +23,13 @@ pub const DEFAULT_SPOOL_DIR: &str = "/var/lib/tracesync-relay";
 pub const DEFAULT_SPOOL_MEMORY_BYTES: u64 = 64 << 20;
 pub const DEFAULT_SPOOL_DISK_BYTES: u64 = 1 << 30;
 pub const DEFAULT_LINGER_MS: u64 = 20;
+/// Sent and unacknowledged bytes at most. Acks come a merge window plus a
+/// commit after sending (about 0.2-0.7 s), so this caps a relay's rate at
+/// about window / that delay: 64 MiB keeps 4 KiB packets above 100 MB/s
+/// per relay with the daemon's default 500 ms window.
+pub const DEFAULT_WINDOW_BYTES: u64 = 64 << 20;
+/// Two full batches: below this a relay would wait for every ack.
+pub const MIN_WINDOW_BYTES: u64 = 1 << 20;
 /// Below these the spool cannot hold a few batches and would thrash.
 pub const MIN_SPOOL_MEMORY_BYTES: u64 = 64 << 10;
 pub const MIN_SPOOL_DISK_BYTES: u64 = 256 << 10;
@@ -74,6 +81,9 @@ pub struct Flags {
     /// Longest a packet waits before its batch is cut (ms).
     #[arg(long, value_name = "MS")]
     pub linger_ms: Option<u64>,
+    /// Most bytes sent to the daemon and not yet acknowledged.
+    #[arg(long, value_name = "N")]
+    pub window_bytes: Option<u64>,
     /// Test/demo: pose as a machine whose clocks are this far ahead (ns).
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub clock_offset_ns: Option<i64>,
@@ -133,6 +143,7 @@ struct FileConfig {
     spool_memory_bytes: Option<Spanned<u64>>,
     spool_disk_bytes: Option<Spanned<u64>>,
     linger_ms: Option<Spanned<u64>>,
+    window_bytes: Option<Spanned<u64>>,
     clock_offset_ns: Option<i64>,
     clock_drift_ppm: Option<Spanned<f64>>,
     sync: Option<crate::probe::SyncConfig>,
@@ -164,6 +175,7 @@ pub struct RelayConfig {
     pub spool_memory_bytes: u64,
     pub spool_disk_bytes: u64,
     pub linger: Duration,
+    pub window_bytes: u64,
     pub clock: ClockChoice,
     pub sync: crate::probe::SyncConfig,
     /// Test only (flags): wander and steps on top of the simulated clock.
@@ -348,6 +360,14 @@ impl RelayConfig {
             "linger-ms",
             &at,
         )?;
+        let window_bytes = pick_min(
+            flags.window_bytes,
+            file.window_bytes.as_ref(),
+            DEFAULT_WINDOW_BYTES,
+            MIN_WINDOW_BYTES,
+            "window-bytes",
+            &at,
+        )?;
         let offset = flags.clock_offset_ns.or(file.clock_offset_ns);
         let drift = match (flags.clock_drift_ppm, &file.clock_drift_ppm) {
             (Some(ppm), _) => Some(check_drift(ppm).map_err(|message| ConfigError::Flag {
@@ -404,6 +424,7 @@ impl RelayConfig {
             spool_memory_bytes,
             spool_disk_bytes,
             linger: Duration::from_millis(linger_ms),
+            window_bytes,
             clock,
             sync: {
                 let sync = file.sync.unwrap_or_default();
@@ -549,6 +570,7 @@ mod tests {
         assert_eq!(config.host, "127.0.0.1:7410");
         assert_eq!(config.when_full, WhenFull::Block);
         assert_eq!(config.linger, Duration::from_millis(20));
+        assert_eq!(config.window_bytes, DEFAULT_WINDOW_BYTES);
         assert_eq!(config.clock, ClockChoice::System);
         assert!(config.sources.is_empty());
     }
@@ -580,6 +602,12 @@ mod tests {
         assert!(err.starts_with("relay.toml:1:21: "), "{err}");
         let err = parse("spool-memory-bytes = 10\n").unwrap_err().to_string();
         assert!(err.starts_with("relay.toml:1:22: "), "{err}");
+        let err = parse("window-bytes = 4096\n").unwrap_err().to_string();
+        assert!(err.starts_with("relay.toml:1:16: "), "{err}");
+        assert_eq!(
+            parse("window-bytes = 1048576\n").unwrap().window_bytes,
+            1 << 20
+        );
     }
 
     #[test]

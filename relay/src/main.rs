@@ -190,6 +190,7 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         machine_raw_id: identity.raw_id,
     };
     let mut uplink_config = UplinkConfig::new(config.host.clone(), hello);
+    uplink_config.session.window_bytes = usize::try_from(config.window_bytes).unwrap_or(usize::MAX);
     // Checked when the config was loaded; read again here (same files).
     uplink_config.tls = match config.tls.client(&config.host) {
         Ok(tls) => tls,

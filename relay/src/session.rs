@@ -33,8 +33,10 @@ pub struct SessionConfig {
 impl Default for SessionConfig {
     fn default() -> Self {
         Self {
-            window_batches: 64,
-            window_bytes: 16 << 20,
+            // Bytes bound the window; the batch count only bounds the
+            // in-flight bookkeeping (linger-cut batches can be tiny).
+            window_batches: 1024,
+            window_bytes: crate::config::DEFAULT_WINDOW_BYTES as usize,
             heartbeat_idle: Duration::from_millis(250),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
@@ -320,9 +322,19 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// A session with a small window (64 batches, 16 MiB), welcomed.
     fn welcomed(acked: u64, oldest: u64) -> (Session, Instant) {
+        let config = SessionConfig {
+            window_batches: 64,
+            window_bytes: 16 << 20,
+            ..SessionConfig::default()
+        };
+        welcomed_with(config, acked, oldest)
+    }
+
+    fn welcomed_with(config: SessionConfig, acked: u64, oldest: u64) -> (Session, Instant) {
         let t0 = Instant::now();
-        let mut s = Session::new(SessionConfig::default(), t0, 42);
+        let mut s = Session::new(config, t0, 42);
         assert_eq!(s.poll(t0, oldest, 0), Some(Action::Connect));
         assert_eq!(s.connected(t0), vec![Action::SendHello]);
         let actions = s.welcome(acked, 7, 7411, &[1; 32], oldest, t0);
@@ -379,6 +391,14 @@ mod tests {
         let (mut s, t0) = welcomed(0, 1);
         let actions = pump(&mut s, t0, 100, 4 << 20);
         assert_eq!(actions.len(), 4);
+    }
+
+    #[test]
+    fn default_window_is_bounded_by_bytes() {
+        // Full 512 KiB batches: 64 MiB in flight, not the batch count.
+        let (mut s, t0) = welcomed_with(SessionConfig::default(), 0, 1);
+        let actions = pump(&mut s, t0, 10_000, 512 << 10);
+        assert_eq!(actions.len(), 128);
     }
 
     #[test]

@@ -287,6 +287,7 @@ fn relay_config() {
             "spool-memory-bytes",
             "spool-disk-bytes",
             "linger-ms",
+            "window-bytes",
             "clock-offset-ns",
             "clock-drift-ppm",
             "unknown-key",
