@@ -1,3 +1,4 @@
+use super::record::SEGMENT_MAGIC;
 use super::*;
 use std::path::Path;
 use std::time::Duration;
