@@ -5,7 +5,11 @@
 #   2. four synthetic relays into tracesyncd, small packets (~64 B):
 #      packets/s end to end, daemon peak RSS;
 #   3. the same with large packets (synthetic size=4096): MB/s and the ratio
-#      to (1);
+#      to (1). Relays' spools live on their own filesystem (a tmpfs, 256 MiB
+#      each), as on the phones and VMs they stand for: on this one machine
+#      they would otherwise write every spooled byte to the disk the daemon
+#      writes its output to. Phase large-shared runs the same with the
+#      spools in the work directory, on the output's disk;
 #   4. one relay at 10 k packets/s: relay CPU (utime+stime from
 #      /proc/PID/stat over the interval, % of one core) and tail latency
 #      p50/p99 (a jsonl tail client comparing each record's ts with the host
@@ -16,7 +20,10 @@
 #   BENCH_TLS=1 scripts/bench-live.sh   # relays over mutual TLS (lab PKI made
 #                                       # with `tracesync pki`); default plaintext
 #   BENCH_PHASES=small scripts/bench-live.sh   # only some phases: any of
-#                                              # tcp,small,large,cpu (default all)
+#                                              # tcp,small,large,large-shared,cpu
+#                                              # (default all)
+#   BENCH_SPOOL_DIR=DIR scripts/bench-live.sh  # relays' spools of phase large
+#                                              # (default /dev/shm)
 #   BENCH_BIN_DIR=DIR scripts/bench-live.sh   # binaries from DIR, no build
 #                                             # (e.g. a copy of an older build)
 #   BENCH_DAEMON_ARGS='--config F' BENCH_RELAY_ARGS='--spool-disk-bytes 268435456' \
@@ -48,7 +55,9 @@ RELAYS=${BENCH_RELAYS:-4}
 WINDOW_MS=${BENCH_WINDOW_MS:-100}
 TMPBASE=${TMPDIR:-/tmp}
 TLS=${BENCH_TLS:-0}
-PHASES=${BENCH_PHASES:-tcp,small,large,cpu}
+PHASES=${BENCH_PHASES:-tcp,small,large,large-shared,cpu}
+SPOOL_BASE=${BENCH_SPOOL_DIR:-/dev/shm}
+[ -d "$SPOOL_BASE" ] || SPOOL_BASE=${TMPDIR:-/tmp}
 PERF=${BENCH_PERF:-0}
 read -r -a daemon_args <<<"${BENCH_DAEMON_ARGS:-}"
 read -r -a relay_args <<<"${BENCH_RELAY_ARGS:-}"
@@ -71,10 +80,11 @@ baseline=$target/release/examples/tcp_baseline
 
 work=$(mktemp -d "$TMPBASE/tracesync-bench-live.XXXXXX")
 pids=()
+own_spools=""
 cleanup() {
     for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    rm -rf "$work"
+    rm -rf "$work" ${own_spools:+"$own_spools"}
 }
 trap cleanup EXIT
 token=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
@@ -160,12 +170,19 @@ start_daemon() { # $1 label
     fi
 }
 
+# Where relays spool: the phase's work directory unless a phase sets
+# phase_spools (and the extra relay arguments phase_spool_args).
+phase_spools=""
+phase_spool_args=()
+
 start_relays() { # $1 label, $2 count, $3 source spec
     relay_pids=()
+    local spool_dir=${phase_spools:-$work/$1}
+    local spool_args=("${phase_spool_args[@]}")
     for i in $(seq "$2"); do
         # shellcheck disable=SC2046 # paths without spaces (mktemp)
         "$relay" --host "$data_addr" --name "bench-$i" --token "$token" $(relay_tls "$i") \
-            --spool "$work/$1/spool-$i" --source "$3" "${relay_args[@]}" \
+            --spool "$spool_dir/spool-$i" --source "$3" "${spool_args[@]}" "${relay_args[@]}" \
             2>"$work/$1/relay-$i.log" &
         relay_pids+=("$!")
         pids+=("$!")
@@ -266,12 +283,26 @@ if want small; then
 fi
 
 if want large; then
-    echo "3/4 $RELAYS relays, 4 KiB packets, offered ${LARGE_RATE}/s each" >&2
+    echo "3/4 $RELAYS relays, 4 KiB packets, offered ${LARGE_RATE}/s each, spools in $SPOOL_BASE" >&2
+    own_spools=$(mktemp -d "$SPOOL_BASE/tracesync-bench-spools.XXXXXX")
+    phase_spools=$own_spools phase_spool_args=(--spool-disk-bytes 268435456)
     phase large "synthetic:$LARGE_RATE,size=4096"
+    phase_spools="" phase_spool_args=()
+    rm -rf "$own_spools"
     large_pps=$pps large_mbps=$mbps large_bpp=$bpp large_rss=$rss_mib
     large_cpu="$cpu_ms_mb ms/MB"
     large_rcpu="$rcpu_ms_mb ms/MB"
     ratio=$(python3 -c "print(round($large_mbps / $tcp_mbps * 100, 1))" 2>/dev/null || echo nan)
+fi
+
+shared_mbps=nan shared_ratio=nan shared_cpu=nan shared_rcpu=nan
+if want large-shared; then
+    echo "3b/4 the same, spools on the output's disk" >&2
+    phase large-shared "synthetic:$LARGE_RATE,size=4096"
+    shared_mbps=$mbps
+    shared_cpu="$cpu_ms_mb ms/MB"
+    shared_rcpu="$rcpu_ms_mb ms/MB"
+    shared_ratio=$(python3 -c "print(round($shared_mbps / $tcp_mbps * 100, 1))" 2>/dev/null || echo nan)
 fi
 
 if want cpu; then
@@ -301,11 +332,13 @@ tracesync live benchmarks (TLS=$TLS, $(nproc) cores, load $(cut -d' ' -f1-3 /pro
 | $RELAYS relays, small packets (~${small_bpp} B): packets/s | ${small_pps}             | >= 1 M/s          |
 | $RELAYS relays, 4 KiB packets: MB/s             | ${large_mbps} (${large_pps} pkt/s) | >= 60% of TCP     |
 | 4 KiB packets vs raw TCP                    | ${ratio}%                |                   |
+| the same, spools on the output's disk       | ${shared_mbps} MB/s = ${shared_ratio}% of TCP | (relays' disks are other machines') |
 | daemon peak RSS (VmHWM) small / large       | ${small_rss} / ${large_rss} MiB  | <= 256 MiB        |
 | daemon CPU time small / large               | ${small_cpu} / ${large_cpu} |                   |
 | relays' CPU time (summed) small / large     | ${small_rcpu} / ${large_rcpu} |                   |
+| daemon / relays' CPU, spools on output disk | ${shared_cpu} / ${shared_rcpu} |                   |
 | relay CPU at 10 k packets/s                 | ${relay_cpu}% of a core    | <= 3%             |
 | tail latency p50 / p99 (${nlat} records, ${lagged} lag notices) | ${p50} / ${p99} ms | p99 <= window + 50 ms |
 
-reproduce: scripts/bench-live.sh (BENCH_PHASES=$PHASES BENCH_TLS=$TLS BENCH_SECS=$SECS BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS)
+reproduce: scripts/bench-live.sh (BENCH_PHASES=$PHASES BENCH_TLS=$TLS BENCH_SECS=$SECS BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS BENCH_SPOOL_DIR=$SPOOL_BASE)
 EOF
