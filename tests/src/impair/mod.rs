@@ -6,9 +6,13 @@
 //! - [`model`]: seeded per-direction link models and the named profiles.
 //! - [`sched`]: the release thread (absolute deadlines, measured lateness).
 //! - [`proxy`]: UDP and TCP forwarding through the models.
-//! - [`realsock`]: namespaces, processes and the accuracy figures.
+//! - [`realsock`]: one run end to end and its accuracy figures.
+//! - `netns`: the namespaces, the processes in them, the control socket.
+//! - [`baselines`]: probe samples of the sidecars, naive and Perfetto-style offsets.
 
+pub mod baselines;
 pub mod model;
+mod netns;
 pub mod proxy;
 pub mod realsock;
 pub mod sched;
