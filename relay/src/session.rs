@@ -104,6 +104,8 @@ pub struct Session {
     last_batch_sent: u64,
     in_flight: VecDeque<(u64, usize)>,
     in_flight_bytes: usize,
+    /// See [`Session::set_link_full`].
+    link_full: bool,
     last_send_at: Instant,
     reconnects: u64,
 }
@@ -129,9 +131,18 @@ impl Session {
             last_batch_sent: 0,
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
+            link_full: false,
             last_send_at: now,
             reconnects: 0,
         }
+    }
+
+    /// Whether the connection has as much queued for its socket as it
+    /// should hold: no batch is sent until it drains (the window bounds
+    /// what the daemon has not acked, this what waits in memory to be
+    /// written).
+    pub fn set_link_full(&mut self, full: bool) {
+        self.link_full = full;
     }
 
     /// The daemon has acked everything through this seq.
@@ -166,7 +177,8 @@ impl Session {
             State::Streaming { .. } => {
                 // Dropped (drop-oldest) batches are skipped.
                 self.next_to_send = self.next_to_send.max(oldest_spooled);
-                let window_open = self.in_flight.len() < self.config.window_batches
+                let window_open = !self.link_full
+                    && self.in_flight.len() < self.config.window_batches
                     && self.in_flight_bytes < self.config.window_bytes;
                 if window_open && self.next_to_send <= last_spooled {
                     let seq = self.next_to_send;
@@ -391,6 +403,19 @@ mod tests {
         let (mut s, t0) = welcomed(0, 1);
         let actions = pump(&mut s, t0, 100, 4 << 20);
         assert_eq!(actions.len(), 4);
+    }
+
+    #[test]
+    fn a_full_link_holds_batches_back_not_heartbeats() {
+        let (mut s, t0) = welcomed(0, 1);
+        s.set_link_full(true);
+        assert_eq!(s.poll(t0, 1, 5), None);
+        assert_eq!(
+            s.poll(t0 + 250 * MS, 1, 5),
+            Some(Action::SendHeartbeat { last_batch_sent: 0 })
+        );
+        s.set_link_full(false);
+        assert_eq!(s.poll(t0 + 250 * MS, 1, 5), Some(Action::SendBatch(1)));
     }
 
     #[test]

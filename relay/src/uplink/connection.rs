@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::StreamExt;
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::codec::{Decoder, Encoder, FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracesync_protocol::relay::MAX_FRAME_BYTES;
@@ -168,6 +170,8 @@ pub enum ConnectionEvent {
 pub struct Connection {
     pub events: mpsc::Receiver<ConnectionEvent>,
     outgoing: mpsc::Sender<OutFrame>,
+    /// Bytes of the frames queued and not written to the socket yet.
+    queued: Arc<QueuedBytes>,
     /// Cancelled when the connection is dropped; the probe responder of
     /// this connection runs under a child of it.
     pub token: CancellationToken,
@@ -187,17 +191,22 @@ impl Connection {
         let (outgoing, outgoing_rx) = mpsc::channel(queue.max(1));
         let token = CancellationToken::new();
         let guard = token.clone().drop_guard();
+        let queued = Arc::new(QueuedBytes::default());
         tokio::spawn(run(
             host,
             connect_timeout,
             tls,
             event_tx,
-            outgoing_rx,
+            Outgoing {
+                frames: outgoing_rx,
+                queued: queued.clone(),
+            },
             token.clone(),
         ));
         Self {
             events,
             outgoing,
+            queued,
             token,
             _guard: guard,
         }
@@ -205,8 +214,53 @@ impl Connection {
 
     /// Queues a frame; false if the queue is full or the connection ended.
     pub fn send(&self, frame: OutFrame) -> bool {
-        self.outgoing.try_send(frame).is_ok()
+        let len = frame.len();
+        let sent = self.outgoing.try_send(frame).is_ok();
+        if sent {
+            self.queued.bytes.fetch_add(len, Ordering::Relaxed);
+        }
+        sent
     }
+
+    /// Whether at least [`LINK_QUEUE_BYTES`] wait to be written.
+    pub fn is_full(&self) -> bool {
+        self.queued.bytes.load(Ordering::Relaxed) >= LINK_QUEUE_BYTES
+    }
+
+    /// What completes after the writer wrote some frames (at once if it
+    /// did since the last wait).
+    pub fn written(&self) -> Written {
+        Written(self.queued.clone())
+    }
+}
+
+/// See [`Connection::written`].
+#[derive(Debug)]
+pub struct Written(Arc<QueuedBytes>);
+
+impl Written {
+    pub async fn wait(&self) {
+        self.0.written.notified().await;
+    }
+}
+
+/// Frame bytes a connection holds in memory for its socket at most before
+/// the uplink stops sending (two frames of the largest size): the rest of
+/// the window stays in the spool instead of in a second copy here.
+pub const LINK_QUEUE_BYTES: usize = 2 * MAX_FRAME_BYTES;
+
+/// Frames queued for the writer, and how many bytes they hold.
+#[derive(Debug, Default)]
+struct QueuedBytes {
+    bytes: AtomicUsize,
+    /// Notified after every round of writes.
+    written: Notify,
+}
+
+/// The writer's end of the queue.
+struct Outgoing {
+    frames: mpsc::Receiver<OutFrame>,
+    queued: Arc<QueuedBytes>,
 }
 
 async fn run(
@@ -214,7 +268,7 @@ async fn run(
     connect_timeout: Duration,
     tls: Option<ClientTls>,
     events: mpsc::Sender<ConnectionEvent>,
-    outgoing: mpsc::Receiver<OutFrame>,
+    outgoing: Outgoing,
     token: CancellationToken,
 ) {
     let lost = |reason: String| ConnectionEvent::Lost { reason };
@@ -274,7 +328,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
     stream: S,
     peer: SocketAddr,
     events: mpsc::Sender<ConnectionEvent>,
-    outgoing: mpsc::Receiver<OutFrame>,
+    outgoing: Outgoing,
     token: CancellationToken,
 ) {
     let lost = |reason: String| ConnectionEvent::Lost { reason };
@@ -333,7 +387,7 @@ fn alert_hint(e: &io::Error) -> &'static str {
 
 async fn write_frames<W: AsyncWrite + Unpin + Send>(
     mut write: W,
-    mut outgoing: mpsc::Receiver<OutFrame>,
+    mut outgoing: Outgoing,
     events: mpsc::Sender<ConnectionEvent>,
     token: CancellationToken,
     peer: SocketAddr,
@@ -342,20 +396,24 @@ async fn write_frames<W: AsyncWrite + Unpin + Send>(
     loop {
         let frame = tokio::select! {
             () = token.cancelled() => return,
-            frame = outgoing.recv() => frame,
+            frame = outgoing.frames.recv() => frame,
         };
         let Some(frame) = frame else { return };
         // Take what is waiting too, then write it all with vectored writes.
+        let mut taken = frame.len();
         chunks.extend(frame.parts.into_iter().filter(|p| !p.is_empty()));
         while chunks.len() < MAX_CHUNKS_PER_WRITE
-            && let Ok(frame) = outgoing.try_recv()
+            && let Ok(frame) = outgoing.frames.try_recv()
         {
+            taken += frame.len();
             chunks.extend(frame.parts.into_iter().filter(|p| !p.is_empty()));
         }
         let result = tokio::select! {
             () = token.cancelled() => return,
             result = write_chunks(&mut write, &mut chunks) => result,
         };
+        outgoing.queued.bytes.fetch_sub(taken, Ordering::Relaxed);
+        outgoing.queued.written.notify_one();
         if let Err(e) = result {
             let _ = events
                 .send(ConnectionEvent::Lost {

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracesync_protocol::relay::PROTOCOL_VERSION;
 use tracesync_protocol::relay::v1::{self, frame::Body};
 
-pub use connection::{Connection, ConnectionEvent, FrameCodec, OutFrame};
+pub use connection::{Connection, ConnectionEvent, FrameCodec, OutFrame, Written};
 
 use crate::clocks::SharedClock;
 use crate::session::{Action, Session, SessionConfig};
@@ -203,6 +203,11 @@ impl Uplink {
             .max(now + Duration::from_millis(1));
             let draining = drain.is_some();
             let take = intake_open && (draining || self.spool.accepts());
+            let written = self
+                .connection
+                .as_ref()
+                .filter(|c| c.is_full())
+                .map(Connection::written);
             tokio::select! {
                 () = shutdown.cancelled(), if !draining => {
                     drain = Some(Drain {
@@ -213,6 +218,9 @@ impl Uplink {
                     });
                 }
                 event = next_event(&mut self.connection) => self.on_event(event, now),
+                // Frames written: the next drive sends more if the link had
+                // been full.
+                () = link_drained(written.as_ref()) => {}
                 message = incoming.recv(), if take => match message {
                     Some(message) => {
                         if let Err(error) = self.spool.push(convert(message), now) {
@@ -236,10 +244,15 @@ impl Uplink {
 
     /// Executes what the session wants until it wants nothing more now.
     fn drive(&mut self, now: Instant) {
-        while let Some(action) =
-            self.session
-                .poll(now, self.spool.oldest_unacked(), self.spool.last_seq())
-        {
+        loop {
+            let full = self.connection.as_ref().is_some_and(Connection::is_full);
+            self.session.set_link_full(full);
+            let Some(action) =
+                self.session
+                    .poll(now, self.spool.oldest_unacked(), self.spool.last_seq())
+            else {
+                break;
+            };
             self.execute(action, now);
         }
     }
@@ -438,6 +451,14 @@ impl Uplink {
             tracing::error!("{error}");
             self.last_error_log = Some(now);
         }
+    }
+}
+
+/// Completes when a full link's writer wrote frames; never without one.
+async fn link_drained(full: Option<&Written>) {
+    match full {
+        Some(written) => written.wait().await,
+        None => std::future::pending().await,
     }
 }
 
