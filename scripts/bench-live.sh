@@ -208,7 +208,8 @@ relays_cpu_ticks() { # cpu_ticks summed over the relays
     echo "$sum"
 }
 
-# Runs one end-to-end phase; sets pps, mbps, rss_mib.
+# Runs one end-to-end phase; sets pps, mbps, rss_mib, relay_rss_mib (the
+# largest relay's).
 phase() { # $1 label, $2 source spec
     start_daemon "$1"
     start_relays "$1" "$RELAYS" "$2"
@@ -229,6 +230,12 @@ phase() { # $1 label, $2 source spec
     r1=$(relays_cpu_ticks)
     t1=$(date +%s.%N)
     rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$daemon_pid/status")
+    local p relay_kib=0 kib
+    for p in "${relay_pids[@]}"; do
+        kib=$(awk '/VmHWM/ {print $2}' "/proc/$p/status")
+        [ "$kib" -gt "$relay_kib" ] && relay_kib=$kib
+    done
+    relay_rss_mib=$((relay_kib / 1024))
     if [ -n "$perf_pid" ]; then
         kill -INT "$perf_pid" 2>/dev/null || true
         wait "$perf_pid" || true
@@ -249,7 +256,7 @@ print(round(p / dt), round(b / dt / 1e6, 1), round(b / max(p, 1)), round($rss_ki
 
 tcp_mbps=nan disk_mbps=nan small_pps=nan small_mbps=nan small_bpp=nan small_rss=nan small_cpu=nan
 large_pps=nan large_mbps=nan large_bpp=nan large_rss=nan large_cpu=nan ratio=nan
-small_rcpu=nan large_rcpu=nan
+small_rcpu=nan large_rcpu=nan small_relay_rss=nan large_relay_rss=nan
 relay_cpu=nan p50=nan p99=nan nlat=0 lagged=0
 if want tcp; then
     echo "1/4 raw loopback TCP, 4 KiB writes, ${SECS}s" >&2
@@ -277,7 +284,7 @@ fi
 if want small; then
     echo "2/4 $RELAYS relays, small packets, offered ${SMALL_RATE}/s each" >&2
     phase small "synthetic:$SMALL_RATE,size=64"
-    small_pps=$pps small_mbps=$mbps small_bpp=$bpp small_rss=$rss_mib
+    small_pps=$pps small_mbps=$mbps small_bpp=$bpp small_rss=$rss_mib small_relay_rss=$relay_rss_mib
     small_cpu="$cpu_us_pkt us/packet"
     small_rcpu="$rcpu_us_pkt us/packet"
 fi
@@ -289,7 +296,7 @@ if want large; then
     phase large "synthetic:$LARGE_RATE,size=4096"
     phase_spools="" phase_spool_args=()
     rm -rf "$own_spools"
-    large_pps=$pps large_mbps=$mbps large_bpp=$bpp large_rss=$rss_mib
+    large_pps=$pps large_mbps=$mbps large_bpp=$bpp large_rss=$rss_mib large_relay_rss=$relay_rss_mib
     large_cpu="$cpu_ms_mb ms/MB"
     large_rcpu="$rcpu_ms_mb ms/MB"
     ratio=$(python3 -c "print(round($large_mbps / $tcp_mbps * 100, 1))" 2>/dev/null || echo nan)
@@ -334,6 +341,7 @@ tracesync live benchmarks (TLS=$TLS, $(nproc) cores, load $(cut -d' ' -f1-3 /pro
 | 4 KiB packets vs raw TCP                    | ${ratio}%                |                   |
 | the same, spools on the output's disk       | ${shared_mbps} MB/s = ${shared_ratio}% of TCP | (relays' disks are other machines') |
 | daemon peak RSS (VmHWM) small / large       | ${small_rss} / ${large_rss} MiB  | <= 256 MiB        |
+| largest relay's peak RSS small / large      | ${small_relay_rss} / ${large_relay_rss} MiB |                   |
 | daemon CPU time small / large               | ${small_cpu} / ${large_cpu} |                   |
 | relays' CPU time (summed) small / large     | ${small_rcpu} / ${large_rcpu} |                   |
 | daemon / relays' CPU, spools on output disk | ${shared_cpu} / ${shared_rcpu} |                   |
