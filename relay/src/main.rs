@@ -35,7 +35,8 @@ mod exit {
     pub const CONFIG: u8 = 78;
 }
 
-/// Batches in flight from sources to the spool: the backpressure point.
+/// Batches in flight from sources to the spool at most; their bytes are
+/// bounded apart (`source::SOURCE_QUEUE_BYTES`).
 const SOURCE_CHANNEL: usize = 64;
 
 fn main() -> ExitCode {
@@ -156,6 +157,7 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
     let (tx, rx) = mpsc::channel::<SourceBatch>(SOURCE_CHANNEL);
     let machine_name: Arc<str> = identity.machine_name.as_str().into();
     let mut source_stats = Vec::new();
+    let budget = source::SourceBudget::new(source::SOURCE_QUEUE_BYTES);
     for (position, text) in config.sources.iter().enumerate() {
         let Ok(spec) = SourceSpec::parse(text) else {
             continue; // Checked in load_config.
@@ -168,6 +170,7 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
             machine_name: machine_name.clone(),
             shutdown: sources_stop.clone(),
             stats: Arc::new(SourceStats::default()),
+            budget: budget.clone(),
         };
         source_stats.push(ctx.stats.clone());
         source::spawn(spec, index, ctx, resume, tx.clone());
@@ -223,7 +226,10 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         clock,
         spool,
         rx,
-        to_incoming,
+        move |batch: SourceBatch| {
+            budget.give_back(&batch);
+            to_incoming(batch)
+        },
         start_probe,
         uplink_stop.clone(),
     ));

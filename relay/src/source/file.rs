@@ -198,7 +198,7 @@ impl Follower {
                     offset: start,
                 },
             };
-            if !send_batch(&self.tx, &self.ctx.shutdown, &self.ctx.stats, batch).await {
+            if !send_batch(&self.tx, &self.ctx, batch).await {
                 return Next::Stop;
             }
         }
@@ -344,7 +344,7 @@ impl Follower {
                     offset: batch.end_offset,
                 },
             };
-            if !send_batch(&self.tx, &self.ctx.shutdown, &self.ctx.stats, batch).await {
+            if !send_batch(&self.tx, &self.ctx, batch).await {
                 return Ok(false);
             }
         }

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -67,6 +67,52 @@ pub struct SourceContext {
     pub machine_name: Arc<str>,
     pub shutdown: CancellationToken,
     pub stats: Arc<SourceStats>,
+    /// Shared by every source of the relay.
+    pub budget: SourceBudget,
+}
+
+/// Bytes of source batches on their way to the spool, at most (a batch
+/// larger than this passes alone): past it sources wait, as for a full
+/// spool. A bound in batches would let 512 KiB batches pile up.
+pub const SOURCE_QUEUE_BYTES: usize = 8 << 20;
+
+/// The byte budget of the channel from the sources to the uplink: a source
+/// takes a batch's bytes before sending it, the uplink gives them back once
+/// the spool holds the batch. The relay's own packets (source 0, a few per
+/// second) do not take part.
+#[derive(Clone, Debug)]
+pub struct SourceBudget {
+    permits: Arc<Semaphore>,
+    limit: usize,
+}
+
+impl SourceBudget {
+    pub fn new(limit: usize) -> Self {
+        let limit = limit.clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+        }
+    }
+
+    fn share(&self, batch: &SourceBatch) -> u32 {
+        let bytes: usize = batch.packets.iter().map(Bytes::len).sum();
+        u32::try_from(bytes.clamp(1, self.limit)).unwrap_or(u32::MAX)
+    }
+
+    /// Waits until `batch` fits.
+    async fn take(&self, batch: &SourceBatch) {
+        if let Ok(permit) = self.permits.acquire_many(self.share(batch)).await {
+            permit.forget();
+        }
+    }
+
+    /// The spool took `batch`: its bytes are free again.
+    pub fn give_back(&self, batch: &SourceBatch) {
+        if batch.source != 0 {
+            self.permits.add_permits(self.share(batch) as usize);
+        }
+    }
 }
 
 impl std::fmt::Debug for SourceContext {
@@ -163,12 +209,17 @@ impl SourceStats {
 /// (shutdown, or the spool is gone).
 pub async fn send_batch(
     tx: &mpsc::Sender<SourceBatch>,
-    shutdown: &CancellationToken,
-    stats: &SourceStats,
+    ctx: &SourceContext,
     batch: SourceBatch,
 ) -> bool {
+    let (shutdown, stats) = (&ctx.shutdown, &ctx.stats);
     let count = batch.packets.len();
     let bytes: u64 = batch.packets.iter().map(|p| p.len() as u64).sum();
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => return false,
+        () = ctx.budget.take(&batch) => {}
+    }
     tokio::select! {
         biased;
         () = shutdown.cancelled() => false,
@@ -218,6 +269,7 @@ pub(crate) mod test_support {
             machine_name: Arc::from("testbox"),
             shutdown: CancellationToken::new(),
             stats: Arc::new(SourceStats::default()),
+            budget: SourceBudget::new(SOURCE_QUEUE_BYTES),
         }
     }
 
@@ -264,5 +316,43 @@ pub(crate) mod test_support {
             cursor = batch.cursor;
         }
         (got, cursor)
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    fn batch(source: u16, bytes: usize) -> SourceBatch {
+        SourceBatch {
+            source,
+            packets: vec![Bytes::from(vec![0u8; bytes])],
+            cursor: Cursor::None,
+        }
+    }
+
+    #[tokio::test]
+    async fn sources_wait_for_the_spool_past_the_byte_budget() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let mut ctx = test_support::context();
+        ctx.budget = SourceBudget::new(1000);
+        assert!(send_batch(&tx, &ctx, batch(1, 600)).await);
+        // 600 + 600 > 1000: the second waits until the first is given back.
+        let second = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            send_batch(&tx, &ctx, batch(1, 600)),
+        )
+        .await;
+        assert!(second.is_err(), "sent past the budget");
+        let first = rx.recv().await.unwrap();
+        ctx.budget.give_back(&first);
+        assert!(send_batch(&tx, &ctx, batch(1, 600)).await);
+        // A batch larger than the whole budget passes alone.
+        let second = rx.recv().await.unwrap();
+        ctx.budget.give_back(&second);
+        assert!(send_batch(&tx, &ctx, batch(1, 5000)).await);
+        // The relay's own packets never took a share: none is given back.
+        ctx.budget.give_back(&batch(0, 600));
+        assert_eq!(ctx.budget.permits.available_permits(), 0);
     }
 }

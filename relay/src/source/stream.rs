@@ -182,7 +182,7 @@ pub(crate) async fn pump<R: AsyncRead + Unpin>(
                 packets: batch.packets,
                 cursor: Cursor::None,
             };
-            if !send_batch(&tx, &ctx.shutdown, &ctx.stats, batch).await {
+            if !send_batch(&tx, &ctx, batch).await {
                 return;
             }
         }

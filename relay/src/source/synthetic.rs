@@ -603,7 +603,7 @@ pub(crate) async fn run(
                     next_counter: generator.next_counter(),
                 },
             };
-            if !send_batch(&tx, &ctx.shutdown, &ctx.stats, batch).await {
+            if !send_batch(&tx, &ctx, batch).await {
                 return;
             }
         }

@@ -86,7 +86,7 @@ pub async fn run<M: Send + 'static>(
     clock: SharedClock,
     spool: Spool,
     incoming: mpsc::Receiver<M>,
-    convert: fn(M) -> Incoming,
+    convert: impl Fn(M) -> Incoming + Send,
     start_probe: ProbeStarter,
     shutdown: CancellationToken,
 ) -> (UplinkExit, Spool) {
@@ -140,7 +140,7 @@ impl Uplink {
     async fn run<M>(
         &mut self,
         mut incoming: mpsc::Receiver<M>,
-        convert: fn(M) -> Incoming,
+        convert: impl Fn(M) -> Incoming,
         shutdown: CancellationToken,
     ) -> UplinkExit {
         let mut drain: Option<Drain> = None;
