@@ -111,6 +111,7 @@ impl SyncThread {
             .name("tracesync-fsync".into())
             .spawn(move || {
                 while let Ok(job) = rx.recv() {
+                    // Outcome first: a woken owner always finds it.
                     if tx.send(run(&job)).is_err() {
                         return;
                     }

@@ -109,6 +109,14 @@ fn a_commit_names_what_was_written_when_it_was_requested() {
     w.flush().expect("flush");
     assert_eq!(w.wait_commits().expect("wait"), Some(n));
     assert_eq!(w.durable_commit(), n);
+    // The thread wakes the owner after handing over the outcome (so a
+    // woken owner always finds it): wait for the wake.
+    for _ in 0..1000 {
+        if wakes.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(wakes.load(Ordering::SeqCst), 1);
     // Reported once.
     assert_eq!(w.poll_commits().expect("poll"), None);
