@@ -184,8 +184,26 @@ impl Journal {
         })
     }
 
-    /// Appends one record and makes it durable (if fsync is on).
+    /// Appends one record and makes it durable (if fsync is on). The
+    /// writer appends in two halves around its sync thread instead.
+    #[cfg(test)]
     pub fn append(&mut self, record: &JournalRecord) -> io::Result<()> {
+        let bytes = self.begin_append(record)?;
+        let written = self.file.write_all(&bytes).and_then(|()| {
+            if self.fsync {
+                self.file.sync_data()?;
+            }
+            Ok(())
+        });
+        self.end_append(bytes.len(), written.is_ok());
+        written
+    }
+
+    /// The first half of an append that another thread finishes (see
+    /// `commit.rs`): drops a partial record a failed append left, and
+    /// encodes `record`. Write the bytes with [`Journal::writer`], then
+    /// call [`Journal::end_append`].
+    pub fn begin_append(&mut self, record: &JournalRecord) -> io::Result<Vec<u8>> {
         if self.dirty {
             // Drop a partial record a failed append left, or readers would
             // stop there and miss every later record.
@@ -194,14 +212,29 @@ impl Journal {
         }
         let mut bytes = Vec::new();
         encode(record, &mut bytes)?;
+        // Until the append is known whole, a partial record may be there.
         self.dirty = true;
-        self.file.write_all(&bytes)?;
-        if self.fsync {
-            self.file.sync_data()?;
+        Ok(bytes)
+    }
+
+    /// A second descriptor of the journal (same open file, so appends go
+    /// to its end) for the thread that writes and syncs a record.
+    pub fn writer(&self) -> io::Result<File> {
+        self.file.try_clone()
+    }
+
+    /// The record `begin_append` encoded (`len` bytes) was written and
+    /// synced (`ok`), or not: then it is cut off before the next one.
+    pub fn end_append(&mut self, len: usize, ok: bool) {
+        if ok {
+            self.dirty = false;
+            self.good_len += len as u64;
         }
-        self.dirty = false;
-        self.good_len += bytes.len() as u64;
-        Ok(())
+    }
+
+    /// Whether the journal was opened to fdatasync its records.
+    pub fn fsync(&self) -> bool {
+        self.fsync
     }
 
     pub fn len(&self) -> u64 {

@@ -2,9 +2,11 @@
 //! index.jsonl, self-contained files (preamble replay), a commit journal
 //! for de-duplication state, recovery of a torn file on restart.
 //!
-//! Blocking API: the daemon runs it on its own thread. File layout and
-//! guarantees: docs/format.md, "Rolling output".
+//! Blocking API: the daemon runs it on its own thread; a commit's
+//! fdatasyncs run on a sync thread of its own (`commit.rs`). File layout
+//! and guarantees: docs/format.md, "Rolling output".
 
+mod commit;
 mod index;
 mod journal;
 mod naming;
@@ -24,6 +26,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use tracesync_protocol::wire;
 
+pub use commit::CommitWaker;
 pub use index::{INDEX_NAME, IndexEntry, IndexMachine};
 pub use naming::{SYNC_SIDECAR_SUFFIX, civil_from_days, days_from_civil, utc_stamp};
 pub use preamble::{PreambleLimits, role_of};
@@ -232,6 +235,8 @@ pub struct RollingWriter {
     stats: RollingStats,
     /// Background writeback of the current file (with `fsync` only).
     writeback: Option<Writeback>,
+    /// Commits in flight on the sync thread (`commit.rs`).
+    commits: commit::Commits,
 }
 
 impl RollingWriter {
@@ -294,8 +299,10 @@ impl RollingWriter {
             journal,
             stats,
             writeback: None,
+            commits: commit::Commits::default(),
         };
         if writer.config.fsync {
+            writer.commits = commit::Commits::threaded();
             writer.writeback = Writeback::start();
             writer.open_writeback();
         }
@@ -362,7 +369,7 @@ impl RollingWriter {
         if c.pending.len() >= MAX_UNCOMMITTED_BYTES {
             // Bounds the bytes kept for a rewrite: commit early (durable
             // sooner is always allowed; acks still follow the caller's).
-            self.commit()?;
+            self.commit_early()?;
         } else if c.pending.len() - c.flushed >= FLUSH_BYTES {
             self.flush()?;
         }
@@ -421,6 +428,10 @@ impl RollingWriter {
     /// commit, first cuts the file back to its committed length and writes
     /// everything past it again.
     fn flush(&mut self) -> io::Result<()> {
+        if self.current.suspect {
+            // The commit in flight may cover bytes about to be cut.
+            self.wait_in_flight()?;
+        }
         let c = &mut self.current;
         if c.suspect {
             let len = c.committed_len;
@@ -466,46 +477,11 @@ impl RollingWriter {
         Ok(())
     }
 
-    /// Makes everything written so far durable, and records it in the
-    /// journal. On error nothing committed before is lost; retry later.
-    pub fn commit(&mut self) -> io::Result<()> {
-        self.flush()?;
-        let c = &self.current;
-        if self.changed.is_empty() && c.entry.bytes == c.committed_len {
-            return Ok(());
-        }
-        self.sync_current()?;
-        let c = &mut self.current;
-        let record = JournalRecord {
-            file: c.entry.name.clone(),
-            len: c.entry.bytes,
-            next_out_seq: self.next_out_seq,
-            full: false,
-            streams: self.changed.iter().map(|k| self.streams[k]).collect(),
-        };
-        let path = self.journal.path().to_path_buf();
-        self.journal
-            .append(&record)
-            .map_err(at(&path, "append to"))?;
-        c.committed_len = c.entry.bytes;
-        c.pending.clear();
-        c.flushed = 0;
-        self.changed.clear();
-        self.stats.commits += 1;
-        if self.journal.len() > JOURNAL_COMPACT_BYTES {
-            let record = full_record(&self.current, &self.streams, self.next_out_seq);
-            match Journal::compact(&path, &record, self.config.fsync) {
-                Ok(j) => self.journal = j,
-                // The appended journal stays valid; compaction is retried.
-                Err(e) => tracing::warn!("cannot compact {}: {e}", path.display()),
-            }
-        }
-        self.save_index();
-        Ok(())
-    }
-
     /// Ends the current file and starts the next one with the preamble.
     fn rotate(&mut self, now: SystemTime) -> io::Result<()> {
+        // The commit in flight ends first: the full record below and the
+        // sync of the whole file take over from it.
+        self.wait_in_flight()?;
         self.flush()?;
         self.sync_current()?;
         let name = naming::file_name(now, self.next_file_seq);
@@ -533,6 +509,7 @@ impl RollingWriter {
         self.stats.bytes_written += self.current.entry.bytes;
         self.apply_retention(now);
         self.save_index();
+        self.all_durable();
         Ok(())
     }
 

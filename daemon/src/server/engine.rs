@@ -70,11 +70,33 @@ pub trait Core: Send + 'static {
     fn record_metrics(&self) {}
 }
 
-/// The rolling writer (blocking), as the ingest loop drives it.
+/// Wakes the ingest loop when a commit finished (see `Writer::request_commit`).
+pub type CommitWaker = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+/// The rolling writer (blocking but for commits), as the ingest loop drives it.
 pub trait Writer<U>: Send + 'static {
     fn write(&mut self, packet: &OutPacket, now: SystemTime) -> io::Result<()>;
     /// After it returns Ok, everything written is durable.
     fn commit(&mut self) -> io::Result<()>;
+    /// Starts making everything written so far durable without waiting for
+    /// the disk: `Some(n)`: durable once `poll_commits` reports `n` or more;
+    /// `None`: durable already. The default commits in place.
+    fn request_commit(&mut self) -> io::Result<Option<u64>> {
+        self.commit().map(|()| None)
+    }
+    /// Takes finished commits without waiting: `Some(n)` when every commit
+    /// through `n` became durable since the last report; an error when one
+    /// failed (nothing it covered is durable: request again).
+    fn poll_commits(&mut self) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
+    /// Like `poll_commits`, but first waits until no commit runs.
+    fn wait_commits(&mut self) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
+    /// Called (from another thread) whenever a requested commit finished,
+    /// so the owner polls.
+    fn set_commit_waker(&mut self, _waker: CommitWaker) {}
     /// Raw probe samples of an update, for the `.sync.jsonl` sidecar.
     fn write_sync_samples(&mut self, update: &U) -> io::Result<()>;
     fn current_path(&self) -> Option<PathBuf>;

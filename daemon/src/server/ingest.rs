@@ -7,10 +7,14 @@
 //! runtime; channels and timers work across runtimes.
 //!
 //! Acks follow durability: a relay's batch is acknowledged only after a
-//! commit that covers every packet the core drained up to then. When the
-//! writer fails (disk full), the loop logs once per episode, stops taking
-//! events (sessions wait, relays keep their spools), retries at every
-//! commit tick, and acks again once a commit succeeds.
+//! commit that covers every packet the core drained up to then. The
+//! commit's fdatasyncs run on the writer's sync thread: at each commit tick
+//! the loop takes a commit point, requests a commit and goes on ingesting;
+//! when the writer reports that commit durable (it wakes the loop), the
+//! points it covers are acknowledged (`ingest_acks.rs`). When the writer
+//! fails (disk full), the loop logs once per episode, stops taking events
+//! (sessions wait, relays keep their spools), retries at every commit tick,
+//! and acks again once a commit succeeds.
 
 use std::collections::HashMap;
 use std::io;
@@ -18,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, interval};
 use tracing::{debug, error, info, warn};
 
@@ -28,6 +32,12 @@ use crate::hostclock;
 use crate::live::OutPacket;
 use crate::reload::OutputLimits;
 use crate::status::{OutputStatus, StatusReport};
+use acks::AckGate;
+
+#[path = "ingest_acks.rs"]
+mod acks;
+#[path = "ingest_commit.rs"]
+mod commit;
 
 /// Timers of the ingest loop.
 #[derive(Clone, Debug)]
@@ -132,8 +142,10 @@ struct Ingest<C: Core, W> {
     /// Drained packets not yet written (non-empty only while the writer fails).
     unwritten: Vec<OutPacket>,
     written_of_unwritten: usize,
-    /// Written since the last commit.
+    /// Written since the last commit request (or a commit failed).
     dirty: bool,
+    /// Commit points waiting for their commit to be durable.
+    acks: AckGate<C::CommitPoint>,
     /// The writer failed and has not recovered yet.
     failing: bool,
     /// Counted failures, for the status report.
@@ -159,6 +171,7 @@ where
             unwritten: Vec::new(),
             written_of_unwritten: 0,
             dirty: false,
+            acks: AckGate::new(),
             failing: false,
             output: OutputStatus::default(),
             sidecar_failing: false,
@@ -178,6 +191,11 @@ where
         let mut batch = Vec::with_capacity(64);
         let mut sync_open = true;
         let mut limits = self.settings.limits.take();
+        // The writer's sync thread wakes the loop when a commit finished.
+        let durable = Arc::new(Notify::new());
+        let wake = Arc::clone(&durable);
+        self.writer
+            .set_commit_waker(Arc::new(move || wake.notify_one()));
         // Packets handed to the core since the last drain.
         let mut ingested = 0;
         loop {
@@ -208,6 +226,7 @@ where
                     self.drain(&io.packets);
                 }
                 _ = commit.tick() => self.commit(&io.packets),
+                () = durable.notified() => self.take_durable(),
                 _ = host.tick() => self.core.host_tick(hostclock::boottime_ns()),
                 _ = status.tick() => self.publish_status(&io.status, &io.packets),
                 changed = changed(&mut limits) => match changed {
@@ -393,44 +412,6 @@ where
         true
     }
 
-    /// Writes what is pending, commits, and acks what the commit covers.
-    fn commit(&mut self, packets: &impl Fanout) {
-        if !self.write_unwritten(packets) {
-            return;
-        }
-        let point = self.core.commit_point();
-        if self.dirty {
-            if let Err(e) = self.writer.commit() {
-                self.failed("commit", &e);
-                return;
-            }
-            self.dirty = false;
-            self.summary.commits += 1;
-        }
-        if self.failing {
-            self.failing = false;
-            let since = self.output.failing_since_unix_ms.take().unwrap_or(0);
-            self.output.failing = false;
-            info!(
-                "the output is writable again after {} ms ({} failed attempts in all); \
-                 acknowledging relays",
-                unix_ms().saturating_sub(since),
-                self.output.errors
-            );
-        }
-        for (slot, through) in self.core.committed_through(point) {
-            if let Some(entry) = self.sessions.get(&slot) {
-                entry.feedback.send_if_modified(|feedback| {
-                    let grew = through > feedback.acked_through_batch;
-                    if grew {
-                        feedback.acked_through_batch = through;
-                    }
-                    grew
-                });
-            }
-        }
-    }
-
     fn failed(&mut self, what: &str, e: &io::Error) {
         self.summary.write_errors += 1;
         self.output.errors += 1;
@@ -501,6 +482,9 @@ where
         let deadline = Instant::now() + FINAL_COMMIT_PATIENCE;
         loop {
             self.commit(packets);
+            // Waits for the commit just requested.
+            let waited = self.writer.wait_commits();
+            self.on_commits(waited);
             if !self.failing {
                 break;
             }

@@ -120,6 +120,22 @@ impl Writer<SyncUpdate> for RollingWriter {
         RollingWriter::commit(self)
     }
 
+    fn request_commit(&mut self) -> io::Result<Option<u64>> {
+        RollingWriter::request_commit(self)
+    }
+
+    fn poll_commits(&mut self) -> io::Result<Option<u64>> {
+        RollingWriter::poll_commits(self)
+    }
+
+    fn wait_commits(&mut self) -> io::Result<Option<u64>> {
+        RollingWriter::wait_commits(self)
+    }
+
+    fn set_commit_waker(&mut self, waker: super::engine::CommitWaker) {
+        RollingWriter::set_commit_waker(self, waker);
+    }
+
     fn write_sync_samples(&mut self, update: &SyncUpdate) -> io::Result<()> {
         if update.samples.is_empty() {
             return Ok(());
