@@ -203,7 +203,7 @@ impl LiveCore {
             src: Arc::from(packet.machine_name.as_deref().unwrap_or("sync")),
             role: Role::SyncPoint,
             origin: None,
-            bytes,
+            bytes: bytes.into(),
         });
     }
 
@@ -249,7 +249,7 @@ impl LiveCore {
                     src,
                     role,
                     origin: None,
-                    bytes,
+                    bytes: bytes.into(),
                 },
                 relay_boottime: None,
                 batch: None,

@@ -101,7 +101,10 @@ impl Order {
         Some(item)
     }
 
-    /// Packet bytes plus [`ENTRY_OVERHEAD`] per packet.
+    /// Packet bytes (stamped length) plus [`ENTRY_OVERHEAD`] per packet.
+    /// A data packet may be a slice of its relay's frame: ingest queues
+    /// slices only of frames whose packets' stamped lengths cover them, so
+    /// this still bounds the memory held.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -149,7 +152,7 @@ mod tests {
                 src: std::sync::Arc::from("test"),
                 role: Role::Data,
                 origin: None,
-                bytes: bytes::Bytes::from(vec![0u8; len]),
+                bytes: vec![0u8; len].into(),
             },
             relay_boottime: None,
             batch: None,
