@@ -495,8 +495,19 @@ impl LiveCore {
             if staged.buf.capacity() > STAGED_BUF_KEEP {
                 staged.buf = Vec::new();
             }
-            return;
+        } else {
+            self.queue_from_buffer(staged);
         }
+        // A retry of a long pending queue stages it all at once: that
+        // burst's room is not kept for the next batch.
+        if staged.packets.capacity() > STAGED_KEEP {
+            staged.packets.shrink_to(STAGED_KEEP);
+        }
+    }
+
+    /// Queues the staged packets, those in the staging buffer as slices of
+    /// it (data) or copies (the roles kept for preambles).
+    fn queue_from_buffer(&mut self, staged: &mut Staged) {
         let mut buf = std::mem::take(&mut staged.buf);
         // The queued slices keep the whole allocation alive, and the queue
         // counts only their bytes: no unused room behind them (packets of
@@ -519,11 +530,6 @@ impl LiveCore {
                 queued.packet.bytes = queued.packet.bytes.with_head(head);
             }
             self.order.push(stream, queued);
-        }
-        // A retry of a long pending queue stages it all at once: that
-        // burst's room is not kept for the next batch.
-        if staged.packets.capacity() > STAGED_KEEP {
-            staged.packets.shrink_to(STAGED_KEEP);
         }
     }
 
