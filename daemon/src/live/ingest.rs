@@ -29,7 +29,7 @@ use super::clocks::RelayClocks;
 use super::core::{LiveCore, Relay, StreamKey, reason};
 use super::epochs::EarlierEstimates;
 use super::estimate::SyncEstimate;
-use super::order::{BatchRef, Queued, StreamId};
+use super::order::{Queued, StreamId};
 use super::packet::{Origin, OutPacket, Role, Stamped};
 use super::stamp::{split_relayed, stamp_relayed};
 use super::types::{RelaySlot, SessionError};
@@ -440,10 +440,7 @@ impl LiveCore {
         let queued = Queued {
             packet,
             relay_boottime: boottime,
-            batch: Some(BatchRef {
-                relay_instance: m.key.0,
-                batch: m.batch,
-            }),
+            batch: Some(m.batch),
         };
         staged.packets.push((stream.id, queued, range));
     }

@@ -13,21 +13,15 @@ use super::packet::OutPacket;
 /// Identifies a stream within the core.
 pub type StreamId = u32;
 
-/// Which relay batch a packet came in, so emitting it can count towards
-/// that batch's acknowledgement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BatchRef {
-    pub relay_instance: u64,
-    pub batch: u64,
-}
-
 /// A resolved packet waiting for the watermark.
 #[derive(Debug)]
 pub struct Queued {
     pub packet: OutPacket,
     /// The packet's time on its relay's BOOTTIME (for sync points).
     pub relay_boottime: Option<i64>,
-    pub batch: Option<BatchRef>,
+    /// The relay batch it came in (of the relay in `packet.origin`), so
+    /// emitting it counts towards that batch's acknowledgement.
+    pub batch: Option<u64>,
 }
 
 /// Memory a queued packet takes besides its bytes (its entry in the stream
