@@ -105,7 +105,7 @@ fn packet(ts: i64, machine: u32, name: Option<&str>) -> Arc<OutPacket> {
         src: Arc::from("relay/0"),
         role: Role::Data,
         origin: None,
-        bytes: Bytes::from(b),
+        bytes: Bytes::from(b).into(),
     })
 }
 

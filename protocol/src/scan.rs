@@ -460,15 +460,7 @@ pub fn stamp_into(packet: &[u8], stamp: &Stamp, out: &mut Vec<u8>) -> Result<(),
 
 /// The fields a stamp adds after the packet's kept bytes.
 fn append_stamped_fields(stamp: &Stamp, has_clock_id: bool, out: &mut Vec<u8>) {
-    if let Some(seq) = stamp.trusted_packet_sequence_id {
-        wire::put_varint_field(out, field::TRUSTED_PACKET_SEQUENCE_ID, u64::from(seq));
-    }
-    if let Some(machine) = stamp.machine_id.filter(|&m| m != 0) {
-        wire::put_varint_field(out, field::MACHINE_ID, u64::from(machine));
-    }
-    if let (false, Some(clock)) = (has_clock_id, stamp.default_timestamp_clock_id) {
-        wire::put_varint_field(out, field::TIMESTAMP_CLOCK_ID, u64::from(clock));
-    }
+    out.extend_from_slice(StampTail::new(&[], stamp, has_clock_id).as_slice());
 }
 
 /// [`stamp_into`] for a packet already scanned: uses the field positions the
@@ -501,6 +493,106 @@ pub fn stamp_scanned(
     out.extend_from_slice(&packet[copied_from..]);
     append_stamped_fields(stamp, layout.has_clock_id, out);
     Ok(())
+}
+
+/// Longest run of fields a [`Stamp`] appends: trusted_packet_sequence_id
+/// (1-byte tag), machine_id and timestamp_clock_id (2-byte tags), each
+/// with a varint of at most 5 bytes.
+pub const STAMP_SUFFIX_MAX: usize = 20;
+
+/// Most bytes of a packet [`stamp_split`] moves from after a replaced
+/// field into the tail (a producer's sequence_flags after its sequence id).
+pub const STAMP_MOVED_MAX: usize = 12;
+
+/// Bytes that follow a packet's kept prefix once stamped, held inline (no
+/// allocation): kept bytes from after a replaced field, then the fields
+/// the stamp appends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StampTail {
+    buf: [u8; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX],
+    len: u8,
+}
+
+impl StampTail {
+    /// The fields `stamp` appends to a packet that has (or has not) a
+    /// `timestamp_clock_id` of its own, after `moved` (at most
+    /// [`STAMP_MOVED_MAX`] bytes).
+    fn new(moved: &[&[u8]], stamp: &Stamp, has_clock_id: bool) -> Self {
+        let mut s = Self {
+            buf: [0; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX],
+            len: 0,
+        };
+        for m in moved {
+            let at = usize::from(s.len);
+            s.buf[at..at + m.len()].copy_from_slice(m);
+            s.len += m.len() as u8;
+        }
+        if let Some(seq) = stamp.trusted_packet_sequence_id {
+            s.put_varint(u64::from(field::TRUSTED_PACKET_SEQUENCE_ID) << 3);
+            s.put_varint(u64::from(seq));
+        }
+        if let Some(machine) = stamp.machine_id.filter(|&m| m != 0) {
+            s.put_varint(u64::from(field::MACHINE_ID) << 3);
+            s.put_varint(u64::from(machine));
+        }
+        if let (false, Some(clock)) = (has_clock_id, stamp.default_timestamp_clock_id) {
+            s.put_varint(u64::from(field::TIMESTAMP_CLOCK_ID) << 3);
+            s.put_varint(u64::from(clock));
+        }
+        s
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+
+    /// Varints of at most 32 bits after a tag: within `buf` by construction.
+    fn put_varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf[usize::from(self.len)] = (v as u8) | 0x80;
+            self.len += 1;
+            v >>= 7;
+        }
+        self.buf[usize::from(self.len)] = v as u8;
+        self.len += 1;
+    }
+}
+
+/// [`stamp_scanned`] without copying the packet where it allows: if the
+/// stamped packet is `packet[..n]` followed by a short tail (the replaced
+/// fields, if any, lie within the packet's last [`STAMP_MOVED_MAX`] kept
+/// bytes, as a relay's appended sequence id or a producer's sequence id
+/// and flags do), returns `n` and that tail. None where a replaced field
+/// lies further inside the packet or stamping walks it.
+pub fn stamp_split(
+    packet: &[u8],
+    fields: &PacketFields<'_>,
+    stamp: &Stamp,
+) -> Option<(usize, StampTail)> {
+    let layout = &fields.stamp_layout;
+    if stamp.strip_trusted || layout.repeated {
+        return None;
+    }
+    let sequence = layout
+        .sequence_id
+        .filter(|_| stamp.trusted_packet_sequence_id.is_some());
+    let machine = layout.machine_id.filter(|_| stamp.machine_id.is_some());
+    let mut cuts = [sequence, machine];
+    if let [Some(a), Some(b)] = cuts
+        && b.0 < a.0
+    {
+        cuts.swap(0, 1);
+    }
+    let [first, second] = cuts.map(|c| c.map(|(s, e)| (s as usize, e as usize)));
+    let (head, moved): (usize, [&[u8]; 2]) = match (first, second) {
+        (None, None) => (packet.len(), [&[], &[]]),
+        (Some((s, e)), None) | (None, Some((s, e))) => (s, [&packet[e..], &[]]),
+        (Some((s1, e1)), Some((s2, e2))) => (s1, [&packet[e1..s2], &packet[e2..]]),
+    };
+    if moved[0].len() + moved[1].len() > STAMP_MOVED_MAX {
+        return None;
+    }
+    Some((head, StampTail::new(&moved, stamp, layout.has_clock_id)))
 }
 
 #[cfg(test)]
@@ -747,5 +839,106 @@ mod tests {
             assert_eq!(data_field_name(n), Some(name));
         }
         assert_eq!(data_field_name(8), None); // timestamp is metadata
+    }
+
+    /// Packets as a relay sends them (its sequence id appended last) and
+    /// as producers may write them (replaced fields anywhere, repeated).
+    fn split_cases() -> Vec<Vec<u8>> {
+        let body = |ts: Option<u64>, clock: Option<u32>| {
+            TracePacket {
+                timestamp: ts,
+                timestamp_clock_id: clock,
+                sequence_flags: Some(SEQ_NEEDS_INCREMENTAL_STATE),
+                data: Some(trace_packet::Data::TrackEvent(Default::default())),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        let mut cases = Vec::new();
+        for (ts, clock) in [(None, None), (Some(9), None), (Some(9), Some(64))] {
+            let b = body(ts, clock);
+            cases.push(b.clone());
+            for tail in [
+                vec![(10, 300)],
+                vec![(98, 5)],
+                vec![(10, 300), (98, 5)],
+                vec![(98, 5), (10, 1 << 30)],
+                vec![(10, 2), (10, 3)], // repeated: the walking path
+            ] {
+                let mut p = b.clone();
+                for (f, v) in tail {
+                    wire::put_varint_field(&mut p, f, v);
+                }
+                cases.push(p);
+            }
+            // Replaced fields inside the packet, or not adjacent at its end.
+            let mut p = Vec::new();
+            wire::put_varint_field(&mut p, 10, 4);
+            p.extend_from_slice(&b);
+            cases.push(p);
+            let mut p = b.clone();
+            wire::put_varint_field(&mut p, 98, 5);
+            wire::put_varint_field(&mut p, 8, 1);
+            wire::put_varint_field(&mut p, 10, 4);
+            cases.push(p);
+        }
+        cases
+    }
+
+    #[test]
+    fn split_stamp_is_the_copied_stamp_byte_for_byte() {
+        let stamps = [
+            Stamp::default(),
+            Stamp {
+                machine_id: Some(u32::MAX),
+                trusted_packet_sequence_id: Some(u32::MAX),
+                default_timestamp_clock_id: Some(u32::MAX),
+                strip_trusted: false,
+            },
+            Stamp {
+                machine_id: Some(0),
+                trusted_packet_sequence_id: Some(2),
+                default_timestamp_clock_id: Some(6),
+                strip_trusted: false,
+            },
+            Stamp {
+                machine_id: Some(7),
+                trusted_packet_sequence_id: None,
+                default_timestamp_clock_id: None,
+                strip_trusted: false,
+            },
+        ];
+        let mut split = 0;
+        for p in split_cases() {
+            let fields = scan_packet(&p).unwrap();
+            for stamp in &stamps {
+                let mut copied = Vec::new();
+                stamp_scanned(&p, &fields, stamp, &mut copied).unwrap();
+                let Some((n, suffix)) = stamp_split(&p, &fields, stamp) else {
+                    continue;
+                };
+                split += 1;
+                assert!(suffix.as_slice().len() <= STAMP_MOVED_MAX + STAMP_SUFFIX_MAX);
+                assert_eq!(
+                    [&p[..n], suffix.as_slice()].concat(),
+                    copied,
+                    "{p:?} {stamp:?}"
+                );
+            }
+        }
+        assert!(split > 20, "{split}");
+        // A replaced field further inside the packet needs the copy.
+        let mut p = Vec::new();
+        wire::put_varint_field(&mut p, 10, 4);
+        wire::put_len_field(&mut p, 11, &[0; STAMP_MOVED_MAX]);
+        let stamp = Stamp {
+            trusted_packet_sequence_id: Some(2),
+            ..Stamp::default()
+        };
+        assert_eq!(stamp_split(&p, &scan_packet(&p).unwrap(), &stamp), None);
+        // Only replaced: the kept prefix is empty.
+        let p = &p[..2];
+        let (n, suffix) = stamp_split(p, &scan_packet(p).unwrap(), &stamp).unwrap();
+        assert_eq!((n, suffix.as_slice()), (0, &[0x50, 2][..]));
     }
 }

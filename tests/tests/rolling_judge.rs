@@ -55,7 +55,7 @@ fn out(ts: u64, machine: u32, p: TracePacket, origin: Option<Origin>) -> OutPack
         src: Arc::from("judge"),
         role: role_of(&fields),
         origin,
-        bytes,
+        bytes: bytes.into(),
     }
 }
 

@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use tracesync_protocol::scan::Kind;
-use tracesync_protocol::wire;
 
 use super::request::{TailFormat, lag_notice_record};
 use crate::live::OutPacket;
@@ -111,7 +110,7 @@ impl PacketFormatter {
             return false;
         }
         match self.format {
-            TailFormat::Perfetto => wire::put_trace_packet(out, &packet.bytes),
+            TailFormat::Perfetto => packet.bytes.write_framed(out),
             TailFormat::Jsonl => {
                 self.line.clear();
                 self.names.trim();

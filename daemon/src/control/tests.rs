@@ -47,7 +47,7 @@ fn out_packet(ts: i64, machine: u32, name: Option<&str>, seq: u32, role: Role) -
         src: Arc::from(format!("{}/synthetic", name.unwrap_or("host"))),
         role,
         origin: None,
-        bytes: packet_bytes(ts as u64, seq, machine, data_field),
+        bytes: packet_bytes(ts as u64, seq, machine, data_field).into(),
     })
 }
 

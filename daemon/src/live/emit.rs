@@ -119,10 +119,10 @@ impl LiveCore {
         } = q;
         let raw_id = packet.machine_raw_id;
         let mut refinement = None;
-        if let Some(b) = batch
-            && let Some(relay) = self.relays.get_mut(&b.relay_instance)
+        if let (Some(b), Some(o)) = (batch, packet.origin)
+            && let Some(relay) = self.relays.get_mut(&o.relay_instance)
         {
-            relay.batches.packet_done(b.batch);
+            relay.batches.packet_done(b);
             if let Some(c) = relay_boottime.and_then(|c| u64::try_from(c).ok()) {
                 let provisional = Mapping {
                     host_ns: packet.ts,
@@ -203,7 +203,7 @@ impl LiveCore {
             src: Arc::from(packet.machine_name.as_deref().unwrap_or("sync")),
             role: Role::SyncPoint,
             origin: None,
-            bytes,
+            bytes: bytes.into(),
         });
     }
 
@@ -249,7 +249,7 @@ impl LiveCore {
                     src,
                     role,
                     origin: None,
-                    bytes,
+                    bytes: bytes.into(),
                 },
                 relay_boottime: None,
                 batch: None,

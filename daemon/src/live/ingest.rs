@@ -1,8 +1,18 @@
 //! Batches in: de-duplication, scan, clock resolution, the pending queue.
 //!
-//! Resolved packets are stamped into one buffer per batch (one allocation
-//! for the whole batch instead of one per packet) and queued for the
-//! watermark when the batch is done.
+//! A resolved data packet is stamped without a copy where it can be: a
+//! slice of its relay's frame up to the sequence id the daemon replaces,
+//! with the few bytes after that and the stamped fields inline after it
+//! ([`Stamped`]); the writer's framing is its only copy. The other packets (fields to cut inside the
+//! packet, SystemInfo, the roles kept for file preambles) are stamped into
+//! one buffer per batch (one allocation for the whole batch instead of one
+//! per packet). All are queued for the watermark when the batch is done.
+//!
+//! Memory: a queued slice keeps its whole frame alive, while the ordering
+//! queue counts only the packet's stamped length. So a frame's packets are
+//! queued as slices only if they use nearly all of it (see
+//! [`SLACK_DIVISOR`]); otherwise they are copied into the staging buffer
+//! after all, and the frame is freed with the batch.
 
 use std::collections::{HashSet, VecDeque};
 use std::ops::Range;
@@ -12,21 +22,30 @@ use bytes::Bytes;
 use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
 use tracesync_protocol::scan::{PacketFields, defaults_timestamp_clock_id, scan_packet};
+use tracesync_protocol::wire;
 
 use super::acks::BatchSeq;
 use super::clocks::RelayClocks;
 use super::core::{LiveCore, Relay, StreamKey, reason};
 use super::epochs::EarlierEstimates;
 use super::estimate::SyncEstimate;
-use super::order::{BatchRef, Queued, StreamId};
-use super::packet::{Origin, OutPacket, Role};
-use super::stamp::stamp_relayed;
+use super::order::{Queued, StreamId};
+use super::packet::{Origin, OutPacket, Role, Stamped};
+use super::stamp::{split_relayed, stamp_relayed};
 use super::types::{RelaySlot, SessionError};
 use crate::clock::ConvertError;
 
 /// A staged batch buffer with more unused room than 1/this of its length
-/// is shrunk before its packets are queued.
+/// is shrunk before its packets are queued; a frame whose sliced packets
+/// would count less than its length by more than 1/this of theirs is
+/// copied instead.
 const SLACK_DIVISOR: usize = 16;
+
+/// Most bytes stamping adds to a packet (the fields it appends).
+const STAMP_GROWTH: usize = 20;
+
+/// Staging buffer room kept between batches.
+const STAGED_BUF_KEEP: usize = 64 << 10;
 
 /// Staged packets whose room is kept between batches.
 const STAGED_KEEP: usize = 16_384;
@@ -78,11 +97,16 @@ pub(super) fn pending_entry_size() -> usize {
     std::mem::size_of::<PendingPacket>()
 }
 
-/// Resolved packets of the batch being ingested, stamped into `buf`.
+/// Resolved packets of the batch being ingested: stamped into `buf` (with
+/// their range), or stamped as slices of their frame (no range).
 #[derive(Debug, Default)]
 pub(super) struct Staged {
     buf: Vec<u8>,
-    packets: Vec<(StreamId, Queued, Range<usize>)>,
+    packets: Vec<(StreamId, Queued, Option<Range<usize>>)>,
+    /// Stamped length of the packets staged as slices.
+    sliced: usize,
+    /// About the bytes the rest of the batch would take in `buf`.
+    left: usize,
 }
 
 /// What resolution decided for one packet.
@@ -185,9 +209,13 @@ impl LiveCore {
         }
         self.machine(raw_id).last_seen = Some(now);
         let mut staged = std::mem::take(&mut self.staged);
-        let bytes_in: usize = packets.iter().map(|p| p.len() + 12).sum();
-        staged.buf.reserve(bytes_in);
+        // The frame's length, but for the batch's few other fields.
+        let frame_len: usize = packets
+            .iter()
+            .map(|p| 1 + wire::varint_len(p.len() as u64) + p.len())
+            .sum();
         let mut clocks_changed = false;
+        staged.left = packets.iter().map(|p| p.len() + STAMP_GROWTH).sum();
         for (k, bytes) in (0u64..).zip(packets) {
             // Indices past u64::MAX come only from a broken relay: wrap, no panic.
             let index = first_index.wrapping_add(k);
@@ -201,9 +229,12 @@ impl LiveCore {
                 fallback_boottime,
                 arrival: now,
             };
+            let len = bytes.len();
             clocks_changed |= self.ingest(meta, bytes, raw_id, &mut staged);
+            staged.left = staged.left.saturating_sub(len + STAMP_GROWTH);
         }
-        self.queue_staged(&mut staged);
+        staged.left = 0;
+        self.queue_staged(&mut staged, Some(frame_len));
         self.staged = staged;
         if clocks_changed {
             self.retry_pending(instance);
@@ -318,11 +349,12 @@ impl LiveCore {
         }
     }
 
-    /// Stamps a resolved packet into the staging buffer.
+    /// Stamps a resolved packet: a data packet as a slice of `bytes` where
+    /// it can be, any other into the staging buffer.
     fn stage(
         &mut self,
         m: &Meta,
-        bytes: &[u8],
+        bytes: &Bytes,
         fields: &PacketFields<'_>,
         ts: i64,
         boottime: Option<i64>,
@@ -338,21 +370,46 @@ impl LiveCore {
             .and_then(|machine| machine.name.clone());
         let has_ts = fields.timestamp.is_some();
         let stamp_clock = (has_ts && m.stamp_clock).then_some(m.clock);
-        let start = staged.buf.len();
-        let stamped = stamp_relayed(
-            bytes,
-            fields,
-            raw_id,
-            stream.out_seq,
-            stamp_clock,
-            name.as_deref(),
-            &mut staged.buf,
-        );
-        if stamped.is_err() {
-            staged.buf.truncate(start);
-            self.dropped(m, reason::MALFORMED);
-            return;
-        }
+        let role = Role::of(fields);
+        // Only data packets: the others are kept for preambles long after
+        // their frame is written and must not pin it.
+        let sliced = (role == Role::Data)
+            .then(|| split_relayed(bytes, fields, raw_id, stream.out_seq, stamp_clock))
+            .flatten();
+        let (stamped, range) = match sliced {
+            Some(stamped) => {
+                staged.sliced += stamped.len();
+                (stamped, None)
+            }
+            None => {
+                if role == Role::Data
+                    && staged.buf.capacity() - staged.buf.len() < bytes.len() + STAMP_GROWTH
+                {
+                    // A data packet that is no slice: the rest of its batch,
+                    // written alike, likely is none either. Room for all of
+                    // it at once, not a growing buffer copied as it grows.
+                    staged
+                        .buf
+                        .reserve(staged.left.max(bytes.len() + STAMP_GROWTH));
+                }
+                let start = staged.buf.len();
+                let stamped = stamp_relayed(
+                    bytes,
+                    fields,
+                    raw_id,
+                    stream.out_seq,
+                    stamp_clock,
+                    name.as_deref(),
+                    &mut staged.buf,
+                );
+                if stamped.is_err() {
+                    staged.buf.truncate(start);
+                    self.dropped(m, reason::MALFORMED);
+                    return;
+                }
+                (Stamped::default(), Some(start..staged.buf.len()))
+            }
+        };
         stream.last = Some((ts, boottime));
         // The bound of the estimate the packet was mapped with (its epoch's).
         let estimate = self.relays.get(&m.key.0).and_then(|r| {
@@ -372,33 +429,82 @@ impl LiveCore {
             },
             data_field: fields.data_field,
             src: Arc::clone(&stream.src),
-            role: Role::of(fields),
+            role,
             origin: Some(Origin {
                 relay_instance: m.key.0,
                 relay_sequence: m.key.1,
                 index: m.index,
             }),
-            bytes: Bytes::new(),
+            bytes: stamped,
         };
         let queued = Queued {
             packet,
             relay_boottime: boottime,
-            batch: Some(BatchRef {
-                relay_instance: m.key.0,
-                batch: m.batch,
-            }),
+            batch: Some(m.batch),
         };
-        staged
-            .packets
-            .push((stream.id, queued, start..staged.buf.len()));
+        staged.packets.push((stream.id, queued, range));
     }
 
-    /// Queues the staged packets, each a slice of one shared buffer.
-    fn queue_staged(&mut self, staged: &mut Staged) {
+    /// Queues the staged packets. `frame_len`: the length of the frame the
+    /// sliced ones are slices of (None: each is a slice of a copy of its
+    /// own, a pending packet's).
+    fn queue_staged(&mut self, staged: &mut Staged, frame_len: Option<usize>) {
+        let sliced = std::mem::take(&mut staged.sliced);
         if staged.packets.is_empty() {
             staged.buf.clear();
             return;
         }
+        if let Some(frame_len) = frame_len
+            && frame_len.saturating_sub(sliced) > sliced / SLACK_DIVISOR
+        {
+            // Too little of the frame queued (the rest dropped, pending or
+            // copied): copy the slices too, so the frame is freed now.
+            let heads: usize = staged
+                .packets
+                .iter()
+                .filter(|(_, _, r)| r.is_none())
+                .map(|(_, q, _)| q.packet.bytes.head().len())
+                .sum();
+            staged.buf.reserve(heads);
+            for (_, queued, range) in &mut staged.packets {
+                if range.is_none() {
+                    let start = staged.buf.len();
+                    staged.buf.extend_from_slice(queued.packet.bytes.head());
+                    *range = Some(start..staged.buf.len());
+                }
+            }
+        }
+        if staged
+            .packets
+            .iter()
+            .all(|(_, q, r)| r.is_none() || q.packet.role != Role::Data)
+        {
+            // No packet keeps a slice of the buffer: it is kept for the
+            // next batch.
+            for (stream, mut queued, range) in staged.packets.drain(..) {
+                if let Some(range) = range {
+                    let head = Bytes::copy_from_slice(&staged.buf[range]);
+                    queued.packet.bytes = queued.packet.bytes.with_head(head);
+                }
+                self.order.push(stream, queued);
+            }
+            staged.buf.clear();
+            if staged.buf.capacity() > STAGED_BUF_KEEP {
+                staged.buf = Vec::new();
+            }
+        } else {
+            self.queue_from_buffer(staged);
+        }
+        // A retry of a long pending queue stages it all at once: that
+        // burst's room is not kept for the next batch.
+        if staged.packets.capacity() > STAGED_KEEP {
+            staged.packets.shrink_to(STAGED_KEEP);
+        }
+    }
+
+    /// Queues the staged packets, those in the staging buffer as slices of
+    /// it (data) or copies (the roles kept for preambles).
+    fn queue_from_buffer(&mut self, staged: &mut Staged) {
         let mut buf = std::mem::take(&mut staged.buf);
         // The queued slices keep the whole allocation alive, and the queue
         // counts only their bytes: no unused room behind them (packets of
@@ -408,20 +514,19 @@ impl LiveCore {
         }
         let buf = Bytes::from(buf);
         for (stream, mut queued, range) in staged.packets.drain(..) {
-            queued.packet.bytes = if queued.packet.role == Role::Data {
-                buf.slice(range)
-            } else {
-                // Kept for file preambles and tail subscribers long after
-                // the batch is written: an own copy, so it does not pin
-                // the batch's whole buffer.
-                Bytes::copy_from_slice(&buf[range])
-            };
+            if let Some(range) = range {
+                let head = if queued.packet.role == Role::Data {
+                    buf.slice(range)
+                } else {
+                    // Kept for file preambles and tail subscribers long
+                    // after the batch is written: an own copy, so it does
+                    // not pin the batch's whole buffer.
+                    Bytes::copy_from_slice(&buf[range])
+                };
+                // The tail of a slice copied above, else none.
+                queued.packet.bytes = queued.packet.bytes.with_head(head);
+            }
             self.order.push(stream, queued);
-        }
-        // A retry of a long pending queue stages it all at once: that
-        // burst's room is not kept for the next batch.
-        if staged.packets.capacity() > STAGED_KEEP {
-            staged.packets.shrink_to(STAGED_KEEP);
         }
     }
 
@@ -541,14 +646,14 @@ impl LiveCore {
                     // Queued in slices: a long pending queue is not staged
                     // (and its staging room kept) all at once.
                     if staged.packets.len() >= STAGED_KEEP {
-                        self.queue_staged(&mut staged);
+                        self.queue_staged(&mut staged, None);
                     }
                 }
                 Resolution::Drop(why) => self.dropped(&m, why),
                 Resolution::NoPath | Resolution::NoSync => {}
             }
         }
-        self.queue_staged(&mut staged);
+        self.queue_staged(&mut staged, None);
         self.staged = staged;
         if let Some(relay) = self.relays.get_mut(&instance) {
             relay.pending = kept;

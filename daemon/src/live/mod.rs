@@ -75,7 +75,7 @@ mod tests;
 
 pub use self::core::{LiveCore, reason};
 pub use estimate::SyncEstimate;
-pub use packet::{Origin, OutPacket, Role};
+pub use packet::{Origin, OutPacket, Role, Stamped};
 pub use stamp::OWN_SEQUENCE_ID;
 pub use types::{
     CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Recovered, RecoveredStream, Refusal,

@@ -13,21 +13,15 @@ use super::packet::OutPacket;
 /// Identifies a stream within the core.
 pub type StreamId = u32;
 
-/// Which relay batch a packet came in, so emitting it can count towards
-/// that batch's acknowledgement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BatchRef {
-    pub relay_instance: u64,
-    pub batch: u64,
-}
-
 /// A resolved packet waiting for the watermark.
 #[derive(Debug)]
 pub struct Queued {
     pub packet: OutPacket,
     /// The packet's time on its relay's BOOTTIME (for sync points).
     pub relay_boottime: Option<i64>,
-    pub batch: Option<BatchRef>,
+    /// The relay batch it came in (of the relay in `packet.origin`), so
+    /// emitting it counts towards that batch's acknowledgement.
+    pub batch: Option<u64>,
 }
 
 /// Memory a queued packet takes besides its bytes (its entry in the stream
@@ -101,7 +95,10 @@ impl Order {
         Some(item)
     }
 
-    /// Packet bytes plus [`ENTRY_OVERHEAD`] per packet.
+    /// Packet bytes (stamped length) plus [`ENTRY_OVERHEAD`] per packet.
+    /// A data packet may be a slice of its relay's frame: ingest queues
+    /// slices only of frames whose packets' stamped lengths cover them, so
+    /// this still bounds the memory held.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -149,7 +146,7 @@ mod tests {
                 src: std::sync::Arc::from("test"),
                 role: Role::Data,
                 origin: None,
-                bytes: bytes::Bytes::from(vec![0u8; len]),
+                bytes: vec![0u8; len].into(),
             },
             relay_boottime: None,
             batch: None,

@@ -2,6 +2,8 @@
 //! tail subscribers.
 
 use bytes::Bytes;
+use tracesync_protocol::scan::{self, PacketFields, ScanError};
+use tracesync_protocol::wire;
 
 /// TracePacket.track_descriptor.
 const TRACK_DESCRIPTOR: u32 = 60;
@@ -93,5 +95,178 @@ pub struct OutPacket {
     /// SystemInfo, sync points).
     pub origin: Option<Origin>,
     /// The stamped TracePacket bytes, without Trace framing.
-    pub bytes: Bytes,
+    pub bytes: Stamped,
+}
+
+/// A stamped TracePacket (without Trace framing): `head`, then a short
+/// `tail` held inline. A relayed data packet is a slice of the frame it
+/// came in, up to the sequence id the daemon replaces, with the few bytes
+/// after that and the stamped fields as its tail, so stamping it copies
+/// nothing; any other packet is all head. Read it only through these methods: [`Stamped::write_framed`]
+/// (the file, the perfetto tail stream), [`Stamped::to_bytes`] (kept
+/// copies), [`Stamped::len`].
+#[derive(Clone, Default)]
+pub struct Stamped {
+    head: Bytes,
+    tail_len: u8,
+    tail: [u8; TAIL_MAX],
+}
+
+/// Longest inline tail: sequence id, machine id and clock id fields with
+/// the ids the daemon uses (a longer stamp takes the copying path); 15
+/// keeps [`Stamped`] at 48 bytes.
+pub const TAIL_MAX: usize = 15;
+
+impl Stamped {
+    /// `head` followed by `tail`; None if `tail` is longer than [`TAIL_MAX`].
+    pub fn split(head: Bytes, tail: &[u8]) -> Option<Self> {
+        let mut s = Self {
+            head,
+            tail_len: u8::try_from(tail.len()).ok()?,
+            tail: [0; TAIL_MAX],
+        };
+        s.tail.get_mut(..tail.len())?.copy_from_slice(tail);
+        Some(s)
+    }
+
+    /// The same tail after a new head (the same bytes elsewhere).
+    pub fn with_head(&self, head: Bytes) -> Self {
+        Self {
+            head,
+            ..self.clone()
+        }
+    }
+
+    /// Length of the stamped packet.
+    pub fn len(&self) -> usize {
+        self.head.len() + usize::from(self.tail_len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn head(&self) -> &Bytes {
+        &self.head
+    }
+
+    pub fn tail(&self) -> &[u8] {
+        &self.tail[..usize::from(self.tail_len)]
+    }
+
+    /// Appends the packet as one `Trace.packet` record (field 1): one copy.
+    pub fn write_framed(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len() + 6);
+        wire::put_tag(out, 1, wire::WireType::Len);
+        wire::put_varint(out, self.len() as u64);
+        self.extend_into(out);
+    }
+
+    /// Appends the packet's bytes (no framing).
+    pub fn extend_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(self.tail());
+    }
+
+    /// The packet's bytes in one buffer: the head itself if there is no
+    /// tail, else a copy (an allocation of its own).
+    pub fn to_bytes(&self) -> Bytes {
+        if self.tail_len == 0 {
+            return self.head.clone();
+        }
+        Bytes::from(self.to_vec())
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        self.extend_into(&mut v);
+        v
+    }
+
+    /// The packet's top-level fields as [`scan::scan_packet`] reads the
+    /// stamped bytes, without joining them: the tail holds only varint
+    /// fields that replace the head's. Its `stamp_layout` is the head's.
+    pub fn scan(&self) -> Result<PacketFields<'_>, ScanError> {
+        let mut fields = scan::scan_packet(&self.head)?;
+        if self.tail_len > 0 {
+            let tail = scan::scan_packet(self.tail())?;
+            if tail.trusted_packet_sequence_id.is_some() {
+                fields.trusted_packet_sequence_id = tail.trusted_packet_sequence_id;
+            }
+            if tail.machine_id.is_some() {
+                fields.machine_id = tail.machine_id;
+            }
+            if tail.timestamp_clock_id.is_some() {
+                fields.timestamp_clock_id = tail.timestamp_clock_id;
+            }
+        }
+        Ok(fields)
+    }
+}
+
+impl From<Bytes> for Stamped {
+    fn from(head: Bytes) -> Self {
+        Self {
+            head,
+            ..Self::default()
+        }
+    }
+}
+
+impl From<Vec<u8>> for Stamped {
+    fn from(v: Vec<u8>) -> Self {
+        Bytes::from(v).into()
+    }
+}
+
+impl std::fmt::Debug for Stamped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stamped")
+            .field("head", &self.head.len())
+            .field("tail", &self.tail())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracesync_protocol::scan::scan_packet;
+
+    #[test]
+    fn stamped_reads_as_its_joined_bytes() {
+        let mut head = Vec::new();
+        wire::put_varint_field(&mut head, 8, 1_000); // timestamp
+        wire::put_len_field(&mut head, 11, &[0x10, 1]); // track_event
+        let mut tail = Vec::new();
+        wire::put_varint_field(&mut tail, 10, 300);
+        wire::put_varint_field(&mut tail, 98, 7);
+        wire::put_varint_field(&mut tail, 58, 6);
+        let joined = [&head[..], &tail[..]].concat();
+        for s in [
+            Stamped::split(Bytes::from(head.clone()), &tail).expect("fits"),
+            Stamped::from(joined.clone()),
+        ] {
+            assert_eq!(s.len(), joined.len());
+            assert_eq!(s.to_vec(), joined);
+            assert_eq!(s.to_bytes(), joined);
+            let mut framed = vec![0xAA];
+            s.write_framed(&mut framed);
+            let mut want = vec![0xAA];
+            wire::put_trace_packet(&mut want, &joined);
+            assert_eq!(framed, want);
+            let got = s.scan().expect("scans");
+            let want = scan_packet(&joined).expect("scans");
+            assert_eq!(
+                PacketFields {
+                    stamp_layout: want.stamp_layout,
+                    ..got
+                },
+                want
+            );
+        }
+        assert!(Stamped::split(Bytes::new(), &[0; TAIL_MAX + 1]).is_none());
+        // Kept small: one per queued packet.
+        assert_eq!(std::mem::size_of::<Stamped>(), 48);
+    }
 }

@@ -7,8 +7,12 @@ use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::perfetto::clock_snapshot::Clock;
 use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
 use tracesync_protocol::perfetto::{ClockSnapshot, SystemInfo, TracePacket};
-use tracesync_protocol::scan::{Fields, PacketFields, ScanError, Stamp, field, stamp_scanned};
+use tracesync_protocol::scan::{
+    Fields, PacketFields, ScanError, Stamp, field, stamp_scanned, stamp_split,
+};
 use tracesync_protocol::wire;
+
+use super::packet::Stamped;
 
 /// Output sequence id of the packets the daemon makes itself (host
 /// snapshots and SystemInfo, sync points); relay streams get ids from 2.
@@ -30,12 +34,7 @@ pub fn stamp_relayed(
     machine_name: Option<&str>,
     out: &mut Vec<u8>,
 ) -> Result<(), ScanError> {
-    let stamp = Stamp {
-        machine_id: Some(machine_id),
-        trusted_packet_sequence_id: Some(out_seq),
-        default_timestamp_clock_id: clock,
-        strip_trusted: false,
-    };
+    let stamp = relayed_stamp(machine_id, out_seq, clock);
     match (fields.system_info, machine_name) {
         (Some(_), Some(name)) => {
             let mut stamped = Vec::with_capacity(packet.len() + 16);
@@ -44,6 +43,33 @@ pub fn stamp_relayed(
         }
         _ => stamp_scanned(packet, fields, &stamp, out),
     }
+}
+
+fn relayed_stamp(machine_id: u32, out_seq: u32, clock: Option<u32>) -> Stamp {
+    Stamp {
+        machine_id: Some(machine_id),
+        trusted_packet_sequence_id: Some(out_seq),
+        default_timestamp_clock_id: clock,
+        strip_trusted: false,
+    }
+}
+
+/// [`stamp_relayed`] without a copy: the stamped packet as a slice of
+/// `packet` with the stamped fields after it, where that is what it is
+/// (see [`stamp_split`]; a SystemInfo is rewritten, so it is not).
+pub fn split_relayed(
+    packet: &Bytes,
+    fields: &PacketFields<'_>,
+    machine_id: u32,
+    out_seq: u32,
+    clock: Option<u32>,
+) -> Option<Stamped> {
+    if fields.system_info.is_some() {
+        return None;
+    }
+    let stamp = relayed_stamp(machine_id, out_seq, clock);
+    let (kept, tail) = stamp_split(packet, fields, &stamp)?;
+    Stamped::split(packet.slice(..kept), tail.as_slice())
 }
 
 /// Re-writes the SystemInfo field (45) with `machine_name` appended: a

@@ -378,7 +378,8 @@ impl RollingWriter {
         }
         let c = &mut self.current;
         let before = c.pending.len();
-        frame(&packet.bytes, &mut c.pending);
+        // The packet's only copy on its way to the file.
+        packet.bytes.write_framed(&mut c.pending);
         let len = (c.pending.len() - before) as u64;
         c.entry.bytes += len;
         c.entry.packets += 1;
@@ -391,7 +392,7 @@ impl RollingWriter {
         }
         self.stats.packets_written += 1;
         self.stats.bytes_written += len;
-        self.preamble.observe(
+        self.preamble.observe_packet(
             packet.role,
             packet.machine_raw_id,
             packet.seq,

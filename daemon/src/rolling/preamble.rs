@@ -9,7 +9,7 @@ use tracesync_protocol::incremental::{IncrementalClocks, reanchor};
 use tracesync_protocol::scan::{self, Fields, PacketFields, field};
 
 use super::RecoveredSequence;
-use crate::live::Role;
+use crate::live::{Role, Stamped};
 
 /// TrackDescriptor (TracePacket field 60): producers re-emit descriptors
 /// after each incremental-state clear, so they belong to the replayed state.
@@ -366,6 +366,22 @@ impl PreambleState {
             self.sequences.values().flat_map(|s| &s.packets).collect(),
         ));
         out
+    }
+
+    /// Notes a packet written to the output; a data packet is not copied
+    /// (only its fields are read, if its sequence has incremental clocks).
+    pub fn observe_packet(&mut self, role: Role, machine: u32, seq: u32, bytes: &Stamped) {
+        if role != Role::Data {
+            self.observe(role, machine, seq, &bytes.to_bytes());
+            return;
+        }
+        // As observe_raw does for data.
+        self.observe(role, machine, seq, &Bytes::new());
+        if let Some(inc) = self.incremental_clocks.get_mut(&seq)
+            && let Ok(fields) = bytes.scan()
+        {
+            inc.advance(&fields);
+        }
     }
 
     /// Notes a packet read back from a file on recovery.

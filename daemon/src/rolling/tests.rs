@@ -54,7 +54,7 @@ fn out(ts: i64, machine: u32, seq: u32, p: TracePacket, origin: Option<Origin>) 
         src: Arc::from("test"),
         role,
         origin,
-        bytes,
+        bytes: bytes.into(),
     }
 }
 

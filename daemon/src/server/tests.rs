@@ -110,7 +110,7 @@ fn packet(slot: Slot, bytes: Bytes) -> OutPacket {
         src: Arc::from("test"),
         role: Role::Data,
         origin: None,
-        bytes,
+        bytes: bytes.into(),
     }
 }
 
@@ -150,7 +150,7 @@ impl Writer<()> for FakeWriter {
             .lock()
             .unwrap()
             .written
-            .push(packet.bytes.clone());
+            .push(packet.bytes.to_bytes());
         Ok(())
     }
 

@@ -78,7 +78,7 @@ impl FileResolver {
             src: Arc::clone(src),
             role: role_of(&fields),
             origin: None,
-            bytes: Bytes::copy_from_slice(bytes),
+            bytes: Bytes::copy_from_slice(bytes).into(),
         })
     }
 

@@ -15,6 +15,7 @@ use super::*;
 mod ordering;
 mod resolution;
 mod sessions;
+mod stamping;
 
 const HOST_NAME: &str = "host";
 
@@ -124,7 +125,7 @@ fn encode(packets: &[TracePacket]) -> Vec<Bytes> {
 }
 
 fn decode(p: &OutPacket) -> TracePacket {
-    TracePacket::decode(&p.bytes[..]).expect("output packets decode")
+    TracePacket::decode(&p.bytes.to_vec()[..]).expect("output packets decode")
 }
 
 /// Output packets that came from relays (no sync points, no host packets).
