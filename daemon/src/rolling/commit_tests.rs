@@ -67,7 +67,7 @@ fn event(index: u64) -> OutPacket {
             relay_sequence: 2,
             index,
         }),
-        bytes,
+        bytes: bytes.into(),
     }
 }
 
