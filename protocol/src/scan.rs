@@ -475,16 +475,7 @@ pub fn stamp_scanned(
     if stamp.strip_trusted || layout.repeated {
         return stamp_into(packet, stamp, out);
     }
-    let sequence = layout
-        .sequence_id
-        .filter(|_| stamp.trusted_packet_sequence_id.is_some());
-    let machine = layout.machine_id.filter(|_| stamp.machine_id.is_some());
-    let mut cuts = [sequence, machine];
-    if let [Some(a), Some(b)] = cuts
-        && b.0 < a.0
-    {
-        cuts.swap(0, 1);
-    }
+    let cuts = replaced_fields(layout, stamp);
     let mut copied_from = 0;
     for (start, end) in cuts.into_iter().flatten() {
         out.extend_from_slice(&packet[copied_from..start as usize]);
@@ -558,6 +549,22 @@ impl StampTail {
     }
 }
 
+/// The byte ranges of the fields `stamp` replaces (sequence id, machine
+/// id), in packet order.
+fn replaced_fields(layout: &StampLayout, stamp: &Stamp) -> [Option<(u32, u32)>; 2] {
+    let sequence = layout
+        .sequence_id
+        .filter(|_| stamp.trusted_packet_sequence_id.is_some());
+    let machine = layout.machine_id.filter(|_| stamp.machine_id.is_some());
+    let mut cuts = [sequence, machine];
+    if let [Some(a), Some(b)] = cuts
+        && b.0 < a.0
+    {
+        cuts.swap(0, 1);
+    }
+    cuts
+}
+
 /// [`stamp_scanned`] without copying the packet where it allows: if the
 /// stamped packet is `packet[..n]` followed by a short tail (the replaced
 /// fields, if any, lie within the packet's last [`STAMP_MOVED_MAX`] kept
@@ -573,16 +580,7 @@ pub fn stamp_split(
     if stamp.strip_trusted || layout.repeated {
         return None;
     }
-    let sequence = layout
-        .sequence_id
-        .filter(|_| stamp.trusted_packet_sequence_id.is_some());
-    let machine = layout.machine_id.filter(|_| stamp.machine_id.is_some());
-    let mut cuts = [sequence, machine];
-    if let [Some(a), Some(b)] = cuts
-        && b.0 < a.0
-    {
-        cuts.swap(0, 1);
-    }
+    let cuts = replaced_fields(layout, stamp);
     let [first, second] = cuts.map(|c| c.map(|(s, e)| (s as usize, e as usize)));
     let (head, moved): (usize, [&[u8]; 2]) = match (first, second) {
         (None, None) => (packet.len(), [&[], &[]]),
