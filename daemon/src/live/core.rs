@@ -13,8 +13,9 @@ use super::clocks::RelayClocks;
 use super::epochs::EarlierEstimates;
 use super::estimate::SyncEstimate;
 use super::hash::IdMap;
-use super::ingest::{PendingPacket, Staged};
+use super::ingest::PendingPacket;
 use super::order::{Order, StreamId};
+use super::staging::Staged;
 use super::stamp::OWN_SEQUENCE_ID;
 use super::types::{
     CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Recovered, Refusal, RelaySlot,

@@ -3,19 +3,19 @@
 //! A resolved data packet is stamped without a copy where it can be: a
 //! slice of its relay's frame up to the sequence id the daemon replaces,
 //! with the few bytes after that and the stamped fields inline after it
-//! ([`Stamped`]); the writer's framing is its only copy. The other packets (fields to cut inside the
-//! packet, SystemInfo, the roles kept for file preambles) are stamped into
-//! one buffer per batch (one allocation for the whole batch instead of one
-//! per packet). All are queued for the watermark when the batch is done.
+//! ([`Stamped`]); the writer's framing is its only copy. The other packets
+//! (fields to cut inside the packet, SystemInfo, the roles kept for file
+//! preambles) are stamped into one buffer per batch (one allocation for the
+//! whole batch instead of one per packet). All are queued for the
+//! watermark when the batch is done (`staging.rs`).
 //!
 //! Memory: a queued slice keeps its whole frame alive, while the ordering
 //! queue counts only the packet's stamped length. So a frame's packets are
-//! queued as slices only if they use nearly all of it (see
-//! [`SLACK_DIVISOR`]); otherwise they are copied into the staging buffer
-//! after all, and the frame is freed with the batch.
+//! queued as slices only if they use nearly all of it (`SLACK_DIVISOR` in
+//! `staging.rs`); otherwise they are copied into the staging buffer after
+//! all, and the frame is freed with the batch.
 
 use std::collections::{HashSet, VecDeque};
-use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,26 +29,15 @@ use super::clocks::RelayClocks;
 use super::core::{LiveCore, Relay, StreamKey, reason};
 use super::epochs::EarlierEstimates;
 use super::estimate::SyncEstimate;
-use super::order::{Queued, StreamId};
+use super::order::Queued;
 use super::packet::{Origin, OutPacket, Role, Stamped};
+use super::staging::{STAGED_KEEP, Staged};
 use super::stamp::{split_relayed, stamp_relayed};
 use super::types::{RelaySlot, SessionError};
 use crate::clock::ConvertError;
 
-/// A staged batch buffer with more unused room than 1/this of its length
-/// is shrunk before its packets are queued; a frame whose sliced packets
-/// would count less than its length by more than 1/this of theirs is
-/// copied instead.
-const SLACK_DIVISOR: usize = 16;
-
 /// Most bytes stamping adds to a packet (the fields it appends).
 const STAMP_GROWTH: usize = 20;
-
-/// Staging buffer room kept between batches.
-const STAGED_BUF_KEEP: usize = 64 << 10;
-
-/// Staged packets whose room is kept between batches.
-const STAGED_KEEP: usize = 16_384;
 
 /// What ingest learned about a packet in stream order.
 #[derive(Clone, Copy, Debug)]
@@ -95,18 +84,6 @@ pub(super) fn allocated(len: usize) -> usize {
 #[cfg(test)]
 pub(super) fn pending_entry_size() -> usize {
     std::mem::size_of::<PendingPacket>()
-}
-
-/// Resolved packets of the batch being ingested: stamped into `buf` (with
-/// their range), or stamped as slices of their frame (no range).
-#[derive(Debug, Default)]
-pub(super) struct Staged {
-    buf: Vec<u8>,
-    packets: Vec<(StreamId, Queued, Option<Range<usize>>)>,
-    /// Stamped length of the packets staged as slices.
-    sliced: usize,
-    /// About the bytes the rest of the batch would take in `buf`.
-    left: usize,
 }
 
 /// What resolution decided for one packet.
@@ -443,91 +420,6 @@ impl LiveCore {
             batch: Some(m.batch),
         };
         staged.packets.push((stream.id, queued, range));
-    }
-
-    /// Queues the staged packets. `frame_len`: the length of the frame the
-    /// sliced ones are slices of (None: each is a slice of a copy of its
-    /// own, a pending packet's).
-    fn queue_staged(&mut self, staged: &mut Staged, frame_len: Option<usize>) {
-        let sliced = std::mem::take(&mut staged.sliced);
-        if staged.packets.is_empty() {
-            staged.buf.clear();
-            return;
-        }
-        if let Some(frame_len) = frame_len
-            && frame_len.saturating_sub(sliced) > sliced / SLACK_DIVISOR
-        {
-            // Too little of the frame queued (the rest dropped, pending or
-            // copied): copy the slices too, so the frame is freed now.
-            let heads: usize = staged
-                .packets
-                .iter()
-                .filter(|(_, _, r)| r.is_none())
-                .map(|(_, q, _)| q.packet.bytes.head().len())
-                .sum();
-            staged.buf.reserve(heads);
-            for (_, queued, range) in &mut staged.packets {
-                if range.is_none() {
-                    let start = staged.buf.len();
-                    staged.buf.extend_from_slice(queued.packet.bytes.head());
-                    *range = Some(start..staged.buf.len());
-                }
-            }
-        }
-        if staged
-            .packets
-            .iter()
-            .all(|(_, q, r)| r.is_none() || q.packet.role != Role::Data)
-        {
-            // No packet keeps a slice of the buffer: it is kept for the
-            // next batch.
-            for (stream, mut queued, range) in staged.packets.drain(..) {
-                if let Some(range) = range {
-                    let head = Bytes::copy_from_slice(&staged.buf[range]);
-                    queued.packet.bytes = queued.packet.bytes.with_head(head);
-                }
-                self.order.push(stream, queued);
-            }
-            staged.buf.clear();
-            if staged.buf.capacity() > STAGED_BUF_KEEP {
-                staged.buf = Vec::new();
-            }
-        } else {
-            self.queue_from_buffer(staged);
-        }
-        // A retry of a long pending queue stages it all at once: that
-        // burst's room is not kept for the next batch.
-        if staged.packets.capacity() > STAGED_KEEP {
-            staged.packets.shrink_to(STAGED_KEEP);
-        }
-    }
-
-    /// Queues the staged packets, those in the staging buffer as slices of
-    /// it (data) or copies (the roles kept for preambles).
-    fn queue_from_buffer(&mut self, staged: &mut Staged) {
-        let mut buf = std::mem::take(&mut staged.buf);
-        // The queued slices keep the whole allocation alive, and the queue
-        // counts only their bytes: no unused room behind them (packets of
-        // the batch that went pending or were dropped, growth slack).
-        if buf.capacity() - buf.len() > buf.len() / SLACK_DIVISOR {
-            buf.shrink_to_fit();
-        }
-        let buf = Bytes::from(buf);
-        for (stream, mut queued, range) in staged.packets.drain(..) {
-            if let Some(range) = range {
-                let head = if queued.packet.role == Role::Data {
-                    buf.slice(range)
-                } else {
-                    // Kept for file preambles and tail subscribers long
-                    // after the batch is written: an own copy, so it does
-                    // not pin the batch's whole buffer.
-                    Bytes::copy_from_slice(&buf[range])
-                };
-                // The tail of a slice copied above, else none.
-                queued.packet.bytes = queued.packet.bytes.with_head(head);
-            }
-            self.order.push(stream, queued);
-        }
     }
 
     /// Queues a packet behind its relay's unresolvable ones. When the queue

@@ -67,6 +67,7 @@ mod hash;
 mod ingest;
 mod order;
 pub mod packet;
+mod staging;
 mod stamp;
 pub mod types;
 
