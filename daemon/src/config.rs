@@ -6,7 +6,6 @@
 //! bad value is reported as `file:line:column: message`; the same checks
 //! parse the flags.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -88,7 +87,7 @@ pub struct DaemonArgs {
     pub metrics_listen: Option<SocketAddr>,
     /// Log format: auto (journald-friendly under systemd), text or json [log.format].
     #[arg(long, value_name = "FORMAT")]
-    pub log_format: Option<crate::logging::LogFormat>,
+    pub log_format: Option<tracesync_common::logging::LogFormat>,
 }
 
 /// The whole daemon configuration.
@@ -240,8 +239,8 @@ impl Default for LimitsConfig {
 }
 
 /// `[log]`: level (applied again on SIGHUP) and format; one definition
-/// with the relay's (see [`crate::logging`]).
-pub use crate::logging::{LogConfig, LogLevel};
+/// with the relay's (see [`tracesync_common::logging`]).
+pub use tracesync_common::logging::{LogConfig, LogLevel};
 
 // Range checks, shared by the file (with spans) and the flags.
 
@@ -317,72 +316,28 @@ checked_fields! {
     max_sequences_per_relay => check_max_sequences_per_relay,
 }
 
-/// A configuration error, displayed as one line: `file:line:column: message`
-/// (or `file: message` when there is no position).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub file: PathBuf,
-    /// 1-based line and column, when known.
-    pub position: Option<(usize, usize)>,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.position {
-            Some((line, col)) => {
-                write!(f, "{}:{line}:{col}: {}", self.file.display(), self.message)
-            }
-            None => write!(f, "{}: {}", self.file.display(), self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// 1-based line and column (in characters) of a byte offset.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before.get(line_start..).map_or(0, |s| s.chars().count()) + 1;
-    (line, column)
-}
+pub use tracesync_common::config::ConfigError;
 
 impl DaemonConfig {
     /// Parses a config file's text; `file` only names it in errors.
     pub fn from_toml(text: &str, file: &Path) -> Result<Self, ConfigError> {
-        let config: Self = toml::from_str(text).map_err(|e| ConfigError {
-            file: file.to_path_buf(),
-            position: e.span().map(|span| line_column(text, span.start)),
-            // toml's message may span lines; keep the error to one.
-            message: e.message().trim().replace('\n', "; "),
-        })?;
+        let config: Self = tracesync_common::config::parse(text, file)?;
         // Checks across keys of a section (each key's range is checked above).
-        config.sync.check().map_err(|message| ConfigError {
-            file: file.to_path_buf(),
-            position: None,
-            message,
-        })?;
+        config
+            .sync
+            .check()
+            .map_err(|message| ConfigError::file(Some(file), message))?;
         Ok(config)
     }
 
     /// Reads the config the args point at (or the default file, or defaults)
     /// and applies the flag overrides. Returns the file used, if any.
     pub fn load(args: &DaemonArgs) -> Result<(Self, Option<PathBuf>), ConfigError> {
-        let path = match &args.config {
-            Some(p) => Some(p.clone()),
-            None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
-        };
+        let path = tracesync_common::config::find(args.config.as_deref(), DEFAULT_CONFIG_PATH);
         let mut text = None;
         let mut config = match &path {
             Some(p) => {
-                let read = std::fs::read_to_string(p).map_err(|e| ConfigError {
-                    file: p.clone(),
-                    position: None,
-                    message: format!("cannot read the config file: {e}"),
-                })?;
+                let read = tracesync_common::config::read(p)?;
                 let config = Self::from_toml(&read, p)?;
                 text = Some(read);
                 config
@@ -400,11 +355,7 @@ impl DaemonConfig {
     /// or at startup, so they may be missing). Sections with files to read
     /// (certificates) add their checks here.
     pub fn check_paths(&self, file: Option<&Path>) -> Result<(), ConfigError> {
-        let error = |message: String| ConfigError {
-            file: file.map_or_else(|| PathBuf::from("built-in defaults"), Path::to_path_buf),
-            position: None,
-            message,
-        };
+        let error = |message: String| ConfigError::file(file, message);
         let dir = &self.output.dir;
         if dir.exists() && !dir.is_dir() {
             return Err(error(format!(
@@ -430,12 +381,12 @@ impl DaemonConfig {
         let Err(e) = self.tls.load() else {
             return Ok(());
         };
-        let position = match (self.tls.span(e.key), text) {
-            (Some(span), Some(text)) => Some(line_column(text, span.start)),
+        let at = match (self.tls.span(e.key), text, file) {
+            (Some(span), Some(text), Some(file)) => Some((span, text, file)),
             _ => None,
         };
-        let hint = match (position, e.key) {
-            (Some(_), _) => String::new(),
+        let hint = match (&at, e.key) {
+            (Some(_), _) | (None, TlsKey::Ca | TlsKey::ServerName) => String::new(),
             (None, TlsKey::Cert) => " (set [tls] cert or --tls-cert".into(),
             (None, TlsKey::Key) => " (set [tls] key or --tls-key".into(),
             (None, TlsKey::ClientCa) => " (set [tls] client-ca or --tls-client-ca".into(),
@@ -448,10 +399,10 @@ impl DaemonConfig {
                  --tls off runs plaintext)"
             )
         };
-        Err(ConfigError {
-            file: file.map_or_else(|| PathBuf::from("<defaults>"), Path::to_path_buf),
-            position,
-            message: format!("{e}{hint}"),
+        let message = format!("{e}{hint}");
+        Err(match at {
+            Some((span, text, file)) => ConfigError::at(file, text, span.start, message),
+            None => ConfigError::file(file, message),
         })
     }
 

@@ -13,7 +13,6 @@
 //! - [`status`]: the daemon's status report.
 //! - [`config`]: `tracesyncd`'s configuration (file + flags).
 //! - [`reload`]: what SIGHUP applies, and what needs a restart.
-//! - [`exit`]: sysexits codes shared by the binaries.
 
 pub mod check;
 pub mod cli;
@@ -21,10 +20,7 @@ pub mod clock;
 pub mod config;
 pub mod control;
 pub mod demo;
-pub mod exit;
-pub mod hostclock;
 pub mod live;
-pub mod logging;
 pub mod merge;
 pub mod metrics;
 pub mod reload;

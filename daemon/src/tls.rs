@@ -14,33 +14,15 @@
 pub mod identity;
 pub mod pki;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use rustls::RootCertStore;
-use rustls::server::WebPkiClientVerifier;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use toml::Spanned;
 
 pub use identity::{Bindings, CertIdentity, MISMATCH};
-
-/// Where `tracesync pki init` puts the daemon's files, and the defaults.
-pub const DEFAULT_TLS_DIR: &str = "/etc/tracesync/tls";
-
-/// `[tls] mode`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum TlsMode {
-    /// Relays must present a certificate from `client-ca` (the default).
-    #[default]
-    Required,
-    /// Plaintext: anyone who can reach the port may connect (the daemon warns).
-    Off,
-}
+pub use tracesync_common::tls::{DEFAULT_TLS_DIR, TlsError, TlsKey, TlsMode, read_certs, read_key};
 
 /// The daemon's `[tls]` section. Paths keep their position in the file so
 /// an unreadable one is reported as `file:line:column`.
@@ -68,47 +50,14 @@ impl Default for TlsConfig {
     }
 }
 
-/// Which `[tls]` key a loading error is about (for `file:line:column`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TlsKey {
-    Cert,
-    Key,
-    ClientCa,
-}
-
-impl TlsKey {
-    pub fn name(self) -> &'static str {
-        match self {
-            TlsKey::Cert => "cert",
-            TlsKey::Key => "key",
-            TlsKey::ClientCa => "client-ca",
-        }
-    }
-}
-
-/// A `[tls]` file that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsError {
-    pub key: TlsKey,
-    pub message: String,
-}
-
-impl fmt::Display for TlsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "tls.{}: {}", self.key.name(), self.message)
-    }
-}
-
-impl std::error::Error for TlsError {}
-
 /// The acceptor sessions run the handshake with (None in the config: off).
 #[derive(Clone)]
 pub struct DataTls {
     pub acceptor: tokio_rustls::TlsAcceptor,
 }
 
-impl fmt::Debug for DataTls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl std::fmt::Debug for DataTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("DataTls(mutual, TLS 1.3)")
     }
 }
@@ -119,45 +68,13 @@ impl TlsConfig {
         if self.mode == TlsMode::Off {
             return Ok(None);
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cas = read_certs(self.client_ca.get_ref(), TlsKey::ClientCa)?;
-        let mut roots = RootCertStore::empty();
-        for ca in cas {
-            roots.add(ca).map_err(|e| TlsError {
-                key: TlsKey::ClientCa,
-                message: format!(
-                    "{}: not a usable CA certificate: {e}",
-                    self.client_ca.get_ref().display()
-                ),
-            })?;
-        }
-        let verifier =
-            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                .build()
-                .map_err(|e| TlsError {
-                    key: TlsKey::ClientCa,
-                    message: format!("{}: {e}", self.client_ca.get_ref().display()),
-                })?;
-        let chain = read_certs(self.cert.get_ref(), TlsKey::Cert)?;
-        let key = read_key(self.key.get_ref(), TlsKey::Key)?;
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| TlsError {
-                key: TlsKey::Cert,
-                message: e.to_string(),
-            })?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(chain, key)
-            .map_err(|e| TlsError {
-                key: TlsKey::Key,
-                message: format!(
-                    "{} does not fit {}: {e}",
-                    self.key.get_ref().display(),
-                    self.cert.get_ref().display()
-                ),
-            })?;
+        let config = tracesync_common::tls::server_config(
+            self.cert.get_ref(),
+            self.key.get_ref(),
+            self.client_ca.get_ref(),
+        )?;
         Ok(Some(DataTls {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            acceptor: tokio_rustls::TlsAcceptor::from(config),
         }))
     }
 
@@ -167,22 +84,10 @@ impl TlsConfig {
             TlsKey::Cert => self.cert.span(),
             TlsKey::Key => self.key.span(),
             TlsKey::ClientCa => self.client_ca.span(),
+            TlsKey::Ca | TlsKey::ServerName => return None,
         };
         Some(span).filter(|s| !s.is_empty())
     }
-}
-
-#[path = "../../relay/src/pem.rs"]
-mod pem;
-
-/// Every certificate in a PEM file (at least one).
-pub fn read_certs(path: &Path, key: TlsKey) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    pem::certificates(path).map_err(|message| TlsError { key, message })
-}
-
-/// The private key in a PEM file.
-pub fn read_key(path: &Path, key: TlsKey) -> Result<PrivateKeyDer<'static>, TlsError> {
-    pem::private_key(path).map_err(|message| TlsError { key, message })
 }
 
 /// A relay data stream: plain TCP or TCP under TLS. Sessions are generic

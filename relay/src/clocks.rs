@@ -1,131 +1,12 @@
-//! The relay's clocks. Every clock read goes through [`RelayClock`] so tests
+//! The relay's clocks. Every clock read goes through [`Clock`] so tests
 //! and the demo can inject a skewed clock; probes, snapshots and synthetic
 //! packets all read the same one.
 
 use std::sync::Arc;
 
-use nix::time::{ClockId, clock_gettime};
+pub use tracesync_common::clock::{Clock, ClockReading, SystemClock};
 
-/// The four clocks a relay snapshots, read together (ns).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClockReading {
-    pub boottime: u64,
-    pub monotonic: u64,
-    pub realtime: u64,
-    pub monotonic_raw: u64,
-}
-
-impl ClockReading {
-    /// BOOTTIME minus MONOTONIC: grows by the length of every suspend.
-    pub fn suspend_offset(&self) -> i64 {
-        self.boottime as i64 - self.monotonic as i64
-    }
-}
-
-pub trait RelayClock: Send + Sync + 'static {
-    /// All four clocks, read back to back.
-    fn now(&self) -> ClockReading;
-
-    /// BOOTTIME alone (the probe path: one read, no more).
-    fn boottime(&self) -> u64 {
-        self.now().boottime
-    }
-
-    /// Ground-truth host BOOTTIME for a `boottime` value this clock
-    /// returned: what the daemon's BOOTTIME read at the same instant.
-    fn truth_host_boottime(&self, boottime: u64) -> u64;
-
-    /// The kernel's CLOCK_REALTIME (never shifted or simulated: the clock of
-    /// kernel receive timestamps) read before and after [`Self::boottime`];
-    /// `realtime_ns` is the midpoint. Maps kernel timestamps onto this clock
-    /// (`tracesync_protocol::probe::RxStampMapper`).
-    /// The tightest of up to 3 tries (a preemption between the reads would
-    /// skew the pair).
-    fn realtime_pair(&self) -> tracesync_protocol::probe::ClockPair {
-        let mut best: Option<(u64, tracesync_protocol::probe::ClockPair)> = None;
-        for _ in 0..3 {
-            let before = read(ClockId::CLOCK_REALTIME);
-            let clock_ns = self.boottime();
-            let after = read(ClockId::CLOCK_REALTIME);
-            let width = after.saturating_sub(before);
-            let pair = tracesync_protocol::probe::ClockPair {
-                realtime_ns: before + width / 2,
-                clock_ns,
-            };
-            if best.is_none_or(|(w, _)| width < w) {
-                best = Some((width, pair));
-            }
-            if width <= 2_000 {
-                break;
-            }
-        }
-        best.map(|(_, pair)| pair).unwrap_or_default()
-    }
-}
-
-pub type SharedClock = Arc<dyn RelayClock>;
-
-fn read(id: ClockId) -> u64 {
-    // clock_gettime cannot fail for these ids on Linux; 0 keeps it total.
-    clock_gettime(id).map_or(0, |t| {
-        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-    })
-}
-
-/// The kernel's clocks. In a time namespace BOOTTIME and MONOTONIC are
-/// shifted by the namespace offsets; the truth subtracts them.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock {
-    /// This process's time-namespace BOOTTIME offset (ns), from
-    /// /proc/self/timens_offsets (0 outside a time namespace).
-    pub timens_boottime_offset: i64,
-}
-
-impl SystemClock {
-    pub fn new() -> Self {
-        let offsets = std::fs::read_to_string("/proc/self/timens_offsets").unwrap_or_default();
-        Self {
-            timens_boottime_offset: parse_timens_offset(&offsets, "boottime").unwrap_or(0),
-        }
-    }
-}
-
-/// Parses one line of /proc/PID/timens_offsets ("boottime <secs> <nanos>").
-pub fn parse_timens_offset(text: &str, clock: &str) -> Option<i64> {
-    text.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        let name = words.next()?;
-        // The kernel prints names, older kernels the numeric clock id.
-        let matches = name == clock
-            || (clock == "boottime" && name == "7")
-            || (clock == "monotonic" && name == "1");
-        if !matches {
-            return None;
-        }
-        let secs: i64 = words.next()?.parse().ok()?;
-        let nanos: i64 = words.next()?.parse().ok()?;
-        Some(secs * 1_000_000_000 + nanos)
-    })
-}
-
-impl RelayClock for SystemClock {
-    fn now(&self) -> ClockReading {
-        ClockReading {
-            boottime: read(ClockId::CLOCK_BOOTTIME),
-            monotonic: read(ClockId::CLOCK_MONOTONIC),
-            realtime: read(ClockId::CLOCK_REALTIME),
-            monotonic_raw: read(ClockId::CLOCK_MONOTONIC_RAW),
-        }
-    }
-
-    fn boottime(&self) -> u64 {
-        read(ClockId::CLOCK_BOOTTIME)
-    }
-
-    fn truth_host_boottime(&self, boottime: u64) -> u64 {
-        (boottime as i64 - self.timens_boottime_offset) as u64
-    }
-}
+pub type SharedClock = Arc<dyn Clock>;
 
 /// A test/demo clock: every clock reads `raw + offset + (raw - origin) * ppm`,
 /// so a relay on the host can pose as a machine with its own offset and
@@ -160,7 +41,7 @@ impl SimulatedClock {
     }
 }
 
-impl RelayClock for SimulatedClock {
+impl Clock for SimulatedClock {
     fn now(&self) -> ClockReading {
         let raw = self.inner.now();
         let skew = self.skew(raw.boottime);
@@ -272,7 +153,7 @@ impl ScheduledClock {
     }
 }
 
-impl RelayClock for ScheduledClock {
+impl Clock for ScheduledClock {
     fn now(&self) -> ClockReading {
         let raw = self.base.inner.now();
         let skew = self.skew(raw.boottime);
@@ -347,17 +228,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_timens_offsets() {
-        let text = "monotonic           5         0\nboottime         1000       250\n";
-        assert_eq!(
-            parse_timens_offset(text, "boottime"),
-            Some(1_000_000_000_250)
-        );
-        assert_eq!(parse_timens_offset(text, "monotonic"), Some(5_000_000_000));
-        assert_eq!(parse_timens_offset("", "boottime"), None);
-    }
-
-    #[test]
     fn scheduled_truth_inverts_wander_and_steps() {
         let clock = ScheduledClock {
             base: SimulatedClock {
@@ -425,12 +295,12 @@ mod tests {
             drift_ppm: 50.0,
             origin_ns: 0,
         };
-        let before = read(ClockId::CLOCK_REALTIME);
+        let before = tracesync_common::clock::realtime_ns();
         let pair = clock.realtime_pair();
-        let after = read(ClockId::CLOCK_REALTIME);
+        let after = tracesync_common::clock::realtime_ns();
         assert!((before..=after).contains(&pair.realtime_ns));
         // The stamping clock is the simulated one (3700 s ahead), not raw.
-        let raw = read(ClockId::CLOCK_BOOTTIME);
+        let raw = tracesync_common::clock::boottime_ns();
         assert!(pair.clock_ns > raw + 3_600_000_000_000);
     }
 

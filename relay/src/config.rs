@@ -123,7 +123,7 @@ pub struct Flags {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Log format: auto (journald-friendly under systemd), text or json [log] format.
     #[arg(long, value_name = "FORMAT")]
-    pub log_format: Option<crate::logging::LogFormat>,
+    pub log_format: Option<tracesync_common::logging::LogFormat>,
 }
 
 fn parse_when_full(text: &str) -> Result<WhenFull, String> {
@@ -149,7 +149,7 @@ struct FileConfig {
     sync: Option<crate::probe::SyncConfig>,
     tls: Option<TlsSection>,
     #[serde(default)]
-    log: crate::logging::LogConfig,
+    log: tracesync_common::logging::LogConfig,
     #[serde(default)]
     metrics: crate::metrics::MetricsConfig,
 }
@@ -181,47 +181,20 @@ pub struct RelayConfig {
     /// Test only (flags): wander and steps on top of the simulated clock.
     pub clock_schedule: ClockSchedule,
     pub tls: RelayTls,
-    pub log: crate::logging::LogConfig,
+    pub log: tracesync_common::logging::LogConfig,
     pub metrics: crate::metrics::MetricsConfig,
 }
 
-/// A configuration error, printed as one line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// In the file: `file:line:column: message`.
-    #[error("{file}:{line}:{column}: {message}")]
-    File {
-        file: String,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    /// The file cannot be read.
-    #[error("{file}: {message}")]
-    Unreadable { file: String, message: String },
-    /// A flag's value.
-    #[error("--{flag}: {message}")]
-    Flag { flag: &'static str, message: String },
-}
+pub use tracesync_common::config::ConfigError;
 
 impl RelayConfig {
     /// Finds and reads the file (search order above) and applies the flags.
     pub fn load(flags: &Flags) -> Result<Self, ConfigError> {
-        let path = match &flags.config {
-            Some(path) => Some(path.clone()),
-            None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
-        };
-        let text = match &path {
-            Some(path) => {
-                Some(
-                    std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
-                        file: path.display().to_string(),
-                        message: format!("{e}; check the path and its permissions"),
-                    })?,
-                )
-            }
-            None => None,
-        };
+        let path = tracesync_common::config::find(flags.config.as_deref(), DEFAULT_CONFIG_PATH);
+        let text = path
+            .as_deref()
+            .map(tracesync_common::config::read)
+            .transpose()?;
         let config = Self::from_parts(path.as_deref(), text.as_deref(), flags)?;
         config.check_tls(text.as_deref())?;
         Ok(config)
@@ -233,19 +206,9 @@ impl RelayConfig {
         let Err(e) = self.tls.client(&self.host) else {
             return Ok(());
         };
-        let file = self
-            .file
-            .as_ref()
-            .map_or_else(|| "<defaults>".to_owned(), |p| p.display().to_string());
         let message = format!("tls.{}: {}", e.key.name(), e.message);
-        if let (Some(span), Some(text)) = (self.tls.span(e.key), text) {
-            let (line, column) = line_column(text, span.start);
-            return Err(ConfigError::File {
-                file,
-                line,
-                column,
-                message,
-            });
+        if let (Some(span), Some(text), Some(file)) = (self.tls.span(e.key), text, &self.file) {
+            return Err(ConfigError::at(file, text, span.start, message));
         }
         // Not in the file: from a flag unless it is the default.
         let defaults = RelayTls::default();
@@ -254,21 +217,19 @@ impl RelayConfig {
             TlsKey::Cert => ("tls-cert", self.tls.cert != defaults.cert),
             TlsKey::Key => ("tls-key", self.tls.key != defaults.key),
             TlsKey::ServerName => ("tls-server-name", self.tls.server_name.is_some()),
+            TlsKey::ClientCa => ("tls-ca", false),
         };
         if from_flag {
-            return Err(ConfigError::Flag {
-                flag,
-                message: e.message,
-            });
+            return Err(ConfigError::flag(flag, e.message));
         }
-        Err(ConfigError::Unreadable {
-            file,
-            message: format!(
+        Err(ConfigError::file(
+            self.file.as_deref(),
+            format!(
                 "{message} (set [tls] {key} or --tls-{key}; `tracesync pki` makes a lab PKI; \
                  [tls] mode = \"off\" or --tls off runs plaintext)",
                 key = e.key.name()
             ),
-        })
+        ))
     }
 
     /// Merges file text (if any) and flags; `path` names the file in errors.
@@ -277,37 +238,26 @@ impl RelayConfig {
         text: Option<&str>,
         flags: &Flags,
     ) -> Result<Self, ConfigError> {
-        let file_name = path.map_or_else(|| "<config>".to_owned(), |p| p.display().to_string());
+        let file_path = path.unwrap_or(Path::new("<config>"));
         let at = |span: std::ops::Range<usize>, message: String| {
-            let (line, column) = line_column(text.unwrap_or_default(), span.start);
-            ConfigError::File {
-                file: file_name.clone(),
-                line,
-                column,
-                message,
-            }
+            ConfigError::at(file_path, text.unwrap_or_default(), span.start, message)
         };
         let file: FileConfig = match text {
-            Some(text) => toml::from_str(text).map_err(|e| {
-                let message = e.message().trim_end().to_owned();
-                at(e.span().unwrap_or(0..0), message)
-            })?,
+            Some(text) => tracesync_common::config::parse(text, file_path)?,
             None => FileConfig::default(),
         };
 
         let host = match (&flags.host, &file.host) {
-            (Some(flag), _) => check_host(flag).map_err(|message| ConfigError::Flag {
-                flag: "host",
-                message,
-            })?,
+            (Some(flag), _) => {
+                check_host(flag).map_err(|message| ConfigError::flag("host", message))?
+            }
             (None, Some(value)) => check_host(value.get_ref()).map_err(|m| at(value.span(), m))?,
             (None, None) => format!("127.0.0.1:{}", tracesync_protocol::relay::DEFAULT_DATA_PORT),
         };
         let name = match (&flags.name, &file.name) {
-            (Some(flag), _) => Some(check_name(flag).map_err(|message| ConfigError::Flag {
-                flag: "name",
-                message,
-            })?),
+            (Some(flag), _) => {
+                Some(check_name(flag).map_err(|message| ConfigError::flag("name", message))?)
+            }
             (None, Some(value)) => {
                 Some(check_name(value.get_ref()).map_err(|m| at(value.span(), m))?)
             }
@@ -315,10 +265,7 @@ impl RelayConfig {
         };
         let sources = if !flags.sources.is_empty() {
             for spec in &flags.sources {
-                check_source(spec).map_err(|message| ConfigError::Flag {
-                    flag: "source",
-                    message,
-                })?;
+                check_source(spec).map_err(|message| ConfigError::flag("source", message))?;
             }
             flags.sources.clone()
         } else {
@@ -370,10 +317,10 @@ impl RelayConfig {
         )?;
         let offset = flags.clock_offset_ns.or(file.clock_offset_ns);
         let drift = match (flags.clock_drift_ppm, &file.clock_drift_ppm) {
-            (Some(ppm), _) => Some(check_drift(ppm).map_err(|message| ConfigError::Flag {
-                flag: "clock-drift-ppm",
-                message,
-            })?),
+            (Some(ppm), _) => Some(
+                check_drift(ppm)
+                    .map_err(|message| ConfigError::flag("clock-drift-ppm", message))?,
+            ),
             (None, Some(value)) => {
                 Some(check_drift(*value.get_ref()).map_err(|m| at(value.span(), m))?)
             }
@@ -438,14 +385,6 @@ impl RelayConfig {
             metrics,
         })
     }
-}
-
-/// 1-based line and column of byte `offset` in `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = text.get(..offset.min(text.len())).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
 }
 
 /// `HOST:PORT`, or `HOST` alone (the default port is added).
@@ -546,10 +485,7 @@ where
     };
     match (flag, file) {
         (Some(v), _) if range.contains(&v) => Ok(v),
-        (Some(v), _) => Err(ConfigError::Flag {
-            flag: key,
-            message: message(v),
-        }),
+        (Some(v), _) => Err(ConfigError::flag(key, message(v))),
         (None, Some(v)) if range.contains(v.get_ref()) => Ok(*v.get_ref()),
         (None, Some(v)) => Err(at(v.span(), message(*v.get_ref()))),
         (None, None) => Ok(default),

@@ -1,6 +1,7 @@
 //! tracesync relay agent: follows a machine's Perfetto trace sources and
 //! streams their packets to the host daemon.
 //!
+//! - [`agent`]: the process: config, tasks, signals, exit code.
 //! - [`clocks`]: the relay's clocks behind a trait (system, simulated skew),
 //!   and the ground truth of a time namespace.
 //! - [`identity`]: the relay's boot id, machine name and raw machine id.
@@ -14,18 +15,15 @@
 //! - [`session`]: the sans-IO connection state machine (hello, window,
 //!   heartbeats, backoff).
 //! - [`uplink`]: the TCP edge that runs the session against the spool.
-//! - [`logging`]: journald-friendly, text or JSON logs on stderr.
 //! - [`metrics`]: the relay's Prometheus endpoint and metric names.
 
+pub mod agent;
 pub mod clocks;
 pub mod config;
 pub mod identity;
-pub mod logging;
 pub mod metrics;
 pub mod own_packets;
-pub mod pem;
 pub mod probe;
-pub mod rx_stamp;
 pub mod sequences;
 pub mod session;
 pub mod source;

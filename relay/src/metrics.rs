@@ -13,8 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
-use metrics_exporter_prometheus::PrometheusBuilder;
-use serde::Deserialize;
 
 use crate::session::Session;
 use crate::source::SourceStats;
@@ -60,21 +58,12 @@ pub const ALL: &[&str] = &[
 /// How often the counters are copied into the recorder.
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 
-/// `[metrics]`: the relay's own Prometheus endpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-pub struct MetricsConfig {
-    /// `http://ADDR/metrics`; off when absent.
-    pub listen: Option<SocketAddr>,
-}
+pub use tracesync_common::metrics::MetricsConfig;
 
 /// Installs the global recorder and serves it on `addr` (on the current
 /// tokio runtime). The listener is bound when this returns.
 pub fn install(addr: SocketAddr) -> Result<(), String> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-        .map_err(|e| e.to_string())?;
+    tracesync_common::metrics::install(addr, &[])?;
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
     describe_counter!(SOURCE_PACKETS, "Packets the sources handed to the spool");
     describe_counter!(
@@ -203,7 +192,7 @@ mod tests {
 
     #[test]
     fn sources_are_summed() {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
         let a = Arc::new(SourceStats::default());
         let b = Arc::new(SourceStats::default());

@@ -207,7 +207,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::clocks::RelayClock;
+    use crate::clocks::Clock;
 
     const SEC: u64 = 1_000_000_000;
 
@@ -303,7 +303,7 @@ mod tests {
     /// A clock the test moves by hand.
     struct HandClock(Mutex<ClockReading>);
 
-    impl RelayClock for HandClock {
+    impl Clock for HandClock {
         fn now(&self) -> ClockReading {
             *self.0.lock().unwrap()
         }

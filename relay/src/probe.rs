@@ -16,8 +16,8 @@
 //!
 //! t2 on UDP is the kernel's receive timestamp (`SO_TIMESTAMPNS`,
 //! CLOCK_REALTIME) mapped onto the relay's clock by
-//! `tracesync_protocol::probe::RxStampMapper` with paired reads
-//! ([`RelayClock::realtime_pair`](crate::clocks::RelayClock::realtime_pair))
+//! `tracesync_common::rx_stamp::RxStampMapper` with paired reads
+//! ([`Clock::realtime_pair`](crate::clocks::Clock::realtime_pair))
 //! before the wait and right after the receive; when the mapper cannot vouch
 //! for it (or `TRACESYNC_KERNEL_RX_TIMESTAMPS=off`), the clock read right
 //! after the receive. TCP frames are stamped in userspace.
@@ -38,13 +38,11 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UdpSocket};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::codec::{Encoder, FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
-use tracesync_protocol::probe::{
-    self, NonceRejected, OpenError, ProbeKey, ReplayWindow, RxStampMapper,
-};
+use tracesync_common::rx_stamp::{Received, RxStamps};
+use tracesync_protocol::probe::{self, NonceRejected, OpenError, ProbeKey, ReplayWindow};
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
 use tracesync_protocol::relay::v1::{ProbeRegister, ProbeReply, probe_body::Kind};
 
@@ -79,7 +77,7 @@ impl Default for SyncConfig {
     fn default() -> Self {
         Self {
             transport: SyncTransport::default(),
-            kernel_rx_timestamps: probe::KERNEL_RX_TIMESTAMPS_DEFAULT,
+            kernel_rx_timestamps: tracesync_common::rx_stamp::KERNEL_RX_TIMESTAMPS_DEFAULT,
         }
     }
 }
@@ -274,36 +272,14 @@ pub async fn run_probe_responder_with_stats(
         );
         return;
     };
-    let stop = shutdown.child_token();
-    let _stop_on_drop = stop.clone().drop_guard();
-    let (done_tx, done_rx) = oneshot::channel::<()>();
     let daemon = target.daemon;
-    let thread_stop = stop.clone();
-    let started = std::thread::Builder::new()
-        .name("tracesync-probe".into())
-        .spawn(move || {
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => {
-                    runtime.block_on(respond(clock, daemon, responder, sync, thread_stop, stats))
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "probe responder: no runtime of its own; probes off");
-                }
-            }
-            drop(done_tx);
-        });
-    match started {
-        // Err (sender dropped) is the normal end: the thread finished.
-        Ok(_) => {
-            let _ = done_rx.await;
-        }
-        Err(error) => {
-            tracing::warn!(%error, "probe responder: no thread of its own; probes off");
-        }
-    }
+    tracesync_common::thread::spawn_on_own_thread(
+        "tracesync-probe",
+        "the probe responder",
+        &shutdown,
+        move |stop| respond(clock, daemon, responder, sync, stop, stats),
+    )
+    .await;
 }
 
 /// How one transport's run ended.
@@ -395,14 +371,14 @@ async fn run_udp(ctx: &mut Ctx) -> Ended {
     let mut next_register = Instant::now();
     // One byte more than the limit: a truncated read shows as oversized.
     let mut buffer = [0u8; MAX_PROBE_DATAGRAM_BYTES + 1];
-    let mut rx = RxStamps::new(&socket, ctx.kernel_rx_timestamps);
+    let mut rx = RxStamps::new(&socket, ctx.kernel_rx_timestamps, "probe responder");
     loop {
-        rx.before_wait(&ctx.clock);
+        rx.before_wait(&*ctx.clock);
         tokio::select! {
             biased;
             () = ctx.shutdown.cancelled() => return Ended::Shutdown,
-            received = rx.recv(&socket, &mut buffer, &ctx.clock, &ctx.stats) => {
-                let (length, from, t2) = match received {
+            received = rx.recv(&socket, &mut buffer, &*ctx.clock) => {
+                let Received { len: length, from, stamp: t2, kernel } = match received {
                     Ok(received) => received,
                     Err(error) => {
                         let count = ResponderStats::bump(&ctx.stats.recv_errors);
@@ -414,6 +390,11 @@ async fn run_udp(ctx: &mut Ctx) -> Ended {
                         continue;
                     }
                 };
+                if kernel {
+                    ResponderStats::bump(&ctx.stats.kernel_rx_stamps);
+                } else if rx.stats().is_some() {
+                    ResponderStats::bump(&ctx.stats.rx_stamp_fallbacks);
+                }
                 let bytes = buffer.get(..length).unwrap_or_default();
                 match ctx.responder.classify(bytes) {
                     Incoming::Probe(nonce) => {
@@ -522,100 +503,6 @@ async fn run_tcp(ctx: &mut Ctx) -> Ended {
                 }
             }
             () = sleep_until_or_forever(give_up_at(ctx, started, last_probe)) => return Ended::Failed,
-        }
-    }
-}
-
-/// How the UDP socket's probes get t2: the kernel's receive timestamp
-/// mapped onto the relay's clock, or the clock read right after the receive.
-struct RxStamps {
-    /// None: userspace stamps only (switched off, or the option failed).
-    kernel: Option<RxStampMapper>,
-    cmsg: Vec<u8>,
-}
-
-impl RxStamps {
-    /// `configured`: `[sync] kernel-rx-timestamps`.
-    fn new(socket: &UdpSocket, configured: bool) -> Self {
-        let (wanted, bad_env) = probe::kernel_rx_timestamps(configured);
-        if let Some(why) = bad_env {
-            tracing::warn!("probe responder: {why}");
-        }
-        let kernel = if wanted {
-            match nix::sys::socket::setsockopt(
-                socket,
-                nix::sys::socket::sockopt::ReceiveTimestampns,
-                &true,
-            ) {
-                Ok(()) => Some(RxStampMapper::new()),
-                Err(error) => {
-                    tracing::warn!(%error, "probe responder: no kernel receive timestamps (SO_TIMESTAMPNS); t2 is stamped after the receive");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        Self {
-            kernel,
-            cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
-        }
-    }
-
-    fn before_wait(&mut self, clock: &SharedClock) {
-        if let Some(mapper) = self.kernel.as_mut() {
-            mapper.note(clock.realtime_pair());
-        }
-    }
-
-    /// Receives one datagram: (length, sender, t2).
-    async fn recv(
-        &mut self,
-        socket: &UdpSocket,
-        buffer: &mut [u8],
-        clock: &SharedClock,
-        stats: &ResponderStats,
-    ) -> std::io::Result<(usize, SocketAddr, u64)> {
-        let Some(mapper) = self.kernel.as_mut() else {
-            let (length, from) = socket.recv_from(buffer).await?;
-            return Ok((length, from, clock.boottime()));
-        };
-        let cmsg = &mut self.cmsg;
-        let (length, from, kernel, now) = socket
-            .async_io(tokio::io::Interest::READABLE, || {
-                crate::rx_stamp::recvmsg_stamped(socket, &mut *buffer, &mut *cmsg, || {
-                    clock.realtime_pair()
-                })
-            })
-            .await?;
-        let before = mapper.stats().kernel;
-        let t2 = mapper.map(kernel, now);
-        if mapper.stats().kernel > before {
-            ResponderStats::bump(&stats.kernel_rx_stamps);
-        } else {
-            let count = ResponderStats::bump(&stats.rx_stamp_fallbacks);
-            if count.is_power_of_two() {
-                tracing::debug!(stats = ?mapper.stats(), "probe responder: kernel receive timestamp not usable; stamped after the receive");
-            }
-        }
-        Ok((length, from, t2))
-    }
-}
-
-impl Drop for RxStamps {
-    /// The summary line, however the UDP run ends (shutdown, a failed
-    /// transport, or the responder being dropped).
-    fn drop(&mut self) {
-        if let Some(mapper) = &self.kernel {
-            let s = mapper.stats();
-            tracing::info!(
-                kernel = s.kernel,
-                missing = s.missing,
-                after_now = s.after_now,
-                before_anchor = s.before_anchor,
-                clocks_moved = s.clocks_moved,
-                "probe responder: receive timestamps (kernel used, userspace fallbacks by reason)"
-            );
         }
     }
 }

@@ -178,7 +178,7 @@ async fn udp_registers_then_answers_its_own_authentic_probes_only() {
     // simulated clock, inside [before, after] above) unless switched off.
     let kernel = stats.kernel_rx_stamps.load(Ordering::Relaxed);
     let fallbacks = stats.rx_stamp_fallbacks.load(Ordering::Relaxed);
-    if tracesync_protocol::probe::kernel_rx_timestamps_from_env() == Ok(true) {
+    if tracesync_common::rx_stamp::kernel_rx_timestamps_from_env() == Ok(true) {
         // A preempted paired read may make one fall back; not all of them.
         assert_eq!(kernel + fallbacks, 5);
         assert!(kernel >= 1, "no kernel-stamped t2 ({fallbacks} fallbacks)");

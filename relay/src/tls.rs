@@ -4,26 +4,12 @@
 //! with `mode = "off"` (or `--tls off`), and the relay warns.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use rustls::RootCertStore;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 use serde::Deserialize;
 use toml::Spanned;
 
-/// Where the lab PKI's files go by default (`tracesync pki`).
-pub const DEFAULT_TLS_DIR: &str = "/etc/tracesync/tls";
-
-/// `[tls] mode` / `--tls`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum TlsMode {
-    /// Verify the daemon and present our certificate (the default).
-    #[default]
-    Required,
-    /// Plaintext TCP (the daemon must be in `mode = "off"` too).
-    Off,
-}
+pub use tracesync_common::tls::{DEFAULT_TLS_DIR, TlsError, TlsKey, TlsMode};
 
 /// The `[tls]` section of relay.toml (every key optional).
 #[derive(Deserialize, Debug, Default)]
@@ -73,32 +59,6 @@ impl Default for RelayTls {
     }
 }
 
-/// Which key a TLS error is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TlsKey {
-    Ca,
-    Cert,
-    Key,
-    ServerName,
-}
-
-impl TlsKey {
-    pub fn name(self) -> &'static str {
-        match self {
-            TlsKey::Ca => "ca",
-            TlsKey::Cert => "cert",
-            TlsKey::Key => "key",
-            TlsKey::ServerName => "server-name",
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsError {
-    pub key: TlsKey,
-    pub message: String,
-}
-
 /// What the connection needs to run TLS.
 #[derive(Clone)]
 pub struct ClientTls {
@@ -140,6 +100,7 @@ impl RelayTls {
             TlsKey::Cert => self.cert.span(),
             TlsKey::Key => self.key.span(),
             TlsKey::ServerName => self.server_name.as_ref().map(Spanned::span)?,
+            TlsKey::ClientCa => return None,
         };
         Some(span).filter(|s| !s.is_empty())
     }
@@ -161,38 +122,13 @@ impl RelayTls {
                 format!("{name:?} is not a DNS name or IP address: {e}"),
             )
         })?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = RootCertStore::empty();
-        for ca in read_certs(self.ca.get_ref(), TlsKey::Ca)? {
-            roots.add(ca).map_err(|e| {
-                fail(
-                    TlsKey::Ca,
-                    format!(
-                        "{}: not a usable CA certificate: {e}",
-                        self.ca.get_ref().display()
-                    ),
-                )
-            })?;
-        }
-        let chain = read_certs(self.cert.get_ref(), TlsKey::Cert)?;
-        let key = crate::pem::private_key(self.key.get_ref()).map_err(|m| fail(TlsKey::Key, m))?;
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| fail(TlsKey::Cert, e.to_string()))?
-            .with_root_certificates(roots)
-            .with_client_auth_cert(chain, key)
-            .map_err(|e| {
-                fail(
-                    TlsKey::Key,
-                    format!(
-                        "{} does not fit {}: {e}",
-                        self.key.get_ref().display(),
-                        self.cert.get_ref().display()
-                    ),
-                )
-            })?;
+        let config = tracesync_common::tls::client_config(
+            self.ca.get_ref(),
+            self.cert.get_ref(),
+            self.key.get_ref(),
+        )?;
         Ok(Some(ClientTls {
-            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            connector: tokio_rustls::TlsConnector::from(config),
             server_name,
         }))
     }
@@ -204,10 +140,6 @@ fn host_part(host: &str) -> &str {
     host.strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host)
-}
-
-fn read_certs(path: &Path, key: TlsKey) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    crate::pem::certificates(path).map_err(|message| TlsError { key, message })
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracesync::sync::{ProbeSessions, ProberStats, Registration, SyncUpdate, spawn_prober};
 use tracesync_protocol::probe::{self, ProbeKey};
 use tracesync_protocol::relay::v1::{ProbeReply, probe_body::Kind};
-use tracesync_relay::clocks::{RelayClock, SharedClock, SimulatedClock};
+use tracesync_relay::clocks::{Clock, SharedClock, SimulatedClock};
 use tracesync_relay::probe::{
     ProbeTarget, ResponderStats, SyncConfig, SyncTransport, run_probe_responder_with_stats,
 };

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tracesync::sync::{ProbeSessions, Registration, SyncEstimate, spawn_prober};
-use tracesync_relay::clocks::{RelayClock, SharedClock, SimulatedClock};
+use tracesync_relay::clocks::{Clock, SharedClock, SimulatedClock};
 use tracesync_relay::probe::{ProbeTarget, SyncConfig, SyncTransport, run_probe_responder};
 
 const SESSION: u64 = 0x0123_4567_89ab_cdef;

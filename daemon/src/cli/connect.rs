@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use crate::control::Request;
-use crate::exit;
+use tracesync_common::exit;
 
 /// Where `tracesyncd` listens by default.
 pub const DEFAULT_CONTROL: &str = "/run/tracesync/control.sock";

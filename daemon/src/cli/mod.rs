@@ -14,10 +14,10 @@ use clap::{Parser, Subcommand};
 use tracesync_protocol::clock_ids::builtin_name;
 
 use crate::control::TailFormat;
-use crate::exit;
 use crate::merge::output::Format;
 use crate::merge::{MergeOptions, Prepared, merge, prepare};
 use connect::{DEFAULT_CONTROL, Target};
+use tracesync_common::exit;
 
 #[derive(Debug, Parser)]
 #[command(

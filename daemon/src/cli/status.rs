@@ -7,9 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::connect::{self, Target};
 use crate::control::Request;
 use crate::control::format::human_ns;
-use crate::exit;
 use crate::status::{MachineStatus, StatusReport};
 use crate::sync::sessions::MachineSync;
+use tracesync_common::exit;
 
 /// Longest status line accepted.
 const MAX_REPORT_BYTES: u64 = 16 << 20;

@@ -10,7 +10,7 @@ use tracesync_protocol::wire;
 use super::connect::{self, Target};
 use crate::control::follow::DirFollower;
 use crate::control::{MachineFilter, NOTICE_FIELD, PacketFormatter, Request, TailFormat};
-use crate::exit;
+use tracesync_common::exit;
 
 const POLL: Duration = Duration::from_millis(100);
 

@@ -61,7 +61,10 @@ fn values_are_read() {
         config.metrics.listen,
         Some("127.0.0.1:9002".parse().unwrap())
     );
-    assert_eq!(config.log.format, crate::logging::LogFormat::Json);
+    assert_eq!(
+        config.log.format,
+        tracesync_common::logging::LogFormat::Json
+    );
     assert_eq!(config.auth.required_token(), Some("s3cret"));
     assert_eq!(config.output.dir, Path::new("/tmp/out"));
     assert_eq!(config.output.rotate_bytes, 0);
@@ -172,14 +175,6 @@ fn missing_config_file_names_the_file() {
             .starts_with("/nonexistent/tracesync/daemon.toml: cannot read"),
         "{err}"
     );
-}
-
-#[test]
-fn line_column_counts_characters() {
-    assert_eq!(line_column("ab\ncd", 0), (1, 1));
-    assert_eq!(line_column("ab\ncd", 4), (2, 2));
-    assert_eq!(line_column("é\nx", 3), (2, 1));
-    assert_eq!(line_column("ab", 99), (1, 3));
 }
 
 #[test]

@@ -15,7 +15,7 @@
 //! on Heartbeat:  core.heartbeat(slot, clocks, now)
 //! on SyncUpdate: core.sync(slot, estimate)
 //! on close:      core.disconnect(slot)
-//! every tick:    core.host_tick(now, &hostclock::snapshot_ns());
+//! every tick:    core.host_tick(now, &SystemClock::default().now().snapshot());
 //!                core.drain(now, &mut out); write `out`; commit;
 //!                for (slot, n) in core.committed() { send Ack { through_batch: n } }
 //! on shutdown:   core.flush_all(&mut out); write; commit; committed()

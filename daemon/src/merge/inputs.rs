@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use flate2::read::{DeflateDecoder, MultiGzDecoder};
 use zip::CompressionMethod;
 
-use crate::exit::{DATAERR, NOINPUT};
+use tracesync_common::exit::{DATAERR, NOINPUT};
 
 /// Upper bound on a manifest's size: it is the one thing read whole.
 const MANIFEST_CAP: u64 = 16 << 20;

@@ -10,7 +10,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 use tracesync_protocol::clock_ids::manifest_clock_id;
 
-use crate::exit::DATAERR;
+use tracesync_common::exit::DATAERR;
 
 const CLOCK_NAMES: &str =
     "REALTIME, REALTIME_COARSE, MONOTONIC, MONOTONIC_COARSE, MONOTONIC_RAW, BOOTTIME";

@@ -22,7 +22,6 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::exit;
 use first_pass::{FileScan, InputFault, scan_input};
 use inputs::{InputError, InputSource, expand_inputs};
 use manifest::{Manifest, ManifestError, parse_manifest};
@@ -30,6 +29,7 @@ use output::{Format, Writer};
 use plan::{Plan, build_plan};
 use second_pass::{Context, InputStream, SequenceIds};
 use stats::MergeStats;
+use tracesync_common::exit;
 
 #[derive(Clone, Debug)]
 pub struct MergeOptions {

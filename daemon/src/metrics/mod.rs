@@ -21,32 +21,19 @@ use std::sync::Arc;
 use metrics::{
     Counter, Gauge, counter, describe_counter, describe_gauge, describe_histogram, gauge,
 };
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use serde::Deserialize;
 
 use crate::status::{MachineStatus, StatusReport};
 use crate::sync::sessions::{MachineSync, SessionCounters};
 
-/// `[metrics]`: the Prometheus endpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-pub struct MetricsConfig {
-    /// `http://ADDR/metrics` (any path answers); off when absent.
-    pub listen: Option<SocketAddr>,
-}
+pub use tracesync_common::metrics::MetricsConfig;
 
 /// Installs the global recorder and serves it over HTTP on `addr` (on the
 /// current tokio runtime). The listener is bound when this returns.
 pub fn install(addr: SocketAddr) -> Result<(), String> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .set_buckets_for_metric(
-            Matcher::Full(names::SYNC_PROBE_RTT.to_owned()),
-            &names::SYNC_PROBE_RTT_BUCKETS,
-        )
-        .map_err(|e| e.to_string())?
-        .install()
-        .map_err(|e| e.to_string())?;
+    tracesync_common::metrics::install(
+        addr,
+        &[(names::SYNC_PROBE_RTT, &names::SYNC_PROBE_RTT_BUCKETS)],
+    )?;
     describe();
     register_fixed();
     Ok(())

@@ -18,13 +18,13 @@ use super::run::{self, Parts};
 use super::{SessionSettings, Shared, listener};
 use crate::config::{DaemonArgs, DaemonConfig, LogLevel};
 use crate::control::{self, ControlHub, DEFAULT_TAIL_CAPACITY};
-use crate::exit;
 use crate::live::{LiveConfig, LiveCore};
 use crate::reload::{self, OutputLimits};
 use crate::rolling::{RollingConfig, RollingWriter};
 use crate::status::StatusReport;
 use crate::sync::ProbeSessions;
 use crate::sync::edge::spawn_prober_with;
+use tracesync_common::exit;
 
 /// Sync updates waiting for the ingest loop (the prober holds its samples
 /// when this is full).
@@ -104,16 +104,16 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// RUST_LOG wins; else the config's level (see [`crate::logging`]).
+/// RUST_LOG wins; else the config's level (see [`tracesync_common::logging`]).
 fn init_logging(config: &DaemonConfig) {
-    crate::logging::init(config.log.level.as_str(), config.log.format);
+    tracesync_common::logging::init(config.log.level.as_str(), config.log.format);
 }
 
 /// The reload hook for `log.level` (SIGHUP): the one call site that changes
 /// the running log level (RUST_LOG, when set, keeps winning).
 fn set_log_level(level: LogLevel) -> Result<(), String> {
-    match crate::logging::set_level(level.as_str()) {
-        Ok(crate::logging::LevelChange::KeptEnv) => {
+    match tracesync_common::logging::set_level(level.as_str()) {
+        Ok(tracesync_common::logging::LevelChange::KeptEnv) => {
             info!(
                 "SIGHUP: log.level {} ignored: RUST_LOG is set and wins",
                 level.as_str()

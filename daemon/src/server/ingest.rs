@@ -28,7 +28,6 @@ use tracing::{debug, error, info, warn};
 
 use super::engine::{Core, Fanout, Slot, Writer};
 use super::events::{Close, Feedback, IngestEvent, Welcomed};
-use crate::hostclock;
 use crate::live::OutPacket;
 use crate::reload::OutputLimits;
 use crate::status::{OutputStatus, StatusReport};
@@ -204,7 +203,7 @@ where
                     if n == 0 {
                         break; // every sender gone: shutdown
                     }
-                    let now = hostclock::boottime_ns();
+                    let now = tracesync_common::clock::boottime_ns();
                     for event in batch.drain(..) {
                         ingested += self.on_event(event, now);
                         // Many frames of small packets at once would pile
@@ -227,7 +226,7 @@ where
                 }
                 _ = commit.tick() => self.commit(&io.packets),
                 () = durable.notified() => self.take_durable(),
-                _ = host.tick() => self.core.host_tick(hostclock::boottime_ns()),
+                _ = host.tick() => self.core.host_tick(tracesync_common::clock::boottime_ns()),
                 _ = status.tick() => self.publish_status(&io.status, &io.packets),
                 changed = changed(&mut limits) => match changed {
                     Some(new) => self.writer.set_limits(&new),
@@ -364,7 +363,7 @@ where
         for _ in 0..DRAIN_ROUNDS {
             if self.unwritten.is_empty() {
                 self.core
-                    .drain(hostclock::boottime_ns(), &mut self.unwritten);
+                    .drain(tracesync_common::clock::boottime_ns(), &mut self.unwritten);
             }
             if self.unwritten.is_empty() || !self.write_unwritten(packets) {
                 return;
@@ -374,7 +373,7 @@ where
 
     /// Pauses the sessions the core holds back and resumes the others.
     fn hold_back(&mut self) {
-        let held = self.core.held_back(hostclock::boottime_ns());
+        let held = self.core.held_back(tracesync_common::clock::boottime_ns());
         for (slot, entry) in &self.sessions {
             let paused = held.contains(slot);
             entry.feedback.send_if_modified(|feedback| {
@@ -446,7 +445,7 @@ where
             data_addr: self.settings.data_addr.clone(),
             sync_addr: self.settings.sync_addr.clone(),
             current_file: self.current_file(),
-            host_boottime_ns: hostclock::boottime_ns(),
+            host_boottime_ns: tracesync_common::clock::boottime_ns(),
             machines: crate::sync::sessions::with_sync(
                 self.core.status(),
                 self.settings.probes.as_ref(),

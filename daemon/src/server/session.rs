@@ -509,7 +509,7 @@ fn new_session_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(NEXT.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u64(crate::hostclock::boottime_ns());
+    hasher.write_u64(tracesync_common::clock::boottime_ns());
     hasher.finish().max(1)
 }
 

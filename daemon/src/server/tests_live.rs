@@ -18,7 +18,6 @@ use tracesync_protocol::scan::scan_packet;
 use super::ingest::IngestSettings;
 use super::run::{Parts, start};
 use super::*;
-use crate::hostclock;
 use crate::live::{LiveConfig, LiveCore, OutPacket};
 use crate::rolling::{RollingConfig, RollingWriter};
 use crate::status::StatusReport;
@@ -134,7 +133,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
 
     let stream = TcpStream::connect(running.data_addr).await.unwrap();
     let mut relay = Framed::new(stream, session::codec(MAX_FRAME_BYTES));
-    let now = hostclock::boottime_ns();
+    let now = tracesync_common::clock::boottime_ns();
     send(
         &mut relay,
         v1::frame::Body::Hello(v1::Hello {
@@ -168,7 +167,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
         .await
         .unwrap();
     for seq in 1..=3u64 {
-        let ts = hostclock::boottime_ns();
+        let ts = tracesync_common::clock::boottime_ns();
         send(
             &mut relay,
             v1::frame::Body::Batch(v1::Batch {
@@ -186,7 +185,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
         send(
             &mut relay,
             v1::frame::Body::Heartbeat(v1::Heartbeat {
-                clocks: clocks(hostclock::boottime_ns()),
+                clocks: clocks(tracesync_common::clock::boottime_ns()),
                 last_batch_sent: 3,
             }),
         )

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tracesync_common::clock::{Clock, SystemClock};
 use tracesync_protocol::relay::v1;
 
 use super::engine::{Admitted, Core, Fanout, ProbeRegistry, Slot, Writer};
@@ -75,7 +76,7 @@ impl Core for LiveCore {
     }
 
     fn host_tick(&mut self, now_ns: u64) {
-        let clocks = crate::hostclock::snapshot_ns();
+        let clocks = SystemClock::default().now().snapshot();
         LiveCore::host_tick(self, now_ns, &clocks);
     }
 
@@ -103,7 +104,7 @@ impl Core for LiveCore {
         let unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        LiveCore::status(self, crate::hostclock::boottime_ns(), unix_ms)
+        LiveCore::status(self, tracesync_common::clock::boottime_ns(), unix_ms)
     }
 
     fn record_metrics(&self) {

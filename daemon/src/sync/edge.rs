@@ -6,7 +6,7 @@
 //! Kernel receive timestamps: unless switched off
 //! (`TRACESYNC_KERNEL_RX_TIMESTAMPS=off`), the UDP socket asks for
 //! `SO_TIMESTAMPNS` and t4 is the kernel's receive time (CLOCK_REALTIME),
-//! mapped onto BOOTTIME by [`RxStampMapper`] with paired REALTIME/BOOTTIME
+//! mapped onto BOOTTIME by [`tracesync_common::rx_stamp::RxStampMapper`] with paired REALTIME/BOOTTIME
 //! reads before the wait and right after the receive; a stamp it cannot
 //! vouch for falls back to the BOOTTIME read after the receive (counted,
 //! logged). TCP frames are always stamped in userspace.
@@ -17,8 +17,6 @@
 //! authenticate (a signed ProbeRegister) as its first frame, within
 //! [`TCP_REGISTER_TIMEOUT`]; any frame that does not authenticate closes it.
 
-mod rx;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -26,16 +24,16 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::codec::{Encoder, FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
 
-use self::rx::RxStamps;
 use super::{ProbeDue, ProbeSessions, ProberConfig, ProberCore, Route, SyncUpdate};
-use crate::hostclock::boottime_ns;
+use tracesync_common::clock::{SystemClock, boottime_ns};
+use tracesync_common::rx_stamp::{Received, RxStamps};
 
 /// Receive buffer asked for: bursts from many relays must not be dropped
 /// while the task is busy.
@@ -108,36 +106,20 @@ pub fn spawn_prober_with(
     shutdown: CancellationToken,
     config: ProberConfig,
 ) -> JoinHandle<()> {
-    let stop = shutdown.child_token();
-    let stop_on_drop = stop.clone().drop_guard();
-    let (done_tx, done_rx) = oneshot::channel::<()>();
     let tcp = bind_tcp_fallback(&socket);
-    let started = socket.into_std().and_then(|socket| {
-        std::thread::Builder::new()
-            .name("tracesync-sync".into())
-            .spawn(move || {
-                match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => {
-                        runtime.block_on(run(socket, tcp, sessions, updates, stop, config));
-                    }
-                    Err(error) => {
-                        tracing::error!(%error, "sync: cannot build the prober runtime; clock sync is off");
-                    }
-                }
-                drop(done_tx);
-            })
-    });
-    if let Err(error) = started {
-        tracing::error!(%error, "sync: cannot start the prober thread; clock sync is off");
-    }
-    tokio::spawn(async move {
-        let _stop_on_drop = stop_on_drop;
-        // Err (sender dropped) is the normal end: the thread finished.
-        let _ = done_rx.await;
-    })
+    let socket = match socket.into_std() {
+        Ok(socket) => socket,
+        Err(error) => {
+            tracing::error!(%error, "sync: cannot move the sync socket to the prober thread; clock sync is off");
+            return tokio::spawn(async {});
+        }
+    };
+    tokio::spawn(tracesync_common::thread::spawn_on_own_thread(
+        "tracesync-sync",
+        "clock sync",
+        &shutdown,
+        move |stop| run(socket, tcp, sessions, updates, stop, config),
+    ))
 }
 
 enum TcpEvent {
@@ -304,7 +286,8 @@ async fn run(
         events: tcp_tx,
         codec: tcp_codec(),
     };
-    let mut rx = RxStamps::new(&socket, config.kernel_rx_timestamps);
+    let mut rx = RxStamps::new(&socket, config.kernel_rx_timestamps, "sync socket");
+    let host = SystemClock::default();
     let mut core = ProberCore::new(config);
     let mut held = HeldUpdates::default();
     let mut seen_generation = 0;
@@ -334,14 +317,14 @@ async fn run(
         if !held.is_empty() {
             sleep = sleep.min(RETRY_TICK);
         }
-        rx.before_wait();
+        rx.before_wait(&host);
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            received = rx.recv(&socket, &mut buffer) => {
+            received = rx.recv(&socket, &mut buffer, &host) => {
                 match received {
-                    Ok((length, from, t4)) => {
-                        let bytes = buffer.get(..length).unwrap_or_default();
+                    Ok(Received { len, from, stamp: t4, .. }) => {
+                        let bytes = buffer.get(..len).unwrap_or_default();
                         if let (_, Some(update)) = core.on_datagram(bytes, Route::Udp(from), t4) {
                             held.push(update);
                         }
@@ -379,7 +362,6 @@ async fn run(
         }
     }
     sessions.publish_stats(core.stats());
-    rx.log_summary();
 }
 
 /// Accepts on the fallback listener; pending forever without one.

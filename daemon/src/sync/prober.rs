@@ -103,7 +103,7 @@ impl Default for ProberConfig {
             // link: ~1 s); before it existed, only max_outstanding forgot.
             probe_timeout_ns: 2_000_000_000,
             max_outstanding: 4096,
-            kernel_rx_timestamps: tracesync_protocol::probe::KERNEL_RX_TIMESTAMPS_DEFAULT,
+            kernel_rx_timestamps: tracesync_common::rx_stamp::KERNEL_RX_TIMESTAMPS_DEFAULT,
             estimator: EstimatorConfig::default(),
         }
     }

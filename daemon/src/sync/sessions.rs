@@ -394,7 +394,7 @@ pub fn with_sync(
     probes: Option<&ProbeSessions>,
 ) -> Vec<MachineStatus> {
     if let Some(probes) = probes {
-        probes.fill_status(&mut machines, crate::hostclock::boottime_ns());
+        probes.fill_status(&mut machines, tracesync_common::clock::boottime_ns());
     }
     machines
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use tracesync_protocol::scan::scan_packet;
 
 use super::*;
-use crate::clocks::{RelayClock, SimulatedClock, SystemClock};
+use crate::clocks::{Clock, SimulatedClock, SystemClock};
 use crate::source::test_support::context;
 use crate::source::{SourceSpec, spawn};
 

@@ -329,7 +329,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
     let net = Net::create(spec.relays.len(), wiring)?;
     let rx_switch = spec.kernel_timestamps.map(|on| {
         (
-            tracesync_protocol::probe::KERNEL_RX_TIMESTAMPS_ENV,
+            tracesync_common::rx_stamp::KERNEL_RX_TIMESTAMPS_ENV,
             if on { "on" } else { "off" },
         )
     });

@@ -1,6 +1,5 @@
-//! Logging of `tracesync-relay` and, through `daemon/src/logging.rs`, of
-//! `tracesyncd` (one source compiled into both crates): tracing-subscriber
-//! on stderr, in one of three shapes.
+//! Logging of `tracesyncd`, `tracesync-relay` and the `tracesync` tools:
+//! tracing-subscriber on stderr, in one of three shapes.
 //!
 //! - journald (stderr is the journal stream, `JOURNAL_STREAM` names it):
 //!   no colours, no timestamps (journald stamps every line), and a syslog

@@ -1,6 +1,4 @@
-//! Receiving a datagram with the kernel's receive timestamp. One source for
-//! both probe ends: the daemon compiles this file as well (it does not link
-//! the relay).
+//! Receiving a datagram with the kernel's receive timestamp.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;

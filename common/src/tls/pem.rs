@@ -1,6 +1,5 @@
-//! PEM files of the TLS setup. One source for both binaries: the daemon
-//! compiles this file as well (it does not link the relay). Errors are one
-//! line naming the file; callers add the config key.
+//! PEM files of the TLS setup. Errors are one line naming the file;
+//! callers add the config key.
 
 use std::path::Path;
 

@@ -1,0 +1,173 @@
+//! Mutual TLS of the relay data connection (rustls, ring provider, TLS 1.3
+//! only): the files both ends load and the rustls configurations built from
+//! them. The daemon verifies relays against its client CA and the relay the
+//! daemon against its CA; each presents its own certificate. Plaintext only
+//! with `mode = "off"` (both ends warn).
+
+pub mod pem;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+
+/// Where `tracesync pki init` puts the lab PKI's files, and the defaults.
+pub const DEFAULT_TLS_DIR: &str = "/etc/tracesync/tls";
+
+/// `[tls] mode` / `--tls`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsMode {
+    /// Mutual TLS: each end presents a certificate the other's CA issued (the default).
+    #[default]
+    Required,
+    /// Plaintext TCP: anyone who can reach the port may connect (both ends must agree; they warn).
+    Off,
+}
+
+/// The `[tls]` key a loading error is about (for `file:line:column`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsKey {
+    /// The relay's CA of the daemon's certificate.
+    Ca,
+    /// The daemon's CA of relay certificates.
+    ClientCa,
+    Cert,
+    Key,
+    ServerName,
+}
+
+impl TlsKey {
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsKey::Ca => "ca",
+            TlsKey::ClientCa => "client-ca",
+            TlsKey::Cert => "cert",
+            TlsKey::Key => "key",
+            TlsKey::ServerName => "server-name",
+        }
+    }
+}
+
+/// A `[tls]` file or name that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tls.{}: {message}", key.name())]
+pub struct TlsError {
+    pub key: TlsKey,
+    pub message: String,
+}
+
+/// Every certificate in a PEM file (at least one).
+pub fn read_certs(path: &Path, key: TlsKey) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    pem::certificates(path).map_err(|message| TlsError { key, message })
+}
+
+/// The private key in a PEM file.
+pub fn read_key(path: &Path, key: TlsKey) -> Result<PrivateKeyDer<'static>, TlsError> {
+    pem::private_key(path).map_err(|message| TlsError { key, message })
+}
+
+/// The CA certificate(s) of a PEM file as trust roots.
+fn roots(path: &Path, key: TlsKey) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for ca in read_certs(path, key)? {
+        roots.add(ca).map_err(|e| TlsError {
+            key,
+            message: format!("{}: not a usable CA certificate: {e}", path.display()),
+        })?;
+    }
+    Ok(roots)
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn not_fitting(key: &Path, cert: &Path, e: rustls::Error) -> TlsError {
+    TlsError {
+        key: TlsKey::Key,
+        message: format!("{} does not fit {}: {e}", key.display(), cert.display()),
+    }
+}
+
+/// The daemon's side: presents `cert`/`key`, requires a relay certificate
+/// issued by `client_ca`.
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: &Path,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let provider = provider();
+    let roots = roots(client_ca, TlsKey::ClientCa)?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| TlsError {
+            key: TlsKey::ClientCa,
+            message: format!("{}: {e}", client_ca.display()),
+        })?;
+    let chain = read_certs(cert, TlsKey::Cert)?;
+    let private = read_key(key, TlsKey::Key)?;
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError {
+            key: TlsKey::Cert,
+            message: e.to_string(),
+        })?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, private)
+        .map_err(|e| not_fitting(key, cert, e))?;
+    Ok(Arc::new(config))
+}
+
+/// The relay's side: verifies the daemon against `ca`, presents
+/// `cert`/`key`.
+pub fn client_config(
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let roots = roots(ca, TlsKey::Ca)?;
+    let chain = read_certs(cert, TlsKey::Cert)?;
+    let private = read_key(key, TlsKey::Key)?;
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError {
+            key: TlsKey::Cert,
+            message: e.to_string(),
+        })?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, private)
+        .map_err(|e| not_fitting(key, cert, e))?;
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_files_name_their_key_and_path() {
+        let err = server_config(
+            Path::new("/nonexistent/d.crt"),
+            Path::new("/nonexistent/d.key"),
+            Path::new("/nonexistent/ca.crt"),
+        )
+        .unwrap_err();
+        assert_eq!(err.key, TlsKey::ClientCa);
+        assert!(
+            err.to_string()
+                .starts_with("tls.client-ca: cannot read /nonexistent/ca.crt"),
+            "{err}"
+        );
+        let err = client_config(
+            Path::new("/nonexistent/ca.crt"),
+            Path::new("/nonexistent/r.crt"),
+            Path::new("/nonexistent/r.key"),
+        )
+        .unwrap_err();
+        assert_eq!(err.key, TlsKey::Ca);
+    }
+}

@@ -1,0 +1,327 @@
+//! The relay process (`tracesync-relay`): flags and config, then the
+//! tasks, until a signal or a refusal ends it.
+//!
+//! Tasks: each source and the relay's own packets send batches on one
+//! bounded channel to the uplink, which owns the spool and the daemon
+//! connection (and starts the probe responder per session). SIGTERM or
+//! SIGINT stops the sources; the uplink writes the last batch, syncs the
+//! spool, waits a few seconds for acks, and the relay exits 0.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clocks::{ScheduledClock, SharedClock, SimulatedClock, SystemClock};
+use crate::config::{ClockChoice, Flags, RelayConfig};
+use crate::spool::{Incoming, Spool, SpoolConfig};
+use crate::uplink::{self, HelloInfo, UplinkConfig, UplinkExit};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::identity::MachineIdentity;
+use crate::sequences::SequenceAllocator;
+use crate::source::{self, Cursor, SourceBatch, SourceContext, SourceSpec, SourceStats};
+
+use tracesync_common::exit;
+
+/// Batches in flight from sources to the spool at most; their bytes are
+/// bounded apart (`source::SOURCE_QUEUE_BYTES`).
+const SOURCE_CHANNEL: usize = 64;
+
+/// The whole `tracesync-relay` process: flags, config, runtime, exit code.
+pub fn main() -> ExitCode {
+    let flags: Flags = match exit::parse_args() {
+        Ok(flags) => flags,
+        Err(code) => return code,
+    };
+    let config = match load_config(&flags) {
+        Ok(config) => config,
+        Err(line) => {
+            eprintln!("tracesync-relay: {line}");
+            return ExitCode::from(exit::CONFIG);
+        }
+    };
+    // journald-friendly by default, JSON on request; RUST_LOG wins.
+    tracesync_common::logging::init(config.log.level.as_str(), config.log.format);
+    if flags.check_config {
+        let file = config.file.as_ref().map_or_else(
+            || "built-in defaults".to_owned(),
+            |p| p.display().to_string(),
+        );
+        println!("{file}: ok");
+        return ExitCode::from(exit::OK);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("tracesync-relay: cannot start the runtime: {error}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    ExitCode::from(runtime.block_on(run(config, flags)))
+}
+
+/// The merged configuration, sources fully parsed: one error line.
+fn load_config(flags: &Flags) -> Result<RelayConfig, String> {
+    let config = RelayConfig::load(flags).map_err(|e| e.to_string())?;
+    for spec in &config.sources {
+        SourceSpec::parse(spec).map_err(|e| {
+            let place = config.file.as_ref().filter(|_| flags.sources.is_empty());
+            match place {
+                Some(file) => format!("{}: sources: {e}", file.display()),
+                None => format!("--source: {e}"),
+            }
+        })?;
+    }
+    Ok(config)
+}
+
+async fn run(config: RelayConfig, flags: Flags) -> u8 {
+    tokio::spawn(reload_on_sighup(flags));
+    if let Some(addr) = config.metrics.listen {
+        if let Err(e) = crate::metrics::install(addr) {
+            tracing::error!("cannot serve metrics on {addr} ([metrics] listen): {e}");
+            return exit::UNAVAILABLE;
+        }
+        tracing::info!("metrics: Prometheus text on http://{addr}/metrics");
+    }
+    let clock: SharedClock = match config.clock {
+        ClockChoice::System => Arc::new(SystemClock::new()),
+        ClockChoice::Simulated {
+            offset_ns,
+            drift_ppm,
+        } if config.clock_schedule.is_empty() => {
+            Arc::new(SimulatedClock::new(offset_ns, drift_ppm))
+        }
+        ClockChoice::Simulated {
+            offset_ns,
+            drift_ppm,
+        } => Arc::new(ScheduledClock::new(
+            offset_ns,
+            drift_ppm,
+            config.clock_schedule.clone(),
+        )),
+    };
+    let identity = MachineIdentity::detect(config.name.as_deref());
+    let mut spool_config = SpoolConfig::new(
+        config.spool_dir.clone(),
+        config.spool_memory_bytes,
+        config.spool_disk_bytes,
+        config.when_full,
+    );
+    spool_config.linger = config.linger;
+    let spool = match Spool::open(spool_config) {
+        Ok((spool, issues)) => {
+            for issue in issues {
+                tracing::warn!("spool: {issue}");
+            }
+            spool
+        }
+        Err(error) => {
+            tracing::error!("{error}; check --spool and its permissions");
+            return exit::CANTCREAT;
+        }
+    };
+    tracing::info!(
+        "relay {} (raw id {}, instance {:016x}) -> {}; spool {} resumes at batch {}",
+        identity.machine_name,
+        identity.raw_id,
+        spool.instance_id(),
+        config.host,
+        config.spool_dir.display(),
+        spool.oldest_unacked()
+    );
+
+    let sources_stop = CancellationToken::new();
+    let (tx, rx) = mpsc::channel::<SourceBatch>(SOURCE_CHANNEL);
+    let machine_name: Arc<str> = identity.machine_name.as_str().into();
+    let mut source_stats = Vec::new();
+    let budget = source::SourceBudget::new(source::SOURCE_QUEUE_BYTES);
+    for (position, text) in config.sources.iter().enumerate() {
+        let Ok(spec) = SourceSpec::parse(text) else {
+            continue; // Checked in load_config.
+        };
+        let index = u16::try_from(position + 1).unwrap_or(u16::MAX);
+        let resume = resume_cursor(&spool, index);
+        let ctx = SourceContext {
+            clock: clock.clone(),
+            sequences: Arc::new(SequenceAllocator::for_source(index)),
+            machine_name: machine_name.clone(),
+            shutdown: sources_stop.clone(),
+            stats: Arc::new(SourceStats::default()),
+            budget: budget.clone(),
+        };
+        source_stats.push(ctx.stats.clone());
+        source::spawn(spec, index, ctx, resume, tx.clone());
+    }
+    if config.metrics.listen.is_some() {
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(crate::metrics::PUBLISH_EVERY);
+            loop {
+                every.tick().await;
+                crate::metrics::publish_sources(&source_stats);
+            }
+        });
+    }
+    crate::own_packets::spawn(clock.clone(), identity.clone(), tx, sources_stop.clone());
+
+    let hello = HelloInfo {
+        token: config.token.clone(),
+        boot_id: identity.boot_id.clone(),
+        machine_name: identity.machine_name.clone(),
+        machine_raw_id: identity.raw_id,
+    };
+    let mut uplink_config = UplinkConfig::new(config.host.clone(), hello);
+    uplink_config.session.window_bytes = usize::try_from(config.window_bytes).unwrap_or(usize::MAX);
+    // Checked when the config was loaded; read again here (same files).
+    uplink_config.tls = match config.tls.client(&config.host) {
+        Ok(tls) => tls,
+        Err(e) => {
+            tracing::error!("tls.{}: {}", e.key.name(), e.message);
+            return exit::CONFIG;
+        }
+    };
+    if uplink_config.tls.is_none() {
+        tracing::warn!(
+            "plaintext connection to the daemon (tls mode = \"off\"): traces and the token \
+             cross the network unencrypted and the daemon is not verified"
+        );
+    }
+    let wait_limit =
+        uplink_config.intake_grace + uplink_config.drain_timeout + Duration::from_secs(2);
+    let probe_clock = clock.clone();
+    let sync_config = config.sync;
+    let start_probe: uplink::ProbeStarter = Box::new(move |target, token| {
+        tokio::spawn(crate::probe::run_probe_responder(
+            probe_clock.clone(),
+            target,
+            sync_config,
+            token,
+        ));
+    });
+    let uplink_stop = CancellationToken::new();
+    let mut uplink = tokio::spawn(uplink::run(
+        uplink_config,
+        clock,
+        spool,
+        rx,
+        move |batch: SourceBatch| {
+            budget.give_back(&batch);
+            to_incoming(batch)
+        },
+        start_probe,
+        uplink_stop.clone(),
+    ));
+
+    let finished = tokio::select! {
+        () = shutdown_signal() => None,
+        finished = &mut uplink => Some(finished),
+    };
+    let finished = match finished {
+        Some(finished) => finished,
+        None => {
+            tracing::info!("stopping: writing the last batch and waiting for acks");
+            sources_stop.cancel();
+            uplink_stop.cancel();
+            match tokio::time::timeout(wait_limit, uplink).await {
+                Ok(finished) => finished,
+                Err(_) => {
+                    tracing::warn!("shutdown took too long; unacked batches stay spooled");
+                    return exit::OK;
+                }
+            }
+        }
+    };
+    sources_stop.cancel();
+    match finished {
+        Ok((UplinkExit::Drained, spool)) => {
+            tracing::info!(
+                "stopped: everything acknowledged through batch {}",
+                spool.last_seq()
+            );
+            exit::OK
+        }
+        Ok((UplinkExit::DrainTimedOut { unacked_batches }, _)) => {
+            tracing::warn!(
+                "stopped with {unacked_batches} batches unacknowledged; they stay spooled for the next run"
+            );
+            exit::OK
+        }
+        Ok((UplinkExit::Refused { reason }, _)) => {
+            tracing::error!("giving up: {reason}");
+            exit::NOPERM
+        }
+        Err(error) => {
+            tracing::error!("uplink task failed: {error}");
+            exit::SOFTWARE
+        }
+    }
+}
+
+/// The cursor after the source's last spooled packet (None: start afresh).
+fn resume_cursor(spool: &Spool, index: u16) -> Cursor {
+    let Some(bytes) = spool.resume_cursor(index) else {
+        return Cursor::None;
+    };
+    serde_json::from_slice(&bytes).unwrap_or_else(|error| {
+        tracing::warn!("spool: source {index}: unreadable cursor ({error}); starting afresh");
+        Cursor::None
+    })
+}
+
+fn to_incoming(batch: SourceBatch) -> Incoming {
+    // A Cursor always serializes; an empty one reads back as Cursor::None.
+    let cursor = serde_json::to_vec(&batch.cursor).unwrap_or_default();
+    Incoming {
+        source: batch.source,
+        packets: batch.packets,
+        cursor: cursor.into(),
+    }
+}
+
+/// SIGHUP: re-reads the config with the same flags and applies `[log]
+/// level`; every other relay setting needs a restart (the spool keeps what
+/// is not acknowledged). Without this handler SIGHUP would end the relay.
+async fn reload_on_sighup(flags: Flags) {
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match load_config(&flags) {
+            Ok(config) => {
+                let level = config.log.level.as_str();
+                match tracesync_common::logging::set_level(level) {
+                    Ok(tracesync_common::logging::LevelChange::KeptEnv) => {
+                        tracing::info!(
+                            "SIGHUP: log.level {level} ignored: RUST_LOG is set and wins"
+                        )
+                    }
+                    Ok(_) => tracing::info!(
+                        "SIGHUP: log.level {level} applied; other relay settings need a restart"
+                    ),
+                    Err(e) => tracing::warn!("SIGHUP: {e}"),
+                }
+            }
+            Err(line) => tracing::warn!("SIGHUP: keeping the running config: {line}"),
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers, run until the uplink ends.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
