@@ -13,6 +13,7 @@
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+use tracesync_protocol::relay::RefusalCode;
 
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
@@ -108,14 +109,6 @@ pub struct Session {
     link_full: bool,
     last_send_at: Instant,
     reconnects: u64,
-}
-
-/// A refusal the relay cannot fix by retrying.
-pub fn is_auth_refusal(reason: &str) -> bool {
-    let reason = reason.to_ascii_lowercase();
-    ["token", "auth", "permission", "credential", "certificate"]
-        .iter()
-        .any(|word| reason.contains(word))
 }
 
 impl Session {
@@ -253,8 +246,15 @@ impl Session {
         actions
     }
 
-    pub fn refused(&mut self, reason: &str, now: Instant) -> Vec<Action> {
-        if is_auth_refusal(reason) {
+    /// The daemon's Refused: a final code (credentials, identity) ends
+    /// the relay; any other (or none, from an older daemon) is retried.
+    pub fn refused(
+        &mut self,
+        code: Option<RefusalCode>,
+        reason: &str,
+        now: Instant,
+    ) -> Vec<Action> {
+        if code.is_some_and(RefusalCode::is_final) {
             self.state = State::Exited;
             return vec![Action::Exit {
                 reason: reason.to_owned(),
@@ -508,13 +508,23 @@ mod tests {
         let mut s = Session::new(SessionConfig::default(), t0, 1);
         s.poll(t0, 1, 0);
         s.connected(t0);
-        let actions = s.refused("daemon busy: 32 relays connected", t0);
+        let actions = s.refused(
+            Some(RefusalCode::MaxRelays),
+            "daemon busy: 32 relays connected",
+            t0,
+        );
         assert!(matches!(actions[..], [Action::Close { .. }]));
         assert!(!s.has_exited());
         let retry = s.deadline().unwrap();
         s.poll(retry, 1, 0);
         s.connected(retry);
-        let actions = s.refused("bad token; set --token or TRACESYNC_TOKEN", retry);
+        // The reason alone decides nothing: a token problem without its code is retried.
+        let actions = s.refused(None, "bad token; set --token or TRACESYNC_TOKEN", retry);
+        assert!(matches!(actions[..], [Action::Close { .. }]));
+        let retry = s.deadline().unwrap();
+        s.poll(retry, 1, 0);
+        s.connected(retry);
+        let actions = s.refused(Some(RefusalCode::BadToken), "bad token; set --token", retry);
         assert!(matches!(actions[..], [Action::Exit { .. }]));
         assert!(s.has_exited());
         assert_eq!(s.poll(retry + Duration::from_secs(60), 1, 0), None);

@@ -1,6 +1,7 @@
 //! Messages between relay sessions and the ingest loop.
 
 use std::sync::Arc;
+use tracesync_protocol::relay::RefusalCode;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tracesync_protocol::relay::v1;
@@ -63,7 +64,7 @@ pub struct Feedback {
 pub struct Close {
     /// `Refused.code`: "closed_by_core" (the relay broke a limit, counted)
     /// or "replaced" (a newer connection of the same relay instance).
-    pub code: &'static str,
+    pub code: RefusalCode,
     pub reason: Arc<str>,
 }
 

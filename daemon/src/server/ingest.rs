@@ -21,6 +21,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use tracesync_protocol::relay::RefusalCode;
 
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, interval};
@@ -258,7 +259,7 @@ where
                     // The core already forgot the old slot: only close it.
                     close(
                         &entry,
-                        "replaced",
+                        RefusalCode::Replaced,
                         "replaced by a newer connection of the same relay instance",
                     );
                 }
@@ -333,7 +334,7 @@ where
     /// releases the slot in the core.
     fn close_slot(&mut self, slot: Slot, reason: &str) {
         if let Some(entry) = self.sessions.get(&slot) {
-            close(entry, "closed_by_core", reason);
+            close(entry, RefusalCode::ClosedByCore, reason);
         }
     }
 
@@ -538,7 +539,7 @@ const UNWRITTEN_KEEP: usize = 65_536;
 /// How long shutdown retries a failing final commit.
 const FINAL_COMMIT_PATIENCE: Duration = Duration::from_secs(5);
 
-fn close(entry: &SessionEntry, code: &'static str, reason: &str) {
+fn close(entry: &SessionEntry, code: RefusalCode, reason: &str) {
     let close = Close {
         code,
         reason: Arc::from(reason),

@@ -5,6 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tracesync_protocol::relay::RefusalCode;
 
 use futures_util::SinkExt;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
@@ -116,21 +117,15 @@ pub async fn accept_loop<P: ProbeRegistry>(
                 tracker.spawn(async move {
                     match shared.settings.tls.clone() {
                         None => {
-                            refuse_and_close(
-                                stream,
-                                peer,
-                                Counter::RefusedMaxRelays.code(),
-                                &reason,
-                                &shared,
-                            )
-                            .await
+                            refuse_and_close(stream, peer, RefusalCode::MaxRelays, &reason, &shared)
+                                .await
                         }
                         Some(tls) => {
                             if let Some(stream) = handshake(&tls, stream, peer, &shared).await {
                                 refuse_and_close(
                                     stream,
                                     peer,
-                                    Counter::RefusedMaxRelays.code(),
+                                    RefusalCode::MaxRelays,
                                     &reason,
                                     &shared,
                                 )
@@ -175,7 +170,7 @@ async fn handshake<P>(
 async fn refuse_and_close<P, S: DataStream>(
     stream: S,
     peer: SocketAddr,
-    code: &str,
+    code: RefusalCode,
     reason: &str,
     shared: &Shared<P>,
 ) {

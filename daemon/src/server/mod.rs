@@ -33,6 +33,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use tracesync_protocol::relay::RefusalCode;
 
 pub use engine::{Admitted, Core, Fanout, NoProbes, ProbeRegistry, Slot, Writer};
 pub use events::{ByteBudget, Credit, Feedback, IngestEvent, Welcomed};
@@ -199,26 +200,26 @@ impl Counter {
         Counter::RefusedMaxRelays,
     ];
 
-    /// `Refused.code` of a refusal counter (empty for the others).
-    pub fn code(self) -> &'static str {
-        match self {
-            Counter::MalformedFrames => "bad_frame",
-            Counter::FramesTooLarge => "frame_too_large",
-            Counter::BatchesTooLarge => "batch_too_large",
-            Counter::UnexpectedFrames => "unexpected_frame",
-            Counter::HelloTimeouts => "no_hello",
-            Counter::RefusedVersion => "bad_version",
-            Counter::RefusedToken => "bad_token",
-            Counter::RefusedMachine => "machine_not_allowed",
-            Counter::RefusedIdentity => "certificate_identity_mismatch",
-            Counter::RefusedByCore => "refused_by_core",
-            Counter::ClosedByCore => "closed_by_core",
-            Counter::RefusedMaxRelays => "max_relays",
+    /// `Refused.code` of a refusal counter (None for the others).
+    pub fn code(self) -> Option<RefusalCode> {
+        Some(match self {
+            Counter::MalformedFrames => RefusalCode::BadFrame,
+            Counter::FramesTooLarge => RefusalCode::FrameTooLarge,
+            Counter::BatchesTooLarge => RefusalCode::BatchTooLarge,
+            Counter::UnexpectedFrames => RefusalCode::UnexpectedFrame,
+            Counter::HelloTimeouts => RefusalCode::NoHello,
+            Counter::RefusedVersion => RefusalCode::BadVersion,
+            Counter::RefusedToken => RefusalCode::BadToken,
+            Counter::RefusedMachine => RefusalCode::MachineNotAllowed,
+            Counter::RefusedIdentity => RefusalCode::CertificateIdentityMismatch,
+            Counter::RefusedByCore => RefusalCode::RefusedByCore,
+            Counter::ClosedByCore => RefusalCode::ClosedByCore,
+            Counter::RefusedMaxRelays => RefusalCode::MaxRelays,
             Counter::ConnectionsAccepted
             | Counter::SessionsWelcomed
             | Counter::AcceptErrors
-            | Counter::TlsHandshakeFailures => "",
-        }
+            | Counter::TlsHandshakeFailures => return None,
+        })
     }
 
     /// The metric (see [`crate::metrics::names`]) and its `reason` label.
@@ -268,7 +269,7 @@ impl Counters {
     pub fn refusals(&self) -> std::collections::BTreeMap<String, u64> {
         Counter::REFUSALS
             .iter()
-            .map(|&c| (c.code().to_owned(), self.get(c)))
+            .filter_map(|&c| Some((c.code()?.as_str().to_owned(), self.get(c))))
             .filter(|(_, n)| *n > 0)
             .collect()
     }

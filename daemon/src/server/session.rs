@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tracesync_protocol::relay::RefusalCode;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -87,7 +88,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         Err(_) => {
             shared.counters.bump(Counter::HelloTimeouts);
             let reason = format!("no Hello within {} ms", hello_timeout.as_millis());
-            refuse(link, peer, Counter::HelloTimeouts.code(), &reason).await;
+            refuse(link, peer, RefusalCode::NoHello, &reason).await;
             return None;
         }
         Ok(None) => return None,
@@ -100,12 +101,12 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
             Ok(other) => {
                 shared.counters.bump(Counter::UnexpectedFrames);
                 let reason = format!("expected Hello as the first frame, got {}", kind(&other));
-                refuse(link, peer, Counter::UnexpectedFrames.code(), &reason).await;
+                refuse(link, peer, RefusalCode::UnexpectedFrame, &reason).await;
                 return None;
             }
             Err(reason) => {
                 shared.counters.bump(Counter::MalformedFrames);
-                refuse(link, peer, Counter::MalformedFrames.code(), &reason).await;
+                refuse(link, peer, RefusalCode::BadFrame, &reason).await;
                 return None;
             }
         },
@@ -117,7 +118,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
              run matching tracesync versions",
             hello.protocol_version
         );
-        refuse(link, peer, Counter::RefusedVersion.code(), &reason).await;
+        refuse(link, peer, RefusalCode::BadVersion, &reason).await;
         return None;
     }
     if let Some(expected) = shared.token()
@@ -126,7 +127,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         shared.counters.bump(Counter::RefusedToken);
         let reason =
             "bad token: give the relay the daemon's [auth] token (--token or TRACESYNC_TOKEN)";
-        refuse(link, peer, Counter::RefusedToken.code(), reason).await;
+        refuse(link, peer, RefusalCode::BadToken, reason).await;
         return None;
     }
     if !shared.machine_allowed(&hello.machine_name) {
@@ -135,7 +136,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
             "machine {:?} is not in the daemon's [auth] allow-machines",
             hello.machine_name
         );
-        refuse(link, peer, Counter::RefusedMachine.code(), &reason).await;
+        refuse(link, peer, RefusalCode::MachineNotAllowed, &reason).await;
         return None;
     }
     if let Some(der) = link.get_ref().peer_certificate()
@@ -150,7 +151,13 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
             })
     {
         shared.counters.bump(Counter::RefusedIdentity);
-        refuse(link, peer, Counter::RefusedIdentity.code(), &reason).await;
+        refuse(
+            link,
+            peer,
+            RefusalCode::CertificateIdentityMismatch,
+            &reason,
+        )
+        .await;
         return None;
     }
     // The session's probe key: signs its probe datagrams (Welcome carries it).
@@ -158,7 +165,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         refuse(
             link,
             peer,
-            "internal_error",
+            RefusalCode::InternalError,
             "the daemon cannot draw a probe key from the OS random source; retry later",
         )
         .await;
@@ -179,7 +186,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         Ok(Ok(welcomed)) => welcomed,
         Ok(Err(reason)) => {
             shared.counters.bump(Counter::RefusedByCore);
-            refuse(link, peer, Counter::RefusedByCore.code(), &reason).await;
+            refuse(link, peer, RefusalCode::RefusedByCore, &reason).await;
             return None;
         }
         Err(_) => return None,
@@ -217,7 +224,7 @@ enum End {
     /// The peer closed or the socket failed: nothing more to say.
     Gone,
     /// Tell the relay why (Refused code and reason), then close.
-    Refuse(&'static str, String),
+    Refuse(RefusalCode, String),
     /// Daemon shutdown: stop reading, forward the final acks, close.
     Shutdown,
     /// The ingest loop is gone or closed this session without a reason.
@@ -261,7 +268,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     }
                     let feedback = self.feedback.borrow_and_update().clone();
                     if let Some(close) = feedback.close {
-                        if close.code == Counter::ClosedByCore.code() {
+                        if close.code == RefusalCode::ClosedByCore {
                             self.shared.counters.bump(Counter::ClosedByCore);
                         }
                         return End::Refuse(close.code, close.reason.to_string());
@@ -286,7 +293,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     let packets = batch_packet_count(&bytes);
                     if packets > MAX_BATCH_PACKETS {
                         self.shared.counters.bump(Counter::BatchesTooLarge);
-                        return End::Refuse(Counter::BatchesTooLarge.code(), format!(
+                        return End::Refuse(RefusalCode::BatchTooLarge, format!(
                             "batch of more than {MAX_BATCH_PACKETS} packets; \
                              relay and daemon versions must match"
                         ));
@@ -315,14 +322,14 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                         },
                         Ok(other) => {
                             self.shared.counters.bump(Counter::UnexpectedFrames);
-                            return End::Refuse(Counter::UnexpectedFrames.code(), format!(
+                            return End::Refuse(RefusalCode::UnexpectedFrame, format!(
                                 "unexpected {} frame after Hello; a relay sends only Batch and Heartbeat",
                                 kind(&other)
                             ));
                         }
                         Err(reason) => {
                             self.shared.counters.bump(Counter::MalformedFrames);
-                            return End::Refuse(Counter::MalformedFrames.code(), reason);
+                            return End::Refuse(RefusalCode::BadFrame, reason);
                         }
                     };
                     // Waits while the ingest loop is behind: back-pressure.
@@ -455,13 +462,13 @@ async fn send<S: DataStream>(link: &mut Link<S>, body: v1::frame::Body) -> std::
 pub(super) async fn refuse<S: DataStream>(
     link: &mut Link<S>,
     peer: SocketAddr,
-    code: &str,
+    code: RefusalCode,
     reason: &str,
 ) {
-    warn!(%peer, code, "refusing relay: {reason}");
+    warn!(%peer, %code, "refusing relay: {reason}");
     let refused = v1::frame::Body::Refused(v1::Refused {
         reason: reason.to_owned(),
-        code: code.to_owned(),
+        code: code.as_str().to_owned(),
     });
     if let Err(e) = send(link, refused).await {
         debug!(%peer, "cannot send Refused: {e}");
@@ -485,7 +492,7 @@ async fn read_failed<P, S: DataStream>(
             "frame larger than limits.max-frame-bytes={}; raise it on the daemon or upgrade the relay",
             shared.settings.max_frame_bytes
         );
-        refuse(link, peer, Counter::FramesTooLarge.code(), &reason).await;
+        refuse(link, peer, RefusalCode::FrameTooLarge, &reason).await;
     } else {
         debug!(%peer, "relay connection failed: {e}");
     }

@@ -11,6 +11,7 @@ mod connection;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+use tracesync_protocol::relay::RefusalCode;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -407,7 +408,10 @@ impl Uplink {
                         now,
                     )
                 }
-                Some(Body::Refused(refused)) => self.session.refused(&refused.reason, now),
+                Some(Body::Refused(refused)) => {
+                    self.session
+                        .refused(RefusalCode::parse(&refused.code), &refused.reason, now)
+                }
                 Some(Body::Ack(ack)) => self.session.ack(ack.through_batch, now),
                 other => {
                     let what = match other {
