@@ -16,16 +16,13 @@
 
 pub mod check;
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod control;
 pub mod demo;
-pub mod live;
 pub mod merge;
 pub mod metrics;
 pub mod reload;
 pub mod rolling;
 pub mod server;
-pub mod status;
 pub mod sync;
 pub mod tls;

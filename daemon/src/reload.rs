@@ -266,7 +266,7 @@ mod tests {
             "[sync]\nmax-interval-ms = 1000\nprobe-timeout-ms = 500\n\
              sync-point-threshold-ns = 10\nkernel-rx-timestamps = false\n",
         );
-        assert!(!new.sync.prober_config().kernel_rx_timestamps);
+        assert!(!new.sync.kernel_rx_timestamps);
         let plan = plan(&running, &new);
         assert_eq!(
             plan.applied,

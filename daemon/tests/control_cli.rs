@@ -12,8 +12,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracesync::control::{ControlHub, bind_unix, serve};
-use tracesync::live::{OutPacket, Role};
-use tracesync::status::{MachineStatus, StatusReport};
+use tracesync_core::live::{OutPacket, Role};
+use tracesync_core::status::{MachineStatus, StatusReport};
 use tracesync_protocol::scan::field;
 use tracesync_protocol::wire;
 

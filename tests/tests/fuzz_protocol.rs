@@ -329,8 +329,8 @@ fn edge() -> impl Strategy<Value = u64> {
 #[test]
 fn probe_datagrams() {
     fuzz::with_big_stack(|| {
-        use tracesync::sync::prober::{ProberConfig, ProberCore, Route};
-        use tracesync::sync::sessions::Registration;
+        use tracesync_core::sync::prober::{ProberConfig, ProberCore, Route};
+        use tracesync_core::sync::sessions::Registration;
         let from: SocketAddr = "127.0.0.1:9".parse().expect("address");
         fuzz::run(
             BIN,

@@ -31,13 +31,13 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::timeout;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
-use tracesync::live::{LiveConfig, LiveCore, OutPacket};
 use tracesync::rolling::{RollingConfig, RollingWriter};
 use tracesync::server::ingest::IngestSettings;
 use tracesync::server::run::{Parts, Running, start};
 use tracesync::server::{NoProbes, SessionSettings, listener};
-use tracesync::status::StatusReport;
-use tracesync::sync::SyncUpdate;
+use tracesync_core::live::{LiveConfig, LiveCore, OutPacket};
+use tracesync_core::status::StatusReport;
+use tracesync_core::sync::SyncUpdate;
 use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_FRAME_BYTES, PROTOCOL_VERSION, v1};
 use tracesync_tests::fuzz::{self, Node, encode, message, mutate, mutations, plausible_packet};
 
@@ -620,7 +620,7 @@ fn bad_relay_is_refused_while_a_good_relay_loses_nothing() {
 /// go with them.
 #[test]
 fn relay_records_and_machine_rows_stay_bounded() {
-    use tracesync::live::{HelloInfo, Recovered};
+    use tracesync_core::live::{HelloInfo, Recovered};
     const RECORDS: usize = 16;
     let mut core = LiveCore::new(
         LiveConfig {

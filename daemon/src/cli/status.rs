@@ -7,9 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::connect::{self, Target};
 use crate::control::Request;
 use crate::control::format::human_ns;
-use crate::status::{MachineStatus, StatusReport};
-use crate::sync::sessions::MachineSync;
 use tracesync_common::exit;
+use tracesync_core::status::{MachineStatus, StatusReport};
+use tracesync_core::sync::sessions::MachineSync;
 
 /// Longest status line accepted.
 const MAX_REPORT_BYTES: u64 = 16 << 20;
@@ -295,8 +295,8 @@ mod tests {
                     max_err_ns: 0,
                     sync: Some(MachineSync {
                         session_id: 9,
-                        state: crate::sync::sessions::SyncState::Steady,
-                        route: Some(crate::sync::sessions::RouteKind::Udp),
+                        state: tracesync_core::sync::sessions::SyncState::Steady,
+                        route: Some(tracesync_core::sync::sessions::RouteKind::Udp),
                         probe_rate_hz: 8.0,
                         epoch: Some(0),
                         freq_bound_ppm: Some(0.25),
@@ -304,7 +304,7 @@ mod tests {
                         bound_now_ns: Some(2_500),
                         samples: Some(32),
                         last_sample_age_ns: Some(120_000_000),
-                        probes: crate::sync::sessions::SessionCounters {
+                        probes: tracesync_core::sync::sessions::SessionCounters {
                             probes_sent: 100,
                             replies: 97,
                             timeouts: 2,
@@ -349,7 +349,7 @@ mod tests {
     #[test]
     fn an_unwritable_output_is_said_below_the_table() {
         let mut report = StatusReport {
-            output: crate::status::OutputStatus {
+            output: tracesync_core::status::OutputStatus {
                 failing: true,
                 errors: 3,
                 episodes: 1,

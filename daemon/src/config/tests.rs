@@ -225,7 +225,7 @@ fn unreadable_tls_files_point_at_their_key() {
 fn sync_section_defaults_are_the_probers_and_values_are_read() {
     let config = parse("").expect("empty config");
     let prober = config.sync.prober_config();
-    assert_eq!(prober, crate::sync::ProberConfig::default());
+    assert_eq!(prober, tracesync_core::sync::ProberConfig::default());
     assert_eq!(config.sync.sync_point_threshold_ns, 1_000);
     let config = parse(
         "[sync]\nburst-probes = 4\nburst-interval-ms = 5\nsteady-interval-ms = 500\n\

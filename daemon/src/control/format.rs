@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tracesync_protocol::scan::Kind;
 
 use super::request::{TailFormat, lag_notice_record};
-use crate::live::OutPacket;
-use crate::merge::output::{JsonlRecord, json_name, write_jsonl_record};
+use tracesync_core::jsonl::{JsonlRecord, json_name, write_jsonl_record};
+use tracesync_core::live::OutPacket;
 
 /// Which machines a subscriber wants: a name, a raw id in decimal, or
 /// `host` for an unnamed machine 0. Empty: every machine.
@@ -102,6 +102,14 @@ impl PacketFormatter {
     pub fn accepts(&self, packet: &OutPacket) -> bool {
         self.filter
             .accepts(packet.machine_raw_id, packet.machine_name.as_deref())
+    }
+
+    /// Appends a Trace record of raw packet bytes (a preamble packet of
+    /// machine `raw_id`) to `out` if the filter accepts it; perfetto only.
+    pub fn write_raw(&self, raw_id: u32, name: Option<&str>, bytes: &[u8], out: &mut Vec<u8>) {
+        if self.format == TailFormat::Perfetto && self.filter.accepts(raw_id, name) {
+            tracesync_protocol::wire::put_len_field(out, 1, bytes);
+        }
     }
 
     /// Appends `packet` to `out` if the filter accepts it; returns whether it did.

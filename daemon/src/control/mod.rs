@@ -14,19 +14,20 @@
 
 pub mod follow;
 pub mod format;
-pub mod preamble;
 pub mod request;
 pub mod server;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, watch};
 
-use crate::live::{OutPacket, Role};
-use crate::status::StatusReport;
+use bytes::Bytes;
+use tracesync_core::live::{OutPacket, Role};
+use tracesync_core::preamble::{PreambleLimits, PreambleState};
+use tracesync_core::status::StatusReport;
 
 pub use format::{MachineFilter, PacketFormatter};
-pub use preamble::PreambleCache;
 pub use request::{NOTICE_FIELD, Request, TailFormat};
 pub use server::{MAX_CLIENTS, bind_unix, serve, serve_tcp};
 
@@ -45,8 +46,12 @@ pub struct ControlHub {
     pub status: watch::Receiver<Arc<StatusReport>>,
     /// The packets a perfetto stream opens with (latest SystemInfo,
     /// ClockSnapshot and sync point per machine, incremental state per
-    /// sequence), kept in step with `packets` under this lock.
-    preamble: Arc<Mutex<PreambleCache>>,
+    /// sequence: what a rolled file starts with), kept in step with
+    /// `packets` under this lock.
+    preamble: Arc<Mutex<PreambleState>>,
+    /// The preamble tracks incremental clocks: data packets must be
+    /// observed too (else they skip the lock).
+    observe_data: Arc<AtomicBool>,
 }
 
 impl ControlHub {
@@ -56,7 +61,8 @@ impl ControlHub {
         Self {
             packets,
             status,
-            preamble: Arc::new(Mutex::new(PreambleCache::default())),
+            preamble: Arc::new(Mutex::new(PreambleState::new(PreambleLimits::default()))),
+            observe_data: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -64,36 +70,40 @@ impl ControlHub {
     ///
     /// Packets with a preamble role are recorded and sent under one lock, so
     /// a perfetto subscriber sees each of them exactly once: in its preamble
-    /// or in its stream. Data packets skip the lock.
+    /// or in its stream. Data packets skip the lock unless a sequence has
+    /// incremental clocks (they advance them).
     pub fn publish(&self, packet: Arc<OutPacket>) {
-        if packet.role == Role::Data {
+        if packet.role == Role::Data && !self.observe_data.load(Ordering::Relaxed) {
             // No subscribers is not an error: nobody is tailing.
             let _ = self.packets.send(packet);
             return;
         }
-        let mut cache = lock(&self.preamble);
-        cache.observe(&packet);
+        let mut preamble = lock(&self.preamble);
+        preamble.observe_packet(
+            packet.role,
+            packet.machine_raw_id,
+            packet.seq,
+            &packet.bytes,
+        );
+        self.observe_data
+            .store(preamble.tracks_incremental_clocks(), Ordering::Relaxed);
         let _ = self.packets.send(packet);
     }
 
-    /// A new subscriber and the preamble packets it should start with.
+    /// A new subscriber and the preamble packets it should start with,
+    /// each with its machine's raw id.
     pub fn subscribe_with_preamble(
         &self,
-    ) -> (Vec<Arc<OutPacket>>, broadcast::Receiver<Arc<OutPacket>>) {
-        let cache = lock(&self.preamble);
+    ) -> (Vec<(u32, Bytes)>, broadcast::Receiver<Arc<OutPacket>>) {
+        let preamble = lock(&self.preamble);
         let rx = self.packets.subscribe();
-        (cache.packets(), rx)
-    }
-
-    /// Counters of the preamble cache (for metrics and tests).
-    pub fn preamble_stats(&self) -> preamble::PreambleStats {
-        lock(&self.preamble).stats()
+        (preamble.packets_by_machine(), rx)
     }
 }
 
-/// The cache stays consistent even if a holder panicked (it only ever
-/// holds whole packets), so a poisoned lock is taken over.
-fn lock(m: &Mutex<PreambleCache>) -> std::sync::MutexGuard<'_, PreambleCache> {
+/// The state stays consistent even if a holder panicked (each observation
+/// is a few inserts), so a poisoned lock is taken over.
+fn lock(m: &Mutex<PreambleState>) -> std::sync::MutexGuard<'_, PreambleState> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

@@ -11,7 +11,7 @@ pub const MAX_REQUEST_BYTES: usize = 64 << 10;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// One [`crate::status::StatusReport`] line, then the daemon closes.
+    /// One [`tracesync_core::status::StatusReport`] line, then the daemon closes.
     Status,
     /// The live merged stream until the client or the daemon goes away.
     Tail {

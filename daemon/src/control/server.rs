@@ -22,6 +22,7 @@ use tokio_util::task::TaskTracker;
 use super::ControlHub;
 use super::format::{MachineFilter, PacketFormatter};
 use super::request::{MAX_REQUEST_BYTES, Request, TailFormat, error_line};
+use tracesync_core::status::StatusReport;
 
 /// Control clients served at once; more are refused with an error line.
 pub const MAX_CLIENTS: usize = 64;
@@ -212,8 +213,10 @@ where
         (Vec::new(), hub.packets.subscribe())
     };
     let mut out = Vec::with_capacity(MAX_PENDING_BYTES);
-    for packet in &preamble {
-        formatter.write(packet, &mut out);
+    let names = machine_names(&hub.status.borrow());
+    for (machine, bytes) in &preamble {
+        let name = names.get(machine).and_then(|n| n.as_deref());
+        formatter.write_raw(*machine, name, bytes, &mut out);
         if out.len() >= MAX_PENDING_BYTES {
             write_out(&mut wr, &mut out, shutdown).await?;
         }
@@ -283,4 +286,14 @@ async fn write_out<W: AsyncWrite + Unpin>(
         _ = shutdown.cancelled() => Err(io::Error::other("daemon shutting down")),
         r = wr.write_all(out) => { out.clear(); r }
     }
+}
+
+/// Machine names by raw id, from the latest status report (preamble
+/// packets carry only the raw id).
+fn machine_names(report: &StatusReport) -> std::collections::HashMap<u32, Option<String>> {
+    report
+        .machines
+        .iter()
+        .map(|m| (m.raw_id, m.name.clone()))
+        .collect()
 }

@@ -16,7 +16,7 @@ use nix::unistd::Pid;
 use crate::check::{self, CheckReport};
 use crate::cli::connect::{self, Target};
 use crate::control::Request;
-use crate::status::StatusReport;
+use tracesync_core::status::StatusReport;
 
 #[derive(Clone, Debug)]
 pub struct LiveDemoOptions {

@@ -261,7 +261,7 @@ fn write_merged<W: Write>(
         .zip(files.iter())
         .map(|(source, file)| InputStream::open(source, file))
         .collect();
-    let mut live = crate::clock::ClockGraph::new();
+    let mut live = tracesync_core::clock::ClockGraph::new();
     live.set_trace_time_clock(timeline.trace_clock());
     let mut ctx = Context {
         timeline,

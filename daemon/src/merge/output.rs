@@ -1,71 +1,16 @@
 //! Writers of the merged stream: a multi-machine Perfetto trace, or one
 //! jsonl record per resolved packet (DESIGN.md §5).
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use prost::Message;
-use tracesync_protocol::clock_ids::BOOTTIME;
-use tracesync_protocol::perfetto::clock_snapshot::Clock;
-use tracesync_protocol::perfetto::remote_clock_sync::SyncedClocks;
-use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
-use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync, TracePacket};
-use tracesync_protocol::scan::{Kind, field};
+use tracesync_protocol::scan::field;
 use tracesync_protocol::wire;
 
 use super::machines::{MachineIdx, MachineTable};
-use super::plan::offset_pair;
 use super::second_pass::{Head, OWN_SEQUENCE_ID};
 use super::stats::MergeStats;
-
-/// One jsonl record (DESIGN.md §5), shared by `merge --format jsonl` and
-/// `tail --format jsonl`. Strings arrive already JSON-encoded (quotes
-/// included, or `null`) so callers can encode each name once, not per packet.
-#[derive(Clone, Copy, Debug)]
-pub struct JsonlRecord<'a> {
-    /// Trace time (ns); negative values print as 0.
-    pub ts: i64,
-    pub machine_json: &'a str,
-    pub raw_id: u64,
-    /// Clock id and raw value the timestamp was read in; None: no timestamp.
-    pub clock: Option<(u32, u64)>,
-    pub seq: u32,
-    pub src_json: &'a str,
-    pub kind: Kind,
-    pub size: usize,
-    /// Error bound of `ts`; None where it is not known (printed as null).
-    pub err_ns: Option<u64>,
-}
-
-/// Appends `record` as one JSON line (newline included) to `line`.
-pub fn write_jsonl_record(line: &mut String, record: &JsonlRecord<'_>) {
-    // Writing to a String cannot fail.
-    let _ = write!(
-        line,
-        "{{\"ts\":{},\"machine\":{},\"raw_id\":{},",
-        record.ts.max(0),
-        record.machine_json,
-        record.raw_id,
-    );
-    let _ = match record.clock {
-        Some((c, v)) => write!(line, "\"clock\":{c},\"clock_ts\":{v},"),
-        None => write!(line, "\"clock\":null,\"clock_ts\":null,"),
-    };
-    let _ = write!(
-        line,
-        "\"seq\":{},\"src\":{},\"kind\":\"{}\",\"size\":{},",
-        record.seq, record.src_json, record.kind, record.size,
-    );
-    let _ = match record.err_ns {
-        Some(e) => writeln!(line, "\"err_ns\":{e}}}"),
-        None => writeln!(line, "\"err_ns\":null}}"),
-    };
-}
-
-/// JSON encoding of an optional name: a quoted, escaped string or `null`.
-pub fn json_name(name: Option<&str>) -> String {
-    serde_json::to_string(&name).unwrap_or_else(|_| "null".into())
-}
+use tracesync_core::jsonl::{JsonlRecord, json_name, write_jsonl_record};
+use tracesync_core::sync_point::{offset_pair, sync_point_packet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -230,34 +175,4 @@ impl<W: Write> Writer<W> {
         self.out.flush()?;
         Ok(self.out)
     }
-}
-
-/// A RemoteClockSync packet for `machine_id` with two identical entries
-/// {client BOOTTIME `client`, host BOOTTIME `host`} (Perfetto takes the
-/// offset `client - host` from it), on sequence `sequence_id`. Shared by the
-/// offline merger and the live core.
-pub fn sync_point_packet(machine_id: u32, sequence_id: u32, client: u64, host: u64) -> Vec<u8> {
-    let snapshot = |value| ClockSnapshot {
-        clocks: vec![Clock {
-            clock_id: Some(BOOTTIME),
-            timestamp: Some(value),
-            ..Default::default()
-        }],
-        primary_trace_clock: None,
-    };
-    let entry = SyncedClocks {
-        client_clocks: Some(snapshot(client)),
-        host_clocks: Some(snapshot(host)),
-    };
-    let packet = TracePacket {
-        data: Some(Data::RemoteClockSync(RemoteClockSync {
-            synced_clocks: vec![entry.clone(), entry],
-        })),
-        optional_trusted_packet_sequence_id: Some(
-            OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(sequence_id),
-        ),
-        machine_id: Some(machine_id),
-        ..Default::default()
-    };
-    packet.encode_to_vec()
 }

@@ -2,6 +2,7 @@
 //! trace time, every clock edge (snapshots, remote syncs, manifest), and the
 //! placement of every file's clocks on the merged timeline.
 
+use tracesync_core::sync_point::offset_pair;
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE, is_sequence_clock};
 
 use super::first_pass::{ClockEvent, FileScan, SnapClock, remote_sync_offset};
@@ -10,8 +11,8 @@ use super::machines::{
     FileMachineFacts, FileMachines, MachineTable, Placement, name_for_own_machine,
 };
 use super::manifest::{FileFacts, Manifest, ManifestError};
-use crate::clock::timeline::{Claimant, Timeline};
-use crate::clock::{ClockNode, EdgeOrigin, SnapshotClock};
+use tracesync_core::clock::timeline::{Claimant, Timeline};
+use tracesync_core::clock::{ClockNode, EdgeOrigin, SnapshotClock};
 
 /// How the second pass treats one input.
 #[derive(Clone, Debug)]
@@ -296,15 +297,6 @@ pub fn build_plan(
 /// (`invalid_clock_snapshots`) and otherwise ignored, as Perfetto does.
 fn add_edge(timeline: &mut Timeline, clocks: &[SnapshotClock], origin: EdgeOrigin) {
     let _ = timeline.graph_mut().add_snapshot(clocks, origin);
-}
-
-/// Client and host values of a sync edge with the given client-minus-host
-/// offset, both non-negative and non-zero, at or after client value `c`.
-pub fn offset_pair(c: u64, offset: i64) -> (u64, u64) {
-    let min_client = if offset > 0 { offset as u64 + 1 } else { 1 };
-    let client = c.max(min_client);
-    let host = (i128::from(client) - i128::from(offset)) as u64;
-    (client, host)
 }
 
 fn find_named(machines: &MachineTable, file: &FileMachines, name: &str) -> Option<Placement> {

@@ -20,8 +20,8 @@ use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
 use super::plan::{FilePlan, node};
 use super::stats::MergeStats;
-use crate::clock::timeline::Timeline;
-use crate::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
+use tracesync_core::clock::timeline::Timeline;
+use tracesync_core::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
 
 /// Sequence id of the packets tracesync writes itself (SystemInfo, sync
 /// points); input sequences are renumbered from 2.

@@ -22,8 +22,8 @@ use metrics::{
     Counter, Gauge, counter, describe_counter, describe_gauge, describe_histogram, gauge,
 };
 
-use crate::status::{MachineStatus, StatusReport};
-use crate::sync::sessions::{MachineSync, SessionCounters};
+use tracesync_core::status::{MachineStatus, StatusReport};
+use tracesync_core::sync::sessions::{MachineSync, SessionCounters};
 
 pub use tracesync_common::metrics::MetricsConfig;
 
@@ -246,7 +246,7 @@ pub fn record_probe_rtt(rtt_ns: u64) {
 }
 
 /// The live core's whole-daemon counters, once per status tick.
-pub fn record_live(stats: &crate::live::LiveStats, queued: usize) {
+pub fn record_live(stats: &tracesync_core::live::LiveStats, queued: usize) {
     counter!(names::INGEST_RECEIVED_PACKETS).absolute(stats.packets_in);
     counter!(names::INGEST_FORCED_PACKETS).absolute(stats.forced_by_queue_limit);
     counter!(names::SYNC_POINTS_WRITTEN).absolute(stats.sync_points_written);
@@ -351,10 +351,18 @@ impl SyncSeries {
     }
 
     fn set(&mut self, sync: &MachineSync) {
-        for (gauge, state) in self.state.iter().zip(crate::sync::sessions::SyncState::ALL) {
+        for (gauge, state) in self
+            .state
+            .iter()
+            .zip(tracesync_core::sync::sessions::SyncState::ALL)
+        {
             gauge.set(f64::from(u8::from(sync.state == state)));
         }
-        for (gauge, route) in self.route.iter().zip(crate::sync::sessions::RouteKind::ALL) {
+        for (gauge, route) in self
+            .route
+            .iter()
+            .zip(tracesync_core::sync::sessions::RouteKind::ALL)
+        {
             gauge.set(f64::from(u8::from(sync.route == Some(route))));
         }
         if let Some(v) = sync.epoch {
@@ -483,8 +491,8 @@ impl Totals {
         self.connected += u64::from(m.connected);
         for (key, &n) in &m.drops {
             match key.as_str() {
-                crate::live::reason::BATCHES_LOST => self.lost_batches += n,
-                crate::live::reason::INVALID_SNAPSHOT => self.invalid_snapshots += n,
+                tracesync_core::live::reason::BATCHES_LOST => self.lost_batches += n,
+                tracesync_core::live::reason::INVALID_SNAPSHOT => self.invalid_snapshots += n,
                 key => match names::DROP_REASONS.iter().position(|(_, k)| *k == key) {
                     Some(i) => self.dropped[i] += n,
                     None => self.dropped_other += n,

@@ -38,14 +38,14 @@ pub const MACHINE_CONNECTED: &str = "tracesync_machine_connected";
 /// `reason` values of [`INGEST_DROPPED_PACKETS`], each with the live
 /// core's counter name (Perfetto's stat name where one exists) it reads.
 pub const DROP_REASONS: [(&str, &str); 6] = [
-    ("duplicate", crate::live::reason::DUPLICATE),
-    ("no_clock_path", crate::live::reason::NO_PATH),
-    ("clock_conversion", crate::live::reason::CONVERSION),
-    ("negative_timestamp", crate::live::reason::NEGATIVE),
-    ("malformed", crate::live::reason::MALFORMED),
+    ("duplicate", tracesync_core::live::reason::DUPLICATE),
+    ("no_clock_path", tracesync_core::live::reason::NO_PATH),
+    ("clock_conversion", tracesync_core::live::reason::CONVERSION),
+    ("negative_timestamp", tracesync_core::live::reason::NEGATIVE),
+    ("malformed", tracesync_core::live::reason::MALFORMED),
     (
         "remote_clock_sync_replaced",
-        crate::live::reason::REMOTE_SYNC_REPLACED,
+        tracesync_core::live::reason::REMOTE_SYNC_REPLACED,
     ),
 ];
 /// `reason` of a live-core counter this list does not know (a newer core).

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 use super::*;
-use crate::live::reason;
+use tracesync_core::live::reason;
 
 fn machine(raw_id: u32, name: &str, packets: u64) -> MachineStatus {
     MachineStatus {
@@ -162,7 +162,7 @@ fn every_name_is_documented() {
 }
 
 fn synced(machine_status: MachineStatus, session_id: u64, probes_sent: u64) -> MachineStatus {
-    use crate::sync::sessions::{MachineSync, RouteKind, SessionCounters, SyncState};
+    use tracesync_core::sync::sessions::{MachineSync, RouteKind, SessionCounters, SyncState};
     MachineStatus {
         sync: Some(MachineSync {
             session_id,

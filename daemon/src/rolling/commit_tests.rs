@@ -14,7 +14,7 @@ use tracesync_protocol::scan;
 
 use super::super::*;
 use super::{Done, Failed, SyncThread};
-use crate::live::{Origin, OutPacket};
+use tracesync_core::live::{Origin, OutPacket};
 
 fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)

@@ -10,7 +10,6 @@ mod commit;
 mod index;
 mod journal;
 mod naming;
-mod preamble;
 mod recover;
 #[cfg(test)]
 mod tests;
@@ -23,17 +22,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tracesync_protocol::wire;
 
 pub use commit::CommitWaker;
 pub use index::{INDEX_NAME, IndexEntry, IndexMachine};
 pub use naming::{SYNC_SIDECAR_SUFFIX, civil_from_days, days_from_civil, utc_stamp};
-pub use preamble::{PreambleLimits, role_of};
 pub use recover::JOURNAL_NAME;
+pub use tracesync_core::preamble::{PreambleLimits, role_of};
 
-use crate::live::OutPacket;
 use journal::{Journal, JournalRecord};
+use tracesync_core::live::{OutPacket, Recovered, RecoveredStream};
 use writer_writeback::Writeback;
 
 /// Buffered output is handed to the OS past this many bytes.
@@ -74,58 +73,6 @@ impl RollingConfig {
             preamble: PreambleLimits::default(),
         }
     }
-}
-
-/// De-duplication state of one relay sequence, as last committed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecoveredStream {
-    /// Output trusted_packet_sequence_id the stream was written with.
-    pub out_seq: u32,
-    pub relay_instance: u64,
-    pub relay_sequence: u32,
-    pub machine_raw_id: u32,
-    /// Origin.index of the stream's last packet written and committed.
-    pub written_through: u64,
-}
-
-/// Sequence state of one output sequence that the live core resolves
-/// packets with, recovered from what the new file's preamble replays (so
-/// any journal recovers it): packets of a resumed stream keep being
-/// resolved and stamped as before the restart.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RecoveredSequence {
-    pub out_seq: u32,
-    /// trace_packet_defaults.timestamp_clock_id in effect.
-    pub default_clock: Option<u32>,
-    /// The latest ClockSnapshot payload (TracePacket field 6) written on
-    /// the sequence, if it defines sequence-scoped clocks (ids 64..127):
-    /// the producer does not send it again.
-    pub clock_snapshots: Vec<Vec<u8>>,
-}
-
-impl RecoveredSequence {
-    pub fn new(out_seq: u32) -> Self {
-        Self {
-            out_seq,
-            ..Self::default()
-        }
-    }
-}
-
-/// What `open` recovered from a previous run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Recovered {
-    pub streams: Vec<RecoveredStream>,
-    /// Output sequence ids below this are used in the carried-over state:
-    /// allocate new ones from here (1 when nothing was recovered).
-    pub next_out_seq: u32,
-    /// Per machine raw id, the client BOOTTIME of the last sync point the
-    /// new file's preamble replays: sync points written after a restart must
-    /// not go below it (Perfetto rejects a RemoteClockSync that goes back).
-    pub sync_floors: Vec<(u32, u64)>,
-    /// Default clock and snapshots of the output sequences (see
-    /// [`RecoveredSequence`]), by `out_seq`.
-    pub sequences: Vec<RecoveredSequence>,
 }
 
 /// Errors of `open`.
@@ -226,7 +173,7 @@ pub struct RollingWriter {
     current: Current,
     /// Complete files, oldest first.
     done: Vec<IndexEntry>,
-    preamble: preamble::PreambleState,
+    preamble: tracesync_core::preamble::PreambleState,
     streams: BTreeMap<(u64, u32), RecoveredStream>,
     changed: BTreeSet<(u64, u32)>,
     next_out_seq: u32,

@@ -12,8 +12,8 @@ use tracesync_protocol::reader::{FileReadError, TraceFile};
 use super::index::{self, IndexEntry};
 use super::journal::{self, JournalState};
 use super::naming;
-use super::preamble::{PreambleLimits, PreambleState};
 use super::{RecoveredStream, RollingError};
+use tracesync_core::preamble::{PreambleLimits, PreambleState};
 
 /// Name of the journal in the output directory.
 pub const JOURNAL_NAME: &str = "journal";

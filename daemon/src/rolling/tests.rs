@@ -15,7 +15,7 @@ use tracesync_protocol::reader::TraceFile;
 use tracesync_protocol::scan;
 
 use super::*;
-use crate::live::{Origin, OutPacket, Role};
+use tracesync_core::live::{Origin, OutPacket, Role};
 
 const T0: u64 = 1_700_000_000;
 
@@ -703,7 +703,7 @@ fn reopen_recovers_each_sequences_default_clock_and_sequence_clock() {
     let (_, recovered) = RollingWriter::open_at(config(dir.path()), at(1)).expect("reopen");
     assert_eq!(
         recovered.sequences,
-        [RecoveredSequence {
+        [tracesync_core::live::RecoveredSequence {
             out_seq: 7,
             default_clock: Some(64),
             clock_snapshots: vec![sequence_clock.encode_to_vec()],

@@ -18,13 +18,13 @@ use super::run::{self, Parts};
 use super::{SessionSettings, Shared, listener};
 use crate::config::{DaemonArgs, DaemonConfig, LogLevel};
 use crate::control::{self, ControlHub, DEFAULT_TAIL_CAPACITY};
-use crate::live::{LiveConfig, LiveCore};
 use crate::reload::{self, OutputLimits};
 use crate::rolling::{RollingConfig, RollingWriter};
-use crate::status::StatusReport;
 use crate::sync::ProbeSessions;
-use crate::sync::edge::spawn_prober_with;
+use crate::sync::prober::spawn_prober_with;
 use tracesync_common::exit;
+use tracesync_core::live::{LiveConfig, LiveCore};
+use tracesync_core::status::StatusReport;
 
 /// Sync updates waiting for the ingest loop (the prober holds its samples
 /// when this is full).
@@ -192,6 +192,7 @@ async fn run_daemon(
         sync_tx,
         shutdown.clone(),
         config.sync.prober_config(),
+        config.sync.kernel_rx_timestamps,
     );
     let control_task = tokio::spawn(control::serve(
         control_listener,

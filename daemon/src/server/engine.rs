@@ -11,8 +11,8 @@ use std::time::SystemTime;
 
 use tracesync_protocol::relay::v1;
 
-use crate::live::OutPacket;
-use crate::status::MachineStatus;
+use tracesync_core::live::OutPacket;
+use tracesync_core::status::MachineStatus;
 
 /// Index of a connected relay in the live core; stable for one connection.
 pub type Slot = u32;

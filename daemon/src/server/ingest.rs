@@ -29,10 +29,10 @@ use tracing::{debug, error, info, warn};
 
 use super::engine::{Core, Fanout, Slot, Writer};
 use super::events::{Close, Feedback, IngestEvent, Welcomed};
-use crate::live::OutPacket;
 use crate::reload::OutputLimits;
-use crate::status::{OutputStatus, StatusReport};
 use acks::AckGate;
+use tracesync_core::live::OutPacket;
+use tracesync_core::status::{OutputStatus, StatusReport};
 
 #[path = "ingest_acks.rs"]
 mod acks;
@@ -447,7 +447,7 @@ where
             sync_addr: self.settings.sync_addr.clone(),
             current_file: self.current_file(),
             host_boottime_ns: tracesync_common::clock::boottime_ns(),
-            machines: crate::sync::sessions::with_sync(
+            machines: crate::sync::registry::with_sync(
                 self.core.status(),
                 self.settings.probes.as_ref(),
             ),

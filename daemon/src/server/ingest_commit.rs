@@ -111,10 +111,10 @@ mod tests {
 
     use super::super::{IngestSettings, SessionEntry};
     use super::*;
-    use crate::live::OutPacket;
     use crate::server::engine::{Admitted, Slot};
     use crate::server::events::Feedback;
-    use crate::status::MachineStatus;
+    use tracesync_core::live::OutPacket;
+    use tracesync_core::status::MachineStatus;
 
     /// A core whose commit point `p` acks batch `p` of slot 1.
     #[derive(Default)]

@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::engine::{Core, Fanout, ProbeRegistry, Writer};
 use super::ingest::{self, IngestIo, IngestSettings, IngestSummary};
 use super::{INGEST_QUEUE, SessionSettings, Shared, listener};
-use crate::status::StatusReport;
+use tracesync_core::status::StatusReport;
 
 /// What the server drives, and where its outputs go.
 pub struct Parts<C: Core, W, P, F> {

@@ -19,8 +19,8 @@ use tracesync_protocol::relay::{MAX_FRAME_BYTES, PROTOCOL_VERSION, v1};
 use super::ingest::IngestSettings;
 use super::run::{Parts, Running, start};
 use super::*;
-use crate::live::{OutPacket, Role};
-use crate::status::MachineStatus;
+use tracesync_core::live::{OutPacket, Role};
+use tracesync_core::status::MachineStatus;
 
 // ---- in-memory core and writer ----
 

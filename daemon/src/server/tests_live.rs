@@ -18,10 +18,10 @@ use tracesync_protocol::scan::scan_packet;
 use super::ingest::IngestSettings;
 use super::run::{Parts, start};
 use super::*;
-use crate::live::{LiveConfig, LiveCore, OutPacket};
 use crate::rolling::{RollingConfig, RollingWriter};
-use crate::status::StatusReport;
-use crate::sync::{SyncEstimate, SyncUpdate};
+use tracesync_core::live::{LiveConfig, LiveCore, OutPacket};
+use tracesync_core::status::StatusReport;
+use tracesync_core::sync::{SyncEstimate, SyncUpdate};
 
 const RAW_ID: u32 = 0x5eed;
 

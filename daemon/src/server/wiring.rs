@@ -12,10 +12,11 @@ use tracesync_protocol::relay::v1;
 
 use super::engine::{Admitted, Core, Fanout, ProbeRegistry, Slot, Writer};
 use crate::control::ControlHub;
-use crate::live::{self, LiveCore, OutPacket, Role};
 use crate::rolling::RollingWriter;
-use crate::status::MachineStatus;
-use crate::sync::{ProbeSessions, SyncUpdate};
+use crate::sync::ProbeSessions;
+use tracesync_core::live::{self, LiveCore, OutPacket, Role};
+use tracesync_core::status::MachineStatus;
+use tracesync_core::sync::{Registration, SyncUpdate};
 
 impl Core for LiveCore {
     type SyncUpdate = SyncUpdate;
@@ -170,7 +171,7 @@ impl Writer<SyncUpdate> for RollingWriter {
 
 impl ProbeRegistry for ProbeSessions {
     fn register(&self, session_id: u64, slot: Slot, machine_raw_id: u32, probe_key: [u8; 32]) {
-        let registration = crate::sync::Registration {
+        let registration = Registration {
             slot,
             machine_raw_id,
             probe_key,

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Deserializer};
 
-use super::ProberConfig;
+use tracesync_core::sync::ProberConfig;
 
 const MS: u64 = 1_000_000;
 
@@ -56,8 +56,8 @@ impl Default for SyncConfig {
             max_interval_ms: prober.max_interval_ns / MS,
             train_length: u64::from(prober.train_length),
             probe_timeout_ms: prober.probe_timeout_ns / MS,
-            sync_point_threshold_ns: crate::live::LiveConfig::default().sync_threshold_ns,
-            kernel_rx_timestamps: prober.kernel_rx_timestamps,
+            sync_point_threshold_ns: tracesync_core::live::LiveConfig::default().sync_threshold_ns,
+            kernel_rx_timestamps: tracesync_common::rx_stamp::KERNEL_RX_TIMESTAMPS_DEFAULT,
         }
     }
 }
@@ -92,7 +92,6 @@ impl SyncConfig {
             max_interval_ns: self.max_interval_ms.saturating_mul(MS),
             train_length: to_u32(self.train_length),
             probe_timeout_ns: self.probe_timeout_ms.saturating_mul(MS),
-            kernel_rx_timestamps: self.kernel_rx_timestamps,
             ..ProberConfig::default()
         }
     }

@@ -1,626 +1,648 @@
-//! The prober's core (sans-IO): which session to probe when and over which
-//! route, checking and matching replies, one estimator per session. The
-//! tokio edge (`super::edge`) reads the clock and moves the bytes.
+//! The prober's tokio edge: one thread owns the daemon's sync socket (UDP)
+//! and the TCP listener of the fallback on the same port number, stamps t1
+//! right before each send and t4 right after each receive, and hands
+//! updates to the ingest loop without ever waiting on it.
 //!
-//! Security: every datagram is signed with the session's probe key (see
-//! `tracesync_protocol::probe`). A datagram with a bad MAC, a reply whose
-//! nonce is not an outstanding probe of its session, a replayed reply, or a
-//! register whose nonce is not above the last accepted one changes nothing
-//! but a counter in [`ProberStats`].
+//! Kernel receive timestamps: unless switched off
+//! (`TRACESYNC_KERNEL_RX_TIMESTAMPS=off`), the UDP socket asks for
+//! `SO_TIMESTAMPNS` and t4 is the kernel's receive time (CLOCK_REALTIME),
+//! mapped onto BOOTTIME by [`tracesync_common::rx_stamp::RxStampMapper`] with paired REALTIME/BOOTTIME
+//! reads before the wait and right after the receive; a stamp it cannot
+//! vouch for falls back to the BOOTTIME read after the receive (counted,
+//! logged). TCP frames are always stamped in userspace.
 //!
-//! Schedule (docs/clock-sync.md "Probe channel"):
-//! - a burst of `burst_probes` probes `burst_interval_ns` apart when a
-//!   session's relay first registers, when it registers from another route
-//!   (reconnect, transport change), when its relay starts a new clock epoch
-//!   (resume), and when a low-delay sample lies far outside the estimate's
-//!   bound (suspected step);
-//! - then one scheduled probe per steady interval, each starting a short
-//!   train: the follow-up goes out as soon as the previous reply is in. A
-//!   relay idle since the last probe wakes late (one-sided delay on the way
-//!   there); the follow-up finds both ends awake, so its delay is lower;
-//! - the steady interval adapts between `min_interval_ns` and
-//!   `max_interval_ns` (by default 10 Hz and 4 Hz: it only speeds up; see
-//!   docs/clock-sync.md "Accuracy: real sockets"): it grows by 1/4 after
-//!   `slow_after_agreeing` samples
-//!   in a row agree with the estimate (the sample's interval
-//!   `offset ± delay/2` meets the estimate's `offset ± bound`), and halves
-//!   when a sample disagrees; every burst resets it to `steady_interval_ns`;
-//! - a probe not answered within `probe_timeout_ns` is forgotten and
-//!   counted as a timeout (its late reply would be a useless sample).
-//!
-//! The operator's knobs are the daemon's `[sync]` section
-//! ([`super::config::SyncConfig`]);
-//! SIGHUP hands a new schedule to the running prober through the registry
-//! ([`super::ProbeSessions::set_config`]).
+//! TCP fallback: a relay whose link carries only TCP (adb forward/reverse)
+//! opens its own connection to the sync port (TCP_NODELAY), framed with
+//! LengthDelimitedCodec, one `ProbeDatagram` per frame. The connection must
+//! authenticate (a signed ProbeRegister) as its first frame, within
+//! [`TCP_REGISTER_TIMEOUT`]; any frame that does not authenticate closes it.
 
-use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use tracesync_protocol::probe::{self, OpenError, ProbeKey, ReplayWindow};
-use tracesync_protocol::relay::v1::{Probe, ProbeReply, probe_body::Kind};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::task::JoinHandle;
+use tokio_util::codec::{Encoder, FramedRead, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
 
-use super::prober_session::{ActiveSession, Verdict, judge};
-use super::sessions::{Registered, RouteKind, SessionCounters, SessionSync};
-use super::{
-    Estimator, EstimatorConfig, ProbeSample, ProberStats, Registration, SyncEstimate, SyncUpdate,
-};
+use super::ProbeSessions;
+use tracesync_common::clock::{SystemClock, boottime_ns};
+use tracesync_common::rx_stamp::{KERNEL_RX_TIMESTAMPS_DEFAULT, Received, RxStamps};
+use tracesync_core::sync::{ProbeDue, ProberConfig, ProberCore, Route, SyncUpdate};
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ProberConfig {
-    /// Probes in a burst.
-    pub burst_probes: u32,
-    /// Spacing of a burst's probes (ns).
-    pub burst_interval_ns: u64,
-    /// Spacing of steady probes at start (ns).
-    pub steady_interval_ns: u64,
-    /// Fastest steady spacing (ns).
-    pub min_interval_ns: u64,
-    /// Slowest steady spacing (ns).
-    pub max_interval_ns: u64,
-    /// Agreeing samples in a row before the steady spacing grows by 1/4.
-    pub slow_after_agreeing: u32,
-    /// A sample with delay at most this many times the estimate's smallest
-    /// round trip counts as low delay for step detection.
-    pub step_max_delay_factor: u64,
-    /// A low-delay sample this many times farther from the estimate than
-    /// the agreement tolerance (and at least `step_min_ns`) suggests a step.
-    pub step_factor: u64,
-    pub step_min_ns: u64,
-    /// Frequency uncertainty assumed when extrapolating the estimate's bound
-    /// to a sample's time (ppm).
-    pub bound_growth_ppm: f64,
-    /// Exchanges per scheduled steady probe (1 = no follow-ups).
-    pub train_length: u32,
-    /// A probe unanswered this long after its send is forgotten and
-    /// counted as a timeout (ns).
-    pub probe_timeout_ns: u64,
-    /// Most probes awaiting a reply, over all sessions.
-    pub max_outstanding: usize,
-    /// The edge asks the UDP socket for kernel receive timestamps (t4);
-    /// read once when the prober starts.
-    pub kernel_rx_timestamps: bool,
-    pub estimator: EstimatorConfig,
+/// Receive buffer asked for: bursts from many relays must not be dropped
+/// while the task is busy.
+const RECV_BUFFER_BYTES: usize = 1 << 20;
+
+/// Longest sleep between registry checks (a newly registered session waits
+/// at most this for its first ProbeRegister to be answered).
+const IDLE_TICK: Duration = Duration::from_millis(50);
+
+/// Retry interval for updates the ingest loop had no room for.
+const RETRY_TICK: Duration = Duration::from_millis(10);
+
+/// Samples held per session while the update channel is full.
+const MAX_HELD_SAMPLES: usize = 1024;
+
+/// Most TCP probe connections at once; more are closed at accept.
+pub const MAX_TCP_CONNECTIONS: usize = 1024;
+
+/// A TCP probe connection must authenticate within this.
+pub const TCP_REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Frames received on TCP probe connections waiting for the main loop.
+const TCP_EVENT_QUEUE: usize = 1024;
+
+/// The framing of the TCP fallback (big-endian u32 length prefix).
+pub fn tcp_codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_PROBE_DATAGRAM_BYTES)
+        .new_codec()
 }
 
-impl Default for ProberConfig {
-    fn default() -> Self {
-        Self {
-            burst_probes: 8,
-            burst_interval_ns: 15_000_000,
-            steady_interval_ns: 250_000_000,
-            min_interval_ns: 100_000_000,
-            // 4 Hz is also the slowest: over real sockets (scripts/sync-real.sh,
-            // LAN profile) a 1 s ceiling left fewer low-delay samples and gave
-            // a 34.5 us p99 with a 21.5 us bias; a 4 Hz floor gives 5.6 us.
-            max_interval_ns: 250_000_000,
-            slow_after_agreeing: 8,
-            step_max_delay_factor: 2,
-            step_factor: 8,
-            step_min_ns: 50_000,
-            bound_growth_ppm: 1.0,
-            train_length: 2,
-            // Far above any round trip worth a sample (a phone on a bad
-            // link: ~1 s); before it existed, only max_outstanding forgot.
-            probe_timeout_ns: 2_000_000_000,
-            max_outstanding: 4096,
-            kernel_rx_timestamps: tracesync_common::rx_stamp::KERNEL_RX_TIMESTAMPS_DEFAULT,
-            estimator: EstimatorConfig::default(),
+/// Starts the prober on `socket` (bound by the server) with the default
+/// schedule, plus the TCP fallback listener on the same port number. It
+/// stops on `shutdown` or when `updates` is closed.
+pub fn spawn_prober(
+    socket: UdpSocket,
+    sessions: ProbeSessions,
+    updates: mpsc::Sender<SyncUpdate>,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    spawn_prober_with(
+        socket,
+        sessions,
+        updates,
+        shutdown,
+        ProberConfig::default(),
+        KERNEL_RX_TIMESTAMPS_DEFAULT,
+    )
+}
+
+/// Binds the TCP fallback listener on the UDP socket's address; None (with
+/// a warning) when that port is taken for TCP.
+fn bind_tcp_fallback(socket: &UdpSocket) -> Option<std::net::TcpListener> {
+    let addr = socket.local_addr().ok()?;
+    match std::net::TcpListener::bind(addr).and_then(|listener| {
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    }) {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!(%error, %addr, "sync: cannot listen for TCP probes on the sync port; relays on TCP-only links get no clock sync");
+            None
         }
     }
 }
 
-/// How a relay is reached: a UDP address, or a TCP probe connection the
-/// edge numbered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Route {
-    Udp(SocketAddr),
-    Tcp(u64),
-}
-
-/// A probe the edge should send now: [`ProberCore::prepare_probe`], stamp
-/// t1, send, [`ProberCore::probe_sent`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProbeDue {
-    pub session_id: u64,
-    pub route: Route,
-}
-
-/// A signed probe ready to send.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PreparedProbe {
-    pub session_id: u64,
-    pub nonce: u64,
-    pub route: Route,
-    pub bytes: Vec<u8>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Outstanding {
-    /// Host BOOTTIME at send; None until the edge reports the send.
-    t1: Option<u64>,
-    /// Host BOOTTIME of the poll that made it due (timeouts of probes the
-    /// edge never reported as sent count from here).
-    due_ns: u64,
-}
-
-/// A registered session: what the server said, and its key.
-#[derive(Debug)]
-struct Known {
-    registration: Registration,
-    key: Option<ProbeKey>,
-}
-
-#[derive(Debug)]
-pub struct ProberCore {
+/// As [`spawn_prober`] with an explicit schedule and estimator tuning;
+/// `kernel_rx_timestamps`: ask the UDP socket for kernel receive stamps (t4).
+///
+/// The prober runs on its own thread with a single-threaded runtime: t1
+/// and t4 must not wait behind ingest work on a shared worker (that delay
+/// would land on one leg only). The returned task ends with the thread;
+/// aborting it stops the thread.
+pub fn spawn_prober_with(
+    socket: UdpSocket,
+    sessions: ProbeSessions,
+    updates: mpsc::Sender<SyncUpdate>,
+    shutdown: CancellationToken,
     config: ProberConfig,
-    registered: HashMap<u64, Known>,
-    /// Registered sessions whose relay has registered a route.
-    active: HashMap<u64, ActiveSession>,
-    outstanding: HashMap<(u64, u64), Outstanding>,
-    /// (session, nonce) in send order; bounds `outstanding`.
-    outstanding_order: VecDeque<(u64, u64)>,
-    /// Host BOOTTIME of the latest poll.
-    now_ns: u64,
-    stats: ProberStats,
-}
-
-/// The prober's counters (it derefs to [`ProberStats`]) and, for the
-/// registry to publish, its sessions.
-#[derive(Clone, Copy)]
-pub struct ProberView<'a> {
-    core: &'a ProberCore,
-}
-
-impl std::ops::Deref for ProberView<'_> {
-    type Target = ProberStats;
-
-    fn deref(&self) -> &ProberStats {
-        &self.core.stats
-    }
-}
-
-impl ProberView<'_> {
-    /// Every registered session that has a route or had one.
-    pub fn sessions(&self) -> impl Iterator<Item = SessionSync> + '_ {
-        let config = &self.core.config;
-        self.core
-            .active
-            .iter()
-            .map(move |(&session_id, session)| SessionSync {
-                session_id,
-                machine_raw_id: session.registration.machine_raw_id,
-                state: session.state(),
-                route: session.route.map(|route| match route {
-                    Route::Udp(_) => RouteKind::Udp,
-                    Route::Tcp(_) => RouteKind::Tcp,
-                }),
-                probe_rate_hz: session.probe_rate_hz(config),
-                estimate: session.estimator.estimate(),
-                last_sample_host_ns: session.last_sample_ns,
-                counters: session.counters,
-            })
-    }
-}
-
-impl ProberCore {
-    pub fn new(config: ProberConfig) -> Self {
-        Self {
-            config,
-            registered: HashMap::new(),
-            active: HashMap::new(),
-            outstanding: HashMap::new(),
-            outstanding_order: VecDeque::new(),
-            now_ns: 0,
-            stats: ProberStats::default(),
+    kernel_rx_timestamps: bool,
+) -> JoinHandle<()> {
+    let tcp = bind_tcp_fallback(&socket);
+    let socket = match socket.into_std() {
+        Ok(socket) => socket,
+        Err(error) => {
+            tracing::error!(%error, "sync: cannot move the sync socket to the prober thread; clock sync is off");
+            return tokio::spawn(async {});
         }
-    }
+    };
+    tokio::spawn(tracesync_common::thread::spawn_on_own_thread(
+        "tracesync-sync",
+        "clock sync",
+        &shutdown,
+        move |stop| {
+            run(
+                socket,
+                tcp,
+                sessions,
+                updates,
+                stop,
+                config,
+                kernel_rx_timestamps,
+            )
+        },
+    ))
+}
 
-    /// The schedule in use.
-    pub fn config(&self) -> &ProberConfig {
-        &self.config
-    }
+enum TcpEvent {
+    Frame { conn: u64, bytes: Bytes, t4: u64 },
+    Closed { conn: u64 },
+}
 
-    /// Replaces the schedule (SIGHUP). Running sessions keep their
-    /// estimators; their adaptive spacing, burst and train are clamped
-    /// into the new limits.
-    pub fn set_config(&mut self, config: ProberConfig) {
-        if config == self.config {
+struct TcpConn {
+    writer: OwnedWriteHalf,
+    reader: JoinHandle<()>,
+    opened: Instant,
+    /// The session the connection authenticated for.
+    session: Option<u64>,
+}
+
+/// The TCP probe connections of the edge.
+struct TcpConns {
+    next_id: u64,
+    conns: HashMap<u64, TcpConn>,
+    events: mpsc::Sender<TcpEvent>,
+    codec: LengthDelimitedCodec,
+}
+
+impl TcpConns {
+    fn accept(&mut self, stream: TcpStream, core: &mut ProberCore) {
+        if self.conns.len() >= MAX_TCP_CONNECTIONS {
+            core.stats_mut().tcp_refused += 1;
             return;
         }
-        self.config = config;
-        for session in self.active.values_mut() {
-            session.adopt(&config);
-            let latest = self.now_ns.saturating_add(session.interval_ns);
-            session.next_probe_ns = session.next_probe_ns.min(latest);
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "sync: TCP_NODELAY failed on a probe connection");
         }
-    }
-
-    /// Replaces the set of registered sessions (and the schedule, when the
-    /// registry carries one); sessions no longer in it stop being probed
-    /// and lose their estimator.
-    pub fn set_registered(&mut self, registered: Registered) {
-        let Registered {
-            sessions: registered,
-            config,
-        } = registered;
-        if let Some(config) = config {
-            self.set_config(config);
-        }
-        self.active.retain(|id, session| match registered.get(id) {
-            Some(registration) => {
-                session.registration = *registration;
-                true
+        self.next_id += 1;
+        let conn = self.next_id;
+        let (read, writer) = stream.into_split();
+        let events = self.events.clone();
+        let reader = tokio::spawn(async move {
+            let mut frames = FramedRead::new(read, tcp_codec());
+            while let Some(Ok(frame)) = frames.next().await {
+                let t4 = boottime_ns();
+                let bytes = frame.freeze();
+                if events
+                    .send(TcpEvent::Frame { conn, bytes, t4 })
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
             }
-            None => false,
+            let _ = events.send(TcpEvent::Closed { conn }).await;
         });
-        self.outstanding
-            .retain(|(id, _), _| registered.contains_key(id));
-        self.outstanding_order
-            .retain(|(id, _)| registered.contains_key(id));
-        self.registered = registered
-            .into_iter()
-            .map(|(id, registration)| {
-                let key = ProbeKey::new(&registration.probe_key);
-                (id, Known { registration, key })
-            })
-            .collect();
+        core.stats_mut().tcp_connections += 1;
+        self.conns.insert(
+            conn,
+            TcpConn {
+                writer,
+                reader,
+                opened: Instant::now(),
+                session: None,
+            },
+        );
     }
 
-    /// Handles one received datagram (or TCP frame) from `route`; `now_ns`
-    /// is host BOOTTIME read right after the receive (t4 for replies).
-    /// Returns the session it authenticated for, if any, and an update for
-    /// an accepted reply.
-    pub fn on_datagram(
+    fn close(&mut self, conn: u64, core: &mut ProberCore) {
+        if let Some(closed) = self.conns.remove(&conn) {
+            closed.reader.abort();
+            core.route_closed(Route::Tcp(conn));
+        }
+    }
+
+    fn on_frame(
         &mut self,
+        conn: u64,
         bytes: &[u8],
-        route: Route,
-        now_ns: u64,
-    ) -> (Option<u64>, Option<SyncUpdate>) {
-        let datagram = match probe::envelope(bytes) {
-            Ok(datagram) => datagram,
-            Err(_) => {
-                self.stats.malformed += 1;
-                return (None, None);
-            }
-        };
-        let session_id = datagram.session_id;
-        let Some(known) = self.registered.get(&session_id) else {
-            self.stats.unknown_session += 1;
-            return (None, None);
-        };
-        let Some(key) = &known.key else {
-            // Registered without a usable key: nothing can be verified.
-            self.stats.bad_mac += 1;
-            return (None, None);
-        };
-        let kind = match probe::open(key, &datagram) {
-            Ok(kind) => kind,
-            Err(OpenError::BadMac | OpenError::SessionMismatch) => {
-                self.stats.bad_mac += 1;
-                if let Some(session) = self.active.get_mut(&session_id) {
-                    session.counters.bad_mac += 1;
+        t4: u64,
+        core: &mut ProberCore,
+    ) -> Option<SyncUpdate> {
+        let bound = self.conns.get(&conn)?.session;
+        let (session, update) = core.on_datagram(bytes, Route::Tcp(conn), t4);
+        match (session, bound) {
+            (Some(session), None) => {
+                if let Some(entry) = self.conns.get_mut(&conn) {
+                    entry.session = Some(session);
                 }
-                return (None, None);
             }
-            Err(OpenError::Malformed) => {
-                self.stats.malformed += 1;
-                return (None, None);
-            }
-        };
-        match kind {
-            Kind::Register(register) => {
-                let accepted = self.on_register(session_id, register.nonce, route, now_ns);
-                (accepted.then_some(session_id), None)
-            }
-            Kind::Reply(reply) => (Some(session_id), self.on_reply(session_id, &reply, now_ns)),
-            // A Probe is daemon -> relay only (a reflected probe lands here).
-            Kind::Probe(_) => {
-                self.stats.malformed += 1;
-                (None, None)
-            }
-        }
-    }
-
-    /// An authenticated ProbeRegister of `session_id` from `route`. The
-    /// first one starts a burst; one from another route moves the session
-    /// there and starts a burst; a nonce not above the last accepted one is
-    /// a replay and changes nothing. Returns whether it was accepted.
-    fn on_register(&mut self, session_id: u64, nonce: u64, route: Route, now_ns: u64) -> bool {
-        let Some(known) = self.registered.get(&session_id) else {
-            self.stats.unknown_session += 1;
-            return false;
-        };
-        let registration = known.registration;
-        let config = self.config;
-        let session = self
-            .active
-            .entry(session_id)
-            .or_insert_with(|| ActiveSession {
-                registration,
-                route: None,
-                estimator: Estimator::new(config.estimator),
-                burst_left: 0,
-                next_probe_ns: now_ns,
-                interval_ns: config.steady_interval_ns,
-                agreeing: 0,
-                follow_ups_left: 0,
-                follow_up_due: false,
-                last_nonce: 0,
-                answered: ReplayWindow::default(),
-                register_nonce: 0,
-                last_sample_ns: None,
-                counters: SessionCounters::default(),
-            });
-        if nonce <= session.register_nonce {
-            self.stats.registers_replayed += 1;
-            return false;
-        }
-        session.register_nonce = nonce;
-        self.stats.registers_accepted += 1;
-        if session.route != Some(route) {
-            // First contact, reconnect, or a new address: re-acquire.
-            session.route = Some(route);
-            session.interval_ns = config.steady_interval_ns;
-            session.start_burst(config.burst_probes, now_ns);
-            self.stats.bursts += 1;
-            session.counters.bursts += 1;
-        }
-        true
-    }
-
-    /// The edge lost `route` (a TCP probe connection closed): sessions on it
-    /// wait for their relay to register again.
-    pub fn route_closed(&mut self, route: Route) {
-        for session in self.active.values_mut() {
-            if session.route == Some(route) {
-                session.route = None;
-                session.follow_up_due = false;
-            }
-        }
-    }
-
-    /// An authenticated reply of `session_id` arrived at host BOOTTIME `t4`.
-    /// Returns an update when it answers an outstanding probe of the session
-    /// for the first time and its timestamps are sane.
-    fn on_reply(&mut self, session_id: u64, reply: &ProbeReply, t4: u64) -> Option<SyncUpdate> {
-        let Some(session) = self.active.get_mut(&session_id) else {
-            self.stats.unknown_session += 1;
-            return None;
-        };
-        let t1 = match self.outstanding.get(&(session_id, reply.nonce)) {
-            Some(Outstanding { t1: Some(t1), .. }) => *t1,
+            (Some(session), Some(bound)) if session == bound => {}
+            // Unauthenticated, or another session's frame: a stream peer
+            // that sends either is not a relay of ours.
             _ => {
-                if session.answered.is_seen(reply.nonce) {
-                    self.stats.replayed += 1;
-                    session.counters.replayed += 1;
-                } else {
-                    self.stats.nonce_mismatch += 1;
-                    session.counters.nonce_mismatch += 1;
-                }
-                return None;
+                core.stats_mut().tcp_refused += 1;
+                self.close(conn, core);
             }
-        };
-        self.outstanding.remove(&(session_id, reply.nonce));
-        // Cannot fail: the nonce was outstanding, so it was never answered.
-        let _ = session.answered.accept(reply.nonce);
-        let (t2, t3) = (reply.t2_ns, reply.t3_ns);
-        let config = self.config;
-        let before = session.estimator.estimate();
-        // Judged before the estimator sees it: a step's first samples may
-        // well be gated out, and those are the ones to react to.
-        let verdict = before
-            .filter(|_| t1 <= t4 && t2 <= t3)
-            .map(|b| judge(&config, &b, t1, t2, t3, t4));
-        let result =
-            session
-                .estimator
-                .add_sample(t1, t2, t3, t4, reply.boottime_minus_monotonic_ns);
-        if let (Some(b), Some(e)) = (before, result)
-            && b.epoch != e.epoch
+        }
+        update
+    }
+
+    /// Closes connections that did not authenticate in time.
+    fn expire(&mut self, core: &mut ProberCore) {
+        let late: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.session.is_none() && c.opened.elapsed() > TCP_REGISTER_TIMEOUT)
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in late {
+            core.stats_mut().tcp_refused += 1;
+            self.close(conn, core);
+        }
+    }
+
+    /// Sends one framed probe; a connection that cannot take a tiny frame
+    /// at once is closed (the relay reconnects). Returns t1 when sent.
+    fn send(&mut self, conn: u64, bytes: &[u8], core: &mut ProberCore) -> Option<u64> {
+        let mut frame = BytesMut::with_capacity(bytes.len() + 4);
+        if self
+            .codec
+            .encode(Bytes::copy_from_slice(bytes), &mut frame)
+            .is_err()
         {
-            // The relay's clock stepped (suspend): re-acquire quickly.
-            self.stats.new_epochs += 1;
-            self.stats.bursts += 1;
-            session.counters.bursts += 1;
-            session.interval_ns = config.steady_interval_ns;
-            session.start_burst(config.burst_probes, t4);
-        } else {
-            match verdict {
-                Some(Verdict::Step) if !session.in_burst() => {
-                    self.stats.suspected_steps += 1;
-                    self.stats.bursts += 1;
-                    session.counters.bursts += 1;
-                    session.interval_ns = config.steady_interval_ns;
-                    session.start_burst(config.burst_probes, t4);
-                }
-                Some(Verdict::Agree) if !session.in_burst() => {
-                    session.agreeing += 1;
-                    if session.agreeing >= config.slow_after_agreeing.max(1) {
-                        session.agreeing = 0;
-                        session.interval_ns = (session.interval_ns + session.interval_ns / 4)
-                            .min(config.max_interval_ns);
+            return None;
+        }
+        let entry = self.conns.get(&conn)?;
+        let t1 = boottime_ns();
+        match entry.writer.try_write(&frame) {
+            Ok(written) if written == frame.len() => Some(t1),
+            _ => {
+                core.stats_mut().send_errors += 1;
+                self.close(conn, core);
+                None
+            }
+        }
+    }
+}
+
+async fn run(
+    socket: std::net::UdpSocket,
+    tcp: Option<std::net::TcpListener>,
+    sessions: ProbeSessions,
+    updates: mpsc::Sender<SyncUpdate>,
+    shutdown: CancellationToken,
+    config: ProberConfig,
+    kernel_rx_timestamps: bool,
+) {
+    let socket = match UdpSocket::from_std(socket) {
+        Ok(socket) => socket,
+        Err(error) => {
+            tracing::error!(%error, "sync: cannot register the sync socket; clock sync is off");
+            return;
+        }
+    };
+    if let Err(error) = socket2::SockRef::from(&socket).set_recv_buffer_size(RECV_BUFFER_BYTES) {
+        tracing::debug!(%error, "sync socket: could not raise the receive buffer; keeping the default");
+    }
+    let listener = tcp.and_then(|listener| match TcpListener::from_std(listener) {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!(%error, "sync: cannot register the TCP probe listener; TCP fallback is off");
+            None
+        }
+    });
+    let (tcp_tx, mut tcp_events) = mpsc::channel(TCP_EVENT_QUEUE);
+    let mut conns = TcpConns {
+        next_id: 0,
+        conns: HashMap::new(),
+        events: tcp_tx,
+        codec: tcp_codec(),
+    };
+    let mut rx = RxStamps::new(&socket, kernel_rx_timestamps, "sync socket");
+    let host = SystemClock::default();
+    let mut core = ProberCore::new(config);
+    let mut held = HeldUpdates::default();
+    let mut seen_generation = 0;
+    let mut due: Vec<ProbeDue> = Vec::new();
+    // One byte more than the limit: a truncated read shows as oversized.
+    let mut buffer = [0u8; MAX_PROBE_DATAGRAM_BYTES + 1];
+    loop {
+        if let Some((generation, registered)) = sessions.changed_since(seen_generation) {
+            seen_generation = generation;
+            held.retain_sessions(|id| registered.contains_key(&id));
+            core.set_registered(registered);
+        }
+        conns.expire(&mut core);
+        send_due_probes(&socket, &mut conns, &mut core, &mut due);
+        if updates.is_closed() || held.flush(&updates).is_err() {
+            tracing::debug!("sync: update channel closed; prober stops");
+            break;
+        }
+        core.stats_mut().samples_dropped = held.samples_dropped;
+        sessions.publish_stats(core.stats());
+
+        let now = boottime_ns();
+        let mut sleep = core
+            .next_wakeup_ns()
+            .map_or(IDLE_TICK, |at| Duration::from_nanos(at.saturating_sub(now)))
+            .min(IDLE_TICK);
+        if !held.is_empty() {
+            sleep = sleep.min(RETRY_TICK);
+        }
+        rx.before_wait(&host);
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            received = rx.recv(&socket, &mut buffer, &host) => {
+                match received {
+                    Ok(Received { len, from, stamp: t4, .. }) => {
+                        let bytes = buffer.get(..len).unwrap_or_default();
+                        if let (_, Some(update)) = core.on_datagram(bytes, Route::Udp(from), t4) {
+                            held.push(update);
+                        }
+                    }
+                    Err(error) => {
+                        let errors = &mut core.stats_mut().recv_errors;
+                        *errors += 1;
+                        if errors.is_power_of_two() {
+                            tracing::warn!(%error, count = *errors, "sync socket: receive failed; probes continue");
+                        }
                     }
                 }
-                Some(Verdict::Disagree) if !session.in_burst() => {
-                    session.agreeing = 0;
-                    session.interval_ns = (session.interval_ns / 2).max(config.min_interval_ns);
-                    // Do not wait out a long interval on a disagreeing clock.
-                    session.next_probe_ns = session
-                        .next_probe_ns
-                        .min(t4.saturating_add(session.interval_ns));
+            }
+            Some(event) = tcp_events.recv() => match event {
+                TcpEvent::Frame { conn, bytes, t4 } => {
+                    if let Some(update) = conns.on_frame(conn, &bytes, t4, &mut core) {
+                        held.push(update);
+                    }
                 }
-                _ => {}
-            }
-            if session.follow_ups_left > 0 && session.last_nonce == reply.nonce {
-                session.follow_ups_left -= 1;
-                session.follow_up_due = true;
-            }
+                TcpEvent::Closed { conn } => conns.close(conn, &mut core),
+            },
+            accepted = accept(listener.as_ref()) => match accepted {
+                Ok((stream, _)) => conns.accept(stream, &mut core),
+                Err(error) => {
+                    let errors = &mut core.stats_mut().recv_errors;
+                    *errors += 1;
+                    if errors.is_power_of_two() {
+                        tracing::warn!(%error, count = *errors, "sync: TCP probe accept failed");
+                    }
+                    // Out of descriptors and the like: do not spin.
+                    tokio::time::sleep(RETRY_TICK).await;
+                }
+            },
+            () = tokio::time::sleep(sleep) => {}
         }
-        let Some(estimate) = result else {
-            self.stats.replies_rejected += 1;
-            session.counters.replies_rejected += 1;
-            return None;
+    }
+    sessions.publish_stats(core.stats());
+}
+
+/// Accepts on the fallback listener; pending forever without one.
+async fn accept(
+    listener: Option<&TcpListener>,
+) -> std::io::Result<(TcpStream, std::net::SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn send_due_probes(
+    socket: &UdpSocket,
+    conns: &mut TcpConns,
+    core: &mut ProberCore,
+    due: &mut Vec<ProbeDue>,
+) {
+    due.clear();
+    core.poll(boottime_ns(), due);
+    for probe in due.iter() {
+        let Some(prepared) = core.prepare_probe(probe.session_id) else {
+            continue;
         };
-        self.stats.replies_accepted += 1;
-        session.counters.replies += 1;
-        session.last_sample_ns = Some(t4);
-        Some(SyncUpdate {
-            slot: session.registration.slot,
-            session_id,
-            estimate,
-            samples: vec![ProbeSample {
-                machine_raw_id: session.registration.machine_raw_id,
-                session_id,
-                t1,
-                t2,
-                t3,
-                t4,
-            }],
-        })
-    }
-
-    /// Appends the probes due at `now_ns` to `due` and schedules the next;
-    /// forgets probes unanswered for `probe_timeout_ns`.
-    pub fn poll(&mut self, now_ns: u64, due: &mut Vec<ProbeDue>) {
-        self.now_ns = now_ns;
-        self.expire(now_ns);
-        let config = self.config;
-        for (session_id, session) in &mut self.active {
-            let Some(route) = session.route else {
-                continue;
-            };
-            let probe = ProbeDue {
-                session_id: *session_id,
-                route,
-            };
-            if session.follow_up_due {
-                session.follow_up_due = false;
-                due.push(probe);
-                continue;
-            }
-            if session.next_probe_ns > now_ns {
-                continue;
-            }
-            due.push(probe);
-            let interval = if session.in_burst() {
-                session.burst_left -= 1;
-                session.follow_ups_left = 0;
-                if session.in_burst() {
-                    config.burst_interval_ns
-                } else {
-                    session.interval_ns
-                }
-            } else {
-                session.follow_ups_left = config.train_length.saturating_sub(1);
-                session.interval_ns
-            };
-            session.next_probe_ns = now_ns.saturating_add(interval.max(1));
-        }
-    }
-
-    /// The signed Probe for `session_id`, remembered as outstanding; the
-    /// edge stamps t1 right before sending it and reports it with
-    /// [`ProberCore::probe_sent`]. None when the session is not active.
-    pub fn prepare_probe(&mut self, session_id: u64) -> Option<PreparedProbe> {
-        let key = self.registered.get(&session_id)?.key.as_ref()?;
-        let session = self.active.get_mut(&session_id)?;
-        let route = session.route?;
-        session.last_nonce += 1;
-        let nonce = session.last_nonce;
-        let bytes = probe::seal(key, session_id, Kind::Probe(Probe { nonce }));
-        let due_ns = self.now_ns;
-        self.outstanding
-            .insert((session_id, nonce), Outstanding { t1: None, due_ns });
-        self.outstanding_order.push_back((session_id, nonce));
-        while self.outstanding_order.len() > self.config.max_outstanding.max(1) {
-            if let Some(oldest) = self.outstanding_order.pop_front()
-                && self.outstanding.remove(&oldest).is_some()
-            {
-                self.stats.outstanding_evicted += 1;
-            }
-        }
-        Some(PreparedProbe {
-            session_id,
-            nonce,
-            route,
-            bytes,
-        })
-    }
-
-    /// The probe `nonce` of `session_id` left at host BOOTTIME `t1`.
-    pub fn probe_sent(&mut self, session_id: u64, nonce: u64, t1: u64) {
-        if let Some(outstanding) = self.outstanding.get_mut(&(session_id, nonce)) {
-            outstanding.t1 = Some(t1);
-            self.stats.probes_sent += 1;
-            if let Some(session) = self.active.get_mut(&session_id) {
-                session.counters.probes_sent += 1;
-            }
-        }
-    }
-
-    /// Forgets the probes sent more than `probe_timeout_ns` before `now_ns`
-    /// (oldest first: the order is the send order), counting each one sent
-    /// as a timeout of its session. Answered probes still queued in the
-    /// order are dropped on the way.
-    fn expire(&mut self, now_ns: u64) {
-        let timeout = self.config.probe_timeout_ns.max(1);
-        while let Some(&oldest) = self.outstanding_order.front() {
-            let Some(outstanding) = self.outstanding.get(&oldest) else {
-                self.outstanding_order.pop_front();
-                continue;
-            };
-            let since = outstanding.t1.unwrap_or(outstanding.due_ns);
-            if now_ns.saturating_sub(since) < timeout {
-                break;
-            }
-            let sent = outstanding.t1.is_some();
-            self.outstanding.remove(&oldest);
-            self.outstanding_order.pop_front();
-            if sent {
-                self.stats.probe_timeouts += 1;
-                if let Some(session) = self.active.get_mut(&oldest.0) {
-                    session.counters.timeouts += 1;
+        let sent = match prepared.route {
+            Route::Udp(addr) => {
+                let t1 = boottime_ns();
+                // try_send_to: a UDP socket is writable nearly always, and
+                // waiting here would put the wait between t1 and the wire.
+                match socket.try_send_to(&prepared.bytes, addr) {
+                    Ok(_) => Some(t1),
+                    Err(error) => {
+                        let errors = &mut core.stats_mut().send_errors;
+                        *errors += 1;
+                        if errors.is_power_of_two() {
+                            tracing::warn!(%error, peer = %addr, count = *errors, "sync socket: probe send failed; check the relay's reachability");
+                        }
+                        None
+                    }
                 }
             }
+            Route::Tcp(conn) => conns.send(conn, &prepared.bytes, core),
+        };
+        if let Some(t1) = sent {
+            core.probe_sent(prepared.session_id, prepared.nonce, t1);
+        }
+    }
+}
+
+/// Updates waiting for room in the channel, merged per session: the latest
+/// estimate and every sample since the last delivered update (bounded).
+#[derive(Debug, Default)]
+struct HeldUpdates {
+    by_session: HashMap<u64, SyncUpdate>,
+    samples_dropped: u64,
+}
+
+struct ChannelClosed;
+
+impl HeldUpdates {
+    fn is_empty(&self) -> bool {
+        self.by_session.is_empty()
+    }
+
+    fn push(&mut self, update: SyncUpdate) {
+        match self.by_session.get_mut(&update.session_id) {
+            Some(held) => {
+                held.slot = update.slot;
+                held.estimate = update.estimate;
+                held.samples.extend(update.samples);
+                let excess = held.samples.len().saturating_sub(MAX_HELD_SAMPLES);
+                if excess > 0 {
+                    held.samples.drain(..excess);
+                    self.samples_dropped += excess as u64;
+                }
+            }
+            None => {
+                self.by_session.insert(update.session_id, update);
+            }
         }
     }
 
-    /// Host BOOTTIME of the next due probe (0: now), if any session has a
-    /// route.
-    pub fn next_wakeup_ns(&self) -> Option<u64> {
-        self.active
-            .values()
-            .filter(|s| s.route.is_some())
-            .map(|s| if s.follow_up_due { 0 } else { s.next_probe_ns })
-            .min()
+    fn retain_sessions(&mut self, keep: impl Fn(u64) -> bool) {
+        self.by_session.retain(|id, _| keep(*id));
     }
 
-    /// Latest estimate of a session.
-    pub fn estimate(&self, session_id: u64) -> Option<SyncEstimate> {
-        self.active.get(&session_id)?.estimator.estimate()
-    }
-
-    /// Current steady probe spacing of a session (ns).
-    pub fn steady_interval_ns(&self, session_id: u64) -> Option<u64> {
-        Some(self.active.get(&session_id)?.interval_ns)
-    }
-
-    /// Probes left in a session's current burst.
-    pub fn burst_left(&self, session_id: u64) -> Option<u32> {
-        Some(self.active.get(&session_id)?.burst_left)
-    }
-
-    /// The counters (through `Deref`) and the sessions.
-    pub fn stats(&self) -> ProberView<'_> {
-        ProberView { core: self }
-    }
-
-    /// Counters the edge keeps (socket errors, dropped samples) fold in here.
-    pub fn stats_mut(&mut self) -> &mut ProberStats {
-        &mut self.stats
+    fn flush(&mut self, updates: &mpsc::Sender<SyncUpdate>) -> Result<(), ChannelClosed> {
+        let sessions: Vec<u64> = self.by_session.keys().copied().collect();
+        for session_id in sessions {
+            let Some(update) = self.by_session.remove(&session_id) else {
+                continue;
+            };
+            match updates.try_send(update) {
+                Ok(()) => {}
+                Err(TrySendError::Full(update)) => {
+                    self.by_session.insert(session_id, update);
+                }
+                Err(TrySendError::Closed(_)) => return Err(ChannelClosed),
+            }
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
-#[path = "prober_tests.rs"]
-mod tests;
+mod tests {
+    use super::*;
+    use tracesync_core::sync::{ProbeSample, SyncEstimate};
+
+    fn update(session_id: u64, offset_ns: i64, samples: usize) -> SyncUpdate {
+        SyncUpdate {
+            slot: 1,
+            session_id,
+            estimate: SyncEstimate {
+                offset_ns,
+                ..SyncEstimate::default()
+            },
+            samples: vec![ProbeSample::default(); samples],
+        }
+    }
+
+    #[tokio::test]
+    async fn held_updates_merge_while_the_channel_is_full() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let mut held = HeldUpdates::default();
+        held.push(update(5, 1, 1));
+        assert!(held.flush(&tx).is_ok());
+        held.push(update(5, 2, 1000));
+        held.push(update(5, 3, 100));
+        assert!(held.flush(&tx).is_ok(), "full is not an error");
+        assert_eq!(held.samples_dropped, 76);
+        assert_eq!(rx.recv().await.map(|u| u.estimate.offset_ns), Some(1));
+        assert!(held.flush(&tx).is_ok());
+        let merged = rx.recv().await.expect("merged update");
+        assert_eq!(merged.estimate.offset_ns, 3);
+        assert_eq!(merged.samples.len(), MAX_HELD_SAMPLES);
+        assert!(held.is_empty());
+        drop(rx);
+        held.push(update(5, 4, 1));
+        assert!(held.flush(&tx).is_err());
+    }
+
+    const KEY: [u8; 32] = [5; 32];
+
+    fn register_bytes(session_id: u64, nonce: u64) -> Vec<u8> {
+        use tracesync_protocol::probe::{ProbeKey, seal};
+        use tracesync_protocol::relay::v1::{ProbeRegister, probe_body::Kind};
+        let key = ProbeKey::new(&KEY).expect("key");
+        seal(&key, session_id, Kind::Register(ProbeRegister { nonce }))
+    }
+
+    fn registration() -> tracesync_core::sync::Registration {
+        tracesync_core::sync::Registration {
+            slot: 0,
+            machine_raw_id: 0,
+            probe_key: KEY,
+        }
+    }
+
+    async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test]
+    async fn probes_registered_sessions_only_and_stops_when_updates_close() {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let sync_addr = socket.local_addr().expect("addr");
+        let relay = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let sessions = ProbeSessions::new();
+        let (tx, rx) = mpsc::channel(8);
+        let prober = spawn_prober(socket, sessions.clone(), tx, CancellationToken::new());
+
+        relay
+            .send_to(&register_bytes(9, 1), sync_addr)
+            .await
+            .expect("send");
+        wait_for("unknown session counted", || {
+            sessions.stats().unknown_session == 1
+        })
+        .await;
+
+        sessions.register(9, registration());
+        // The registry is picked up within one idle tick; resend as a relay does.
+        let mut buffer = [0u8; 512];
+        let mut nonce = 1;
+        let probe = loop {
+            nonce += 1;
+            relay
+                .send_to(&register_bytes(9, nonce), sync_addr)
+                .await
+                .expect("send");
+            if let Ok(received) =
+                tokio::time::timeout(Duration::from_millis(200), relay.recv_from(&mut buffer)).await
+            {
+                break received.expect("recv");
+            }
+        };
+        assert_eq!(probe.1, sync_addr);
+        wait_for("probe counted", || sessions.stats().probes_sent >= 1).await;
+
+        drop(rx);
+        sessions.unregister(9);
+        tokio::time::timeout(Duration::from_secs(5), prober)
+            .await
+            .expect("prober ends once nobody takes updates")
+            .expect("no panic");
+    }
+
+    #[tokio::test]
+    async fn tcp_fallback_probes_an_authenticated_connection_and_drops_others() {
+        use futures_util::SinkExt;
+        use tokio_util::codec::Framed;
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let sync_addr = socket.local_addr().expect("addr");
+        let sessions = ProbeSessions::new();
+        sessions.register(9, registration());
+        let (tx, _rx) = mpsc::channel(8);
+        let shutdown = CancellationToken::new();
+        let prober = spawn_prober(socket, sessions.clone(), tx, shutdown.clone());
+
+        // A connection whose first frame is not signed with the key is closed.
+        let stranger = TcpStream::connect(sync_addr).await.expect("connect");
+        let mut stranger = Framed::new(stranger, tcp_codec());
+        stranger
+            .send(Bytes::from_static(&[0x0a, 0x01, 0x00]))
+            .await
+            .expect("send");
+        let closed = tokio::time::timeout(Duration::from_secs(5), stranger.next())
+            .await
+            .expect("closed within 5 s");
+        assert!(closed.is_none_or(|frame| frame.is_err()));
+
+        let relay = TcpStream::connect(sync_addr).await.expect("connect");
+        let mut relay = Framed::new(relay, tcp_codec());
+        relay
+            .send(Bytes::from(register_bytes(9, 1)))
+            .await
+            .expect("send");
+        let probe = tokio::time::timeout(Duration::from_secs(5), relay.next())
+            .await
+            .expect("a probe within 5 s")
+            .expect("open")
+            .expect("frame");
+        let datagram = tracesync_protocol::probe::envelope(&probe).expect("decodes");
+        assert_eq!(datagram.session_id, 9);
+        wait_for("tcp counted", || {
+            let stats = sessions.stats();
+            stats.tcp_connections == 2 && stats.tcp_refused == 1 && stats.probes_sent >= 1
+        })
+        .await;
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), prober)
+            .await
+            .expect("stops")
+            .expect("no panic");
+    }
+}

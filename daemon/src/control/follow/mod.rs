@@ -23,8 +23,8 @@ use std::sync::Arc;
 
 use tracesync_protocol::reader::TraceReader;
 
-use crate::live::{OutPacket, Role};
 use resolve::{FileResolver, SeenPackets};
+use tracesync_core::live::{OutPacket, Role};
 
 /// Bytes read per poll at most, so a large backlog is shown in steps.
 const MAX_READ_PER_POLL: usize = 8 << 20;

@@ -21,7 +21,7 @@ use tracesync_protocol::clock_ids::{BOOTTIME, BUILTIN_MAX};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync, SystemInfo};
 use tracesync_protocol::scan::{PacketFields, defaults_timestamp_clock_id, scan_packet};
 
-use crate::live::{OutPacket, Role};
+use tracesync_core::live::{OutPacket, Role};
 
 /// Machines and sequences remembered; beyond it the maps start afresh
 /// (only a corrupt or hostile directory gets there).

@@ -13,9 +13,9 @@ use super::order::{Queued, StreamId};
 use super::packet::{OutPacket, Role};
 use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
 use super::types::RelaySlot;
-use crate::merge::output::sync_point_packet;
-use crate::merge::plan::offset_pair;
 use crate::sync::covering::{Mapping, Refinement};
+use crate::sync_point::offset_pair;
+use crate::sync_point::sync_point_packet;
 
 /// About how many packet bytes one [`LiveCore::drain`] call appends.
 pub const DRAIN_MAX_BYTES: u64 = 4 << 20;

@@ -4,7 +4,7 @@
 //! `cargo run --release -p tracesync-daemon --example sync_sim [-- --seed N
 //! --secs S --events E --scenario NAME]`; several `--seed` may be given.
 
-use tracesync::sync::sim::{RunOptions, run, scenarios, table};
+use tracesync_sim::{RunOptions, run, scenarios, table};
 
 fn main() {
     let mut seeds = Vec::new();

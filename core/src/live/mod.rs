@@ -67,6 +67,7 @@ mod hash;
 mod ingest;
 mod order;
 pub mod packet;
+mod recovered;
 mod staging;
 mod stamp;
 pub mod types;
@@ -77,8 +78,8 @@ mod tests;
 pub use self::core::{LiveCore, reason};
 pub use estimate::SyncEstimate;
 pub use packet::{Origin, OutPacket, Role, Stamped};
+pub use recovered::{Recovered, RecoveredSequence, RecoveredStream};
 pub use stamp::OWN_SEQUENCE_ID;
 pub use types::{
-    CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Recovered, RecoveredStream, Refusal,
-    RelaySlot, SessionError,
+    CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Refusal, RelaySlot, SessionError,
 };

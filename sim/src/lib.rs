@@ -1,7 +1,7 @@
 //! Deterministic, seeded clock-sync simulator in virtual time (no IO): a
 //! relay clock model and a link model produce four-timestamp probe
 //! exchanges; events drawn uniformly in time are mapped causally by the
-//! [`Estimator`](super::Estimator) (the "live" mapping) and by two
+//! [`Estimator`](tracesync_core::sync::Estimator) (the "live" mapping) and by two
 //! baselines on the same samples: the naive last-sample offset and a
 //! Perfetto-style constant (the mean of the last 5 offsets, applied to the
 //! whole run). Truth is exact, so every error and every bound is checked.

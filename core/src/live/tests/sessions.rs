@@ -98,7 +98,7 @@ fn recovered_state_deduplicates_across_a_restart() {
 
 #[test]
 fn recovered_sequence_state_resolves_a_resumed_stream_as_before() {
-    use crate::rolling::RecoveredSequence;
+    use crate::live::RecoveredSequence;
     // Clock 64 of relay sequence 2 reads relay BOOTTIME + 1000; the
     // stream's default clock is 64. Both were in the last file's preamble.
     let snapshot = |seq| {

@@ -1,10 +1,10 @@
-//! Cost of the write-time check (`tracesync::sync::covering`) per packet,
+//! Cost of the write-time check (`tracesync_core::sync::covering`) per packet,
 //! next to the arrival mapping it checks (`to_host` + `bound_at`) on the
 //! same estimates: 10 Hz samples, packets spread over the last 500 ms.
 
 use divan::{Bencher, black_box};
-use tracesync::sync::covering::{CoveringEstimates, Mapping, refine};
-use tracesync::sync::{CheckedSample, SyncEstimate};
+use tracesync_core::sync::covering::{CoveringEstimates, Mapping, refine};
+use tracesync_core::sync::{CheckedSample, SyncEstimate};
 
 const SAMPLE_EVERY_NS: u64 = 100_000_000;
 const START_NS: u64 = 1_000_000_000_000;

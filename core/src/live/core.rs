@@ -15,13 +15,12 @@ use super::estimate::SyncEstimate;
 use super::hash::IdMap;
 use super::ingest::PendingPacket;
 use super::order::{Order, StreamId};
+use super::recovered::{Recovered, RecoveredSequence};
 use super::staging::Staged;
 use super::stamp::OWN_SEQUENCE_ID;
 use super::types::{
-    CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Recovered, Refusal, RelaySlot,
-    SessionError,
+    CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Refusal, RelaySlot, SessionError,
 };
-use crate::rolling::RecoveredSequence;
 use crate::status::MachineStatus;
 use crate::sync::covering::CoveringEstimates;
 

@@ -2,7 +2,7 @@
 //! on the same graph, MONOTONIC -> BOOTTIME with 1000 snapshots.
 
 use divan::{Bencher, black_box};
-use tracesync::clock::{ClockGraph, ClockNode, EdgeOrigin, SnapshotClock};
+use tracesync_core::clock::{ClockGraph, ClockNode, EdgeOrigin, SnapshotClock};
 use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC};
 
 const MONO: ClockNode = ClockNode::new(0, 0, 0, MONOTONIC);

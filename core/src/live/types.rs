@@ -131,10 +131,6 @@ pub enum SessionError {
     TooManySequences { slot: RelaySlot, limit: usize },
 }
 
-/// The rolling writer's recovered state: output sequence ids and how far
-/// each relay stream is durably written.
-pub use crate::rolling::{Recovered, RecoveredStream};
-
 /// Marks "everything drained so far" for [`crate::live::LiveCore::committed_through`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CommitPoint(pub(crate) u64);

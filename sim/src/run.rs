@@ -9,8 +9,8 @@ use super::metrics::{ErrorStats, Report, percentile};
 use super::probing::{Exchange, probe};
 use super::rng::Rng;
 use super::scenarios::Scenario;
-use crate::sync::covering::{CoveringEstimates, Mapping, Refinement, refine};
-use crate::sync::{Estimator, EstimatorConfig, SyncEstimate};
+use tracesync_core::sync::covering::{CoveringEstimates, Mapping, Refinement, refine};
+use tracesync_core::sync::{Estimator, EstimatorConfig, SyncEstimate};
 
 /// Run options.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -148,7 +148,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
 
     // Each event as written: a merge window after it was mapped, checked
     // against the estimate right after the first sample taken after it, if
-    // that existed by then (see `crate::sync::covering`).
+    // that existed by then (see `tracesync_core::sync::covering`).
     let mut wrong_epoch = 0;
     let mut remapped = 0;
     let ours: Vec<Option<Written>> = events

@@ -2,7 +2,7 @@
 //! targets with two seeds each (never tuned to one seed: see §9.4). Debug
 //! builds run shorter virtual durations so the binary stays quick.
 
-use tracesync::sync::sim::{Report, RunOptions, Scenario, run, scenarios, table};
+use tracesync_sim::{Report, RunOptions, Scenario, run, scenarios, table};
 
 /// Virtual seconds per scenario.
 #[cfg(debug_assertions)]

@@ -18,7 +18,9 @@ use super::clock::{HOST_START_NS, RelayClock};
 use super::link::{Leg, LossState};
 use super::rng::Rng;
 use super::scenarios::Scenario;
-use crate::sync::{ProberConfig, ProberCore, ProberStats, Registration, Route, SyncEstimate};
+use tracesync_core::sync::{
+    ProberConfig, ProberCore, ProberStats, Registration, Route, SyncEstimate,
+};
 
 /// One completed probe exchange, as the prober's estimator saw it.
 #[derive(Clone, Copy, Debug)]

@@ -233,7 +233,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
 
     // Not in §9.3: relay NTP slews (+-500 ppm for 2 s, unannounced). The
     // estimate's own bound excludes them; the later samples' intervals
-    // (`crate::sync::covering`) cover them. Coverage gated, accuracy
+    // (`tracesync_core::sync::covering`) cover them. Coverage gated, accuracy
     // reported.
     let mut clock = ppm(20.0, 1e-16);
     let mut at = 60.0;

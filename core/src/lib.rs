@@ -1,0 +1,26 @@
+//! tracesync's host logic, sans-IO: nothing here reads a clock, touches a
+//! file or a socket, or runs a task. Times come in as arguments (host
+//! BOOTTIME ns), bytes come in and decisions go out; the daemon
+//! (`tracesyncd`) and the offline merger drive it.
+//!
+//! - [`clock`]: the clock engine: a graph of clocks qualified by machine,
+//!   source and sequence; nearest-snapshot conversion; trace-time selection
+//!   and placement of clocks with no path.
+//! - [`live`]: the live capture core: relay batches in, ordered, resolved,
+//!   stamped packets out; acknowledgements.
+//! - [`sync`]: clock sync: the probe scheduler and reply matcher, the
+//!   per-relay estimator, the write-time check of a packet's mapping.
+//! - [`preamble`]: what a trace needs before a packet in the middle of the
+//!   stream (a rolled file's start, a perfetto tail's first packets).
+//! - [`sync_point`]: the RemoteClockSync packets that carry our alignment
+//!   into Perfetto.
+//! - [`jsonl`]: the jsonl record of a resolved packet.
+//! - [`status`]: the daemon's status report.
+
+pub mod clock;
+pub mod jsonl;
+pub mod live;
+pub mod preamble;
+pub mod status;
+pub mod sync;
+pub mod sync_point;

@@ -1,0 +1,622 @@
+//! The prober's core (sans-IO): which session to probe when and over which
+//! route, checking and matching replies, one estimator per session. The
+//! tokio edge (`super::edge`) reads the clock and moves the bytes.
+//!
+//! Security: every datagram is signed with the session's probe key (see
+//! `tracesync_protocol::probe`). A datagram with a bad MAC, a reply whose
+//! nonce is not an outstanding probe of its session, a replayed reply, or a
+//! register whose nonce is not above the last accepted one changes nothing
+//! but a counter in [`ProberStats`].
+//!
+//! Schedule (docs/clock-sync.md "Probe channel"):
+//! - a burst of `burst_probes` probes `burst_interval_ns` apart when a
+//!   session's relay first registers, when it registers from another route
+//!   (reconnect, transport change), when its relay starts a new clock epoch
+//!   (resume), and when a low-delay sample lies far outside the estimate's
+//!   bound (suspected step);
+//! - then one scheduled probe per steady interval, each starting a short
+//!   train: the follow-up goes out as soon as the previous reply is in. A
+//!   relay idle since the last probe wakes late (one-sided delay on the way
+//!   there); the follow-up finds both ends awake, so its delay is lower;
+//! - the steady interval adapts between `min_interval_ns` and
+//!   `max_interval_ns` (by default 10 Hz and 4 Hz: it only speeds up; see
+//!   docs/clock-sync.md "Accuracy: real sockets"): it grows by 1/4 after
+//!   `slow_after_agreeing` samples
+//!   in a row agree with the estimate (the sample's interval
+//!   `offset ± delay/2` meets the estimate's `offset ± bound`), and halves
+//!   when a sample disagrees; every burst resets it to `steady_interval_ns`;
+//! - a probe not answered within `probe_timeout_ns` is forgotten and
+//!   counted as a timeout (its late reply would be a useless sample).
+//!
+//! The operator's knobs are the daemon's `[sync]` section
+//! ([`super::config::SyncConfig`]);
+//! SIGHUP hands a new schedule to the running prober through the registry
+//! ([`super::ProbeSessions::set_config`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use tracesync_protocol::probe::{self, OpenError, ProbeKey, ReplayWindow};
+use tracesync_protocol::relay::v1::{Probe, ProbeReply, probe_body::Kind};
+
+use super::prober_session::{ActiveSession, Verdict, judge};
+use super::sessions::{Registered, RouteKind, SessionCounters, SessionSync};
+use super::{
+    Estimator, EstimatorConfig, ProbeSample, ProberStats, Registration, SyncEstimate, SyncUpdate,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProberConfig {
+    /// Probes in a burst.
+    pub burst_probes: u32,
+    /// Spacing of a burst's probes (ns).
+    pub burst_interval_ns: u64,
+    /// Spacing of steady probes at start (ns).
+    pub steady_interval_ns: u64,
+    /// Fastest steady spacing (ns).
+    pub min_interval_ns: u64,
+    /// Slowest steady spacing (ns).
+    pub max_interval_ns: u64,
+    /// Agreeing samples in a row before the steady spacing grows by 1/4.
+    pub slow_after_agreeing: u32,
+    /// A sample with delay at most this many times the estimate's smallest
+    /// round trip counts as low delay for step detection.
+    pub step_max_delay_factor: u64,
+    /// A low-delay sample this many times farther from the estimate than
+    /// the agreement tolerance (and at least `step_min_ns`) suggests a step.
+    pub step_factor: u64,
+    pub step_min_ns: u64,
+    /// Frequency uncertainty assumed when extrapolating the estimate's bound
+    /// to a sample's time (ppm).
+    pub bound_growth_ppm: f64,
+    /// Exchanges per scheduled steady probe (1 = no follow-ups).
+    pub train_length: u32,
+    /// A probe unanswered this long after its send is forgotten and
+    /// counted as a timeout (ns).
+    pub probe_timeout_ns: u64,
+    /// Most probes awaiting a reply, over all sessions.
+    pub max_outstanding: usize,
+    pub estimator: EstimatorConfig,
+}
+
+impl Default for ProberConfig {
+    fn default() -> Self {
+        Self {
+            burst_probes: 8,
+            burst_interval_ns: 15_000_000,
+            steady_interval_ns: 250_000_000,
+            min_interval_ns: 100_000_000,
+            // 4 Hz is also the slowest: over real sockets (scripts/sync-real.sh,
+            // LAN profile) a 1 s ceiling left fewer low-delay samples and gave
+            // a 34.5 us p99 with a 21.5 us bias; a 4 Hz floor gives 5.6 us.
+            max_interval_ns: 250_000_000,
+            slow_after_agreeing: 8,
+            step_max_delay_factor: 2,
+            step_factor: 8,
+            step_min_ns: 50_000,
+            bound_growth_ppm: 1.0,
+            train_length: 2,
+            // Far above any round trip worth a sample (a phone on a bad
+            // link: ~1 s); before it existed, only max_outstanding forgot.
+            probe_timeout_ns: 2_000_000_000,
+            max_outstanding: 4096,
+            estimator: EstimatorConfig::default(),
+        }
+    }
+}
+
+/// How a relay is reached: a UDP address, or a TCP probe connection the
+/// edge numbered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Route {
+    Udp(SocketAddr),
+    Tcp(u64),
+}
+
+/// A probe the edge should send now: [`ProberCore::prepare_probe`], stamp
+/// t1, send, [`ProberCore::probe_sent`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeDue {
+    pub session_id: u64,
+    pub route: Route,
+}
+
+/// A signed probe ready to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreparedProbe {
+    pub session_id: u64,
+    pub nonce: u64,
+    pub route: Route,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Outstanding {
+    /// Host BOOTTIME at send; None until the edge reports the send.
+    t1: Option<u64>,
+    /// Host BOOTTIME of the poll that made it due (timeouts of probes the
+    /// edge never reported as sent count from here).
+    due_ns: u64,
+}
+
+/// A registered session: what the server said, and its key.
+#[derive(Debug)]
+struct Known {
+    registration: Registration,
+    key: Option<ProbeKey>,
+}
+
+#[derive(Debug)]
+pub struct ProberCore {
+    config: ProberConfig,
+    registered: HashMap<u64, Known>,
+    /// Registered sessions whose relay has registered a route.
+    active: HashMap<u64, ActiveSession>,
+    outstanding: HashMap<(u64, u64), Outstanding>,
+    /// (session, nonce) in send order; bounds `outstanding`.
+    outstanding_order: VecDeque<(u64, u64)>,
+    /// Host BOOTTIME of the latest poll.
+    now_ns: u64,
+    stats: ProberStats,
+}
+
+/// The prober's counters (it derefs to [`ProberStats`]) and, for the
+/// registry to publish, its sessions.
+#[derive(Clone, Copy)]
+pub struct ProberView<'a> {
+    core: &'a ProberCore,
+}
+
+impl std::ops::Deref for ProberView<'_> {
+    type Target = ProberStats;
+
+    fn deref(&self) -> &ProberStats {
+        &self.core.stats
+    }
+}
+
+impl ProberView<'_> {
+    /// Every registered session that has a route or had one.
+    pub fn sessions(&self) -> impl Iterator<Item = SessionSync> + '_ {
+        let config = &self.core.config;
+        self.core
+            .active
+            .iter()
+            .map(move |(&session_id, session)| SessionSync {
+                session_id,
+                machine_raw_id: session.registration.machine_raw_id,
+                state: session.state(),
+                route: session.route.map(|route| match route {
+                    Route::Udp(_) => RouteKind::Udp,
+                    Route::Tcp(_) => RouteKind::Tcp,
+                }),
+                probe_rate_hz: session.probe_rate_hz(config),
+                estimate: session.estimator.estimate(),
+                last_sample_host_ns: session.last_sample_ns,
+                counters: session.counters,
+            })
+    }
+}
+
+impl ProberCore {
+    pub fn new(config: ProberConfig) -> Self {
+        Self {
+            config,
+            registered: HashMap::new(),
+            active: HashMap::new(),
+            outstanding: HashMap::new(),
+            outstanding_order: VecDeque::new(),
+            now_ns: 0,
+            stats: ProberStats::default(),
+        }
+    }
+
+    /// The schedule in use.
+    pub fn config(&self) -> &ProberConfig {
+        &self.config
+    }
+
+    /// Replaces the schedule (SIGHUP). Running sessions keep their
+    /// estimators; their adaptive spacing, burst and train are clamped
+    /// into the new limits.
+    pub fn set_config(&mut self, config: ProberConfig) {
+        if config == self.config {
+            return;
+        }
+        self.config = config;
+        for session in self.active.values_mut() {
+            session.adopt(&config);
+            let latest = self.now_ns.saturating_add(session.interval_ns);
+            session.next_probe_ns = session.next_probe_ns.min(latest);
+        }
+    }
+
+    /// Replaces the set of registered sessions (and the schedule, when the
+    /// registry carries one); sessions no longer in it stop being probed
+    /// and lose their estimator.
+    pub fn set_registered(&mut self, registered: Registered) {
+        let Registered {
+            sessions: registered,
+            config,
+        } = registered;
+        if let Some(config) = config {
+            self.set_config(config);
+        }
+        self.active.retain(|id, session| match registered.get(id) {
+            Some(registration) => {
+                session.registration = *registration;
+                true
+            }
+            None => false,
+        });
+        self.outstanding
+            .retain(|(id, _), _| registered.contains_key(id));
+        self.outstanding_order
+            .retain(|(id, _)| registered.contains_key(id));
+        self.registered = registered
+            .into_iter()
+            .map(|(id, registration)| {
+                let key = ProbeKey::new(&registration.probe_key);
+                (id, Known { registration, key })
+            })
+            .collect();
+    }
+
+    /// Handles one received datagram (or TCP frame) from `route`; `now_ns`
+    /// is host BOOTTIME read right after the receive (t4 for replies).
+    /// Returns the session it authenticated for, if any, and an update for
+    /// an accepted reply.
+    pub fn on_datagram(
+        &mut self,
+        bytes: &[u8],
+        route: Route,
+        now_ns: u64,
+    ) -> (Option<u64>, Option<SyncUpdate>) {
+        let datagram = match probe::envelope(bytes) {
+            Ok(datagram) => datagram,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return (None, None);
+            }
+        };
+        let session_id = datagram.session_id;
+        let Some(known) = self.registered.get(&session_id) else {
+            self.stats.unknown_session += 1;
+            return (None, None);
+        };
+        let Some(key) = &known.key else {
+            // Registered without a usable key: nothing can be verified.
+            self.stats.bad_mac += 1;
+            return (None, None);
+        };
+        let kind = match probe::open(key, &datagram) {
+            Ok(kind) => kind,
+            Err(OpenError::BadMac | OpenError::SessionMismatch) => {
+                self.stats.bad_mac += 1;
+                if let Some(session) = self.active.get_mut(&session_id) {
+                    session.counters.bad_mac += 1;
+                }
+                return (None, None);
+            }
+            Err(OpenError::Malformed) => {
+                self.stats.malformed += 1;
+                return (None, None);
+            }
+        };
+        match kind {
+            Kind::Register(register) => {
+                let accepted = self.on_register(session_id, register.nonce, route, now_ns);
+                (accepted.then_some(session_id), None)
+            }
+            Kind::Reply(reply) => (Some(session_id), self.on_reply(session_id, &reply, now_ns)),
+            // A Probe is daemon -> relay only (a reflected probe lands here).
+            Kind::Probe(_) => {
+                self.stats.malformed += 1;
+                (None, None)
+            }
+        }
+    }
+
+    /// An authenticated ProbeRegister of `session_id` from `route`. The
+    /// first one starts a burst; one from another route moves the session
+    /// there and starts a burst; a nonce not above the last accepted one is
+    /// a replay and changes nothing. Returns whether it was accepted.
+    fn on_register(&mut self, session_id: u64, nonce: u64, route: Route, now_ns: u64) -> bool {
+        let Some(known) = self.registered.get(&session_id) else {
+            self.stats.unknown_session += 1;
+            return false;
+        };
+        let registration = known.registration;
+        let config = self.config;
+        let session = self
+            .active
+            .entry(session_id)
+            .or_insert_with(|| ActiveSession {
+                registration,
+                route: None,
+                estimator: Estimator::new(config.estimator),
+                burst_left: 0,
+                next_probe_ns: now_ns,
+                interval_ns: config.steady_interval_ns,
+                agreeing: 0,
+                follow_ups_left: 0,
+                follow_up_due: false,
+                last_nonce: 0,
+                answered: ReplayWindow::default(),
+                register_nonce: 0,
+                last_sample_ns: None,
+                counters: SessionCounters::default(),
+            });
+        if nonce <= session.register_nonce {
+            self.stats.registers_replayed += 1;
+            return false;
+        }
+        session.register_nonce = nonce;
+        self.stats.registers_accepted += 1;
+        if session.route != Some(route) {
+            // First contact, reconnect, or a new address: re-acquire.
+            session.route = Some(route);
+            session.interval_ns = config.steady_interval_ns;
+            session.start_burst(config.burst_probes, now_ns);
+            self.stats.bursts += 1;
+            session.counters.bursts += 1;
+        }
+        true
+    }
+
+    /// The edge lost `route` (a TCP probe connection closed): sessions on it
+    /// wait for their relay to register again.
+    pub fn route_closed(&mut self, route: Route) {
+        for session in self.active.values_mut() {
+            if session.route == Some(route) {
+                session.route = None;
+                session.follow_up_due = false;
+            }
+        }
+    }
+
+    /// An authenticated reply of `session_id` arrived at host BOOTTIME `t4`.
+    /// Returns an update when it answers an outstanding probe of the session
+    /// for the first time and its timestamps are sane.
+    fn on_reply(&mut self, session_id: u64, reply: &ProbeReply, t4: u64) -> Option<SyncUpdate> {
+        let Some(session) = self.active.get_mut(&session_id) else {
+            self.stats.unknown_session += 1;
+            return None;
+        };
+        let t1 = match self.outstanding.get(&(session_id, reply.nonce)) {
+            Some(Outstanding { t1: Some(t1), .. }) => *t1,
+            _ => {
+                if session.answered.is_seen(reply.nonce) {
+                    self.stats.replayed += 1;
+                    session.counters.replayed += 1;
+                } else {
+                    self.stats.nonce_mismatch += 1;
+                    session.counters.nonce_mismatch += 1;
+                }
+                return None;
+            }
+        };
+        self.outstanding.remove(&(session_id, reply.nonce));
+        // Cannot fail: the nonce was outstanding, so it was never answered.
+        let _ = session.answered.accept(reply.nonce);
+        let (t2, t3) = (reply.t2_ns, reply.t3_ns);
+        let config = self.config;
+        let before = session.estimator.estimate();
+        // Judged before the estimator sees it: a step's first samples may
+        // well be gated out, and those are the ones to react to.
+        let verdict = before
+            .filter(|_| t1 <= t4 && t2 <= t3)
+            .map(|b| judge(&config, &b, t1, t2, t3, t4));
+        let result =
+            session
+                .estimator
+                .add_sample(t1, t2, t3, t4, reply.boottime_minus_monotonic_ns);
+        if let (Some(b), Some(e)) = (before, result)
+            && b.epoch != e.epoch
+        {
+            // The relay's clock stepped (suspend): re-acquire quickly.
+            self.stats.new_epochs += 1;
+            self.stats.bursts += 1;
+            session.counters.bursts += 1;
+            session.interval_ns = config.steady_interval_ns;
+            session.start_burst(config.burst_probes, t4);
+        } else {
+            match verdict {
+                Some(Verdict::Step) if !session.in_burst() => {
+                    self.stats.suspected_steps += 1;
+                    self.stats.bursts += 1;
+                    session.counters.bursts += 1;
+                    session.interval_ns = config.steady_interval_ns;
+                    session.start_burst(config.burst_probes, t4);
+                }
+                Some(Verdict::Agree) if !session.in_burst() => {
+                    session.agreeing += 1;
+                    if session.agreeing >= config.slow_after_agreeing.max(1) {
+                        session.agreeing = 0;
+                        session.interval_ns = (session.interval_ns + session.interval_ns / 4)
+                            .min(config.max_interval_ns);
+                    }
+                }
+                Some(Verdict::Disagree) if !session.in_burst() => {
+                    session.agreeing = 0;
+                    session.interval_ns = (session.interval_ns / 2).max(config.min_interval_ns);
+                    // Do not wait out a long interval on a disagreeing clock.
+                    session.next_probe_ns = session
+                        .next_probe_ns
+                        .min(t4.saturating_add(session.interval_ns));
+                }
+                _ => {}
+            }
+            if session.follow_ups_left > 0 && session.last_nonce == reply.nonce {
+                session.follow_ups_left -= 1;
+                session.follow_up_due = true;
+            }
+        }
+        let Some(estimate) = result else {
+            self.stats.replies_rejected += 1;
+            session.counters.replies_rejected += 1;
+            return None;
+        };
+        self.stats.replies_accepted += 1;
+        session.counters.replies += 1;
+        session.last_sample_ns = Some(t4);
+        Some(SyncUpdate {
+            slot: session.registration.slot,
+            session_id,
+            estimate,
+            samples: vec![ProbeSample {
+                machine_raw_id: session.registration.machine_raw_id,
+                session_id,
+                t1,
+                t2,
+                t3,
+                t4,
+            }],
+        })
+    }
+
+    /// Appends the probes due at `now_ns` to `due` and schedules the next;
+    /// forgets probes unanswered for `probe_timeout_ns`.
+    pub fn poll(&mut self, now_ns: u64, due: &mut Vec<ProbeDue>) {
+        self.now_ns = now_ns;
+        self.expire(now_ns);
+        let config = self.config;
+        for (session_id, session) in &mut self.active {
+            let Some(route) = session.route else {
+                continue;
+            };
+            let probe = ProbeDue {
+                session_id: *session_id,
+                route,
+            };
+            if session.follow_up_due {
+                session.follow_up_due = false;
+                due.push(probe);
+                continue;
+            }
+            if session.next_probe_ns > now_ns {
+                continue;
+            }
+            due.push(probe);
+            let interval = if session.in_burst() {
+                session.burst_left -= 1;
+                session.follow_ups_left = 0;
+                if session.in_burst() {
+                    config.burst_interval_ns
+                } else {
+                    session.interval_ns
+                }
+            } else {
+                session.follow_ups_left = config.train_length.saturating_sub(1);
+                session.interval_ns
+            };
+            session.next_probe_ns = now_ns.saturating_add(interval.max(1));
+        }
+    }
+
+    /// The signed Probe for `session_id`, remembered as outstanding; the
+    /// edge stamps t1 right before sending it and reports it with
+    /// [`ProberCore::probe_sent`]. None when the session is not active.
+    pub fn prepare_probe(&mut self, session_id: u64) -> Option<PreparedProbe> {
+        let key = self.registered.get(&session_id)?.key.as_ref()?;
+        let session = self.active.get_mut(&session_id)?;
+        let route = session.route?;
+        session.last_nonce += 1;
+        let nonce = session.last_nonce;
+        let bytes = probe::seal(key, session_id, Kind::Probe(Probe { nonce }));
+        let due_ns = self.now_ns;
+        self.outstanding
+            .insert((session_id, nonce), Outstanding { t1: None, due_ns });
+        self.outstanding_order.push_back((session_id, nonce));
+        while self.outstanding_order.len() > self.config.max_outstanding.max(1) {
+            if let Some(oldest) = self.outstanding_order.pop_front()
+                && self.outstanding.remove(&oldest).is_some()
+            {
+                self.stats.outstanding_evicted += 1;
+            }
+        }
+        Some(PreparedProbe {
+            session_id,
+            nonce,
+            route,
+            bytes,
+        })
+    }
+
+    /// The probe `nonce` of `session_id` left at host BOOTTIME `t1`.
+    pub fn probe_sent(&mut self, session_id: u64, nonce: u64, t1: u64) {
+        if let Some(outstanding) = self.outstanding.get_mut(&(session_id, nonce)) {
+            outstanding.t1 = Some(t1);
+            self.stats.probes_sent += 1;
+            if let Some(session) = self.active.get_mut(&session_id) {
+                session.counters.probes_sent += 1;
+            }
+        }
+    }
+
+    /// Forgets the probes sent more than `probe_timeout_ns` before `now_ns`
+    /// (oldest first: the order is the send order), counting each one sent
+    /// as a timeout of its session. Answered probes still queued in the
+    /// order are dropped on the way.
+    fn expire(&mut self, now_ns: u64) {
+        let timeout = self.config.probe_timeout_ns.max(1);
+        while let Some(&oldest) = self.outstanding_order.front() {
+            let Some(outstanding) = self.outstanding.get(&oldest) else {
+                self.outstanding_order.pop_front();
+                continue;
+            };
+            let since = outstanding.t1.unwrap_or(outstanding.due_ns);
+            if now_ns.saturating_sub(since) < timeout {
+                break;
+            }
+            let sent = outstanding.t1.is_some();
+            self.outstanding.remove(&oldest);
+            self.outstanding_order.pop_front();
+            if sent {
+                self.stats.probe_timeouts += 1;
+                if let Some(session) = self.active.get_mut(&oldest.0) {
+                    session.counters.timeouts += 1;
+                }
+            }
+        }
+    }
+
+    /// Host BOOTTIME of the next due probe (0: now), if any session has a
+    /// route.
+    pub fn next_wakeup_ns(&self) -> Option<u64> {
+        self.active
+            .values()
+            .filter(|s| s.route.is_some())
+            .map(|s| if s.follow_up_due { 0 } else { s.next_probe_ns })
+            .min()
+    }
+
+    /// Latest estimate of a session.
+    pub fn estimate(&self, session_id: u64) -> Option<SyncEstimate> {
+        self.active.get(&session_id)?.estimator.estimate()
+    }
+
+    /// Current steady probe spacing of a session (ns).
+    pub fn steady_interval_ns(&self, session_id: u64) -> Option<u64> {
+        Some(self.active.get(&session_id)?.interval_ns)
+    }
+
+    /// Probes left in a session's current burst.
+    pub fn burst_left(&self, session_id: u64) -> Option<u32> {
+        Some(self.active.get(&session_id)?.burst_left)
+    }
+
+    /// The counters (through `Deref`) and the sessions.
+    pub fn stats(&self) -> ProberView<'_> {
+        ProberView { core: self }
+    }
+
+    /// Counters the edge keeps (socket errors, dropped samples) fold in here.
+    pub fn stats_mut(&mut self) -> &mut ProberStats {
+        &mut self.stats
+    }
+}
+
+#[cfg(test)]
+#[path = "prober_tests.rs"]
+mod tests;
