@@ -67,7 +67,7 @@ target=${CARGO_TARGET_DIR:-target}
 bins=${BENCH_BIN_DIR:-}
 if [ -z "$bins" ]; then
     echo "building (release)" >&2
-    cargo build --release --quiet -p tracesync-daemon -p tracesync-relay --bins
+    cargo build --release --quiet -p tracesync-daemon -p tracesync-cli -p tracesync-relay --bins
     bins=$target/release
 fi
 if want tcp; then

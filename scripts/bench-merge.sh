@@ -30,7 +30,7 @@ if ! /usr/bin/time -f %M true >/dev/null 2>&1; then
 fi
 
 echo "building (release)" >&2
-cargo build --release --quiet -p tracesync-daemon --bin tracesync
+cargo build --release --quiet -p tracesync-cli --bin tracesync
 cargo build --release --quiet -p tracesync-tests --example gen_trace
 target=${CARGO_TARGET_DIR:-target}
 tracesync=$target/release/tracesync

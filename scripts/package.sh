@@ -41,7 +41,7 @@ done
 
 if (( BUILD )); then
   # Host binaries: ordinary (dynamically linked) release builds.
-  cargo build --release -p tracesync-daemon --bins
+  cargo build --release -p tracesync-daemon -p tracesync-cli --bins
   # The relay for phones and VMs: glibc linked statically, so one binary runs
   # on any x86_64 Linux. An explicit --target keeps these RUSTFLAGS away
   # from build scripts and proc macros (they must stay dynamic).

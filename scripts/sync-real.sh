@@ -42,7 +42,7 @@ if [ -n "${SYNC_REAL_KEEP:-}" ]; then
 fi
 
 echo "building (release)" >&2
-cargo build --release --quiet -p tracesync-daemon -p tracesync-relay --bins
+cargo build --release --quiet -p tracesync-daemon -p tracesync-cli -p tracesync-relay --bins
 cargo build --release --quiet -p tracesync-tests --bin tracesync-impair --bin tracesync-sync-real
 target=${CARGO_TARGET_DIR:-target}
 exec "$target/release/tracesync-sync-real" "${args[@]}" "$@"

@@ -14,12 +14,8 @@
 //! - [`config`]: `tracesyncd`'s configuration (file + flags).
 //! - [`reload`]: what SIGHUP applies, and what needs a restart.
 
-pub mod check;
-pub mod cli;
 pub mod config;
 pub mod control;
-pub mod demo;
-pub mod merge;
 pub mod metrics;
 pub mod reload;
 pub mod rolling;

@@ -12,7 +12,7 @@
 //! per-session key, which travels inside this TLS stream (Welcome).
 
 pub mod identity;
-pub mod pki;
+pub use tracesync_common::tls::pki;
 
 use std::path::{Path, PathBuf};
 

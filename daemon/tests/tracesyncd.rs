@@ -15,7 +15,7 @@ fn check_config_accepts_the_shipped_example() {
     // a lab PKI made here in their place.
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/daemon.toml");
     let pki = tempfile::tempdir().unwrap();
-    tracesync::tls::pki::init(pki.path(), &["localhost".into()]).unwrap();
+    tracesync_common::tls::pki::init(pki.path(), &["localhost".into()]).unwrap();
     let out = tracesyncd()
         .args(["--config", config, "--check-config"])
         .arg("--tls-cert")

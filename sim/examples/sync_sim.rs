@@ -1,7 +1,7 @@
 //! Clock-sync simulator runner: every scenario of clock-sync.md §9.3 with
 //! our live estimator beside the naive and Perfetto-style baselines.
 //!
-//! `cargo run --release -p tracesync-daemon --example sync_sim [-- --seed N
+//! `cargo run --release -p tracesync-sim --example sync_sim [-- --seed N
 //! --secs S --events E --scenario NAME]`; several `--seed` may be given.
 
 use tracesync_sim::{RunOptions, run, scenarios, table};

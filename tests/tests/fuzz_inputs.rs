@@ -12,7 +12,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use tracesync::config::DaemonConfig;
-use tracesync::merge::manifest::parse_manifest;
+use tracesync_cli::merge::manifest::parse_manifest;
 use tracesync_relay::config::{Flags, RelayConfig};
 use tracesync_tests::fuzz::{self, mutate, mutations};
 

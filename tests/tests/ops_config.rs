@@ -35,8 +35,8 @@ fn check_config_with(binary: &str, file: &Path, extra: &[&str]) -> Output {
 /// require TLS with files under /etc/tracesync/tls).
 fn pki_flags(binary: &str, dir: &Path) -> Vec<String> {
     if !dir.join("ca.crt").exists() {
-        tracesync::tls::pki::init(dir, &["localhost".into()]).expect("pki init");
-        tracesync::tls::pki::issue(dir, "relay", None).expect("pki issue");
+        tracesync_common::tls::pki::init(dir, &["localhost".into()]).expect("pki init");
+        tracesync_common::tls::pki::issue(dir, "relay", None).expect("pki issue");
     }
     let path = |name: &str| dir.join(name).display().to_string();
     if binary == "tracesyncd" {

@@ -1,5 +1,5 @@
 //! Mutual TLS between the real `tracesync-relay` and `tracesyncd` on
-//! loopback, with a lab PKI made here (rcgen, through `tracesync::tls::pki`):
+//! loopback, with a lab PKI made here (rcgen, through `tracesync_common::tls::pki`):
 //! a relay without a certificate, with a certificate from another CA, or in
 //! plaintext fails the handshake (the daemon logs and counts it); a relay
 //! with a valid certificate for one machine cannot claim another
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use rustls_pki_types::pem::PemObject;
-use tracesync::tls::pki;
+use tracesync_common::tls::pki;
 use tracesync_protocol::relay::{PROTOCOL_VERSION, v1};
 use tracesync_tests::live::{
     Daemon, DaemonOpts, DaemonTls, Relay, RelayOpts, RelayTls, check_output, process,

@@ -5,6 +5,7 @@
 //! with `mode = "off"` (both ends warn).
 
 pub mod pem;
+pub mod pki;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,6 +14,12 @@ use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
+
+/// URI SAN prefix binding a machine name (written by [`pki`], read by the
+/// daemon's identity check).
+pub const URI_MACHINE: &str = "tracesync:machine/";
+/// URI SAN prefix binding a raw machine id (decimal).
+pub const URI_MACHINE_ID: &str = "tracesync:machine-id/";
 
 /// Where `tracesync pki init` puts the lab PKI's files, and the defaults.
 pub const DEFAULT_TLS_DIR: &str = "/etc/tracesync/tls";

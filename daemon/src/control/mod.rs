@@ -12,7 +12,6 @@
 //! text and jsonl streams get a notice and go on, a perfetto stream is ended
 //! (a gap cannot be spliced into a trace honestly), see [`server`].
 
-pub mod follow;
 pub mod format;
 pub mod request;
 pub mod server;

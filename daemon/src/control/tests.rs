@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
-use tracesync_core::preamble::strip_for_replay;
 use std::sync::Arc;
 use std::time::Duration;
+use tracesync_core::preamble::strip_for_replay;
 
 use bytes::Bytes;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};

@@ -24,10 +24,7 @@ use std::sync::Mutex;
 
 /// The first word of every identity refusal.
 pub const MISMATCH: &str = "certificate-identity-mismatch";
-/// URI SAN prefix binding a machine name.
-pub const URI_MACHINE: &str = "tracesync:machine/";
-/// URI SAN prefix binding a raw machine id (decimal).
-pub const URI_MACHINE_ID: &str = "tracesync:machine-id/";
+pub use tracesync_common::tls::{URI_MACHINE, URI_MACHINE_ID};
 /// Raw ids and relay instances remembered per name.
 pub const BINDINGS_PER_NAME: usize = 8;
 
@@ -288,6 +285,7 @@ fn subject_alt_names(der: &[u8]) -> Result<Vec<San>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracesync_common::tls::pki;
 
     fn cert(sans: Vec<rcgen::SanType>) -> Vec<u8> {
         let mut params = rcgen::CertificateParams::default();
@@ -425,5 +423,29 @@ mod tests {
         b.claim("b", 0, 0).unwrap();
         b.claim("b", 1, 1).unwrap();
         assert!(b.claim("b", BINDINGS_PER_NAME as u32, 50).is_err());
+    }
+
+    #[test]
+    fn relay_certificates_carry_the_identity() {
+        let ca = pki::new_ca().unwrap();
+        let relay = pki::relay_cert(&ca.key_pem, "relay-a", Some(42)).unwrap();
+        let der = rustls_pki_types::CertificateDer::from_pem_slice(relay.cert_pem.as_bytes());
+        use rustls_pki_types::pem::PemObject;
+        let id = CertIdentity::from_der(der.unwrap().as_ref()).unwrap();
+        assert_eq!(id.names, ["relay-a"]);
+        assert_eq!(id.raw_ids, [42]);
+        let odd = pki::relay_cert(&ca.key_pem, "my phone", None).unwrap();
+        let der =
+            rustls_pki_types::CertificateDer::from_pem_slice(odd.cert_pem.as_bytes()).unwrap();
+        assert_eq!(
+            CertIdentity::from_der(der.as_ref()).unwrap().names,
+            ["my phone"]
+        );
+        let ip = pki::relay_cert(&ca.key_pem, "10.0.0.7", None).unwrap();
+        let der = rustls_pki_types::CertificateDer::from_pem_slice(ip.cert_pem.as_bytes()).unwrap();
+        assert_eq!(
+            CertIdentity::from_der(der.as_ref()).unwrap().names,
+            ["10.0.0.7"]
+        );
     }
 }

@@ -172,7 +172,7 @@ fn small_sizes_average_that_size_with_every_kth_event_annotated() {
         // The daemon's checker reads the same identities.
         let checked = events
             .iter()
-            .filter_map(|p| tracesync::check::identity(p))
+            .filter_map(|p| tracesync_cli::check::identity(p))
             .count();
         assert_eq!(checked, ns.len());
         for p in &events {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tracesync_protocol::wire;
 
 use super::connect::{self, Target};
-use crate::control::follow::DirFollower;
-use crate::control::{MachineFilter, NOTICE_FIELD, PacketFormatter, Request, TailFormat};
+use crate::follow::DirFollower;
+use tracesync::control::{MachineFilter, NOTICE_FIELD, PacketFormatter, Request, TailFormat};
 use tracesync_common::exit;
 
 const POLL: Duration = Duration::from_millis(100);
@@ -214,7 +214,7 @@ impl PerfettoFraming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::request::lag_notice_record;
+    use tracesync::control::request::lag_notice_record;
 
     #[test]
     fn framing_passes_packets_and_stops_at_the_notice() {

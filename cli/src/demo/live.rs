@@ -14,8 +14,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::check::{self, CheckReport};
-use crate::cli::connect::{self, Target};
-use crate::control::Request;
+use crate::connect::{self, Target};
+use tracesync::control::Request;
 use tracesync_core::status::StatusReport;
 
 #[derive(Clone, Debug)]
@@ -304,7 +304,7 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
         next_print += Duration::from_secs(2);
         if let Some(report) = query_status(&control) {
             println!("--- t = {:>4.1} s", start.elapsed().as_secs_f64());
-            print!("{}", crate::cli::status::table(&report, unix_ms()));
+            print!("{}", crate::status::table(&report, unix_ms()));
             last_status = Some(report);
         }
     }

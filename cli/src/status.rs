@@ -5,8 +5,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::connect::{self, Target};
-use crate::control::Request;
-use crate::control::format::human_ns;
+use tracesync::control::Request;
+use tracesync::control::format::human_ns;
 use tracesync_common::exit;
 use tracesync_core::status::{MachineStatus, StatusReport};
 use tracesync_core::sync::sessions::MachineSync;

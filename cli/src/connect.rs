@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use crate::control::Request;
+use tracesync::control::Request;
 use tracesync_common::exit;
 
 /// Where `tracesyncd` listens by default.

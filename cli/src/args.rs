@@ -1,0 +1,136 @@
+//! The `tracesync` command line as clap parses it.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use tracesync::control::TailFormat;
+
+use crate::connect::DEFAULT_CONTROL;
+use crate::merge::output::Format;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tracesync",
+    version,
+    about = "Merge Perfetto traces of many machines onto one timeline"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Merge recorded traces (plain, gzip, or .zip/.tar archives) into one multi-machine trace.
+    Merge {
+        /// A perfetto_manifest JSON file (version 1).
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+        /// Output file, or - for standard output.
+        #[arg(short = 'o', long = "output", default_value = "-")]
+        output: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Perfetto)]
+        format: Format,
+        /// Write counters (Perfetto's stat names) as JSON to this file.
+        #[arg(long)]
+        stats: Option<PathBuf>,
+        /// Fail on any bad input or any packet with no place on the timeline.
+        #[arg(long)]
+        strict: bool,
+        /// Give each input that would go to the host machine a machine of its own.
+        #[arg(long)]
+        machine_per_file: bool,
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+    },
+    /// The main job: tracesyncd and N relays with simulated clocks (offsets,
+    /// drift) on loopback; live status; a rolling merged trace checked
+    /// against ground truth that opens in Perfetto UI.
+    Demo {
+        /// Relays (simulated machines) besides the host.
+        #[arg(long, default_value_t = 3)]
+        relays: usize,
+        /// Seconds of live capture.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Directory for the rolling output, spools and logs.
+        #[arg(long, default_value = "tracesync-demo")]
+        out: PathBuf,
+        /// Synthetic packets per second per relay.
+        #[arg(long, default_value_t = 2000)]
+        rate: u32,
+        /// Serve the daemon's Prometheus metrics here ("off": none). When the
+        /// default port is busy another free loopback port is used.
+        #[arg(long, value_name = "ADDR", default_value = crate::demo::live::DEFAULT_DEMO_METRICS)]
+        metrics_listen: String,
+        /// Record traces of simulated machines and merge them offline
+        /// instead (no daemon, no relays).
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Show the live merged stream: from the daemon, or following the rolling files in DIR.
+    Tail {
+        /// The daemon's control socket, or HOST:PORT of its TCP control listener
+        /// [default: /run/tracesync/control.sock].
+        #[arg(long, value_name = "SOCKET|ADDR", conflicts_with = "dir")]
+        connect: Option<String>,
+        #[arg(long, value_enum, default_value_t = TailFormat::Text)]
+        format: TailFormat,
+        /// Only this machine (name, raw id, or `host`); repeat for several.
+        #[arg(long = "machine", value_name = "NAME")]
+        machines: Vec<String>,
+        /// Follow the rolling files in this directory instead of the daemon.
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Show the daemon's per-machine status: connection, packets, drops, clock sync.
+    Status {
+        /// The daemon's control socket, or HOST:PORT of its TCP control listener.
+        #[arg(long, value_name = "SOCKET|ADDR", default_value = DEFAULT_CONTROL)]
+        connect: String,
+        /// The report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A lab PKI for mutual TLS between relays and the daemon (rcgen, ECDSA P-256).
+    Pki {
+        #[command(subcommand)]
+        command: PkiCommand,
+    },
+    /// List every edge of the clock graph of the given inputs, with its origin.
+    Clocks {
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+        #[arg(long)]
+        machine_per_file: bool,
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PkiCommand {
+    /// Make a CA (ca.crt, ca.key) and the daemon's certificate (daemon.crt, daemon.key) in DIR.
+    Init {
+        /// Names the daemon's certificate carries (host names or IPs; relays
+        /// check the one they connect to). Default: this host's name,
+        /// localhost, 127.0.0.1, ::1.
+        #[arg(long = "daemon-name", value_name = "NAME")]
+        daemon_names: Vec<String>,
+        #[arg(value_name = "DIR", default_value = tracesync_common::tls::DEFAULT_TLS_DIR)]
+        dir: PathBuf,
+    },
+    /// Issue a relay certificate for machine NAME (NAME.crt, NAME.key), signed by DIR/ca.key.
+    Issue {
+        /// The machine name the relay sends (its --name, or its host name).
+        #[arg(long)]
+        name: String,
+        /// Also bind this raw machine id (only for relays with a fixed id).
+        #[arg(long, value_name = "ID")]
+        raw_id: Option<u32>,
+        #[arg(value_name = "DIR", default_value = tracesync_common::tls::DEFAULT_TLS_DIR)]
+        dir: PathBuf,
+    },
+}

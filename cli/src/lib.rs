@@ -1,0 +1,170 @@
+//! `tracesync`, the command line: `merge` and `clocks` of recorded traces,
+//! `demo`, the lab PKI (`pki`), and the clients of a running `tracesyncd`
+//! (`tail`, `status`).
+//!
+//! - [`args`]: the command line as clap parses it.
+//! - [`merge`]: the offline merger (two passes over the inputs).
+//! - [`clocks`]: the clock graph of recorded traces as a table.
+//! - [`demo`]: the main job end to end (live) or offline.
+//! - [`check`]: checks a rolling capture of synthetic relays against truth.
+//! - [`connect`], [`status`], [`tail`]: the control-socket clients.
+//! - [`follow`]: `tail DIR`, the rolling files followed as they grow.
+
+pub mod args;
+pub mod check;
+pub mod clocks;
+pub mod connect;
+pub mod demo;
+pub mod follow;
+pub mod merge;
+pub mod status;
+mod tail;
+
+use std::process::ExitCode;
+
+use tracesync_common::exit;
+
+use args::{Cli, Command, PkiCommand};
+use connect::{DEFAULT_CONTROL, Target};
+use merge::{MergeOptions, merge, prepare};
+
+pub fn main() -> ExitCode {
+    let cli = match exit::parse_args::<Cli>() {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
+    let mut report = |fault: &crate::merge::first_pass::InputFault| eprintln!("tracesync: {fault}");
+    let code = match cli.command {
+        Command::Merge {
+            manifest,
+            output,
+            format,
+            stats,
+            strict,
+            machine_per_file,
+            inputs,
+        } => {
+            let opts = MergeOptions {
+                inputs,
+                manifest,
+                output: Some(output),
+                format,
+                stats,
+                strict,
+                machine_per_file,
+            };
+            match merge(&opts, &mut report) {
+                Ok(outcome) => {
+                    if outcome.stats.packets_dropped > 0 {
+                        eprintln!(
+                            "tracesync: warning: {} packets had no place on the timeline and were dropped (see --stats)",
+                            outcome.stats.packets_dropped
+                        );
+                    }
+                    outcome.exit_code()
+                }
+                Err(e) => {
+                    eprintln!("tracesync: error: {e}");
+                    e.exit_code()
+                }
+            }
+        }
+        Command::Demo {
+            relays,
+            seconds,
+            out,
+            rate,
+            metrics_listen,
+            offline,
+        } => {
+            if offline {
+                demo::run_offline(relays, seconds, out)
+            } else {
+                demo::run_live(relays, seconds, out, rate, &metrics_listen)
+            }
+        }
+        Command::Tail {
+            connect,
+            format,
+            machines,
+            dir,
+        } => match dir {
+            Some(dir) => tail::run_dir(&dir, format, machines),
+            None => {
+                let target = Target::parse(connect.as_deref().unwrap_or(DEFAULT_CONTROL));
+                tail::run_socket(&target, format, machines)
+            }
+        },
+        Command::Status { connect, json } => status::run(&Target::parse(&connect), json),
+        Command::Pki { command } => pki(command),
+        Command::Clocks {
+            json,
+            manifest,
+            machine_per_file,
+            inputs,
+        } => {
+            match prepare(
+                &inputs,
+                manifest.as_deref(),
+                machine_per_file,
+                false,
+                &mut report,
+            ) {
+                Ok(prepared) => {
+                    let code = if prepared.faults.is_empty() {
+                        exit::OK
+                    } else {
+                        exit::DATAERR
+                    };
+                    match clocks::print(prepared, json) {
+                        Ok(()) => code,
+                        Err(e) => {
+                            eprintln!("tracesync: error: cannot write: {e}");
+                            exit::IOERR
+                        }
+                    }
+                }
+                Err(e) => {
+                    eprintln!("tracesync: error: {e}");
+                    e.exit_code()
+                }
+            }
+        }
+    };
+    ExitCode::from(code)
+}
+
+fn pki(command: PkiCommand) -> u8 {
+    let result = match command {
+        PkiCommand::Init { daemon_names, dir } => {
+            let names = if daemon_names.is_empty() {
+                let mut names: Vec<String> = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+                    .filter(|h| !h.is_empty())
+                    .into_iter()
+                    .collect();
+                names.extend(["localhost", "127.0.0.1", "::1"].map(String::from));
+                names
+            } else {
+                daemon_names
+            };
+            tracesync_common::tls::pki::init(&dir, &names)
+        }
+        PkiCommand::Issue { name, raw_id, dir } => {
+            tracesync_common::tls::pki::issue(&dir, &name, raw_id)
+        }
+    };
+    match result {
+        Ok(files) => {
+            for file in files {
+                println!("{}", file.display());
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("tracesync: error: pki: {e}");
+            exit::CANTCREAT
+        }
+    }
+}

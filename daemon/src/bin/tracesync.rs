@@ -1,4 +1,0 @@
-//! `tracesync`: merge, clocks, demo, tail, status.
-fn main() -> std::process::ExitCode {
-    tracesync::cli::main()
-}
