@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use tracesync::control::TailFormat;
+use tracesync_daemon::control::TailFormat;
 
 use crate::connect::DEFAULT_CONTROL;
 use crate::merge::output::Format;

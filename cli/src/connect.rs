@@ -6,8 +6,8 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use tracesync::control::Request;
 use tracesync_common::exit;
+use tracesync_daemon::control::Request;
 
 /// Where `tracesyncd` listens by default.
 pub const DEFAULT_CONTROL: &str = "/run/tracesync/control.sock";

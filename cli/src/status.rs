@@ -5,11 +5,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::connect::{self, Target};
-use tracesync::control::Request;
-use tracesync::control::format::human_ns;
 use tracesync_common::exit;
 use tracesync_core::status::{MachineStatus, StatusReport};
 use tracesync_core::sync::sessions::MachineSync;
+use tracesync_daemon::control::Request;
+use tracesync_daemon::control::format::human_ns;
 
 /// Longest status line accepted.
 const MAX_REPORT_BYTES: u64 = 16 << 20;

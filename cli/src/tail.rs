@@ -9,8 +9,10 @@ use tracesync_protocol::wire;
 
 use super::connect::{self, Target};
 use crate::follow::DirFollower;
-use tracesync::control::{MachineFilter, NOTICE_FIELD, PacketFormatter, Request, TailFormat};
 use tracesync_common::exit;
+use tracesync_daemon::control::{
+    MachineFilter, NOTICE_FIELD, PacketFormatter, Request, TailFormat,
+};
 
 const POLL: Duration = Duration::from_millis(100);
 
@@ -214,7 +216,7 @@ impl PerfettoFraming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracesync::control::request::lag_notice_record;
+    use tracesync_daemon::control::request::lag_notice_record;
 
     #[test]
     fn framing_passes_packets_and_stops_at_the_notice() {

@@ -11,9 +11,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracesync::control::{ControlHub, bind_unix, serve};
 use tracesync_core::live::{OutPacket, Role};
 use tracesync_core::status::{MachineStatus, StatusReport};
+use tracesync_daemon::control::{ControlHub, bind_unix, serve};
 use tracesync_protocol::scan::field;
 use tracesync_protocol::wire;
 

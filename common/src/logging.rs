@@ -112,7 +112,7 @@ pub fn stderr_is_journal() -> bool {
 }
 
 /// Installs the global subscriber: `RUST_LOG` if set, else `level` (an
-/// EnvFilter directive such as `info` or `info,tracesync::live=debug`).
+/// EnvFilter directive such as `info` or `info,tracesync_core::live=debug`).
 /// A second call does nothing. Returns the shape used.
 pub fn init(level: &str, format: LogFormat) -> Shape {
     let env = std::env::var("RUST_LOG")

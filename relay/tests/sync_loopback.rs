@@ -9,8 +9,8 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
-use tracesync::sync::{ProbeSessions, spawn_prober};
 use tracesync_core::sync::{Registration, SyncEstimate};
+use tracesync_daemon::sync::{ProbeSessions, spawn_prober};
 use tracesync_relay::clocks::{Clock, SharedClock, SimulatedClock};
 use tracesync_relay::probe::{ProbeTarget, SyncConfig, SyncTransport, run_probe_responder};
 

@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use proptest::prelude::*;
-use tracesync::config::DaemonConfig;
 use tracesync_cli::merge::manifest::parse_manifest;
+use tracesync_daemon::config::DaemonConfig;
 use tracesync_relay::config::{Flags, RelayConfig};
 use tracesync_tests::fuzz::{self, mutate, mutations};
 

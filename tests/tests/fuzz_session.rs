@@ -31,13 +31,13 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::timeout;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
-use tracesync::rolling::{RollingConfig, RollingWriter};
-use tracesync::server::ingest::IngestSettings;
-use tracesync::server::run::{Parts, Running, start};
-use tracesync::server::{NoProbes, SessionSettings, listener};
 use tracesync_core::live::{LiveConfig, LiveCore, OutPacket};
 use tracesync_core::status::StatusReport;
 use tracesync_core::sync::SyncUpdate;
+use tracesync_daemon::rolling::{RollingConfig, RollingWriter};
+use tracesync_daemon::server::ingest::IngestSettings;
+use tracesync_daemon::server::run::{Parts, Running, start};
+use tracesync_daemon::server::{NoProbes, SessionSettings, listener};
 use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_FRAME_BYTES, PROTOCOL_VERSION, v1};
 use tracesync_tests::fuzz::{self, Node, encode, message, mutate, mutations, plausible_packet};
 

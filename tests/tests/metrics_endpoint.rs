@@ -97,7 +97,7 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
     let mut relays = vec![Relay::start(&daemon, phone), Relay::start(&daemon, vm)];
     daemon.wait_synced(&["phone", "guest-vm"], Duration::from_secs(60));
 
-    let names = tracesync::metrics::names::ALL;
+    let names = tracesync_daemon::metrics::names::ALL;
     let page = wait_for(
         "every daemon metric with traffic",
         Duration::from_secs(30),
@@ -407,9 +407,11 @@ fn metrics_are_off_by_default_and_a_busy_address_is_refused() {
     );
     // Off by default: the shipped config has no [metrics] listen.
     let shipped = include_str!("../../configs/daemon.toml");
-    let config =
-        tracesync::config::DaemonConfig::from_toml(shipped, std::path::Path::new("daemon.toml"))
-            .expect("configs/daemon.toml");
+    let config = tracesync_daemon::config::DaemonConfig::from_toml(
+        shipped,
+        std::path::Path::new("daemon.toml"),
+    )
+    .expect("configs/daemon.toml");
     assert_eq!(config.metrics.listen, None);
 }
 

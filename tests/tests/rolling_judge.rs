@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use prost::Message;
-use tracesync::rolling::{RollingConfig, RollingWriter, role_of};
 use tracesync_core::live::{Origin, OutPacket};
+use tracesync_daemon::rolling::{RollingConfig, RollingWriter, role_of};
 use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC};
 use tracesync_protocol::perfetto::trace_packet::Data;
 use tracesync_protocol::perfetto::track_event::{NameField, Type};

@@ -1,5 +1,5 @@
 //! `tracesyncd`: the host daemon. Relays stream their machines' trace
-//! packets to it; it writes one rolling merged trace (see `tracesync::server`).
+//! packets to it; it writes one rolling merged trace (see `tracesync_daemon::server`).
 fn main() -> std::process::ExitCode {
-    tracesync::server::daemon::main()
+    tracesync_daemon::server::daemon::main()
 }

@@ -27,12 +27,12 @@
 //! number reaches it: each commit covers every byte written before it
 //! started, so a later success also covers an earlier failure.
 
+use crossbeam_channel::{Receiver, SendError, Sender, TryRecvError};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Write};
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 
 use std::path::PathBuf;
 
@@ -98,15 +98,17 @@ fn sync(job: &Job) -> Result<(), Failed> {
 
 /// The sync thread; it ends when this is dropped (after its job).
 struct SyncThread {
-    jobs: SyncSender<Job>,
+    jobs: Sender<Job>,
     done: Receiver<Done>,
 }
 
 impl SyncThread {
     /// None if the thread cannot be started: commits then run in place.
     fn start() -> Option<Self> {
-        let (jobs, rx) = mpsc::sync_channel::<Job>(1);
-        let (tx, done) = mpsc::sync_channel(1);
+        // One job in flight and one outcome waiting: the writer never
+        // queues a second commit behind the first.
+        let (jobs, rx) = crossbeam_channel::bounded::<Job>(1);
+        let (tx, done) = crossbeam_channel::bounded(1);
         std::thread::Builder::new()
             .name("tracesync-fsync".into())
             .spawn(move || {
@@ -386,7 +388,7 @@ impl RollingWriter {
         let job = match (&self.commits.thread, inline) {
             (Some(thread), false) => match thread.jobs.send(job) {
                 Ok(()) => return Ok(Some(id)),
-                Err(mpsc::SendError(job)) => {
+                Err(SendError(job)) => {
                     self.commits.thread = None;
                     job
                 }

@@ -182,14 +182,17 @@ fn a_rotation_waits_for_the_commit_in_flight_and_covers_the_merged_one() {
 
 /// Puts a sync thread in the test's hands: it gets the jobs and says how
 /// they went.
-fn fake_thread(w: &mut RollingWriter) -> (mpsc::Receiver<super::Job>, mpsc::SyncSender<Done>) {
-    let (jobs, job_rx) = mpsc::sync_channel(1);
-    let (done_tx, done) = mpsc::sync_channel(1);
+fn fake_thread(
+    w: &mut RollingWriter,
+) -> (
+    crossbeam_channel::Receiver<super::Job>,
+    crossbeam_channel::Sender<Done>,
+) {
+    let (jobs, job_rx) = crossbeam_channel::bounded(1);
+    let (done_tx, done) = crossbeam_channel::bounded(1);
     w.commits.thread = Some(SyncThread { jobs, done });
     (job_rx, done_tx)
 }
-
-use std::sync::mpsc;
 
 fn failed(how: Failed) -> Done {
     Done {

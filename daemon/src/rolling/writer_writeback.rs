@@ -10,11 +10,11 @@
 //! reported to the writer's fdatasync (the kernel reports an error to every
 //! open file description), never swallowed here.
 
+use crossbeam_channel::{Sender, TrySendError};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc::{self, SyncSender, TrySendError};
 
 /// Start a background writeback once this many bytes were handed to the
 /// OS since the last one.
@@ -23,7 +23,7 @@ pub(super) const WRITEBACK_BYTES: u64 = 4 << 20;
 /// The helper thread; stops when dropped.
 #[derive(Debug)]
 pub(super) struct Writeback {
-    requests: SyncSender<Arc<File>>,
+    requests: Sender<Arc<File>>,
     /// The current file, opened again for the helper.
     file: Option<Arc<File>>,
     /// Bytes handed to the OS since the last request.
@@ -34,7 +34,9 @@ impl Writeback {
     /// Starts the helper thread (None if it cannot be started: then there
     /// is simply no early writeback).
     pub(super) fn start() -> Option<Self> {
-        let (requests, rx) = mpsc::sync_channel::<Arc<File>>(1);
+        // One request waiting at most; when full a writeback is under way
+        // and the request is dropped (a hint only).
+        let (requests, rx) = crossbeam_channel::bounded::<Arc<File>>(1);
         std::thread::Builder::new()
             .name("tracesync-writeback".into())
             .spawn(move || {
