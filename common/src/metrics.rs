@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 
+use metrics::{describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use serde::Deserialize;
 
@@ -27,4 +28,59 @@ pub fn install(addr: SocketAddr, buckets: &[(&str, &[f64])]) -> Result<(), Strin
             .map_err(|e| e.to_string())?;
     }
     builder.install().map_err(|e| e.to_string())
+}
+
+/// What a metric is, for its `# TYPE` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// One metric of a binary: its name, kind and `# HELP` text. Each binary
+/// lists all of its metrics in one table: the exporter describes them from
+/// it, and tests check the endpoint and docs/operations.md against it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+}
+
+impl Spec {
+    pub const fn counter(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            kind: Kind::Counter,
+            help,
+        }
+    }
+
+    pub const fn gauge(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            kind: Kind::Gauge,
+            help,
+        }
+    }
+
+    pub const fn histogram(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            kind: Kind::Histogram,
+            help,
+        }
+    }
+}
+
+/// The `# HELP` lines of every metric in `specs` (after [`install`]).
+pub fn describe(specs: &[Spec]) {
+    for spec in specs {
+        match spec.kind {
+            Kind::Counter => describe_counter!(spec.name, spec.help),
+            Kind::Gauge => describe_gauge!(spec.name, spec.help),
+            Kind::Histogram => describe_histogram!(spec.name, spec.help),
+        }
+    }
 }

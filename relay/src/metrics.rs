@@ -12,7 +12,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics::{counter, describe_counter, describe_gauge, gauge};
+use metrics::{counter, gauge};
+use tracesync_common::metrics::Spec;
 
 use crate::session::Session;
 use crate::source::SourceStats;
@@ -35,24 +36,42 @@ pub const SPOOL_DROPPED_PACKETS: &str = "tracesync_relay_spool_dropped_packets_t
 pub const RECONNECTS: &str = "tracesync_relay_reconnects_total";
 pub const CONNECTED: &str = "tracesync_relay_connected";
 
-/// Every relay metric name.
-pub const ALL: &[&str] = &[
-    BUILD_INFO,
-    SOURCE_PACKETS,
-    SOURCE_BYTES,
-    SOURCE_DROPPED_PACKETS,
-    SOURCE_REPLAY_FAILURES,
-    SPOOLED_PACKETS,
-    SPOOLED_BYTES,
-    SPOOL_BYTES,
-    UNACKED_BATCHES,
-    BATCHES_SENT,
-    SENT_BYTES,
-    BATCHES_ACKED,
-    SPOOL_DROPPED_BATCHES,
-    SPOOL_DROPPED_PACKETS,
-    RECONNECTS,
-    CONNECTED,
+/// Every relay metric: name, kind, help.
+pub const SPECS: &[Spec] = &[
+    Spec::gauge(BUILD_INFO, "Always 1; the version label names the build"),
+    Spec::counter(SOURCE_PACKETS, "Packets the sources handed to the spool"),
+    Spec::counter(
+        SOURCE_BYTES,
+        "Bytes of the packets the sources handed to the spool",
+    ),
+    Spec::counter(
+        SOURCE_DROPPED_PACKETS,
+        "Packets the sources dropped, by reason",
+    ),
+    Spec::counter(
+        SOURCE_REPLAY_FAILURES,
+        "Source resumes whose producers' incremental state could not be replayed whole",
+    ),
+    Spec::counter(SPOOLED_PACKETS, "Packets written to the spool"),
+    Spec::counter(SPOOLED_BYTES, "Bytes of the packets written to the spool"),
+    Spec::gauge(SPOOL_BYTES, "Spool size now, by tier"),
+    Spec::gauge(UNACKED_BATCHES, "Batches spooled and not yet acknowledged"),
+    Spec::counter(BATCHES_SENT, "Batches sent to the daemon, resends included"),
+    Spec::counter(SENT_BYTES, "Packet bytes of the batches sent"),
+    Spec::counter(BATCHES_ACKED, "Batches the daemon acknowledged"),
+    Spec::counter(
+        SPOOL_DROPPED_BATCHES,
+        "Batches dropped oldest-first, spool full",
+    ),
+    Spec::counter(
+        SPOOL_DROPPED_PACKETS,
+        "Packets dropped by the spool, by reason",
+    ),
+    Spec::counter(
+        RECONNECTS,
+        "Connections to the daemon lost and planned again",
+    ),
+    Spec::gauge(CONNECTED, "1 while a session with the daemon is streaming"),
 ];
 
 /// How often the counters are copied into the recorder.
@@ -64,40 +83,7 @@ pub use tracesync_common::metrics::MetricsConfig;
 /// tokio runtime). The listener is bound when this returns.
 pub fn install(addr: SocketAddr) -> Result<(), String> {
     tracesync_common::metrics::install(addr, &[])?;
-    describe_gauge!(BUILD_INFO, "Always 1; the version label names the build");
-    describe_counter!(SOURCE_PACKETS, "Packets the sources handed to the spool");
-    describe_counter!(
-        SOURCE_BYTES,
-        "Bytes of the packets the sources handed to the spool"
-    );
-    describe_counter!(
-        SOURCE_DROPPED_PACKETS,
-        "Packets the sources dropped, by reason"
-    );
-    describe_counter!(
-        SOURCE_REPLAY_FAILURES,
-        "Source resumes whose producers' incremental state could not be replayed whole"
-    );
-    describe_counter!(SPOOLED_PACKETS, "Packets written to the spool");
-    describe_counter!(SPOOLED_BYTES, "Bytes of the packets written to the spool");
-    describe_gauge!(SPOOL_BYTES, "Spool size now, by tier");
-    describe_gauge!(UNACKED_BATCHES, "Batches spooled and not yet acknowledged");
-    describe_counter!(BATCHES_SENT, "Batches sent to the daemon, resends included");
-    describe_counter!(SENT_BYTES, "Packet bytes of the batches sent");
-    describe_counter!(BATCHES_ACKED, "Batches the daemon acknowledged");
-    describe_counter!(
-        SPOOL_DROPPED_BATCHES,
-        "Batches dropped oldest-first, spool full"
-    );
-    describe_counter!(
-        SPOOL_DROPPED_PACKETS,
-        "Packets dropped by the spool, by reason"
-    );
-    describe_counter!(
-        RECONNECTS,
-        "Connections to the daemon lost and planned again"
-    );
-    describe_gauge!(CONNECTED, "1 while a session with the daemon is streaming");
+    tracesync_common::metrics::describe(SPECS);
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     for name in [
         BATCHES_SENT,
@@ -181,8 +167,14 @@ mod tests {
     #[test]
     fn names_follow_the_conventions_and_are_documented() {
         let doc = include_str!("../../docs/operations.md");
-        for name in ALL {
+        for Spec { name, kind, .. } in SPECS {
             assert!(name.starts_with("tracesync_relay_"), "{name}");
+            // Prometheus conventions: counters end in _total, nothing else does.
+            assert_eq!(
+                name.ends_with("_total"),
+                *kind == tracesync_common::metrics::Kind::Counter,
+                "{name}"
+            );
             assert!(
                 doc.contains(&format!("`{name}`")),
                 "{name} is not in the spec"

@@ -160,14 +160,17 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
 
     check_probe_sessions(&daemon, metrics);
 
-    let relay_names = tracesync_relay::metrics::ALL;
+    let relay_names: Vec<&str> = tracesync_relay::metrics::SPECS
+        .iter()
+        .map(|s| s.name)
+        .collect();
     wait_for(
         "every relay metric with traffic",
         Duration::from_secs(30),
         || {
             let page = http_get(relay_metrics, "/metrics")?;
             let s = samples(&page);
-            let missing = missing_names(&s, relay_names);
+            let missing = missing_names(&s, &relay_names);
             if !missing.is_empty() {
                 return Err(format!("missing {missing:?} in:\n{page}"));
             }
