@@ -97,6 +97,7 @@ fn expand_one(path: &Path, out: &mut Inputs) -> Result<(), InputError> {
         }
     }
 }
+
 fn push_unique(names: &mut Vec<String>, name: String) {
     if !name.is_empty() && !names.contains(&name) {
         names.push(name);

@@ -89,6 +89,7 @@ impl InputSource {
         }
     }
 }
+
 /// Checks an archive member's length (and CRC for zip) as it is read, so a
 /// truncated or altered archive fails loudly instead of yielding a short trace.
 struct Checked<R> {
