@@ -4,6 +4,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 
 use super::*;
 use tracesync_core::live::reason;
+use tracesync_core::status::{MachineStatus, StatusReport};
 
 fn machine(raw_id: u32, name: &str, packets: u64) -> MachineStatus {
     MachineStatus {

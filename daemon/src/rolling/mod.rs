@@ -5,24 +5,31 @@
 //! Blocking API: the daemon runs it on its own thread; a commit's
 //! fdatasyncs run on a sync thread of its own (`commit.rs`). File layout
 //! and guarantees: docs/format.md, "Rolling output".
+//!
+//! The writer's parts: `write_path` (packets into the pending bytes,
+//! flushes, the rewrite after a failure), `rotation` (rotation, retention,
+//! the index), `sidecar` (probe samples), `commit` (commits and the sync
+//! thread).
 
 mod commit;
 mod index;
 mod journal;
 mod naming;
 mod recover;
+mod rotation;
+mod sidecar;
 #[cfg(test)]
 mod tests;
+mod write_path;
 mod writer_writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
 use tracesync_protocol::wire;
 
 pub use commit::CommitWaker;
@@ -32,13 +39,9 @@ pub use recover::JOURNAL_NAME;
 pub use tracesync_core::preamble::{PreambleLimits, role_of};
 
 use journal::{Journal, JournalRecord};
-use tracesync_core::live::{OutPacket, Recovered, RecoveredStream};
+use tracesync_core::live::{Recovered, RecoveredStream};
 use writer_writeback::Writeback;
 
-/// Buffered output is handed to the OS past this many bytes.
-const FLUSH_BYTES: usize = 1 << 20;
-/// Bytes written but not committed at most: past it a write commits first.
-const MAX_UNCOMMITTED_BYTES: usize = 16 << 20;
 /// The journal is compacted at the next commit past this size.
 const JOURNAL_COMPACT_BYTES: u64 = 8 << 20;
 
@@ -148,22 +151,6 @@ fn at<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> io:
 
 fn frame(body: &[u8], out: &mut Vec<u8>) {
     wire::put_trace_packet(out, body);
-}
-
-/// Writes `buf[*done..]` to `file`, advancing `done` by what was written,
-/// also on error.
-fn write_from<W: Write>(file: &mut W, buf: &[u8], done: &mut usize) -> io::Result<()> {
-    loop {
-        if *done >= buf.len() {
-            return Ok(());
-        }
-        match file.write(&buf[*done..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => *done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// Writes the rolling output. See the module docs.
@@ -308,159 +295,6 @@ impl RollingWriter {
         })
     }
 
-    /// Writes one packet (rotating first if the size or age limit is
-    /// reached). On error the packet was not taken and nothing is torn: the
-    /// caller may retry it later.
-    pub fn write(&mut self, packet: &OutPacket, now: SystemTime) -> io::Result<()> {
-        let c = &self.current;
-        if c.pending.len() >= MAX_UNCOMMITTED_BYTES {
-            // Bounds the bytes kept for a rewrite: commit early (durable
-            // sooner is always allowed; acks still follow the caller's).
-            self.commit_early()?;
-        } else if c.pending.len() - c.flushed >= FLUSH_BYTES {
-            self.flush()?;
-        }
-        if self.should_rotate(now) {
-            self.rotate(now)?;
-        }
-        let c = &mut self.current;
-        let before = c.pending.len();
-        // The packet's only copy on its way to the file.
-        packet.bytes.write_framed(&mut c.pending);
-        let len = (c.pending.len() - before) as u64;
-        c.entry.bytes += len;
-        c.entry.packets += 1;
-        c.entry.first_ts = Some(c.entry.first_ts.map_or(packet.ts, |t| t.min(packet.ts)));
-        c.entry.last_ts = Some(c.entry.last_ts.map_or(packet.ts, |t| t.max(packet.ts)));
-        c.data_packets += 1;
-        let name = c.machines.entry(packet.machine_raw_id).or_default();
-        if name.is_none() {
-            name.clone_from(&packet.machine_name);
-        }
-        self.stats.packets_written += 1;
-        self.stats.bytes_written += len;
-        self.preamble.observe_packet(
-            packet.role,
-            packet.machine_raw_id,
-            packet.seq,
-            &packet.bytes,
-        );
-        self.next_out_seq = self.next_out_seq.max(packet.seq.saturating_add(1));
-        if let Some(o) = packet.origin {
-            let key = (o.relay_instance, o.relay_sequence);
-            let s = self.streams.entry(key).or_insert(RecoveredStream {
-                out_seq: packet.seq,
-                relay_instance: o.relay_instance,
-                relay_sequence: o.relay_sequence,
-                machine_raw_id: packet.machine_raw_id,
-                written_through: o.index,
-            });
-            s.out_seq = packet.seq;
-            s.machine_raw_id = packet.machine_raw_id;
-            s.written_through = s.written_through.max(o.index);
-            self.changed.insert(key);
-        }
-        Ok(())
-    }
-
-    fn should_rotate(&self, now: SystemTime) -> bool {
-        let c = &self.current;
-        let old = now
-            .duration_since(c.start)
-            .is_ok_and(|age| age >= self.config.max_file_age);
-        // A file gets at least one packet, however small the limits.
-        c.data_packets > 0 && (c.entry.bytes >= self.config.max_file_bytes || old)
-    }
-
-    /// Hands the pending bytes to the OS. After a failure since the last
-    /// commit, first cuts the file back to its committed length and writes
-    /// everything past it again.
-    fn flush(&mut self) -> io::Result<()> {
-        if self.current.suspect {
-            // The commit in flight may cover bytes about to be cut.
-            self.wait_in_flight()?;
-        }
-        let c = &mut self.current;
-        if c.suspect {
-            let len = c.committed_len;
-            c.file
-                .set_len(len)
-                .and_then(|()| c.file.seek(SeekFrom::Start(len)))
-                .map_err(at(&c.path, "truncate"))?;
-            c.flushed = 0;
-            c.suspect = false;
-            self.stats.rewrites += 1;
-        }
-        let before = c.flushed;
-        let written = write_from(&mut c.file, &c.pending, &mut c.flushed);
-        if written.is_err() {
-            c.suspect = true;
-        }
-        if let Some(writeback) = &mut self.writeback {
-            writeback.wrote((c.flushed - before) as u64);
-        }
-        written.map_err(at(&c.path, "write"))
-    }
-
-    /// Points the background writeback at the current file (none if it
-    /// cannot be opened again: the commits sync it all, as without).
-    fn open_writeback(&mut self) {
-        if let Some(writeback) = &mut self.writeback
-            && let Err(e) = writeback.open(&self.current.path)
-        {
-            tracing::debug!("no early writeback of {}: {e}", self.current.path.display());
-        }
-    }
-
-    /// fdatasync of the current file (if configured); a failure makes the
-    /// bytes past the last commit suspect.
-    fn sync_current(&mut self) -> io::Result<()> {
-        let c = &mut self.current;
-        if self.config.fsync
-            && let Err(e) = c.file.sync_data()
-        {
-            c.suspect = true;
-            return Err(at(&c.path, "fsync")(e));
-        }
-        Ok(())
-    }
-
-    /// Ends the current file and starts the next one with the preamble.
-    fn rotate(&mut self, now: SystemTime) -> io::Result<()> {
-        // The commit in flight ends first: the full record below and the
-        // sync of the whole file take over from it.
-        self.wait_in_flight()?;
-        self.flush()?;
-        self.sync_current()?;
-        let name = naming::file_name(now, self.next_file_seq);
-        let preamble = self.preamble.packets();
-        let next = Self::start_file(&self.config, &name, now, &preamble)?;
-        let record = full_record(&next, &self.streams, self.next_out_seq);
-        let path = self.journal.path().to_path_buf();
-        match Journal::compact(&path, &record, self.config.fsync) {
-            Ok(j) => self.journal = j,
-            Err(e) => {
-                let _ = std::fs::remove_file(&next.path);
-                return Err(at(&path, "compact")(e));
-            }
-        }
-        self.next_file_seq += 1;
-        self.changed.clear();
-        let mut old = std::mem::replace(&mut self.current, next);
-        self.open_writeback();
-        finish_entry(&mut old);
-        self.done.push(old.entry);
-        self.stats.files_started += 1;
-        self.stats.rotations += 1;
-        self.stats.packets_written += preamble.len() as u64;
-        self.stats.preamble_packets_written += preamble.len() as u64;
-        self.stats.bytes_written += self.current.entry.bytes;
-        self.apply_retention(now);
-        self.save_index();
-        self.all_durable();
-        Ok(())
-    }
-
     /// New rotation and retention limits (a reload): rotation is checked
     /// before the next write, retention at the next rotation.
     pub fn set_limits(
@@ -474,78 +308,6 @@ impl RollingWriter {
         self.config.max_file_age = max_file_age;
         self.config.retain_bytes = retain_bytes;
         self.config.retain_age = retain_age;
-    }
-
-    /// Deletes expired complete files and their sidecars.
-    fn apply_retention(&mut self, now: SystemTime) {
-        let limits = index::Retention {
-            max_bytes: self.config.retain_bytes,
-            max_age: self.config.retain_age,
-        };
-        let mut all = self.done.clone();
-        all.push(self.current.entry.clone());
-        let expired = index::expired(&all, &self.current.entry.name, limits, now);
-        for name in expired {
-            let path = self.config.dir.join(&name);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    self.stats.retention_errors += 1;
-                    tracing::warn!("cannot remove {}: {e}; kept in the index", path.display());
-                    continue;
-                }
-            }
-            let _ = std::fs::remove_file(self.config.dir.join(naming::sidecar_name(&name)));
-            if let Some(i) = self.done.iter().position(|e| e.name == name) {
-                let e = self.done.remove(i);
-                self.stats.files_deleted += 1;
-                self.stats.bytes_deleted += e.bytes;
-            }
-        }
-    }
-
-    fn save_index(&mut self) {
-        let mut all = self.done.clone();
-        let mut current = self.current.entry.clone();
-        current.machines = machines(&self.current);
-        all.push(current);
-        let path = self.config.dir.join(INDEX_NAME);
-        if let Err(e) = index::save(&path, &all) {
-            // The index is a convenience: the next commit rewrites it whole.
-            self.stats.index_write_errors += 1;
-            tracing::warn!("cannot write {}: {e}", path.display());
-        }
-    }
-
-    /// Appends raw probe samples, one JSON object a line, to the current
-    /// file's `.sync.jsonl` sidecar.
-    pub fn write_sync_samples<T: Serialize>(&mut self, samples: &[T]) -> io::Result<()> {
-        let mut lines = Vec::new();
-        for s in samples {
-            serde_json::to_writer(&mut lines, s).map_err(io::Error::other)?;
-            lines.push(b'\n');
-        }
-        let path = self.sidecar_path();
-        let c = &mut self.current;
-        if c.sidecar.is_none() {
-            let f = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .map_err(at(&path, "open"))?;
-            c.sidecar = Some(f);
-        }
-        match &mut c.sidecar {
-            Some(f) => f.write_all(&lines).map_err(at(&path, "write")),
-            None => Ok(()),
-        }
-    }
-
-    fn sidecar_path(&self) -> PathBuf {
-        self.config
-            .dir
-            .join(naming::sidecar_name(&self.current.entry.name))
     }
 
     /// Commits, marks the current file complete in the index.

@@ -1,8 +1,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tracesync_protocol::scan::scan_packet;
+use bytes::Bytes;
+use prost::Message;
+use tracesync_protocol::perfetto::{TracePacket, trace_packet, track_event};
+use tracesync_protocol::scan::{
+    SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE, scan_packet,
+};
 
+use super::generator::MAX_IDENTITY_EVERY;
 use super::*;
 use crate::clocks::{Clock, SimulatedClock, SystemClock};
 use crate::source::test_support::context;

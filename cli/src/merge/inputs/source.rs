@@ -1,0 +1,152 @@
+//! One trace to merge, a file or an archive member, and how it is reopened
+//! for each merge pass: a member is read straight from its offset in the
+//! archive, its length (and zip CRC) checked as it is read.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::PathBuf;
+
+use flate2::read::DeflateDecoder;
+
+/// One trace to merge: a file, or a member of an archive.
+#[derive(Debug, Clone)]
+pub struct InputSource {
+    /// `a.pftrace` or `bundle.zip:phone.pb`, for errors and the jsonl `src` field.
+    pub display: String,
+    /// Names a manifest `path` can match: for a file the path as given and
+    /// its base name; for a member the member name and its base name.
+    pub names: Vec<String>,
+    pub(super) origin: Origin,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Origin {
+    File(PathBuf),
+    /// A tar member is contiguous in the archive: reopen and seek.
+    Tar {
+        archive: PathBuf,
+        data_offset: u64,
+        len: u64,
+    },
+    /// A zip member is located once at indexing time. `zip`'s entry reader
+    /// borrows the archive, so it cannot be returned as an owned reader;
+    /// instead the member's data is read directly from its offset and the
+    /// CRC and size from the central directory are checked at the end.
+    Zip {
+        archive: PathBuf,
+        data_offset: u64,
+        compressed_len: u64,
+        deflated: bool,
+        len: u64,
+        crc32: u32,
+    },
+}
+
+impl InputSource {
+    /// A fresh reader of the raw bytes (gzip is left for the trace reader to
+    /// detect). Reopens the underlying file each time, so every merge pass
+    /// reads the same bytes with constant memory.
+    pub fn open(&self) -> io::Result<Box<dyn Read + Send>> {
+        match &self.origin {
+            Origin::File(path) => Ok(Box::new(File::open(path)?)),
+            Origin::Tar {
+                archive,
+                data_offset,
+                len,
+            } => {
+                let mut f = File::open(archive)?;
+                f.seek(SeekFrom::Start(*data_offset))?;
+                Ok(Box::new(Checked::new(
+                    f.take(*len),
+                    *len,
+                    None,
+                    self.display.clone(),
+                )))
+            }
+            Origin::Zip {
+                archive,
+                data_offset,
+                compressed_len,
+                deflated,
+                len,
+                crc32,
+            } => {
+                let mut f = File::open(archive)?;
+                f.seek(SeekFrom::Start(*data_offset))?;
+                let raw = f.take(*compressed_len);
+                let inner: Box<dyn Read + Send> = if *deflated {
+                    Box::new(DeflateDecoder::new(raw))
+                } else {
+                    Box::new(raw)
+                };
+                Ok(Box::new(Checked::new(
+                    inner,
+                    *len,
+                    Some(*crc32),
+                    self.display.clone(),
+                )))
+            }
+        }
+    }
+}
+
+/// Checks an archive member's length (and CRC for zip) as it is read, so a
+/// truncated or altered archive fails loudly instead of yielding a short trace.
+struct Checked<R> {
+    inner: R,
+    expected_len: u64,
+    seen: u64,
+    crc: Option<(flate2::Crc, u32)>,
+    display: String,
+}
+
+impl<R: Read> Checked<R> {
+    fn new(inner: R, expected_len: u64, crc32: Option<u32>, display: String) -> Self {
+        Checked {
+            inner,
+            expected_len,
+            seen: 0,
+            crc: crc32.map(|c| (flate2::Crc::new(), c)),
+            display,
+        }
+    }
+}
+
+impl<R: Read> Read for Checked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.seen += n as u64;
+        if let Some((crc, _)) = &mut self.crc {
+            crc.update(&buf[..n]);
+        }
+        let broken = |what: String| {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {what}; re-create the archive", self.display),
+            ))
+        };
+        if self.seen > self.expected_len {
+            return broken(format!(
+                "member is longer than the {} bytes its header declares",
+                self.expected_len
+            ));
+        }
+        if n == 0 && !buf.is_empty() {
+            if self.seen < self.expected_len {
+                return broken(format!(
+                    "member truncated at byte {} of {}",
+                    self.seen, self.expected_len
+                ));
+            }
+            if let Some((crc, want)) = &self.crc
+                && crc.sum() != *want
+            {
+                return broken(format!(
+                    "CRC mismatch (got {:08x}, header says {want:08x})",
+                    crc.sum()
+                ));
+            }
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,97 @@
+//! Rotation and retention: ending the current file and starting the next
+//! with the preamble, deleting expired complete files, saving the index.
+
+use std::io;
+use std::time::SystemTime;
+
+use super::journal::Journal;
+use super::{INDEX_NAME, RollingWriter, at, finish_entry, full_record, index, machines, naming};
+
+impl RollingWriter {
+    pub(super) fn should_rotate(&self, now: SystemTime) -> bool {
+        let c = &self.current;
+        let old = now
+            .duration_since(c.start)
+            .is_ok_and(|age| age >= self.config.max_file_age);
+        // A file gets at least one packet, however small the limits.
+        c.data_packets > 0 && (c.entry.bytes >= self.config.max_file_bytes || old)
+    }
+
+    /// Ends the current file and starts the next one with the preamble.
+    pub(super) fn rotate(&mut self, now: SystemTime) -> io::Result<()> {
+        // The commit in flight ends first: the full record below and the
+        // sync of the whole file take over from it.
+        self.wait_in_flight()?;
+        self.flush()?;
+        self.sync_current()?;
+        let name = naming::file_name(now, self.next_file_seq);
+        let preamble = self.preamble.packets();
+        let next = Self::start_file(&self.config, &name, now, &preamble)?;
+        let record = full_record(&next, &self.streams, self.next_out_seq);
+        let path = self.journal.path().to_path_buf();
+        match Journal::compact(&path, &record, self.config.fsync) {
+            Ok(j) => self.journal = j,
+            Err(e) => {
+                let _ = std::fs::remove_file(&next.path);
+                return Err(at(&path, "compact")(e));
+            }
+        }
+        self.next_file_seq += 1;
+        self.changed.clear();
+        let mut old = std::mem::replace(&mut self.current, next);
+        self.open_writeback();
+        finish_entry(&mut old);
+        self.done.push(old.entry);
+        self.stats.files_started += 1;
+        self.stats.rotations += 1;
+        self.stats.packets_written += preamble.len() as u64;
+        self.stats.preamble_packets_written += preamble.len() as u64;
+        self.stats.bytes_written += self.current.entry.bytes;
+        self.apply_retention(now);
+        self.save_index();
+        self.all_durable();
+        Ok(())
+    }
+
+    /// Deletes expired complete files and their sidecars.
+    pub(super) fn apply_retention(&mut self, now: SystemTime) {
+        let limits = index::Retention {
+            max_bytes: self.config.retain_bytes,
+            max_age: self.config.retain_age,
+        };
+        let mut all = self.done.clone();
+        all.push(self.current.entry.clone());
+        let expired = index::expired(&all, &self.current.entry.name, limits, now);
+        for name in expired {
+            let path = self.config.dir.join(&name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    self.stats.retention_errors += 1;
+                    tracing::warn!("cannot remove {}: {e}; kept in the index", path.display());
+                    continue;
+                }
+            }
+            let _ = std::fs::remove_file(self.config.dir.join(naming::sidecar_name(&name)));
+            if let Some(i) = self.done.iter().position(|e| e.name == name) {
+                let e = self.done.remove(i);
+                self.stats.files_deleted += 1;
+                self.stats.bytes_deleted += e.bytes;
+            }
+        }
+    }
+
+    pub(super) fn save_index(&mut self) {
+        let mut all = self.done.clone();
+        let mut current = self.current.entry.clone();
+        current.machines = machines(&self.current);
+        all.push(current);
+        let path = self.config.dir.join(INDEX_NAME);
+        if let Err(e) = index::save(&path, &all) {
+            // The index is a convenience: the next commit rewrites it whole.
+            self.stats.index_write_errors += 1;
+            tracing::warn!("cannot write {}: {e}", path.display());
+        }
+    }
+}

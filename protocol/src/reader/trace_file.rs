@@ -1,0 +1,138 @@
+//! [`TraceFile`]: a whole trace from any reader, gzip'd or not (detected by
+//! magic), with gzip errors told apart from I/O errors.
+
+use std::io::{self, Read};
+
+use super::{FILE_CHUNK_SIZE, Packet, ReadError, ReadErrorKind, TraceReader};
+
+/// Counts bytes from the underlying reader and remembers whether it failed,
+/// so gzip errors can be told apart from I/O errors.
+#[derive(Debug)]
+struct Counting<R> {
+    inner: R,
+    read: u64,
+    io_failed: bool,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.read += n as u64;
+                Ok(n)
+            }
+            Err(e) => {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    self.io_failed = true;
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+type Peeked<R> = io::Chain<io::Cursor<Vec<u8>>, Counting<R>>;
+
+#[derive(Debug)]
+enum Source<R> {
+    Plain(Peeked<R>),
+    Gzip(flate2::read::MultiGzDecoder<Peeked<R>>),
+}
+
+/// Reads a whole trace from any reader, gzip'd or not.
+#[derive(Debug)]
+pub struct TraceFile<R> {
+    source: Source<R>,
+    reader: TraceReader,
+    eof: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileReadError {
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Format(#[from] ReadError),
+}
+
+impl<R: Read> TraceFile<R> {
+    pub fn new(reader: R) -> io::Result<Self> {
+        Self::with_reader(reader, TraceReader::new())
+    }
+
+    /// Uses a configured [`TraceReader`] (limits, bundle expansion).
+    pub fn with_reader(mut reader: R, trace_reader: TraceReader) -> io::Result<Self> {
+        // Peek at the magic without losing it: the bytes are chained back.
+        let mut magic = [0u8; 2];
+        let mut got = 0;
+        while got < magic.len() {
+            match reader.read(&mut magic[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let gzip = magic[..got] == [0x1f, 0x8b];
+        let counting = Counting {
+            inner: reader,
+            read: got as u64,
+            io_failed: false,
+        };
+        let peeked = io::Cursor::new(magic[..got].to_vec()).chain(counting);
+        let source = if gzip {
+            Source::Gzip(flate2::read::MultiGzDecoder::new(peeked))
+        } else {
+            Source::Plain(peeked)
+        };
+        Ok(Self {
+            source,
+            reader: trace_reader,
+            eof: false,
+        })
+    }
+
+    /// Whether the input was gzip'd.
+    pub fn is_gzip(&self) -> bool {
+        matches!(self.source, Source::Gzip(_))
+    }
+
+    /// The next packet; `Ok(None)` at a clean end of input.
+    pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, FileReadError> {
+        loop {
+            if let Some(loc) = self.reader.advance().map_err(FileReadError::Format)? {
+                return Ok(Some(self.reader.packet_at(loc)));
+            }
+            if self.eof {
+                self.reader.finish().map_err(FileReadError::Format)?;
+                return Ok(None);
+            }
+            let read = match &mut self.source {
+                Source::Plain(r) => self.reader.fill_from(r, FILE_CHUNK_SIZE),
+                Source::Gzip(r) => self.reader.fill_from(r, FILE_CHUNK_SIZE),
+            };
+            match read {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) => return Err(self.classify(e)),
+            }
+        }
+    }
+
+    fn classify(&mut self, e: io::Error) -> FileReadError {
+        let Source::Gzip(dec) = &self.source else {
+            return FileReadError::Io(e);
+        };
+        let counting = dec.get_ref().get_ref().1;
+        if counting.io_failed {
+            return FileReadError::Io(e);
+        }
+        // Offset: decompressed bytes delivered so far, the stream's own coordinate.
+        let offset = self.reader.position() + self.reader.buffered() as u64;
+        let kind = ReadErrorKind::BadGzip {
+            compressed_read: counting.read,
+            message: e.to_string(),
+        };
+        FileReadError::Format(self.reader.fail(offset, kind))
+    }
+}

@@ -1,0 +1,220 @@
+//! Stamping: a copy of a packet with `machine_id`,
+//! `trusted_packet_sequence_id` or `timestamp_clock_id` set, removed or
+//! replaced, every other byte in order; from a fresh walk ([`stamp_into`]),
+//! from the positions the scan found ([`stamp_scanned`], [`StampLayout`]),
+//! or as a prefix of the packet plus a short inline tail ([`stamp_split`]).
+
+use super::field;
+use super::{Fields, PacketFields, ScanError};
+
+/// Byte ranges of the top-level fields stamping replaces, found by the scan
+/// so that stamping needs no second walk over the packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StampLayout {
+    /// `trusted_packet_sequence_id` (field 10), any wire type.
+    pub sequence_id: Option<(u32, u32)>,
+    /// `machine_id` (field 98), any wire type.
+    pub machine_id: Option<(u32, u32)>,
+    /// Whether `timestamp_clock_id` (field 58) is present, any wire type.
+    pub has_clock_id: bool,
+    /// Field 10 or 98 appears more than once: stamping walks the packet.
+    pub repeated: bool,
+}
+
+impl StampLayout {
+    /// Notes a field at `start..end` if stamping cares about it.
+    #[inline(always)]
+    pub fn note(&mut self, number: u32, start: usize, end: usize) {
+        let slot = match number {
+            field::TRUSTED_PACKET_SEQUENCE_ID => &mut self.sequence_id,
+            field::MACHINE_ID => &mut self.machine_id,
+            field::TIMESTAMP_CLOCK_ID => {
+                self.has_clock_id = true;
+                return;
+            }
+            _ => return,
+        };
+        self.repeated |= slot.is_some();
+        *slot = Some((start as u32, end as u32));
+    }
+}
+
+/// Top-level edits applied by [`stamp_into`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stamp {
+    /// Replace (or add) `machine_id`; `Some(0)` removes it (0 means the host).
+    pub machine_id: Option<u32>,
+    /// Replace (or add) `trusted_packet_sequence_id`.
+    pub trusted_packet_sequence_id: Option<u32>,
+    /// Set `timestamp_clock_id` if the packet has none.
+    pub default_timestamp_clock_id: Option<u32>,
+    /// Remove fields only the tracing service may write (trusted_uid,
+    /// trusted_pid, machine_id, trusted_packet_sequence_id), as Perfetto's
+    /// service does to producer packets.
+    pub strip_trusted: bool,
+}
+
+/// Appends `packet` with the edits of `stamp` to `out` (the body only, no
+/// Trace framing). Fields not edited keep their bytes and order.
+pub fn stamp_into(packet: &[u8], stamp: &Stamp, out: &mut Vec<u8>) -> Result<(), ScanError> {
+    let mut has_clock_id = false;
+    let mut copied_from = 0;
+    // Copy runs of kept fields, skipping removed ones.
+    for f in Fields::new(packet) {
+        let f = f?;
+        let remove = match f.number {
+            field::MACHINE_ID => stamp.machine_id.is_some() || stamp.strip_trusted,
+            field::TRUSTED_PACKET_SEQUENCE_ID => {
+                stamp.trusted_packet_sequence_id.is_some() || stamp.strip_trusted
+            }
+            field::TRUSTED_UID | field::TRUSTED_PID => stamp.strip_trusted,
+            field::TIMESTAMP_CLOCK_ID => {
+                has_clock_id = true;
+                false
+            }
+            _ => false,
+        };
+        if remove {
+            out.extend_from_slice(&packet[copied_from..f.start]);
+            copied_from = f.end;
+        }
+    }
+    out.extend_from_slice(&packet[copied_from..]);
+    append_stamped_fields(stamp, has_clock_id, out);
+    Ok(())
+}
+
+/// The fields a stamp adds after the packet's kept bytes.
+fn append_stamped_fields(stamp: &Stamp, has_clock_id: bool, out: &mut Vec<u8>) {
+    out.extend_from_slice(StampTail::new(&[], stamp, has_clock_id).as_slice());
+}
+
+/// [`stamp_into`] for a packet already scanned: uses the field positions the
+/// scan found instead of walking the packet again. Same output.
+pub fn stamp_scanned(
+    packet: &[u8],
+    fields: &PacketFields<'_>,
+    stamp: &Stamp,
+    out: &mut Vec<u8>,
+) -> Result<(), ScanError> {
+    let layout = &fields.stamp_layout;
+    if stamp.strip_trusted || layout.repeated {
+        return stamp_into(packet, stamp, out);
+    }
+    let cuts = replaced_fields(layout, stamp);
+    let mut copied_from = 0;
+    for (start, end) in cuts.into_iter().flatten() {
+        out.extend_from_slice(&packet[copied_from..start as usize]);
+        copied_from = end as usize;
+    }
+    out.extend_from_slice(&packet[copied_from..]);
+    append_stamped_fields(stamp, layout.has_clock_id, out);
+    Ok(())
+}
+
+/// Longest run of fields a [`Stamp`] appends: trusted_packet_sequence_id
+/// (1-byte tag), machine_id and timestamp_clock_id (2-byte tags), each
+/// with a varint of at most 5 bytes.
+pub const STAMP_SUFFIX_MAX: usize = 20;
+
+/// Most bytes of a packet [`stamp_split`] moves from after a replaced
+/// field into the tail (a producer's sequence_flags after its sequence id).
+pub const STAMP_MOVED_MAX: usize = 12;
+
+/// Bytes that follow a packet's kept prefix once stamped, held inline (no
+/// allocation): kept bytes from after a replaced field, then the fields
+/// the stamp appends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StampTail {
+    buf: [u8; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX],
+    len: u8,
+}
+
+impl StampTail {
+    /// The fields `stamp` appends to a packet that has (or has not) a
+    /// `timestamp_clock_id` of its own, after `moved` (at most
+    /// [`STAMP_MOVED_MAX`] bytes).
+    fn new(moved: &[&[u8]], stamp: &Stamp, has_clock_id: bool) -> Self {
+        let mut s = Self {
+            buf: [0; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX],
+            len: 0,
+        };
+        for m in moved {
+            let at = usize::from(s.len);
+            s.buf[at..at + m.len()].copy_from_slice(m);
+            s.len += m.len() as u8;
+        }
+        if let Some(seq) = stamp.trusted_packet_sequence_id {
+            s.put_varint(u64::from(field::TRUSTED_PACKET_SEQUENCE_ID) << 3);
+            s.put_varint(u64::from(seq));
+        }
+        if let Some(machine) = stamp.machine_id.filter(|&m| m != 0) {
+            s.put_varint(u64::from(field::MACHINE_ID) << 3);
+            s.put_varint(u64::from(machine));
+        }
+        if let (false, Some(clock)) = (has_clock_id, stamp.default_timestamp_clock_id) {
+            s.put_varint(u64::from(field::TIMESTAMP_CLOCK_ID) << 3);
+            s.put_varint(u64::from(clock));
+        }
+        s
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+
+    /// Varints of at most 32 bits after a tag: within `buf` by construction.
+    fn put_varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf[usize::from(self.len)] = (v as u8) | 0x80;
+            self.len += 1;
+            v >>= 7;
+        }
+        self.buf[usize::from(self.len)] = v as u8;
+        self.len += 1;
+    }
+}
+
+/// The byte ranges of the fields `stamp` replaces (sequence id, machine
+/// id), in packet order.
+fn replaced_fields(layout: &StampLayout, stamp: &Stamp) -> [Option<(u32, u32)>; 2] {
+    let sequence = layout
+        .sequence_id
+        .filter(|_| stamp.trusted_packet_sequence_id.is_some());
+    let machine = layout.machine_id.filter(|_| stamp.machine_id.is_some());
+    let mut cuts = [sequence, machine];
+    if let [Some(a), Some(b)] = cuts
+        && b.0 < a.0
+    {
+        cuts.swap(0, 1);
+    }
+    cuts
+}
+
+/// [`stamp_scanned`] without copying the packet where it allows: if the
+/// stamped packet is `packet[..n]` followed by a short tail (the replaced
+/// fields, if any, lie within the packet's last [`STAMP_MOVED_MAX`] kept
+/// bytes, as a relay's appended sequence id or a producer's sequence id
+/// and flags do), returns `n` and that tail. None where a replaced field
+/// lies further inside the packet or stamping walks it.
+pub fn stamp_split(
+    packet: &[u8],
+    fields: &PacketFields<'_>,
+    stamp: &Stamp,
+) -> Option<(usize, StampTail)> {
+    let layout = &fields.stamp_layout;
+    if stamp.strip_trusted || layout.repeated {
+        return None;
+    }
+    let cuts = replaced_fields(layout, stamp);
+    let [first, second] = cuts.map(|c| c.map(|(s, e)| (s as usize, e as usize)));
+    let (head, moved): (usize, [&[u8]; 2]) = match (first, second) {
+        (None, None) => (packet.len(), [&[], &[]]),
+        (Some((s, e)), None) | (None, Some((s, e))) => (s, [&packet[e..], &[]]),
+        (Some((s1, e1)), Some((s2, e2))) => (s1, [&packet[e1..s2], &packet[e2..]]),
+    };
+    if moved[0].len() + moved[1].len() > STAMP_MOVED_MAX {
+        return None;
+    }
+    Some((head, StampTail::new(&moved, stamp, layout.has_clock_id)))
+}
