@@ -97,14 +97,17 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
     let mut relays = vec![Relay::start(&daemon, phone), Relay::start(&daemon, vm)];
     daemon.wait_synced(&["phone", "guest-vm"], Duration::from_secs(60));
 
-    let names = tracesync_daemon::metrics::names::ALL;
+    let names: Vec<&str> = tracesync_daemon::metrics::names::SPECS
+        .iter()
+        .map(|s| s.name)
+        .collect();
     let page = wait_for(
         "every daemon metric with traffic",
         Duration::from_secs(30),
         || {
             let page = http_get(metrics, "/metrics")?;
             let s = samples(&page);
-            let missing = missing_names(&s, names);
+            let missing = missing_names(&s, &names);
             if !missing.is_empty() {
                 return Err(format!("missing {missing:?} in:\n{page}"));
             }

@@ -12,11 +12,11 @@
 //! Without `[metrics] listen` no recorder is installed and every call here
 //! is a no-op of the `metrics` crate.
 //!
-//! The parts: [`names`], `describe` (help texts and the series that start
+//! The parts: [`names`] (every metric, with its help text), `fixed` (the series that start
 //! at zero), `ingest` ([`IngestMetrics`], the per-machine series) and
 //! `sync_series` (a machine's probe-session series).
 
-mod describe;
+mod fixed;
 mod ingest;
 pub mod names;
 mod sync_series;
@@ -28,7 +28,7 @@ use metrics::{counter, gauge};
 pub use ingest::{IngestMetrics, OTHER_MACHINE};
 pub use tracesync_common::metrics::MetricsConfig;
 
-use describe::{describe, register_fixed};
+use fixed::register_fixed;
 
 /// Installs the global recorder and serves it over HTTP on `addr` (on the
 /// current tokio runtime). The listener is bound when this returns.
@@ -37,7 +37,7 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
         addr,
         &[(names::SYNC_PROBE_RTT, &names::SYNC_PROBE_RTT_BUCKETS)],
     )?;
-    describe();
+    tracesync_common::metrics::describe(names::SPECS);
     register_fixed();
     Ok(())
 }

@@ -7,6 +7,8 @@
 //! `machine` (at most `limits.max-relays` + 1 values, the rest is folded
 //! into `other`) and `reason` (a fixed list per metric, below).
 
+use tracesync_common::metrics::Spec;
+
 // Build.
 pub const BUILD_INFO: &str = "tracesync_build_info";
 
@@ -112,61 +114,171 @@ pub const CONTROL_REFUSED: &str = "tracesync_control_refused_total";
 pub const CONTROL_BAD_REQUESTS: &str = "tracesync_control_bad_requests_total";
 pub const CONTROL_ACCEPT_ERRORS: &str = "tracesync_control_accept_errors_total";
 
-/// Every daemon metric name, for the endpoint test and the docs check.
-pub const ALL: &[&str] = &[
-    BUILD_INFO,
-    CONNECTIONS_ACCEPTED,
-    SESSIONS_WELCOMED,
-    CONNECTIONS_REFUSED,
-    CONNECTIONS_FAILED,
-    ACCEPT_ERRORS,
-    RELAYS_CONNECTED,
-    INGEST_PACKETS,
-    INGEST_BYTES,
-    INGEST_DROPPED_PACKETS,
-    INGEST_LATE_PACKETS,
-    INGEST_UNPROBED_PACKETS,
-    INGEST_REMAPPED_PACKETS,
-    INGEST_LOST_BATCHES,
-    INGEST_INVALID_CLOCK_SNAPSHOTS,
-    INGEST_PENDING_PACKETS,
-    MACHINE_CONNECTED,
-    INGEST_RECEIVED_PACKETS,
-    INGEST_QUEUED_PACKETS,
-    INGEST_FORCED_PACKETS,
-    SYNC_POINTS_WRITTEN,
-    SYNC_OFFSET,
-    SYNC_DRIFT,
-    SYNC_ERROR_BOUND,
-    SYNC_RTT,
-    OUTPUT_MAX_ERROR,
-    SYNC_PROBE_RTT,
-    SYNC_STATE,
-    SYNC_ROUTE,
-    SYNC_EPOCH,
-    SYNC_FREQUENCY_BOUND,
-    SYNC_SIGMA,
-    SYNC_ERROR_BOUND_NOW,
-    SYNC_SAMPLES,
-    SYNC_LAST_SAMPLE_AGE,
-    SYNC_PROBE_RATE,
-    SYNC_PROBES_SENT,
-    SYNC_REPLIES,
-    SYNC_PROBE_TIMEOUTS,
-    SYNC_REPLIES_REJECTED,
-    SYNC_BURSTS,
-    OUTPUT_BYTES,
-    OUTPUT_PACKETS,
-    OUTPUT_FILES,
-    OUTPUT_FILES_DELETED,
-    OUTPUT_COMMITS,
-    OUTPUT_ERRORS,
-    OUTPUT_CURRENT_FILE_BYTES,
-    OUTPUT_CURRENT_FILE_SEQUENCE,
-    TAIL_SUBSCRIBERS,
-    TAIL_LAGGED_PACKETS,
-    TAIL_LAG_NOTICES,
-    CONTROL_REFUSED,
-    CONTROL_BAD_REQUESTS,
-    CONTROL_ACCEPT_ERRORS,
+/// Every daemon metric: name, kind, help (the `# HELP` line). The
+/// exporter describes them from here; tests check the endpoint and the
+/// spec in docs/operations.md against it.
+pub const SPECS: &[Spec] = &[
+    Spec::gauge(BUILD_INFO, "Always 1; the version label names the build"),
+    Spec::counter(CONNECTIONS_ACCEPTED, "Relay TCP connections accepted"),
+    Spec::counter(
+        SESSIONS_WELCOMED,
+        "Relay sessions welcomed (Hello accepted)",
+    ),
+    Spec::counter(CONNECTIONS_REFUSED, "Relay connections refused, by reason"),
+    Spec::counter(
+        CONNECTIONS_FAILED,
+        "Relay connections closed for a protocol fault, by reason",
+    ),
+    Spec::counter(ACCEPT_ERRORS, "accept() failures on the data listener"),
+    Spec::gauge(RELAYS_CONNECTED, "Relay sessions connected now"),
+    Spec::counter(
+        INGEST_PACKETS,
+        "Packets of the machine written to the merged output",
+    ),
+    Spec::counter(
+        INGEST_BYTES,
+        "Packet bytes of the machine written to the merged output",
+    ),
+    Spec::counter(
+        INGEST_DROPPED_PACKETS,
+        "Packets of the machine dropped, by reason",
+    ),
+    Spec::counter(
+        INGEST_LATE_PACKETS,
+        "Packets written after later ones had gone out (not dropped)",
+    ),
+    Spec::counter(
+        INGEST_UNPROBED_PACKETS,
+        "Packets written before a probe sample taken after them was checked (not dropped)",
+    ),
+    Spec::counter(
+        INGEST_REMAPPED_PACKETS,
+        "Packets whose mapping a later probe sample corrected (not dropped)",
+    ),
+    Spec::counter(
+        INGEST_LOST_BATCHES,
+        "Batches the relay reported lost (its spool dropped them)",
+    ),
+    Spec::counter(
+        INGEST_INVALID_CLOCK_SNAPSHOTS,
+        "Clock snapshots of the machine ignored as invalid",
+    ),
+    Spec::gauge(
+        INGEST_PENDING_PACKETS,
+        "Packets of the machine waiting for a resolvable clock",
+    ),
+    Spec::gauge(
+        MACHINE_CONNECTED,
+        "1 while a relay of the machine is connected (the host: always 1)",
+    ),
+    Spec::counter(
+        INGEST_RECEIVED_PACKETS,
+        "Packets received from relays and the host",
+    ),
+    Spec::gauge(
+        INGEST_QUEUED_PACKETS,
+        "Packets in the merge window waiting for the watermark",
+    ),
+    Spec::counter(
+        INGEST_FORCED_PACKETS,
+        "Packets written early because the ordering queue was full",
+    ),
+    Spec::counter(
+        SYNC_POINTS_WRITTEN,
+        "RemoteClockSync points written to the output",
+    ),
+    Spec::gauge(
+        SYNC_OFFSET,
+        "Relay-minus-host clock offset at the latest estimate",
+    ),
+    Spec::gauge(SYNC_DRIFT, "Relay clock frequency error against the host"),
+    Spec::gauge(
+        SYNC_ERROR_BOUND,
+        "Error bound of the latest offset estimate",
+    ),
+    Spec::gauge(
+        SYNC_RTT,
+        "Round trip of the probe behind the latest estimate",
+    ),
+    Spec::gauge(
+        OUTPUT_MAX_ERROR,
+        "Largest error bound of any packet of the machine written",
+    ),
+    Spec::histogram(
+        SYNC_PROBE_RTT,
+        "Round trip of each accepted clock-sync probe",
+    ),
+    Spec::gauge(
+        SYNC_STATE,
+        "1 for the machine's sync state (unsynced, bursting, steady), 0 for the others",
+    ),
+    Spec::gauge(
+        SYNC_ROUTE,
+        "1 for the transport the machine's probes take (udp, tcp); 0 without a route",
+    ),
+    Spec::gauge(SYNC_EPOCH, "Clock epoch of the machine's estimate"),
+    Spec::gauge(
+        SYNC_FREQUENCY_BOUND,
+        "Hard bound on the estimate's frequency error",
+    ),
+    Spec::gauge(SYNC_SIGMA, "One standard deviation of the mapping now"),
+    Spec::gauge(SYNC_ERROR_BOUND_NOW, "Hard error bound of the mapping now"),
+    Spec::gauge(SYNC_SAMPLES, "Samples the estimate's fit used"),
+    Spec::gauge(
+        SYNC_LAST_SAMPLE_AGE,
+        "Time since the machine's last accepted probe sample",
+    ),
+    Spec::gauge(SYNC_PROBE_RATE, "Probes per second sent to the machine now"),
+    Spec::counter(SYNC_PROBES_SENT, "Clock-sync probes sent to the machine"),
+    Spec::counter(SYNC_REPLIES, "Probe replies of the machine accepted"),
+    Spec::counter(
+        SYNC_PROBE_TIMEOUTS,
+        "Probes to the machine not answered within [sync] probe-timeout-ms",
+    ),
+    Spec::counter(
+        SYNC_REPLIES_REJECTED,
+        "Probe datagrams of the machine's session rejected, by reason",
+    ),
+    Spec::counter(
+        SYNC_BURSTS,
+        "Probe bursts started for the machine (connect, new route, new epoch, step)",
+    ),
+    Spec::counter(
+        OUTPUT_BYTES,
+        "Bytes written to the rolling output, preambles included",
+    ),
+    Spec::counter(
+        OUTPUT_PACKETS,
+        "Packets written to the rolling output, preambles included",
+    ),
+    Spec::counter(OUTPUT_FILES, "Output files started"),
+    Spec::counter(OUTPUT_FILES_DELETED, "Output files deleted by retention"),
+    Spec::counter(
+        OUTPUT_COMMITS,
+        "Output commits (durable points acknowledged to relays)",
+    ),
+    Spec::counter(
+        OUTPUT_ERRORS,
+        "Failed output writes or commits (relays wait, unacknowledged)",
+    ),
+    Spec::gauge(
+        OUTPUT_CURRENT_FILE_BYTES,
+        "Size of the output file being written",
+    ),
+    Spec::gauge(
+        OUTPUT_CURRENT_FILE_SEQUENCE,
+        "Sequence number of the output file being written",
+    ),
+    Spec::gauge(TAIL_SUBSCRIBERS, "Tail subscribers on the control socket"),
+    Spec::counter(
+        TAIL_LAGGED_PACKETS,
+        "Packets tail subscribers skipped because they lagged",
+    ),
+    Spec::counter(TAIL_LAG_NOTICES, "Lag notices sent to tail subscribers"),
+    Spec::counter(CONTROL_REFUSED, "Control clients refused (too many)"),
+    Spec::counter(CONTROL_BAD_REQUESTS, "Control requests that did not parse"),
+    Spec::counter(
+        CONTROL_ACCEPT_ERRORS,
+        "accept() failures on the control socket",
+    ),
 ];

@@ -131,18 +131,25 @@ fn machines_sharing_a_name_keep_apart() {
 
 #[test]
 fn names_follow_the_conventions() {
-    for name in names::ALL {
+    for spec in names::SPECS {
+        let name = spec.name;
         assert!(name.starts_with("tracesync_"), "{name}");
+        // Counters end in _total, nothing else does.
+        assert_eq!(
+            name.ends_with("_total"),
+            spec.kind == tracesync_common::metrics::Kind::Counter,
+            "{name}"
+        );
         assert!(
             name.chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
             "{name}"
         );
     }
-    let mut sorted = names::ALL.to_vec();
+    let mut sorted: Vec<&str> = names::SPECS.iter().map(|s| s.name).collect();
     sorted.sort_unstable();
     sorted.dedup();
-    assert_eq!(sorted.len(), names::ALL.len(), "duplicate names");
+    assert_eq!(sorted.len(), names::SPECS.len(), "duplicate names");
 }
 
 /// Every name is in the spec (docs/operations.md `## Metrics`).
@@ -154,7 +161,7 @@ fn every_name_is_documented() {
         .nth(1)
         .expect("docs/operations.md has a ## Metrics section");
     let spec = spec.split("\n## ").next().unwrap_or(spec);
-    for name in names::ALL {
+    for name in names::SPECS.iter().map(|s| s.name) {
         assert!(
             spec.contains(&format!("`{name}`")),
             "{name} is not in the spec"
