@@ -154,12 +154,14 @@ impl LiveCore {
 
     /// Everything drained before `point` is durable: the acks that moved,
     /// for connected relays.
+    #[must_use = "the acks to send"]
     pub fn committed_through(&mut self, point: CommitPoint) -> Vec<(RelaySlot, u64)> {
         self.relays.committed_through(point)
     }
 
     /// Everything drained so far is durable (the writer committed after the
     /// last drain): the acks that moved, for connected relays.
+    #[must_use = "the acks to send"]
     pub fn committed(&mut self) -> Vec<(RelaySlot, u64)> {
         self.relays.committed()
     }

@@ -51,6 +51,7 @@ impl LiveCore {
     ///
     /// The relays holding the watermark are never held back, so it always
     /// advances.
+    #[must_use = "the connections to stop reading"]
     pub fn held_back(&self, now: u64) -> Vec<RelaySlot> {
         let crowded = self.output.queued_bytes() > self.config.queue_max_bytes / 2;
         let watermark = self.watermark(now);

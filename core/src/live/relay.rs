@@ -35,7 +35,9 @@ pub(super) enum Resolution {
 }
 
 /// A connection of a relay instance accepted: its slot, and what it
-/// changed.
+/// changed (the caller moves a renamed relay's streams, counts the lost
+/// batches).
+#[must_use]
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Session {
     pub slot: RelaySlot,
@@ -229,6 +231,7 @@ impl Relay {
     /// A packet of batch `seq` is written now, mapped as `provisional`
     /// from relay BOOTTIME `relay_boottime`: its mapping checked against
     /// the probe samples taken after it (None if it has no relay time).
+    #[must_use]
     pub fn packet_written(
         &mut self,
         seq: u64,
@@ -266,6 +269,7 @@ impl Relay {
 
     /// Adds a ClockSnapshot payload seen on `relay_sequence`: whether the
     /// clock graph changed, and how many invalid snapshots it counted.
+    #[must_use]
     pub fn add_snapshot(&mut self, payload: &[u8], relay_sequence: u32) -> (bool, u64) {
         let before = self.clocks.invalid_clock_snapshots;
         let changed = self.clocks.add_snapshot(payload, relay_sequence);
@@ -358,6 +362,7 @@ impl Relay {
     /// Queues a packet behind the unresolvable ones; returns the oldest
     /// ones evicted to keep the queue within its bound (doubled while the
     /// relay waits for its first estimate, see `LiveCore::push_pending`).
+    #[must_use = "evicted packets are dropped: count them"]
     pub fn push_pending(&mut self, p: PendingPacket, config: &LiveConfig) -> Vec<PendingPacket> {
         let slack = if self.estimate.is_none() { 2 } else { 1 };
         let (max_packets, max_bytes) = (
@@ -381,6 +386,7 @@ impl Relay {
     /// is empty or the relay has no estimate (nothing with a time resolves
     /// without one, and a packet without one waits only behind such a
     /// packet).
+    #[must_use = "give back what stays pending with restore_pending"]
     pub fn take_pending_to_retry(&mut self) -> Option<VecDeque<PendingPacket>> {
         if self.pending.is_empty() || self.estimate.is_none() {
             return None;

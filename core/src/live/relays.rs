@@ -81,6 +81,7 @@ impl Relays {
 
     /// The connection of `slot` ended: its instance and raw id, if it was
     /// connected.
+    #[must_use = "its machine is no longer connected for"]
     pub fn disconnect(&mut self, slot: RelaySlot) -> Option<(u64, u32)> {
         let instance = self.slots.remove(&slot)?;
         self.disconnects += 1;
@@ -92,6 +93,7 @@ impl Relays {
     /// While more than `max_records` instances are remembered, forgets the
     /// longest-disconnected idle one: its instance and raw id (None when
     /// none is to be forgotten).
+    #[must_use = "its streams and machine row may go too"]
     pub fn forget_idle(&mut self, max_records: usize) -> Option<(u64, u32)> {
         if self.by_instance.len() <= max_records {
             return None;
