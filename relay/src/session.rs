@@ -48,6 +48,7 @@ impl Default for SessionConfig {
 }
 
 /// What the driver must do.
+#[must_use]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Open a connection; report `connected` or `connection_lost`.

@@ -24,7 +24,9 @@ pub struct BatchTracker {
     reported: u64,
 }
 
-/// How a batch seq relates to what was accepted before.
+/// How a batch seq relates to what was accepted before: the caller counts
+/// the batches the relay lost.
+#[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BatchSeq {
     /// Already seen (a resend): its packets are checked one by one.
@@ -169,9 +171,9 @@ mod tests {
     #[test]
     fn commit_points_ack_only_what_was_drained_before() {
         let mut t = BatchTracker::starting_at(10);
-        t.accept(11);
+        let _ = t.accept(11);
         t.add_outstanding(11);
-        t.accept(12);
+        let _ = t.accept(12);
         t.add_outstanding(12);
         t.packet_done(11);
         t.mark(1);

@@ -21,20 +21,20 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
-use tracesync_protocol::scan::{PacketFields, defaults_timestamp_clock_id, scan_packet};
+use tracesync_protocol::scan::{PacketFields, scan_packet};
 use tracesync_protocol::wire;
 
 use super::acks::BatchSeq;
-use super::clocks::RelayClocks;
-use super::core::{LiveCore, Relay, StreamKey, reason};
-use super::epochs::EarlierEstimates;
+use super::core::LiveCore;
 use super::estimate::SyncEstimate;
+use super::machines::reason;
 use super::order::Queued;
 use super::packet::{Origin, OutPacket, Role, Stamped};
-use super::staging::{STAGED_KEEP, Staged};
+use super::relay::Resolution;
+use super::staging::Staged;
 use super::stamp::{split_relayed, stamp_relayed};
+use super::streams::{Stream, StreamKey};
 use super::types::{RelaySlot, SessionError};
-use crate::clock::ConvertError;
 
 /// Most bytes stamping adds to a packet (the fields it appends).
 const STAMP_GROWTH: usize = 20;
@@ -86,67 +86,6 @@ pub(super) fn pending_entry_size() -> usize {
     std::mem::size_of::<PendingPacket>()
 }
 
-/// What resolution decided for one packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Resolution {
-    /// Host time and relay BOOTTIME (None if placed by arrival time).
-    Ready {
-        ts: i64,
-        boottime: Option<i64>,
-    },
-    /// The clock has no path to the relay's BOOTTIME yet.
-    NoPath,
-    /// The relay has no sync estimate yet.
-    NoSync,
-    Drop(&'static str),
-}
-
-/// Host time of relay BOOTTIME `boottime`, with the estimate of the
-/// packet's own clock epoch.
-fn to_host(
-    clocks: &RelayClocks,
-    estimates: (Option<&SyncEstimate>, &EarlierEstimates),
-    boottime: i64,
-) -> Resolution {
-    let (latest, earlier) = estimates;
-    let Some(e) = earlier.pick(latest, clocks.epoch_at(boottime)) else {
-        return Resolution::NoSync;
-    };
-    // Negative relay BOOTTIME cannot be a time on it: dropped as Perfetto would.
-    let ts = u64::try_from(boottime).map_or(-1, |b| e.to_host(b));
-    if ts < 0 {
-        return Resolution::Drop(reason::NEGATIVE);
-    }
-    Resolution::Ready {
-        ts,
-        boottime: Some(boottime),
-    }
-}
-
-fn resolve(
-    clocks: &mut RelayClocks,
-    estimates: (Option<&SyncEstimate>, &EarlierEstimates),
-    last: Option<(i64, Option<i64>)>,
-    timestamp: Option<u64>,
-    m: &Meta,
-) -> Resolution {
-    match timestamp {
-        Some(raw) => match clocks.boottime_of(m.key.1, m.clock, raw) {
-            Ok(boottime) => to_host(clocks, estimates, boottime),
-            Err(ConvertError::Overflow) => Resolution::Drop(reason::CONVERSION),
-            Err(_) => Resolution::NoPath,
-        },
-        None => match (last, m.fallback_boottime) {
-            (Some((ts, boottime)), _) => Resolution::Ready { ts, boottime },
-            (None, Some(b)) => to_host(clocks, estimates, i64::try_from(b).unwrap_or(i64::MAX)),
-            (None, None) => Resolution::Ready {
-                ts: i64::try_from(m.arrival).unwrap_or(i64::MAX),
-                boottime: None,
-            },
-        },
-    }
-}
-
 impl LiveCore {
     /// A relay's Batch: packets `first_index..` in relay order. `now` is
     /// host BOOTTIME. Never fails on packet contents (bad packets are
@@ -161,42 +100,40 @@ impl LiveCore {
         clocks: Option<WireClocks>,
         now: u64,
     ) -> Result<(), SessionError> {
-        let instance = self.relay_of(slot)?;
+        let instance = self.relays.instance_of(slot)?;
         self.latest_now = self.latest_now.max(now);
         let limit = self.config.max_unacked_batches;
-        let Some(relay) = self.relays.get_mut(&instance) else {
+        let Some(relay) = self.relays.get_mut(instance) else {
             return Err(SessionError::UnknownSlot(slot));
         };
-        if relay.batches.unacked() >= limit {
+        if relay.unacked() >= limit {
             return Err(SessionError::TooManyUnackedBatches {
                 slot,
-                unacked: relay.batches.unacked(),
+                unacked: relay.unacked(),
                 limit,
             });
         }
-        if let Some(c) = clocks {
-            relay.latest_boottime = Some(c.boottime_ns);
-        }
-        let fallback_boottime = relay.latest_boottime;
-        let raw_id = relay.raw_id;
-        if let BatchSeq::New { lost } = relay.batches.accept(seq)
+        relay.saw_clocks(clocks);
+        let fallback_boottime = relay.latest_boottime();
+        let raw_id = relay.raw_id();
+        if let BatchSeq::New { lost } = relay.accept_batch(seq)
             && lost > 0
         {
-            self.machine(raw_id).count(reason::BATCHES_LOST, lost);
+            self.machines.count(raw_id, reason::BATCHES_LOST, lost);
         }
-        self.machine(raw_id).last_seen = Some(now);
-        let mut staged = std::mem::take(&mut self.staged);
+        self.machines.seen(raw_id, now);
+        let mut staged = self.scratch.take_staged();
         // The frame's length, but for the batch's few other fields.
         let frame_len: usize = packets
             .iter()
             .map(|p| 1 + wire::varint_len(p.len() as u64) + p.len())
             .sum();
         let mut clocks_changed = false;
-        staged.left = packets.iter().map(|p| p.len() + STAMP_GROWTH).sum();
+        staged.expect(packets.iter().map(|p| p.len() + STAMP_GROWTH).sum());
         for (k, bytes) in (0u64..).zip(packets) {
             // Indices past u64::MAX come only from a broken relay: wrap, no panic.
             let index = first_index.wrapping_add(k);
-            self.stats.packets_in += 1;
+            self.output.packet_in();
             let meta = Meta {
                 key: (instance, 0),
                 index,
@@ -208,15 +145,15 @@ impl LiveCore {
             };
             let len = bytes.len();
             clocks_changed |= self.ingest(meta, bytes, raw_id, &mut staged);
-            staged.left = staged.left.saturating_sub(len + STAMP_GROWTH);
+            staged.took(len + STAMP_GROWTH);
         }
-        staged.left = 0;
+        staged.expect(0);
         self.queue_staged(&mut staged, Some(frame_len));
-        self.staged = staged;
+        self.scratch.put_staged(staged);
         if clocks_changed {
             self.retry_pending(instance);
         }
-        if std::mem::take(&mut self.sequence_limit_hit) {
+        if self.scratch.take_sequence_limit_hit() {
             return Err(SessionError::TooManySequences {
                 slot,
                 limit: self.config.max_sequences_per_relay,
@@ -230,77 +167,56 @@ impl LiveCore {
     fn ingest(&mut self, mut m: Meta, bytes: Bytes, raw_id: u32, staged: &mut Staged) -> bool {
         let instance = m.key.0;
         let Ok(fields) = scan_packet(&bytes) else {
-            self.machine(raw_id).count(reason::MALFORMED, 1);
+            self.machines.count(raw_id, reason::MALFORMED, 1);
             return false;
         };
         m.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
-        if !self.streams.contains_key(&m.key)
-            && self
-                .relays
-                .get(&instance)
-                .is_some_and(|r| r.sequences >= self.config.max_sequences_per_relay)
-        {
+        let (relays, machines) = (&mut self.relays, &self.machines);
+        let limit = self.config.max_sequences_per_relay;
+        let relay_sequence = m.key.1;
+        let stream = self.streams.get_or_open(m.key, raw_id, || {
+            let open = relays
+                .get_mut(instance)
+                .is_none_or(|r| r.open_sequence(limit));
+            open.then(|| machines.src_label(raw_id, relay_sequence))
+        });
+        let Some(stream) = stream else {
             // A sequence flood must not grow the stream table: drop, and
             // the batch's caller closes the connection.
-            self.machine(raw_id).count(reason::SEQUENCES_OVER_LIMIT, 1);
-            self.sequence_limit_hit = true;
+            self.machines.count(raw_id, reason::SEQUENCES_OVER_LIMIT, 1);
+            self.scratch.hit_sequence_limit();
+            return false;
+        };
+        if !stream.accept_index(m.index) {
+            self.machines.count(raw_id, reason::DUPLICATE, 1);
             return false;
         }
-        let stream = self.stream_entry(m.key, raw_id);
-        if stream.written.is_some_and(|w| m.index <= w) {
-            self.machine(raw_id).count(reason::DUPLICATE, 1);
-            return false;
-        }
-        stream.written = Some(m.index);
-        // Sequence state changes in stream order, before the packet's own
-        // clock is chosen (a defaults packet applies to itself too).
-        if fields.clears_incremental_state() {
-            stream.default_clock = None;
-        }
-        if let Some(defaults) = fields.trace_packet_defaults {
-            stream.default_clock = defaults_timestamp_clock_id(defaults)
-                .ok()
-                .flatten()
-                .filter(|&c| c != 0);
-        }
-        let explicit = fields.timestamp_clock_id.filter(|&c| c != 0);
-        m.clock = explicit.or(stream.default_clock).unwrap_or(BOOTTIME);
-        m.stamp_clock = explicit.is_none() && stream.default_clock.is_none();
-        let blocked = stream.pending > 0;
-        let last = stream.last;
+        (m.clock, m.stamp_clock) = stream.clock_of(&fields);
+        let blocked = stream.is_blocked();
+        let last = stream.last();
         if fields.remote_clock_sync.is_some() {
             // Replaced by the core's own sync points, which carry the
             // estimator's mapping; the producer's would override it.
-            self.machine(raw_id).count(reason::REMOTE_SYNC_REPLACED, 1);
+            self.machines.count(raw_id, reason::REMOTE_SYNC_REPLACED, 1);
             return false;
         }
-        let Some(relay) = self.relays.get_mut(&instance) else {
+        let Some(relay) = self.relays.get_mut(instance) else {
             return false;
         };
         let mut changed = false;
         if let Some(snapshot) = fields.clock_snapshot {
-            let before = relay.clocks.invalid_clock_snapshots;
-            changed = relay.clocks.add_snapshot(snapshot, m.key.1);
-            let invalid = relay.clocks.invalid_clock_snapshots - before;
+            let invalid;
+            (changed, invalid) = relay.add_snapshot(snapshot, m.key.1);
             if invalid > 0 {
-                self.machine(raw_id)
-                    .count(reason::INVALID_SNAPSHOT, invalid);
+                self.machines
+                    .count(raw_id, reason::INVALID_SNAPSHOT, invalid);
             }
         }
-        let Some(relay) = self.relays.get_mut(&instance) else {
-            return changed;
-        };
-        relay.batches.add_outstanding(m.batch);
+        relay.packet_taken(m.batch);
         let resolution = if blocked {
             Resolution::NoPath
         } else {
-            resolve(
-                &mut relay.clocks,
-                (relay.estimate.as_ref(), &relay.earlier),
-                last,
-                fields.timestamp,
-                &m,
-            )
+            relay.resolve(last, fields.timestamp, &m)
         };
         match resolution {
             Resolution::Ready { ts, boottime } => {
@@ -319,10 +235,9 @@ impl LiveCore {
 
     /// Counts a dropped packet and lets its batch be acknowledged.
     fn dropped(&mut self, m: &Meta, why: &'static str) {
-        if let Some(relay) = self.relays.get_mut(&m.key.0) {
-            relay.batches.packet_done(m.batch);
-            let raw_id = relay.raw_id;
-            self.machine(raw_id).count(why, 1);
+        if let Some(relay) = self.relays.get_mut(m.key.0) {
+            relay.packet_done(m.batch);
+            self.machines.count(relay.raw_id(), why, 1);
         }
     }
 
@@ -340,64 +255,52 @@ impl LiveCore {
         let Some(stream) = self.streams.get_mut(&m.key) else {
             return;
         };
-        let raw_id = stream.raw_id;
-        let name = self
-            .machines
-            .get(&raw_id)
-            .and_then(|machine| machine.name.clone());
+        let raw_id = stream.raw_id();
+        let out_seq = stream.out_seq();
+        let name = self.machines.name(raw_id);
         let has_ts = fields.timestamp.is_some();
         let stamp_clock = (has_ts && m.stamp_clock).then_some(m.clock);
         let role = Role::of(fields);
         // Only data packets: the others are kept for preambles long after
         // their frame is written and must not pin it.
         let sliced = (role == Role::Data)
-            .then(|| split_relayed(bytes, fields, raw_id, stream.out_seq, stamp_clock))
+            .then(|| split_relayed(bytes, fields, raw_id, out_seq, stamp_clock))
             .flatten();
         let (stamped, range) = match sliced {
-            Some(stamped) => {
-                staged.sliced += stamped.len();
-                (stamped, None)
-            }
+            Some(stamped) => (stamped, None),
             None => {
-                if role == Role::Data
-                    && staged.buf.capacity() - staged.buf.len() < bytes.len() + STAMP_GROWTH
-                {
-                    // A data packet that is no slice: the rest of its batch,
-                    // written alike, likely is none either. Room for all of
-                    // it at once, not a growing buffer copied as it grows.
-                    staged
-                        .buf
-                        .reserve(staged.left.max(bytes.len() + STAMP_GROWTH));
-                }
-                let start = staged.buf.len();
-                let stamped = stamp_relayed(
-                    bytes,
-                    fields,
-                    raw_id,
-                    stream.out_seq,
-                    stamp_clock,
-                    name.as_deref(),
-                    &mut staged.buf,
-                );
-                if stamped.is_err() {
-                    staged.buf.truncate(start);
+                // A data packet that is no slice: the rest of its batch,
+                // written alike, likely is none either.
+                let data_room = (role == Role::Data).then_some(bytes.len() + STAMP_GROWTH);
+                let stamped = staged.stamp(data_room, |buf| {
+                    stamp_relayed(
+                        bytes,
+                        fields,
+                        raw_id,
+                        out_seq,
+                        stamp_clock,
+                        name.as_deref(),
+                        buf,
+                    )
+                });
+                let Ok(range) = stamped else {
                     self.dropped(m, reason::MALFORMED);
                     return;
-                }
-                (Stamped::default(), Some(start..staged.buf.len()))
+                };
+                (Stamped::default(), Some(range))
             }
         };
-        stream.last = Some((ts, boottime));
+        stream.set_last(ts, boottime);
         // The bound of the estimate the packet was mapped with (its epoch's).
-        let estimate = self.relays.get(&m.key.0).and_then(|r| {
-            let epoch = boottime.and_then(|c| r.clocks.epoch_at(c));
-            r.earlier.pick(r.estimate.as_ref(), epoch).copied()
-        });
+        let estimate = self
+            .relays
+            .get(m.key.0)
+            .and_then(|r| r.estimate_at(boottime).copied());
         let packet = OutPacket {
             ts,
             machine_raw_id: raw_id,
             machine_name: name,
-            seq: stream.out_seq,
+            seq: out_seq,
             clock: if has_ts { m.clock } else { 0 },
             clock_ts: fields.timestamp.unwrap_or(0),
             err_ns: match (estimate, boottime) {
@@ -405,7 +308,7 @@ impl LiveCore {
                 _ => 0,
             },
             data_field: fields.data_field,
-            src: Arc::clone(&stream.src),
+            src: Arc::clone(stream.src()),
             role,
             origin: Some(Origin {
                 relay_instance: m.key.0,
@@ -419,7 +322,17 @@ impl LiveCore {
             relay_boottime: boottime,
             batch: Some(m.batch),
         };
-        staged.packets.push((stream.id, queued, range));
+        match range {
+            None => staged.push_slice(stream.id(), queued),
+            Some(range) => staged.push_stamped(stream.id(), queued, range),
+        }
+    }
+
+    /// Queues the staged packets for the watermark (see
+    /// [`Staged::queue`]).
+    fn queue_staged(&mut self, staged: &mut Staged, frame_len: Option<usize>) {
+        let output = &mut self.output;
+        staged.queue(frame_len, |stream, queued| output.push(stream, queued));
     }
 
     /// Queues a packet behind its relay's unresolvable ones. When the queue
@@ -430,73 +343,35 @@ impl LiveCore {
     fn push_pending(&mut self, p: PendingPacket) {
         let instance = p.meta.key.0;
         if let Some(stream) = self.streams.get_mut(&p.meta.key) {
-            stream.pending += 1;
+            stream.pending_added();
         }
-        let Some(relay) = self.relays.get_mut(&instance) else {
+        let Some(relay) = self.relays.get_mut(instance) else {
             return;
         };
-        let slack = if relay.estimate.is_none() { 2 } else { 1 };
-        let (max_packets, max_bytes) = (
-            self.config.pending_max_packets.saturating_mul(slack),
-            self.config.pending_max_bytes.saturating_mul(slack),
-        );
-        relay.pending_bytes += p.held();
-        relay.pending.push_back(p);
-        let mut evicted = Vec::new();
-        while relay.pending.len() > max_packets || relay.pending_bytes > max_bytes {
-            let Some(old) = relay.pending.pop_front() else {
-                break;
-            };
-            relay.pending_bytes -= old.held();
-            evicted.push(old);
-        }
-        for old in evicted {
+        for old in relay.push_pending(p, &self.config) {
             if let Some(stream) = self.streams.get_mut(&old.meta.key) {
-                stream.pending = stream.pending.saturating_sub(1);
+                stream.pending_removed();
             }
             self.dropped(&old.meta, reason::NO_PATH);
         }
     }
 
-    /// The relay's pending queue is at its bound, or the relays still
-    /// waiting for their first estimate hold `pending_max_bytes` together
-    /// (so their startup does not cost memory per relay: they are held
-    /// back, their spools keep the data).
-    pub(super) fn pending_full(&self, relay: &Relay) -> bool {
-        let max_bytes = self.config.pending_max_bytes;
-        relay.pending.len() >= self.config.pending_max_packets
-            || relay.pending_bytes >= max_bytes
-            || (relay.estimate.is_none() && self.unsynced_pending_bytes() >= max_bytes)
-    }
-
-    /// Pending bytes of all relays without a sync estimate.
-    fn unsynced_pending_bytes(&self) -> usize {
-        self.relays
-            .values()
-            .filter(|r| r.estimate.is_none())
-            .map(|r| r.pending_bytes)
-            .sum()
-    }
-
     /// Resolves what can be resolved of a relay's pending packets, in
     /// order; a stream whose packet still waits keeps its later ones too.
     pub(super) fn retry_pending(&mut self, instance: u64) {
-        let Some(relay) = self.relays.get_mut(&instance) else {
+        let Some(waiting) = self
+            .relays
+            .get_mut(instance)
+            .and_then(|relay| relay.take_pending_to_retry())
+        else {
             return;
         };
-        // Without an estimate nothing with a time resolves, and a packet
-        // without one waits only behind such a packet.
-        if relay.pending.is_empty() || relay.estimate.is_none() {
-            return;
-        }
         let max_age = self.config.pending_max_age_ns;
         let now = self.latest_now;
-        let waiting = std::mem::take(&mut relay.pending);
-        relay.pending_bytes = 0;
         let mut kept = VecDeque::new();
         let mut kept_bytes = 0;
         let mut blocked: HashSet<u32> = HashSet::new();
-        let mut staged = std::mem::take(&mut self.staged);
+        let mut staged = self.scratch.take_staged();
         for p in waiting {
             let m = p.meta;
             if blocked.contains(&m.key.1) {
@@ -508,17 +383,11 @@ impl LiveCore {
             let Ok(fields) = scan_packet(&p.bytes) else {
                 continue;
             };
-            let last = self.streams.get(&m.key).and_then(|s| s.last);
-            let Some(relay) = self.relays.get_mut(&instance) else {
+            let last = self.streams.get(&m.key).and_then(Stream::last);
+            let Some(relay) = self.relays.get_mut(instance) else {
                 break;
             };
-            let mut resolution = resolve(
-                &mut relay.clocks,
-                (relay.estimate.as_ref(), &relay.earlier),
-                last,
-                fields.timestamp,
-                &m,
-            );
+            let mut resolution = relay.resolve(last, fields.timestamp, &m);
             if resolution == Resolution::NoPath && now.saturating_sub(m.arrival) > max_age {
                 // Synced, and still no snapshot relates its clock: give up.
                 resolution = Resolution::Drop(reason::NO_PATH);
@@ -530,14 +399,14 @@ impl LiveCore {
                 continue;
             }
             if let Some(stream) = self.streams.get_mut(&m.key) {
-                stream.pending = stream.pending.saturating_sub(1);
+                stream.pending_removed();
             }
             match resolution {
                 Resolution::Ready { ts, boottime } => {
                     self.stage(&m, &p.bytes, &fields, ts, boottime, &mut staged);
                     // Queued in slices: a long pending queue is not staged
                     // (and its staging room kept) all at once.
-                    if staged.packets.len() >= STAGED_KEEP {
+                    if staged.is_full() {
                         self.queue_staged(&mut staged, None);
                     }
                 }
@@ -546,10 +415,9 @@ impl LiveCore {
             }
         }
         self.queue_staged(&mut staged, None);
-        self.staged = staged;
-        if let Some(relay) = self.relays.get_mut(&instance) {
-            relay.pending = kept;
-            relay.pending_bytes = kept_bytes;
+        self.scratch.put_staged(staged);
+        if let Some(relay) = self.relays.get_mut(instance) {
+            relay.restore_pending(kept, kept_bytes);
         }
     }
 }

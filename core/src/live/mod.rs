@@ -56,6 +56,32 @@
 //!
 //! Acks: a batch is acknowledged once every packet of it and of all
 //! batches before it was written and committed, or dropped.
+//!
+//! State: [`LiveCore`] is a composition of sub-states, each in its own
+//! file with private fields; `core.rs` (sessions, acks, status),
+//! `ingest.rs` and `emit.rs` drive them through their methods:
+//! - the machine table (`machines.rs`): per machine raw id (0 is the host)
+//!   its name (the first one given, kept), the relay instance connected
+//!   for it, packets, bytes, largest error bound, counters by [`reason`],
+//!   last seen, the last sync point and the floor sync points stay above,
+//!   the estimate shown; the status rows. A row is forgotten with the last
+//!   relay instance and stream that refer to it (never the host's).
+//! - the relays (`relays.rs`, one instance in `relay.rs`): relay instances
+//!   by id, connected or not, and the slot -> instance map of the
+//!   connections (one slot per instance at most; a stale one is replaced);
+//!   per instance its clock graph, sync estimates (latest, earlier epochs',
+//!   covering), batches (what may be acknowledged), pending queue and
+//!   hold on the watermark; commit points; the longest-disconnected idle
+//!   instances are forgotten past `max_relay_records`.
+//! - the streams (`streams.rs`): per (relay instance, relay sequence) its
+//!   output sequence id (allocated in turn from the recovered next one,
+//!   never the daemon's own), the index written through, the sequence's
+//!   default clock, its last resolved time, its packets pending, its `src`
+//!   label; recovered ones resume where the output left them.
+//! - the output (`output.rs`): the ordering queue, the latest time written,
+//!   the host's SystemInfo and snapshot schedule, [`LiveStats`].
+//! - the ingest scratch (`staging.rs`): the staging buffer reused from
+//!   batch to batch, and whether the batch hit `max_sequences_per_relay`.
 
 mod acks;
 mod clocks;
@@ -65,18 +91,24 @@ mod epochs;
 pub mod estimate;
 mod hash;
 mod ingest;
+mod machines;
 mod order;
+mod output;
 pub mod packet;
 mod recovered;
+mod relay;
+mod relays;
 mod staging;
 mod stamp;
+mod streams;
 pub mod types;
 
 #[cfg(test)]
 mod tests;
 
-pub use self::core::{LiveCore, reason};
+pub use self::core::LiveCore;
 pub use estimate::SyncEstimate;
+pub use machines::reason;
 pub use packet::{Origin, OutPacket, Role, Stamped};
 pub use recovered::{Recovered, RecoveredSequence, RecoveredStream};
 pub use stamp::OWN_SEQUENCE_ID;

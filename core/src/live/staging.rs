@@ -1,12 +1,12 @@
-//! The staging of an ingested batch's resolved packets, and how they are
-//! queued for the watermark: as slices of their frame when those cover it,
-//! else out of one staging buffer per batch (see `ingest.rs`).
+//! The ingest scratch: the staging of an ingested batch's resolved
+//! packets, and how they are queued for the watermark: as slices of their
+//! frame when those cover it, else out of one staging buffer per batch (see
+//! `ingest.rs`).
 
 use std::ops::Range;
 
 use bytes::Bytes;
 
-use super::core::LiveCore;
 use super::order::{Queued, StreamId};
 use super::packet::Role;
 
@@ -20,28 +20,112 @@ const SLACK_DIVISOR: usize = 16;
 const STAGED_BUF_KEEP: usize = 64 << 10;
 
 /// Staged packets whose room is kept between batches.
-pub(super) const STAGED_KEEP: usize = 16_384;
+const STAGED_KEEP: usize = 16_384;
+
+/// What ingest reuses from one batch to the next: the staging buffer, and
+/// whether the batch being ingested hit `max_sequences_per_relay`.
+#[derive(Debug, Default)]
+pub(super) struct IngestScratch {
+    /// Reused staging buffer of the batch being ingested (taken out while
+    /// it is in use).
+    staged: Staged,
+    sequence_limit_hit: bool,
+}
+
+impl IngestScratch {
+    /// The staging buffer, to give back with [`Self::put_staged`].
+    pub fn take_staged(&mut self) -> Staged {
+        std::mem::take(&mut self.staged)
+    }
+
+    pub fn put_staged(&mut self, staged: Staged) {
+        self.staged = staged;
+    }
+
+    /// A packet of the batch would have opened a sequence past the limit.
+    pub fn hit_sequence_limit(&mut self) {
+        self.sequence_limit_hit = true;
+    }
+
+    /// Whether the batch hit the sequence limit (cleared for the next).
+    #[must_use]
+    pub fn take_sequence_limit_hit(&mut self) -> bool {
+        std::mem::take(&mut self.sequence_limit_hit)
+    }
+}
 
 /// Resolved packets of the batch being ingested: stamped into `buf` (with
 /// their range), or stamped as slices of their frame (no range).
 #[derive(Debug, Default)]
 pub(super) struct Staged {
-    pub(super) buf: Vec<u8>,
-    pub(super) packets: Vec<(StreamId, Queued, Option<Range<usize>>)>,
+    buf: Vec<u8>,
+    packets: Vec<(StreamId, Queued, Option<Range<usize>>)>,
     /// Stamped length of the packets staged as slices.
-    pub(super) sliced: usize,
+    sliced: usize,
     /// About the bytes the rest of the batch would take in `buf`.
-    pub(super) left: usize,
+    left: usize,
 }
 
-impl LiveCore {
-    /// Queues the staged packets. `frame_len`: the length of the frame the
-    /// sliced ones are slices of (None: each is a slice of a copy of its
-    /// own, a pending packet's).
-    pub(super) fn queue_staged(&mut self, staged: &mut Staged, frame_len: Option<usize>) {
-        let sliced = std::mem::take(&mut staged.sliced);
-        if staged.packets.is_empty() {
-            staged.buf.clear();
+impl Staged {
+    /// The rest of the batch would take about `bytes` in the buffer.
+    pub fn expect(&mut self, bytes: usize) {
+        self.left = bytes;
+    }
+
+    /// A packet expected to take about `bytes` was ingested.
+    pub fn took(&mut self, bytes: usize) {
+        self.left = self.left.saturating_sub(bytes);
+    }
+
+    /// Stages a packet stamped as a slice of its frame.
+    pub fn push_slice(&mut self, stream: StreamId, queued: Queued) {
+        self.sliced += queued.packet.bytes.len();
+        self.packets.push((stream, queued, None));
+    }
+
+    /// Stamps a packet into the buffer with `write`: its range there, or
+    /// `write`'s error (nothing written). `data_room`: a data packet's
+    /// stamped length at most; with less room than that, room for the
+    /// rest of the batch is reserved at once (its other packets, written
+    /// alike, likely need the buffer too), not a growing buffer copied as
+    /// it grows.
+    pub fn stamp<E>(
+        &mut self,
+        data_room: Option<usize>,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Range<usize>, E> {
+        if let Some(room) = data_room
+            && self.buf.capacity() - self.buf.len() < room
+        {
+            self.buf.reserve(self.left.max(room));
+        }
+        let start = self.buf.len();
+        if let Err(e) = write(&mut self.buf) {
+            self.buf.truncate(start);
+            return Err(e);
+        }
+        Ok(start..self.buf.len())
+    }
+
+    /// Stages a packet stamped into the buffer at `range`.
+    pub fn push_stamped(&mut self, stream: StreamId, queued: Queued, range: Range<usize>) {
+        self.packets.push((stream, queued, Some(range)));
+    }
+
+    /// So many packets are staged that they should be queued now (a retry
+    /// of a long pending queue is queued in slices, so it is not staged,
+    /// and its room kept, all at once).
+    pub fn is_full(&self) -> bool {
+        self.packets.len() >= STAGED_KEEP
+    }
+
+    /// Queues the staged packets with `push`. `frame_len`: the length of
+    /// the frame the sliced ones are slices of (None: each is a slice of a
+    /// copy of its own, a pending packet's).
+    pub fn queue(&mut self, frame_len: Option<usize>, mut push: impl FnMut(StreamId, Queued)) {
+        let sliced = std::mem::take(&mut self.sliced);
+        if self.packets.is_empty() {
+            self.buf.clear();
             return;
         }
         if let Some(frame_len) = frame_len
@@ -49,53 +133,53 @@ impl LiveCore {
         {
             // Too little of the frame queued (the rest dropped, pending or
             // copied): copy the slices too, so the frame is freed now.
-            let heads: usize = staged
+            let heads: usize = self
                 .packets
                 .iter()
                 .filter(|(_, _, r)| r.is_none())
                 .map(|(_, q, _)| q.packet.bytes.head().len())
                 .sum();
-            staged.buf.reserve(heads);
-            for (_, queued, range) in &mut staged.packets {
+            self.buf.reserve(heads);
+            for (_, queued, range) in &mut self.packets {
                 if range.is_none() {
-                    let start = staged.buf.len();
-                    staged.buf.extend_from_slice(queued.packet.bytes.head());
-                    *range = Some(start..staged.buf.len());
+                    let start = self.buf.len();
+                    self.buf.extend_from_slice(queued.packet.bytes.head());
+                    *range = Some(start..self.buf.len());
                 }
             }
         }
-        if staged
+        if self
             .packets
             .iter()
             .all(|(_, q, r)| r.is_none() || q.packet.role != Role::Data)
         {
             // No packet keeps a slice of the buffer: it is kept for the
             // next batch.
-            for (stream, mut queued, range) in staged.packets.drain(..) {
+            for (stream, mut queued, range) in self.packets.drain(..) {
                 if let Some(range) = range {
-                    let head = Bytes::copy_from_slice(&staged.buf[range]);
+                    let head = Bytes::copy_from_slice(&self.buf[range]);
                     queued.packet.bytes = queued.packet.bytes.with_head(head);
                 }
-                self.order.push(stream, queued);
+                push(stream, queued);
             }
-            staged.buf.clear();
-            if staged.buf.capacity() > STAGED_BUF_KEEP {
-                staged.buf = Vec::new();
+            self.buf.clear();
+            if self.buf.capacity() > STAGED_BUF_KEEP {
+                self.buf = Vec::new();
             }
         } else {
-            self.queue_from_buffer(staged);
+            self.queue_from_buffer(push);
         }
         // A retry of a long pending queue stages it all at once: that
         // burst's room is not kept for the next batch.
-        if staged.packets.capacity() > STAGED_KEEP {
-            staged.packets.shrink_to(STAGED_KEEP);
+        if self.packets.capacity() > STAGED_KEEP {
+            self.packets.shrink_to(STAGED_KEEP);
         }
     }
 
     /// Queues the staged packets, those in the staging buffer as slices of
     /// it (data) or copies (the roles kept for preambles).
-    fn queue_from_buffer(&mut self, staged: &mut Staged) {
-        let mut buf = std::mem::take(&mut staged.buf);
+    fn queue_from_buffer(&mut self, mut push: impl FnMut(StreamId, Queued)) {
+        let mut buf = std::mem::take(&mut self.buf);
         // The queued slices keep the whole allocation alive, and the queue
         // counts only their bytes: no unused room behind them (packets of
         // the batch that went pending or were dropped, growth slack).
@@ -103,7 +187,7 @@ impl LiveCore {
             buf.shrink_to_fit();
         }
         let buf = Bytes::from(buf);
-        for (stream, mut queued, range) in staged.packets.drain(..) {
+        for (stream, mut queued, range) in self.packets.drain(..) {
             if let Some(range) = range {
                 let head = if queued.packet.role == Role::Data {
                     buf.slice(range)
@@ -116,7 +200,7 @@ impl LiveCore {
                 // The tail of a slice copied above, else none.
                 queued.packet.bytes = queued.packet.bytes.with_head(head);
             }
-            self.order.push(stream, queued);
+            push(stream, queued);
         }
     }
 }

@@ -132,6 +132,7 @@ pub enum SessionError {
 }
 
 /// Marks "everything drained so far" for [`crate::live::LiveCore::committed_through`].
+#[must_use = "pass it to committed_through once the writer committed what was drained before it"]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CommitPoint(pub(crate) u64);
 

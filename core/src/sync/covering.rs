@@ -95,7 +95,9 @@ impl CoveringEstimates {
     }
 }
 
-/// What [`refine`] did to a mapping.
+/// What [`refine`] did to a mapping: the caller counts it (unprobed,
+/// remapped).
+#[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refinement {
     /// A later sample agrees: the mapping stays, its bound is the covering

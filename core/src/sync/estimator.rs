@@ -129,6 +129,7 @@ impl Default for EstimatorConfig {
 }
 
 /// Verdict of the statistical step test on one sample.
+#[must_use]
 enum Innovation {
     Normal,
     FarOut,

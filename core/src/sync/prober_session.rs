@@ -85,7 +85,9 @@ impl ActiveSession {
     }
 }
 
-/// How a new sample relates to the estimate before it.
+/// How a new sample relates to the estimate before it: the caller adapts
+/// the probe rate (or restarts the burst on a step).
+#[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Verdict {
     /// The sample's interval meets the estimate's.

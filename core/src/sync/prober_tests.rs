@@ -2,9 +2,10 @@
 //! and counted.
 
 use super::*;
+use crate::sync::SyncUpdate;
 use crate::sync::sessions::{RouteKind, SessionSync, SyncState};
 use tracesync_protocol::probe::PROBE_KEY_BYTES;
-use tracesync_protocol::relay::v1::ProbeRegister;
+use tracesync_protocol::relay::v1::{ProbeRegister, ProbeReply};
 
 const MS: u64 = 1_000_000;
 const SESSION: u64 = 0xfeed_beef;

@@ -29,22 +29,31 @@ pub struct Admitted {
 }
 
 /// The live core (sans-IO), as the ingest loop drives it. `now_ns` is host
-/// BOOTTIME. Errors are one line for the relay (sent as Refused, then the
-/// connection closes).
+/// BOOTTIME. Errors are typed by the core; their Display is one line for
+/// the relay (sent as Refused, then the connection closes).
 pub trait Core: Send + 'static {
     /// What the sync prober reports about one relay.
     type SyncUpdate: Send + 'static;
     /// Marks "everything drained so far", for acks after a commit.
     type CommitPoint: Copy + Send + 'static;
+    /// Why it refuses a relay's Hello: Refused `refused_by_core`.
+    type Refusal: std::error::Error + Send + 'static;
+    /// Why it takes no more frames of a session: Refused `closed_by_core`.
+    type SessionError: std::error::Error + Send + 'static;
 
-    fn connect(&mut self, hello: &v1::Hello, now_ns: u64) -> Result<Admitted, String>;
-    fn batch(&mut self, slot: Slot, batch: v1::Batch, now_ns: u64) -> Result<(), String>;
+    fn connect(&mut self, hello: &v1::Hello, now_ns: u64) -> Result<Admitted, Self::Refusal>;
+    fn batch(
+        &mut self,
+        slot: Slot,
+        batch: v1::Batch,
+        now_ns: u64,
+    ) -> Result<(), Self::SessionError>;
     fn heartbeat(
         &mut self,
         slot: Slot,
         heartbeat: &v1::Heartbeat,
         now_ns: u64,
-    ) -> Result<(), String>;
+    ) -> Result<(), Self::SessionError>;
     /// A new clock mapping for a relay (stale slots are the core's to ignore).
     fn sync(&mut self, update: &Self::SyncUpdate);
     fn disconnect(&mut self, slot: Slot);

@@ -17,7 +17,8 @@ pub enum IngestEvent {
     Connect {
         session_id: u64,
         hello: v1::Hello,
-        reply: oneshot::Sender<Result<Welcomed, String>>,
+        /// Welcomed, or refused by the core (how to refuse the relay).
+        reply: oneshot::Sender<Result<Welcomed, Close>>,
     },
     Batch {
         slot: Slot,
@@ -59,12 +60,15 @@ pub struct Feedback {
     pub paused: bool,
 }
 
-/// Why the ingest loop closes a session (sent to the relay as Refused).
+/// Why the ingest loop refuses or closes a session (sent to the relay as
+/// Refused).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Close {
-    /// `Refused.code`: "closed_by_core" (the relay broke a limit, counted)
-    /// or "replaced" (a newer connection of the same relay instance).
+    /// `Refused.code`: "refused_by_core" (the core refused the Hello),
+    /// "closed_by_core" (the relay broke a limit, counted) or "replaced" (a
+    /// newer connection of the same relay instance).
     pub code: RefusalCode,
+    /// `Refused.reason`: one line (the core's error's Display).
     pub reason: Arc<str>,
 }
 

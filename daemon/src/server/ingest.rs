@@ -248,8 +248,12 @@ where
             } => {
                 let admitted = match self.core.connect(&hello, now) {
                     Ok(admitted) => admitted,
-                    Err(reason) => {
-                        let _ = reply.send(Err(reason));
+                    Err(refusal) => {
+                        let refused = Close {
+                            code: RefusalCode::RefusedByCore,
+                            reason: Arc::from(refusal.to_string()),
+                        };
+                        let _ = reply.send(Err(refused));
                         return 0;
                     }
                 };
@@ -294,8 +298,8 @@ where
                 if !self.is_current(slot, session_id) {
                     return 0;
                 }
-                if let Err(reason) = self.core.batch(slot, batch, now) {
-                    self.close_slot(slot, &reason);
+                if let Err(error) = self.core.batch(slot, batch, now) {
+                    self.close_slot(slot, &error);
                 }
                 // The frame is ingested: its bytes go back to the budget.
                 drop(credit);
@@ -307,9 +311,9 @@ where
                 heartbeat,
             } => {
                 if self.is_current(slot, session_id)
-                    && let Err(reason) = self.core.heartbeat(slot, &heartbeat, now)
+                    && let Err(error) = self.core.heartbeat(slot, &heartbeat, now)
                 {
-                    self.close_slot(slot, &reason);
+                    self.close_slot(slot, &error);
                 }
                 0
             }
@@ -330,11 +334,11 @@ where
             .is_some_and(|entry| entry.session_id == session_id)
     }
 
-    /// Asks the session to refuse and close; its Disconnected event then
-    /// releases the slot in the core.
-    fn close_slot(&mut self, slot: Slot, reason: &str) {
+    /// Asks the session to refuse and close with the core's `error`; its
+    /// Disconnected event then releases the slot in the core.
+    fn close_slot(&mut self, slot: Slot, error: &C::SessionError) {
         if let Some(entry) = self.sessions.get(&slot) {
-            close(entry, RefusalCode::ClosedByCore, reason);
+            close(entry, RefusalCode::ClosedByCore, &error.to_string());
         }
     }
 

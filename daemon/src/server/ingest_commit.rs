@@ -122,16 +122,28 @@ mod tests {
         points: u64,
     }
 
+    /// [`PointCore`] refuses every Hello (the tests connect none).
+    #[derive(Debug, thiserror::Error)]
+    #[error("unused")]
+    struct Unused;
+
     impl Core for PointCore {
         type SyncUpdate = ();
         type CommitPoint = u64;
-        fn connect(&mut self, _: &v1::Hello, _: u64) -> Result<Admitted, String> {
-            Err("unused".into())
+        type Refusal = Unused;
+        type SessionError = std::convert::Infallible;
+        fn connect(&mut self, _: &v1::Hello, _: u64) -> Result<Admitted, Unused> {
+            Err(Unused)
         }
-        fn batch(&mut self, _: Slot, _: v1::Batch, _: u64) -> Result<(), String> {
+        fn batch(&mut self, _: Slot, _: v1::Batch, _: u64) -> Result<(), Self::SessionError> {
             Ok(())
         }
-        fn heartbeat(&mut self, _: Slot, _: &v1::Heartbeat, _: u64) -> Result<(), String> {
+        fn heartbeat(
+            &mut self,
+            _: Slot,
+            _: &v1::Heartbeat,
+            _: u64,
+        ) -> Result<(), Self::SessionError> {
             Ok(())
         }
         fn sync(&mut self, (): &()) {}

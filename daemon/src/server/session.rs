@@ -184,9 +184,9 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     }
     let welcomed = match answer.await {
         Ok(Ok(welcomed)) => welcomed,
-        Ok(Err(reason)) => {
+        Ok(Err(refused)) => {
             shared.counters.bump(Counter::RefusedByCore);
-            refuse(link, peer, RefusalCode::RefusedByCore, &reason).await;
+            refuse(link, peer, refused.code, &refused.reason).await;
             return None;
         }
         Err(_) => return None,

@@ -34,13 +34,23 @@ struct FakeCore {
     last_batch: BTreeMap<Slot, u64>,
 }
 
+/// Why [`FakeCore`] refuses a Hello.
+#[derive(Debug, thiserror::Error)]
+enum FakeRefusal {
+    #[error("machine name refused by the core")]
+    MachineName,
+}
+
 impl Core for FakeCore {
     type SyncUpdate = ();
     type CommitPoint = ();
+    type Refusal = FakeRefusal;
+    /// It takes every frame.
+    type SessionError = std::convert::Infallible;
 
-    fn connect(&mut self, hello: &v1::Hello, _: u64) -> Result<Admitted, String> {
+    fn connect(&mut self, hello: &v1::Hello, _: u64) -> Result<Admitted, FakeRefusal> {
         if hello.machine_name == "refuse-me" {
-            return Err("machine name refused by the core".into());
+            return Err(FakeRefusal::MachineName);
         }
         self.next_slot += 1;
         Ok(Admitted {
@@ -50,7 +60,7 @@ impl Core for FakeCore {
         })
     }
 
-    fn batch(&mut self, slot: Slot, batch: v1::Batch, _: u64) -> Result<(), String> {
+    fn batch(&mut self, slot: Slot, batch: v1::Batch, _: u64) -> Result<(), Self::SessionError> {
         self.last_batch.insert(slot, batch.seq);
         for packet in batch.packets {
             self.held.push((slot, batch.seq, packet));
@@ -58,7 +68,7 @@ impl Core for FakeCore {
         Ok(())
     }
 
-    fn heartbeat(&mut self, _: Slot, _: &v1::Heartbeat, _: u64) -> Result<(), String> {
+    fn heartbeat(&mut self, _: Slot, _: &v1::Heartbeat, _: u64) -> Result<(), Self::SessionError> {
         Ok(())
     }
 

@@ -21,8 +21,10 @@ use tracesync_core::sync::{Registration, SyncUpdate};
 impl Core for LiveCore {
     type SyncUpdate = SyncUpdate;
     type CommitPoint = live::CommitPoint;
+    type Refusal = live::Refusal;
+    type SessionError = live::SessionError;
 
-    fn connect(&mut self, hello: &v1::Hello, now_ns: u64) -> Result<Admitted, String> {
+    fn connect(&mut self, hello: &v1::Hello, now_ns: u64) -> Result<Admitted, live::Refusal> {
         let info = live::HelloInfo {
             relay_instance: hello.relay_instance_id,
             boot_id: hello.boot_id.clone(),
@@ -31,7 +33,7 @@ impl Core for LiveCore {
             oldest_unacked_batch: hello.oldest_unacked_batch,
             clocks: hello.clocks,
         };
-        let connected = LiveCore::connect(self, info, now_ns).map_err(|r| r.to_string())?;
+        let connected = LiveCore::connect(self, info, now_ns)?;
         Ok(Admitted {
             slot: connected.slot,
             acked_through_batch: connected.acked_through_batch,
@@ -39,7 +41,12 @@ impl Core for LiveCore {
         })
     }
 
-    fn batch(&mut self, slot: Slot, batch: v1::Batch, now_ns: u64) -> Result<(), String> {
+    fn batch(
+        &mut self,
+        slot: Slot,
+        batch: v1::Batch,
+        now_ns: u64,
+    ) -> Result<(), live::SessionError> {
         LiveCore::batch(
             self,
             slot,
@@ -49,7 +56,6 @@ impl Core for LiveCore {
             batch.clocks,
             now_ns,
         )
-        .map_err(|e| e.to_string())
     }
 
     fn heartbeat(
@@ -57,8 +63,8 @@ impl Core for LiveCore {
         slot: Slot,
         heartbeat: &v1::Heartbeat,
         now_ns: u64,
-    ) -> Result<(), String> {
-        LiveCore::heartbeat(self, slot, heartbeat.clocks, now_ns).map_err(|e| e.to_string())
+    ) -> Result<(), live::SessionError> {
+        LiveCore::heartbeat(self, slot, heartbeat.clocks, now_ns)
     }
 
     fn sync(&mut self, update: &SyncUpdate) {

@@ -80,7 +80,8 @@ pub fn start_offset(resume: &Cursor, id: FileId, len: u64) -> u64 {
     }
 }
 
-/// How a followed file ended.
+/// How a followed file ended: the caller reopens it or stops.
+#[must_use]
 enum Next {
     Reopen,
     Stop,

@@ -1,0 +1,249 @@
+//! The machine table: one row per machine raw id (0 is the host) with its
+//! name, traffic and drop counters, last frame, sync points and clock
+//! mapping; and the status rows made of it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::estimate::SyncEstimate;
+use super::types::Refusal;
+use crate::status::MachineStatus;
+use crate::sync::covering::Refinement;
+use crate::sync_point::offset_pair;
+
+/// Counter names (Perfetto's stat names where one exists).
+pub mod reason {
+    pub const DUPLICATE: &str = "duplicates_dropped";
+    pub const NO_PATH: &str = "clock_sync_failure_no_path";
+    pub const CONVERSION: &str = "clock_sync_failure";
+    pub const NEGATIVE: &str = "trace_sorter_negative_timestamp_dropped";
+    pub const MALFORMED: &str = "packets_malformed";
+    pub const BATCHES_LOST: &str = "relay_batches_lost";
+    pub const REMOTE_SYNC_REPLACED: &str = "remote_clock_sync_replaced";
+    pub const INVALID_SNAPSHOT: &str = "invalid_clock_snapshots";
+    pub const LATE: &str = "late_packets";
+    /// Written with no probe sample taken after them yet (not dropped).
+    pub const UNPROBED: &str = "unprobed_packets";
+    /// Written with a mapping a later probe sample corrected (not dropped).
+    pub const REMAPPED: &str = "remapped_packets";
+    /// Counters of written packets, reported apart from the drops.
+    pub const NOT_DROPS: [&str; 3] = [LATE, UNPROBED, REMAPPED];
+    pub const SEQUENCES_OVER_LIMIT: &str = "sequences_over_limit";
+}
+
+/// One machine row of the output.
+#[derive(Debug, Default)]
+pub(super) struct Machine {
+    name: Option<Arc<str>>,
+    /// The relay instance connected for it now.
+    connected: Option<u64>,
+    packets: u64,
+    bytes: u64,
+    /// Largest error bound of any packet written for it.
+    max_err_ns: u64,
+    counters: BTreeMap<&'static str, u64>,
+    /// Host BOOTTIME of the last frame.
+    last_seen: Option<u64>,
+    /// The last sync point written: (client BOOTTIME, offset).
+    sync_point: Option<(u64, i64)>,
+    /// Sync points never go below this client BOOTTIME: the one the
+    /// current file's preamble replays after a restart.
+    sync_floor: u64,
+    estimate: Option<SyncEstimate>,
+}
+
+impl Machine {
+    /// Adds `n` to the counter of `reason`.
+    pub fn count(&mut self, reason: &'static str, n: u64) {
+        // Saturating: a hostile batch seq can claim u64::MAX lost batches.
+        let count = self.counters.entry(reason).or_default();
+        *count = count.saturating_add(n);
+    }
+
+    /// A packet of `len` bytes with error bound `err_ns` was written;
+    /// `late`: older than one written before; `refinement`: what the
+    /// write-time check did to its mapping.
+    pub fn wrote(&mut self, len: usize, err_ns: u64, late: bool, refinement: Option<Refinement>) {
+        if late {
+            self.count(reason::LATE, 1);
+        }
+        match refinement {
+            Some(Refinement::Unprobed) => self.count(reason::UNPROBED, 1),
+            Some(Refinement::Remapped) => self.count(reason::REMAPPED, 1),
+            Some(Refinement::Confirmed) | None => {}
+        }
+        self.packets += 1;
+        self.bytes += len as u64;
+        self.max_err_ns = self.max_err_ns.max(err_ns);
+    }
+
+    /// The sync point to write before a packet at host time `ts` and relay
+    /// BOOTTIME `c`, as (client, host): one if the machine has none yet or
+    /// its offset (relay BOOTTIME minus host time) moved by more than
+    /// `threshold_ns` since the last one, which it becomes.
+    pub fn next_sync_point(&mut self, c: i64, ts: i64, threshold_ns: u64) -> Option<(u64, u64)> {
+        let offset = c.saturating_sub(ts);
+        let last = self.sync_point;
+        if last.is_some_and(|(_, o)| o.abs_diff(offset) <= threshold_ns) {
+            return None;
+        }
+        // Client values never go backwards within a machine, nor below the
+        // sync point a restarted daemon's preamble replays.
+        let floor = last.map_or(0, |(client, _)| client).max(self.sync_floor);
+        let (client, host) = offset_pair(u64::try_from(c).unwrap_or(0).max(floor), offset);
+        self.sync_point = Some((client, offset));
+        Some((client, host))
+    }
+}
+
+/// Every machine of the output by raw id.
+#[derive(Debug, Default)]
+pub(super) struct Machines {
+    rows: BTreeMap<u32, Machine>,
+}
+
+impl Machines {
+    /// The table with the host's row (raw id 0), named `host_name`.
+    pub fn with_host(host_name: Option<&str>) -> Self {
+        let mut machines = Self::default();
+        machines.row(0).name = host_name.map(Arc::from);
+        machines
+    }
+
+    /// The row of `raw_id`, added if missing.
+    pub fn row(&mut self, raw_id: u32) -> &mut Machine {
+        self.rows.entry(raw_id).or_default()
+    }
+
+    /// Adds the row of `raw_id` if missing.
+    pub fn add(&mut self, raw_id: u32) {
+        self.row(raw_id);
+    }
+
+    /// Sync points of `raw_id` never go below client BOOTTIME `client`.
+    pub fn set_sync_floor(&mut self, raw_id: u32, client: u64) {
+        self.row(raw_id).sync_floor = client;
+    }
+
+    /// Relay instance `instance` connects for `raw_id` (named `name`,
+    /// empty if it has none) at host BOOTTIME `now`; refused while another
+    /// instance holds the raw id.
+    pub fn connect(
+        &mut self,
+        raw_id: u32,
+        instance: u64,
+        name: &str,
+        now: u64,
+    ) -> Result<(), Refusal> {
+        let machine = self.row(raw_id);
+        if let Some(holder) = machine.connected.filter(|&i| i != instance) {
+            let holder_name = machine.name.as_deref().unwrap_or("unnamed").to_owned();
+            return Err(Refusal::RawIdInUse {
+                raw_id,
+                holder_instance: holder,
+                holder_name,
+            });
+        }
+        if machine.name.is_none() && !name.is_empty() {
+            // A machine keeps its first name: names in the output stay stable.
+            machine.name = Some(Arc::from(name));
+        }
+        machine.connected = Some(instance);
+        machine.last_seen = Some(now);
+        Ok(())
+    }
+
+    /// `instance` no longer connects for `raw_id` (if it did).
+    pub fn release(&mut self, raw_id: u32, instance: u64) {
+        if let Some(m) = self.rows.get_mut(&raw_id)
+            && m.connected == Some(instance)
+        {
+            m.connected = None;
+        }
+    }
+
+    /// Forgets the row of `raw_id` (never the host's) if no relay
+    /// connects for it and `in_use` says nothing else refers to it.
+    pub fn forget_unused(&mut self, raw_id: u32, in_use: impl FnOnce() -> bool) {
+        if raw_id != 0
+            && self
+                .rows
+                .get(&raw_id)
+                .is_some_and(|m| m.connected.is_none())
+            && !in_use()
+        {
+            self.rows.remove(&raw_id);
+        }
+    }
+
+    /// Adds `n` to `raw_id`'s counter of `reason`.
+    pub fn count(&mut self, raw_id: u32, reason: &'static str, n: u64) {
+        self.row(raw_id).count(reason, n);
+    }
+
+    /// A frame for `raw_id` arrived at host BOOTTIME `now`.
+    pub fn seen(&mut self, raw_id: u32, now: u64) {
+        self.row(raw_id).last_seen = Some(now);
+    }
+
+    /// The clock mapping shown for `raw_id`.
+    pub fn set_estimate(&mut self, raw_id: u32, estimate: SyncEstimate) {
+        self.row(raw_id).estimate = Some(estimate);
+    }
+
+    pub fn name(&self, raw_id: u32) -> Option<Arc<str>> {
+        self.rows.get(&raw_id).and_then(|m| m.name.clone())
+    }
+
+    /// `src` of jsonl: "<machine name or raw id>/<relay sequence>".
+    pub fn src_label(&self, raw_id: u32, relay_sequence: u32) -> Arc<str> {
+        match self.rows.get(&raw_id).and_then(|m| m.name.as_deref()) {
+            Some(name) => Arc::from(format!("{name}/{relay_sequence}")),
+            None => Arc::from(format!("{raw_id}/{relay_sequence}")),
+        }
+    }
+
+    /// One row per machine (host first). `pending` counts the packets
+    /// waiting for a clock of a raw id; `now` is host BOOTTIME,
+    /// `now_unix_ms` the wall clock at the same moment (for last seen).
+    pub fn status(
+        &self,
+        now: u64,
+        now_unix_ms: u64,
+        pending: impl Fn(u32) -> u64,
+    ) -> Vec<MachineStatus> {
+        self.rows
+            .iter()
+            .map(|(&raw_id, m)| {
+                let estimate = m.estimate;
+                MachineStatus {
+                    name: m.name.as_deref().map(str::to_owned),
+                    raw_id,
+                    connected: raw_id == 0 || m.connected.is_some(),
+                    packets: m.packets,
+                    bytes: m.bytes,
+                    // Late packets are written, not dropped: reported apart.
+                    drops: m
+                        .counters
+                        .iter()
+                        .filter(|(k, _)| !reason::NOT_DROPS.contains(k))
+                        .map(|(k, v)| ((*k).to_owned(), *v))
+                        .collect(),
+                    late_packets: m.counters.get(reason::LATE).copied().unwrap_or(0),
+                    unprobed_packets: m.counters.get(reason::UNPROBED).copied().unwrap_or(0),
+                    remapped_packets: m.counters.get(reason::REMAPPED).copied().unwrap_or(0),
+                    max_err_ns: m.max_err_ns,
+                    pending: pending(raw_id),
+                    offset_ns: estimate.map(|e| e.offset_at(e.ref_relay_ns)),
+                    drift_ppm: estimate.map(|e| e.freq_ppm),
+                    error_bound_ns: estimate.map(|e| e.error_bound_ns),
+                    rtt_ns: estimate.map(|e| e.rtt_ns),
+                    last_seen_unix_ms: m.last_seen.map(|seen| {
+                        now_unix_ms.saturating_sub(now.saturating_sub(seen) / 1_000_000)
+                    }),
+                    sync: None,
+                }
+            })
+            .collect()
+    }
+}
