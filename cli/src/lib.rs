@@ -3,11 +3,11 @@
 //! (`tail`, `status`).
 //!
 //! - [`args`]: the command line as clap parses it.
-//! - [`merge`]: the offline merger (two passes over the inputs).
+//! - [`merge`](mod@merge): the offline merger (two passes over the inputs).
 //! - [`clocks`]: the clock graph of recorded traces as a table.
 //! - [`demo`]: the main job end to end (live) or offline.
 //! - [`check`]: checks a rolling capture of synthetic relays against truth.
-//! - [`connect`], [`status`], [`tail`]: the control-socket clients.
+//! - [`connect`], [`status`], `tail`: the control-socket clients.
 //! - [`follow`]: `tail DIR`, the rolling files followed as they grow.
 
 pub mod args;

@@ -1,16 +1,15 @@
-//! tracesync host side.
+//! `tracesyncd`, the host daemon: the IO shells around the sans-IO logic of
+//! `tracesync_core` (docs/architecture.md names every thread, task,
+//! channel and lock).
 //!
-//! - [`clock`]: the clock engine (sans-IO): a global graph of clocks
-//!   qualified by machine, source and sequence; nearest-snapshot conversion;
-//!   trace-time selection and placement of clocks with no path.
-//! - [`merge`]: `tracesync merge`, the offline merger of recorded traces.
-//! - [`live`]: the live-capture core (sans-IO): relay batches in, ordered
-//!   resolved packets out.
+//! - [`server`]: the tokio side: accept loop, relay sessions, the ingest
+//!   thread that drives `tracesync_core::live::LiveCore`, acks, shutdown.
 //! - [`rolling`]: the rolling writer of the live merged trace.
-//! - [`server`]: the daemon's tokio side: relay sessions, the ingest
-//!   loop, acks, shutdown.
-//! - [`sync`]: clock-sync probes and estimator, host side.
-//! - [`status`]: the daemon's status report.
+//! - [`control`]: the control socket (`tracesync status`, `tracesync tail`).
+//! - [`sync`]: the prober thread that drives `tracesync_core::sync::ProberCore`
+//!   on the sync sockets, and the session registry.
+//! - [`tls`]: the acceptor and the certificate identity rule.
+//! - [`metrics`]: the Prometheus names and publishers.
 //! - [`config`]: `tracesyncd`'s configuration (file + flags).
 //! - [`reload`]: what SIGHUP applies, and what needs a restart.
 

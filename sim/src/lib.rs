@@ -12,7 +12,7 @@
 //!   symmetric term, spikes, reordering), Gilbert-Elliott loss, partitions;
 //! - `probing`: the daemon's real prober core driven in virtual time;
 //! - [`scenarios`]: clock-sync.md §9.3 and their live targets;
-//! - [`run`]: one scenario, one seed; [`metrics`]: statistics and table.
+//! - [`run`](mod@run): one scenario, one seed; [`metrics`]: statistics and table.
 
 pub mod clock;
 pub mod link;
