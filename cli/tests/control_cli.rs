@@ -125,7 +125,7 @@ fn status_and_tail_through_the_binary() {
         ..Default::default()
     };
     let (_status_tx, status_rx) = watch::channel(Arc::new(report.clone()));
-    let hub = ControlHub::new(1024, status_rx);
+    let (hub, _requests) = ControlHub::new(1024, status_rx);
     let shutdown = CancellationToken::new();
     let listener = rt.block_on(async { bind_unix(&sock) }).expect("bind");
     rt.spawn(serve(listener, hub.clone(), shutdown.clone()));

@@ -67,6 +67,7 @@ async fn serve(config: LiveConfig) -> Server {
         sync_updates,
         packets: broadcast::channel::<Arc<OutPacket>>(16).0,
         status: status_tx,
+        preamble_requests: None,
     };
     let shutdown = CancellationToken::new();
     let settings = SessionSettings {

@@ -16,14 +16,11 @@ pub mod format;
 pub mod request;
 pub mod server;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-
-use tokio::sync::{broadcast, watch};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use tracesync_core::live::{OutPacket, Role};
-use tracesync_core::preamble::{PreambleLimits, PreambleState};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tracesync_core::live::OutPacket;
 use tracesync_core::status::StatusReport;
 
 pub use format::{MachineFilter, PacketFormatter};
@@ -35,75 +32,82 @@ pub use server::{MAX_CLIENTS, bind_unix, serve, serve_tcp};
 /// most this many packets alive for a slow subscriber.
 pub const DEFAULT_TAIL_CAPACITY: usize = 8192;
 
+/// A preamble packet, with its machine's raw id (a tail filtered by machine
+/// sends only those).
+pub type PreamblePacket = (u32, Bytes);
+
+/// What a new perfetto tail starts with: its preamble and its subscription.
+pub type Subscription = (Vec<PreamblePacket>, broadcast::Receiver<Arc<OutPacket>>);
+
+/// A perfetto tail's request for its first packets. The ingest loop answers
+/// it between two drains with the rolling writer's preamble state (what the
+/// next file would start with) and a new subscription, taken at the same
+/// point of the stream: every preamble-role packet reaches the tail exactly
+/// once, in its preamble or in its stream, and there is one preamble
+/// tracker in the daemon, not two.
+#[derive(Debug)]
+pub struct PreambleRequest {
+    packets: broadcast::Sender<Arc<OutPacket>>,
+    reply: oneshot::Sender<Subscription>,
+}
+
+impl PreambleRequest {
+    /// Subscribes and sends `preamble` back. Call it only where every
+    /// packet written so far has been published.
+    pub fn answer(self, preamble: Vec<PreamblePacket>) {
+        let rx = self.packets.subscribe();
+        // The tail may have gone meanwhile.
+        let _ = self.reply.send((preamble, rx));
+    }
+}
+
 /// What the ingest loop shares with the control socket.
 #[derive(Clone, Debug)]
 pub struct ControlHub {
-    /// Every packet of the merged output, in output order. Publish with
-    /// [`ControlHub::publish`] so perfetto tails get a preamble.
+    /// Every packet of the merged output, in output order, while someone
+    /// tails.
     pub packets: broadcast::Sender<Arc<OutPacket>>,
     /// The latest status report.
     pub status: watch::Receiver<Arc<StatusReport>>,
-    /// The packets a perfetto stream opens with (latest SystemInfo,
-    /// ClockSnapshot and sync point per machine, incremental state per
-    /// sequence: what a rolled file starts with), kept in step with
-    /// `packets` under this lock.
-    preamble: Arc<Mutex<PreambleState>>,
-    /// The preamble tracks incremental clocks: data packets must be
-    /// observed too (else they skip the lock).
-    observe_data: Arc<AtomicBool>,
+    /// Perfetto tails' preamble requests, to the ingest loop (bounded by
+    /// the control socket's client limit).
+    preamble_requests: mpsc::Sender<PreambleRequest>,
 }
 
 impl ControlHub {
-    /// A hub whose subscribers may fall `capacity` packets behind.
-    pub fn new(capacity: usize, status: watch::Receiver<Arc<StatusReport>>) -> Self {
+    /// A hub whose subscribers may fall `capacity` packets behind, and the
+    /// receiver of its preamble requests (for the ingest loop).
+    pub fn new(
+        capacity: usize,
+        status: watch::Receiver<Arc<StatusReport>>,
+    ) -> (Self, mpsc::Receiver<PreambleRequest>) {
         let (packets, _) = broadcast::channel(capacity.max(1));
-        Self {
+        let (preamble_requests, requests) = mpsc::channel(MAX_CLIENTS);
+        let hub = Self {
             packets,
             status,
-            preamble: Arc::new(Mutex::new(PreambleState::new(PreambleLimits::default()))),
-            observe_data: Arc::new(AtomicBool::new(false)),
-        }
+            preamble_requests,
+        };
+        (hub, requests)
     }
 
     /// Sends one packet to every tail subscriber; never blocks on them.
-    ///
-    /// Packets with a preamble role are recorded and sent under one lock, so
-    /// a perfetto subscriber sees each of them exactly once: in its preamble
-    /// or in its stream. Data packets skip the lock unless a sequence has
-    /// incremental clocks (they advance them).
     pub fn publish(&self, packet: Arc<OutPacket>) {
-        if packet.role == Role::Data && !self.observe_data.load(Ordering::Relaxed) {
-            // No subscribers is not an error: nobody is tailing.
-            let _ = self.packets.send(packet);
-            return;
-        }
-        let mut preamble = lock(&self.preamble);
-        preamble.observe_packet(
-            packet.role,
-            packet.machine_raw_id,
-            packet.seq,
-            &packet.bytes,
-        );
-        self.observe_data
-            .store(preamble.tracks_incremental_clocks(), Ordering::Relaxed);
+        // No subscribers is not an error: nobody is tailing.
         let _ = self.packets.send(packet);
     }
 
-    /// A new subscriber and the preamble packets it should start with,
-    /// each with its machine's raw id.
-    pub fn subscribe_with_preamble(
-        &self,
-    ) -> (Vec<(u32, Bytes)>, broadcast::Receiver<Arc<OutPacket>>) {
-        let preamble = lock(&self.preamble);
-        let rx = self.packets.subscribe();
-        (preamble.packets_by_machine(), rx)
+    /// A new subscriber and the preamble packets it should start with; None
+    /// when the ingest loop has stopped.
+    pub async fn subscribe_with_preamble(&self) -> Option<Subscription> {
+        let (reply, answer) = oneshot::channel();
+        let request = PreambleRequest {
+            packets: self.packets.clone(),
+            reply,
+        };
+        self.preamble_requests.send(request).await.ok()?;
+        answer.await.ok()
     }
-}
-
-/// The state stays consistent even if a holder panicked (each observation
-/// is a few inserts), so a poisoned lock is taken over.
-fn lock(m: &Mutex<PreambleState>) -> std::sync::MutexGuard<'_, PreambleState> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -208,7 +208,10 @@ where
 {
     let perfetto = formatter.format() == TailFormat::Perfetto;
     let (preamble, mut rx) = if perfetto {
-        hub.subscribe_with_preamble()
+        match hub.subscribe_with_preamble().await {
+            Some(subscription) => subscription,
+            None => return Err(io::Error::other("the daemon is stopping")),
+        }
     } else {
         (Vec::new(), hub.packets.subscribe())
     };

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tracesync_core::preamble::strip_for_replay;
+use tracesync_core::preamble::{PreambleLimits, PreambleState, strip_for_replay};
 
 use bytes::Bytes;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -54,6 +54,9 @@ fn out_packet(ts: i64, machine: u32, name: Option<&str>, seq: u32, role: Role) -
 
 struct Fixture {
     hub: ControlHub,
+    /// Stands in for the rolling writer's preamble state: the responder
+    /// task answers perfetto tails' requests from it.
+    preamble: Arc<std::sync::Mutex<PreambleState>>,
     path: std::path::PathBuf,
     shutdown: CancellationToken,
     server: tokio::task::JoinHandle<()>,
@@ -81,12 +84,23 @@ async fn start(capacity: usize) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("run/control.sock");
     let (status_tx, status_rx) = watch::channel(Arc::new(report()));
-    let hub = ControlHub::new(capacity, status_rx);
+    let (hub, mut requests) = ControlHub::new(capacity, status_rx);
+    let preamble = Arc::new(std::sync::Mutex::new(PreambleState::new(
+        PreambleLimits::default(),
+    )));
+    let state = Arc::clone(&preamble);
+    tokio::spawn(async move {
+        while let Some(request) = requests.recv().await {
+            let packets = state.lock().expect("preamble").packets_by_machine();
+            request.answer(packets);
+        }
+    });
     let listener = bind_unix(&path).expect("bind");
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(serve(listener, hub.clone(), shutdown.clone()));
     Fixture {
         hub,
+        preamble,
         path,
         shutdown,
         server,
@@ -96,6 +110,18 @@ async fn start(capacity: usize) -> Fixture {
 }
 
 impl Fixture {
+    /// As the ingest loop does: the writer observes the packet, then it is
+    /// published.
+    fn publish(&self, packet: Arc<OutPacket>) {
+        self.preamble.lock().expect("preamble").observe_packet(
+            packet.role,
+            packet.machine_raw_id,
+            packet.seq,
+            &packet.bytes,
+        );
+        self.hub.publish(packet);
+    }
+
     async fn request(&self, line: &str) -> UnixStream {
         let mut s = UnixStream::connect(&self.path).await.expect("connect");
         s.write_all(line.as_bytes()).await.expect("send");
@@ -196,9 +222,9 @@ async fn tail_machine_filter() {
     f.subscribers(1).await;
     for i in 0..30 {
         let (id, name) = [(0, None), (7, Some("phone")), (9, Some("vm"))][i % 3];
-        f.hub.publish(out_packet(i as i64, id, name, 1, Role::Data));
+        f.publish(out_packet(i as i64, id, name, 1, Role::Data));
     }
-    f.hub.publish(out_packet(99, 9, Some("vm"), 1, Role::Data));
+    f.publish(out_packet(99, 9, Some("vm"), 1, Role::Data));
     let lines = read_lines(s, 21).await;
     let ids: Vec<u64> = lines
         .iter()
@@ -265,7 +291,7 @@ async fn stuck_client_does_not_block_the_sender() {
     });
     let sender = tokio::time::timeout(Duration::from_secs(30), async {
         for i in 0..N {
-            f.hub.publish(out_packet(i, 0, None, 1, Role::Data));
+            f.publish(out_packet(i, 0, None, 1, Role::Data));
             if i % 1000 == 0 {
                 tokio::task::yield_now().await;
             }
@@ -320,14 +346,14 @@ async fn perfetto_tail_opens_with_the_preamble() {
         out_packet(8, 7, Some("phone"), 1, Role::SyncPoint),
     ];
     for p in &before {
-        f.hub.publish(Arc::clone(p));
+        f.publish(Arc::clone(p));
     }
     let mut s = f
         .request("{\"cmd\":\"tail\",\"format\":\"perfetto\"}\n")
         .await;
     f.subscribers(1).await;
     let after = out_packet(9, 7, Some("phone"), 9, Role::Data);
-    f.hub.publish(Arc::clone(&after));
+    f.publish(Arc::clone(&after));
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 4096];
     while trace_packets(&bytes).len() < 7 {
@@ -358,6 +384,41 @@ async fn perfetto_tail_opens_with_the_preamble() {
 }
 
 #[tokio::test]
+async fn a_filtered_perfetto_tail_gets_only_its_machines_preamble() {
+    let f = start(64).await;
+    let host = out_packet(1, 0, None, 1, Role::SystemInfo);
+    let phone = out_packet(2, 7, Some("phone"), 2, Role::SystemInfo);
+    let phone_state = out_packet(3, 7, Some("phone"), 9, Role::IncrementalStateCleared);
+    for p in [&host, &phone, &phone_state] {
+        f.publish(Arc::clone(p));
+    }
+    // The status report names raw id 7 "phone": the filter matches by name.
+    let mut s = f
+        .request("{\"cmd\":\"tail\",\"format\":\"perfetto\",\"machines\":[\"phone\"]}\n")
+        .await;
+    f.subscribers(1).await;
+    let after = out_packet(4, 7, Some("phone"), 9, Role::Data);
+    f.publish(Arc::clone(&after));
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while trace_packets(&bytes).len() < 3 {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+            .await
+            .expect("packets in time")
+            .expect("read");
+        assert!(n > 0, "stream ended early");
+        bytes.extend_from_slice(&chunk[..n]);
+    }
+    let want = vec![
+        phone.bytes.to_vec(),
+        strip_for_replay(&phone_state.bytes.to_bytes()).to_vec(),
+        after.bytes.to_vec(),
+    ];
+    assert_eq!(trace_packets(&bytes), want);
+    f.stop().await;
+}
+
+#[tokio::test]
 async fn perfetto_tail_ends_with_a_notice_when_it_lags() {
     let f = start(4).await;
     let mut s = f
@@ -365,7 +426,7 @@ async fn perfetto_tail_ends_with_a_notice_when_it_lags() {
         .await;
     f.subscribers(1).await;
     for i in 0..100 {
-        f.hub.publish(out_packet(i, 0, None, 1, Role::Data));
+        f.publish(out_packet(i, 0, None, 1, Role::Data));
     }
     let mut bytes = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut bytes))
@@ -398,7 +459,7 @@ async fn clients_beyond_the_limit_are_refused() {
 #[tokio::test]
 async fn tcp_listener_speaks_the_same_protocol() {
     let (_status_tx, status_rx) = watch::channel(Arc::new(report()));
-    let hub = ControlHub::new(16, status_rx);
+    let (hub, _requests) = ControlHub::new(16, status_rx);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

@@ -330,6 +330,12 @@ impl RollingWriter {
         &self.current.path
     }
 
+    /// The preamble the next file would start with, as of the last packet
+    /// written, each packet with its machine's raw id.
+    pub fn preamble(&self) -> Vec<(u32, bytes::Bytes)> {
+        self.preamble.packets_by_machine()
+    }
+
     /// Bytes written to the current file and its sequence number (the one
     /// in its name), for metrics.
     pub fn current_file(&self) -> (u64, u64) {

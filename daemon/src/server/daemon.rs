@@ -183,7 +183,7 @@ async fn run_daemon(
     // The ingest thread publishes the status every 250 ms: the watchdog's
     // sign of life.
     let ingest_alive = status_tx.subscribe();
-    let hub = ControlHub::new(DEFAULT_TAIL_CAPACITY, status_rx);
+    let (hub, preamble_requests) = ControlHub::new(DEFAULT_TAIL_CAPACITY, status_rx);
     let probes = ProbeSessions::new();
     let (sync_tx, sync_updates) = mpsc::channel(SYNC_QUEUE);
     let prober = spawn_prober_with(
@@ -244,6 +244,7 @@ async fn run_daemon(
         sync_updates,
         packets: hub,
         status: status_tx,
+        preamble_requests: Some(preamble_requests),
     };
     let running = run::start(data, session, token, ingest, parts, shutdown.clone())
         .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot start the ingest thread".into(), &e))?;

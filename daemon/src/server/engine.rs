@@ -117,6 +117,12 @@ pub trait Writer<U>: Send + 'static {
     /// Copies the writer's counters into the metrics recorder (once per
     /// status tick; see [`crate::metrics`]).
     fn record_metrics(&self) {}
+    /// What a trace needs before the next packet written, each packet with
+    /// its machine's raw id: a new perfetto tail starts with it (the same
+    /// state the next file's preamble replays).
+    fn preamble(&self) -> Vec<(u32, bytes::Bytes)> {
+        Vec::new()
+    }
 }
 
 /// Where drained packets go besides the file: tail subscribers. Must never

@@ -29,6 +29,7 @@ use tracing::{debug, error, info, warn};
 
 use super::engine::{Core, Fanout, Slot, Writer};
 use super::events::{Close, Feedback, IngestEvent, Welcomed};
+use crate::control::PreambleRequest;
 use crate::reload::OutputLimits;
 use acks::AckGate;
 use tracesync_core::live::OutPacket;
@@ -84,6 +85,9 @@ pub struct IngestIo<U, F> {
     /// slow the loop).
     pub packets: F,
     pub status: watch::Sender<Arc<StatusReport>>,
+    /// Perfetto tails asking for their preamble (answered from the writer
+    /// between drains); None: no control hub.
+    pub preamble_requests: Option<mpsc::Receiver<PreambleRequest>>,
 }
 
 /// The next value of a watch; None once its sender is gone. Pending forever
@@ -94,6 +98,16 @@ async fn changed<T: Copy>(watch: &mut Option<watch::Receiver<T>>) -> Option<T> {
             Ok(()) => Some(*rx.borrow_and_update()),
             Err(_) => None,
         },
+        None => std::future::pending().await,
+    }
+}
+
+/// The next preamble request; pending forever without a hub.
+async fn next_request(
+    requests: &mut Option<mpsc::Receiver<PreambleRequest>>,
+) -> Option<PreambleRequest> {
+    match requests {
+        Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
 }
@@ -229,6 +243,11 @@ where
                 () = durable.notified() => self.take_durable(),
                 _ = host.tick() => self.core.host_tick(tracesync_common::clock::boottime_ns()),
                 _ = status.tick() => self.publish_status(&io.status, &io.packets),
+                request = next_request(&mut io.preamble_requests) => match request {
+                    // Between drains: everything written was published.
+                    Some(request) => request.answer(self.writer.preamble()),
+                    None => io.preamble_requests = None,
+                },
                 changed = changed(&mut limits) => match changed {
                     Some(new) => self.writer.set_limits(&new),
                     None => limits = None,

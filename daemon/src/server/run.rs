@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::engine::{Core, Fanout, ProbeRegistry, Writer};
 use super::ingest::{self, IngestIo, IngestSettings, IngestSummary};
 use super::{INGEST_QUEUE, SessionSettings, Shared, listener};
+use crate::control::PreambleRequest;
 use tracesync_core::status::StatusReport;
 
 /// What the server drives, and where its outputs go.
@@ -25,6 +26,9 @@ pub struct Parts<C: Core, W, P, F> {
     pub packets: F,
     /// To `tracesync status` (the control hub).
     pub status: watch::Sender<Arc<StatusReport>>,
+    /// From perfetto tails (the control hub), answered with the writer's
+    /// preamble.
+    pub preamble_requests: Option<mpsc::Receiver<PreambleRequest>>,
 }
 
 /// A started server; stop it by cancelling its shutdown token, then await
@@ -59,6 +63,7 @@ where
         sync_updates: parts.sync_updates,
         packets: parts.packets,
         status: parts.status,
+        preamble_requests: parts.preamble_requests,
     };
     let shared = Arc::new(Shared::new(session, token, parts.probes, shutdown));
     let mut ingest_settings = ingest_settings;

@@ -14,7 +14,7 @@ use super::engine::{Admitted, Core, Fanout, ProbeRegistry, Slot, Writer};
 use crate::control::ControlHub;
 use crate::rolling::RollingWriter;
 use crate::sync::ProbeSessions;
-use tracesync_core::live::{self, LiveCore, OutPacket, Role};
+use tracesync_core::live::{self, LiveCore, OutPacket};
 use tracesync_core::status::MachineStatus;
 use tracesync_core::sync::{Registration, SyncUpdate};
 
@@ -155,6 +155,10 @@ impl Writer<SyncUpdate> for RollingWriter {
         Some(RollingWriter::current_path(self).to_path_buf())
     }
 
+    fn preamble(&self) -> Vec<(u32, bytes::Bytes)> {
+        RollingWriter::preamble(self)
+    }
+
     fn set_limits(&mut self, limits: &crate::reload::OutputLimits) {
         RollingWriter::set_limits(
             self,
@@ -192,21 +196,19 @@ impl ProbeRegistry for ProbeSessions {
 
 impl Fanout for ControlHub {
     fn publish(&self, packet: &OutPacket) {
-        // Preamble packets always go through (the hub caches them for the
-        // next subscriber); data packets only when someone is tailing.
-        if packet.role == Role::Data && self.packets.receiver_count() == 0 {
-            return;
+        // Nothing to do while nobody tails: a new perfetto tail gets its
+        // preamble from the writer (`ControlHub::subscribe_with_preamble`).
+        if self.packets.receiver_count() > 0 {
+            ControlHub::publish(self, Arc::new(packet.clone()));
         }
-        ControlHub::publish(self, Arc::new(packet.clone()));
     }
 
     fn publish_all(&self, packets: &[OutPacket]) {
         // The subscriber count takes the channel's lock: once per drain.
-        let tailing = self.packets.receiver_count() > 0;
+        if self.packets.receiver_count() == 0 {
+            return;
+        }
         for packet in packets {
-            if packet.role == Role::Data && !tailing {
-                continue;
-            }
             ControlHub::publish(self, Arc::new(packet.clone()));
         }
     }
