@@ -8,8 +8,6 @@
 use nix::time::{ClockId, clock_gettime};
 use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC, MONOTONIC_RAW, REALTIME};
 
-use crate::rx_stamp::ClockPair;
-
 /// The four clocks a machine snapshots, read together (ns).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClockReading {
@@ -34,6 +32,23 @@ impl ClockReading {
             (REALTIME, self.realtime),
             (MONOTONIC_RAW, self.monotonic_raw),
         ]
+    }
+}
+
+/// A read of the kernel's CLOCK_REALTIME and of the clock a side stamps
+/// with (host BOOTTIME, a relay's BOOTTIME, or its simulated clock), taken
+/// together: REALTIME is read before and after the stamping clock and
+/// `realtime_ns` is the midpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockPair {
+    pub realtime_ns: u64,
+    pub clock_ns: u64,
+}
+
+impl ClockPair {
+    /// `clock_ns - realtime_ns`: constant while neither clock steps.
+    pub fn gap(&self) -> i128 {
+        self.clock_ns as i128 - self.realtime_ns as i128
     }
 }
 

@@ -151,7 +151,7 @@ struct FileConfig {
     #[serde(default)]
     log: tracesync_common::logging::LogConfig,
     #[serde(default)]
-    metrics: crate::metrics::MetricsConfig,
+    metrics: tracesync_common::metrics::MetricsConfig,
 }
 
 /// Which clock the relay reads.
@@ -182,7 +182,7 @@ pub struct RelayConfig {
     pub clock_schedule: ClockSchedule,
     pub tls: RelayTls,
     pub log: tracesync_common::logging::LogConfig,
-    pub metrics: crate::metrics::MetricsConfig,
+    pub metrics: tracesync_common::metrics::MetricsConfig,
 }
 
 pub use tracesync_common::config::ConfigError;

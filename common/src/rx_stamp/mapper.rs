@@ -1,22 +1,7 @@
 //! Kernel receive timestamps mapped onto the clock a probe end stamps with
 //! (sans-IO: the caller passes every clock read in).
 
-/// A read of the kernel's CLOCK_REALTIME and of the clock a side stamps
-/// with (host BOOTTIME, a relay's BOOTTIME, or its simulated clock), taken
-/// together: REALTIME is read before and after the stamping clock and
-/// `realtime_ns` is the midpoint.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClockPair {
-    pub realtime_ns: u64,
-    pub clock_ns: u64,
-}
-
-impl ClockPair {
-    /// `clock_ns - realtime_ns`: constant while neither clock steps.
-    fn gap(&self) -> i128 {
-        self.clock_ns as i128 - self.realtime_ns as i128
-    }
-}
+use crate::clock::ClockPair;
 
 /// Why a kernel receive timestamp was not used (the userspace stamp was).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 
 use tokio::net::UdpSocket;
 
-pub use mapper::{ClockPair, RxFallback, RxStampMapper, RxStampStats};
+pub use crate::clock::ClockPair;
+pub use mapper::{RxFallback, RxStampMapper, RxStampStats};
 pub use recvmsg::recvmsg_stamped;
 
 use crate::clock::Clock;
