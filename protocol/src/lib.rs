@@ -10,6 +10,8 @@
 //!   state (preambles, resumes).
 //! - [`reader`]: a streaming reader of Trace framing (field-1 records) that
 //!   takes input in arbitrary chunks and expands compressed packet bundles.
+//! - [`text`]: printing peer-chosen text (names, reasons) with its control
+//!   characters escaped.
 
 pub mod perfetto {
     //! Generated from `proto/perfetto_subset.proto`.
@@ -24,4 +26,5 @@ pub mod clock_ids;
 pub mod incremental;
 pub mod reader;
 pub mod scan;
+pub mod text;
 pub mod wire;

@@ -14,6 +14,44 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// A batch is cut well below this (see `MAX_BATCH_BYTES`).
 pub const MAX_FRAME_BYTES: usize = 4 << 20;
 
+/// Largest first frame (the Hello) a daemon reads before the relay is
+/// authenticated: an unauthenticated peer never makes the daemon hold a
+/// buffer larger than this. A Hello is well under 2 KiB; the daemon raises
+/// its frame limit to `limits.max-frame-bytes` once the Hello is accepted.
+pub const MAX_HELLO_FRAME_BYTES: usize = 64 << 10;
+
+/// Longest `Hello.machine_name`, in bytes (the relay's config enforces it
+/// too: 1-255 printable characters).
+pub const MAX_MACHINE_NAME_BYTES: usize = 255;
+
+/// Longest `Hello.boot_id`, in bytes (a kernel boot id is a 36-character
+/// UUID; a relay without one sends `pseudo-` and 16 hex digits).
+pub const MAX_BOOT_ID_BYTES: usize = 128;
+
+/// Longest `Hello.token`, in bytes; both configs refuse a longer token.
+pub const MAX_TOKEN_BYTES: usize = 1024;
+
+/// Checks the lengths of a Hello's strings against their limits; the
+/// error names the field, its length and its limit (never its text).
+pub fn check_hello_strings(hello: &v1::Hello) -> Result<(), String> {
+    for (field, len, limit) in [
+        (
+            "machine_name",
+            hello.machine_name.len(),
+            MAX_MACHINE_NAME_BYTES,
+        ),
+        ("boot_id", hello.boot_id.len(), MAX_BOOT_ID_BYTES),
+        ("token", hello.token.len(), MAX_TOKEN_BYTES),
+    ] {
+        if len > limit {
+            return Err(format!(
+                "Hello.{field} of {len} bytes is over its {limit}-byte limit"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A relay closes a batch at this many packet bytes.
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
 
@@ -42,8 +80,15 @@ pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:7412";
 pub enum RefusalCode {
     /// A frame that does not decode.
     BadFrame,
-    /// A frame over the daemon's frame limit.
+    /// A frame over the daemon's frame limit (after Hello).
     FrameTooLarge,
+    /// A first frame over `MAX_HELLO_FRAME_BYTES`, or a Hello string over
+    /// its limit (`MAX_MACHINE_NAME_BYTES`, `MAX_BOOT_ID_BYTES`,
+    /// `MAX_TOKEN_BYTES`). Final: the same Hello is refused again.
+    HelloTooLarge,
+    /// A frame that had begun did not arrive whole within the daemon's
+    /// `limits.frame-timeout-ms` (a peer trickling bytes).
+    FrameTimeout,
     /// A batch over the packet or byte limits.
     BatchTooLarge,
     /// A frame out of place (a Batch before Hello, a second Hello, ...).
@@ -71,9 +116,11 @@ pub enum RefusalCode {
 }
 
 impl RefusalCode {
-    pub const ALL: [RefusalCode; 14] = [
+    pub const ALL: [RefusalCode; 16] = [
         RefusalCode::BadFrame,
         RefusalCode::FrameTooLarge,
+        RefusalCode::HelloTooLarge,
+        RefusalCode::FrameTimeout,
         RefusalCode::BatchTooLarge,
         RefusalCode::UnexpectedFrame,
         RefusalCode::NoHello,
@@ -93,6 +140,8 @@ impl RefusalCode {
         match self {
             RefusalCode::BadFrame => "bad_frame",
             RefusalCode::FrameTooLarge => "frame_too_large",
+            RefusalCode::HelloTooLarge => "hello_too_large",
+            RefusalCode::FrameTimeout => "frame_timeout",
             RefusalCode::BatchTooLarge => "batch_too_large",
             RefusalCode::UnexpectedFrame => "unexpected_frame",
             RefusalCode::NoHello => "no_hello",
@@ -114,14 +163,16 @@ impl RefusalCode {
         Self::ALL.into_iter().find(|c| c.as_str() == code)
     }
 
-    /// The relay's credentials or identity were refused: retrying with the
-    /// same ones cannot help, so the relay stops and says what to fix.
+    /// The relay's credentials, identity or Hello were refused: retrying
+    /// with the same ones cannot help, so the relay stops and says what to
+    /// fix.
     pub fn is_final(self) -> bool {
         matches!(
             self,
             RefusalCode::BadToken
                 | RefusalCode::MachineNotAllowed
                 | RefusalCode::CertificateIdentityMismatch
+                | RefusalCode::HelloTooLarge
         )
     }
 }
@@ -137,7 +188,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusal_codes_round_trip_and_only_credentials_are_final() {
+    fn refusal_codes_round_trip_and_only_credentials_and_hello_limits_are_final() {
         for code in RefusalCode::ALL {
             assert_eq!(RefusalCode::parse(code.as_str()), Some(code));
         }
@@ -149,10 +200,50 @@ mod tests {
         assert_eq!(
             finals,
             [
+                RefusalCode::HelloTooLarge,
                 RefusalCode::BadToken,
                 RefusalCode::MachineNotAllowed,
                 RefusalCode::CertificateIdentityMismatch
             ]
         );
+        assert_eq!(RefusalCode::HelloTooLarge.as_str(), "hello_too_large");
+        assert_eq!(RefusalCode::FrameTimeout.as_str(), "frame_timeout");
+        assert!(!RefusalCode::FrameTimeout.is_final());
+    }
+
+    fn hello(name: usize, boot_id: usize, token: usize) -> v1::Hello {
+        v1::Hello {
+            machine_name: "n".repeat(name),
+            boot_id: "b".repeat(boot_id),
+            token: "t".repeat(token),
+            ..v1::Hello::default()
+        }
+    }
+
+    #[test]
+    fn hello_strings_are_checked_at_their_limits() {
+        let at = hello(MAX_MACHINE_NAME_BYTES, MAX_BOOT_ID_BYTES, MAX_TOKEN_BYTES);
+        assert_eq!(check_hello_strings(&at), Ok(()));
+        let name = check_hello_strings(&hello(MAX_MACHINE_NAME_BYTES + 1, 0, 0));
+        assert_eq!(
+            name,
+            Err("Hello.machine_name of 256 bytes is over its 255-byte limit".into())
+        );
+        let boot = check_hello_strings(&hello(1, 1 << 20, 1)).unwrap_err();
+        assert!(boot.starts_with("Hello.boot_id of 1048576 bytes"), "{boot}");
+        let token = check_hello_strings(&hello(1, 1, MAX_TOKEN_BYTES + 1)).unwrap_err();
+        assert!(token.starts_with("Hello.token of 1025 bytes"), "{token}");
+        // Bytes, not characters: 128 two-byte characters are 256 bytes.
+        let wide = v1::Hello {
+            machine_name: "é".repeat(128),
+            ..v1::Hello::default()
+        };
+        assert!(check_hello_strings(&wide).is_err());
+        // A Hello at every limit fits the Hello frame limit with room to spare.
+        use prost::Message;
+        let frame = v1::Frame {
+            body: Some(v1::frame::Body::Hello(at)),
+        };
+        assert!(frame.encoded_len() < MAX_HELLO_FRAME_BYTES / 16);
     }
 }
