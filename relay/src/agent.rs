@@ -253,7 +253,7 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
             exit::OK
         }
         Ok((UplinkExit::Refused { reason }, _)) => {
-            tracing::error!("giving up: {reason}");
+            tracing::error!("giving up: {}", tracesync_protocol::text::Escaped(&reason));
             exit::NOPERM
         }
         Err(error) => {

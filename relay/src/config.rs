@@ -315,6 +315,15 @@ impl RelayConfig {
             "window-bytes",
             &at,
         )?;
+        let token = match (&flags.token, &file.token) {
+            (Some(flag), _) => {
+                check_token(flag).map_err(|message| ConfigError::flag("token", message))?
+            }
+            (None, Some(value)) => {
+                check_token(value).map_err(|message| ConfigError::file(path, message))?
+            }
+            (None, None) => String::new(),
+        };
         let offset = flags.clock_offset_ns.or(file.clock_offset_ns);
         let drift = match (flags.clock_drift_ppm, &file.clock_drift_ppm) {
             (Some(ppm), _) => Some(
@@ -365,7 +374,7 @@ impl RelayConfig {
             host,
             name,
             sources,
-            token: flags.token.clone().or(file.token).unwrap_or_default(),
+            token,
             spool_dir,
             when_full,
             spool_memory_bytes,
@@ -421,9 +430,24 @@ fn check_host(text: &str) -> Result<String, String> {
 }
 
 fn check_name(text: &str) -> Result<String, String> {
-    if text.is_empty() || text.len() > 255 || text.chars().any(char::is_control) {
+    use tracesync_protocol::relay::MAX_MACHINE_NAME_BYTES;
+    if text.is_empty() || text.len() > MAX_MACHINE_NAME_BYTES || text.chars().any(char::is_control)
+    {
         return Err(format!(
             "bad machine name {text:?}; give 1-255 printable characters"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// A token the daemon would take: at most `MAX_TOKEN_BYTES` (the daemon
+/// refuses a longer Hello token as `hello_too_large`).
+fn check_token(text: &str) -> Result<String, String> {
+    use tracesync_protocol::relay::MAX_TOKEN_BYTES;
+    if text.len() > MAX_TOKEN_BYTES {
+        return Err(format!(
+            "token of {} bytes is over the {MAX_TOKEN_BYTES}-byte limit",
+            text.len()
         ));
     }
     Ok(text.to_owned())

@@ -34,6 +34,7 @@ pub const BATCHES_ACKED: &str = "tracesync_relay_batches_acked_total";
 pub const SPOOL_DROPPED_BATCHES: &str = "tracesync_relay_spool_dropped_batches_total";
 pub const SPOOL_DROPPED_PACKETS: &str = "tracesync_relay_spool_dropped_packets_total";
 pub const RECONNECTS: &str = "tracesync_relay_reconnects_total";
+pub const INVALID_ACKS: &str = "tracesync_relay_invalid_acks_total";
 pub const CONNECTED: &str = "tracesync_relay_connected";
 
 /// Every relay metric: name, kind, help.
@@ -71,6 +72,10 @@ pub const SPECS: &[Spec] = &[
         RECONNECTS,
         "Connections to the daemon lost and planned again",
     ),
+    Spec::counter(
+        INVALID_ACKS,
+        "Welcomes and Acks that acknowledged batches this relay never sent (connection closed, spool kept), by frame",
+    ),
     Spec::gauge(CONNECTED, "1 while a session with the daemon is streaming"),
 ];
 
@@ -95,6 +100,9 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
     }
     for reason in ["malformed", "oversized", "sequence_overflow"] {
         counter!(SOURCE_DROPPED_PACKETS, "reason" => reason).absolute(0);
+    }
+    for frame in ["welcome", "ack"] {
+        counter!(INVALID_ACKS, "frame" => frame).absolute(0);
     }
     Ok(())
 }
@@ -135,6 +143,8 @@ impl UplinkMetrics {
         let unacked = spool.last_seq().saturating_sub(session.acked_through());
         gauge!(UNACKED_BATCHES).set(unacked as f64);
         counter!(RECONNECTS).absolute(session.reconnects());
+        counter!(INVALID_ACKS, "frame" => "welcome").absolute(session.invalid_welcomes());
+        counter!(INVALID_ACKS, "frame" => "ack").absolute(session.invalid_acks());
         gauge!(CONNECTED).set(if session.is_streaming() { 1.0 } else { 0.0 });
     }
 }

@@ -10,6 +10,15 @@
 //! idle, acks free the spool. A lost connection or a refusal other than
 //! authentication means reconnecting after a capped exponential backoff
 //! with jitter; the next Welcome says where to resume.
+//!
+//! The daemon's word is checked before it frees anything: a Welcome or Ack
+//! may only acknowledge batches this relay instance sent in this run or
+//! had spooled before it started (an earlier run may have sent those).
+//! Anything beyond is a daemon that lies (another service on the port, a
+//! daemon whose output was lost or replaced, a bug): the connection is
+//! closed ([`Action::Reject`], counted), the spool keeps everything, and
+//! the session reconnects after the backoff. Batch numbers are never
+//! wrapped: every `+ 1` on them is checked.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -73,6 +82,12 @@ pub enum Action {
     Close {
         reason: String,
     },
+    /// The daemon acknowledged batches this relay never sent: drop the
+    /// connection and say so as an error. Nothing is freed from the spool;
+    /// the session already plans the reconnect.
+    Reject {
+        reason: String,
+    },
     /// Stop for good: the daemon refused our credentials.
     Exit {
         reason: String,
@@ -103,7 +118,16 @@ pub struct Session {
     rng: u64,
     acked_through: u64,
     next_to_send: u64,
+    /// The last batch sent (after a reconnect, resends start lower).
     last_batch_sent: u64,
+    /// The highest batch sent in this run, on any connection.
+    highest_sent: u64,
+    /// The newest batch spooled before this run started (an earlier run
+    /// may have sent it): with `highest_sent`, the most a daemon may ack.
+    spooled_before: u64,
+    /// Welcomes and Acks that acknowledged batches never sent.
+    invalid_welcomes: u64,
+    invalid_acks: u64,
     in_flight: VecDeque<(u64, usize)>,
     in_flight_bytes: usize,
     /// See [`Session::set_link_full`].
@@ -113,8 +137,10 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session that connects at once. `seed` drives the backoff jitter.
-    pub fn new(config: SessionConfig, now: Instant, seed: u64) -> Self {
+    /// A session that connects at once. `seed` drives the backoff jitter;
+    /// `spooled_before` is the spool's last seq when this run opened it
+    /// (batches an earlier run may have sent).
+    pub fn new(config: SessionConfig, now: Instant, seed: u64, spooled_before: u64) -> Self {
         Self {
             backoff: config.backoff_min,
             config,
@@ -123,6 +149,10 @@ impl Session {
             acked_through: 0,
             next_to_send: 1,
             last_batch_sent: 0,
+            highest_sent: 0,
+            spooled_before,
+            invalid_welcomes: 0,
+            invalid_acks: 0,
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
             link_full: false,
@@ -157,6 +187,24 @@ impl Session {
         self.reconnects
     }
 
+    /// Welcomes that acknowledged batches this relay never sent.
+    pub fn invalid_welcomes(&self) -> u64 {
+        self.invalid_welcomes
+    }
+
+    /// Acks of batches this relay never sent.
+    pub fn invalid_acks(&self) -> u64 {
+        self.invalid_acks
+    }
+
+    /// The most a daemon may acknowledge: what this run sent, or what was
+    /// spooled before it started.
+    fn ack_limit(&self) -> u64 {
+        self.spooled_before
+            .max(self.highest_sent)
+            .max(self.acked_through)
+    }
+
     /// The next thing to do now, if any (call until None).
     /// `oldest_spooled` and `last_spooled` bound the batches that exist.
     pub fn poll(&mut self, now: Instant, oldest_spooled: u64, last_spooled: u64) -> Option<Action> {
@@ -176,8 +224,11 @@ impl Session {
                     && self.in_flight_bytes < self.config.window_bytes;
                 if window_open && self.next_to_send <= last_spooled {
                     let seq = self.next_to_send;
-                    self.next_to_send += 1;
-                    return Some(Action::SendBatch(seq));
+                    // u64::MAX is never a batch (the spool stops short of it).
+                    if let Some(next) = seq.checked_add(1) {
+                        self.next_to_send = next;
+                        return Some(Action::SendBatch(seq));
+                    }
                 }
                 if now >= self.last_send_at + self.config.heartbeat_idle {
                     self.last_send_at = now;
@@ -215,6 +266,7 @@ impl Session {
         self.in_flight.push_back((seq, bytes));
         self.in_flight_bytes += bytes;
         self.last_batch_sent = seq;
+        self.highest_sent = self.highest_sent.max(seq);
         self.last_send_at = now;
     }
 
@@ -230,9 +282,24 @@ impl Session {
         if !matches!(self.state, State::Handshake { .. }) {
             return vec![self.lose(now, "unexpected Welcome".into())];
         }
+        let limit = self.ack_limit();
+        let resume = acked_through
+            .checked_add(1)
+            .filter(|_| acked_through <= limit);
+        let Some(resume) = resume else {
+            self.invalid_welcomes += 1;
+            let reason = format!(
+                "Welcome acknowledges batch {acked_through}, but this relay instance sent at \
+                 most batch {} in this run and had spooled through batch {} before it: the \
+                 daemon does not hold this relay's data (another service on its port, a lost \
+                 or replaced output, or a bug); nothing is freed from the spool",
+                self.highest_sent, self.spooled_before
+            );
+            return vec![self.reject(now, reason)];
+        };
         self.state = State::Streaming { since: now };
         self.acked_through = self.acked_through.max(acked_through);
-        self.next_to_send = (acked_through + 1).max(oldest_spooled);
+        self.next_to_send = resume.max(oldest_spooled);
         self.last_send_at = now;
         let mut actions = vec![Action::AckSpool(acked_through)];
         if let Ok(port) = u16::try_from(sync_udp_port)
@@ -268,14 +335,14 @@ impl Session {
         if !self.is_streaming() {
             return vec![self.lose(now, "Ack before Welcome".into())];
         }
-        if through > self.last_batch_sent.max(self.acked_through) {
-            return vec![self.lose(
-                now,
-                format!(
-                    "Ack of batch {through} that was never sent (last sent {})",
-                    self.last_batch_sent
-                ),
-            )];
+        if through > self.ack_limit() {
+            self.invalid_acks += 1;
+            let reason = format!(
+                "Ack of batch {through}, but this relay instance sent at most batch {} in this \
+                 run and had spooled through batch {} before it; nothing is freed from the spool",
+                self.highest_sent, self.spooled_before
+            );
+            return vec![self.reject(now, reason)];
         }
         if through <= self.acked_through {
             return Vec::new();
@@ -295,6 +362,15 @@ impl Session {
     pub fn connection_lost(&mut self, now: Instant) {
         if self.state != State::Exited {
             let _ = self.lose(now, String::new());
+        }
+    }
+
+    /// The daemon acknowledged what it cannot have: drop the connection
+    /// like [`Session::lose`], as an error.
+    fn reject(&mut self, now: Instant, reason: String) -> Action {
+        match self.lose(now, reason) {
+            Action::Close { reason } => Action::Reject { reason },
+            other => other,
         }
     }
 
@@ -345,9 +421,11 @@ mod tests {
         welcomed_with(config, acked, oldest)
     }
 
+    /// A session whose spool held batches through `acked` when it started
+    /// (so the daemon may ack them), welcomed with `acked`.
     fn welcomed_with(config: SessionConfig, acked: u64, oldest: u64) -> (Session, Instant) {
         let t0 = Instant::now();
-        let mut s = Session::new(config, t0, 42);
+        let mut s = Session::new(config, t0, 42, acked);
         assert_eq!(s.poll(t0, oldest, 0), Some(Action::Connect));
         assert_eq!(s.connected(t0), vec![Action::SendHello]);
         let actions = s.welcome(acked, 7, 7411, &[1; 32], oldest, t0);
@@ -473,7 +551,7 @@ mod tests {
     #[test]
     fn backoff_grows_capped_with_jitter_and_resets_after_a_healthy_connection() {
         let t0 = Instant::now();
-        let mut s = Session::new(SessionConfig::default(), t0, 7);
+        let mut s = Session::new(SessionConfig::default(), t0, 7, 0);
         let mut now = t0;
         let mut delays = Vec::new();
         for _ in 0..12 {
@@ -506,7 +584,7 @@ mod tests {
     #[test]
     fn refusals() {
         let t0 = Instant::now();
-        let mut s = Session::new(SessionConfig::default(), t0, 1);
+        let mut s = Session::new(SessionConfig::default(), t0, 1, 0);
         s.poll(t0, 1, 0);
         s.connected(t0);
         let actions = s.refused(
@@ -535,7 +613,7 @@ mod tests {
     fn protocol_violations_close_the_connection() {
         let (mut s, t0) = welcomed(0, 1);
         pump(&mut s, t0, 2, 10);
-        assert!(matches!(s.ack(5, t0)[..], [Action::Close { .. }]));
+        assert!(matches!(s.ack(5, t0)[..], [Action::Reject { .. }]));
         let (mut s, t0) = welcomed(0, 1);
         assert!(matches!(
             s.welcome(0, 1, 0, &[], 1, t0)[..],
@@ -546,10 +624,128 @@ mod tests {
         assert!(s.ack(3, t0).is_empty());
     }
 
+    /// Connects a fresh session (spool last seq `spooled_before`) and hands
+    /// it a Welcome of `acked`.
+    fn welcome_fresh(spooled_before: u64, acked: u64) -> (Session, Vec<Action>, Instant) {
+        let t0 = Instant::now();
+        let mut s = Session::new(SessionConfig::default(), t0, 9, spooled_before);
+        assert_eq!(s.poll(t0, 1, spooled_before), Some(Action::Connect));
+        s.connected(t0);
+        let actions = s.welcome(acked, 3, 0, &[], 1, t0);
+        (s, actions, t0)
+    }
+
+    #[test]
+    fn a_welcome_beyond_every_batch_sent_or_spooled_is_rejected_and_frees_nothing() {
+        for lie in [u64::MAX, u64::MAX - 1, 121, 1 << 40] {
+            let (mut s, actions, t0) = welcome_fresh(120, lie);
+            let [Action::Reject { reason }] = &actions[..] else {
+                panic!("Welcome({lie}): {actions:?}");
+            };
+            assert!(
+                reason.contains(&format!("acknowledges batch {lie}")),
+                "{reason}"
+            );
+            assert!(reason.contains("through batch 120"), "{reason}");
+            assert_eq!(s.invalid_welcomes(), 1);
+            assert_eq!(s.acked_through(), 0, "nothing acknowledged");
+            assert!(!s.is_streaming());
+            assert!(!s.has_exited(), "a lying daemon is retried, not obeyed");
+            assert_eq!(s.reconnects(), 1);
+            // The reconnect is planned: a truthful daemon later resumes it.
+            let retry = s.deadline().unwrap();
+            assert!(retry > t0 && retry <= t0 + 100 * MS, "{retry:?}");
+            assert_eq!(s.poll(retry, 1, 130), Some(Action::Connect));
+            s.connected(retry);
+            assert_eq!(
+                s.welcome(40, 4, 0, &[], 1, retry),
+                vec![Action::AckSpool(40)]
+            );
+            assert_eq!(s.poll(retry, 41, 130), Some(Action::SendBatch(41)));
+        }
+        // At the limit: everything spooled before this run is acked.
+        let (s, actions, _) = welcome_fresh(120, 120);
+        assert_eq!(actions, vec![Action::AckSpool(120)]);
+        assert_eq!(s.invalid_welcomes(), 0);
+        // A new spool: only 0 is true.
+        let (_, actions, _) = welcome_fresh(0, 1);
+        assert!(
+            matches!(actions[..], [Action::Reject { .. }]),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn batch_numbers_at_the_end_of_the_range_never_wrap() {
+        // The spool never gets there; the session must still not wrap.
+        let (mut s, actions, t0) = welcome_fresh(u64::MAX, u64::MAX);
+        assert!(
+            matches!(actions[..], [Action::Reject { .. }]),
+            "{actions:?}"
+        );
+        assert_eq!(s.acked_through(), 0);
+        let retry = s.deadline().unwrap();
+        s.poll(retry, u64::MAX, u64::MAX);
+        s.connected(retry);
+        assert_eq!(
+            s.welcome(u64::MAX - 1, 1, 0, &[], u64::MAX, retry),
+            vec![Action::AckSpool(u64::MAX - 1)]
+        );
+        // u64::MAX is never sent: no seq follows it.
+        for _ in 0..3 {
+            assert!(!matches!(
+                s.poll(retry, u64::MAX, u64::MAX),
+                Some(Action::SendBatch(_))
+            ));
+        }
+        assert!(s.ack(u64::MAX - 1, retry + MS).is_empty());
+        assert!(retry > t0);
+    }
+
+    #[test]
+    fn an_ack_beyond_every_batch_sent_is_rejected_and_counted() {
+        let (mut s, actions, t0) = welcome_fresh(0, 0);
+        assert_eq!(actions, vec![Action::AckSpool(0)]);
+        let sent = pump(&mut s, t0, 3, 10);
+        assert_eq!(sent.len(), 3);
+        // Batch 4 is spooled but was never sent: the daemon cannot have it.
+        let actions = s.ack(4, t0);
+        let [Action::Reject { reason }] = &actions[..] else {
+            panic!("{actions:?}");
+        };
+        assert!(reason.starts_with("Ack of batch 4"), "{reason}");
+        assert_eq!(s.invalid_acks(), 1);
+        assert_eq!(s.acked_through(), 0);
+        assert!(!s.is_streaming());
+        let actions = s.ack(u64::MAX, t0);
+        assert!(
+            matches!(actions[..], [Action::Close { .. }]),
+            "not streaming"
+        );
+        assert_eq!(s.invalid_acks(), 1);
+    }
+
+    #[test]
+    fn an_ack_of_a_batch_sent_before_a_reconnect_is_accepted() {
+        // Sent 1..=5, reconnected, the Welcome said 2, batch 3 resent: the
+        // daemon may still ack 5 (it had it from the first connection).
+        let (mut s, _, t0) = welcome_fresh(0, 0);
+        pump(&mut s, t0, 5, 10);
+        s.connection_lost(t0 + MS);
+        let retry = s.deadline().unwrap();
+        s.poll(retry, 1, 5);
+        s.connected(retry);
+        assert_eq!(s.welcome(2, 2, 0, &[], 1, retry), vec![Action::AckSpool(2)]);
+        assert_eq!(s.poll(retry, 3, 5), Some(Action::SendBatch(3)));
+        s.sent(3, 10, retry);
+        assert_eq!(s.ack(5, retry), vec![Action::AckSpool(5)]);
+        assert_eq!(s.invalid_acks(), 0);
+    }
+
     #[test]
     fn handshake_times_out() {
         let t0 = Instant::now();
-        let mut s = Session::new(SessionConfig::default(), t0, 1);
+        let mut s = Session::new(SessionConfig::default(), t0, 1, 0);
         s.poll(t0, 1, 0);
         s.connected(t0);
         assert_eq!(s.poll(t0 + Duration::from_secs(9), 1, 0), None);

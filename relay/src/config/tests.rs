@@ -110,6 +110,37 @@ fn flag_errors_name_the_flag() {
 }
 
 #[test]
+fn names_and_tokens_longer_than_a_daemon_takes_are_config_errors() {
+    use tracesync_protocol::relay::{MAX_MACHINE_NAME_BYTES, MAX_TOKEN_BYTES};
+    let at_limit = Flags {
+        name: Some("n".repeat(MAX_MACHINE_NAME_BYTES)),
+        token: Some("t".repeat(MAX_TOKEN_BYTES)),
+        ..Flags::default()
+    };
+    let config = RelayConfig::from_parts(None, None, &at_limit).unwrap();
+    assert_eq!(config.token.len(), MAX_TOKEN_BYTES);
+    let long_token = Flags {
+        token: Some("t".repeat(MAX_TOKEN_BYTES + 1)),
+        ..Flags::default()
+    };
+    let err = RelayConfig::from_parts(None, None, &long_token).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("--token: token of 1025 bytes is over the 1024-byte limit"),
+        "{err}"
+    );
+    let text = format!("token = \"{}\"\n", "t".repeat(MAX_TOKEN_BYTES + 1));
+    let err = parse(&text).unwrap_err().to_string();
+    assert!(err.starts_with("relay.toml: token of 1025 bytes"), "{err}");
+    let long_name = Flags {
+        name: Some("n".repeat(MAX_MACHINE_NAME_BYTES + 1)),
+        ..Flags::default()
+    };
+    let err = RelayConfig::from_parts(None, None, &long_name).unwrap_err();
+    assert!(err.to_string().starts_with("--name: "), "{err}");
+}
+
+#[test]
 fn tls_files_are_checked_at_their_key() {
     let text = "host = \"127.0.0.1:7410\"\n\n[tls]\nca = \"/nonexistent/ca.crt\"\n";
     let config = parse(text).unwrap();

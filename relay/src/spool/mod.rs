@@ -260,9 +260,11 @@ impl Spool {
         self.batches.front().map_or(self.next_seq, |b| b.at.seq)
     }
 
-    /// Seq of the newest batch written (0: none yet).
+    /// Seq of the newest batch written (0: none yet), in this run or an
+    /// earlier one (the checkpoint opening every segment keeps it when
+    /// every batch has been acknowledged and deleted).
     pub fn last_seq(&self) -> u64 {
-        self.next_seq - 1
+        self.next_seq.saturating_sub(1)
     }
 
     pub fn stats(&self) -> &SpoolStats {
@@ -397,6 +399,22 @@ impl Spool {
         packets: &[Bytes],
         batch_cursors: &BTreeMap<u16, Bytes>,
     ) -> Result<(), SpoolError> {
+        // The numbers of the batch after this one: checked before anything
+        // is written (u64, so only a damaged or forged spool gets there).
+        let next = match kind {
+            RecordKind::Checkpoint => Some((self.next_seq, self.next_packet_index)),
+            RecordKind::Batch | RecordKind::LegacyBatch => {
+                let count = u32::try_from(packets.len()).ok().map(u64::from);
+                self.next_seq
+                    .checked_add(1)
+                    .zip(count.and_then(|count| self.next_packet_index.checked_add(count)))
+            }
+        };
+        let Some((next_seq, next_packet_index)) = next else {
+            return Err(SpoolError::Exhausted {
+                path: self.config.dir.clone(),
+            });
+        };
         let cursors: Vec<(u16, &[u8])> = match kind {
             RecordKind::Batch | RecordKind::LegacyBatch => {
                 batch_cursors.iter().map(|(s, c)| (*s, &c[..])).collect()
@@ -452,8 +470,8 @@ impl Spool {
         self.stats.packets_written += packets.len() as u64;
         self.stats.bytes_written += at.payload_bytes as u64;
         self.cached_bytes += at.payload_bytes;
-        self.next_seq += 1;
-        self.next_packet_index += u64::from(at.packet_count);
+        self.next_seq = next_seq;
+        self.next_packet_index = next_packet_index;
         self.active_has_batches = true;
         self.cursors
             .extend(batch_cursors.iter().map(|(s, c)| (*s, c.clone())));

@@ -186,6 +186,21 @@ fn scan_segment(path: &Path, number: u64, bytes: &Bytes, scan: &mut Scan) -> (u6
                     ),
                 ));
             }
+            RecordKind::Batch | RecordKind::LegacyBatch
+                if record.seq.checked_add(1).is_none()
+                    || record
+                        .first_packet_index
+                        .checked_add(u64::from(record.packet_count))
+                        .is_none() =>
+            {
+                scan.issues.push(issue(
+                    pos,
+                    &format!(
+                        "batch {} (first packet {}, {} packets) runs past 2^64; skipped",
+                        record.seq, record.first_packet_index, record.packet_count
+                    ),
+                ));
+            }
             RecordKind::Batch | RecordKind::LegacyBatch => {
                 scan.batches.push(BatchLocation {
                     seq: record.seq,
@@ -196,8 +211,11 @@ fn scan_segment(path: &Path, number: u64, bytes: &Bytes, scan: &mut Scan) -> (u6
                     record_len: record_len as u32,
                     payload_bytes: record.payload_bytes,
                 });
-                scan.next_seq = record.seq + 1;
-                scan.next_packet_index = record.first_packet_index + u64::from(record.packet_count);
+                // Checked by the guard above.
+                scan.next_seq = record.seq.saturating_add(1);
+                scan.next_packet_index = record
+                    .first_packet_index
+                    .saturating_add(u64::from(record.packet_count));
             }
         }
         pos += record_len;

@@ -457,3 +457,48 @@ fn closed_segments_are_synced_only_while_they_hold_unacked_batches() {
     assert_eq!(spool.last_seq(), last);
     assert!(spool.batch(last).is_some_and(|b| b.packet_count > 0));
 }
+
+#[test]
+fn batch_numbers_never_wrap() {
+    // A batch record at the end of the number space (forged or damaged
+    // with a valid checksum) is skipped on open, not wrapped to seq 0.
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    fill(&mut spool, 3, 100, now);
+    let last = spool.last_seq();
+    drop(spool);
+    let active = segment_files(dir.path()).pop().unwrap();
+    let forged = record::encode(RecordKind::Batch, u64::MAX, 0, &[], &[packet(2, 1, 10)]);
+    let mut file = OpenOptions::new().append(true).open(&active).unwrap();
+    file.write_all(&forged.bytes).unwrap();
+    drop(file);
+    let (mut spool, issues) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert!(issues[0].what.contains("runs past 2^64"), "{issues:?}");
+    assert_eq!(spool.last_seq(), last);
+    assert!(spool.batch(u64::MAX).is_none());
+    drop(spool);
+
+    // A checkpoint that leaves no seq for the next batch: cutting one is
+    // an error, nothing is written, and the numbers stay where they were.
+    let dir = tempfile::tempdir().unwrap();
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    drop(spool);
+    let active = segment_files(dir.path()).pop().unwrap();
+    let checkpoint = record::encode(RecordKind::Checkpoint, u64::MAX, 0, &[], &[]);
+    let mut file = OpenOptions::new().append(true).open(&active).unwrap();
+    file.write_all(&checkpoint.bytes).unwrap();
+    drop(file);
+    let (mut spool, issues) = Spool::open(config(dir.path())).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(spool.last_seq(), u64::MAX - 1);
+    let bytes = spool.disk_bytes();
+    spool
+        .push(incoming(1, vec![packet(2, 1, 10)], "c"), now)
+        .unwrap();
+    let error = spool.flush_all().unwrap_err();
+    assert!(matches!(error, SpoolError::Exhausted { .. }), "{error}");
+    assert_eq!(spool.last_seq(), u64::MAX - 1);
+    assert_eq!(spool.disk_bytes(), bytes);
+}

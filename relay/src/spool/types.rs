@@ -136,6 +136,12 @@ pub enum SpoolError {
     },
     #[error("spool {path}: used by another relay (locked); give each relay its own --spool")]
     Locked { path: PathBuf },
+    /// The next batch would overflow its seq or packet index (u64).
+    #[error(
+        "spool {path}: batch or packet numbers are used up (2^64); move the spool directory \
+         away to start a new relay instance"
+    )]
+    Exhausted { path: PathBuf },
 }
 
 pub(super) fn io_error(

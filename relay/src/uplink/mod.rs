@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracesync_protocol::relay::PROTOCOL_VERSION;
 use tracesync_protocol::relay::v1::{self, frame::Body};
+use tracesync_protocol::text::Escaped;
 
 pub use connection::{Connection, ConnectionEvent, FrameCodec, OutFrame, Written};
 
@@ -92,7 +93,9 @@ pub async fn run<M: Send + 'static>(
     shutdown: CancellationToken,
 ) -> (UplinkExit, Spool) {
     let seed = spool.instance_id() ^ clock.boottime();
-    let session = Session::new(config.session.clone(), now(), seed);
+    // What an earlier run spooled (and may have sent) bounds what a daemon
+    // may acknowledge, with what this run sends.
+    let session = Session::new(config.session.clone(), now(), seed, spool.last_seq());
     let mut uplink = Uplink {
         config,
         clock,
@@ -314,7 +317,9 @@ impl Uplink {
                 }
             }
             Action::AckSpool(through) => {
-                let acked = (through + 1).saturating_sub(self.spool.oldest_unacked());
+                let acked = through
+                    .saturating_add(1)
+                    .saturating_sub(self.spool.oldest_unacked());
                 crate::metrics::batches_acked(acked);
                 if let Err(error) = self.spool.ack(through) {
                     self.log_error(&error, now);
@@ -336,12 +341,28 @@ impl Uplink {
             }
             Action::Close { reason } => {
                 if !reason.is_empty() {
-                    tracing::warn!("daemon {}: {reason}; reconnecting", self.config.host);
+                    tracing::warn!(
+                        "daemon {}: {}; reconnecting",
+                        self.config.host,
+                        Escaped(&reason)
+                    );
                 }
                 self.connection = None;
             }
+            Action::Reject { reason } => {
+                tracing::error!(
+                    "daemon {}: {reason}; closing the connection, keeping the spool and \
+                     retrying later",
+                    self.config.host
+                );
+                self.connection = None;
+            }
             Action::Exit { reason } => {
-                tracing::error!("daemon {} refused this relay: {reason}", self.config.host);
+                tracing::error!(
+                    "daemon {} refused this relay: {}",
+                    self.config.host,
+                    Escaped(&reason)
+                );
                 self.connection = None;
                 self.refusal = Some(reason);
             }
@@ -392,21 +413,27 @@ impl Uplink {
             }
             ConnectionEvent::Frame(frame) => match frame.body {
                 Some(Body::Welcome(welcome)) => {
-                    tracing::info!(
-                        "daemon {} welcomed relay instance {:016x}: acked through batch {}, resending from {}",
-                        self.config.host,
-                        self.spool.instance_id(),
-                        welcome.acked_through_batch,
-                        (welcome.acked_through_batch + 1).max(self.spool.oldest_unacked())
-                    );
-                    self.session.welcome(
+                    let actions = self.session.welcome(
                         welcome.acked_through_batch,
                         welcome.session_id,
                         welcome.sync_udp_port,
                         &welcome.probe_key,
                         self.spool.oldest_unacked(),
                         now,
-                    )
+                    );
+                    if self.session.is_streaming() {
+                        tracing::info!(
+                            "daemon {} welcomed relay instance {:016x}: acked through batch {}, resending from {}",
+                            self.config.host,
+                            self.spool.instance_id(),
+                            welcome.acked_through_batch,
+                            welcome
+                                .acked_through_batch
+                                .saturating_add(1)
+                                .max(self.spool.oldest_unacked())
+                        );
+                    }
+                    actions
                 }
                 Some(Body::Refused(refused)) => {
                     self.session
