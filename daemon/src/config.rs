@@ -50,7 +50,7 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
     /// Shared secret relays must present [auth.token].
-    #[arg(long, env = "TRACESYNC_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "TRACESYNC_TOKEN", hide_env_values = true, value_parser = check_token)]
     pub token: Option<String>,
     /// Merge window in milliseconds [merge.window-ms].
     #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_window_ms))]
@@ -129,7 +129,9 @@ impl Default for ListenConfig {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// Shared secret; None (or empty) accepts every relay.
+    /// Shared secret; None (or empty) accepts every relay. At most
+    /// `MAX_TOKEN_BYTES` (a relay's Hello token is refused past it).
+    #[serde(deserialize_with = "token")]
     pub token: Option<String>,
     /// Machine names (the relay's Hello name) allowed to connect; empty: all.
     pub allow_machines: Vec<String>,
@@ -221,6 +223,10 @@ pub struct LimitsConfig {
     /// Largest frame accepted from a relay.
     #[serde(deserialize_with = "max_frame_bytes")]
     pub max_frame_bytes: u64,
+    /// After Hello, a frame that has begun must arrive whole within this
+    /// time (a relay trickling bytes is closed with a reason).
+    #[serde(deserialize_with = "frame_timeout_ms")]
+    pub frame_timeout_ms: u64,
     /// Sequences one relay instance may open; a packet on one more is
     /// dropped and the connection closed with a reason.
     #[serde(deserialize_with = "max_sequences_per_relay")]
@@ -233,6 +239,7 @@ impl Default for LimitsConfig {
             max_relays: 256,
             hello_timeout_ms: 5000,
             max_frame_bytes: MAX_FRAME_BYTES as u64,
+            frame_timeout_ms: 30_000,
             max_sequences_per_relay: 16_384,
         }
     }
@@ -276,8 +283,32 @@ fn check_max_frame_bytes(v: u64) -> Result<(), String> {
     check_range(v, 2 << 20, 64 << 20, "max frame bytes")
 }
 
+fn check_frame_timeout_ms(v: u64) -> Result<(), String> {
+    check_range(v, 1_000, 600_000, "frame timeout (ms)")
+}
+
 fn check_max_sequences_per_relay(v: u64) -> Result<(), String> {
     check_range(v, 16, 1 << 20, "max sequences per relay")
+}
+
+/// A token relays can present: at most `MAX_TOKEN_BYTES` (the limit of a
+/// Hello's token).
+fn check_token(text: &str) -> Result<String, String> {
+    use tracesync_protocol::relay::MAX_TOKEN_BYTES;
+    if text.len() > MAX_TOKEN_BYTES {
+        return Err(format!(
+            "token of {} bytes is over the {MAX_TOKEN_BYTES}-byte limit",
+            text.len()
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+fn token<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let text = String::deserialize(d)?;
+    check_token(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 fn parse_flag(s: &str, check: fn(u64) -> Result<(), String>) -> Result<u64, String> {
@@ -313,6 +344,7 @@ checked_fields! {
     max_relays => check_max_relays,
     hello_timeout_ms => check_hello_timeout_ms,
     max_frame_bytes => check_max_frame_bytes,
+    frame_timeout_ms => check_frame_timeout_ms,
     max_sequences_per_relay => check_max_sequences_per_relay,
 }
 

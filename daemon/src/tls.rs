@@ -16,8 +16,11 @@ pub use tracesync_common::tls::pki;
 
 use std::path::{Path, PathBuf};
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use serde::Deserialize;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use toml::Spanned;
 
@@ -90,26 +93,96 @@ impl TlsConfig {
     }
 }
 
-/// A relay data stream: plain TCP or TCP under TLS. Sessions are generic
-/// over it; the certificate is there only under TLS.
+/// A relay data stream: plain TCP or TCP under TLS, both [`Metered`].
+/// Sessions are generic over it; the certificate is there only under TLS.
 pub trait DataStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// The peer's verified leaf certificate (DER), under TLS.
     fn peer_certificate(&self) -> Option<&[u8]>;
+    /// Bytes read from the socket so far (under TLS: before decryption, so
+    /// a frame trickled inside a TLS record shows as progress too).
+    fn bytes_received(&self) -> u64;
 }
 
-impl DataStream for TcpStream {
+impl DataStream for Metered<TcpStream> {
     fn peer_certificate(&self) -> Option<&[u8]> {
         None
     }
+
+    fn bytes_received(&self) -> u64 {
+        self.received
+    }
 }
 
-impl DataStream for tokio_rustls::server::TlsStream<TcpStream> {
+impl DataStream for tokio_rustls::server::TlsStream<Metered<TcpStream>> {
     fn peer_certificate(&self) -> Option<&[u8]> {
         let (_, connection) = self.get_ref();
         connection
             .peer_certificates()
             .and_then(|chain| chain.first())
             .map(|c| c.as_ref())
+    }
+
+    fn bytes_received(&self) -> u64 {
+        self.get_ref().0.received
+    }
+}
+
+/// A stream that counts the bytes read from it (the session's frame
+/// timeout sees a frame begin by them).
+#[derive(Debug)]
+pub struct Metered<S> {
+    inner: S,
+    received: u64,
+}
+
+impl<S> Metered<S> {
+    pub fn new(inner: S) -> Self {
+        Self { inner, received: 0 }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let read = buf.filled().len().saturating_sub(before);
+        this.received = this.received.saturating_add(read as u64);
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 

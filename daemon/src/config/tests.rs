@@ -119,6 +119,29 @@ fn out_of_range_value_is_reported_at_the_value() {
 }
 
 #[test]
+fn frame_timeout_and_token_limits_are_checked() {
+    use tracesync_protocol::relay::MAX_TOKEN_BYTES;
+    assert_eq!(DaemonConfig::default().limits.frame_timeout_ms, 30_000);
+    let config = parse("[limits]\nframe-timeout-ms = 2500\n").expect("config");
+    assert_eq!(config.limits.frame_timeout_ms, 2500);
+    let err = parse("[limits]\nframe-timeout-ms = 999\n").expect_err("too short");
+    assert_eq!(err.position, Some((2, 20)), "{err}");
+    assert!(err.message.contains("frame timeout"), "{err}");
+    let at_limit = format!("[auth]\ntoken = \"{}\"\n", "t".repeat(MAX_TOKEN_BYTES));
+    let config = parse(&at_limit).expect("a token at the limit");
+    assert_eq!(
+        config.auth.required_token().map(str::len),
+        Some(MAX_TOKEN_BYTES)
+    );
+    let over = format!("[auth]\ntoken = \"{}\"\n", "t".repeat(MAX_TOKEN_BYTES + 1));
+    let err = parse(&over).expect_err("a token over the limit");
+    assert_eq!(err.position.map(|p| p.0), Some(2), "{err}");
+    assert!(err.message.contains("1025 bytes"), "{err}");
+    let long = "t".repeat(MAX_TOKEN_BYTES + 1);
+    assert!(DaemonArgs::try_parse_from(["tracesyncd", "--token", &long]).is_err());
+}
+
+#[test]
 fn flags_override_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("daemon.toml");

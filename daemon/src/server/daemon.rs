@@ -224,6 +224,7 @@ async fn run_daemon(
         max_relays: usize::try_from(config.limits.max_relays).unwrap_or(usize::MAX),
         hello_timeout: Duration::from_millis(config.limits.hello_timeout_ms),
         max_frame_bytes: usize::try_from(config.limits.max_frame_bytes).unwrap_or(usize::MAX),
+        frame_timeout: Duration::from_millis(config.limits.frame_timeout_ms),
         sync_udp_port: sync_addr.port(),
         final_ack_timeout: Duration::from_secs(5),
         tls,

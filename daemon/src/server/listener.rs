@@ -1,28 +1,24 @@
-//! Binding the data socket and accepting relay connections, at most
-//! `limits.max-relays` at a time.
+//! Binding the data socket and accepting relay connections. A connection
+//! is unauthenticated until its TLS handshake and Hello pass (at most
+//! [`MAX_UNAUTHENTICATED`] at once, see [`preauth`](super::preauth)); only
+//! then does it take one of the `limits.max-relays` slots.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tracesync_protocol::relay::RefusalCode;
 
-use futures_util::SinkExt;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
-use tokio_util::codec::Framed;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use super::engine::ProbeRegistry;
 use super::events::IngestEvent;
+use super::preauth::{MAX_UNAUTHENTICATED, PreAuth, Unauthenticated};
 use super::{Counter, Shared, session};
-use crate::tls::{DataStream, DataTls};
-
-/// Connections being refused at once (over max-relays); past it a new one
-/// is closed without a reason, so refusals cannot pile up.
-const MAX_REFUSING: usize = 64;
+use crate::tls::{DataTls, Metered};
 
 /// Dead relays (power cut, cable pulled) are noticed within about 25 s.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
@@ -49,17 +45,17 @@ fn tune(stream: &TcpStream) -> io::Result<()> {
     SockRef::from(stream).set_tcp_keepalive(&keepalive)
 }
 
-/// Accepts until shutdown; every session runs on `tracker`. Each session
-/// gets its own clone of `events`; this loop drops the original on return,
-/// so the ingest loop sees the channel close once every session is done.
+/// Accepts until shutdown; every connection runs on `tracker`. Each gets
+/// its own clone of `events`; this loop drops the original on return, so
+/// the ingest loop sees the channel close once every session is done.
 pub async fn accept_loop<P: ProbeRegistry>(
     listener: TcpListener,
     events: mpsc::Sender<IngestEvent>,
     shared: Arc<Shared<P>>,
     tracker: TaskTracker,
 ) {
-    let relays = Arc::new(Semaphore::new(shared.settings.max_relays));
-    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+    let slots = Arc::new(Semaphore::new(shared.settings.max_relays));
+    let unauthenticated = Unauthenticated::new(MAX_UNAUTHENTICATED);
     let mut backoff = Duration::from_millis(10);
     loop {
         let accepted = tokio::select! {
@@ -87,74 +83,67 @@ pub async fn accept_loop<P: ProbeRegistry>(
         if let Err(e) = tune(&stream) {
             debug!(%peer, "cannot set TCP options: {e}");
         }
-        match relays.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let events = events.clone();
-                let shared = shared.clone();
-                match shared.settings.tls.clone() {
-                    None => {
-                        tracker.spawn(session::run(stream, peer, events, shared, permit));
-                    }
-                    Some(tls) => {
-                        tracker.spawn(async move {
-                            if let Some(stream) = handshake(&tls, stream, peer, &shared).await {
-                                session::run(stream, peer, events, shared, permit).await;
-                            }
-                        });
-                    }
-                }
-            }
-            Err(_) => {
-                shared.counters.bump(Counter::RefusedMaxRelays);
-                let Ok(permit) = refusing.clone().try_acquire_owned() else {
-                    continue; // dropping the stream closes it
-                };
-                let reason = format!(
-                    "daemon at max-relays={}; raise limits.max-relays",
-                    shared.settings.max_relays
-                );
-                let shared = shared.clone();
-                tracker.spawn(async move {
-                    match shared.settings.tls.clone() {
-                        None => {
-                            refuse_and_close(stream, peer, RefusalCode::MaxRelays, &reason, &shared)
-                                .await
-                        }
-                        Some(tls) => {
-                            if let Some(stream) = handshake(&tls, stream, peer, &shared).await {
-                                refuse_and_close(
-                                    stream,
-                                    peer,
-                                    RefusalCode::MaxRelays,
-                                    &reason,
-                                    &shared,
-                                )
-                                .await;
-                            }
-                        }
-                    }
-                    drop(permit);
-                });
+        let (ticket, evicted) = unauthenticated.admit();
+        if evicted {
+            shared.counters.bump(Counter::UnauthenticatedEvicted);
+        }
+        let pre = PreAuth {
+            ticket,
+            deadline: tokio::time::Instant::now() + shared.settings.hello_timeout,
+            slots: slots.clone(),
+        };
+        tracker.spawn(connection(
+            stream,
+            peer,
+            events.clone(),
+            shared.clone(),
+            pre,
+        ));
+    }
+}
+
+/// One connection: the TLS handshake (if any), then the session.
+async fn connection<P: ProbeRegistry>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    events: mpsc::Sender<IngestEvent>,
+    shared: Arc<Shared<P>>,
+    pre: PreAuth,
+) {
+    let stream = Metered::new(stream);
+    match shared.settings.tls.clone() {
+        None => session::run(stream, peer, events, shared, pre).await,
+        Some(tls) => {
+            if let Some(stream) = handshake(&tls, stream, peer, &shared, &pre).await {
+                session::run(stream, peer, events, shared, pre).await;
             }
         }
     }
 }
 
-/// The server side of the TLS handshake, bounded by the hello timeout. A
-/// relay without a certificate from `tls.client-ca` fails here: counted,
-/// logged, closed (the relay sees the TLS alert).
+/// The server side of the TLS handshake, bounded by the hello timeout
+/// (which the Hello shares). A relay without a certificate from
+/// `tls.client-ca` fails here: counted, logged, closed (the relay sees the
+/// TLS alert). A connection closed for a newer one at the unauthenticated
+/// limit, or at shutdown, ends quietly (the accept loop counted it).
 async fn handshake<P>(
     tls: &DataTls,
-    stream: TcpStream,
+    stream: Metered<TcpStream>,
     peer: SocketAddr,
     shared: &Shared<P>,
-) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    pre: &PreAuth,
+) -> Option<tokio_rustls::server::TlsStream<Metered<TcpStream>>> {
     let limit = shared.settings.hello_timeout;
     let failed = |why: String| {
         shared.counters.bump(Counter::TlsHandshakeFailures);
         warn!(%peer, "TLS handshake with relay failed: {why}");
     };
-    match tokio::time::timeout(limit, tls.acceptor.accept(stream)).await {
+    let accepted = tokio::select! {
+        accepted = tokio::time::timeout_at(pre.deadline, tls.acceptor.accept(stream)) => accepted,
+        () = pre.ticket.evicted() => return None,
+        () = shared.shutdown.cancelled() => return None,
+    };
+    match accepted {
         Ok(Ok(stream)) => Some(stream),
         Ok(Err(e)) => {
             failed(e.to_string());
@@ -165,17 +154,4 @@ async fn handshake<P>(
             None
         }
     }
-}
-
-async fn refuse_and_close<P, S: DataStream>(
-    stream: S,
-    peer: SocketAddr,
-    code: RefusalCode,
-    reason: &str,
-    shared: &Shared<P>,
-) {
-    let codec = session::codec(shared.settings.max_frame_bytes);
-    let mut link = Framed::new(stream, codec);
-    session::refuse(&mut link, peer, code, reason).await;
-    let _ = SinkExt::<bytes::Bytes>::close(&mut link).await;
 }

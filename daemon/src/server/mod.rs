@@ -2,11 +2,14 @@
 //! middle, acks back.
 //!
 //! Tasks and channels:
-//! - accept loop ([`listener::accept_loop`]): one per data listener; admits
-//!   at most `limits.max-relays` sessions (a [`tokio::sync::Semaphore`]),
-//!   refuses the rest with a reason.
-//! - session ([`session::run`]): one per connection; Hello, checks,
-//!   Welcome, then frames become [`IngestEvent`]s on one bounded `mpsc`
+//! - accept loop ([`listener::accept_loop`]): one per data listener; at
+//!   most [`preauth::MAX_UNAUTHENTICATED`] connections in TLS handshake or
+//!   Hello at once (one more closes the oldest of them), each within the
+//!   hello timeout; a connection takes one of the `limits.max-relays`
+//!   slots (a [`tokio::sync::Semaphore`]) only once its Hello is accepted,
+//!   and is refused with a reason when none is free.
+//! - session ([`session::run`]): one per connection; Hello (at most 64 KiB),
+//!   checks, Welcome, then frames become [`IngestEvent`]s on one bounded `mpsc`
 //!   (a full channel stops the session reading: back-pressure to the relay
 //!   through TCP); acks come back on a per-session `watch` ([`Feedback`]).
 //! - ingest loop ([`ingest`]): a dedicated thread, because the rolling
@@ -24,6 +27,7 @@ pub mod engine;
 pub mod events;
 pub mod ingest;
 pub mod listener;
+pub mod preauth;
 pub mod run;
 pub mod session;
 pub mod wiring;
@@ -56,6 +60,8 @@ pub struct SessionSettings {
     pub max_relays: usize,
     pub hello_timeout: Duration,
     pub max_frame_bytes: usize,
+    /// After Hello, a frame that has begun must be whole within this.
+    pub frame_timeout: Duration,
     /// Sent in Welcome (0: no UDP probes).
     pub sync_udp_port: u16,
     /// On shutdown, how long a session waits for the final ack.
@@ -162,10 +168,18 @@ pub enum Counter {
     TlsHandshakeFailures,
     /// A certificate-authenticated relay claimed another machine.
     RefusedIdentity,
+    /// A first frame over `MAX_HELLO_FRAME_BYTES`, or a Hello string over
+    /// its limit.
+    RefusedHelloTooLarge,
+    /// After Hello, a frame not whole within `limits.frame-timeout-ms`.
+    FrameTimeouts,
+    /// A connection still in TLS handshake or Hello closed for a newer one
+    /// (more than `MAX_UNAUTHENTICATED` at once).
+    UnauthenticatedEvicted,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 16] = [
+    pub const ALL: [Counter; 19] = [
         Counter::ConnectionsAccepted,
         Counter::SessionsWelcomed,
         Counter::RefusedMaxRelays,
@@ -182,12 +196,17 @@ impl Counter {
         Counter::BatchesTooLarge,
         Counter::TlsHandshakeFailures,
         Counter::RefusedIdentity,
+        Counter::RefusedHelloTooLarge,
+        Counter::FrameTimeouts,
+        Counter::UnauthenticatedEvicted,
     ];
 
     /// Counters of refused or closed relay connections, by `Refused.code`.
-    pub const REFUSALS: [Counter; 12] = [
+    pub const REFUSALS: [Counter; 14] = [
         Counter::MalformedFrames,
         Counter::FramesTooLarge,
+        Counter::RefusedHelloTooLarge,
+        Counter::FrameTimeouts,
         Counter::BatchesTooLarge,
         Counter::UnexpectedFrames,
         Counter::HelloTimeouts,
@@ -215,10 +234,13 @@ impl Counter {
             Counter::RefusedByCore => RefusalCode::RefusedByCore,
             Counter::ClosedByCore => RefusalCode::ClosedByCore,
             Counter::RefusedMaxRelays => RefusalCode::MaxRelays,
+            Counter::RefusedHelloTooLarge => RefusalCode::HelloTooLarge,
+            Counter::FrameTimeouts => RefusalCode::FrameTimeout,
             Counter::ConnectionsAccepted
             | Counter::SessionsWelcomed
             | Counter::AcceptErrors
-            | Counter::TlsHandshakeFailures => return None,
+            | Counter::TlsHandshakeFailures
+            | Counter::UnauthenticatedEvicted => return None,
         })
     }
 
@@ -242,6 +264,9 @@ impl Counter {
             Counter::BatchesTooLarge => (CONNECTIONS_FAILED, Some("batch_too_large")),
             Counter::ClosedByCore => (CONNECTIONS_FAILED, Some("closed_by_core")),
             Counter::TlsHandshakeFailures => (CONNECTIONS_FAILED, Some("tls_handshake")),
+            Counter::RefusedHelloTooLarge => (CONNECTIONS_REFUSED, Some("hello_too_large")),
+            Counter::FrameTimeouts => (CONNECTIONS_FAILED, Some("frame_timeout")),
+            Counter::UnauthenticatedEvicted => (CONNECTIONS_FAILED, Some("unauthenticated_limit")),
         }
     }
 }

@@ -1,23 +1,38 @@
 //! One relay connection: Hello, checks, Welcome, then frames to the ingest
 //! loop and acks back, until the peer leaves, a frame is bad, or the daemon
 //! stops.
+//!
+//! Before the Hello is accepted the connection is unauthenticated: its
+//! frame limit is `MAX_HELLO_FRAME_BYTES` (so no buffer larger than that
+//! is sized by what the peer announces), it holds no `max-relays` slot,
+//! and handshake and Hello share the hello timeout. Once accepted it takes
+//! a slot and its frame limit becomes `limits.max-frame-bytes`; from then
+//! on a frame that has begun must arrive whole within
+//! `limits.frame-timeout-ms` ([`FrameClock`]).
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use tracesync_protocol::relay::RefusalCode;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use prost::Message;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
-use tokio::time::timeout;
+use tokio::time::{Sleep, timeout, timeout_at};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
-use tracesync_protocol::relay::{MAX_BATCH_PACKETS, PROTOCOL_VERSION, v1};
+use tracesync_protocol::relay::{
+    MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, PROTOCOL_VERSION, check_hello_strings, v1,
+};
+use tracesync_protocol::text::Escaped;
 use tracing::{debug, info, warn};
 
 use super::engine::{ProbeRegistry, Slot};
 use super::events::{Feedback, IngestEvent, Welcomed};
+use super::preauth::PreAuth;
 use super::{Counter, Shared};
 use crate::tls::{CertIdentity, DataStream};
 
@@ -35,21 +50,28 @@ pub fn codec(max_frame_bytes: usize) -> LengthDelimitedCodec {
         .new_codec()
 }
 
-/// Runs one session to its end. `permit` holds one of the max-relays slots.
+/// Runs one session to its end: `pre` is the connection's place among the
+/// unauthenticated, given up for a `max-relays` slot once the Hello passes.
 pub async fn run<P: ProbeRegistry, S: DataStream>(
     stream: S,
     peer: SocketAddr,
     events: mpsc::Sender<IngestEvent>,
     shared: Arc<Shared<P>>,
-    _permit: OwnedSemaphorePermit,
+    pre: PreAuth,
 ) {
-    let mut link = Framed::new(stream, codec(shared.settings.max_frame_bytes));
+    let mut link = Framed::new(stream, codec(MAX_HELLO_FRAME_BYTES));
     let session_id = new_session_id();
     let welcomed = tokio::select! {
-        w = welcome(&mut link, peer, session_id, &events, &shared) => w,
+        w = welcome(&mut link, peer, session_id, &events, &shared, pre) => w,
         () = shared.shutdown.cancelled() => None,
     };
-    let Some((Welcomed { admitted, feedback }, machine_raw_id, probe_key)) = welcomed else {
+    let Some(Hello {
+        welcomed: Welcomed { admitted, feedback },
+        machine_raw_id,
+        probe_key,
+        slot: _slot,
+    }) = welcomed
+    else {
         return;
     };
     let slot = admitted.slot;
@@ -62,8 +84,10 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
     };
     shared.counters.bump(Counter::SessionsWelcomed);
     info!(%peer, slot, session_id, acked_through = admitted.acked_through_batch, "relay connected");
+    let clock = FrameClock::new(shared.settings.frame_timeout, &link);
     let session = Session {
         link,
+        clock,
         peer,
         slot,
         session_id,
@@ -74,26 +98,46 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
     session.serve(events).await;
 }
 
-/// Reads Hello, checks it, asks the core, sends Welcome. None: refused or
-/// gone (already answered).
+/// A relay welcomed: what the core answered, the raw id and probe key of
+/// its probe registration, and its `max-relays` slot (held until the
+/// session ends).
+struct Hello {
+    welcomed: Welcomed,
+    machine_raw_id: u32,
+    probe_key: [u8; 32],
+    slot: OwnedSemaphorePermit,
+}
+
+/// Reads Hello, checks it, takes a `max-relays` slot, asks the core, sends
+/// Welcome. None: refused or gone (already answered), or closed for a
+/// newer connection at the unauthenticated limit (counted by the accept
+/// loop).
 async fn welcome<P: ProbeRegistry, S: DataStream>(
     link: &mut Link<S>,
     peer: SocketAddr,
     session_id: u64,
     events: &mpsc::Sender<IngestEvent>,
     shared: &Shared<P>,
-) -> Option<(Welcomed, u32, [u8; 32])> {
+    pre: PreAuth,
+) -> Option<Hello> {
     let hello_timeout = shared.settings.hello_timeout;
-    let hello = match timeout(hello_timeout, link.next()).await {
+    let first = tokio::select! {
+        first = timeout_at(pre.deadline, link.next()) => first,
+        () = pre.ticket.evicted() => return None,
+    };
+    let hello = match first {
         Err(_) => {
             shared.counters.bump(Counter::HelloTimeouts);
-            let reason = format!("no Hello within {} ms", hello_timeout.as_millis());
+            let reason = format!(
+                "no Hello within {} ms of connecting",
+                hello_timeout.as_millis()
+            );
             refuse(link, peer, RefusalCode::NoHello, &reason).await;
             return None;
         }
         Ok(None) => return None,
         Ok(Some(Err(e))) => {
-            read_failed(link, peer, e, shared).await;
+            read_failed(link, peer, e, shared, true).await;
             return None;
         }
         Ok(Some(Ok(bytes))) => match decode(&bytes) {
@@ -119,6 +163,14 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
             hello.protocol_version
         );
         refuse(link, peer, RefusalCode::BadVersion, &reason).await;
+        return None;
+    }
+    // Before anything reads the strings (the allow-list, the certificate,
+    // the core, logs): a name is at most 255 bytes, and so on.
+    if let Err(reason) = check_hello_strings(&hello) {
+        shared.counters.bump(Counter::RefusedHelloTooLarge);
+        let reason = format!("{reason}; relay and daemon versions must match");
+        refuse(link, peer, RefusalCode::HelloTooLarge, &reason).await;
         return None;
     }
     if let Some(expected) = shared.token()
@@ -160,6 +212,17 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         .await;
         return None;
     }
+    // Authenticated: a max-relays slot now (never for a connection that
+    // has not passed TLS and the Hello checks), and the full frame limit.
+    let max_relays = shared.settings.max_relays;
+    let Some(slot) = pre.authenticated() else {
+        shared.counters.bump(Counter::RefusedMaxRelays);
+        let reason = format!("daemon at max-relays={max_relays}; raise limits.max-relays");
+        refuse(link, peer, RefusalCode::MaxRelays, &reason).await;
+        return None;
+    };
+    link.codec_mut()
+        .set_max_frame_length(shared.settings.max_frame_bytes);
     // The session's probe key: signs its probe datagrams (Welcome carries it).
     let Ok(probe_key) = tracesync_protocol::probe::new_probe_key() else {
         refuse(
@@ -199,18 +262,82 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         probe_key: probe_key.to_vec().into(),
     });
     if let Err(e) = send(link, welcome).await {
-        debug!(%peer, machine = %name, "cannot send Welcome: {e}");
+        debug!(%peer, machine = %Escaped(&name), "cannot send Welcome: {e}");
         let slot = welcomed.admitted.slot;
         let _ = events
             .send(IngestEvent::Disconnected { slot, session_id })
             .await;
         return None;
     }
-    Some((welcomed, machine_raw_id, probe_key))
+    Some(Hello {
+        welcomed,
+        machine_raw_id,
+        probe_key,
+        slot,
+    })
+}
+
+/// How long a frame may take once it has begun: its first byte (read from
+/// the socket, before TLS decryption) starts the clock, and the frame must
+/// be whole within `limit`, however slowly the rest trickles in. Time the
+/// session does not read (paused, waiting for the ingest loop) does not
+/// count: the clock restarts after every frame and when reading resumes.
+struct FrameClock {
+    limit: Duration,
+    /// Bytes read from the socket when the clock last restarted.
+    mark: u64,
+    /// Armed once a frame has begun.
+    deadline: Option<Pin<Box<Sleep>>>,
+}
+
+/// A frame began more than the frame timeout ago and is not whole yet.
+struct Stalled;
+
+impl FrameClock {
+    fn new<S: DataStream>(limit: Duration, link: &Link<S>) -> Self {
+        Self {
+            limit,
+            mark: link.get_ref().bytes_received(),
+            deadline: None,
+        }
+    }
+
+    fn restart<S: DataStream>(&mut self, link: &Link<S>) {
+        self.mark = link.get_ref().bytes_received();
+        self.deadline = None;
+    }
+}
+
+type Read = Option<std::io::Result<BytesMut>>;
+
+/// The next frame (or the end of the stream), under the frame clock.
+async fn next_frame<S: DataStream>(
+    link: &mut Link<S>,
+    clock: &mut FrameClock,
+) -> Result<Read, Stalled> {
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(read) = link.poll_next_unpin(cx) {
+            clock.restart(link);
+            return Poll::Ready(Ok(read));
+        }
+        let begun = !link.read_buffer().is_empty() || link.get_ref().bytes_received() != clock.mark;
+        if begun {
+            let limit = clock.limit;
+            let deadline = clock
+                .deadline
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+            if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(Stalled));
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 struct Session<'a, P, S> {
     link: Link<S>,
+    clock: FrameClock,
     peer: SocketAddr,
     slot: Slot,
     session_id: u64,
@@ -273,20 +400,33 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                         }
                         return End::Refuse(close.code, close.reason.to_string());
                     }
+                    if paused != feedback.paused {
+                        // Time not spent reading is not the relay's.
+                        self.clock.restart(&self.link);
+                    }
                     paused = feedback.paused;
                     if let Err(end) = self.ack(feedback.acked_through_batch).await {
                         return end;
                     }
                 }
                 // Held back: TCP pushes back to the relay's spool.
-                frame = self.link.next(), if !paused => {
+                frame = next_frame(&mut self.link, &mut self.clock), if !paused => {
                     let bytes = match frame {
-                        None => return End::Gone,
-                        Some(Err(e)) => {
-                            read_failed(&mut self.link, self.peer, e, self.shared).await;
+                        Err(Stalled) => {
+                            self.shared.counters.bump(Counter::FrameTimeouts);
+                            let limit = self.clock.limit.as_millis();
+                            return End::Refuse(RefusalCode::FrameTimeout, format!(
+                                "a frame did not arrive whole within {limit} ms of its first \
+                                 byte (limits.frame-timeout-ms): the link is too slow or the \
+                                 relay stalled"
+                            ));
+                        }
+                        Ok(None) => return End::Gone,
+                        Ok(Some(Err(e))) => {
+                            read_failed(&mut self.link, self.peer, e, self.shared, false).await;
                             return End::Gone;
                         }
-                        Some(Ok(bytes)) => bytes,
+                        Ok(Some(Ok(bytes))) => bytes,
                     };
                     // Counted before decoding: a frame of tiny packets
                     // would cost far more memory decoded than its size.
@@ -457,15 +597,15 @@ async fn send<S: DataStream>(link: &mut Link<S>, body: v1::frame::Body) -> std::
     }
 }
 
-/// Sends Refused with its code and a one-line reason and logs it; the
-/// caller closes.
+/// Sends Refused with its code and a one-line reason and logs it (escaped:
+/// a reason may quote what the relay sent); the caller closes.
 pub(super) async fn refuse<S: DataStream>(
     link: &mut Link<S>,
     peer: SocketAddr,
     code: RefusalCode,
     reason: &str,
 ) {
-    warn!(%peer, %code, "refusing relay: {reason}");
+    warn!(%peer, %code, "refusing relay: {}", Escaped(reason));
     let refused = v1::frame::Body::Refused(v1::Refused {
         reason: reason.to_owned(),
         code: code.as_str().to_owned(),
@@ -476,17 +616,25 @@ pub(super) async fn refuse<S: DataStream>(
 }
 
 /// A read error: an oversized frame is the relay's fault and gets a reason;
-/// anything else is the network's.
+/// anything else is the network's. `first`: the frame was to be the Hello.
 async fn read_failed<P, S: DataStream>(
     link: &mut Link<S>,
     peer: SocketAddr,
     e: std::io::Error,
     shared: &Shared<P>,
+    first: bool,
 ) {
     let oversized = e
         .get_ref()
         .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());
-    if oversized {
+    if oversized && first {
+        shared.counters.bump(Counter::RefusedHelloTooLarge);
+        let reason = format!(
+            "first frame larger than {MAX_HELLO_FRAME_BYTES} bytes: a Hello is far smaller; \
+             relay and daemon versions must match"
+        );
+        refuse(link, peer, RefusalCode::HelloTooLarge, &reason).await;
+    } else if oversized {
         shared.counters.bump(Counter::FramesTooLarge);
         let reason = format!(
             "frame larger than limits.max-frame-bytes={}; raise it on the daemon or upgrade the relay",
