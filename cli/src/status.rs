@@ -10,6 +10,7 @@ use tracesync_core::status::{MachineStatus, StatusReport};
 use tracesync_core::sync::sessions::MachineSync;
 use tracesync_daemon::control::Request;
 use tracesync_daemon::control::format::human_ns;
+use tracesync_protocol::text::escape_control;
 
 /// Longest status line accepted.
 const MAX_REPORT_BYTES: u64 = 16 << 20;
@@ -216,9 +217,11 @@ fn sync_line(s: &MachineSync) -> String {
     line
 }
 
+/// A machine's name as relays announced it, control characters escaped
+/// (a name must not break the table or write to the terminal).
 fn name(m: &MachineStatus) -> String {
     match (&m.name, m.raw_id) {
-        (Some(n), _) => n.clone(),
+        (Some(n), _) => escape_control(n).into_owned(),
         (None, 0) => "host".into(),
         (None, id) => format!("#{id}"),
     }
@@ -344,6 +347,50 @@ mod tests {
              ago; bound now ±2.5us, sigma 900ns, freq ±0.250ppm; probes sent=100 replies=97 \
              timeouts=2 bad_mac=1 replayed=0 nonce_mismatch=0 rejected=0 bursts=1"
         );
+    }
+
+    #[test]
+    fn control_characters_in_names_are_escaped_in_every_line() {
+        let evil = "ph\none\r\u{1b}[2J\u{202e}x";
+        let report = StatusReport {
+            machines: vec![MachineStatus {
+                name: Some(evil.into()),
+                raw_id: 9,
+                connected: true,
+                drops: BTreeMap::from([("duplicates_dropped".into(), 1)]),
+                sync: Some(MachineSync {
+                    session_id: 1,
+                    state: tracesync_core::sync::sessions::SyncState::Steady,
+                    route: None,
+                    probe_rate_hz: 1.0,
+                    epoch: None,
+                    freq_bound_ppm: None,
+                    sigma_ns: None,
+                    bound_now_ns: None,
+                    samples: None,
+                    last_sample_age_ns: None,
+                    probes: Default::default(),
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let t = table(&report, 0);
+        let want = "ph\\none\\r\\u{1b}[2J\\u{202e}x";
+        let lines: Vec<&str> = t.lines().collect();
+        // Header line, column names, one row, one drops line, one sync line.
+        assert_eq!(lines.len(), 5, "{t}");
+        assert!(lines[2].starts_with(want), "{t}");
+        assert!(lines[3].starts_with(&format!("drops on {want}: ")), "{t}");
+        assert!(lines[4].starts_with(&format!("sync on {want}: ")), "{t}");
+        assert!(
+            !t.chars()
+                .any(|c| c != '\n' && tracesync_protocol::text::needs_escape(c)),
+            "{t:?}"
+        );
+        // Columns stay aligned: the escaped name sets the width.
+        let name_width = lines[1].find("ID").unwrap();
+        assert!(name_width > want.len(), "{t}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use tracesync_protocol::scan::Kind;
+use tracesync_protocol::text::{Escaped, escape_control};
 
 use super::request::{TailFormat, lag_notice_record};
 use tracesync_core::jsonl::{JsonlRecord, json_name, write_jsonl_record};
@@ -172,7 +173,8 @@ impl PacketFormatter {
 fn text_line(line: &mut String, p: &OutPacket, err_known: bool) {
     let ts = p.ts.max(0);
     let machine = match (&p.machine_name, p.machine_raw_id) {
-        (Some(name), _) => name.to_string(),
+        // Relays chose their names: control characters escaped.
+        (Some(name), _) => escape_control(name).into_owned(),
         (None, 0) => "host".to_owned(),
         (None, id) => format!("#{id}"),
     };
@@ -190,7 +192,7 @@ fn text_line(line: &mut String, p: &OutPacket, err_known: bool) {
     if err_known {
         let _ = write!(line, "  ±{}", human_ns(p.err_ns));
     }
-    let _ = writeln!(line, "  {}", p.src);
+    let _ = writeln!(line, "  {}", Escaped(&p.src));
 }
 
 /// A duration in the unit that reads best: 850ns, 12.3us, 4.56ms, 1.234s.

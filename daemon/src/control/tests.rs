@@ -475,3 +475,19 @@ async fn tcp_listener_speaks_the_same_protocol() {
     shutdown.cancel();
     server.await.expect("server stops");
 }
+
+#[test]
+fn text_tail_lines_escape_control_characters_in_names() {
+    use super::format::{MachineFilter, PacketFormatter};
+    let packet = out_packet(1_000, 9, Some("vm\n1\u{1b}[31m"), 3, Role::Data);
+    let mut formatter = PacketFormatter::new(TailFormat::Text, MachineFilter::new(&[]));
+    let mut out = Vec::new();
+    assert!(formatter.write(&packet, &mut out));
+    let text = String::from_utf8(out).expect("utf-8");
+    assert_eq!(text.lines().count(), 1, "{text:?}");
+    assert!(text.contains(" vm\\n1\\u{1b}[31m "), "{text:?}");
+    assert!(
+        text.ends_with("  vm\\n1\\u{1b}[31m/synthetic\n"),
+        "{text:?}"
+    );
+}

@@ -235,14 +235,15 @@ fn set_session(s: &mut MachineSeries, m: &MachineStatus) {
     }
 }
 
-/// A machine's `machine` label: its name, else `id-N`.
+/// A machine's `machine` label: its name (control characters escaped, at
+/// most 255 bytes as every Hello's), else `id-N`.
 fn machine_label(m: &MachineStatus) -> Arc<str> {
     match m
         .name
         .as_deref()
         .filter(|n| !n.is_empty() && *n != OTHER_MACHINE)
     {
-        Some(name) => Arc::from(name),
+        Some(name) => Arc::from(tracesync_protocol::text::escape_control(name)),
         None => Arc::from(format!("id-{}", m.raw_id)),
     }
 }

@@ -130,6 +130,29 @@ fn machines_sharing_a_name_keep_apart() {
 }
 
 #[test]
+fn control_characters_in_machine_names_are_escaped_in_labels() {
+    let report = StatusReport {
+        machines: vec![machine(1, "evil\n# HELP forged\u{1b}[2J", 10)],
+        ..StatusReport::default()
+    };
+    let text = render(8, &report);
+    // One line per series: the name cannot start a line of its own.
+    assert!(
+        !text.lines().any(|l| l.starts_with("# HELP forged")),
+        "{text}"
+    );
+    assert!(!text.contains('\u{1b}'), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("tracesync_ingest_packets_total{"))
+        .expect("the machine's series");
+    assert!(
+        line.contains("evil\\\\n# HELP forged\\\\u{1b}[2J"),
+        "{line}"
+    );
+}
+
+#[test]
 fn names_follow_the_conventions() {
     for spec in names::SPECS {
         let name = spec.name;
