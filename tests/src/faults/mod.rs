@@ -10,10 +10,13 @@
 //! - [`tally`]: [`Tally`] (faults by kind) and [`Counts`] (by identity).
 //! - [`cluster`]: [`Cluster`], a daemon and synthetic relays driven through
 //!   faults and checked at the end.
+//! - [`peer`]: hostile peers driven by hand: protocol frames over blocking
+//!   sockets, a fake daemon that lies in Welcome, a process's memory.
 
 pub mod cluster;
 pub mod disk;
 pub mod forward;
+pub mod peer;
 pub mod rng;
 pub mod tally;
 
