@@ -11,6 +11,9 @@
 //!   steps, and a stuck tail subscriber all along.
 //! - a reconnect storm: 64 relays reconnecting at once after a daemon
 //!   restart.
+//! - hostile peers (`hostile`, at the end): a fake daemon lying in Welcome,
+//!   unauthenticated 4 MiB frames, 300 idle connections, a trickled frame,
+//!   Hellos with 1 MiB machine names.
 //!
 //! Every scenario counts the synthetic packets produced, written, lost and
 //! duplicated by identity and requires lost = 0 and duplicated = 0; every
