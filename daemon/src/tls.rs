@@ -4,24 +4,28 @@
 //! certificate against `[tls] client-ca`; a relay without a certificate
 //! from that CA fails the handshake and never reaches Hello. The
 //! certificate's names then bind what the relay may claim in Hello
-//! ([`identity`]). Plaintext only with `mode = "off"` (or `--tls off`),
+//! ([`identity`], with the bindings of rule 4 kept across restarts by
+//! [`bindings`]). Plaintext only with `mode = "off"` (or `--tls off`),
 //! and the daemon warns at startup. The `[auth] token` is checked as well
 //! when set: both may be required.
 //!
 //! Only the data connection is wrapped; probe datagrams carry their own
 //! per-session key, which travels inside this TLS stream (Welcome).
 
+pub mod bindings;
 pub mod identity;
 pub use tracesync_common::tls::pki;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use toml::Spanned;
 
-pub use identity::{Bindings, CertIdentity, MISMATCH};
+pub use bindings::{BINDINGS_FILE, Bindings, Claimed};
+pub use identity::{CertIdentity, MISMATCH};
 pub use tracesync_common::tls::{DEFAULT_TLS_DIR, TlsError, TlsKey, TlsMode, read_certs, read_key};
 
 /// The daemon's `[tls]` section. Paths keep their position in the file so
@@ -50,10 +54,21 @@ impl Default for TlsConfig {
     }
 }
 
-/// The acceptor sessions run the handshake with (None in the config: off).
+/// The acceptor sessions run the handshake with (None in the config: off),
+/// and the bindings of rule 4 relays are held to.
 #[derive(Clone)]
 pub struct DataTls {
     pub acceptor: tokio_rustls::TlsAcceptor,
+    /// In memory unless [`DataTls::with_bindings`] gave a persistent table.
+    pub bindings: Arc<Bindings>,
+}
+
+impl DataTls {
+    /// Holds relays to `bindings` (the daemon's, loaded from its state
+    /// directory).
+    pub fn with_bindings(self, bindings: Arc<Bindings>) -> Self {
+        Self { bindings, ..self }
+    }
 }
 
 impl std::fmt::Debug for DataTls {
@@ -75,6 +90,7 @@ impl TlsConfig {
         )?;
         Ok(Some(DataTls {
             acceptor: tokio_rustls::TlsAcceptor::from(config),
+            bindings: Arc::default(),
         }))
     }
 

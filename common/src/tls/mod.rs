@@ -4,6 +4,7 @@
 //! daemon against its CA; each presents its own certificate. Plaintext only
 //! with `mode = "off"` (both ends warn).
 
+pub mod der;
 pub mod pem;
 pub mod pki;
 
