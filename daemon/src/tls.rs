@@ -5,7 +5,8 @@
 //! from that CA fails the handshake and never reaches Hello. The
 //! certificate's names then bind what the relay may claim in Hello
 //! ([`identity`], with the bindings of rule 4 kept across restarts by
-//! [`bindings`]). Plaintext only with `mode = "off"` (or `--tls off`),
+//! [`bindings`]). With `[tls] crl`, a relay certificate that a CRL of its
+//! CA revokes fails the handshake too. Plaintext only with `mode = "off"` (or `--tls off`),
 //! and the daemon warns at startup. The `[auth] token` is checked as well
 //! when set: both may be required.
 //!
@@ -40,6 +41,9 @@ pub struct TlsConfig {
     pub key: Spanned<PathBuf>,
     /// CA certificate(s) (PEM) that issue relay certificates.
     pub client_ca: Spanned<PathBuf>,
+    /// Certificate revocation list(s) of those CAs (PEM or DER); a relay
+    /// certificate one revokes fails the handshake. None: no CRL.
+    pub crl: Option<Spanned<PathBuf>>,
 }
 
 impl Default for TlsConfig {
@@ -50,6 +54,7 @@ impl Default for TlsConfig {
             cert: at("daemon.crt"),
             key: at("daemon.key"),
             client_ca: at("ca.crt"),
+            crl: None,
         }
     }
 }
@@ -87,6 +92,7 @@ impl TlsConfig {
             self.cert.get_ref(),
             self.key.get_ref(),
             self.client_ca.get_ref(),
+            self.crl.as_ref().map(|c| c.get_ref().as_path()),
         )?;
         Ok(Some(DataTls {
             acceptor: tokio_rustls::TlsAcceptor::from(config),
@@ -100,6 +106,7 @@ impl TlsConfig {
             TlsKey::Cert => self.cert.span(),
             TlsKey::Key => self.key.span(),
             TlsKey::ClientCa => self.client_ca.span(),
+            TlsKey::Crl => self.crl.as_ref()?.span(),
             TlsKey::Ca | TlsKey::ServerName => return None,
         };
         Some(span).filter(|s| !s.is_empty())
@@ -162,6 +169,7 @@ mod tests {
             cert: Spanned::new(0..0, dir.path().join("daemon.crt")),
             key: Spanned::new(0..0, dir.path().join("daemon.key")),
             client_ca: Spanned::new(0..0, dir.path().join("ca.crt")),
+            crl: None,
         };
         assert!(config.load().unwrap().is_some());
         // A key that does not belong to the certificate is refused.

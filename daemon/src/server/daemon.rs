@@ -238,6 +238,7 @@ async fn run_daemon(
         ),
         (Some(_), _) => info!(
             client_ca = %config.tls.client_ca.get_ref().display(),
+            crl = %config.tls.crl.as_ref().map_or_else(|| "none".into(), |c| c.get_ref().display().to_string()),
             "mutual TLS on relay connections; relay identities bound to certificates"
         ),
     }

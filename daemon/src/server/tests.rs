@@ -642,6 +642,7 @@ async fn tls_refuses_unauthenticated_relays_and_binds_identities() {
         cert: at("daemon.crt"),
         key: at("daemon.key"),
         client_ca: at("ca.crt"),
+        crl: None,
     }
     .load()
     .unwrap();
