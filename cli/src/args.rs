@@ -119,6 +119,11 @@ pub enum PkiCommand {
         /// localhost, 127.0.0.1, ::1.
         #[arg(long = "daemon-name", value_name = "NAME")]
         daemon_names: Vec<String>,
+        /// Days the daemon's certificate is valid (from an hour ago, for clock
+        /// skew); the CA is valid for 3650 days, or as long if longer.
+        #[arg(long, value_name = "N", default_value_t = tracesync_common::tls::pki::DEFAULT_DAYS,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(tracesync_common::tls::pki::MAX_DAYS)))]
+        days: u32,
         #[arg(value_name = "DIR", default_value = tracesync_common::tls::DEFAULT_TLS_DIR)]
         dir: PathBuf,
     },
@@ -130,6 +135,35 @@ pub enum PkiCommand {
         /// Also bind this raw machine id (only for relays with a fixed id).
         #[arg(long, value_name = "ID")]
         raw_id: Option<u32>,
+        /// Days the certificate is valid (from an hour ago, for clock skew).
+        #[arg(long, value_name = "N", default_value_t = tracesync_common::tls::pki::DEFAULT_DAYS,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(tracesync_common::tls::pki::MAX_DAYS)))]
+        days: u32,
+        #[arg(value_name = "DIR", default_value = tracesync_common::tls::DEFAULT_TLS_DIR)]
+        dir: PathBuf,
+    },
+    /// Replace NAME.crt/NAME.key (or, with --daemon, daemon.crt/daemon.key) by a new key and
+    /// certificate with the same names, signed by the same CA (DIR/ca.key).
+    Renew {
+        /// The machine whose relay certificate to renew.
+        #[arg(long, required_unless_present = "daemon", conflicts_with = "daemon")]
+        name: Option<String>,
+        /// Renew the daemon's certificate instead.
+        #[arg(long)]
+        daemon: bool,
+        /// Days the new certificate is valid (from an hour ago, for clock skew).
+        #[arg(long, value_name = "N", default_value_t = tracesync_common::tls::pki::DEFAULT_DAYS,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(tracesync_common::tls::pki::MAX_DAYS)))]
+        days: u32,
+        #[arg(value_name = "DIR", default_value = tracesync_common::tls::DEFAULT_TLS_DIR)]
+        dir: PathBuf,
+    },
+    /// Revoke NAME.crt: add its serial to DIR/ca.crl (made if missing), signed by DIR/ca.key.
+    /// The daemon refuses it once its [tls] crl names that file and it restarts.
+    Revoke {
+        /// The machine whose current certificate (NAME.crt) to revoke.
+        #[arg(long)]
+        name: String,
         #[arg(value_name = "DIR", default_value = tracesync_common::tls::DEFAULT_TLS_DIR)]
         dir: PathBuf,
     },

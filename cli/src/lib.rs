@@ -135,8 +135,13 @@ pub fn main() -> ExitCode {
 }
 
 fn pki(command: PkiCommand) -> u8 {
+    use tracesync_common::tls::pki;
     let result = match command {
-        PkiCommand::Init { daemon_names, dir } => {
+        PkiCommand::Init {
+            daemon_names,
+            days,
+            dir,
+        } => {
             let names = if daemon_names.is_empty() {
                 let mut names: Vec<String> = std::fs::read_to_string("/proc/sys/kernel/hostname")
                     .ok()
@@ -149,11 +154,32 @@ fn pki(command: PkiCommand) -> u8 {
             } else {
                 daemon_names
             };
-            tracesync_common::tls::pki::init(&dir, &names)
+            pki::init_for(&dir, &names, days)
         }
-        PkiCommand::Issue { name, raw_id, dir } => {
-            tracesync_common::tls::pki::issue(&dir, &name, raw_id)
+        PkiCommand::Issue {
+            name,
+            raw_id,
+            days,
+            dir,
+        } => pki::issue_for(&dir, &name, raw_id, days),
+        PkiCommand::Renew {
+            name,
+            daemon,
+            days,
+            dir,
+        } => {
+            let holder = match name {
+                Some(name) if !daemon => pki::Holder::Relay(name),
+                _ => pki::Holder::Daemon,
+            };
+            pki::renew(&dir, &holder, days)
         }
+        PkiCommand::Revoke { name, dir } => pki::revoke(&dir, &name).map(|(crl, already)| {
+            if already {
+                eprintln!("tracesync: pki: {name}'s certificate was already revoked");
+            }
+            vec![crl]
+        }),
     };
     match result {
         Ok(files) => {

@@ -4,6 +4,7 @@
 //! - [`config`]: the config file's search order, reading, and one-line
 //!   errors (`file:line:column`).
 //! - [`exit`]: sysexits(3) codes.
+//! - [`files`]: small files replaced atomically, read without following links.
 //! - [`logging`]: journald-friendly, text or JSON logs on stderr.
 //! - [`metrics`]: the Prometheus endpoint.
 //! - [`rx_stamp`]: kernel receive timestamps of probe datagrams.
@@ -13,6 +14,7 @@
 pub mod clock;
 pub mod config;
 pub mod exit;
+pub mod files;
 pub mod logging;
 pub mod metrics;
 pub mod rx_stamp;

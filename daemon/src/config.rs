@@ -82,6 +82,9 @@ pub struct DaemonArgs {
     /// CA certificate(s) that issue relay certificates, PEM [tls.client-ca].
     #[arg(long, value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Certificate revocation list(s) of relay certificates, PEM or DER [tls.crl].
+    #[arg(long, value_name = "FILE")]
+    pub tls_crl: Option<PathBuf>,
     /// Serve Prometheus metrics on this TCP address [metrics.listen].
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
@@ -417,8 +420,12 @@ impl DaemonConfig {
             (Some(span), Some(text), Some(file)) => Some((span, text, file)),
             _ => None,
         };
+        if at.is_none() && e.key == TlsKey::Crl {
+            // No default: a CRL not in the file came from the flag.
+            return Err(ConfigError::flag("tls-crl", e.message));
+        }
         let hint = match (&at, e.key) {
-            (Some(_), _) | (None, TlsKey::Ca | TlsKey::ServerName) => String::new(),
+            (Some(_), _) | (None, TlsKey::Ca | TlsKey::ServerName | TlsKey::Crl) => String::new(),
             (None, TlsKey::Cert) => " (set [tls] cert or --tls-cert".into(),
             (None, TlsKey::Key) => " (set [tls] key or --tls-key".into(),
             (None, TlsKey::ClientCa) => " (set [tls] client-ca or --tls-client-ca".into(),
@@ -484,6 +491,9 @@ impl DaemonConfig {
             if let Some(p) = flag {
                 *field = Spanned::new(0..0, p.clone());
             }
+        }
+        if let Some(p) = &args.tls_crl {
+            self.tls.crl = Some(Spanned::new(0..0, p.clone()));
         }
         if let Some(a) = args.metrics_listen {
             self.metrics.listen = Some(a);

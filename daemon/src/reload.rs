@@ -9,7 +9,8 @@
 //! registry; running sessions keep their estimators). Everything else (listen addresses, the output
 //! directory, commit interval, fsync, merge and limits, and any section this
 //! module does not know) is reported as needing a restart and keeps its
-//! running value.
+//! running value; so are `[tls]` certificates, keys and the CRL, which are
+//! read at startup only.
 //!
 //! [`plan`] is pure: it compares two configs and says which keys changed.
 
@@ -162,6 +163,8 @@ pub fn plan(running: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
         "output.commit-interval-ms",
     );
     restart(o.fsync != n.fsync, "output.fsync");
+    // Certificates, keys and the CRL are read at startup only.
+    restart(running.tls != new.tls, "tls");
     restart(running.merge != new.merge, "merge");
     restart(running.limits != new.limits, "limits");
     restart(
@@ -183,6 +186,7 @@ pub fn plan(running: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
     rest.merge = running.merge.clone();
     rest.limits = running.limits.clone();
     rest.sync = running.sync;
+    rest.tls = running.tls.clone();
     restart(&rest != running, "other sections");
     plan
 }
@@ -246,6 +250,15 @@ mod tests {
              output.retain-bytes; need a restart (running values kept): listen.data, \
              output.dir, limits"
         );
+    }
+
+    #[test]
+    fn certificates_and_the_crl_need_a_restart() {
+        let running = DaemonConfig::default();
+        let new = parse("[tls]\ncrl = \"/etc/tracesync/tls/ca.crl\"\n");
+        let plan = plan(&running, &new);
+        assert!(plan.applied.is_empty());
+        assert_eq!(plan.need_restart, ["tls"]);
     }
 
     #[test]

@@ -4,17 +4,21 @@
 //! certificate against `[tls] client-ca`; a relay without a certificate
 //! from that CA fails the handshake and never reaches Hello. The
 //! certificate's names then bind what the relay may claim in Hello
-//! ([`identity`]). Plaintext only with `mode = "off"` (or `--tls off`),
+//! ([`identity`], with the bindings of rule 4 kept across restarts by
+//! [`bindings`]). With `[tls] crl`, a relay certificate that a CRL of its
+//! CA revokes fails the handshake too. Plaintext only with `mode = "off"` (or `--tls off`),
 //! and the daemon warns at startup. The `[auth] token` is checked as well
 //! when set: both may be required.
 //!
 //! Only the data connection is wrapped; probe datagrams carry their own
 //! per-session key, which travels inside this TLS stream (Welcome).
 
+pub mod bindings;
 pub mod identity;
 pub use tracesync_common::tls::pki;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -24,7 +28,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use toml::Spanned;
 
-pub use identity::{Bindings, CertIdentity, MISMATCH};
+pub use bindings::{BINDINGS_FILE, Bindings, Claimed};
+pub use identity::{CertIdentity, MISMATCH};
 pub use tracesync_common::tls::{DEFAULT_TLS_DIR, TlsError, TlsKey, TlsMode, read_certs, read_key};
 
 /// The daemon's `[tls]` section. Paths keep their position in the file so
@@ -39,6 +44,9 @@ pub struct TlsConfig {
     pub key: Spanned<PathBuf>,
     /// CA certificate(s) (PEM) that issue relay certificates.
     pub client_ca: Spanned<PathBuf>,
+    /// Certificate revocation list(s) of those CAs (PEM or DER); a relay
+    /// certificate one revokes fails the handshake. None: no CRL.
+    pub crl: Option<Spanned<PathBuf>>,
 }
 
 impl Default for TlsConfig {
@@ -49,14 +57,26 @@ impl Default for TlsConfig {
             cert: at("daemon.crt"),
             key: at("daemon.key"),
             client_ca: at("ca.crt"),
+            crl: None,
         }
     }
 }
 
-/// The acceptor sessions run the handshake with (None in the config: off).
+/// The acceptor sessions run the handshake with (None in the config: off),
+/// and the bindings of rule 4 relays are held to.
 #[derive(Clone)]
 pub struct DataTls {
     pub acceptor: tokio_rustls::TlsAcceptor,
+    /// In memory unless [`DataTls::with_bindings`] gave a persistent table.
+    pub bindings: Arc<Bindings>,
+}
+
+impl DataTls {
+    /// Holds relays to `bindings` (the daemon's, loaded from its state
+    /// directory).
+    pub fn with_bindings(self, bindings: Arc<Bindings>) -> Self {
+        Self { bindings, ..self }
+    }
 }
 
 impl std::fmt::Debug for DataTls {
@@ -75,9 +95,11 @@ impl TlsConfig {
             self.cert.get_ref(),
             self.key.get_ref(),
             self.client_ca.get_ref(),
+            self.crl.as_ref().map(|c| c.get_ref().as_path()),
         )?;
         Ok(Some(DataTls {
             acceptor: tokio_rustls::TlsAcceptor::from(config),
+            bindings: Arc::default(),
         }))
     }
 
@@ -87,6 +109,7 @@ impl TlsConfig {
             TlsKey::Cert => self.cert.span(),
             TlsKey::Key => self.key.span(),
             TlsKey::ClientCa => self.client_ca.span(),
+            TlsKey::Crl => self.crl.as_ref()?.span(),
             TlsKey::Ca | TlsKey::ServerName => return None,
         };
         Some(span).filter(|s| !s.is_empty())
@@ -219,6 +242,7 @@ mod tests {
             cert: Spanned::new(0..0, dir.path().join("daemon.crt")),
             key: Spanned::new(0..0, dir.path().join("daemon.key")),
             client_ca: Spanned::new(0..0, dir.path().join("ca.crt")),
+            crl: None,
         };
         assert!(config.load().unwrap().is_some());
         // A key that does not belong to the certificate is refused.

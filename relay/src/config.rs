@@ -217,7 +217,7 @@ impl RelayConfig {
             TlsKey::Cert => ("tls-cert", self.tls.cert != defaults.cert),
             TlsKey::Key => ("tls-key", self.tls.key != defaults.key),
             TlsKey::ServerName => ("tls-server-name", self.tls.server_name.is_some()),
-            TlsKey::ClientCa => ("tls-ca", false),
+            TlsKey::ClientCa | TlsKey::Crl => ("tls-ca", false),
         };
         if from_flag {
             return Err(ConfigError::flag(flag, e.message));

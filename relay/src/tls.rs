@@ -100,7 +100,7 @@ impl RelayTls {
             TlsKey::Cert => self.cert.span(),
             TlsKey::Key => self.key.span(),
             TlsKey::ServerName => self.server_name.as_ref().map(Spanned::span)?,
-            TlsKey::ClientCa => return None,
+            TlsKey::ClientCa | TlsKey::Crl => return None,
         };
         Some(span).filter(|s| !s.is_empty())
     }

@@ -4,7 +4,10 @@
 //! plaintext fails the handshake (the daemon logs and counts it); a relay
 //! with a valid certificate for one machine cannot claim another
 //! (`certificate-identity-mismatch`); the token is still checked; a correct
-//! relay's packets arrive under its name, complete; plaintext warns.
+//! relay's packets arrive under its name, complete; plaintext warns. The
+//! raw-id bindings survive a restart (no squatting after one); a certificate
+//! revoked by `tracesync pki revoke` fails the handshake under `--tls-crl`;
+//! `tracesync pki issue --days 1` is valid for that day only.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -326,4 +329,337 @@ fn plaintext_works_only_when_configured_and_warns() {
     assert!(status.success(), "relay exit: {status}\n{}", relay.log());
     let status = daemon.stop();
     assert!(status.success(), "daemon exit: {status}\n{}", daemon.log());
+}
+
+/// Runs `tracesync ARGS` (the real CLI) and returns its stdout; panics
+/// with its stderr if it fails.
+fn tracesync(args: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new(tracesync_tests::live::bin("tracesync"))
+        .args(args)
+        .output()
+        .expect("run tracesync");
+    assert!(
+        out.status.success(),
+        "tracesync {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A TLS client presenting `dir/<cert>.crt` that sends one Hello (with the
+/// daemon's token) naming `machine` with `raw_id`, and returns the daemon's
+/// answer (Refused or Welcome), read as a length-prefixed frame.
+fn hello_with_certificate(
+    daemon: &Daemon,
+    ca: &Path,
+    dir: &Path,
+    cert: &str,
+    machine: &str,
+    raw_id: u32,
+) -> v1::frame::Body {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).expect("ca.crt") {
+        roots.add(c.expect("CA PEM")).expect("CA");
+    }
+    let chain = rustls_pki_types::CertificateDer::pem_file_iter(dir.join(format!("{cert}.crt")))
+        .expect("cert")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("cert PEM");
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(dir.join(format!("{cert}.key")))
+        .expect("key");
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client auth");
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
+    let sock = TcpStream::connect(daemon.data_addr).expect("connect");
+    sock.set_read_timeout(Some(WAIT)).expect("timeout");
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let hello = v1::Frame {
+        body: Some(v1::frame::Body::Hello(v1::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            token: daemon.token.clone(),
+            relay_instance_id: 0x5a0a_77e4_0000_0001,
+            boot_id: "squatter".into(),
+            machine_name: machine.into(),
+            machine_raw_id: raw_id,
+            ..v1::Hello::default()
+        })),
+    }
+    .encode_to_vec();
+    let mut bytes = (hello.len() as u32).to_be_bytes().to_vec();
+    bytes.extend_from_slice(&hello);
+    tls.write_all(&bytes).expect("send Hello");
+    tls.flush().expect("flush");
+    let mut len = [0u8; 4];
+    tls.read_exact(&mut len).expect("the daemon's answer");
+    let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
+    tls.read_exact(&mut frame).expect("the daemon's answer");
+    v1::Frame::decode(frame.as_slice())
+        .expect("a frame")
+        .body
+        .expect("a body")
+}
+
+#[test]
+fn squatting_after_a_restart_is_refused_and_the_real_machine_is_welcomed() {
+    // Relay A binds its raw id; the daemon restarts; a valid certificate
+    // for machine b claims A's raw id before A is back. On main the
+    // bindings were in memory only: b was welcomed and A refused for good.
+    let pki = Pki::new();
+    for name in ["tls-sq-a", "tls-sq-b"] {
+        pki::issue(&pki.ca, name, None).expect("pki issue");
+    }
+    let mut daemon = Daemon::start(DaemonOpts {
+        tls: Some(pki.daemon()),
+        ..DaemonOpts::default()
+    });
+    let mut a = Relay::start(
+        &daemon,
+        RelayOpts {
+            tls: Some(pki.relay(&pki.ca, "tls-sq-a")),
+            ..RelayOpts::synthetic("tls-sq-a", RATE)
+        },
+    );
+    let status = daemon.wait_connected(&["tls-sq-a"], WAIT);
+    let raw_id = process::machine(&status, "tls-sq-a")
+        .and_then(|m| m["raw_id"].as_u64())
+        .and_then(|id| u32::try_from(id).ok())
+        .unwrap_or_else(|| panic!("no raw id of tls-sq-a: {status}"));
+    let status = a.stop();
+    assert!(status.success(), "relay exit: {status}\n{}", a.log());
+    let status = daemon.stop();
+    assert!(status.success(), "daemon exit: {status}\n{}", daemon.log());
+    daemon.restart();
+    match hello_with_certificate(
+        &daemon,
+        &pki.ca.join("ca.crt"),
+        &pki.ca,
+        "tls-sq-b",
+        "tls-sq-b",
+        raw_id,
+    ) {
+        v1::frame::Body::Refused(r) => {
+            assert_eq!(r.code, "certificate_identity_mismatch", "{r:?}");
+            assert!(
+                r.reason.contains(&format!(
+                    "raw machine id {raw_id} belongs to machine \"tls-sq-a\""
+                )),
+                "{r:?}"
+            );
+        }
+        other => panic!("the squatter was not refused: {other:?}"),
+    }
+    daemon.wait_status("the refusal counted", WAIT, |s| {
+        s["relays_refused"]["certificate_identity_mismatch"] == 1
+    });
+
+    // The real machine comes back (same spool, same raw id) and is welcomed.
+    a.restart();
+    let status = daemon.wait_connected(&["tls-sq-a"], WAIT);
+    assert_eq!(
+        process::machine(&status, "tls-sq-a").map(|m| m["raw_id"].clone()),
+        Some(serde_json::json!(raw_id))
+    );
+    assert!(process::machine(&status, "tls-sq-b").is_none(), "{status}");
+    assert!(a.exited().is_none(), "{}", a.log());
+    assert!(
+        !a.log().contains("certificate-identity-mismatch"),
+        "{}",
+        a.log()
+    );
+    let status = a.stop();
+    assert!(status.success(), "relay exit: {status}\n{}", a.log());
+    let status = daemon.stop();
+    assert!(status.success(), "daemon exit: {status}\n{}", daemon.log());
+    // The binding came from the file the daemon keeps in its output
+    // (state) directory.
+    assert!(
+        daemon
+            .log()
+            .contains("identity bindings: 1 machine names from"),
+        "{}",
+        daemon.log()
+    );
+    let bindings = std::fs::read_to_string(daemon.output.join("identity-bindings.jsonl"))
+        .expect("the daemon keeps its bindings in its output directory");
+    assert!(
+        bindings.contains(&format!("{{\"name\":\"tls-sq-a\",\"raw_ids\":[{raw_id}]")),
+        "{bindings}"
+    );
+}
+
+/// One free loopback port for the metrics endpoint.
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+/// A sample of the daemon's Prometheus page, e.g.
+/// `tracesync_connections_failed_total{reason="tls_handshake"}`.
+fn metric(addr: SocketAddr, series: &str) -> Option<f64> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut page = String::new();
+    s.read_to_string(&mut page).ok()?;
+    page.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok())?
+    })
+}
+
+#[test]
+fn a_revoked_relay_certificate_fails_the_handshake_and_others_connect() {
+    // `tracesync pki revoke` writes ca.crl; the daemon's [tls] crl (here
+    // --tls-crl) makes the revoked certificate fail the TLS handshake.
+    let pki = Pki::new();
+    let dir = pki.ca.as_os_str();
+    tracesync(&[
+        "pki".as_ref(),
+        "issue".as_ref(),
+        "--name".as_ref(),
+        "tls-revoked".as_ref(),
+        dir,
+    ]);
+    let out = tracesync(&[
+        "pki".as_ref(),
+        "revoke".as_ref(),
+        "--name".as_ref(),
+        "tls-revoked".as_ref(),
+        dir,
+    ]);
+    let crl = pki.ca.join("ca.crl");
+    assert_eq!(out.trim(), crl.display().to_string());
+    let metrics = free_addr();
+    let mut daemon = Daemon::start(DaemonOpts {
+        tls: Some(pki.daemon()),
+        extra_args: vec![
+            "--tls-crl".into(),
+            crl.display().to_string(),
+            "--metrics-listen".into(),
+            metrics.to_string(),
+        ],
+        ..DaemonOpts::default()
+    });
+    let handshakes = "tracesync_connections_failed_total{reason=\"tls_handshake\"}";
+    let counted = || metric(metrics, handshakes).unwrap_or(0.0);
+    assert_eq!(counted(), 0.0, "{}", daemon.log());
+
+    let before = handshake_failures(&daemon);
+    let mut revoked = Relay::start(
+        &daemon,
+        RelayOpts {
+            tls: Some(pki.relay(&pki.ca, "tls-revoked")),
+            ..RelayOpts::synthetic("tls-revoked", RATE)
+        },
+    );
+    wait_for(
+        "the daemon to refuse a revoked certificate",
+        || handshake_failures(&daemon) > before && counted() >= 1.0,
+        || format!("{}\n{}", daemon.log(), revoked.log()),
+    );
+    assert!(daemon.log().contains("Revoked"), "{}", daemon.log());
+    assert!(revoked.exited().is_none(), "a handshake failure is retried");
+    revoked.kill9();
+
+    // Another relay of the same CA still gets in.
+    let mut good = Relay::start(
+        &daemon,
+        RelayOpts {
+            tls: Some(pki.relay(&pki.ca, "tls-good")),
+            ..RelayOpts::synthetic("tls-good", RATE)
+        },
+    );
+    let status = daemon.wait_connected(&["tls-good"], WAIT);
+    assert!(
+        process::machine(&status, "tls-revoked").is_none(),
+        "{status}"
+    );
+    let status = good.stop();
+    assert!(status.success(), "relay exit: {status}\n{}", good.log());
+    let status = daemon.stop();
+    assert!(status.success(), "daemon exit: {status}\n{}", daemon.log());
+}
+
+#[test]
+fn a_certificate_issued_for_one_day_is_valid_now_and_not_after() {
+    // `tracesync pki issue --days 1`: the validity read back from the DER,
+    // and rustls's verifier (the daemon's) asked about given instants, so
+    // no clock needs to move.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki_dir = dir.path().join("pki");
+    let d = pki_dir.as_os_str();
+    tracesync(&[
+        "pki".as_ref(),
+        "init".as_ref(),
+        "--daemon-name".as_ref(),
+        "localhost".as_ref(),
+        d,
+    ]);
+    let before = unix_now();
+    tracesync(&[
+        "pki".as_ref(),
+        "issue".as_ref(),
+        "--name".as_ref(),
+        "tls-day".as_ref(),
+        "--days".as_ref(),
+        "1".as_ref(),
+        d,
+    ]);
+    let after = unix_now();
+    let pem = std::fs::read(pki_dir.join("tls-day.crt")).expect("tls-day.crt");
+    let der = rustls_pki_types::CertificateDer::from_pem_slice(&pem).expect("PEM");
+    let cert = tracesync_common::tls::der::certificate(der.as_ref()).expect("DER");
+    assert!(
+        cert.not_before <= before - 3000,
+        "back-dated for skew: {cert:?}"
+    );
+    assert!(cert.not_before >= before - 3600 - 5, "{cert:?}");
+    assert!(
+        (before + 86_400..=after + 86_400).contains(&cert.not_after),
+        "one day: {cert:?} (issued between {before} and {after})"
+    );
+    // Well short of the old rcgen default (4096).
+    let ca = std::fs::read(pki_dir.join("ca.crt")).expect("ca.crt");
+    let ca = rustls_pki_types::CertificateDer::from_pem_slice(&ca).expect("PEM");
+    let ca_fields = tracesync_common::tls::der::certificate(ca.as_ref()).expect("DER");
+    assert!(ca_fields.not_after < after + 3651 * 86_400, "{ca_fields:?}");
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).expect("CA");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .expect("verifier");
+    let at = |unix: i64| {
+        let t = rustls_pki_types::UnixTime::since_unix_epoch(Duration::from_secs(unix as u64));
+        verifier.verify_client_cert(&der, &[], t).map(|_| ())
+    };
+    at(after).expect("valid now");
+    at(after + 86_400 - 120).expect("valid for the day");
+    for late in [after + 86_400 + 120, after + 30 * 86_400] {
+        let err = at(late).expect_err("not valid after the day");
+        assert!(
+            matches!(
+                err,
+                rustls::Error::InvalidCertificate(rustls::CertificateError::ExpiredContext { .. })
+                    | rustls::Error::InvalidCertificate(rustls::CertificateError::Expired)
+            ),
+            "{err:?}"
+        );
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }

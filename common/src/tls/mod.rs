@@ -4,6 +4,7 @@
 //! daemon against its CA; each presents its own certificate. Plaintext only
 //! with `mode = "off"` (both ends warn).
 
+pub mod der;
 pub mod pem;
 pub mod pki;
 
@@ -12,7 +13,8 @@ use std::sync::Arc;
 
 use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use serde::Deserialize;
 
 /// URI SAN prefix binding a machine name (written by [`pki`], read by the
@@ -45,6 +47,8 @@ pub enum TlsKey {
     Cert,
     Key,
     ServerName,
+    /// The daemon's certificate revocation list(s) of relay certificates.
+    Crl,
 }
 
 impl TlsKey {
@@ -55,6 +59,7 @@ impl TlsKey {
             TlsKey::Cert => "cert",
             TlsKey::Key => "key",
             TlsKey::ServerName => "server-name",
+            TlsKey::Crl => "crl",
         }
     }
 }
@@ -100,20 +105,83 @@ fn not_fitting(key: &Path, cert: &Path, e: rustls::Error) -> TlsError {
     }
 }
 
+/// The certificate revocation lists of a file: every `X509 CRL` block of a
+/// PEM file, or one DER CRL. Each must be issued by one of the CAs in
+/// `client_ca` (the issuer names must match: a CRL of another CA would
+/// leave every relay's status unknown, and the handshake fails then).
+/// Signatures are checked by rustls when a relay connects.
+pub fn read_crls(
+    path: &Path,
+    client_ca: &Path,
+) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
+    let error = |message: String| TlsError {
+        key: TlsKey::Crl,
+        message,
+    };
+    let bytes =
+        std::fs::read(path).map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
+    let crls = if bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
+        let crls = CertificateRevocationListDer::pem_slice_iter(&bytes)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
+        if crls.is_empty() {
+            return Err(error(format!(
+                "{} holds no PEM CRL (-----BEGIN X509 CRL-----)",
+                path.display()
+            )));
+        }
+        crls
+    } else {
+        vec![CertificateRevocationListDer::from(bytes)]
+    };
+    let subjects = read_certs(client_ca, TlsKey::ClientCa)?
+        .iter()
+        .filter_map(|ca| der::certificate(ca.as_ref()).ok().map(|c| c.subject))
+        .collect::<Vec<_>>();
+    for (i, crl) in crls.iter().enumerate() {
+        let which = if crls.len() > 1 {
+            format!("{} (CRL {})", path.display(), i + 1)
+        } else {
+            path.display().to_string()
+        };
+        let fields = der::crl(crl.as_ref())
+            .map_err(|e| error(format!("{which}: not a certificate revocation list: {e}")))?;
+        if !subjects.contains(&fields.issuer) {
+            return Err(error(format!(
+                "{which} was not issued by a CA of [tls] client-ca ({}); give the CRL of the                  CA that issues relay certificates (`tracesync pki revoke` writes ca.crl)",
+                client_ca.display()
+            )));
+        }
+    }
+    Ok(crls)
+}
+
 /// The daemon's side: presents `cert`/`key`, requires a relay certificate
-/// issued by `client_ca`.
+/// issued by `client_ca` and not revoked by a CRL of `crl` (when given).
 pub fn server_config(
     cert: &Path,
     key: &Path,
     client_ca: &Path,
+    crl: Option<&Path>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = provider();
     let roots = roots(client_ca, TlsKey::ClientCa)?;
+    let crls = match crl {
+        Some(path) => read_crls(path, client_ca)?,
+        None => Vec::new(),
+    };
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .with_crls(crls)
         .build()
-        .map_err(|e| TlsError {
-            key: TlsKey::ClientCa,
-            message: format!("{}: {e}", client_ca.display()),
+        .map_err(|e| match (&e, crl) {
+            (rustls::server::VerifierBuilderError::InvalidCrl(_), Some(path)) => TlsError {
+                key: TlsKey::Crl,
+                message: format!("{}: not a usable CRL: {e}", path.display()),
+            },
+            _ => TlsError {
+                key: TlsKey::ClientCa,
+                message: format!("{}: {e}", client_ca.display()),
+            },
         })?;
     let chain = read_certs(cert, TlsKey::Cert)?;
     let private = read_key(key, TlsKey::Key)?;
@@ -161,6 +229,7 @@ mod tests {
             Path::new("/nonexistent/d.crt"),
             Path::new("/nonexistent/d.key"),
             Path::new("/nonexistent/ca.crt"),
+            None,
         )
         .unwrap_err();
         assert_eq!(err.key, TlsKey::ClientCa);
@@ -176,5 +245,54 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.key, TlsKey::Ca);
+    }
+
+    #[test]
+    fn crl_files_that_cannot_be_used_name_the_crl_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        pki::init(dir.path(), &["localhost".into()]).unwrap();
+        pki::init(other.path(), &["localhost".into()]).unwrap();
+        for (d, name) in [(dir.path(), "a"), (other.path(), "x")] {
+            pki::issue(d, name, None).unwrap();
+        }
+        pki::revoke(dir.path(), "a").unwrap();
+        pki::revoke(other.path(), "x").unwrap();
+        let at = |f: &str| dir.path().join(f);
+        let config = |crl: &Path| {
+            server_config(
+                &at("daemon.crt"),
+                &at("daemon.key"),
+                &at("ca.crt"),
+                Some(crl),
+            )
+        };
+        // The lab CRL loads, as PEM and as DER.
+        config(&at(pki::CRL_FILE)).unwrap();
+        let der = CertificateRevocationListDer::from_pem_file(at(pki::CRL_FILE)).unwrap();
+        std::fs::write(at("ca.crl.der"), der.as_ref()).unwrap();
+        config(&at("ca.crl.der")).unwrap();
+
+        std::fs::write(
+            at("empty.pem"),
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        std::fs::write(at("garbage.der"), b"\x30\x03\x02\x01\x01").unwrap();
+        let cases = [
+            (at("missing.crl"), "cannot read"),
+            (at("empty.pem"), "holds no PEM CRL"),
+            (at("garbage.der"), "not a certificate revocation list"),
+            (
+                other.path().join(pki::CRL_FILE),
+                "was not issued by a CA of [tls] client-ca",
+            ),
+        ];
+        for (path, want) in cases {
+            let err = config(&path).unwrap_err();
+            assert_eq!(err.key, TlsKey::Crl, "{err}");
+            assert!(err.to_string().starts_with("tls.crl: "), "{err}");
+            assert!(err.message.contains(want), "{path:?}: {err}");
+        }
     }
 }

@@ -291,3 +291,81 @@ fn sync_section_ranges_name_the_key() {
     let err = parse("[sync]\nrate = 4\n").expect_err("unknown key");
     assert!(err.message.starts_with("unknown field `rate`"), "{err}");
 }
+
+#[test]
+fn a_crl_that_cannot_be_used_is_an_error_at_its_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = dir.path();
+    crate::tls::pki::init(pki, &["localhost".into()]).expect("pki init");
+    crate::tls::pki::issue(pki, "relay-a", None).expect("pki issue");
+    crate::tls::pki::revoke(pki, "relay-a").expect("pki revoke");
+    let other = tempfile::tempdir().expect("tempdir");
+    crate::tls::pki::init(other.path(), &["localhost".into()]).expect("pki init");
+    crate::tls::pki::issue(other.path(), "x", None).expect("pki issue");
+    crate::tls::pki::revoke(other.path(), "x").expect("pki revoke");
+    std::fs::write(
+        pki.join("garbage.crl"),
+        "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n",
+    )
+    .expect("write");
+    let text = |crl: &Path| {
+        format!(
+            "[tls]\ncert = \"{}\"\nkey = \"{}\"\nclient-ca = \"{}\"\ncrl = \"{}\"\n",
+            pki.join("daemon.crt").display(),
+            pki.join("daemon.key").display(),
+            pki.join("ca.crt").display(),
+            crl.display()
+        )
+    };
+    let file = Path::new("daemon.toml");
+
+    // The lab CRL is fine; --check-config's check passes.
+    let good = text(&pki.join("ca.crl"));
+    let config = parse(&good).expect("config");
+    assert_eq!(
+        config.tls.crl.as_ref().map(|c| c.get_ref().clone()),
+        Some(pki.join("ca.crl"))
+    );
+    config
+        .check_tls(Some(file), Some(&good))
+        .expect("the lab CRL loads");
+
+    for (crl, want) in [
+        (pki.join("missing.crl"), "cannot read"),
+        (pki.join("garbage.crl"), "not a certificate revocation list"),
+        (
+            other.path().join("ca.crl"),
+            "was not issued by a CA of [tls] client-ca",
+        ),
+    ] {
+        let bad = text(&crl);
+        let err = parse(&bad)
+            .expect("config")
+            .check_tls(Some(file), Some(&bad))
+            .expect_err("a bad CRL");
+        // Line 5, column 7: the value of `crl =`.
+        assert!(
+            err.to_string().starts_with("daemon.toml:5:7: tls.crl: "),
+            "{err}"
+        );
+        assert!(err.message.contains(want), "{crl:?}: {err}");
+        assert!(!err.to_string().contains('\n'));
+    }
+
+    // From the flag: the flag is named.
+    let args = DaemonArgs::try_parse_from([
+        "tracesyncd".as_ref(),
+        "--tls-crl".as_ref(),
+        pki.join("missing.crl").as_os_str(),
+    ])
+    .expect("args");
+    let mut config = parse(&good).expect("config");
+    config.apply_flags(&args);
+    let err = config
+        .check_tls(Some(file), Some(&good))
+        .expect_err("missing CRL");
+    assert!(
+        err.to_string().starts_with("--tls-crl: cannot read "),
+        "{err}"
+    );
+}

@@ -26,9 +26,11 @@ pub(super) fn register_fixed() {
         CONTROL_REFUSED,
         CONTROL_BAD_REQUESTS,
         CONTROL_ACCEPT_ERRORS,
+        IDENTITY_BINDINGS_SAVE_ERRORS,
     ] {
         counter!(name).absolute(0);
     }
     gauge!(RELAYS_CONNECTED).set(0.0);
     gauge!(TAIL_SUBSCRIBERS).set(0.0);
+    gauge!(IDENTITY_BINDINGS_IGNORED_LINES).set(0.0);
 }

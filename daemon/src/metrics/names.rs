@@ -19,6 +19,9 @@ pub const CONNECTIONS_REFUSED: &str = "tracesync_connections_refused_total";
 pub const CONNECTIONS_FAILED: &str = "tracesync_connections_failed_total";
 pub const ACCEPT_ERRORS: &str = "tracesync_accept_errors_total";
 pub const RELAYS_CONNECTED: &str = "tracesync_relays_connected";
+/// Identity bindings (docs/reliability.md "The identity rule").
+pub const IDENTITY_BINDINGS_IGNORED_LINES: &str = "tracesync_identity_bindings_ignored_lines";
+pub const IDENTITY_BINDINGS_SAVE_ERRORS: &str = "tracesync_identity_bindings_save_errors_total";
 
 /// `reason` values of [`CONNECTIONS_REFUSED`].
 pub const REFUSED_REASONS: [&str; 4] = ["max_relays", "version", "token", "core"];
@@ -131,6 +134,14 @@ pub const SPECS: &[Spec] = &[
     ),
     Spec::counter(ACCEPT_ERRORS, "accept() failures on the data listener"),
     Spec::gauge(RELAYS_CONNECTED, "Relay sessions connected now"),
+    Spec::gauge(
+        IDENTITY_BINDINGS_IGNORED_LINES,
+        "Lines of the identity bindings file ignored at start as not valid",
+    ),
+    Spec::counter(
+        IDENTITY_BINDINGS_SAVE_ERRORS,
+        "Failed writes of the identity bindings file",
+    ),
     Spec::counter(
         INGEST_PACKETS,
         "Packets of the machine written to the merged output",

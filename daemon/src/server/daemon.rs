@@ -206,6 +206,27 @@ async fn run_daemon(
         .tls
         .load()
         .map_err(|e| Fatal::new(exit::CONFIG, e.to_string()))?;
+    // Rule 4's bindings persist beside the journal, in the output (state)
+    // directory, opened above.
+    let tls = match tls {
+        None => None,
+        Some(tls) => {
+            let path = config.output.dir.join(crate::tls::BINDINGS_FILE);
+            let (bindings, loaded) =
+                tokio::task::spawn_blocking(move || crate::tls::Bindings::open(&path))
+                    .await
+                    .map_err(|e| Fatal::new(exit::SOFTWARE, format!("loading panicked: {e}")))?
+                    .map_err(|e| Fatal::new(exit::IOERR, e))?;
+            metrics::gauge!(crate::metrics::names::IDENTITY_BINDINGS_IGNORED_LINES)
+                .set(loaded.ignored_lines as f64);
+            if loaded.ignored_lines > 0 {
+                error!("{}", loaded.summary());
+            } else {
+                info!("{}", loaded.summary());
+            }
+            Some(tls.with_bindings(Arc::new(bindings)))
+        }
+    };
     match (&tls, token) {
         (None, None) => warn!(
             "plaintext relay connections (tls.mode = \"off\") and no auth.token: any relay \
@@ -217,6 +238,7 @@ async fn run_daemon(
         ),
         (Some(_), _) => info!(
             client_ca = %config.tls.client_ca.get_ref().display(),
+            crl = %config.tls.crl.as_ref().map_or_else(|| "none".into(), |c| c.get_ref().display().to_string()),
             "mutual TLS on relay connections; relay identities bound to certificates"
         ),
     }

@@ -77,8 +77,9 @@ pub struct Shared<P> {
     /// Shared with the ingest loop, which reports the refusals in status.
     pub counters: Arc<Counters>,
     pub shutdown: CancellationToken,
-    /// Raw ids and relay instances bound to certificate names.
-    pub bindings: crate::tls::Bindings,
+    /// Raw ids and relay instances bound to certificate names (the TLS
+    /// settings' table: persistent in the daemon, in memory in tests).
+    pub bindings: Arc<crate::tls::Bindings>,
     /// Bytes the session -> ingest channel may hold ([`INGEST_QUEUE_BYTES`]).
     pub ingest_bytes: ByteBudget,
     /// Replaced on reload (SIGHUP).
@@ -94,12 +95,16 @@ impl<P> Shared<P> {
         probes: P,
         shutdown: CancellationToken,
     ) -> Self {
+        let bindings = settings
+            .tls
+            .as_ref()
+            .map_or_else(Arc::default, |tls| tls.bindings.clone());
         Self {
             settings,
             probes,
             counters: Arc::default(),
             shutdown,
-            bindings: crate::tls::Bindings::default(),
+            bindings,
             ingest_bytes: ByteBudget::new(INGEST_QUEUE_BYTES),
             token: RwLock::new(token.map(Arc::from)),
             allow_machines: RwLock::new(Arc::from(Vec::new())),

@@ -34,7 +34,7 @@ use super::engine::{ProbeRegistry, Slot};
 use super::events::{Feedback, IngestEvent, Welcomed};
 use super::preauth::PreAuth;
 use super::{Counter, Shared};
-use crate::tls::{CertIdentity, DataStream};
+use crate::tls::{Bindings, CertIdentity, Claimed, DataStream};
 
 /// Plain TCP or TLS ([`DataStream`]).
 type Link<S> = Framed<S, LengthDelimitedCodec>;
@@ -48,6 +48,28 @@ pub fn codec(max_frame_bytes: usize) -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(max_frame_bytes)
         .new_codec()
+}
+
+/// Writes the identity bindings (blocking, off the runtime's workers). A
+/// failure is logged and counted; the binding still holds in memory and
+/// the next new binding writes the whole table again.
+async fn save_bindings(bindings: Arc<Bindings>, machine: &str) {
+    let saved = tokio::task::spawn_blocking(move || {
+        let path = bindings.path().map(|p| p.display().to_string());
+        bindings.save().map_err(|e| (path.unwrap_or_default(), e))
+    })
+    .await;
+    let error = match saved {
+        Ok(Ok(())) => return,
+        Ok(Err((path, e))) => format!("cannot write {path}: {e}"),
+        Err(e) => format!("the writer panicked: {e}"),
+    };
+    metrics::counter!(crate::metrics::names::IDENTITY_BINDINGS_SAVE_ERRORS).increment(1);
+    warn!(
+        %machine,
+        "identity bindings: {error}; the new binding holds until the daemon restarts (free \
+         space or fix permissions in the output directory)"
+    );
 }
 
 /// Runs one session to its end: `pre` is the connection's place among the
@@ -191,8 +213,8 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         refuse(link, peer, RefusalCode::MachineNotAllowed, &reason).await;
         return None;
     }
-    if let Some(der) = link.get_ref().peer_certificate()
-        && let Err(reason) = CertIdentity::from_der(der)
+    if let Some(der) = link.get_ref().peer_certificate() {
+        let claimed = CertIdentity::from_der(der)
             .and_then(|id| id.check_claim(&hello.machine_name, hello.machine_raw_id))
             .and_then(|()| {
                 shared.bindings.claim(
@@ -200,17 +222,26 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
                     hello.machine_raw_id,
                     hello.relay_instance_id,
                 )
-            })
-    {
-        shared.counters.bump(Counter::RefusedIdentity);
-        refuse(
-            link,
-            peer,
-            RefusalCode::CertificateIdentityMismatch,
-            &reason,
-        )
-        .await;
-        return None;
+            });
+        match claimed {
+            Err(reason) => {
+                shared.counters.bump(Counter::RefusedIdentity);
+                refuse(
+                    link,
+                    peer,
+                    RefusalCode::CertificateIdentityMismatch,
+                    &reason,
+                )
+                .await;
+                return None;
+            }
+            // A new binding is on disk before the relay is welcomed, so a
+            // restart right after cannot hand it to another certificate.
+            Ok(Claimed::New) if shared.bindings.is_persistent() => {
+                save_bindings(shared.bindings.clone(), &hello.machine_name).await;
+            }
+            Ok(_) => {}
+        }
     }
     // Authenticated: a max-relays slot now (never for a connection that
     // has not passed TLS and the Hello checks), and the full frame limit.

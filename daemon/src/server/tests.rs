@@ -645,6 +645,7 @@ async fn tls_refuses_unauthenticated_relays_and_binds_identities() {
         cert: at("daemon.crt"),
         key: at("daemon.key"),
         client_ca: at("ca.crt"),
+        crl: None,
     }
     .load()
     .unwrap();
@@ -1075,6 +1076,7 @@ async fn tls_handshakes_in_progress_hold_no_slot() {
         cert: at("daemon.crt"),
         key: at("daemon.key"),
         client_ca: at("ca.crt"),
+        crl: None,
     }
     .load()
     .unwrap();

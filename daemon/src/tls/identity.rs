@@ -12,21 +12,22 @@
 //!    the Hello's `machine_raw_id` must equal one of them.
 //! 4. Otherwise the raw id (which relays derive from their boot id, so it
 //!    changes at every boot) is bound to the first certificate-authenticated
-//!    name that uses it, for the daemon's lifetime, and so is the relay
-//!    instance id: another name presenting either is refused. Each name
-//!    keeps its [`BINDINGS_PER_NAME`] most recent raw ids and instances, so
-//!    the table is bounded by the names the CA has issued.
+//!    name that uses it, and so is the relay instance id: another name
+//!    presenting either is refused. Each name keeps its
+//!    [`BINDINGS_PER_NAME`] most recent raw ids and instances, so the table
+//!    is bounded by the names the CA has issued. The bindings persist in
+//!    the daemon's state directory (the output directory), so a restart
+//!    does not hand them to whoever claims first ([`super::bindings`]).
 //!
 //! A refusal's reason starts with [`MISMATCH`].
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use tracesync_common::tls::der::{self, San};
+
+pub use super::bindings::{BINDINGS_PER_NAME, Bindings, Claimed};
+pub use tracesync_common::tls::{URI_MACHINE, URI_MACHINE_ID};
 
 /// The first word of every identity refusal.
 pub const MISMATCH: &str = "certificate-identity-mismatch";
-pub use tracesync_common::tls::{URI_MACHINE, URI_MACHINE_ID};
-/// Raw ids and relay instances remembered per name.
-pub const BINDINGS_PER_NAME: usize = 8;
 
 /// The identities a verified relay certificate carries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,10 +41,11 @@ pub struct CertIdentity {
 impl CertIdentity {
     /// Reads the names out of a DER certificate.
     pub fn from_der(der: &[u8]) -> Result<Self, String> {
-        let sans = subject_alt_names(der)?;
+        let sans = der::subject_alt_names(der)?;
         let mut identity = CertIdentity::default();
         for san in sans {
             match san {
+                San::Ip(_) => {} // an address is not a machine name
                 San::Dns(name) => identity.names.push(name),
                 San::Uri(uri) => {
                     if let Some(name) = uri.strip_prefix(URI_MACHINE) {
@@ -95,191 +97,6 @@ impl CertIdentity {
             .collect::<Vec<_>>()
             .join(", ")
     }
-}
-
-/// Rule 4: raw ids and relay instances bound to the name that first used
-/// them with a certificate.
-#[derive(Debug, Default)]
-pub struct Bindings {
-    inner: Mutex<BindingTable>,
-}
-
-#[derive(Debug, Default)]
-struct BindingTable {
-    raw_ids: HashMap<u32, String>,
-    instances: HashMap<u64, String>,
-    /// Per lower-cased name: its recent raw ids and instances, oldest first.
-    recent: HashMap<String, (VecDeque<u32>, VecDeque<u64>)>,
-}
-
-impl Bindings {
-    /// Binds `raw_id` and `instance` to `name`, or says who holds them.
-    pub fn claim(&self, name: &str, raw_id: u32, instance: u64) -> Result<(), String> {
-        let mut table = match self.inner.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let key = name.to_ascii_lowercase();
-        if let Some(holder) = table.raw_ids.get(&raw_id).filter(|h| **h != key) {
-            return Err(format!(
-                "{MISMATCH}: raw machine id {raw_id} belongs to machine {holder:?} on this \
-                 daemon; a certificate for {name:?} cannot send as it"
-            ));
-        }
-        if let Some(holder) = table.instances.get(&instance).filter(|h| **h != key) {
-            return Err(format!(
-                "{MISMATCH}: relay instance {instance:016x} belongs to machine {holder:?} on \
-                 this daemon; a certificate for {name:?} cannot resume it"
-            ));
-        }
-        let table = &mut *table;
-        let (ids, insts) = table.recent.entry(key.clone()).or_default();
-        if !ids.contains(&raw_id) {
-            ids.push_back(raw_id);
-            table.raw_ids.insert(raw_id, key.clone());
-            if ids.len() > BINDINGS_PER_NAME
-                && let Some(old) = ids.pop_front()
-            {
-                table.raw_ids.remove(&old);
-            }
-        }
-        if !insts.contains(&instance) {
-            insts.push_back(instance);
-            table.instances.insert(instance, key);
-            if insts.len() > BINDINGS_PER_NAME
-                && let Some(old) = insts.pop_front()
-            {
-                table.instances.remove(&old);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A subject alternative name we read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum San {
-    Dns(String),
-    Uri(String),
-}
-
-const TAG_SEQUENCE: u8 = 0x30;
-const TAG_OID: u8 = 0x06;
-const TAG_OCTET_STRING: u8 = 0x04;
-const TAG_EXTENSIONS: u8 = 0xa3; // [3] EXPLICIT, constructed
-const TAG_SAN_DNS: u8 = 0x82; // [2] IMPLICIT IA5String
-const TAG_SAN_URI: u8 = 0x86; // [6] IMPLICIT IA5String
-/// 2.5.29.17 subjectAltName.
-const OID_SAN: &[u8] = &[0x55, 0x1d, 0x11];
-
-/// One DER TLV: tag, contents, and the bytes after it.
-fn tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
-    let bad = || "malformed certificate (DER)".to_owned();
-    let (&tag, rest) = input.split_first().ok_or_else(bad)?;
-    if tag & 0x1f == 0x1f {
-        return Err(bad()); // high tag numbers do not occur where we look
-    }
-    let (&first, rest) = rest.split_first().ok_or_else(bad)?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return Err(bad());
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return Err(bad());
-    }
-    Ok((tag, &rest[..len], &rest[len..]))
-}
-
-/// The children of a constructed TLV's contents.
-fn children(mut contents: &[u8]) -> impl Iterator<Item = Result<(u8, &[u8]), String>> {
-    std::iter::from_fn(move || {
-        if contents.is_empty() {
-            return None;
-        }
-        match tlv(contents) {
-            Ok((tag, value, rest)) => {
-                contents = rest;
-                Some(Ok((tag, value)))
-            }
-            Err(e) => {
-                contents = &[];
-                Some(Err(e))
-            }
-        }
-    })
-}
-
-/// The DNS and URI names of a certificate's subjectAltName extension.
-fn subject_alt_names(der: &[u8]) -> Result<Vec<San>, String> {
-    let bad = |what: &str| format!("malformed certificate: {what}");
-    let (tag, cert, _) = tlv(der)?;
-    if tag != TAG_SEQUENCE {
-        return Err(bad("not a SEQUENCE"));
-    }
-    let (tag, tbs, _) = tlv(cert)?;
-    if tag != TAG_SEQUENCE {
-        return Err(bad("no tbsCertificate"));
-    }
-    let mut names = Vec::new();
-    for child in children(tbs) {
-        let (tag, value) = child?;
-        if tag != TAG_EXTENSIONS {
-            continue;
-        }
-        let (tag, list, _) = tlv(value)?;
-        if tag != TAG_SEQUENCE {
-            return Err(bad("extensions are not a SEQUENCE"));
-        }
-        for ext in children(list) {
-            let (tag, ext) = ext?;
-            if tag != TAG_SEQUENCE {
-                return Err(bad("extension is not a SEQUENCE"));
-            }
-            let mut parts = children(ext);
-            let Some(Ok((TAG_OID, oid))) = parts.next() else {
-                return Err(bad("extension without an OID"));
-            };
-            if oid != OID_SAN {
-                continue;
-            }
-            // The value is the last part (an optional BOOLEAN may precede it).
-            let mut value = None;
-            for part in parts {
-                value = Some(part?);
-            }
-            let Some((TAG_OCTET_STRING, value)) = value else {
-                return Err(bad("subjectAltName without a value"));
-            };
-            let (tag, general_names, _) = tlv(value)?;
-            if tag != TAG_SEQUENCE {
-                return Err(bad("subjectAltName is not a SEQUENCE"));
-            }
-            for name in children(general_names) {
-                let (tag, value) = name?;
-                let text = || {
-                    std::str::from_utf8(value)
-                        .ok()
-                        .filter(|s| s.is_ascii())
-                        .map(str::to_owned)
-                        .ok_or_else(|| bad("a SAN is not ASCII"))
-                };
-                match tag {
-                    TAG_SAN_DNS => names.push(San::Dns(text()?)),
-                    TAG_SAN_URI => names.push(San::Uri(text()?)),
-                    _ => {} // IP addresses, e-mail, ...: not machine names
-                }
-            }
-        }
-    }
-    Ok(names)
 }
 
 #[cfg(test)]
@@ -397,32 +214,6 @@ mod tests {
         assert!(id.check_claim("a", 11).is_ok());
         let err = id.check_claim("a", 12).unwrap_err();
         assert!(err.starts_with(MISMATCH) && err.contains("12"), "{err}");
-    }
-
-    #[test]
-    fn raw_ids_and_instances_stay_with_their_first_name() {
-        let b = Bindings::default();
-        b.claim("a", 1, 100).unwrap();
-        b.claim("A", 1, 100).unwrap(); // same name, other case
-        b.claim("b", 2, 200).unwrap();
-        let err = b.claim("b", 1, 200).unwrap_err();
-        assert!(err.starts_with(MISMATCH) && err.contains("\"a\""), "{err}");
-        let err = b.claim("b", 3, 100).unwrap_err();
-        assert!(err.contains("relay instance"), "{err}");
-        // A refused claim binds nothing.
-        b.claim("c", 3, 300).unwrap();
-    }
-
-    #[test]
-    fn each_name_keeps_its_recent_bindings_only() {
-        let b = Bindings::default();
-        for i in 0..(BINDINGS_PER_NAME as u32 + 2) {
-            b.claim("a", i, u64::from(i)).unwrap();
-        }
-        // The two oldest were released; the newest are still held.
-        b.claim("b", 0, 0).unwrap();
-        b.claim("b", 1, 1).unwrap();
-        assert!(b.claim("b", BINDINGS_PER_NAME as u32, 50).is_err());
     }
 
     #[test]
