@@ -292,6 +292,8 @@ mod tests {
                     late_packets: 0,
                     unprobed_packets: 0,
                     remapped_packets: 0,
+                    clock_stalls: 0,
+                    clocks_refused: 0,
                     max_err_ns: 0,
                     sync: Some(MachineSync {
                         session_id: 9,
