@@ -11,6 +11,9 @@
 //!   steps, and a stuck tail subscriber all along.
 //! - a reconnect storm: 64 relays reconnecting at once after a daemon
 //!   restart.
+//! - a relay stopped (SIGSTOP) for 40 s, and a fake relay whose clocks say
+//!   BOOTTIME = 1 ns: the healthy relay's output keeps up with what it
+//!   sends (>= 90%) all along; the stall and the lie are counted.
 //!
 //! Every scenario counts the synthetic packets produced, written, lost and
 //! duplicated by identity and requires lost = 0 and duplicated = 0; every
@@ -21,11 +24,14 @@
 //! -9 cycles, default 6), TRACESYNC_FAULT_DISK_EPISODES (default 1),
 //! TRACESYNC_FAULT_STORMS (default 1), TRACESYNC_FAULT_STORM_RELAYS
 //! (default 64), TRACESYNC_FAULT_BACKWARD_STEPS=1 (clock steps may go
-//! back: the trace processor then counts invalid_clock_snapshots).
+//! back: the trace processor then counts invalid_clock_snapshots),
+//! TRACESYNC_FAULT_STOP_S (default 40), TRACESYNC_FAULT_LIE_S (default 20).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tracesync_tests::faults::{self, Cluster, ClusterOpts, Rng, SmallDisk, env_u64};
+use tracesync_tests::faults::{
+    self, Cluster, ClusterOpts, LiarOpts, LyingRelay, Rng, SmallDisk, env_u64,
+};
 use tracesync_tests::live::DaemonOpts;
 
 fn ms(v: u64) -> Duration {
@@ -237,6 +243,167 @@ fn reconnect_storm_of_64_relays_loses_nothing() {
         eprintln!("{TEST}: storm {storm}: all {relays} relays back in {took:?}");
         c.wait_progress(RATE / 2);
     }
+    let seed = rng.seed;
+    c.finish(TEST, seed, true);
+}
+
+/// Output of machine `name` so far: (when, packets written).
+fn output_of(c: &Cluster, name: &str) -> (Instant, u64) {
+    let status = c.daemon.status().unwrap_or_default();
+    (Instant::now(), faults::cluster::packets_of(&status, name))
+}
+
+/// Packets per second between two [`output_of`] samples.
+fn rate_between(from: (Instant, u64), to: (Instant, u64)) -> f64 {
+    let secs = to.0.duration_since(from.0).as_secs_f64();
+    to.1.saturating_sub(from.1) as f64 / secs.max(1e-3)
+}
+
+/// Samples the output of `name` every second for `d`; returns the samples
+/// (first and last included).
+fn sample_output(c: &Cluster, name: &str, d: Duration) -> Vec<(Instant, u64)> {
+    let start = Instant::now();
+    let mut samples = vec![output_of(c, name)];
+    while start.elapsed() < d {
+        std::thread::sleep(ms(1000).min(d.saturating_sub(start.elapsed())));
+        samples.push(output_of(c, name));
+    }
+    samples
+}
+
+/// The slowest rate over any `window` of consecutive samples.
+fn slowest_window(samples: &[(Instant, u64)], window: usize) -> f64 {
+    samples
+        .windows(window + 1)
+        .map(|w| rate_between(w[0], w[window]))
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// A counter of machine `name` in the status.
+fn counter_of(c: &Cluster, name: &str, key: &str) -> u64 {
+    let status = c.daemon.status().unwrap_or_default();
+    tracesync_tests::live::process::machine(&status, name)
+        .and_then(|m| m[key].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_relay_stopped_for_40_s_does_not_stop_the_others() {
+    const TEST: &str = "a_relay_stopped_for_40_s_does_not_stop_the_others";
+    const RATE: u64 = 1000;
+    let _one = faults::one_at_a_time();
+    let rng = Rng::from_env(TEST);
+    let stop_for = Duration::from_secs(env_u64("TRACESYNC_FAULT_STOP_S", 40));
+    // The daemon's default merge window: the stall grace adds 1 s to it.
+    let mut c = Cluster::start(ClusterOpts {
+        name_prefix: "stall".into(),
+        relays: 2,
+        rate: RATE,
+        ..ClusterOpts::default()
+    });
+    c.wait_connected();
+    c.daemon
+        .wait_synced(&c.name_refs(), faults::cluster::RECOVERY_TIMEOUT);
+    c.wait_progress(RATE / 2);
+    let (stopped, healthy) = (c.names[0].clone(), c.names[1].clone());
+    let before = sample_output(&c, &healthy, Duration::from_secs(5));
+    let pid = c.relays[0].pid().expect("relay running");
+    faults::freeze(pid);
+    c.tally.add("sigstop-relay-40s");
+    let during = sample_output(&c, &healthy, stop_for);
+    faults::thaw(pid);
+    let rate_before = rate_between(before[0], before[before.len() - 1]);
+    let rate = rate_between(during[0], during[during.len() - 1]);
+    let slowest = slowest_window(&during, 5);
+    eprintln!(
+        "{TEST}: {healthy} sends {RATE} events/s; written {rate_before:.0}/s before, \
+         {rate:.0}/s ({:.1}%) while {stopped} was stopped for {:.0} s (slowest 5 s: {slowest:.0}/s)",
+        100.0 * rate / RATE as f64,
+        stop_for.as_secs_f64()
+    );
+    assert!(
+        rate >= 0.9 * RATE as f64,
+        "{healthy}: {rate:.0} packets/s written while {stopped} was stopped, sending {RATE}/s"
+    );
+    // The stopped relay comes back and catches up.
+    c.wait_progress(RATE / 2);
+    let (stalls, late, refused) = (
+        counter_of(&c, &stopped, "clock_stalls"),
+        counter_of(&c, &stopped, "late_packets"),
+        counter_of(&c, &stopped, "clocks_refused"),
+    );
+    eprintln!(
+        "{TEST}: {stopped}: clock_stalls {stalls}, late_packets {late}, clocks_refused {refused}; \
+         {healthy}: clock_stalls {}",
+        counter_of(&c, &healthy, "clock_stalls")
+    );
+    assert!(stalls >= 1, "{stopped}'s stall is not counted");
+    assert_eq!(counter_of(&c, &healthy, "clock_stalls"), 0);
+    let seed = rng.seed;
+    c.finish(TEST, seed, true);
+}
+
+#[test]
+fn a_relay_lying_about_its_clock_does_not_stop_the_others() {
+    const TEST: &str = "a_relay_lying_about_its_clock_does_not_stop_the_others";
+    const RATE: u64 = 1000;
+    let _one = faults::one_at_a_time();
+    let rng = Rng::from_env(TEST);
+    let lie_for = Duration::from_secs(env_u64("TRACESYNC_FAULT_LIE_S", 20));
+    let mut c = Cluster::start(ClusterOpts {
+        name_prefix: "honest".into(),
+        relays: 1,
+        rate: RATE,
+        ..ClusterOpts::default()
+    });
+    c.wait_connected();
+    c.daemon
+        .wait_synced(&c.name_refs(), faults::cluster::RECOVERY_TIMEOUT);
+    c.wait_progress(RATE / 2);
+    let healthy = c.names[0].clone();
+    let before = sample_output(&c, &healthy, Duration::from_secs(5));
+    // BOOTTIME = 1 ns in its Hello and every Heartbeat; honest probes, so
+    // the daemon has a sync estimate for it (its clock would hold the
+    // watermark at host time ~0).
+    let liar = LyingRelay::start(
+        c.daemon.data_addr,
+        &c.daemon.token,
+        LiarOpts {
+            name: "liar".into(),
+            raw_id: 0x11a5,
+            instance: 0x11a5_11a5,
+            clock_ns: 1,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{TEST}: the liar: {e}"));
+    c.tally.add("lying-relay");
+    c.daemon
+        .wait_synced(&["liar"], faults::cluster::RECOVERY_TIMEOUT);
+    let during = sample_output(&c, &healthy, lie_for);
+    let rate_before = rate_between(before[0], before[before.len() - 1]);
+    let rate = rate_between(during[0], during[during.len() - 1]);
+    let slowest = slowest_window(&during, 5);
+    let refused = counter_of(&c, "liar", "clocks_refused");
+    eprintln!(
+        "{TEST}: {healthy} sends {RATE} events/s; written {rate_before:.0}/s before, \
+         {rate:.0}/s ({:.1}%) over {:.0} s with the liar synced (slowest 5 s: {slowest:.0}/s); \
+         liar: {} heartbeats, {} probes answered, clocks_refused {refused}, clock_stalls {}",
+        100.0 * rate / RATE as f64,
+        lie_for.as_secs_f64(),
+        liar.heartbeats(),
+        liar.probes_answered(),
+        counter_of(&c, "liar", "clock_stalls"),
+    );
+    assert!(
+        rate >= 0.9 * RATE as f64,
+        "{healthy}: {rate:.0} packets/s written while the liar was connected, sending {RATE}/s"
+    );
+    assert!(
+        refused >= 1 && refused >= liar.heartbeats() / 2,
+        "the lie is not counted: clocks_refused {refused} after {} heartbeats",
+        liar.heartbeats()
+    );
+    drop(liar);
     let seed = rng.seed;
     c.finish(TEST, seed, true);
 }

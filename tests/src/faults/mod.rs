@@ -10,16 +10,20 @@
 //! - [`tally`]: [`Tally`] (faults by kind) and [`Counts`] (by identity).
 //! - [`cluster`]: [`Cluster`], a daemon and synthetic relays driven through
 //!   faults and checked at the end.
+//! - [`liar`]: [`LyingRelay`], a fake relay whose Hello and Heartbeats lie
+//!   about its clock.
 
 pub mod cluster;
 pub mod disk;
 pub mod forward;
+pub mod liar;
 pub mod rng;
 pub mod tally;
 
 pub use cluster::{Cluster, ClusterOpts};
 pub use disk::SmallDisk;
 pub use forward::Forwarder;
+pub use liar::{LiarOpts, LyingRelay};
 pub use rng::Rng;
 pub use tally::{Counts, Row, Tally};
 
