@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fault injection suite, long edition: the scenarios of
-# tests/tests/fault_suite.rs with many more faults, then one summary table.
+# tests/tests/fault_suite/main.rs with many more faults, then one summary table.
 #
 #   scripts/fault-suite.sh [CYCLES]          # default 50 kill -9 cycles
 #   FAULT_SUITE_RELEASE=1 scripts/fault-suite.sh 100

@@ -127,6 +127,17 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
         }
     }
     for m in &report.machines {
+        if m.clock_stalls > 0 || m.clocks_refused > 0 {
+            let _ = writeln!(
+                out,
+                "watermark on {}: clock_stalls={}, clocks_refused={}",
+                name(m),
+                m.clock_stalls,
+                m.clocks_refused
+            );
+        }
+    }
+    for m in &report.machines {
         if let Some(sync) = &m.sync {
             let _ = writeln!(out, "sync on {}: {}", name(m), sync_line(sync));
         }
@@ -295,6 +306,8 @@ mod tests {
                     late_packets: 0,
                     unprobed_packets: 0,
                     remapped_packets: 0,
+                    clock_stalls: 0,
+                    clocks_refused: 0,
                     max_err_ns: 0,
                     sync: Some(MachineSync {
                         session_id: 9,
@@ -419,5 +432,33 @@ mod tests {
             ),
             "{t}"
         );
+    }
+
+    #[test]
+    fn clock_stalls_and_refused_clocks_get_a_line() {
+        let report = StatusReport {
+            machines: vec![
+                MachineStatus {
+                    name: Some("phone".into()),
+                    raw_id: 3,
+                    clock_stalls: 1,
+                    clocks_refused: 12,
+                    ..Default::default()
+                },
+                MachineStatus {
+                    name: Some("quiet".into()),
+                    raw_id: 4,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let text = table(&report, 0);
+        assert!(
+            text.contains("watermark on phone: clock_stalls=1, clocks_refused=12\n"),
+            "{text}"
+        );
+        assert!(!text.contains("watermark on quiet"), "{text}");
+        assert!(!text.contains("drops on phone"), "not drops: {text}");
     }
 }

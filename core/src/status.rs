@@ -73,6 +73,19 @@ pub struct MachineStatus {
     /// corrected mapping. Not dropped.
     #[serde(default)]
     pub remapped_packets: u64,
+    /// Times the machine's relay stopped holding the merge watermark
+    /// because its clock had not advanced for the stall grace (stopped,
+    /// suspended, cut off, idle without heartbeats, or lying); it holds
+    /// again once its clock advances. Its later packets are written, late
+    /// where older than what was written meanwhile. Not drops.
+    #[serde(default)]
+    pub clock_stalls: u64,
+    /// Relay clocks (Hello, Batch, Heartbeat) refused for the watermark:
+    /// earlier than its last accepted clock, past host time beyond the sync
+    /// estimate's bound, or a session's first clock far before host time.
+    /// Not drops (its packets are written by their own timestamps).
+    #[serde(default)]
+    pub clocks_refused: u64,
     /// Largest error bound of any packet written for this machine: every
     /// written packet's time is within this of the truth if the bounds hold.
     #[serde(default)]

@@ -7,6 +7,7 @@
 use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
 
 use super::estimate::SyncEstimate;
+use super::hold::{ReadingClock, Verdict};
 use super::machines::{Machines, reason};
 use super::output::Output;
 use super::recovered::Recovered;
@@ -24,6 +25,8 @@ pub struct LiveCore {
     pub(super) config: LiveConfig,
     /// Latest host BOOTTIME passed in by any call.
     pub(super) latest_now: u64,
+    /// How long the ingest loop has been reading (the stall grace's clock).
+    pub(super) reading: ReadingClock,
     pub(super) machines: Machines,
     pub(super) relays: Relays,
     pub(super) streams: Streams,
@@ -49,6 +52,7 @@ impl LiveCore {
         Self {
             config,
             latest_now: 0,
+            reading: ReadingClock::default(),
             machines,
             relays: Relays::new(recovered_clocks),
             streams,
@@ -79,6 +83,14 @@ impl LiveCore {
         if session.lost > 0 {
             self.machines
                 .count(raw_id, reason::BATCHES_LOST, session.lost);
+        }
+        // The Hello's clocks are the session's first.
+        let reading = self.reading.at(now);
+        let grace = self.config.stall_after_ns();
+        if let Some(relay) = self.relays.get_mut(instance)
+            && relay.saw_clocks(hello.clocks, now, reading, grace) == Verdict::Refused
+        {
+            self.machines.count(raw_id, reason::CLOCKS_REFUSED, 1);
         }
         // Streams recovered before the name was known get it now.
         if let Some(name) = self.machines.name(raw_id) {
@@ -118,7 +130,8 @@ impl LiveCore {
         }
     }
 
-    /// A Heartbeat: the relay's clocks advance the watermark.
+    /// A Heartbeat: the relay's clocks advance the watermark (unless
+    /// refused, see the module docs, "Watermark").
     pub fn heartbeat(
         &mut self,
         slot: RelaySlot,
@@ -127,9 +140,14 @@ impl LiveCore {
     ) -> Result<(), SessionError> {
         let instance = self.relays.instance_of(slot)?;
         self.latest_now = self.latest_now.max(now);
+        let reading = self.reading.at(now);
+        let grace = self.config.stall_after_ns();
         if let Some(relay) = self.relays.get_mut(instance) {
-            relay.saw_clocks(clocks);
-            self.machines.seen(relay.raw_id(), now);
+            let raw_id = relay.raw_id();
+            if relay.saw_clocks(clocks, now, reading, grace) == Verdict::Refused {
+                self.machines.count(raw_id, reason::CLOCKS_REFUSED, 1);
+            }
+            self.machines.seen(raw_id, now);
         }
         Ok(())
     }
@@ -138,8 +156,12 @@ impl LiveCore {
     /// for it are resolved.
     pub fn sync(&mut self, slot: RelaySlot, estimate: SyncEstimate) -> Result<(), SessionError> {
         let instance = self.relays.instance_of(slot)?;
+        let grace = self.config.stall_after_ns();
         if let Some(relay) = self.relays.get_mut(instance) {
-            relay.set_estimate(estimate);
+            if relay.set_estimate(estimate, grace) == Verdict::Refused {
+                self.machines
+                    .count(relay.raw_id(), reason::CLOCKS_REFUSED, 1);
+            }
             self.machines.set_estimate(relay.raw_id(), estimate);
             self.retry_pending(instance);
         }

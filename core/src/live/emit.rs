@@ -8,6 +8,7 @@ use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::scan::field;
 
 use super::core::LiveCore;
+use super::machines::reason;
 use super::order::{Queued, StreamId};
 use super::packet::{OutPacket, Role};
 use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
@@ -23,17 +24,23 @@ const HOST_STREAM: StreamId = StreamId::MAX;
 
 impl LiveCore {
     /// Packets with a time <= this may be written: the slowest connected,
-    /// synced relay's latest clock on the host timeline, and host now,
-    /// minus the merge window. A relay connected less than
+    /// synced relay's latest accepted clock on the host timeline, and host
+    /// now, minus the merge window. A relay whose accepted clock has not
+    /// kept up with the reading clock for [`LiveConfig::stall_after_ns`]
+    /// holds nothing until it does again, and refused clocks never count
+    /// (see the module docs, "Watermark"). A relay connected less than
     /// `connect_grace_ns` ago without an estimate yet holds it at its
     /// connect time (its first packets wait for that estimate). Other
     /// unsynced relays and disconnected ones hold nothing: their packets
     /// are written late if they turn out older.
+    ///
+    /// [`LiveConfig::stall_after_ns`]: super::LiveConfig::stall_after_ns
     pub fn watermark(&self, now: u64) -> i64 {
         let host_now = i64::try_from(now).unwrap_or(i64::MAX);
+        let reading = self.reading.at(now);
         let slowest = self
             .relays
-            .slowest(now, self.config.connect_grace_ns)
+            .slowest(now, reading, &self.config)
             .map_or(host_now, |s| s.min(host_now));
         let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
         slowest.saturating_sub(window)
@@ -44,20 +51,25 @@ impl LiveCore {
     /// - a relay with no sync estimate yet whose pending queue is full (its
     ///   estimate comes from the prober, not from the stream);
     /// - while the ordering queue holds more than half its bound, a relay
-    ///   whose latest clock is more than a merge window ahead of the
-    ///   watermark: reading the relays that hold the watermark back first
-    ///   keeps the queue short and the output in order instead of forcing
-    ///   packets out early (`forced_by_queue_limit`, written late).
+    ///   whose latest accepted clock is more than a merge window ahead of
+    ///   the watermark: reading the relays that hold the watermark back
+    ///   first keeps the queue short and the output in order instead of
+    ///   forcing packets out early (`forced_by_queue_limit`, written late).
     ///
     /// The relays holding the watermark are never held back, so it always
-    /// advances.
+    /// advances; a relay that stalled holds no more, so it holds nobody
+    /// back. A relay's stall grace does not run while it is held back, and
+    /// starts again when it is read again (call this before each
+    /// [`drain`](Self::drain), as the ingest loop does).
     #[must_use = "the connections to stop reading"]
-    pub fn held_back(&self, now: u64) -> Vec<RelaySlot> {
+    pub fn held_back(&mut self, now: u64) -> Vec<RelaySlot> {
         let crowded = self.output.queued_bytes() > self.config.queue_max_bytes / 2;
         let watermark = self.watermark(now);
         let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
         let ahead_from = watermark.saturating_add(window.saturating_mul(2));
-        self.relays.held_back(crowded, ahead_from, &self.config)
+        let reading = self.reading.at(now);
+        self.relays
+            .held_back(crowded, ahead_from, &self.config, reading)
     }
 
     /// Appends to `out`, in time order, every packet the watermark has
@@ -68,6 +80,12 @@ impl LiveCore {
     /// so the drained-but-unwritten packets stay bounded too.
     pub fn drain(&mut self, now: u64, out: &mut Vec<OutPacket>) {
         self.latest_now = self.latest_now.max(now);
+        let reading = self.reading.drained(now);
+        let machines = &mut self.machines;
+        self.relays
+            .check_stalls(reading, self.config.stall_after_ns(), |raw_id| {
+                machines.count(raw_id, reason::CLOCK_STALLS, 1);
+            });
         let watermark = self.watermark(now);
         let stop_at = self.output.bytes_out().saturating_add(DRAIN_MAX_BYTES);
         while self.output.bytes_out() < stop_at

@@ -27,6 +27,7 @@ use tracesync_protocol::wire;
 use super::acks::BatchSeq;
 use super::core::LiveCore;
 use super::estimate::SyncEstimate;
+use super::hold::Verdict;
 use super::machines::reason;
 use super::order::Queued;
 use super::packet::{Origin, OutPacket, Role, Stamped};
@@ -113,9 +114,13 @@ impl LiveCore {
                 limit,
             });
         }
-        relay.saw_clocks(clocks);
-        let fallback_boottime = relay.latest_boottime();
         let raw_id = relay.raw_id();
+        let reading = self.reading.at(now);
+        if relay.saw_clocks(clocks, now, reading, self.config.stall_after_ns()) == Verdict::Refused
+        {
+            self.machines.count(raw_id, reason::CLOCKS_REFUSED, 1);
+        }
+        let fallback_boottime = relay.latest_boottime();
         if let BatchSeq::New { lost } = relay.accept_batch(seq)
             && lost > 0
         {

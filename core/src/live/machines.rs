@@ -26,8 +26,18 @@ pub mod reason {
     pub const UNPROBED: &str = "unprobed_packets";
     /// Written with a mapping a later probe sample corrected (not dropped).
     pub const REMAPPED: &str = "remapped_packets";
-    /// Counters of written packets, reported apart from the drops.
-    pub const NOT_DROPS: [&str; 3] = [LATE, UNPROBED, REMAPPED];
+    /// A connected, synced relay stopped holding the merge watermark: its
+    /// clock had not advanced for the stall grace (`LiveConfig::stall_after_ns`).
+    /// Counted once per stall; it holds again once its clock catches up.
+    pub const CLOCK_STALLS: &str = "clock_stalls";
+    /// Relay clocks (of a Hello, Batch or Heartbeat) refused for the
+    /// watermark: earlier than the relay's last accepted clock, mapping
+    /// past host time beyond the sync estimate's bound, or a session's
+    /// first clock mapping far before host time.
+    pub const CLOCKS_REFUSED: &str = "clocks_refused";
+    /// Counters reported apart from the drops: of written packets, and of
+    /// the relays' clocks (no packet is dropped for them).
+    pub const NOT_DROPS: [&str; 5] = [LATE, UNPROBED, REMAPPED, CLOCK_STALLS, CLOCKS_REFUSED];
     pub const SEQUENCES_OVER_LIMIT: &str = "sequences_over_limit";
 }
 
@@ -232,6 +242,8 @@ impl Machines {
                     late_packets: m.counters.get(reason::LATE).copied().unwrap_or(0),
                     unprobed_packets: m.counters.get(reason::UNPROBED).copied().unwrap_or(0),
                     remapped_packets: m.counters.get(reason::REMAPPED).copied().unwrap_or(0),
+                    clock_stalls: m.counters.get(reason::CLOCK_STALLS).copied().unwrap_or(0),
+                    clocks_refused: m.counters.get(reason::CLOCKS_REFUSED).copied().unwrap_or(0),
                     max_err_ns: m.max_err_ns,
                     pending: pending(raw_id),
                     offset_ns: estimate.map(|e| e.offset_at(e.ref_relay_ns)),

@@ -50,6 +50,42 @@
 //! packet older than one already written is written at once, counted as
 //! `late_packets`.
 //!
+//! Watermark: the slowest connected, synced relay's latest *accepted*
+//! clock on the host timeline (and host now), minus the merge window. A
+//! relay cannot hold it hostage (`hold.rs`):
+//! - Stall: a relay holds it only while its accepted clocks keep up with
+//!   the ingest loop's reading time. Each accepted clock credits the time
+//!   it moved past the last one (plus ~1000 ppm of drift allowance), never
+//!   past its arrival; once the relay lags by more than
+//!   [`LiveConfig::stall_after_ns`] (the merge window plus
+//!   `stall_grace_ns`, 1 s by default) it stops holding the watermark and
+//!   is counted once as `clock_stalls`: stopped (SIGSTOP), suspended, cut
+//!   off, idle without heartbeats, or lying with a clock that stands still
+//!   or creeps. It holds again as soon as a clock that keeps up arrives.
+//!   The reading time runs with host time between drains, but a gap of
+//!   more than `READING_STEP_MAX_NS` (250 ms) counts only that much, so
+//!   the daemon's own pauses (stopped, starved, output failing: no frames
+//!   were read) stall nobody; nor does the grace run for a relay the core
+//!   holds back ([`LiveCore::held_back`]), and it starts again when that
+//!   relay is read again.
+//! - Refused: a clock (of a Hello, Batch or Heartbeat) earlier than the
+//!   relay's last accepted one this session; or, with a sync estimate,
+//!   mapping past host now by more than the estimate's bound there (its
+//!   frequency bound grows with the distance from the estimate's
+//!   reference: the relay's clock can have run at most that much faster
+//!   than the host's) plus 1 s of slack; or a session's first clock mapping
+//!   before host now by more than `stall_after_ns` (a frame's clocks are
+//!   read when it is sent). A clock taken before the relay's first
+//!   estimate is checked when the estimate comes. A refused clock never
+//!   moves the watermark nor renews the grace; it is counted as
+//!   `clocks_refused`.
+//!
+//! A stalled relay's packets, when they come, are written by their own
+//! resolved times: those older than what was written meanwhile at once,
+//! counted as `late_packets`, the others in order. Both counters are per
+//! machine, reported apart from the drops (no packet is dropped for them).
+//! A relay that no longer holds the watermark holds no other relay back.
+//!
 //! Sync points: a RemoteClockSync (Role::SyncPoint) before a relay
 //! machine's first packet and whenever its offset moved by more than
 //! `sync_threshold_ns` (DESIGN.md §2).
@@ -71,13 +107,16 @@
 //!   connections (one slot per instance at most; a stale one is replaced);
 //!   per instance its clock graph, sync estimates (latest, earlier epochs',
 //!   covering), batches (what may be acknowledged), pending queue and
-//!   hold on the watermark; commit points; the longest-disconnected idle
-//!   instances are forgotten past `max_relay_records`.
+//!   hold on the watermark (`hold.rs`: its accepted clocks, whether it
+//!   stalled); commit points; the longest-disconnected idle instances are
+//!   forgotten past `max_relay_records`.
 //! - the streams (`streams.rs`): per (relay instance, relay sequence) its
 //!   output sequence id (allocated in turn from the recovered next one,
 //!   never the daemon's own), the index written through, the sequence's
 //!   default clock, its last resolved time, its packets pending, its `src`
 //!   label; recovered ones resume where the output left them.
+//! - the reading clock (`hold.rs`): how long the ingest loop has been
+//!   reading frames, the clock of the stall grace.
 //! - the output (`output.rs`): the ordering queue, the latest time written,
 //!   the host's SystemInfo and snapshot schedule, [`LiveStats`].
 //! - the ingest scratch (`staging.rs`): the staging buffer reused from
@@ -90,6 +129,7 @@ mod emit;
 mod epochs;
 pub mod estimate;
 mod hash;
+mod hold;
 mod ingest;
 mod machines;
 mod order;

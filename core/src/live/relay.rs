@@ -1,7 +1,7 @@
 //! One relay instance, connected or not: its clock graph and sync
 //! estimates (how its packets resolve), its batches (what may be
 //! acknowledged), its pending queue (packets waiting for a clock) and its
-//! hold on the watermark.
+//! hold on the watermark (`hold.rs`).
 
 use std::collections::VecDeque;
 
@@ -11,6 +11,7 @@ use super::acks::{BatchSeq, BatchTracker};
 use super::clocks::RelayClocks;
 use super::epochs::{EarlierEstimates, check_mapping};
 use super::estimate::SyncEstimate;
+use super::hold::{Hold, Verdict};
 use super::ingest::{Meta, PendingPacket};
 use super::machines::reason;
 use super::types::{HelloInfo, LiveConfig, RelaySlot};
@@ -64,8 +65,11 @@ pub(super) struct Relay {
     /// Recent estimates by the newest sample they checked: a packet's
     /// mapping is checked against a sample taken after it when written.
     covering: CoveringEstimates,
-    /// Relay BOOTTIME of its latest Hello/Batch/Heartbeat clocks.
+    /// Relay BOOTTIME of its latest Hello/Batch/Heartbeat clocks, refused
+    /// or not (the time of a packet with none on a stream with none yet).
     latest_boottime: Option<u64>,
+    /// The clocks that hold the watermark, and whether they stalled.
+    hold: Hold,
     /// Host BOOTTIME of the current connection's Hello (the watermark
     /// grace, see [`LiveConfig::connect_grace_ns`]).
     connected_at: u64,
@@ -105,6 +109,7 @@ impl Relay {
             earlier: EarlierEstimates::default(),
             covering: covering_estimates(config),
             latest_boottime: None,
+            hold: Hold::default(),
             connected_at: now,
             // Nothing known of this instance: what precedes its spool
             // was acknowledged before (by this daemon, before a restart).
@@ -138,7 +143,9 @@ impl Relay {
         }
         let replaced = self.slot.replace(slot);
         let old_raw_id = std::mem::replace(&mut self.raw_id, hello.machine_raw_id);
-        self.latest_boottime = hello.clocks.map(|c| c.boottime_ns);
+        // The Hello's clocks are the session's first (`saw_clocks`).
+        self.latest_boottime = None;
+        self.hold.reset();
         self.connected_at = now;
         self.batches.reported_now();
         Session {
@@ -178,11 +185,24 @@ impl Relay {
         self.disconnected_order
     }
 
-    /// Notes the relay clocks a frame carried.
-    pub fn saw_clocks(&mut self, clocks: Option<WireClocks>) {
-        if let Some(c) = clocks {
-            self.latest_boottime = Some(c.boottime_ns);
-        }
+    /// Notes the relay clocks a frame carried, arrived at host BOOTTIME
+    /// `now` and reading time `reading` (see `hold.rs`): whether they were
+    /// refused for the watermark (to be counted). `grace_ns` is
+    /// [`LiveConfig::stall_after_ns`].
+    pub fn saw_clocks(
+        &mut self,
+        clocks: Option<WireClocks>,
+        now: u64,
+        reading: u64,
+        grace_ns: u64,
+    ) -> Verdict {
+        let Some(c) = clocks else {
+            return Verdict::Accepted;
+        };
+        self.latest_boottime = Some(c.boottime_ns);
+        let estimate = self.estimate;
+        self.hold
+            .saw(c.boottime_ns, now, reading, estimate.as_ref(), grace_ns)
     }
 
     /// Relay BOOTTIME of its latest Hello/Batch/Heartbeat clocks.
@@ -190,11 +210,14 @@ impl Relay {
         self.latest_boottime
     }
 
-    /// A new sync estimate (earlier epochs' last ones are kept).
-    pub fn set_estimate(&mut self, estimate: SyncEstimate) {
+    /// A new sync estimate (earlier epochs' last ones are kept). A clock
+    /// accepted before the first estimate is checked against it: Refused
+    /// if it does not fit (to be counted).
+    pub fn set_estimate(&mut self, estimate: SyncEstimate, grace_ns: u64) -> Verdict {
         self.earlier.replaced(self.estimate, &estimate);
         self.covering.push(&estimate);
         self.estimate = Some(estimate);
+        self.hold.estimated(&estimate, grace_ns)
     }
 
     /// Opens one more stream unless it has `limit` already.
@@ -326,25 +349,44 @@ impl Relay {
     }
 
     /// The host time the relay holds the watermark at, if it is connected:
-    /// its latest clock on the host timeline; for `grace_ns` after it
+    /// its latest accepted clock on the host timeline, unless that clock
+    /// lagged the reading clock (`reading`) by more than
+    /// [`LiveConfig::stall_after_ns`]; for `connect_grace_ns` after it
     /// connected without an estimate, its connect time.
-    pub fn watermark_hold(&self, now: u64, grace_ns: u64) -> Option<i64> {
+    pub fn watermark_hold(&self, now: u64, reading: u64, config: &LiveConfig) -> Option<i64> {
         self.slot?;
-        match (self.estimate, self.latest_boottime) {
-            (Some(e), Some(b)) => Some(e.to_host(b)),
-            (None, _) if now < self.connected_at.saturating_add(grace_ns) => {
+        match (self.estimate, self.hold.clock()) {
+            (Some(e), Some(b)) if !self.hold.lags(reading, config.stall_after_ns()) => {
+                Some(e.to_host(b))
+            }
+            (None, _) if now < self.connected_at.saturating_add(config.connect_grace_ns) => {
                 Some(i64::try_from(self.connected_at).unwrap_or(i64::MAX))
             }
             _ => None,
         }
     }
 
-    /// Its latest clock on the host timeline, once it has an estimate.
+    /// Its latest accepted clock on the host timeline, once it has an
+    /// estimate.
     pub fn latest_host_time(&self) -> Option<i64> {
-        match (self.estimate, self.latest_boottime) {
+        match (self.estimate, self.hold.clock()) {
             (Some(e), Some(b)) => Some(e.to_host(b)),
             _ => None,
         }
+    }
+
+    /// Whether it just stopped holding the watermark because its clock
+    /// stalled (connected and synced, its accepted clock lagging the
+    /// reading clock by more than `grace_ns`): counted once per stall.
+    pub fn check_stall(&mut self, reading: u64, grace_ns: u64) -> bool {
+        let holds = self.slot.is_some() && self.estimate.is_some();
+        holds && self.hold.check_stall(reading, grace_ns)
+    }
+
+    /// The core holds its connection back (or no longer) at reading time
+    /// `reading`.
+    pub fn set_paused(&mut self, paused: bool, reading: u64) {
+        self.hold.set_paused(paused, reading);
     }
 
     // The pending queue.

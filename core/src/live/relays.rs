@@ -124,13 +124,13 @@ impl Relays {
 
     /// The relay's pending queue is at its bound, or the relays still
     /// waiting for their first estimate hold `pending_max_bytes` together
-    /// (so their startup does not cost memory per relay: they are held
-    /// back, their spools keep the data).
-    fn pending_full(&self, relay: &Relay, config: &LiveConfig) -> bool {
+    /// (`unsynced_pending`: so their startup does not cost memory per relay:
+    /// they are held back, their spools keep the data).
+    fn pending_full(relay: &Relay, config: &LiveConfig, unsynced_pending: usize) -> bool {
         let max_bytes = config.pending_max_bytes;
         relay.pending_len() >= config.pending_max_packets
             || relay.pending_bytes() >= max_bytes
-            || (!relay.has_estimate() && self.unsynced_pending_bytes() >= max_bytes)
+            || (!relay.has_estimate() && unsynced_pending >= max_bytes)
     }
 
     /// Pending bytes of all relays without a sync estimate.
@@ -144,29 +144,51 @@ impl Relays {
 
     /// The slowest hold of a connected relay on the watermark (see
     /// [`Relay::watermark_hold`]), if any holds it.
-    pub fn slowest(&self, now: u64, grace_ns: u64) -> Option<i64> {
+    pub fn slowest(&self, now: u64, reading: u64, config: &LiveConfig) -> Option<i64> {
         self.by_instance
             .values()
-            .filter_map(|r| r.watermark_hold(now, grace_ns))
+            .filter_map(|r| r.watermark_hold(now, reading, config))
             .min()
+    }
+
+    /// Calls `stalled` with the raw id of every relay that just stopped
+    /// holding the watermark because its clock stalled (see
+    /// [`Relay::check_stall`]); the ones whose clock caught up hold again.
+    pub fn check_stalls(&mut self, reading: u64, grace_ns: u64, mut stalled: impl FnMut(u32)) {
+        for relay in self.by_instance.values_mut() {
+            if relay.check_stall(reading, grace_ns) {
+                stalled(relay.raw_id());
+            }
+        }
     }
 
     /// Connections to stop reading for now (see `LiveCore::held_back`): an
     /// unsynced relay whose pending queue is full; if `crowded`, a relay
-    /// whose latest clock maps past host time `ahead_from`.
-    pub fn held_back(&self, crowded: bool, ahead_from: i64, config: &LiveConfig) -> Vec<RelaySlot> {
-        self.by_instance
-            .values()
-            .filter_map(|r| {
-                let slot = r.slot()?;
-                let hold = if r.has_estimate() {
-                    crowded && r.latest_host_time().is_some_and(|t| t > ahead_from)
+    /// whose latest accepted clock maps past host time `ahead_from`. Each
+    /// relay learns whether it is held back at reading time `reading` (its
+    /// stall grace does not run meanwhile).
+    pub fn held_back(
+        &mut self,
+        crowded: bool,
+        ahead_from: i64,
+        config: &LiveConfig,
+        reading: u64,
+    ) -> Vec<RelaySlot> {
+        let unsynced_pending = self.unsynced_pending_bytes();
+        let mut held = Vec::new();
+        for relay in self.by_instance.values_mut() {
+            let hold = relay.slot().is_some()
+                && if relay.has_estimate() {
+                    crowded && relay.latest_host_time().is_some_and(|t| t > ahead_from)
                 } else {
-                    self.pending_full(r, config)
+                    Self::pending_full(relay, config, unsynced_pending)
                 };
-                hold.then_some(slot)
-            })
-            .collect()
+            relay.set_paused(hold, reading);
+            if let (true, Some(slot)) = (hold, relay.slot()) {
+                held.push(slot);
+            }
+        }
+        held
     }
 
     /// Marks everything drained so far (see `LiveCore::commit_point`).

@@ -18,6 +18,18 @@ pub struct LiveConfig {
     /// first estimate), so the packets it sends meanwhile, pending until
     /// that estimate, are ordered with the others instead of written late.
     pub connect_grace_ns: u64,
+    /// A connected, synced relay whose clock has not advanced for
+    /// `merge_window_ns` plus this long (of the ingest loop's reading time:
+    /// pauses of the daemon itself do not count) stops holding the
+    /// watermark, and holds it again once its clock catches up (see
+    /// [`Self::stall_after_ns`] and the module docs, "Watermark"). The
+    /// same span bounds how far before host time a session's first clock
+    /// may map. Default 1 s: a healthy relay sends a frame at least every
+    /// 250 ms (a Heartbeat when idle) and is probed every 100-250 ms, so
+    /// four of those intervals go by before a silent relay is taken for
+    /// stalled, and the merge window is what every packet waits anyway; so
+    /// a relay that stops costs the others at most one second more.
+    pub stall_grace_ns: u64,
     /// A new sync point is written when a relay's offset moved by more.
     pub sync_threshold_ns: u64,
     /// Host name: machine_name of the host's SystemInfo (machine 0).
@@ -56,6 +68,7 @@ impl Default for LiveConfig {
         Self {
             merge_window_ns: 1_000_000_000,
             connect_grace_ns: 1_000_000_000,
+            stall_grace_ns: 1_000_000_000,
             sync_threshold_ns: 1_000,
             host_name: None,
             host_snapshot_interval_ns: 1_000_000_000,
@@ -67,6 +80,14 @@ impl Default for LiveConfig {
             max_relay_records: 1_024,
             max_sequences_per_relay: 16_384,
         }
+    }
+}
+
+impl LiveConfig {
+    /// How long a relay's clock may stand still before it stops holding the
+    /// watermark: `merge_window_ns + stall_grace_ns`.
+    pub fn stall_after_ns(&self) -> u64 {
+        self.merge_window_ns.saturating_add(self.stall_grace_ns)
     }
 }
 

@@ -25,6 +25,8 @@ struct MachineSeries {
     remapped: Counter,
     lost_batches: Counter,
     invalid_snapshots: Counter,
+    clock_stalls: Counter,
+    clocks_refused: Counter,
     pending: Gauge,
     connected: Gauge,
     offset: Gauge,
@@ -63,6 +65,8 @@ impl MachineSeries {
             remapped: counter!(INGEST_REMAPPED_PACKETS, &[m()]),
             lost_batches: counter!(INGEST_LOST_BATCHES, &[m()]),
             invalid_snapshots: counter!(INGEST_INVALID_CLOCK_SNAPSHOTS, &[m()]),
+            clock_stalls: counter!(INGEST_CLOCK_STALLS, &[m()]),
+            clocks_refused: counter!(INGEST_CLOCKS_REFUSED, &[m()]),
             pending: gauge!(INGEST_PENDING_PACKETS, &[m()]),
             connected: gauge!(MACHINE_CONNECTED, &[m()]),
             offset: gauge!(SYNC_OFFSET, &[m()]),
@@ -94,6 +98,8 @@ struct Totals {
     remapped: u64,
     lost_batches: u64,
     invalid_snapshots: u64,
+    clock_stalls: u64,
+    clocks_refused: u64,
     pending: u64,
     connected: u64,
 }
@@ -105,6 +111,8 @@ impl Totals {
         self.late += m.late_packets;
         self.unprobed += m.unprobed_packets;
         self.remapped += m.remapped_packets;
+        self.clock_stalls += m.clock_stalls;
+        self.clocks_refused += m.clocks_refused;
         self.pending += m.pending;
         self.connected += u64::from(m.connected);
         for (key, &n) in &m.drops {
@@ -131,6 +139,8 @@ impl Totals {
         s.remapped.absolute(self.remapped);
         s.lost_batches.absolute(self.lost_batches);
         s.invalid_snapshots.absolute(self.invalid_snapshots);
+        s.clock_stalls.absolute(self.clock_stalls);
+        s.clocks_refused.absolute(self.clocks_refused);
         s.pending.set(self.pending as f64);
         s.connected.set(self.connected as f64);
     }

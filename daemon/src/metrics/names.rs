@@ -37,6 +37,8 @@ pub const INGEST_UNPROBED_PACKETS: &str = "tracesync_ingest_unprobed_packets_tot
 pub const INGEST_REMAPPED_PACKETS: &str = "tracesync_ingest_remapped_packets_total";
 pub const INGEST_LOST_BATCHES: &str = "tracesync_ingest_lost_batches_total";
 pub const INGEST_INVALID_CLOCK_SNAPSHOTS: &str = "tracesync_ingest_invalid_clock_snapshots_total";
+pub const INGEST_CLOCK_STALLS: &str = "tracesync_ingest_clock_stalls_total";
+pub const INGEST_CLOCKS_REFUSED: &str = "tracesync_ingest_clocks_refused_total";
 pub const INGEST_PENDING_PACKETS: &str = "tracesync_ingest_pending_packets";
 pub const MACHINE_CONNECTED: &str = "tracesync_machine_connected";
 
@@ -173,6 +175,14 @@ pub const SPECS: &[Spec] = &[
     Spec::counter(
         INGEST_INVALID_CLOCK_SNAPSHOTS,
         "Clock snapshots of the machine ignored as invalid",
+    ),
+    Spec::counter(
+        INGEST_CLOCK_STALLS,
+        "Times the machine's relay stopped holding the merge watermark: its clock stood still",
+    ),
+    Spec::counter(
+        INGEST_CLOCKS_REFUSED,
+        "Relay clocks refused for the merge watermark: backwards, or implausible against the sync estimate",
     ),
     Spec::gauge(
         INGEST_PENDING_PACKETS,

@@ -90,6 +90,51 @@ fn machines_get_series_and_reasons_map_to_fixed_labels() {
 }
 
 #[test]
+fn clock_stalls_and_refused_clocks_are_per_machine_counters() {
+    let stalled = |raw_id, name| MachineStatus {
+        clock_stalls: 2,
+        clocks_refused: 40,
+        ..machine(raw_id, name, 1)
+    };
+    let report = StatusReport {
+        machines: vec![
+            machine(0, "host", 5),
+            stalled(7, "phone"),
+            stalled(8, "a"),
+            stalled(9, "b"),
+        ],
+        ..StatusReport::default()
+    };
+    let text = render(2, &report);
+    for (line, n) in [
+        ("tracesync_ingest_clock_stalls_total{machine=\"phone\"}", 2),
+        (
+            "tracesync_ingest_clocks_refused_total{machine=\"phone\"}",
+            40,
+        ),
+        ("tracesync_ingest_clock_stalls_total{machine=\"host\"}", 0),
+        // Past the label limit: summed into `other`.
+        ("tracesync_ingest_clock_stalls_total{machine=\"other\"}", 4),
+        (
+            "tracesync_ingest_clocks_refused_total{machine=\"other\"}",
+            80,
+        ),
+    ] {
+        assert!(
+            text.contains(&format!("{line} {n}\n")),
+            "{line} {n}:\n{text}"
+        );
+    }
+    // Not drops: no `reason` of the dropped-packets counter grows.
+    assert!(
+        text.contains(
+            "tracesync_ingest_dropped_packets_total{machine=\"phone\",reason=\"other\"} 5"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
 fn machines_past_the_limit_fold_into_other() {
     let report = StatusReport {
         machines: vec![

@@ -64,8 +64,9 @@ pub trait Core: Send + 'static {
     /// Appends every packet still held (shutdown).
     fn flush_all(&mut self, out: &mut Vec<OutPacket>);
     /// Connections that should stop reading for now (back-pressure to
-    /// their relays); the rest read.
-    fn held_back(&self, _now_ns: u64) -> Vec<Slot> {
+    /// their relays); the rest read. Called before every drain (the core
+    /// notes which relays it holds back: their stall grace stops).
+    fn held_back(&mut self, _now_ns: u64) -> Vec<Slot> {
         Vec::new()
     }
     /// The point covering everything drained so far.

@@ -95,7 +95,7 @@ impl Core for LiveCore {
         LiveCore::flush_all(self, out);
     }
 
-    fn held_back(&self, now_ns: u64) -> Vec<Slot> {
+    fn held_back(&mut self, now_ns: u64) -> Vec<Slot> {
         LiveCore::held_back(self, now_ns)
     }
 

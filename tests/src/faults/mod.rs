@@ -10,12 +10,15 @@
 //! - [`tally`]: [`Tally`] (faults by kind) and [`Counts`] (by identity).
 //! - [`cluster`]: [`Cluster`], a daemon and synthetic relays driven through
 //!   faults and checked at the end.
+//! - [`liar`]: [`LyingRelay`], a fake relay whose Hello and Heartbeats lie
+//!   about its clock.
 //! - [`peer`]: hostile peers driven by hand: protocol frames over blocking
 //!   sockets, a fake daemon that lies in Welcome, a process's memory.
 
 pub mod cluster;
 pub mod disk;
 pub mod forward;
+pub mod liar;
 pub mod peer;
 pub mod rng;
 pub mod tally;
@@ -23,6 +26,7 @@ pub mod tally;
 pub use cluster::{Cluster, ClusterOpts};
 pub use disk::SmallDisk;
 pub use forward::Forwarder;
+pub use liar::{LiarOpts, LyingRelay};
 pub use rng::Rng;
 pub use tally::{Counts, Row, Tally};
 

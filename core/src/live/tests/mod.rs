@@ -15,6 +15,7 @@ use super::*;
 mod ordering;
 mod resolution;
 mod sessions;
+mod stalls;
 mod stamping;
 
 const HOST_NAME: &str = "host";
