@@ -172,6 +172,13 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             o.episodes, o.errors
         );
     }
+    if o.symlinks_refused > 0 {
+        let _ = writeln!(
+            out,
+            "{} symbolic link(s) in the output directory refused (never followed; see the log)",
+            o.symlinks_refused
+        );
+    }
     out
 }
 
@@ -355,6 +362,7 @@ mod tests {
                 episodes: 1,
                 failing_since_unix_ms: Some(1),
                 last_error: Some("cannot commit: No space left on device".into()),
+                ..Default::default()
             },
             ..Default::default()
         };
@@ -369,6 +377,15 @@ mod tests {
         assert!(
             t.ends_with(
                 "output writable again after 1 write-error episode(s) (3 failed attempts)\n"
+            ),
+            "{t}"
+        );
+        report.output.symlinks_refused = 2;
+        let t = table(&report, 2);
+        assert!(
+            t.ends_with(
+                "2 symbolic link(s) in the output directory refused (never followed; see the \
+                 log)\n"
             ),
             "{t}"
         );

@@ -45,6 +45,10 @@ pub struct OutputStatus {
     pub failing_since_unix_ms: Option<u64>,
     /// The first error of the last episode.
     pub last_error: Option<String>,
+    /// Symbolic links met at names the rolling writer wanted (never
+    /// followed; each counted once while it stays).
+    #[serde(default)]
+    pub symlinks_refused: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use std::path::PathBuf;
 
+use super::files::{self, Links};
 use super::index::{self, IndexEntry};
 use super::journal::JournalRecord;
 use super::{INDEX_NAME, JOURNAL_COMPACT_BYTES, RollingWriter, at, full_record};
@@ -58,6 +59,7 @@ struct Job {
     fsync: bool,
     /// index.jsonl as of the commit, and where it goes.
     index: (PathBuf, Vec<IndexEntry>),
+    links: Links,
     wake: Option<CommitWaker>,
 }
 
@@ -77,7 +79,7 @@ enum Failed {
 fn run(job: &Job) -> Done {
     let result = sync(job);
     let index = match result {
-        Ok(()) => index::save(&job.index.0, &job.index.1),
+        Ok(()) => index::save(&job.index.0, &job.index.1, &job.links),
         Err(_) => Ok(()),
     };
     Done { result, index }
@@ -373,6 +375,7 @@ impl RollingWriter {
             record: encoded,
             fsync: self.journal.fsync(),
             index: (self.config.dir.join(INDEX_NAME), self.index()),
+            links: self.links.clone(),
             wake: self.commits.waker.clone(),
         };
         let c = &mut self.current;
@@ -412,7 +415,12 @@ impl RollingWriter {
         if let Err(e) = done.index {
             // The next commit rewrites it whole.
             self.stats.index_write_errors += 1;
-            tracing::warn!("cannot write {INDEX_NAME}: {e}");
+            if files::is_link_refused(&e) {
+                // Logged once where the link was met.
+                tracing::debug!("cannot write {INDEX_NAME}: {e}");
+            } else {
+                tracing::warn!("cannot write {INDEX_NAME}: {e}");
+            }
         }
         let c = &mut self.current;
         match done.result {
@@ -456,9 +464,13 @@ impl RollingWriter {
         }
         let record = full_record(c, &self.streams, self.next_out_seq);
         let path = self.journal.path().to_path_buf();
-        match super::journal::Journal::compact(&path, &record, self.config.fsync) {
+        match super::journal::Journal::compact(&path, &record, self.config.fsync, &self.links) {
             Ok(j) => self.journal = j,
             // The appended journal stays valid; compaction is retried.
+            Err(e) if files::is_link_refused(&e) => {
+                // Logged once where the link was met.
+                tracing::debug!("cannot compact {}: {e}", path.display());
+            }
             Err(e) => tracing::warn!("cannot compact {}: {e}", path.display()),
         }
     }

@@ -5,7 +5,9 @@ use std::io;
 use std::time::SystemTime;
 
 use super::journal::Journal;
-use super::{INDEX_NAME, RollingWriter, at, finish_entry, full_record, index, machines, naming};
+use super::{
+    INDEX_NAME, RollingWriter, at, files, finish_entry, full_record, index, machines, naming,
+};
 
 impl RollingWriter {
     pub(super) fn should_rotate(&self, now: SystemTime) -> bool {
@@ -24,19 +26,24 @@ impl RollingWriter {
         self.wait_in_flight()?;
         self.flush()?;
         self.sync_current()?;
-        let name = naming::file_name(now, self.next_file_seq);
         let preamble = self.preamble.packets();
-        let next = Self::start_file(&self.config, &name, now, &preamble)?;
+        let (next, seq) = Self::start_file(
+            &self.config,
+            &self.links,
+            now,
+            self.next_file_seq,
+            &preamble,
+        )?;
         let record = full_record(&next, &self.streams, self.next_out_seq);
         let path = self.journal.path().to_path_buf();
-        match Journal::compact(&path, &record, self.config.fsync) {
+        match Journal::compact(&path, &record, self.config.fsync, &self.links) {
             Ok(j) => self.journal = j,
             Err(e) => {
                 let _ = std::fs::remove_file(&next.path);
                 return Err(at(&path, "compact")(e));
             }
         }
-        self.next_file_seq += 1;
+        self.next_file_seq = seq + 1;
         self.changed.clear();
         let mut old = std::mem::replace(&mut self.current, next);
         self.open_writeback();
@@ -88,10 +95,15 @@ impl RollingWriter {
         current.machines = machines(&self.current);
         all.push(current);
         let path = self.config.dir.join(INDEX_NAME);
-        if let Err(e) = index::save(&path, &all) {
+        if let Err(e) = index::save(&path, &all, &self.links) {
             // The index is a convenience: the next commit rewrites it whole.
             self.stats.index_write_errors += 1;
-            tracing::warn!("cannot write {}: {e}", path.display());
+            if files::is_link_refused(&e) {
+                // Logged once where the link was met.
+                tracing::debug!("cannot write {}: {e}", path.display());
+            } else {
+                tracing::warn!("cannot write {}: {e}", path.display());
+            }
         }
     }
 }

@@ -121,7 +121,7 @@ impl RollingWriter {
     /// cannot be opened again: the commits sync it all, as without).
     pub(super) fn open_writeback(&mut self) {
         if let Some(writeback) = &mut self.writeback
-            && let Err(e) = writeback.open(&self.current.path)
+            && let Err(e) = writeback.open(&self.current.path, &self.current.file)
         {
             tracing::debug!("no early writeback of {}: {e}", self.current.path.display());
         }

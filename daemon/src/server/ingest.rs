@@ -481,7 +481,7 @@ where
                 .as_ref()
                 .map(|c| c.refusals())
                 .unwrap_or_default(),
-            output: self.output.clone(),
+            output: self.writer.output_status(self.output.clone()),
         };
         self.core.record_metrics();
         self.writer.record_metrics();
