@@ -172,6 +172,14 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             o.episodes, o.errors
         );
     }
+    if o.vanished > 0 {
+        let _ = writeln!(
+            out,
+            "the output file or directory vanished {} time(s); what was not yet durable went \
+             to a new file",
+            o.vanished
+        );
+    }
     if o.symlinks_refused > 0 {
         let _ = writeln!(
             out,
@@ -380,8 +388,10 @@ mod tests {
             ),
             "{t}"
         );
+        report.output.vanished = 1;
         report.output.symlinks_refused = 2;
         let t = table(&report, 2);
+        assert!(t.contains("vanished 1 time(s)"), "{t}");
         assert!(
             t.ends_with(
                 "2 symbolic link(s) in the output directory refused (never followed; see the \

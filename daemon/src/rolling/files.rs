@@ -1,5 +1,6 @@
 //! How the writer touches its output directory: never through a symbolic
-//! link.
+//! link, and with a way to tell that a file it holds open is still the one
+//! at its path.
 //!
 //! Every file is opened with `O_NOFOLLOW`; every new file is created with
 //! `O_CREAT|O_EXCL` (a link, or anything else, at the name makes the create
@@ -21,7 +22,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -108,6 +109,13 @@ fn gone(e: &io::Error) -> bool {
         || e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32)
 }
 
+/// Whether `file` is still the file at `path` (not following a link): the
+/// same device and inode. False when the name, or the directory, is gone.
+pub(super) fn still_at(file: &File, path: &Path) -> io::Result<bool> {
+    let open = Identity::of(file)?;
+    Ok(look(path)? == Found::File(open))
+}
+
 /// Makes room for a new file at one of the writer's temporary names: a
 /// leftover regular file (an interrupted save's) is removed; a link is
 /// removed when `may_remove_links` (counted in `links`), else refused.
@@ -158,6 +166,24 @@ pub(super) fn replace(path: &Path, tmp: &Path, bytes: &[u8], links: &Links) -> i
     result
 }
 
+/// Recreates the output directory (not its parents) with `mode`; Ok if it
+/// is there already.
+pub(super) fn recreate_dir(dir: &Path, mode: u32) -> io::Result<()> {
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => {
+            // Exactly the mode it had, whatever the umask.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The permission bits of a directory.
+pub(super) fn dir_mode(dir: &Path) -> io::Result<u32> {
+    Ok(std::fs::metadata(dir)?.permissions().mode() & 0o7777)
+}
+
 /// Whether the directory belongs to the daemon's effective user.
 pub(super) fn owned(dir: &Path) -> bool {
     std::fs::metadata(dir).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
@@ -195,6 +221,46 @@ impl std::error::Error for LinkRefused {}
 
 pub(super) fn is_link_refused(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|e| e.is::<LinkRefused>())
+}
+
+/// The output file or the journal is no longer the file at its path (the
+/// output directory was removed or renamed, or the file replaced): the
+/// commit that found it failed.
+#[derive(Debug)]
+pub struct Vanished {
+    pub path: PathBuf,
+    pub dir: PathBuf,
+}
+
+impl Vanished {
+    pub(super) fn error(path: &Path, dir: &Path) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            Self {
+                path: path.to_path_buf(),
+                dir: dir.to_path_buf(),
+            },
+        )
+    }
+}
+
+impl fmt::Display for Vanished {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} is no longer in the output directory {} (the directory was removed or renamed, \
+             or the file replaced)",
+            self.path.display(),
+            self.dir.display()
+        )
+    }
+}
+
+impl std::error::Error for Vanished {}
+
+/// Whether an error of the writer is a [`Vanished`] output.
+pub fn is_vanished(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|e| e.is::<Vanished>())
 }
 
 /// Links met at names the writer wanted: each counted and logged once

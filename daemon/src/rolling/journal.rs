@@ -136,6 +136,12 @@ pub struct Journal {
     /// A failed append may have left a partial record past `good_len`.
     dirty: bool,
     fsync: bool,
+    /// The streams its records written whole add up to (what a full
+    /// record of the durable state carries, if the journal must be
+    /// started over: `RollingWriter::reopen`).
+    durable: BTreeMap<(u64, u32), RecoveredStream>,
+    /// The streams of the record being appended.
+    appending: Vec<RecoveredStream>,
 }
 
 impl Journal {
@@ -188,6 +194,12 @@ impl Journal {
             good_len: bytes.len() as u64,
             dirty: false,
             fsync,
+            durable: record
+                .streams
+                .iter()
+                .map(|s| ((s.relay_instance, s.relay_sequence), *s))
+                .collect(),
+            appending: Vec::new(),
         })
     }
 
@@ -221,6 +233,7 @@ impl Journal {
         encode(record, &mut bytes)?;
         // Until the append is known whole, a partial record may be there.
         self.dirty = true;
+        self.appending.clone_from(&record.streams);
         Ok(bytes)
     }
 
@@ -236,7 +249,16 @@ impl Journal {
         if ok {
             self.dirty = false;
             self.good_len += len as u64;
+            for s in self.appending.drain(..) {
+                self.durable.insert((s.relay_instance, s.relay_sequence), s);
+            }
         }
+        self.appending.clear();
+    }
+
+    /// The streams as the records written whole leave them.
+    pub fn durable_streams(&self) -> Vec<RecoveredStream> {
+        self.durable.values().copied().collect()
     }
 
     /// Whether the journal was opened to fdatasync its records.

@@ -8,8 +8,9 @@
 //!
 //! The writer's parts: `write_path` (packets into the pending bytes,
 //! flushes, the rewrite after a failure), `rotation` (rotation, retention,
-//! the index), `sidecar` (probe samples), `commit` (commits and the sync
-//! thread), `files` (no link is ever followed).
+//! the index), `reopen` (a new file after the output vanished), `sidecar`
+//! (probe samples), `commit` (commits and the sync thread), `files` (no
+//! link is ever followed; is a file still at its path).
 
 mod commit;
 mod files;
@@ -17,6 +18,7 @@ mod index;
 mod journal;
 mod naming;
 mod recover;
+mod reopen;
 mod rotation;
 mod sidecar;
 #[cfg(test)]
@@ -34,7 +36,7 @@ use std::time::{Duration, SystemTime};
 use tracesync_protocol::wire;
 
 pub use commit::CommitWaker;
-pub use files::LinkRefused;
+pub use files::{LinkRefused, Vanished, is_vanished};
 pub use index::{INDEX_NAME, IndexEntry, IndexMachine};
 pub use naming::{SYNC_SIDECAR_SUFFIX, civil_from_days, days_from_civil, utc_stamp};
 pub use recover::JOURNAL_NAME;
@@ -121,9 +123,56 @@ pub struct RollingStats {
     /// Times the data past the last commit was written again from memory
     /// after a failed write or fsync (e.g. a full disk).
     pub rewrites: u64,
+    /// Commits (or rotations) that found the file being written, or the
+    /// journal, no longer at its path (the output directory removed or
+    /// renamed, the file replaced): each failed, and a new file took what
+    /// was not durable (`reopen.rs`).
+    pub vanished: u64,
     /// Symbolic links met at names the writer wanted (never followed;
     /// each counted once while it stays).
     pub symlinks_refused: u64,
+}
+
+/// Where the packets past the last commit start and end, and how many.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Span {
+    packets: u64,
+    first_ts: Option<i64>,
+    last_ts: Option<i64>,
+}
+
+impl Span {
+    fn add(&mut self, ts: i64) {
+        self.packets += 1;
+        self.first_ts = Some(self.first_ts.map_or(ts, |t| t.min(ts)));
+        self.last_ts = Some(self.last_ts.map_or(ts, |t| t.max(ts)));
+    }
+
+    /// Both spans (`self` written first).
+    fn then(self, later: Span) -> Span {
+        let min = |a: Option<i64>, b: Option<i64>| a.into_iter().chain(b).min();
+        let max = |a: Option<i64>, b: Option<i64>| a.into_iter().chain(b).max();
+        Span {
+            packets: self.packets + later.packets,
+            first_ts: min(self.first_ts, later.first_ts),
+            last_ts: max(self.last_ts, later.last_ts),
+        }
+    }
+}
+
+/// A machine with packets in the current file.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    name: Option<Arc<str>>,
+    /// `entry.packets` after its last packet (which commit covers it).
+    last_packet: u64,
+}
+
+/// Which file was found no longer at its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lost {
+    Data,
+    Journal,
 }
 
 /// The file being written.
@@ -143,10 +192,14 @@ struct Current {
     suspect: bool,
     /// Packets written after the preamble.
     data_packets: u64,
-    machines: BTreeMap<u32, Option<Arc<str>>>,
+    machines: BTreeMap<u32, Seen>,
     entry: IndexEntry,
     /// Length named by the last journal record.
     committed_len: u64,
+    /// `entry.packets` at that length.
+    committed_packets: u64,
+    /// The packets in `pending` (the commit in flight has its own).
+    pending_span: Span,
     sidecar: Option<File>,
 }
 
@@ -179,6 +232,13 @@ pub struct RollingWriter {
     commits: commit::Commits,
     /// Links met in the output directory (shared with the sync thread).
     links: Links,
+    /// The output directory's mode at open, to make it again with.
+    dir_mode: u32,
+    /// The current file or the journal was found no longer at its path:
+    /// the next flush starts over in a new file (`reopen.rs`).
+    vanished: Option<Lost>,
+    /// The latest time a write or open was given.
+    last_now: SystemTime,
 }
 
 impl RollingWriter {
@@ -200,6 +260,7 @@ impl RollingWriter {
             source,
         };
         std::fs::create_dir_all(&dir).map_err(dir_error)?;
+        let dir_mode = files::dir_mode(&dir).map_err(dir_error)?;
         let links = Links::default();
         links.set_may_remove(files::owned(&dir));
         let found = recover::scan(&dir, config.preamble, &links)?;
@@ -248,6 +309,9 @@ impl RollingWriter {
             writeback: None,
             commits: commit::Commits::default(),
             links,
+            dir_mode,
+            vanished: None,
+            last_now: now,
         };
         if writer.config.fsync {
             writer.commits = commit::Commits::threaded();
@@ -328,6 +392,8 @@ impl RollingWriter {
                 ..IndexEntry::found(name, len)
             },
             committed_len: len,
+            committed_packets: preamble.len() as u64,
+            pending_span: Span::default(),
             sidecar: None,
         };
         Ok((current, seq))
@@ -415,9 +481,9 @@ fn finish_entry(c: &mut Current) {
 fn machines(c: &Current) -> Vec<IndexMachine> {
     c.machines
         .iter()
-        .map(|(&raw_id, name)| IndexMachine {
+        .map(|(&raw_id, seen)| IndexMachine {
             raw_id,
-            name: name.as_deref().map(str::to_owned),
+            name: seen.name.as_deref().map(str::to_owned),
         })
         .collect()
 }

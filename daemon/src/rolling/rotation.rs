@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use super::journal::Journal;
 use super::{
-    INDEX_NAME, RollingWriter, at, files, finish_entry, full_record, index, machines, naming,
+    INDEX_NAME, Lost, RollingWriter, at, files, finish_entry, full_record, index, machines, naming,
 };
 
 impl RollingWriter {
@@ -26,6 +26,9 @@ impl RollingWriter {
         self.wait_in_flight()?;
         self.flush()?;
         self.sync_current()?;
+        // The old file is complete only if it is still there: else what
+        // was not committed goes to a new file (`reopen.rs`).
+        self.check_current()?;
         let preamble = self.preamble.packets();
         let (next, seq) = Self::start_file(
             &self.config,
@@ -86,6 +89,17 @@ impl RollingWriter {
                 self.stats.files_deleted += 1;
                 self.stats.bytes_deleted += e.bytes;
             }
+        }
+    }
+
+    /// Fails (as a commit would) when the file being written is no
+    /// longer at its path.
+    pub(super) fn check_current(&mut self) -> io::Result<()> {
+        let c = &self.current;
+        match files::still_at(&c.file, &c.path) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.lost(Lost::Data)),
+            Err(e) => Err(at(&c.path, "stat")(e)),
         }
     }
 

@@ -118,7 +118,7 @@ pub trait Writer<U>: Send + 'static {
     /// status tick; see [`crate::metrics`]).
     fn record_metrics(&self) {}
     /// The status report's output section with the writer's own counters
-    /// filled in (symbolic links refused).
+    /// filled in (vanished files, symbolic links refused).
     fn output_status(&self, status: OutputStatus) -> OutputStatus {
         status
     }

@@ -181,6 +181,7 @@ impl Writer<SyncUpdate> for RollingWriter {
     fn output_status(&self, status: OutputStatus) -> OutputStatus {
         let stats = RollingWriter::stats(self);
         OutputStatus {
+            vanished: stats.vanished,
             symlinks_refused: stats.symlinks_refused,
             ..status
         }
