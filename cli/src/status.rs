@@ -184,6 +184,21 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             o.episodes, o.errors
         );
     }
+    if o.vanished > 0 {
+        let _ = writeln!(
+            out,
+            "the output file or directory vanished {} time(s); what was not yet durable went \
+             to a new file",
+            o.vanished
+        );
+    }
+    if o.symlinks_refused > 0 {
+        let _ = writeln!(
+            out,
+            "{} symbolic link(s) in the output directory refused (never followed; see the log)",
+            o.symlinks_refused
+        );
+    }
     out
 }
 
@@ -415,6 +430,7 @@ mod tests {
                 episodes: 1,
                 failing_since_unix_ms: Some(1),
                 last_error: Some("cannot commit: No space left on device".into()),
+                ..Default::default()
             },
             ..Default::default()
         };
@@ -429,6 +445,17 @@ mod tests {
         assert!(
             t.ends_with(
                 "output writable again after 1 write-error episode(s) (3 failed attempts)\n"
+            ),
+            "{t}"
+        );
+        report.output.vanished = 1;
+        report.output.symlinks_refused = 2;
+        let t = table(&report, 2);
+        assert!(t.contains("vanished 1 time(s)"), "{t}");
+        assert!(
+            t.ends_with(
+                "2 symbolic link(s) in the output directory refused (never followed; see the \
+                 log)\n"
             ),
             "{t}"
         );

@@ -45,6 +45,15 @@ pub struct OutputStatus {
     pub failing_since_unix_ms: Option<u64>,
     /// The first error of the last episode.
     pub last_error: Option<String>,
+    /// Times a commit found the output file or the journal no longer at
+    /// its path (the output directory removed or renamed, the file
+    /// replaced); each time the data not yet durable went to a new file.
+    #[serde(default)]
+    pub vanished: u64,
+    /// Symbolic links met at names the rolling writer wanted (never
+    /// followed; each counted once while it stays).
+    #[serde(default)]
+    pub symlinks_refused: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -71,6 +71,8 @@ pub fn record_output(
     counter!(names::OUTPUT_FILES).absolute(stats.files_started);
     counter!(names::OUTPUT_FILES_DELETED).absolute(stats.files_deleted);
     counter!(names::OUTPUT_COMMITS).absolute(stats.commits);
+    counter!(names::OUTPUT_VANISHED).absolute(stats.vanished);
+    counter!(names::OUTPUT_SYMLINKS_REFUSED).absolute(stats.symlinks_refused);
     gauge!(names::OUTPUT_CURRENT_FILE_BYTES).set(current_file_bytes as f64);
     gauge!(names::OUTPUT_CURRENT_FILE_SEQUENCE).set(current_file_seq as f64);
 }

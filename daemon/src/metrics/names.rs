@@ -108,6 +108,8 @@ pub const OUTPUT_FILES: &str = "tracesync_output_files_total";
 pub const OUTPUT_FILES_DELETED: &str = "tracesync_output_files_deleted_total";
 pub const OUTPUT_COMMITS: &str = "tracesync_output_commits_total";
 pub const OUTPUT_ERRORS: &str = "tracesync_output_errors_total";
+pub const OUTPUT_VANISHED: &str = "tracesync_output_vanished_total";
+pub const OUTPUT_SYMLINKS_REFUSED: &str = "tracesync_output_symlinks_refused_total";
 pub const OUTPUT_CURRENT_FILE_BYTES: &str = "tracesync_output_current_file_bytes";
 pub const OUTPUT_CURRENT_FILE_SEQUENCE: &str = "tracesync_output_current_file_sequence";
 
@@ -281,6 +283,14 @@ pub const SPECS: &[Spec] = &[
     Spec::counter(
         OUTPUT_ERRORS,
         "Failed output writes or commits (relays wait, unacknowledged)",
+    ),
+    Spec::counter(
+        OUTPUT_VANISHED,
+        "Commits that found the output file or journal gone from its path (a new file took the data not yet durable)",
+    ),
+    Spec::counter(
+        OUTPUT_SYMLINKS_REFUSED,
+        "Symbolic links met at names the output writer wanted (never followed)",
     ),
     Spec::gauge(
         OUTPUT_CURRENT_FILE_BYTES,

@@ -8,10 +8,12 @@
 //!    encode the record (file length, de-dup state of the streams changed
 //!    since the previous record), send the job; the bytes and the streams
 //!    it covers are set aside;
-//! 2. sync thread: fdatasync the data file, then write and fdatasync the
-//!    record, then save index.jsonl as of the commit (its rename can wait
-//!    on the filesystem's journal for tens of ms), then wake the writer's
-//!    owner;
+//! 2. sync thread: fdatasync the data file, check it is still the file at
+//!    its path, then write and fdatasync the record, check the data file
+//!    and the journal are still at their paths (else the commit fails: the
+//!    output vanished, `reopen.rs`), then save index.jsonl as of the commit
+//!    (its rename can wait on the filesystem's journal for tens of ms),
+//!    then wake the writer's owner;
 //! 3. writer thread (`poll_commits`, `wait_commits`): on success the
 //!    record's length becomes the committed length; on failure the job's
 //!    bytes and streams go back in front of what was written since, as if
@@ -36,9 +38,10 @@ use std::sync::Arc;
 
 use std::path::PathBuf;
 
+use super::files::{self, Links};
 use super::index::{self, IndexEntry};
 use super::journal::JournalRecord;
-use super::{INDEX_NAME, JOURNAL_COMPACT_BYTES, RollingWriter, at, full_record};
+use super::{INDEX_NAME, JOURNAL_COMPACT_BYTES, Lost, RollingWriter, Span, at, full_record};
 
 /// Bytes written past a commit in flight before the writer waits for it.
 /// Twice the writer's early-commit bound keeps a commit's worth of input
@@ -51,13 +54,19 @@ pub type CommitWaker = Arc<dyn Fn() + Send + Sync>;
 
 /// The durable half of one commit.
 struct Job {
-    /// A descriptor of the data file; None without `fsync`.
-    data: Option<File>,
+    /// A descriptor of the data file, and its path.
+    data: File,
+    data_path: PathBuf,
+    /// fdatasync the data file (`fsync`).
+    sync_data: bool,
     journal: File,
+    journal_path: PathBuf,
     record: Vec<u8>,
+    /// fdatasync the journal.
     fsync: bool,
     /// index.jsonl as of the commit, and where it goes.
     index: (PathBuf, Vec<IndexEntry>),
+    links: Links,
     wake: Option<CommitWaker>,
 }
 
@@ -72,28 +81,45 @@ struct Done {
 enum Failed {
     Data(io::Error),
     Journal(io::Error),
+    /// The file is no longer the one at its path.
+    Gone(Lost),
 }
 
 fn run(job: &Job) -> Done {
     let result = sync(job);
     let index = match result {
-        Ok(()) => index::save(&job.index.0, &job.index.1),
+        Ok(()) => index::save(&job.index.0, &job.index.1, &job.links),
         Err(_) => Ok(()),
     };
     Done { result, index }
 }
 
 fn sync(job: &Job) -> Result<(), Failed> {
-    if let Some(data) = &job.data {
-        data.sync_data().map_err(Failed::Data)?;
+    if job.sync_data {
+        job.data.sync_data().map_err(Failed::Data)?;
     }
+    // Before the record: it must never name another file at that path.
+    still_at(&job.data, &job.data_path, Lost::Data)?;
     (&job.journal)
         .write_all(&job.record)
         .map_err(Failed::Journal)?;
     if job.fsync {
         job.journal.sync_data().map_err(Failed::Journal)?;
     }
-    Ok(())
+    // Durable means durable where the output is: both still there when
+    // the commit is reported (what is acknowledged follows).
+    still_at(&job.data, &job.data_path, Lost::Data)?;
+    still_at(&job.journal, &job.journal_path, Lost::Journal)
+}
+
+/// The open `file` is still the one at `path`.
+fn still_at(file: &File, path: &std::path::Path, which: Lost) -> Result<(), Failed> {
+    match files::still_at(file, path) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Failed::Gone(which)),
+        Err(e) if which == Lost::Data => Err(Failed::Data(e)),
+        Err(e) => Err(Failed::Journal(e)),
+    }
 }
 
 /// The sync thread; it ends when this is dropped (after its job).
@@ -137,6 +163,9 @@ struct InFlight {
     /// The streams its record carries.
     keys: BTreeSet<(u64, u32)>,
     record_len: usize,
+    /// `entry.packets` at the length it names, and the packets in `bytes`.
+    packets: u64,
+    span: Span,
 }
 
 /// Commit bookkeeping of a [`RollingWriter`].
@@ -358,21 +387,19 @@ impl RollingWriter {
             .journal
             .begin_append(&record)
             .map_err(at(&journal_path, "append to"))?;
-        let fsync = self.config.fsync;
-        let data = if fsync {
-            Some(c.file.try_clone().map_err(at(&c.path, "fsync"))?)
-        } else {
-            None
-        };
         let job = Job {
-            data,
+            data: c.file.try_clone().map_err(at(&c.path, "fsync"))?,
+            data_path: c.path.clone(),
+            sync_data: self.config.fsync,
             journal: self
                 .journal
                 .writer()
                 .map_err(at(&journal_path, "append to"))?,
+            journal_path,
             record: encoded,
             fsync: self.journal.fsync(),
             index: (self.config.dir.join(INDEX_NAME), self.index()),
+            links: self.links.clone(),
             wake: self.commits.waker.clone(),
         };
         let c = &mut self.current;
@@ -384,6 +411,8 @@ impl RollingWriter {
             bytes,
             keys: std::mem::take(&mut self.changed),
             record_len: job.record.len(),
+            packets: c.entry.packets,
+            span: std::mem::take(&mut c.pending_span),
         });
         let job = match (&self.commits.thread, inline) {
             (Some(thread), false) => match thread.jobs.send(job) {
@@ -412,13 +441,19 @@ impl RollingWriter {
         if let Err(e) = done.index {
             // The next commit rewrites it whole.
             self.stats.index_write_errors += 1;
-            tracing::warn!("cannot write {INDEX_NAME}: {e}");
+            if files::is_link_refused(&e) {
+                // Logged once where the link was met.
+                tracing::debug!("cannot write {INDEX_NAME}: {e}");
+            } else {
+                tracing::warn!("cannot write {INDEX_NAME}: {e}");
+            }
         }
         let c = &mut self.current;
         match done.result {
             Ok(()) => {
                 self.journal.end_append(job.record_len, true);
                 c.committed_len = job.len;
+                c.committed_packets = job.packets;
                 let mut bytes = job.bytes;
                 bytes.clear();
                 self.commits.spare = bytes;
@@ -435,6 +470,7 @@ impl RollingWriter {
                 bytes.extend_from_slice(&c.pending);
                 c.pending = bytes;
                 c.flushed += n;
+                c.pending_span = job.span.then(c.pending_span);
                 self.changed.extend(job.keys);
                 self.commits.want_next = false;
                 Err(match failed {
@@ -443,6 +479,7 @@ impl RollingWriter {
                         at(&c.path, "fsync")(e)
                     }
                     Failed::Journal(e) => at(self.journal.path(), "append to")(e),
+                    Failed::Gone(which) => self.lost(which),
                 })
             }
         }
@@ -456,9 +493,13 @@ impl RollingWriter {
         }
         let record = full_record(c, &self.streams, self.next_out_seq);
         let path = self.journal.path().to_path_buf();
-        match super::journal::Journal::compact(&path, &record, self.config.fsync) {
+        match super::journal::Journal::compact(&path, &record, self.config.fsync, &self.links) {
             Ok(j) => self.journal = j,
             // The appended journal stays valid; compaction is retried.
+            Err(e) if files::is_link_refused(&e) => {
+                // Logged once where the link was met.
+                tracing::debug!("cannot compact {}: {e}", path.display());
+            }
             Err(e) => tracing::warn!("cannot compact {}: {e}", path.display()),
         }
     }

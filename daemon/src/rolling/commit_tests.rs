@@ -122,7 +122,7 @@ fn a_commit_names_what_was_written_when_it_was_requested() {
     assert_eq!(w.poll_commits().expect("poll"), None);
     assert_eq!(w.current.committed_len, len);
     // The sync thread saved the index as of the commit.
-    let (index, _) = index::load(&dir.path().join(INDEX_NAME)).expect("index");
+    let (index, _) = index::load(&dir.path().join(INDEX_NAME), &Links::default()).expect("index");
     assert_eq!(index.last().map(|e| e.bytes), Some(len));
     assert_eq!(recovered_after_crash(w, dir.path()), (Some(9), len));
 }

@@ -1,12 +1,13 @@
 //! `index.jsonl`: one line per rolled file, rewritten whole (tmp + rename)
 //! whenever it changes; and the retention rule over it.
 
-use std::io::{self, Write};
+use std::io::{self, Read};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use super::files::{self, Links};
 use super::naming;
 
 /// Name of the index in the output directory.
@@ -67,12 +68,22 @@ impl IndexEntry {
     }
 }
 
-/// Reads an index; unparsable lines are skipped and counted.
-pub fn load(path: &Path) -> io::Result<(Vec<IndexEntry>, u64)> {
-    let text = match std::fs::read_to_string(path) {
+/// Reads an index; unparsable lines are skipped and counted. A link at
+/// `path` is not followed: it reads as no index (counted in `links`; the
+/// next save replaces it).
+pub fn load(path: &Path, links: &Links) -> io::Result<(Vec<IndexEntry>, u64)> {
+    let read = files::open_existing(path, false).and_then(|mut f| {
+        let mut text = String::new();
+        f.read_to_string(&mut text).map(|_| text)
+    });
+    let text = match read {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(e) if e.kind() == io::ErrorKind::InvalidData => return Ok((Vec::new(), 1)),
+        Err(e) if files::is_link_refused(&e) => {
+            links.met(path, false, "the index is read as empty and written anew");
+            return Ok((Vec::new(), 0));
+        }
         Err(e) => return Err(e),
     };
     let mut bad = 0;
@@ -86,21 +97,16 @@ pub fn load(path: &Path) -> io::Result<(Vec<IndexEntry>, u64)> {
     Ok((entries, bad))
 }
 
-/// Writes the index whole, atomically (a reader sees the old or the new one).
-pub fn save(path: &Path, entries: &[IndexEntry]) -> io::Result<()> {
+/// Writes the index whole, atomically (a reader sees the old or the new
+/// one), through a temporary file created new, never through a link
+/// (`files::replace`).
+pub fn save(path: &Path, entries: &[IndexEntry], links: &Links) -> io::Result<()> {
     let mut text = Vec::new();
     for e in entries {
         serde_json::to_writer(&mut text, e).map_err(io::Error::other)?;
         text.push(b'\n');
     }
-    let tmp = path.with_extension("jsonl.tmp");
-    let result = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(&text))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    files::replace(path, &path.with_extension("jsonl.tmp"), &text, links)
 }
 
 /// Retention limits.
@@ -199,12 +205,13 @@ mod tests {
         }];
         a.first_ts = Some(-5);
         let entries = vec![a, entry(2, 2000, 20, false)];
-        save(&path, &entries).expect("save");
-        assert_eq!(load(&path).expect("load"), (entries.clone(), 0));
+        let links = Links::default();
+        save(&path, &entries, &links).expect("save");
+        assert_eq!(load(&path, &links).expect("load"), (entries.clone(), 0));
         let mut text = std::fs::read_to_string(&path).expect("read");
         text.push_str("{not json\n");
         std::fs::write(&path, text).expect("write");
-        assert_eq!(load(&path).expect("load"), (entries, 1));
+        assert_eq!(load(&path, &links).expect("load"), (entries, 1));
         assert!(!dir.path().join("index.jsonl.tmp").exists());
     }
 }

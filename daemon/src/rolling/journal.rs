@@ -8,13 +8,14 @@
 //! was fsynced before the commit that wrote it returned.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::RecoveredStream;
+use super::files::{self, Links};
 
 const MAGIC: &[u8; 8] = b"TSJRNL1\n";
 /// Records longer than this are treated as corrupt.
@@ -63,10 +64,11 @@ impl JournalState {
     }
 }
 
-/// Reads a journal; `None` if there is none.
+/// Reads a journal; `None` if there is none. A link at `path` is not
+/// followed: an error.
 pub fn read(path: &Path) -> io::Result<Option<JournalState>> {
     let mut bytes = Vec::new();
-    match File::open(path) {
+    match files::open_existing(path, false) {
         Ok(f) => f
             .take(u64::from(MAX_RECORD_BYTES) * 4)
             .read_to_end(&mut bytes)?,
@@ -134,25 +136,33 @@ pub struct Journal {
     /// A failed append may have left a partial record past `good_len`.
     dirty: bool,
     fsync: bool,
+    /// The streams its records written whole add up to (what a full
+    /// record of the durable state carries, if the journal must be
+    /// started over: `RollingWriter::reopen`).
+    durable: BTreeMap<(u64, u32), RecoveredStream>,
+    /// The streams of the record being appended.
+    appending: Vec<RecoveredStream>,
 }
 
 impl Journal {
     /// Replaces the journal at `path` with one full record, atomically.
-    pub fn compact(path: &Path, record: &JournalRecord, fsync: bool) -> io::Result<Self> {
+    /// The temporary file is created new, never through a link
+    /// (`files::clear_temporary`); the rename replaces a link at `path`,
+    /// never its target.
+    pub fn compact(
+        path: &Path,
+        record: &JournalRecord,
+        fsync: bool,
+        links: &Links,
+    ) -> io::Result<Self> {
         let mut bytes = MAGIC.to_vec();
         encode(record, &mut bytes)?;
         let tmp = path.with_extension("tmp");
         // The handle is opened on the temporary file and kept: after the
         // rename it is the journal, so nothing can fail past the rename.
         let write_tmp = || -> io::Result<File> {
-            match std::fs::remove_file(&tmp) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
-            let mut f = OpenOptions::new()
-                .append(true)
-                .create_new(true)
-                .open(&tmp)?;
+            files::clear_temporary(&tmp, links)?;
+            let mut f = files::create_new(&tmp, true)?;
             f.write_all(&bytes)?;
             if fsync {
                 f.sync_data()?;
@@ -162,7 +172,10 @@ impl Journal {
         let file = match write_tmp() {
             Ok(f) => f,
             Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
+                // Ours, or a leftover; never a link (left alone).
+                if matches!(files::look(&tmp), Ok(files::Found::File(_))) {
+                    let _ = std::fs::remove_file(&tmp);
+                }
                 return Err(e);
             }
         };
@@ -181,6 +194,12 @@ impl Journal {
             good_len: bytes.len() as u64,
             dirty: false,
             fsync,
+            durable: record
+                .streams
+                .iter()
+                .map(|s| ((s.relay_instance, s.relay_sequence), *s))
+                .collect(),
+            appending: Vec::new(),
         })
     }
 
@@ -214,6 +233,7 @@ impl Journal {
         encode(record, &mut bytes)?;
         // Until the append is known whole, a partial record may be there.
         self.dirty = true;
+        self.appending.clone_from(&record.streams);
         Ok(bytes)
     }
 
@@ -229,7 +249,16 @@ impl Journal {
         if ok {
             self.dirty = false;
             self.good_len += len as u64;
+            for s in self.appending.drain(..) {
+                self.durable.insert((s.relay_instance, s.relay_sequence), s);
+            }
         }
+        self.appending.clear();
+    }
+
+    /// The streams as the records written whole leave them.
+    pub fn durable_streams(&self) -> Vec<RecoveredStream> {
+        self.durable.values().copied().collect()
     }
 
     /// Whether the journal was opened to fdatasync its records.
@@ -274,8 +303,14 @@ mod tests {
     fn deltas_apply_over_a_full_record_and_reading_stops_at_damage() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("journal");
-        let mut j = Journal::compact(&path, &record("a", 10, true, vec![stream(1, 2, 5)]), true)
-            .expect("compact");
+        let links = Links::default();
+        let mut j = Journal::compact(
+            &path,
+            &record("a", 10, true, vec![stream(1, 2, 5)]),
+            true,
+            &links,
+        )
+        .expect("compact");
         let mut ends = vec![j.len()];
         j.append(&record("a", 20, false, vec![stream(1, 3, 9)]))
             .expect("append");
@@ -311,8 +346,13 @@ mod tests {
         }
 
         // A full record replaces the stream set.
-        let j = Journal::compact(&path, &record("b", 4, true, vec![stream(9, 9, 1)]), false)
-            .expect("compact");
+        let j = Journal::compact(
+            &path,
+            &record("b", 4, true, vec![stream(9, 9, 1)]),
+            false,
+            &links,
+        )
+        .expect("compact");
         let state = read(&path).expect("read").expect("exists");
         assert_eq!(state.file.as_deref(), Some("b"));
         assert_eq!(state.streams.len(), 1);

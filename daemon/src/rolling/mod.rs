@@ -8,14 +8,17 @@
 //!
 //! The writer's parts: `write_path` (packets into the pending bytes,
 //! flushes, the rewrite after a failure), `rotation` (rotation, retention,
-//! the index), `sidecar` (probe samples), `commit` (commits and the sync
-//! thread).
+//! the index), `reopen` (a new file after the output vanished), `sidecar`
+//! (probe samples), `commit` (commits and the sync thread), `files` (no
+//! link is ever followed; is a file still at its path).
 
 mod commit;
+mod files;
 mod index;
 mod journal;
 mod naming;
 mod recover;
+mod reopen;
 mod rotation;
 mod sidecar;
 #[cfg(test)]
@@ -24,7 +27,7 @@ mod write_path;
 mod writer_writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,11 +36,13 @@ use std::time::{Duration, SystemTime};
 use tracesync_protocol::wire;
 
 pub use commit::CommitWaker;
+pub use files::{LinkRefused, Vanished, is_vanished};
 pub use index::{INDEX_NAME, IndexEntry, IndexMachine};
 pub use naming::{SYNC_SIDECAR_SUFFIX, civil_from_days, days_from_civil, utc_stamp};
 pub use recover::JOURNAL_NAME;
 pub use tracesync_core::preamble::{PreambleLimits, role_of};
 
+use files::{Found, Links};
 use journal::{Journal, JournalRecord};
 use tracesync_core::live::{Recovered, RecoveredStream};
 use writer_writeback::Writeback;
@@ -118,6 +123,56 @@ pub struct RollingStats {
     /// Times the data past the last commit was written again from memory
     /// after a failed write or fsync (e.g. a full disk).
     pub rewrites: u64,
+    /// Commits (or rotations) that found the file being written, or the
+    /// journal, no longer at its path (the output directory removed or
+    /// renamed, the file replaced): each failed, and a new file took what
+    /// was not durable (`reopen.rs`).
+    pub vanished: u64,
+    /// Symbolic links met at names the writer wanted (never followed;
+    /// each counted once while it stays).
+    pub symlinks_refused: u64,
+}
+
+/// Where the packets past the last commit start and end, and how many.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Span {
+    packets: u64,
+    first_ts: Option<i64>,
+    last_ts: Option<i64>,
+}
+
+impl Span {
+    fn add(&mut self, ts: i64) {
+        self.packets += 1;
+        self.first_ts = Some(self.first_ts.map_or(ts, |t| t.min(ts)));
+        self.last_ts = Some(self.last_ts.map_or(ts, |t| t.max(ts)));
+    }
+
+    /// Both spans (`self` written first).
+    fn then(self, later: Span) -> Span {
+        let min = |a: Option<i64>, b: Option<i64>| a.into_iter().chain(b).min();
+        let max = |a: Option<i64>, b: Option<i64>| a.into_iter().chain(b).max();
+        Span {
+            packets: self.packets + later.packets,
+            first_ts: min(self.first_ts, later.first_ts),
+            last_ts: max(self.last_ts, later.last_ts),
+        }
+    }
+}
+
+/// A machine with packets in the current file.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    name: Option<Arc<str>>,
+    /// `entry.packets` after its last packet (which commit covers it).
+    last_packet: u64,
+}
+
+/// Which file was found no longer at its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lost {
+    Data,
+    Journal,
 }
 
 /// The file being written.
@@ -137,10 +192,14 @@ struct Current {
     suspect: bool,
     /// Packets written after the preamble.
     data_packets: u64,
-    machines: BTreeMap<u32, Option<Arc<str>>>,
+    machines: BTreeMap<u32, Seen>,
     entry: IndexEntry,
     /// Length named by the last journal record.
     committed_len: u64,
+    /// `entry.packets` at that length.
+    committed_packets: u64,
+    /// The packets in `pending` (the commit in flight has its own).
+    pending_span: Span,
     sidecar: Option<File>,
 }
 
@@ -171,6 +230,15 @@ pub struct RollingWriter {
     writeback: Option<Writeback>,
     /// Commits in flight on the sync thread (`commit.rs`).
     commits: commit::Commits,
+    /// Links met in the output directory (shared with the sync thread).
+    links: Links,
+    /// The output directory's mode at open, to make it again with.
+    dir_mode: u32,
+    /// The current file or the journal was found no longer at its path:
+    /// the next flush starts over in a new file (`reopen.rs`).
+    vanished: Option<Lost>,
+    /// The latest time a write or open was given.
+    last_now: SystemTime,
 }
 
 impl RollingWriter {
@@ -186,28 +254,34 @@ impl RollingWriter {
         now: SystemTime,
     ) -> Result<(Self, Recovered), RollingError> {
         let dir = config.dir.clone();
-        std::fs::create_dir_all(&dir).map_err(|source| RollingError::Io {
+        let dir_error = |source| RollingError::Io {
             action: "create",
             path: dir.clone(),
             source,
-        })?;
-        let found = recover::scan(&dir, config.preamble)?;
+        };
+        std::fs::create_dir_all(&dir).map_err(dir_error)?;
+        let dir_mode = files::dir_mode(&dir).map_err(dir_error)?;
+        let links = Links::default();
+        links.set_may_remove(files::owned(&dir));
+        let found = recover::scan(&dir, config.preamble, &links)?;
         let recovered = Recovered {
             streams: found.streams.values().copied().collect(),
             next_out_seq: found.next_out_seq,
             sync_floors: found.preamble.sync_floors(),
             sequences: found.preamble.recovered_sequences(),
         };
-        let name = naming::file_name(now, found.next_file_seq);
         let preamble = found.preamble.packets();
-        let opened = Self::start_file(&config, &name, now, &preamble).and_then(|current| {
-            let record = full_record(&current, &found.streams, found.next_out_seq);
-            let journal = Journal::compact(&dir.join(JOURNAL_NAME), &record, config.fsync)?;
-            Ok((current, journal))
-        });
-        let (current, journal) = opened.map_err(|source| RollingError::Io {
+        let opened = Self::start_file(&config, &links, now, found.next_file_seq, &preamble)
+            .and_then(|(current, seq)| {
+                let record = full_record(&current, &found.streams, found.next_out_seq);
+                let path = dir.join(JOURNAL_NAME);
+                let journal = Journal::compact(&path, &record, config.fsync, &links)
+                    .map_err(at(&path, "write"))?;
+                Ok((current, journal, seq))
+            });
+        let (current, journal, seq) = opened.map_err(|source| RollingError::Io {
             action: "start",
-            path: dir.join(&name),
+            path: dir.join(naming::file_name(now, found.next_file_seq)),
             source,
         })?;
         let stats = RollingStats {
@@ -229,11 +303,15 @@ impl RollingWriter {
             streams: found.streams,
             changed: BTreeSet::new(),
             next_out_seq: found.next_out_seq,
-            next_file_seq: found.next_file_seq + 1,
+            next_file_seq: seq + 1,
             journal,
             stats,
             writeback: None,
             commits: commit::Commits::default(),
+            links,
+            dir_mode,
+            vanished: None,
+            last_now: now,
         };
         if writer.config.fsync {
             writer.commits = commit::Commits::threaded();
@@ -245,19 +323,42 @@ impl RollingWriter {
         Ok((writer, recovered))
     }
 
-    /// Creates a file and writes (and syncs) its preamble.
+    /// Creates file number `seq` (or the next whose names are free of
+    /// links, see `files.rs`) and writes (and syncs) its preamble. Returns
+    /// it and the number it got.
     fn start_file(
         config: &RollingConfig,
-        name: &str,
+        links: &Links,
         now: SystemTime,
+        mut seq: u64,
         preamble: &[bytes::Bytes],
-    ) -> io::Result<Current> {
-        let path = config.dir.join(name);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(at(&path, "create"))?;
+    ) -> io::Result<(Current, u64)> {
+        let mut skipped = 0;
+        let (name, path, mut file) = loop {
+            let name = naming::file_name(now, seq);
+            let path = config.dir.join(&name);
+            let sidecar = config.dir.join(naming::sidecar_name(&name));
+            let is_link = |p: &Path| files::look(p).is_ok_and(|f| f == Found::Link);
+            let link = if is_link(&sidecar) {
+                Some(sidecar)
+            } else {
+                match files::create_new(&path, false) {
+                    Ok(file) => break (name, path, file),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && is_link(&path) => {
+                        Some(path.clone())
+                    }
+                    Err(e) => return Err(at(&path, "create")(e)),
+                }
+            };
+            if let Some(link) = link {
+                links.met(&link, false, "that file number is skipped");
+            }
+            skipped += 1;
+            if skipped > MAX_SKIPPED_NAMES {
+                return Err(at(&path, "create")(files::LinkRefused::error(&path)));
+            }
+            seq += 1;
+        };
         let mut bytes = Vec::new();
         for p in preamble {
             frame(p, &mut bytes);
@@ -274,7 +375,7 @@ impl RollingWriter {
             return Err(at(&path, "write")(e));
         }
         let len = bytes.len() as u64;
-        Ok(Current {
+        let current = Current {
             path,
             file,
             start: now,
@@ -288,11 +389,14 @@ impl RollingWriter {
                 preamble_packets: preamble.len() as u64,
                 packets: preamble.len() as u64,
                 complete: false,
-                ..IndexEntry::found(name.to_owned(), len)
+                ..IndexEntry::found(name, len)
             },
             committed_len: len,
+            committed_packets: preamble.len() as u64,
+            pending_span: Span::default(),
             sidecar: None,
-        })
+        };
+        Ok((current, seq))
     }
 
     /// New rotation and retention limits (a reload): rotation is checked
@@ -317,12 +421,13 @@ impl RollingWriter {
             config,
             mut current,
             mut done,
+            links,
             ..
         } = self;
         finish_entry(&mut current);
         done.push(current.entry);
         let path = config.dir.join(INDEX_NAME);
-        index::save(&path, &done).map_err(at(&path, "write"))
+        index::save(&path, &done, &links).map_err(at(&path, "write"))
     }
 
     /// The file being written.
@@ -359,10 +464,14 @@ impl RollingWriter {
         RollingStats {
             incremental_state_overflow: counters.incremental_state_overflow,
             preamble_forgotten: counters.forgotten,
+            symlinks_refused: self.links.refused(),
             ..self.stats
         }
     }
 }
+
+/// Names taken by links a new file skips at most before it fails.
+const MAX_SKIPPED_NAMES: u32 = 64;
 
 fn finish_entry(c: &mut Current) {
     c.entry.complete = true;
@@ -372,9 +481,9 @@ fn finish_entry(c: &mut Current) {
 fn machines(c: &Current) -> Vec<IndexMachine> {
     c.machines
         .iter()
-        .map(|(&raw_id, name)| IndexMachine {
+        .map(|(&raw_id, seen)| IndexMachine {
             raw_id,
-            name: name.as_deref().map(str::to_owned),
+            name: seen.name.as_deref().map(str::to_owned),
         })
         .collect()
 }

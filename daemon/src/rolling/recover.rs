@@ -3,12 +3,12 @@
 //! last file's committed length (its tail past that is cut off).
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 
 use tracesync_protocol::reader::{FileReadError, TraceFile};
 
+use super::files::{self, Links};
 use super::index::{self, IndexEntry};
 use super::journal::{self, JournalState};
 use super::naming;
@@ -41,8 +41,10 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
     }
 }
 
-/// Rolled files in `dir`: (seq, name, length), in file order.
-fn list(dir: &Path) -> Result<Vec<(u64, String, u64)>, RollingError> {
+/// Rolled files in `dir`: (seq, name, length), in file order. Only
+/// regular files: a link with a rolled file's name is not one (counted in
+/// `links`, left alone).
+fn list(dir: &Path, links: &Links) -> Result<Vec<(u64, String, u64)>, RollingError> {
     let mut files = Vec::new();
     for e in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
         let e = e.map_err(io_err("list", dir))?;
@@ -52,7 +54,16 @@ fn list(dir: &Path) -> Result<Vec<(u64, String, u64)>, RollingError> {
         let Some((_, seq)) = naming::parse_file_name(&name) else {
             continue;
         };
-        let len = e.metadata().map_err(io_err("stat", &e.path()))?.len();
+        // Not following a link (lstat).
+        let meta = e.metadata().map_err(io_err("stat", &e.path()))?;
+        if meta.file_type().is_symlink() {
+            links.met(&e.path(), false, "not taken for an output file");
+            continue;
+        }
+        if !meta.is_file() {
+            continue;
+        }
+        let len = meta.len();
         files.push((seq, name, len));
     }
     files.sort();
@@ -76,19 +87,15 @@ fn truncate_and_read(
     len: u64,
     preamble: &mut PreambleState,
 ) -> Result<(u64, u64, u32), RollingError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(io_err("open", path))?;
+    let file = files::open_existing(path, true).map_err(io_err("open", path))?;
     let actual = file.metadata().map_err(io_err("stat", path))?.len();
     let cut = actual.saturating_sub(len);
     if cut > 0 {
         file.set_len(len).map_err(io_err("truncate", path))?;
         file.sync_all().map_err(io_err("fsync", path))?;
     }
-    let mut trace = TraceFile::new(File::open(path).map_err(io_err("open", path))?)
-        .map_err(io_err("read", path))?;
+    // Read back through the same descriptor (at offset 0 still).
+    let mut trace = TraceFile::new(file).map_err(io_err("read", path))?;
     let (mut packets, mut max_seq) = (0, 0);
     loop {
         match trace.next_packet() {
@@ -113,18 +120,24 @@ fn truncate_and_read(
     Ok((cut, packets, max_seq))
 }
 
-/// Reads the directory, recovers the last file from the journal.
-pub fn scan(dir: &Path, limits: PreambleLimits) -> Result<Found, RollingError> {
+/// Reads the directory, recovers the last file from the journal. Links
+/// are never followed (a link at the journal's name is an error).
+pub fn scan(dir: &Path, limits: PreambleLimits, links: &Links) -> Result<Found, RollingError> {
     let index_path = dir.join(index::INDEX_NAME);
     let (indexed, bad_index_lines) =
-        index::load(&index_path).map_err(io_err("read", &index_path))?;
+        index::load(&index_path, links).map_err(io_err("read", &index_path))?;
     let mut indexed: HashMap<String, IndexEntry> =
         indexed.into_iter().map(|e| (e.name.clone(), e)).collect();
     let journal_path: PathBuf = dir.join(JOURNAL_NAME);
     let journal = journal::read(&journal_path)
+        .inspect_err(|e| {
+            if files::is_link_refused(e) {
+                links.met(&journal_path, false, "the daemon does not start");
+            }
+        })
         .map_err(io_err("read", &journal_path))?
         .unwrap_or_default();
-    let mut files = list(dir)?;
+    let mut files = list(dir, links)?;
     let mut found = Found {
         entries: Vec::new(),
         next_file_seq: files.last().map_or(1, |f| f.0 + 1),

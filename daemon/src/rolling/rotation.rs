@@ -5,7 +5,9 @@ use std::io;
 use std::time::SystemTime;
 
 use super::journal::Journal;
-use super::{INDEX_NAME, RollingWriter, at, finish_entry, full_record, index, machines, naming};
+use super::{
+    INDEX_NAME, Lost, RollingWriter, at, files, finish_entry, full_record, index, machines, naming,
+};
 
 impl RollingWriter {
     pub(super) fn should_rotate(&self, now: SystemTime) -> bool {
@@ -24,19 +26,27 @@ impl RollingWriter {
         self.wait_in_flight()?;
         self.flush()?;
         self.sync_current()?;
-        let name = naming::file_name(now, self.next_file_seq);
+        // The old file is complete only if it is still there: else what
+        // was not committed goes to a new file (`reopen.rs`).
+        self.check_current()?;
         let preamble = self.preamble.packets();
-        let next = Self::start_file(&self.config, &name, now, &preamble)?;
+        let (next, seq) = Self::start_file(
+            &self.config,
+            &self.links,
+            now,
+            self.next_file_seq,
+            &preamble,
+        )?;
         let record = full_record(&next, &self.streams, self.next_out_seq);
         let path = self.journal.path().to_path_buf();
-        match Journal::compact(&path, &record, self.config.fsync) {
+        match Journal::compact(&path, &record, self.config.fsync, &self.links) {
             Ok(j) => self.journal = j,
             Err(e) => {
                 let _ = std::fs::remove_file(&next.path);
                 return Err(at(&path, "compact")(e));
             }
         }
-        self.next_file_seq += 1;
+        self.next_file_seq = seq + 1;
         self.changed.clear();
         let mut old = std::mem::replace(&mut self.current, next);
         self.open_writeback();
@@ -82,16 +92,32 @@ impl RollingWriter {
         }
     }
 
+    /// Fails (as a commit would) when the file being written is no
+    /// longer at its path.
+    pub(super) fn check_current(&mut self) -> io::Result<()> {
+        let c = &self.current;
+        match files::still_at(&c.file, &c.path) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.lost(Lost::Data)),
+            Err(e) => Err(at(&c.path, "stat")(e)),
+        }
+    }
+
     pub(super) fn save_index(&mut self) {
         let mut all = self.done.clone();
         let mut current = self.current.entry.clone();
         current.machines = machines(&self.current);
         all.push(current);
         let path = self.config.dir.join(INDEX_NAME);
-        if let Err(e) = index::save(&path, &all) {
+        if let Err(e) = index::save(&path, &all, &self.links) {
             // The index is a convenience: the next commit rewrites it whole.
             self.stats.index_write_errors += 1;
-            tracing::warn!("cannot write {}: {e}", path.display());
+            if files::is_link_refused(&e) {
+                // Logged once where the link was met.
+                tracing::debug!("cannot write {}: {e}", path.display());
+            } else {
+                tracing::warn!("cannot write {}: {e}", path.display());
+            }
         }
     }
 }

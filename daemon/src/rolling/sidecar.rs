@@ -1,11 +1,11 @@
 //! The current file's `.sync.jsonl` sidecar of raw probe samples.
 
-use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::files::{self, Found};
 use super::{RollingWriter, at, naming};
 
 impl RollingWriter {
@@ -20,11 +20,22 @@ impl RollingWriter {
         let path = self.sidecar_path();
         let c = &mut self.current;
         if c.sidecar.is_none() {
-            let f = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .map_err(at(&path, "open"))?;
+            // New with its file: created, never opened through a link (a
+            // link, or a file not ours, at the name: this file's samples
+            // are not written).
+            let f = files::create_new(&path, true).map_err(|e| {
+                if e.kind() == io::ErrorKind::AlreadyExists
+                    && files::look(&path).is_ok_and(|f| f == Found::Link)
+                {
+                    self.links.met(
+                        &path,
+                        false,
+                        "the samples of this file are not written (the next file has its own)",
+                    );
+                    return files::LinkRefused::error(&path);
+                }
+                at(&path, "create")(e)
+            })?;
             c.sidecar = Some(f);
         }
         match &mut c.sidecar {

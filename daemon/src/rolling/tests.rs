@@ -282,7 +282,7 @@ fn rotation_by_time_and_index_lines() {
     let current = w.current_path().to_path_buf();
     assert_eq!(current, dir.path().join(&files[2]));
 
-    let (index, bad) = index::load(&dir.path().join(INDEX_NAME)).expect("index");
+    let (index, bad) = index::load(&dir.path().join(INDEX_NAME), &Links::default()).expect("index");
     assert_eq!(bad, 0);
     assert_eq!(index, w.index());
     assert_eq!(index.len(), 3);
@@ -306,7 +306,7 @@ fn rotation_by_time_and_index_lines() {
     );
 
     w.close().expect("close");
-    let (index, _) = index::load(&dir.path().join(INDEX_NAME)).expect("index");
+    let (index, _) = index::load(&dir.path().join(INDEX_NAME), &Links::default()).expect("index");
     assert!(index.iter().all(|e| e.complete));
     assert_eq!(
         index[2].bytes,
@@ -712,4 +712,382 @@ fn reopen_recovers_each_sequences_default_clock_and_sequence_clock() {
     );
     assert_eq!(recovered.streams.len(), 1);
     assert_eq!(recovered.streams[0].out_seq, 7);
+}
+
+/// A file outside the output directory, and what it holds.
+struct Target {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+}
+
+const PRECIOUS: &[u8] = b"not the daemon's\n";
+
+impl Target {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("target");
+        std::fs::write(&path, PRECIOUS).expect("write");
+        Self { _dir: dir, path }
+    }
+
+    /// Plants a symbolic link to the target at `at`.
+    fn link_at(&self, at: &Path) {
+        std::os::unix::fs::symlink(&self.path, at).expect("symlink");
+    }
+
+    fn assert_untouched(&self) {
+        assert_eq!(std::fs::read(&self.path).expect("read"), PRECIOUS);
+    }
+}
+
+fn is_link(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+#[test]
+fn a_link_at_the_index_tmp_is_removed_never_followed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = Target::new();
+    let tmp = dir.path().join("index.jsonl.tmp");
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    target.link_at(&tmp);
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.commit().expect("commit");
+    target.assert_untouched();
+    // The daemon's own directory: the link at its temporary name was
+    // removed (not its target), the index written.
+    assert!(!tmp.exists() && !is_link(&tmp));
+    let (index, bad) = index::load(&dir.path().join(INDEX_NAME), &Links::default()).expect("load");
+    assert_eq!((index.len(), bad), (1, 0));
+    assert_eq!(index[0].packets, 1);
+    assert_eq!(w.stats().symlinks_refused, 1);
+    assert_eq!(w.stats().index_write_errors, 0);
+}
+
+#[test]
+fn a_link_at_the_index_tmp_of_a_directory_not_ours_is_left_and_counted_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = Target::new();
+    let tmp = dir.path().join("index.jsonl.tmp");
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    // As if the directory belonged to another user.
+    w.links.set_may_remove(false);
+    target.link_at(&tmp);
+    for i in 0..3 {
+        w.write(&event(5, 2, i, if i == 0 { 1 } else { 2 }), at(0))
+            .expect("write");
+        // The index is a convenience: the commit itself succeeds.
+        w.commit().expect("commit");
+    }
+    target.assert_untouched();
+    assert!(is_link(&tmp));
+    let stats = w.stats();
+    assert_eq!(stats.symlinks_refused, 1);
+    assert_eq!(stats.index_write_errors, 3);
+    assert_eq!(stats.commits, 3);
+}
+
+#[test]
+fn links_at_the_next_data_file_and_sidecar_names_are_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = Target::new();
+    let cfg = RollingConfig {
+        max_file_age: Duration::from_secs(10),
+        ..config(dir.path())
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    // The next rotation (at 20 s) would take number 2, else 3.
+    let second = dir.path().join(naming::file_name(at(20), 2));
+    let third = naming::file_name(at(20), 3);
+    target.link_at(&second);
+    target.link_at(&dir.path().join(naming::sidecar_name(&third)));
+    w.write(&event(5, 2, 1, 2), at(20)).expect("write rotates");
+    assert!(
+        w.current_path().ends_with(naming::file_name(at(20), 4)),
+        "{}",
+        w.current_path().display()
+    );
+    w.write_sync_samples(&[serde_json::json!({"t1": 1})])
+        .expect("samples");
+    w.close().expect("close");
+    target.assert_untouched();
+    assert!(is_link(&second));
+    let (index, _) = index::load(&dir.path().join(INDEX_NAME), &Links::default()).expect("load");
+    let names: Vec<&str> = index.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [naming::file_name(at(0), 1), naming::file_name(at(20), 4)]
+    );
+    // Restarted: the links are not taken for files, numbering goes on.
+    let (w, _) = RollingWriter::open_at(config(dir.path()), at(30)).expect("reopen");
+    assert!(w.current_path().ends_with(naming::file_name(at(30), 5)));
+    assert_eq!(w.index().len(), 3);
+    target.assert_untouched();
+}
+
+#[test]
+fn a_link_at_the_sidecar_is_never_followed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = Target::new();
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    let sidecar = format!("{}{SYNC_SIDECAR_SUFFIX}", w.current_path().display());
+    target.link_at(Path::new(&sidecar));
+    for _ in 0..2 {
+        let e = w
+            .write_sync_samples(&[serde_json::json!({"t1": 1})])
+            .expect_err("the sidecar name is a link");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+    }
+    // The trace goes on.
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.commit().expect("commit");
+    target.assert_untouched();
+    assert!(is_link(Path::new(&sidecar)));
+    assert_eq!(w.stats().symlinks_refused, 1);
+}
+
+#[test]
+fn links_at_the_journal_names_are_never_followed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = Target::new();
+    let cfg = RollingConfig {
+        max_file_age: Duration::from_secs(10),
+        ..config(dir.path())
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg.clone(), at(0)).expect("open");
+    let journal = dir.path().join(JOURNAL_NAME);
+    // The temporary name of a compaction (every rotation).
+    target.link_at(&dir.path().join("journal.tmp"));
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.write(&event(5, 2, 1, 2), at(20)).expect("write rotates");
+    target.assert_untouched();
+    assert_eq!(w.stats().symlinks_refused, 1);
+    // The journal itself replaced by a link while running: that commit
+    // fails (the open journal is no longer the one at its path), the next
+    // writes a new journal (the rename replaces the link, not its target).
+    std::fs::remove_file(&journal).expect("rm");
+    target.link_at(&journal);
+    w.write(&event(5, 2, 2, 2), at(20)).expect("write");
+    let e = w.commit().expect_err("the journal vanished");
+    assert!(is_vanished(&e), "{e}");
+    target.assert_untouched();
+    w.write(&event(5, 2, 3, 2), at(20)).expect("write");
+    w.commit().expect("commit in a new journal");
+    assert!(!is_link(&journal) && journal.is_file());
+    assert_eq!(w.stats().vanished, 1);
+    assert_eq!(rolled_files(dir.path()).len(), 2, "the data file went on");
+    drop(w);
+    let (_, recovered) = RollingWriter::open_at(cfg.clone(), at(30)).expect("reopen");
+    assert_eq!(recovered.streams.len(), 1);
+    assert_eq!(recovered.streams[0].written_through, 3);
+    target.assert_untouched();
+    // A link at the journal's name at start: not read, the daemon does not
+    // start.
+    std::fs::remove_file(&journal).expect("rm");
+    target.link_at(&journal);
+    let e = RollingWriter::open_at(cfg, at(40)).expect_err("a linked journal");
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    target.assert_untouched();
+}
+
+/// A clearing event on sequence 2 of machine 5 that interns `name`.
+fn clear_named(index: u64, name: &str) -> OutPacket {
+    let mut p = event(5, 2, index, 1);
+    let mut packet = TracePacket::decode(&p.bytes.to_bytes()[..]).expect("decodes");
+    packet.interned_data = Some(InternedData {
+        event_names: vec![EventName {
+            iid: Some(1),
+            name: Some(name.to_owned()),
+        }],
+    });
+    p.bytes = Bytes::from(packet.encode_to_vec()).into();
+    p
+}
+
+fn event_indexes(path: &Path) -> Vec<u64> {
+    read_packets(path)
+        .iter()
+        .filter(|p| matches!(p.data, Some(Data::TrackEvent(_))))
+        .filter_map(|p| p.timestamp)
+        .map(|ts| ts - 1000)
+        .collect()
+}
+
+#[test]
+fn an_output_directory_renamed_away_fails_the_commit_and_goes_on_in_a_new_one() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("out");
+    let (mut w, _) = RollingWriter::open_at(config(&dir), at(0)).expect("open");
+    for p in [
+        system_info(0),
+        system_info(5),
+        snapshot(5, 20),
+        sync_point(5),
+    ] {
+        w.write(&p, at(0)).expect("write");
+    }
+    w.write(&clear_named(0, "committed"), at(0)).expect("write");
+    for i in 1..5 {
+        w.write(&event(5, 2, i, 2), at(0)).expect("write");
+    }
+    w.commit().expect("commit");
+    let committed = w.durable_commit();
+    // Not yet durable: events 5..10, a new clear among them.
+    for i in 5..7 {
+        w.write(&event(5, 2, i, 2), at(0)).expect("write");
+    }
+    w.write(&clear_named(7, "pending"), at(0)).expect("write");
+    for i in 8..10 {
+        w.write(&event(5, 2, i, 2), at(0)).expect("write");
+    }
+    let moved = root.path().join("moved");
+    std::fs::rename(&dir, &moved).expect("rename the directory away");
+    let n = w.request_commit().expect("request").expect("in flight");
+    let e = w.wait_commits().expect_err("the output vanished");
+    assert!(is_vanished(&e), "{e}");
+    assert!(
+        e.to_string().contains("no longer in the output directory"),
+        "{e}"
+    );
+    // Nothing it covered is acknowledged.
+    assert_eq!(w.durable_commit(), committed);
+    assert!(n > committed);
+    assert_eq!(w.stats().vanished, 1);
+    // The next commit: the directory again, a new file with a preamble and
+    // what was not durable.
+    let m = w.request_commit().expect("request").expect("in flight");
+    assert_eq!(w.wait_commits().expect("durable"), Some(m));
+    assert!(m >= n && w.durable_commit() >= n);
+    let files = rolled_files(&dir);
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(files[0].ends_with("-000002.pftrace"), "{files:?}");
+    let path = dir.join(&files[0]);
+    assert_eq!(w.current_path(), path);
+    assert_eq!(event_indexes(&path), (5..10).collect::<Vec<_>>());
+    assert_self_contained(&path, false);
+    // The preamble is the state as of the last commit (the clear that was
+    // committed), not of the last packet written.
+    let packets = read_packets(&path);
+    let preamble = w.index()[0].preamble_packets as usize;
+    let replayed_names: Vec<String> = packets[..preamble]
+        .iter()
+        .filter_map(|p| p.interned_data.as_ref())
+        .flat_map(|d| d.event_names.iter().filter_map(|n| n.name.clone()))
+        .collect();
+    assert_eq!(replayed_names, ["committed"]);
+    // The index holds the new file only, its data as written.
+    let index = w.index();
+    assert_eq!(index.len(), 1);
+    assert_eq!(index[0].packets, packets.len() as u64);
+    assert_eq!(
+        index[0].bytes,
+        std::fs::metadata(&path).expect("stat").len()
+    );
+    assert_eq!(
+        (index[0].first_ts, index[0].last_ts),
+        (Some(1005), Some(1009))
+    );
+    assert_eq!(index[0].machines.len(), 1);
+    // The old directory keeps what was committed there.
+    assert_eq!(
+        event_indexes(&moved.join(naming::file_name(at(0), 1)))[..5],
+        [0, 1, 2, 3, 4]
+    );
+    // Restarted on the new directory: it resumes after event 9.
+    w.write(&event(5, 2, 10, 2), at(0)).expect("write");
+    w.commit().expect("commit");
+    drop(w);
+    let (w, recovered) = RollingWriter::open_at(config(&dir), at(5)).expect("reopen");
+    assert_eq!(recovered.streams.len(), 1);
+    assert_eq!(recovered.streams[0].written_through, 10);
+    assert_eq!(event_indexes(&path), (5..11).collect::<Vec<_>>());
+    assert_eq!(w.index().len(), 2);
+}
+
+#[test]
+fn a_removed_output_directory_is_made_again_with_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let outer = tempfile::tempdir().expect("tempdir");
+    let root = outer.path().join("root");
+    let dir = root.join("out");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o751)).expect("chmod");
+    // Without fsync: commits run in place, checked all the same.
+    let cfg = RollingConfig {
+        fsync: false,
+        max_file_age: Duration::from_secs(10),
+        ..config(&dir)
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg.clone(), at(0)).expect("open");
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.commit().expect("commit");
+    w.write(&event(5, 2, 1, 2), at(1)).expect("write");
+    std::fs::remove_dir_all(&dir).expect("rm -r");
+    let e = w.commit().expect_err("the output vanished");
+    assert!(is_vanished(&e), "{e}");
+    // Retried while the directory cannot be made (its parent gone too).
+    let away = outer.path().join("away");
+    std::fs::rename(&root, &away).expect("rename");
+    let parentless = w.commit().expect_err("no parent");
+    assert!(!is_vanished(&parentless), "{parentless}");
+    assert!(!root.exists());
+    std::fs::rename(&away, &root).expect("rename");
+    w.commit().expect("commit in the directory made again");
+    let mode = std::fs::metadata(&dir).expect("stat").permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o751);
+    let files = rolled_files(&dir);
+    assert_eq!(files.len(), 1);
+    assert_eq!(event_indexes(&dir.join(&files[0])), [1]);
+    // Found by a rotation (no commit in between): the write fails, takes
+    // nothing, and the next one goes on in a new file. (The file made
+    // again started now, not at the test's times: rotate by size.)
+    w.write(&event(5, 2, 2, 2), at(5)).expect("write");
+    w.set_limits(1, Duration::MAX, u64::MAX, Duration::ZERO);
+    std::fs::remove_dir_all(&dir).expect("rm -r");
+    let e = w
+        .write(&event(5, 2, 3, 2), at(30))
+        .expect_err("the rotation finds it");
+    assert!(is_vanished(&e), "{e}");
+    w.write(&event(5, 2, 3, 2), at(30)).expect("write");
+    w.close().expect("close");
+    // Event 2 in the file made again, 3 in the one it rotated to.
+    let mut files = rolled_files(&dir);
+    files.sort_by_key(|f| naming::parse_file_name(f).map(|(_, seq)| seq));
+    let events: Vec<Vec<u64>> = files.iter().map(|f| event_indexes(&dir.join(f))).collect();
+    assert_eq!(events, [vec![2], vec![3]], "{files:?}");
+    for f in &files {
+        assert_self_contained(&dir.join(f), true);
+    }
+    assert_eq!(
+        std::fs::metadata(&dir).expect("stat").permissions().mode() & 0o7777,
+        0o751
+    );
+    let (w, recovered) = RollingWriter::open_at(cfg, at(40)).expect("reopen");
+    assert_eq!(recovered.streams[0].written_through, 3);
+    assert_eq!(w.index().len(), 3);
+}
+
+#[test]
+fn a_replaced_data_file_fails_the_commit_and_is_left_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.commit().expect("commit");
+    w.write(&event(5, 2, 1, 2), at(0)).expect("write");
+    let path = w.current_path().to_path_buf();
+    let other = dir.path().join("other");
+    std::fs::write(&other, PRECIOUS).expect("write");
+    std::fs::rename(&other, &path).expect("replace the file");
+    let e = w.commit().expect_err("the file was replaced");
+    assert!(is_vanished(&e), "{e}");
+    w.commit().expect("commit in a new file");
+    assert_eq!(std::fs::read(&path).expect("read"), PRECIOUS);
+    assert_ne!(w.current_path(), path);
+    assert_eq!(event_indexes(w.current_path()), [1]);
+    // Not indexed as the daemon's.
+    let index = w.index();
+    assert_eq!(index.len(), 1);
+    assert_eq!(dir.path().join(&index[0].name), w.current_path());
+    assert_eq!(w.stats().vanished, 1);
 }

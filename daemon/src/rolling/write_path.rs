@@ -36,6 +36,11 @@ impl RollingWriter {
     /// reached). On error the packet was not taken and nothing is torn: the
     /// caller may retry it later.
     pub fn write(&mut self, packet: &OutPacket, now: SystemTime) -> io::Result<()> {
+        self.last_now = self.last_now.max(now);
+        if self.vanished.is_some() {
+            // A new file first (else a rotation would start two).
+            self.reopen()?;
+        }
         let c = &self.current;
         if c.pending.len() >= MAX_UNCOMMITTED_BYTES {
             // Bounds the bytes kept for a rewrite: commit early (durable
@@ -56,10 +61,12 @@ impl RollingWriter {
         c.entry.packets += 1;
         c.entry.first_ts = Some(c.entry.first_ts.map_or(packet.ts, |t| t.min(packet.ts)));
         c.entry.last_ts = Some(c.entry.last_ts.map_or(packet.ts, |t| t.max(packet.ts)));
+        c.pending_span.add(packet.ts);
         c.data_packets += 1;
-        let name = c.machines.entry(packet.machine_raw_id).or_default();
-        if name.is_none() {
-            name.clone_from(&packet.machine_name);
+        let seen = c.machines.entry(packet.machine_raw_id).or_default();
+        seen.last_packet = c.entry.packets;
+        if seen.name.is_none() {
+            seen.name.clone_from(&packet.machine_name);
         }
         self.stats.packets_written += 1;
         self.stats.bytes_written += len;
@@ -91,6 +98,9 @@ impl RollingWriter {
     /// commit, first cuts the file back to its committed length and writes
     /// everything past it again.
     pub(super) fn flush(&mut self) -> io::Result<()> {
+        if self.vanished.is_some() {
+            self.reopen()?;
+        }
         if self.current.suspect {
             // The commit in flight may cover bytes about to be cut.
             self.wait_in_flight()?;
@@ -121,7 +131,7 @@ impl RollingWriter {
     /// cannot be opened again: the commits sync it all, as without).
     pub(super) fn open_writeback(&mut self) {
         if let Some(writeback) = &mut self.writeback
-            && let Err(e) = writeback.open(&self.current.path)
+            && let Err(e) = writeback.open(&self.current.path, &self.current.file)
         {
             tracing::debug!("no early writeback of {}: {e}", self.current.path.display());
         }

@@ -11,10 +11,12 @@
 //! open file description), never swallowed here.
 
 use crossbeam_channel::{Sender, TrySendError};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
+
+use super::files::{self, Identity};
 
 /// Start a background writeback once this many bytes were handed to the
 /// OS since the last one.
@@ -53,12 +55,17 @@ impl Writeback {
         })
     }
 
-    /// A new file is being written (after a rotation or at start).
-    pub(super) fn open(&mut self, path: &Path) -> io::Result<()> {
+    /// A new file is being written (after a rotation or at start):
+    /// `path`, opened again (never through a link), if it is still the
+    /// writer's `file`.
+    pub(super) fn open(&mut self, path: &Path, file: &File) -> io::Result<()> {
         self.since = 0;
         self.file = None;
-        let file = OpenOptions::new().write(true).open(path)?;
-        self.file = Some(Arc::new(file));
+        let again = files::open_existing(path, true)?;
+        if Identity::of(&again)? != Identity::of(file)? {
+            return Err(io::Error::other("not the file being written"));
+        }
+        self.file = Some(Arc::new(again));
         Ok(())
     }
 
@@ -93,7 +100,7 @@ mod tests {
         let mut writeback = Writeback::start().unwrap();
         // No file yet: nothing to sync, nothing panics.
         writeback.wrote(WRITEBACK_BYTES);
-        writeback.open(&path).unwrap();
+        writeback.open(&path, &file).unwrap();
         assert_eq!(writeback.since, 0);
         let chunk = vec![7u8; 1 << 20];
         for _ in 0..(WRITEBACK_BYTES >> 20) - 1 {
@@ -113,8 +120,12 @@ mod tests {
     #[test]
     fn a_missing_file_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
+        let other = File::create(dir.path().join("other")).unwrap();
         let mut writeback = Writeback::start().unwrap();
-        assert!(writeback.open(&dir.path().join("gone")).is_err());
+        assert!(writeback.open(&dir.path().join("gone"), &other).is_err());
+        // Another file at the path: not this one's writeback.
+        File::create(dir.path().join("another")).unwrap();
+        assert!(writeback.open(&dir.path().join("another"), &other).is_err());
         writeback.wrote(WRITEBACK_BYTES * 2);
     }
 }

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use tracesync_protocol::relay::v1;
 
 use tracesync_core::live::OutPacket;
-use tracesync_core::status::MachineStatus;
+use tracesync_core::status::{MachineStatus, OutputStatus};
 
 /// Index of a connected relay in the live core; stable for one connection.
 pub type Slot = u32;
@@ -118,6 +118,11 @@ pub trait Writer<U>: Send + 'static {
     /// Copies the writer's counters into the metrics recorder (once per
     /// status tick; see [`crate::metrics`]).
     fn record_metrics(&self) {}
+    /// The status report's output section with the writer's own counters
+    /// filled in (vanished files, symbolic links refused).
+    fn output_status(&self, status: OutputStatus) -> OutputStatus {
+        status
+    }
     /// What a trace needs before the next packet written, each packet with
     /// its machine's raw id: a new perfetto tail starts with it (the same
     /// state the next file's preamble replays).

@@ -439,19 +439,32 @@ where
         self.summary.write_errors += 1;
         self.output.errors += 1;
         metrics::counter!(crate::metrics::names::OUTPUT_ERRORS).increment(1);
-        if self.failing {
-            debug!("output {what} still failing: {e}");
-        } else {
+        let first = !self.failing;
+        if first {
             self.failing = true;
             self.output.failing = true;
             self.output.episodes += 1;
             self.output.failing_since_unix_ms = Some(unix_ms());
             self.output.last_error = Some(format!("cannot {what}: {e}"));
+        }
+        if crate::rolling::is_vanished(e) {
+            // Found once per vanished file (the retries fail otherwise):
+            // one line, whether or not the output was failing already.
+            error!(
+                "cannot {what} the output: {e}; what was written since the last commit is not \
+                 acknowledged: the daemon makes the directory again (with its mode at start) if \
+                 it is gone and writes that data to a new file there, and relays are \
+                 acknowledged once it is durable; what was acknowledged before is gone with the \
+                 old file (stop tracesyncd before moving or deleting its output directory)"
+            );
+        } else if first {
             let file = self.current_file().unwrap_or_default();
             error!(
                 "cannot {what} the output {file}: {e}; relays are not acknowledged and wait \
                  until it succeeds (free space in the output directory)"
             );
+        } else {
+            debug!("output {what} still failing: {e}");
         }
     }
 
@@ -481,7 +494,7 @@ where
                 .as_ref()
                 .map(|c| c.refusals())
                 .unwrap_or_default(),
-            output: self.output.clone(),
+            output: self.writer.output_status(self.output.clone()),
         };
         self.core.record_metrics();
         self.writer.record_metrics();

@@ -15,7 +15,7 @@ use crate::control::ControlHub;
 use crate::rolling::RollingWriter;
 use crate::sync::ProbeSessions;
 use tracesync_core::live::{self, LiveCore, OutPacket};
-use tracesync_core::status::MachineStatus;
+use tracesync_core::status::{MachineStatus, OutputStatus};
 use tracesync_core::sync::{Registration, SyncUpdate};
 
 impl Core for LiveCore {
@@ -176,6 +176,15 @@ impl Writer<SyncUpdate> for RollingWriter {
     fn record_metrics(&self) {
         let (bytes, seq) = RollingWriter::current_file(self);
         crate::metrics::record_output(&RollingWriter::stats(self), bytes, seq);
+    }
+
+    fn output_status(&self, status: OutputStatus) -> OutputStatus {
+        let stats = RollingWriter::stats(self);
+        OutputStatus {
+            vanished: stats.vanished,
+            symlinks_refused: stats.symlinks_refused,
+            ..status
+        }
     }
 }
 

@@ -14,6 +14,8 @@
 //! - a relay stopped (SIGSTOP) for 40 s, and a fake relay whose clocks say
 //!   BOOTTIME = 1 ns: the healthy relay's output keeps up with what it
 //!   sends (>= 90%) all along; the stall and the lie are counted.
+//! - the output directory (`output`): deleted while running, symlinks
+//!   planted at the daemon's file names.
 //! - hostile peers (`hostile`, at the end): a fake daemon lying in Welcome,
 //!   unauthenticated 4 MiB frames, 300 idle connections, a trickled frame,
 //!   Hellos with 1 MiB machine names.
@@ -412,3 +414,4 @@ fn a_relay_lying_about_its_clock_does_not_stop_the_others() {
 }
 
 mod hostile;
+mod output;
