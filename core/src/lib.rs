@@ -14,6 +14,9 @@
 //!   stream (a rolled file's start, a perfetto tail's first packets).
 //! - [`sync_point`]: the RemoteClockSync packets that carry our alignment
 //!   into Perfetto.
+//! - [`sync_quality`]: the sync-quality counter tracks of every remote
+//!   machine in the rolled files (offset, frequency error, error bound,
+//!   round trip, epochs).
 //! - [`jsonl`]: the jsonl record of a resolved packet.
 //! - [`status`]: the daemon's status report.
 
@@ -24,3 +27,4 @@ pub mod preamble;
 pub mod status;
 pub mod sync;
 pub mod sync_point;
+pub mod sync_quality;

@@ -31,6 +31,8 @@ pub struct LiveCore {
     pub(super) relays: Relays,
     pub(super) streams: Streams,
     pub(super) output: Output,
+    /// Allocates the sync-quality sequences of the machines.
+    pub(super) quality_seqs: super::quality::QualitySequences,
     pub(super) scratch: IngestScratch,
 }
 
@@ -57,6 +59,7 @@ impl LiveCore {
             relays: Relays::new(recovered_clocks),
             streams,
             output: Output::default(),
+            quality_seqs: Default::default(),
             scratch: IngestScratch::default(),
         }
     }

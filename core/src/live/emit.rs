@@ -11,6 +11,7 @@ use super::core::LiveCore;
 use super::machines::reason;
 use super::order::{Queued, StreamId};
 use super::packet::{OutPacket, Role};
+use super::quality::Before;
 use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
 use super::types::RelaySlot;
 use crate::sync::covering::Mapping;
@@ -143,6 +144,19 @@ impl LiveCore {
         if let Some((client, host)) = sync_point {
             self.output.sync_point_written();
             out.push(sync_point_for(&packet, client, host));
+        }
+        if raw_id != 0 {
+            // The sync-quality tracks (`quality.rs`): the values the core
+            // used, and a bound in force that covers this packet.
+            let estimate = machine.estimate().copied();
+            let before = Before {
+                packet: &packet,
+                client: relay_boottime.and_then(|c| u64::try_from(c).ok()),
+                sync_point: sync_point.map(|(c, h)| (c, (i128::from(c) - i128::from(h)) as i64)),
+                last_offset: machine.last_offset(),
+                estimate: estimate.as_ref(),
+            };
+            machine.quality.before(&mut self.quality_seqs, &before, out);
         }
         out.push(packet);
     }

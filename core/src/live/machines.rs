@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::estimate::SyncEstimate;
+use super::quality::MachineTracks;
 use super::types::Refusal;
 use crate::status::MachineStatus;
 use crate::sync::covering::Refinement;
@@ -60,9 +61,21 @@ pub(super) struct Machine {
     /// current file's preamble replays after a restart.
     sync_floor: u64,
     estimate: Option<SyncEstimate>,
+    /// Its sync-quality tracks.
+    pub quality: MachineTracks,
 }
 
 impl Machine {
+    /// The estimate shown for it (the latest).
+    pub fn estimate(&self) -> Option<&SyncEstimate> {
+        self.estimate.as_ref()
+    }
+
+    /// The offset (relay BOOTTIME minus host time) of its last sync point.
+    pub fn last_offset(&self) -> Option<i64> {
+        self.sync_point.map(|(_, o)| o)
+    }
+
     /// Adds `n` to the counter of `reason`.
     pub fn count(&mut self, reason: &'static str, n: u64) {
         // Saturating: a hostile batch seq can claim u64::MAX lost batches.

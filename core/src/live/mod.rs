@@ -135,6 +135,7 @@ mod machines;
 mod order;
 mod output;
 pub mod packet;
+mod quality;
 mod recovered;
 mod relay;
 mod relays;

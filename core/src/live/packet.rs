@@ -28,6 +28,10 @@ pub enum Role {
     /// Carries interned_data or trace_packet_defaults after the last clear:
     /// replayed with it. Also a data packet.
     IncrementalState,
+    /// A sync-quality counter value or epoch instant the daemon wrote
+    /// (`crate::sync_quality`): the latest per track is replayed, so every
+    /// file starts with the values in force.
+    SyncQuality,
 }
 
 impl Role {

@@ -117,6 +117,10 @@ fn allocate_id(next: &mut StreamId) -> StreamId {
 
 /// Output sequence ids after the daemon's own.
 fn allocate_out_seq(next: &mut u32) -> u32 {
+    if crate::sync_quality::is_quality_seq(*next) {
+        // Reserved for the sync-quality sequences.
+        *next = crate::sync_quality::QUALITY_SEQ_BASE + crate::sync_quality::QUALITY_SEQ_COUNT;
+    }
     let out_seq = *next;
     *next = next.wrapping_add(1).max(OWN_SEQUENCE_ID + 1);
     out_seq

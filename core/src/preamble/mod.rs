@@ -20,7 +20,12 @@ const TRACK_DESCRIPTOR: u32 = 60;
 
 /// The preamble role of a packet, decided from its top-level fields. The
 /// live core classifies its packets with the same rule.
+/// In a rolled file (sequence ids are output ids) the daemon's
+/// sync-quality samples are recognised too.
 pub fn role_of(fields: &PacketFields<'_>) -> Role {
+    if crate::sync_quality::is_quality_sample(fields) {
+        return Role::SyncQuality;
+    }
     Role::of(fields)
 }
 
@@ -61,6 +66,21 @@ pub fn strip_for_replay(packet: &Bytes) -> Bytes {
         out.extend_from_slice(&packet[r]);
     }
     Bytes::from(out)
+}
+
+/// The track uuid of a TrackEvent packet (0 if none): the key of the
+/// latest sync-quality sample per track.
+fn quality_track_uuid(packet: &[u8]) -> u64 {
+    use prost::Message;
+    use tracesync_protocol::perfetto::TracePacket;
+    use tracesync_protocol::perfetto::trace_packet::Data;
+    match TracePacket::decode(packet) {
+        Ok(TracePacket {
+            data: Some(Data::TrackEvent(e)),
+            ..
+        }) => e.track_uuid.unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// Bounds of the preamble state (memory and size of every file's start).
@@ -118,6 +138,8 @@ pub struct PreambleState {
     system_info: HashMap<u32, Entry>,
     snapshots: HashMap<(u32, u32), Entry>,
     sync_points: HashMap<u32, Entry>,
+    /// Latest sync-quality sample per (sequence, track uuid).
+    quality: HashMap<(u32, u64), (u32, Entry)>,
     sequences: HashMap<u32, SequenceState>,
     incremental_bytes: usize,
     counters: PreambleCounters,
@@ -305,6 +327,11 @@ impl PreambleState {
                 self.sync_points.insert(machine, entry);
                 forget_oldest(&mut self.sync_points, max, |e| e.order).is_some()
             }
+            Role::SyncQuality => {
+                let uuid = quality_track_uuid(bytes);
+                self.quality.insert((seq, uuid), (machine, entry));
+                forget_oldest(&mut self.quality, max, |(_, e)| e.order).is_some()
+            }
             Role::IncrementalStateCleared | Role::IncrementalState => {
                 self.observe_incremental(role, machine, seq, entry);
                 self.forget_sequences()
@@ -384,6 +411,10 @@ impl PreambleState {
                 .values()
                 .flat_map(|s| s.packets.iter().map(|e| (s.machine, e)))
                 .collect(),
+        ));
+        // After the descriptors of their tracks (group 4).
+        out.extend(ordered(
+            self.quality.values().map(|(m, e)| (*m, e)).collect(),
         ));
         out
     }

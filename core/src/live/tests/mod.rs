@@ -13,6 +13,7 @@ use tracesync_protocol::relay::v1::RelayClocks;
 use super::*;
 
 mod ordering;
+mod quality;
 mod resolution;
 mod sessions;
 mod stalls;

@@ -313,7 +313,7 @@ fn descriptor_packets(seq: &Sequence, ts: u64) -> [TracePacket; 2] {
             TrackDescriptor {
                 uuid: Some(seq.counter_track),
                 name: Some(format!("{} load", seq.name)),
-                counter: Some(CounterDescriptor {}),
+                counter: Some(CounterDescriptor::default()),
                 ..Default::default()
             },
             names(half..EVENT_NAMES.len()),
