@@ -40,7 +40,25 @@ pub enum Command {
         /// Give each input that would go to the host machine a machine of its own.
         #[arg(long)]
         machine_per_file: bool,
-        #[arg(required = true)]
+        /// Of a capture (DIR or rolled files): only packets at or after TIME:
+        /// trace-time ns, an RFC 3339 UTC time, or -DURATION before the end (-30s).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        since: Option<String>,
+        /// Of a capture: only packets at or before TIME (as --since).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        until: Option<String>,
+        /// Input traces, or a rolling output directory (DIR), or rolled files
+        /// of one capture (read back as one).
+        #[arg(required = true, value_name = "INPUTS|DIR")]
+        inputs: Vec<PathBuf>,
+    },
+    /// Plots and a table of clock-sync quality per machine of a capture
+    /// (DIR or its rolled files).
+    Report {
+        /// The picture: OUT.svg or OUT.png [default: sync-report.svg].
+        #[arg(short = 'o', long = "output", value_name = "OUT.svg|OUT.png")]
+        output: Option<PathBuf>,
+        #[arg(required = true, value_name = "DIR|FILES")]
         inputs: Vec<PathBuf>,
     },
     /// The main job: tracesyncd and N relays with simulated clocks (offsets,

@@ -7,6 +7,7 @@
 //! - [`clocks`]: the clock graph of recorded traces as a table.
 //! - [`demo`]: the main job end to end (live) or offline.
 //! - [`check`]: checks a rolling capture of synthetic relays against truth.
+//! - [`report`]: plots and a table of a capture's clock-sync quality.
 //! - [`connect`], [`status`], `tail`: the control-socket clients.
 //! - [`follow`]: `tail DIR`, the rolling files followed as they grow.
 
@@ -17,6 +18,7 @@ pub mod connect;
 pub mod demo;
 pub mod follow;
 pub mod merge;
+pub mod report;
 pub mod status;
 mod tail;
 
@@ -42,33 +44,51 @@ pub fn main() -> ExitCode {
             stats,
             strict,
             machine_per_file,
+            since,
+            until,
             inputs,
-        } => {
-            let opts = MergeOptions {
-                inputs,
-                manifest,
-                output: Some(output),
-                format,
-                stats,
-                strict,
-                machine_per_file,
-            };
-            match merge(&opts, &mut report) {
-                Ok(outcome) => {
-                    if outcome.stats.packets_dropped > 0 {
-                        eprintln!(
-                            "tracesync: warning: {} packets had no place on the timeline and were dropped (see --stats)",
-                            outcome.stats.packets_dropped
-                        );
+        } => match merge::capture::detect(&inputs) {
+            Err(e) => {
+                eprintln!("tracesync: error: {e}");
+                e.code
+            }
+            Ok(Some(capture)) => {
+                merge_capture(&capture, &output, format, stats.as_deref(), since, until)
+            }
+            Ok(None) if since.is_some() || until.is_some() => {
+                eprintln!(
+                    "tracesync: error: --since/--until read a rolling capture: give tracesyncd's output DIR or its rolled files (tracesync-*.pftrace)"
+                );
+                exit::USAGE
+            }
+            Ok(None) => {
+                let opts = MergeOptions {
+                    inputs,
+                    manifest,
+                    output: Some(output),
+                    format,
+                    stats,
+                    strict,
+                    machine_per_file,
+                };
+                match merge(&opts, &mut report) {
+                    Ok(outcome) => {
+                        if outcome.stats.packets_dropped > 0 {
+                            eprintln!(
+                                "tracesync: warning: {} packets had no place on the timeline and were dropped (see --stats)",
+                                outcome.stats.packets_dropped
+                            );
+                        }
+                        outcome.exit_code()
                     }
-                    outcome.exit_code()
-                }
-                Err(e) => {
-                    eprintln!("tracesync: error: {e}");
-                    e.exit_code()
+                    Err(e) => {
+                        eprintln!("tracesync: error: {e}");
+                        e.exit_code()
+                    }
                 }
             }
-        }
+        },
+        Command::Report { output, inputs } => report::run(&inputs, output.as_deref()),
         Command::Demo {
             relays,
             seconds,
@@ -191,6 +211,48 @@ fn pki(command: PkiCommand) -> u8 {
         Err(e) => {
             eprintln!("tracesync: error: pki: {e}");
             exit::CANTCREAT
+        }
+    }
+}
+
+/// `merge` of a capture (DIR or rolled files), with its window.
+fn merge_capture(
+    capture: &merge::capture::Capture,
+    output: &std::path::Path,
+    format: merge::output::Format,
+    stats: Option<&std::path::Path>,
+    since: Option<String>,
+    until: Option<String>,
+) -> u8 {
+    use merge::window::{parse_time, resolve};
+    let parse = |flag: &str, t: Option<String>| match t.as_deref().map(parse_time) {
+        None => Ok(None),
+        Some(Ok(spec)) => Ok(Some(spec)),
+        Some(Err(e)) => Err(format!("--{flag} {e}")),
+    };
+    let (since, until) = match (parse("since", since), parse("until", until)) {
+        (Ok(s), Ok(u)) => (s, u),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("tracesync: error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let window = if since.is_some() || until.is_some() {
+        match resolve(capture, since, until) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!("tracesync: error: {e}");
+                return e.code;
+            }
+        }
+    } else {
+        None
+    };
+    match merge::capture_out::merge_capture(capture, Some(output), format, window, stats) {
+        Ok(_) => exit::OK,
+        Err(e) => {
+            eprintln!("tracesync: error: {e}");
+            e.code
         }
     }
 }

@@ -88,8 +88,7 @@ pub fn run_dir(dir: &Path, format: TailFormat, machines: Vec<String>) -> u8 {
         return exit::NOINPUT;
     }
     let mut follower = DirFollower::new(dir);
-    let mut formatter =
-        PacketFormatter::new(format, MachineFilter::new(&machines)).without_error_bounds();
+    let mut formatter = PacketFormatter::new(format, MachineFilter::new(&machines));
     let stdout = io::stdout();
     let mut out = stdout.lock();
     let mut pending = Vec::with_capacity(256 << 10);

@@ -9,7 +9,10 @@
 //! Perfetto shows, and the daemon's own `ts` to within the sync-point
 //! threshold (1 µs by default). Clocks other than BOOTTIME go through the
 //! machine's latest ClockSnapshot first. A packet with no timestamp, or one
-//! in a clock with no path, takes the previous packet's time.
+//! in a clock with no path, takes the previous packet's time. A remote
+//! packet's error bound is the value in force on its machine's error-bound
+//! track (docs/format.md, "Sync-quality tracks"): at least the bound the
+//! daemon gave it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -21,7 +24,9 @@ use tracesync_protocol::clock_ids::{BOOTTIME, BUILTIN_MAX};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync, SystemInfo};
 use tracesync_protocol::scan::{PacketFields, defaults_timestamp_clock_id, scan_packet};
 
-use tracesync_core::live::{OutPacket, Role};
+use tracesync_core::live::OutPacket;
+use tracesync_core::preamble::role_of;
+use tracesync_core::sync_quality::{QualityTrack, bound_us_to_ns, read_sample};
 
 /// Machines and sequences remembered; beyond it the maps start afresh
 /// (only a corrupt or hostile directory gets there).
@@ -37,12 +42,27 @@ pub struct FileResolver {
     offsets: HashMap<u32, i64>,
     /// Sequence default clock per (machine, sequence).
     defaults: HashMap<(u32, u32), u32>,
+    /// Error bound in force per remote machine (ns): its last sample on the
+    /// sync-quality error-bound track (`tracesync_core::sync_quality`).
+    bounds: HashMap<u32, u64>,
     last_ts: i64,
     /// Packets that did not scan (shown nowhere, counted).
     pub undecodable: u64,
 }
 
 impl FileResolver {
+    /// The error bound in force for remote machine `raw_id`, if a bound
+    /// sample was read.
+    pub fn bound(&self, raw_id: u32) -> Option<u64> {
+        self.bounds.get(&raw_id).copied()
+    }
+
+    /// Names machine `raw_id` until a SystemInfo names it (index.jsonl's
+    /// names, for the packets before a machine's first SystemInfo).
+    pub fn name_machine(&mut self, raw_id: u32, name: &str) {
+        self.names.entry(raw_id).or_insert_with(|| Arc::from(name));
+    }
+
     /// Learns from `bytes` and returns it as an output packet; None if the
     /// packet does not scan.
     pub fn resolve(&mut self, bytes: &[u8], src: &Arc<str>) -> Option<OutPacket> {
@@ -52,7 +72,7 @@ impl FileResolver {
         };
         let machine = fields.machine_id.unwrap_or(0);
         let seq = fields.trusted_packet_sequence_id.unwrap_or(0);
-        self.learn(&fields, machine, seq);
+        self.learn(&fields, bytes, machine, seq);
         let explicit = fields
             .timestamp_clock_id
             .or_else(|| self.defaults.get(&(machine, seq)).copied());
@@ -66,6 +86,13 @@ impl FileResolver {
             }
             None => (0, 0),
         };
+        // Within the host machine times are exact; a remote packet's bound
+        // is the one in force on its error-bound track.
+        let err_ns = if machine == 0 {
+            0
+        } else {
+            self.bounds.get(&machine).copied().unwrap_or(0)
+        };
         Some(OutPacket {
             ts: self.last_ts,
             machine_raw_id: machine,
@@ -73,7 +100,7 @@ impl FileResolver {
             seq,
             clock,
             clock_ts,
-            err_ns: 0,
+            err_ns,
             data_field: fields.data_field,
             src: Arc::clone(src),
             role: role_of(&fields),
@@ -82,12 +109,19 @@ impl FileResolver {
         })
     }
 
-    fn learn(&mut self, fields: &PacketFields<'_>, machine: u32, seq: u32) {
+    fn learn(&mut self, fields: &PacketFields<'_>, bytes: &[u8], machine: u32, seq: u32) {
         if self.names.len() > MAX_KEYS || self.defaults.len() > MAX_KEYS {
             self.names.clear();
             self.snapshots.clear();
             self.offsets.clear();
             self.defaults.clear();
+            self.bounds.clear();
+        }
+        if let Some(sample) = read_sample(fields, bytes)
+            && sample.track == QualityTrack::ErrorBound
+            && let Some(value) = sample.value
+        {
+            self.bounds.insert(sample.raw_id, bound_us_to_ns(value));
         }
         if let Some(info) = fields.system_info
             && let Ok(info) = SystemInfo::decode(info)
@@ -153,22 +187,6 @@ fn boottime_of(snapshot: &ClockSnapshot) -> Option<u64> {
         .iter()
         .find(|c| c.clock_id == Some(BOOTTIME))
         .and_then(|c| c.timestamp)
-}
-
-fn role_of(fields: &PacketFields<'_>) -> Role {
-    if fields.system_info.is_some() {
-        Role::SystemInfo
-    } else if fields.clock_snapshot.is_some() {
-        Role::ClockSnapshot
-    } else if fields.remote_clock_sync.is_some() {
-        Role::SyncPoint
-    } else if fields.clears_incremental_state() {
-        Role::IncrementalStateCleared
-    } else if fields.has_interned_data || fields.trace_packet_defaults.is_some() {
-        Role::IncrementalState
-    } else {
-        Role::Data
-    }
 }
 
 /// The preamble-role packets already shown, by content: a new file's

@@ -6,6 +6,8 @@
 //! ([`second_pass`]) streams every input again, resolving each packet and
 //! interleaving the inputs by resolved time into the [`output`].
 
+pub mod capture;
+pub mod capture_out;
 pub mod first_pass;
 pub mod inputs;
 pub mod machines;
@@ -14,6 +16,7 @@ pub mod output;
 pub mod plan;
 pub mod second_pass;
 pub mod stats;
+pub mod window;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -1,0 +1,415 @@
+//! A rolling capture read back as one: `tracesync merge DIR` (the daemon's
+//! output directory, its files in index.jsonl order) or `merge FILES...` of
+//! rolled files (`tracesync-<start>-<seq>.pftrace`), and `tracesync report`.
+//!
+//! The daemon already merged, stamped and ordered every packet: machine
+//! ids are its raw ids in every file, output sequence ids are unique across
+//! the capture (they continue across restarts), and the sync points say
+//! each remote machine's offset. Reading a capture back is reading its
+//! files in order, skipping the preamble of every file after the first
+//! (what it replays was in an earlier file): by `preamble_packets` of
+//! index.jsonl, else by content as `tail DIR` does
+//! (`crate::follow::resolve::SeenPackets`). Trace times and error bounds
+//! come from the same resolver as `tail DIR` (`crate::follow::resolve`).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tracesync_common::exit;
+use tracesync_core::live::{OutPacket, Role};
+use tracesync_protocol::reader::{FileReadError, TraceFile};
+
+use crate::follow::list;
+use crate::follow::resolve::{FileResolver, SeenPackets};
+
+/// One rolled file of a capture.
+#[derive(Clone, Debug)]
+pub struct CaptureFile {
+    pub path: PathBuf,
+    /// Its file name (the jsonl `src` of its packets).
+    pub name: String,
+    /// Packets of its preamble, from index.jsonl.
+    pub preamble_packets: Option<u64>,
+    /// index.jsonl's `last_ts` of the file.
+    pub last_ts: Option<i64>,
+}
+
+/// The files of one capture, in writing order.
+#[derive(Clone, Debug)]
+pub struct Capture {
+    pub files: Vec<CaptureFile>,
+    /// Machine names index.jsonl gives, by raw id: the names of packets
+    /// written before their machine's first SystemInfo.
+    pub names: Vec<(u32, String)>,
+}
+
+/// One line for the user and the exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{line}")]
+pub struct CaptureError {
+    pub line: String,
+    pub code: u8,
+}
+
+impl CaptureError {
+    fn new(code: u8, line: String) -> Self {
+        Self { line, code }
+    }
+}
+
+/// Whether `name` is a rolled file's name (`tracesync-<start>-<seq>.pftrace`).
+pub fn is_rolled_name(name: &str) -> bool {
+    let Some(stem) = name
+        .strip_prefix("tracesync-")
+        .and_then(|s| s.strip_suffix(".pftrace"))
+    else {
+        return false;
+    };
+    let mut parts = stem.rsplitn(2, '-');
+    let seq = parts.next().unwrap_or("");
+    parts.next().is_some() && seq.len() >= 6 && seq.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The capture `inputs` name: one directory, or rolled files only. None
+/// for any other inputs (an ordinary merge).
+pub fn detect(inputs: &[PathBuf]) -> Result<Option<Capture>, CaptureError> {
+    if let [dir] = inputs
+        && dir.is_dir()
+    {
+        return from_dir(dir).map(Some);
+    }
+    let rolled = !inputs.is_empty()
+        && inputs.iter().all(|p| {
+            p.is_file()
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(is_rolled_name)
+        });
+    if !rolled {
+        return Ok(None);
+    }
+    let mut files: Vec<CaptureFile> = inputs
+        .iter()
+        .map(|p| {
+            let name = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("")
+                .to_owned();
+            let index = p.parent().map(read_index).unwrap_or_default();
+            let (preamble_packets, last_ts) = index.get(&name).copied().unwrap_or_default();
+            CaptureFile {
+                path: p.clone(),
+                name,
+                preamble_packets,
+                last_ts,
+            }
+        })
+        .collect();
+    files.sort_by(|a, b| (file_seq(&a.name), &a.name).cmp(&(file_seq(&b.name), &b.name)));
+    files.dedup_by(|a, b| a.path == b.path);
+    let names = inputs
+        .first()
+        .and_then(|p| p.parent())
+        .map(|d| read_index_with_names(d).1)
+        .unwrap_or_default();
+    Ok(Some(Capture { files, names }))
+}
+
+fn file_seq(name: &str) -> Option<u64> {
+    name.strip_suffix(".pftrace")?
+        .rsplit('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The capture in directory `dir`.
+pub fn from_dir(dir: &Path) -> Result<Capture, CaptureError> {
+    let listing = list(dir).map_err(|e| {
+        CaptureError::new(
+            exit::NOINPUT,
+            format!("{}: cannot list: {e}", dir.display()),
+        )
+    })?;
+    if listing.files.is_empty() {
+        return Err(CaptureError::new(
+            exit::NOINPUT,
+            format!(
+                "{}: no rolled files (*.pftrace) in it; give tracesyncd's output directory or its files",
+                dir.display()
+            ),
+        ));
+    }
+    let (index, names) = read_index_with_names(dir);
+    let files = listing
+        .files
+        .into_iter()
+        .map(|name| {
+            let (preamble_packets, last_ts) = index.get(&name).copied().unwrap_or_default();
+            CaptureFile {
+                path: dir.join(&name),
+                name,
+                preamble_packets,
+                last_ts,
+            }
+        })
+        .collect();
+    Ok(Capture { files, names })
+}
+
+/// index.jsonl of `dir`: per file name, its preamble packets and last_ts
+/// (lines that do not parse are skipped, as `tail DIR` does).
+fn read_index(dir: &Path) -> HashMap<String, (Option<u64>, Option<i64>)> {
+    read_index_with_names(dir).0
+}
+
+type IndexFacts = (
+    HashMap<String, (Option<u64>, Option<i64>)>,
+    Vec<(u32, String)>,
+);
+
+fn read_index_with_names(dir: &Path) -> IndexFacts {
+    let mut out = HashMap::new();
+    let mut names = Vec::new();
+    let Ok(text) = std::fs::read_to_string(dir.join("index.jsonl")) else {
+        return (out, names);
+    };
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(name) = v.get("name").and_then(|n| n.as_str()) else {
+            continue;
+        };
+        let preamble = v.get("preamble_packets").and_then(|p| p.as_u64());
+        let last = v.get("last_ts").and_then(|p| p.as_i64());
+        out.insert(name.to_owned(), (preamble, last));
+        for m in v
+            .get("machines")
+            .and_then(|m| m.as_array())
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(id), Some(n)) = (
+                m.get("raw_id")
+                    .and_then(|i| i.as_u64())
+                    .and_then(|i| u32::try_from(i).ok()),
+                m.get("name").and_then(|n| n.as_str()),
+            ) && !names.iter().any(|(i, _)| *i == id)
+            {
+                names.push((id, n.to_owned()));
+            }
+        }
+    }
+    (out, names)
+}
+
+impl Capture {
+    /// The largest `last_ts` index.jsonl gives, if any.
+    pub fn indexed_end(&self) -> Option<i64> {
+        self.files.iter().filter_map(|f| f.last_ts).max()
+    }
+}
+
+/// Counters of a capture read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadCounts {
+    pub packets_read: u64,
+    pub preamble_skipped: u64,
+    pub packets_malformed: u64,
+}
+
+/// The packets of a capture in order, each once, resolved.
+pub struct CapturePackets<'a> {
+    capture: &'a Capture,
+    next_file: usize,
+    reader: Option<TraceFile<Box<dyn Read + Send>>>,
+    src: Arc<str>,
+    /// Preamble packets still to skip in the current file (index count).
+    skip_left: u64,
+    /// Skipping by content (no index count): until the first new packet.
+    in_replay: bool,
+    seen: SeenPackets,
+    resolver: FileResolver,
+    pub counts: ReadCounts,
+    /// The raw bytes of the packet last returned.
+    pub bytes: Vec<u8>,
+    /// Packets held from the first remote packet read before any bound
+    /// sample of its machine (the daemon's sync point and track
+    /// descriptors come right before the first sample) until that sample.
+    held: VecDeque<(OutPacket, Vec<u8>)>,
+    ready: VecDeque<(OutPacket, Vec<u8>)>,
+}
+
+/// Packets held for a machine's first bound sample at most.
+const MAX_HELD: usize = 256;
+
+impl<'a> CapturePackets<'a> {
+    pub fn new(capture: &'a Capture) -> Self {
+        let mut resolver = FileResolver::default();
+        for (raw_id, name) in &capture.names {
+            resolver.name_machine(*raw_id, name);
+        }
+        Self {
+            capture,
+            next_file: 0,
+            reader: None,
+            src: Arc::from(""),
+            skip_left: 0,
+            in_replay: false,
+            seen: SeenPackets::default(),
+            resolver,
+            counts: ReadCounts::default(),
+            bytes: Vec::new(),
+            held: VecDeque::new(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    /// The next packet of the capture (its bytes in `self.bytes`); None at
+    /// the end. A remote packet takes the error bound in force on its
+    /// machine's error-bound track; the few before its machine's first
+    /// bound sample take that sample's. A file that is not a trace, or
+    /// breaks, is an error naming the file and byte offset.
+    pub fn next_packet(&mut self) -> Result<Option<OutPacket>, CaptureError> {
+        loop {
+            if let Some((p, bytes)) = self.ready.pop_front() {
+                self.bytes = bytes;
+                return Ok(Some(p));
+            }
+            let Some(p) = self.next_resolved()? else {
+                if self.held.is_empty() {
+                    return Ok(None);
+                }
+                self.ready.append(&mut self.held);
+                continue;
+            };
+            let unbounded = p.machine_raw_id != 0 && p.err_ns == 0;
+            if self.held.is_empty() && !unbounded {
+                return Ok(Some(p));
+            }
+            self.held.push_back((p, std::mem::take(&mut self.bytes)));
+            let resolver = &self.resolver;
+            let bounded = self.held.iter().all(|(p, _)| {
+                p.machine_raw_id == 0 || p.err_ns != 0 || resolver.bound(p.machine_raw_id).is_some()
+            });
+            if bounded || self.held.len() >= MAX_HELD {
+                for (p, _) in &mut self.held {
+                    if p.machine_raw_id != 0 && p.err_ns == 0 {
+                        p.err_ns = resolver.bound(p.machine_raw_id).unwrap_or(0);
+                    }
+                }
+                self.ready.append(&mut self.held);
+            }
+        }
+    }
+
+    /// The next packet read, resolved, its bytes in `self.bytes`.
+    fn next_resolved(&mut self) -> Result<Option<OutPacket>, CaptureError> {
+        loop {
+            if self.reader.is_none() && !self.open_next()? {
+                return Ok(None);
+            }
+            let file = &self.capture.files[self.next_file - 1];
+            let reader = self.reader.as_mut().expect("opened");
+            let packet = match reader.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => {
+                    self.reader = None;
+                    continue;
+                }
+                Err(FileReadError::Io(e)) => {
+                    return Err(CaptureError::new(
+                        exit::IOERR,
+                        format!("{}: cannot read: {e}", file.path.display()),
+                    ));
+                }
+                Err(FileReadError::Format(e)) => {
+                    return Err(CaptureError::new(
+                        exit::DATAERR,
+                        format!(
+                            "{}: {e}; not a Perfetto trace written by tracesyncd (a torn last packet: copy the file without it)",
+                            file.path.display()
+                        ),
+                    ));
+                }
+            };
+            self.counts.packets_read += 1;
+            let bytes = packet.bytes;
+            if self.skip_left > 0 {
+                self.skip_left -= 1;
+                self.counts.preamble_skipped += 1;
+                // What it replays still sets the reader's state.
+                let _ = self.resolver.resolve(bytes, &self.src);
+                continue;
+            }
+            if self.in_replay {
+                if self.seen.contains(bytes) {
+                    self.counts.preamble_skipped += 1;
+                    let _ = self.resolver.resolve(bytes, &self.src);
+                    continue;
+                }
+                self.in_replay = false;
+            }
+            let Some(out) = self.resolver.resolve(bytes, &self.src) else {
+                self.counts.packets_malformed += 1;
+                continue;
+            };
+            if out.role != Role::Data {
+                self.seen.insert(bytes);
+            }
+            self.bytes.clear();
+            self.bytes.extend_from_slice(bytes);
+            return Ok(Some(out));
+        }
+    }
+
+    fn open_next(&mut self) -> Result<bool, CaptureError> {
+        let Some(file) = self.capture.files.get(self.next_file) else {
+            return Ok(false);
+        };
+        let later = self.next_file > 0;
+        self.next_file += 1;
+        let opened = File::open(&file.path).and_then(|f| {
+            if f.metadata()?.is_dir() {
+                return Err(io::Error::other("is a directory"));
+            }
+            TraceFile::new(Box::new(f) as Box<dyn Read + Send>)
+        });
+        let reader = opened.map_err(|e| {
+            let code = if e.kind() == io::ErrorKind::NotFound {
+                exit::NOINPUT
+            } else {
+                exit::IOERR
+            };
+            CaptureError::new(code, format!("{}: cannot open: {e}", file.path.display()))
+        })?;
+        self.reader = Some(reader);
+        self.src = Arc::from(file.name.as_str());
+        self.skip_left = if later {
+            file.preamble_packets.unwrap_or(0)
+        } else {
+            0
+        };
+        self.in_replay = later && file.preamble_packets.is_none();
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rolled_names() {
+        assert!(is_rolled_name("tracesync-20231114T221320Z-000001.pftrace"));
+        assert!(is_rolled_name("tracesync-20231114T221320Z-1234567.pftrace"));
+        assert!(!is_rolled_name("tracesync-20231114T221320Z-01.pftrace"));
+        assert!(!is_rolled_name("trace.pftrace"));
+        assert!(!is_rolled_name("tracesync-x-000001.pftrace.sync.jsonl"));
+    }
+}

@@ -1,0 +1,209 @@
+//! `tracesync report DIR|FILES... [-o OUT.svg|OUT.png]`: how good the
+//! alignment of a capture was, per remote machine, from its sync-quality
+//! tracks (docs/format.md, "Sync-quality tracks") and its packets read back
+//! as `merge DIR` reads them: offset and its bound over time, round trip,
+//! epochs (plots, `plot.rs`), and a summary table (printed, and drawn
+//! above the plots).
+
+mod plot;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use hdrhistogram::Histogram;
+use tracesync_common::exit;
+use tracesync_core::live::Role;
+use tracesync_core::sync_quality::{QualityTrack, read_sample};
+use tracesync_protocol::scan::scan_packet;
+
+use crate::merge::capture::{Capture, CaptureError, CapturePackets, detect, from_dir};
+
+/// One remote machine's series and counts.
+#[derive(Debug)]
+pub struct MachineReport {
+    pub raw_id: u32,
+    pub name: String,
+    /// (trace time s from the capture's start, value) per track.
+    pub offset_us: Vec<(f64, f64)>,
+    pub bound_us: Vec<(f64, f64)>,
+    pub rtt_us: Vec<(f64, f64)>,
+    pub freq_ppm: Vec<(f64, f64)>,
+    /// (time s, what) of each epoch change.
+    pub epochs: Vec<(f64, String)>,
+    /// Per-packet error bounds (ns) of its data packets.
+    pub bounds: Histogram<u64>,
+    pub packets: u64,
+    /// Packets older than one before them in the capture.
+    pub late: u64,
+}
+
+impl MachineReport {
+    fn new(raw_id: u32) -> Self {
+        Self {
+            raw_id,
+            name: format!("machine-{raw_id}"),
+            offset_us: Vec::new(),
+            bound_us: Vec::new(),
+            rtt_us: Vec::new(),
+            freq_ppm: Vec::new(),
+            epochs: Vec::new(),
+            bounds: Histogram::new(3).expect("3 significant digits is valid"),
+            packets: 0,
+            late: 0,
+        }
+    }
+
+    /// The summary row: samples, p50/p99/max per-packet bound, epochs, late.
+    pub fn row(&self) -> String {
+        let q = |v: f64| us(self.bounds.value_at_quantile(v));
+        format!(
+            "{:<16} {:>9} {:>9} {:>11} {:>11} {:>11} {:>7} {:>7}",
+            self.name,
+            self.packets,
+            self.bound_us.len(),
+            q(0.5),
+            q(0.99),
+            us(self.bounds.max()),
+            self.epochs.len(),
+            self.late,
+        )
+    }
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.1} µs", ns as f64 / 1000.0)
+}
+
+/// The table's header line.
+pub const HEADER: &str =
+    "machine            packets   samples  p50 bound   p99 bound   max bound  epochs    late";
+
+/// Everything a report shows.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub machines: Vec<MachineReport>,
+    /// Capture length (s).
+    pub span_s: f64,
+    pub files: usize,
+}
+
+impl Report {
+    /// The summary table, one line per remote machine.
+    pub fn table(&self) -> Vec<String> {
+        let mut lines = vec![HEADER.to_owned()];
+        lines.extend(self.machines.iter().map(MachineReport::row));
+        lines
+    }
+}
+
+/// Reads a capture into a report.
+pub fn collect(capture: &Capture) -> Result<Report, CaptureError> {
+    let mut packets = CapturePackets::new(capture);
+    let mut machines: BTreeMap<u32, MachineReport> = BTreeMap::new();
+    let mut start: Option<i64> = None;
+    let mut end = i64::MIN;
+    let mut seen_any = false;
+    while let Some(p) = packets.next_packet()? {
+        seen_any = true;
+        if p.machine_raw_id == 0 {
+            continue;
+        }
+        let t0 = *start.get_or_insert(p.ts);
+        let t = (p.ts - t0) as f64 / 1e9;
+        let m = machines
+            .entry(p.machine_raw_id)
+            .or_insert_with(|| MachineReport::new(p.machine_raw_id));
+        if let Some(name) = &p.machine_name {
+            m.name = name.to_string();
+        }
+        if p.role == Role::SyncQuality {
+            let Ok(fields) = scan_packet(&packets.bytes) else {
+                continue;
+            };
+            let Some(sample) = read_sample(&fields, &packets.bytes) else {
+                continue;
+            };
+            let series = match sample.track {
+                QualityTrack::Offset => &mut m.offset_us,
+                QualityTrack::ErrorBound => &mut m.bound_us,
+                QualityTrack::RoundTrip => &mut m.rtt_us,
+                QualityTrack::FreqError => &mut m.freq_ppm,
+                QualityTrack::Epochs => {
+                    m.epochs.push((t, sample.name.unwrap_or_default()));
+                    continue;
+                }
+            };
+            if let Some(v) = sample.value {
+                series.push((t, v));
+            }
+            continue;
+        }
+        if p.role == Role::Data && p.clock != 0 {
+            m.packets += 1;
+            // Auto-resizing: records any u64.
+            let _ = m.bounds.record(p.err_ns);
+            if p.ts < end {
+                m.late += 1;
+            }
+        }
+        end = end.max(p.ts);
+    }
+    if !seen_any {
+        return Err(CaptureError {
+            line: "the capture holds no packet; nothing to report".into(),
+            code: exit::DATAERR,
+        });
+    }
+    Ok(Report {
+        span_s: start.map_or(0.0, |s| (end.max(s) - s) as f64 / 1e9),
+        files: capture.files.len(),
+        machines: machines.into_values().collect(),
+    })
+}
+
+/// Runs `tracesync report`; returns the exit code.
+pub fn run(inputs: &[std::path::PathBuf], output: Option<&Path>) -> u8 {
+    let capture = match inputs {
+        [dir] if dir.is_dir() => from_dir(dir),
+        _ => match detect(inputs) {
+            Ok(Some(c)) => Ok(c),
+            Ok(None) => Err(not_a_capture(inputs)),
+            Err(e) => Err(e),
+        },
+    };
+    let result = capture.and_then(|c| collect(&c)).and_then(|report| {
+        let out = output.unwrap_or(Path::new("sync-report.svg"));
+        plot::draw(&report, out)?;
+        Ok((report, out.to_owned()))
+    });
+    match result {
+        Ok((report, out)) => {
+            for line in report.table() {
+                println!("{line}");
+            }
+            println!("report: {}", out.display());
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("tracesync: error: {e}");
+            e.code
+        }
+    }
+}
+
+fn not_a_capture(inputs: &[std::path::PathBuf]) -> CaptureError {
+    let missing = inputs.iter().find(|p| !p.exists());
+    match missing {
+        Some(p) => CaptureError {
+            line: format!("{}: no such file or directory", p.display()),
+            code: exit::NOINPUT,
+        },
+        None => CaptureError {
+            line: format!(
+                "{}: not a rolling capture; give tracesyncd's output DIR or its rolled files (tracesync-<start>-<seq>.pftrace)",
+                inputs[0].display()
+            ),
+            code: exit::DATAERR,
+        },
+    }
+}
