@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use prost::Message;
+use tracesync_core::sync_quality::{QualityTrack, bound_us_to_ns, read_sample};
 use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::perfetto::RemoteClockSync;
 use tracesync_protocol::reader::{FileReadError, TraceFile};
@@ -38,6 +39,11 @@ pub struct SourceCheck {
     pub max_error_ns: u64,
     pub p50_error_ns: u64,
     pub p99_error_ns: u64,
+    /// The error bound each packet had, read from its machine's error-bound
+    /// track (0 on the host): its 99th percentile (ns).
+    pub p99_bound_ns: u64,
+    /// Packets whose error was within their bound.
+    pub inside: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -142,12 +148,18 @@ struct Tally {
     packets: u64,
     duplicates: u64,
     errors: Vec<u64>,
+    bounds: Vec<u64>,
+    inside: u64,
 }
 
 impl Tally {
-    fn add(&mut self, n: u64, error_ns: u64) {
+    fn add(&mut self, n: u64, error_ns: u64, bound_ns: u64) {
         self.packets += 1;
         self.errors.push(error_ns);
+        self.bounds.push(bound_ns);
+        if error_ns <= bound_ns {
+            self.inside += 1;
+        }
         // One bit per counter; counters are dense from 0.
         let (word, bit) = ((n / 64) as usize, n % 64);
         if word >= self.seen.len() {
@@ -169,12 +181,13 @@ impl Tally {
             .find(|(_, w)| **w != 0)
             .map(|(i, w)| i as u64 * 64 + 63 - u64::from(w.leading_zeros()));
         self.errors.sort_unstable();
-        let pick = |q: f64| {
-            self.errors
-                .get(((self.errors.len() as f64 - 1.0) * q).round() as usize)
+        self.bounds.sort_unstable();
+        let at = |v: &[u64], q: f64| {
+            v.get(((v.len() as f64 - 1.0) * q).round() as usize)
                 .copied()
                 .unwrap_or(0)
         };
+        let pick = |q: f64| at(&self.errors, q);
         SourceCheck {
             packets: self.packets,
             missing: highest.map_or(0, |h| h + 1 - distinct),
@@ -183,6 +196,8 @@ impl Tally {
             max_error_ns: self.errors.last().copied().unwrap_or(0),
             p50_error_ns: pick(0.5),
             p99_error_ns: pick(0.99),
+            p99_bound_ns: at(&self.bounds, 0.99),
+            inside: self.inside,
         }
     }
 }
@@ -214,8 +229,10 @@ pub fn check_dir(dir: &Path) -> Result<CheckReport, CheckError> {
         let file = std::fs::File::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
         let mut trace = TraceFile::new(std::io::BufReader::new(file))
             .map_err(|e| err(format!("cannot read: {e}")))?;
-        // Sync offsets in effect per machine, in this file's stream order.
+        // Sync offsets and error bounds in effect per machine, in this
+        // file's stream order (its preamble replays both).
         let mut offsets: HashMap<u32, i64> = HashMap::new();
+        let mut bounds: HashMap<u32, u64> = HashMap::new();
         loop {
             let packet = match trace.next_packet() {
                 Ok(Some(p)) => p,
@@ -230,6 +247,12 @@ pub fn check_dir(dir: &Path) -> Result<CheckReport, CheckError> {
                 continue;
             };
             let machine = fields.machine_id.unwrap_or(0);
+            if let Some(sample) = read_sample(&fields, packet.bytes) {
+                if let (QualityTrack::ErrorBound, Some(v)) = (sample.track, sample.value) {
+                    bounds.insert(sample.raw_id, bound_us_to_ns(v));
+                }
+                continue;
+            }
             if let Some(sync) = fields.remote_clock_sync {
                 if let Some(offset) = sync_offset(sync) {
                     offsets.insert(machine, offset);
@@ -249,7 +272,8 @@ pub fn check_dir(dir: &Path) -> Result<CheckReport, CheckError> {
             };
             let placed = ts as i64 - offset;
             let error = (placed - id.truth_ns as i64).unsigned_abs();
-            tallies.entry(id.src).or_default().add(id.n, error);
+            let bound = bounds.get(&machine).copied().unwrap_or(0);
+            tallies.entry(id.src).or_default().add(id.n, error, bound);
         }
     }
     Ok(CheckReport {
@@ -267,7 +291,7 @@ mod tests {
     fn tally_counts_missing_and_duplicates() {
         let mut t = Tally::default();
         for n in [0, 1, 2, 2, 5, 64, 65] {
-            t.add(n, n * 10);
+            t.add(n, n * 10, 600);
         }
         let s = t.finish();
         assert_eq!(s.packets, 7);
@@ -276,5 +300,6 @@ mod tests {
         // 0..=65 is 66 counters, 6 distinct seen.
         assert_eq!(s.missing, 60);
         assert_eq!(s.max_error_ns, 650);
+        assert_eq!((s.p99_bound_ns, s.inside), (600, 6), "650 is outside");
     }
 }

@@ -92,7 +92,7 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
         }
     };
     println!(
-        "{:<10} {:>11} {:>9} {:>9} {:>8} {:>6} {:>13} {:>13} {:>11}",
+        "{:<10} {:>11} {:>9} {:>9} {:>8} {:>6} {:>13} {:>13} {:>15} {:>8}",
         "source",
         "offset (s)",
         "drift ppm",
@@ -101,25 +101,17 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
         "dups",
         "p99 err (us)",
         "max err (us)",
-        "bound (us)"
+        "p99 bound (us)",
+        "inside"
     );
-    let status = report.last_status.as_ref();
     for m in &report.machines {
         for (src, s) in report
             .check
             .sources
             .range(format!("{}/", m.name)..format!("{}0", m.name))
         {
-            let bound = status
-                .and_then(|st| {
-                    st.machines
-                        .iter()
-                        .find(|x| x.name.as_deref() == Some(&m.name))
-                })
-                .and_then(|x| x.error_bound_ns)
-                .map_or("-".to_owned(), |b| format!("{:.1}", b as f64 / 1e3));
             println!(
-                "{:<10} {:>11.3} {:>9.1} {:>9} {:>8} {:>6} {:>13.1} {:>13.1} {:>11}",
+                "{:<10} {:>11.3} {:>9.1} {:>9} {:>8} {:>6} {:>13.1} {:>13.1} {:>15.1} {:>7.2}%",
                 src,
                 m.offset_ns as f64 / 1e9,
                 m.drift_ppm,
@@ -128,7 +120,8 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
                 s.duplicates,
                 s.p99_error_ns as f64 / 1e3,
                 s.max_error_ns as f64 / 1e3,
-                bound
+                s.p99_bound_ns as f64 / 1e3,
+                100.0 * s.inside as f64 / s.packets.max(1) as f64,
             );
         }
     }
@@ -138,8 +131,21 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
         report.check.files.len()
     );
     println!(
-        "error = |time as Perfetto places it - ground truth|; bound = the daemon's reported error bound"
+        "error = |time as Perfetto places it - ground truth|; bound = the error bound each packet had (its machine's error-bound track); inside = error <= bound"
     );
+    // The sync-quality report beside the output.
+    let picture = report
+        .output_dir
+        .parent()
+        .unwrap_or(&report.output_dir)
+        .join("sync-report.png");
+    let drawn = crate::merge::capture::from_dir(&report.output_dir)
+        .and_then(|c| crate::report::collect(&c))
+        .and_then(|r| crate::report::draw(&r, &picture));
+    match drawn {
+        Ok(()) => println!("sync quality report: {}", picture.display()),
+        Err(e) => eprintln!("tracesync: warning: demo: no report: {e}"),
+    }
     let lost = report.check.total_missing() + report.check.total_duplicates();
     if report.check.total_packets() == 0 || lost > 0 {
         eprintln!(

@@ -7,6 +7,8 @@
 
 mod plot;
 
+pub use plot::draw;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -33,8 +35,11 @@ pub struct MachineReport {
     /// Per-packet error bounds (ns) of its data packets.
     pub bounds: Histogram<u64>,
     pub packets: u64,
-    /// Packets older than one before them in the capture.
+    /// Packets older than one before them in the capture (by more than
+    /// the read-back times' 2 µs).
     pub late: u64,
+    /// Raw probe samples in the files' `.sync.jsonl` sidecars.
+    pub probe_samples: u64,
 }
 
 impl MachineReport {
@@ -50,6 +55,7 @@ impl MachineReport {
             bounds: Histogram::new(3).expect("3 significant digits is valid"),
             packets: 0,
             late: 0,
+            probe_samples: 0,
         }
     }
 
@@ -60,7 +66,7 @@ impl MachineReport {
             "{:<16} {:>9} {:>9} {:>11} {:>11} {:>11} {:>7} {:>7}",
             self.name,
             self.packets,
-            self.bound_us.len(),
+            self.probe_samples,
             q(0.5),
             q(0.99),
             us(self.bounds.max()),
@@ -72,6 +78,31 @@ impl MachineReport {
 
 fn us(ns: u64) -> String {
     format!("{:.1} µs", ns as f64 / 1000.0)
+}
+
+const LATE_SLACK_NS: i64 = 2_000;
+
+/// Probe samples per machine raw id in the capture's sidecars (lines that
+/// do not parse are skipped, as the format says).
+fn probe_samples(capture: &Capture) -> BTreeMap<u32, u64> {
+    let mut out = BTreeMap::new();
+    for f in &capture.files {
+        let mut name = f.path.as_os_str().to_owned();
+        name.push(".sync.jsonl");
+        let Ok(text) = std::fs::read_to_string(&name) else {
+            continue;
+        };
+        for line in text.lines() {
+            let id = serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get("machine_raw_id")?.as_u64())
+                .and_then(|id| u32::try_from(id).ok());
+            if let Some(id) = id {
+                *out.entry(id).or_default() += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The table's header line.
@@ -142,7 +173,9 @@ pub fn collect(capture: &Capture) -> Result<Report, CaptureError> {
             m.packets += 1;
             // Auto-resizing: records any u64.
             let _ = m.bounds.record(p.err_ns);
-            if p.ts < end {
+            // Read-back times are within the sync-point threshold of the
+            // daemon's: only an inversion beyond it is a late packet.
+            if p.ts.saturating_add(LATE_SLACK_NS) < end {
                 m.late += 1;
             }
         }
@@ -153,6 +186,10 @@ pub fn collect(capture: &Capture) -> Result<Report, CaptureError> {
             line: "the capture holds no packet; nothing to report".into(),
             code: exit::DATAERR,
         });
+    }
+    let samples = probe_samples(capture);
+    for m in machines.values_mut() {
+        m.probe_samples = samples.get(&m.raw_id).copied().unwrap_or(0);
     }
     Ok(Report {
         span_s: start.map_or(0.0, |s| (end.max(s) - s) as f64 / 1e9),

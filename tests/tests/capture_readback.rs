@@ -1,0 +1,534 @@
+//! A saved capture keeps the live path's promises (issue 16): two relays in
+//! time namespaces (+1000 s, +5000 s), files rotated every 2 s, a live
+//! jsonl tail running meanwhile. Read back with `tracesync merge DIR`
+//! (jsonl and Perfetto), in windows (`--since/--until`), and file by file
+//! in the real trace processor (v52): one machine per relay, every packet
+//! once, every remote packet's `err_ns` non-zero, no smaller than the live
+//! one and holding the truth, trace times within 2 µs of the live tail's,
+//! and the sync-quality counter tracks in every file.
+//!
+//! The capture runs once per test binary (the first test to need it), in
+//! the target's temporary directory.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tracesync_core::sync_quality::{QualityTrack, bound_us_to_ns, is_quality_seq, read_sample};
+use tracesync_protocol::reader::TraceReader;
+use tracesync_protocol::scan::scan_packet;
+use tracesync_relay::source::synthetic::read_identity;
+use tracesync_tests::live::output::{read_index, rolled_files, sync_offset};
+use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts};
+use tracesync_tests::tp;
+
+const RELAYS: [(&str, i64); 2] = [("ns-a-1000", 1000), ("ns-b-5000", 5000)];
+const RATE: u64 = 2000;
+
+struct Capture {
+    dir: PathBuf,
+    /// The live jsonl tail's records.
+    live: Vec<serde_json::Value>,
+}
+
+static CAPTURE: OnceLock<Option<Capture>> = OnceLock::new();
+
+/// The shared capture; None when time namespaces are not available here.
+fn capture(test: &str) -> Option<&'static Capture> {
+    if !live::require_time_namespaces_or_skip(test) {
+        return None;
+    }
+    CAPTURE.get_or_init(record).as_ref()
+}
+
+fn record() -> Option<Capture> {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capture_readback");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("capture dir");
+    let dir = root.join("output");
+    let mut daemon = Daemon::start(DaemonOpts {
+        merge_window_ms: Some(200),
+        rotate_seconds: Some(2),
+        output_dir: Some(dir.clone()),
+        ..DaemonOpts::default()
+    });
+    let tail = daemon
+        .control_request("{\"cmd\":\"tail\",\"format\":\"jsonl\"}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    tail.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let reader = {
+        let lines = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(tail).lines() {
+                let Ok(line) = line else { break };
+                lines.lock().expect("lines").push(line);
+            }
+        })
+    };
+    let mut relays: Vec<Relay> = RELAYS
+        .iter()
+        .map(|&(name, secs)| {
+            Relay::start(
+                &daemon,
+                RelayOpts::synthetic(name, RATE).in_time_namespace(secs),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = RELAYS.iter().map(|r| r.0).collect();
+    daemon.wait_synced(&names, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(9));
+    for r in &mut relays {
+        assert!(r.stop().success(), "{}", r.log());
+    }
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    reader.join().expect("tail reader");
+    let live: Vec<serde_json::Value> = lines
+        .lock()
+        .expect("lines")
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        live.iter().all(|r| r.get("lagged").is_none()),
+        "the live tail lagged"
+    );
+    Some(Capture { dir, live })
+}
+
+fn tracesync(args: &[&str]) -> Output {
+    Command::new(live::bin("tracesync"))
+        .args(args)
+        .output()
+        .expect("run tracesync")
+}
+
+fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "exit {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn jsonl(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn packets(path: &Path) -> Vec<Vec<u8>> {
+    let mut reader = TraceReader::new();
+    reader.push(&std::fs::read(path).expect("read trace"));
+    let mut out = Vec::new();
+    while let Some(p) = reader.next_packet().expect("frames") {
+        out.push(p.bytes.to_vec());
+    }
+    out
+}
+
+fn int(r: &serde_json::Value, key: &str) -> i64 {
+    r[key].as_i64().unwrap_or_else(|| panic!("{key} in {r}"))
+}
+
+/// The merged Perfetto output and its jsonl, record for record.
+struct Merged {
+    pftrace: PathBuf,
+    packets: Vec<Vec<u8>>,
+    records: Vec<serde_json::Value>,
+}
+
+fn merge(c: &Capture, extra: &[&str], name: &str) -> Merged {
+    let dir = c.dir.to_str().expect("utf-8");
+    let pftrace = c.dir.parent().expect("root").join(name);
+    let out = pftrace.to_str().expect("utf-8");
+    let mut args = vec!["merge", "-o", out];
+    args.extend_from_slice(extra);
+    args.push(dir);
+    ok(tracesync(&args));
+    let mut args = vec!["merge", "--format", "jsonl"];
+    args.extend_from_slice(extra);
+    args.push(dir);
+    let records = jsonl(&ok(tracesync(&args)));
+    let mut packets = packets(&pftrace);
+    // A window's Perfetto output starts with its own preamble (state only,
+    // not printed in jsonl).
+    let preamble = if extra.is_empty() {
+        0
+    } else {
+        packets.len().saturating_sub(records.len())
+    };
+    packets.drain(..preamble);
+    assert_eq!(packets.len(), records.len(), "one record per packet");
+    for (p, r) in packets.iter().zip(&records) {
+        assert_eq!(p.len() as i64, int(r, "size"));
+    }
+    Merged {
+        pftrace,
+        packets,
+        records,
+    }
+}
+
+/// Synthetic packets of a merge: (src, n, truth, record).
+fn identities(m: &Merged) -> Vec<(String, u64, u64, &serde_json::Value)> {
+    m.packets
+        .iter()
+        .zip(&m.records)
+        .filter_map(|(p, r)| read_identity(p).map(|id| (id.src, id.n, id.truth_ns, r)))
+        .collect()
+}
+
+#[test]
+fn merge_of_the_dir_is_the_capture_once_with_its_error_bounds() {
+    let Some(c) = capture("merge_of_the_dir_is_the_capture_once_with_its_error_bounds") else {
+        return;
+    };
+    let files = rolled_files(&c.dir);
+    assert!(files.len() >= 4, "rotated every 2 s: {} files", files.len());
+    let m = merge(c, &[], "whole.pftrace");
+    // Exactly the two relay machines plus the host, by raw id and name.
+    let machines: BTreeSet<(i64, Option<String>)> = m
+        .records
+        .iter()
+        .map(|r| (int(r, "raw_id"), r["machine"].as_str().map(str::to_owned)))
+        .collect();
+    let names: BTreeSet<String> = machines.iter().filter_map(|m| m.1.clone()).collect();
+    assert_eq!(machines.len(), 3, "{machines:?}");
+    for (relay, _) in RELAYS {
+        assert!(names.contains(relay), "{machines:?}");
+    }
+    // Every synthetic identity once.
+    let ids = identities(&m);
+    let mut by_src: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for (src, n, _, _) in &ids {
+        by_src.entry(src).or_default().push(*n);
+    }
+    assert_eq!(by_src.len(), 2, "{:?}", by_src.keys());
+    for (src, ns) in &mut by_src {
+        ns.sort_unstable();
+        let distinct = ns.iter().collect::<BTreeSet<_>>().len();
+        let lost = ns.last().map_or(0, |&h| h as usize + 1 - distinct);
+        let duplicated = ns.len() - distinct;
+        println!(
+            "{src}: {} identities, {lost} lost, {duplicated} duplicated",
+            ns.len()
+        );
+        assert_eq!((lost, duplicated), (0, 0), "{src}");
+    }
+    // err_ns > 0 for every remote record; the truth inside it for all.
+    let remote: Vec<&serde_json::Value> =
+        m.records.iter().filter(|r| int(r, "raw_id") != 0).collect();
+    let zero = remote.iter().filter(|r| int(r, "err_ns") == 0).count();
+    assert_eq!(
+        zero,
+        0,
+        "{zero} of {} remote records with err_ns 0",
+        remote.len()
+    );
+    let mut worst = 0f64;
+    let outside: Vec<String> = ids
+        .iter()
+        .filter_map(|(src, n, truth, r)| {
+            let err = (int(r, "ts") - *truth as i64).unsigned_abs();
+            worst = worst.max(err as f64 / int(r, "err_ns") as f64);
+            (err > int(r, "err_ns") as u64).then(|| format!("{src}#{n}: {err} > {}", r["err_ns"]))
+        })
+        .collect();
+    println!(
+        "{} identities, truth inside err_ns for {}; worst error/bound {worst:.3}",
+        ids.len(),
+        ids.len() - outside.len()
+    );
+    assert!(outside.is_empty(), "{:?}", &outside[..outside.len().min(5)]);
+    // The same packets the live tail printed: ts within 2 µs, err_ns no smaller.
+    let mut live: HashMap<(i64, i64, i64), (i64, i64)> = HashMap::new();
+    for r in &c.live {
+        if let Some(clock_ts) = r["clock_ts"].as_i64() {
+            live.insert(
+                (int(r, "seq"), clock_ts, int(r, "size")),
+                (int(r, "ts"), int(r, "err_ns")),
+            );
+        }
+    }
+    let (mut matched, mut max_dt) = (0usize, 0u64);
+    for (_, _, _, r) in &ids {
+        let key = (int(r, "seq"), int(r, "clock_ts"), int(r, "size"));
+        let Some(&(ts, err)) = live.get(&key) else {
+            continue;
+        };
+        matched += 1;
+        let dt = (ts - int(r, "ts")).unsigned_abs();
+        max_dt = max_dt.max(dt);
+        assert!(dt <= 2_000, "{key:?}: live {ts}, read back {}", r["ts"]);
+        assert!(
+            err <= int(r, "err_ns"),
+            "{key:?}: live bound {err} > {}",
+            r["err_ns"]
+        );
+    }
+    println!(
+        "{matched} of {} matched the live tail; max |Δts| {max_dt} ns",
+        ids.len()
+    );
+    assert!(
+        matched * 10 >= ids.len() * 9,
+        "{matched} of {} matched",
+        ids.len()
+    );
+}
+
+#[test]
+fn merged_pftrace_loads_with_three_machines_every_slice_once() {
+    let Some(c) = capture("merged_pftrace_loads_with_three_machines_every_slice_once") else {
+        return;
+    };
+    if !tp::require_or_skip("merged_pftrace_loads_with_three_machines_every_slice_once") {
+        return;
+    }
+    let m = merge(c, &[], "one.pftrace");
+    let begins = identities(&m)
+        .iter()
+        .filter(|(_, _, _, r)| r["kind"] == "track_event")
+        .count();
+    let (errors, res) = tp::query_with_error_stats(
+        &m.pftrace,
+        &[
+            "SELECT COUNT(*) FROM machine",
+            "SELECT COUNT(*), COUNT(DISTINCT s.ts || '/' || a.display_value) FROM slice s \
+             JOIN args a ON a.arg_set_id = s.arg_set_id AND a.key = 'debug.tracesync_src'",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(errors.is_empty(), "error stats: {errors:?}");
+    let machines = tp::as_i64(&res[0].rows[0][0]).unwrap_or(0);
+    let slices = tp::as_i64(&res[1].rows[0][0]).unwrap_or(0);
+    let distinct = tp::as_i64(&res[1].rows[0][1]).unwrap_or(0);
+    println!(
+        "one.pftrace: {machines} machines, {slices} synthetic slices ({distinct} distinct), {begins} synthetic track events"
+    );
+    assert_eq!(machines, 3);
+    assert!(slices > 1000);
+    assert_eq!(slices, distinct, "a slice twice");
+}
+
+#[test]
+fn windows_hold_only_their_packets_and_open_alone() {
+    let Some(c) = capture("windows_hold_only_their_packets_and_open_alone") else {
+        return;
+    };
+    let whole = merge(c, &[], "whole-w.pftrace");
+    let ids = identities(&whole);
+    let mut times: Vec<i64> = ids.iter().map(|i| int(i.3, "ts")).collect();
+    times.sort_unstable();
+    let (since, until) = (times[times.len() * 3 / 10], times[times.len() * 6 / 10]);
+    let want: BTreeSet<(String, u64)> = ids
+        .iter()
+        .filter(|i| (since..=until).contains(&int(i.3, "ts")))
+        .map(|i| (i.0.clone(), i.1))
+        .collect();
+    let (s, u) = (since.to_string(), until.to_string());
+    let w = merge(c, &["--since", &s, "--until", &u], "window.pftrace");
+    let got: BTreeSet<(String, u64)> = identities(&w).iter().map(|i| (i.0.clone(), i.1)).collect();
+    let outside = identities(&w)
+        .iter()
+        .filter(|i| !(since..=until).contains(&int(i.3, "ts")))
+        .count();
+    println!(
+        "window {since}..={until}: {} identities (whole: {})",
+        got.len(),
+        ids.len()
+    );
+    assert_eq!(outside, 0);
+    assert_eq!(got, want, "the window's packets, each once");
+    if tp::require_or_skip("windows_hold_only_their_packets_and_open_alone") {
+        let (errors, res) = tp::query_with_error_stats(
+            &w.pftrace,
+            &[
+                "SELECT COUNT(*) FROM machine",
+                "SELECT COUNT(*) FROM slice WHERE name IS NULL OR name = ''",
+                "SELECT value FROM stats WHERE name = \
+                 'packet_skipped_seq_needs_incremental_state_invalid'",
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(errors.is_empty(), "error stats: {errors:?}");
+        assert_eq!(tp::as_i64(&res[0].rows[0][0]), Some(3), "machines");
+        assert_eq!(tp::as_i64(&res[1].rows[0][0]), Some(0), "unnamed slices");
+        assert!(
+            res[2].rows.iter().all(|r| tp::as_i64(&r[0]) == Some(0)),
+            "packets skipped for missing state: {:?}",
+            res[2].rows
+        );
+    }
+    // -DURATION: the last 2 s of the capture.
+    let end = *times.last().expect("events");
+    let tail = merge(c, &["--since", "-2s"], "last2s.pftrace");
+    let tail_ids = identities(&tail);
+    assert!(!tail_ids.is_empty());
+    let first = tail_ids.iter().map(|i| int(i.3, "ts")).min().unwrap_or(0);
+    assert!(
+        first >= end - 2_000_000_000 - 1_000_000,
+        "{first} vs end {end}"
+    );
+    // RFC 3339: the same window as wall-clock times (the host's REALTIME
+    // minus BOOTTIME, as now; the capture's own snapshots are what merge uses).
+    let wall = |ts: i64| {
+        let delta = i128::from(realtime_ns()) - i128::from(live::host_boottime_ns());
+        let ns = i128::from(ts) + delta;
+        let out = Command::new("date")
+            .args([
+                "-u",
+                "-d",
+                &format!("@{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000),
+            ])
+            .arg("+%Y-%m-%dT%H:%M:%S.%NZ")
+            .output()
+            .expect("date");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let w3339 = merge(
+        c,
+        &["--since", &wall(since), "--until", &wall(until)],
+        "window3339.pftrace",
+    );
+    let got3339: BTreeSet<(String, u64)> = identities(&w3339)
+        .iter()
+        .map(|i| (i.0.clone(), i.1))
+        .collect();
+    let diff = got3339.symmetric_difference(&want).count();
+    println!(
+        "RFC 3339 window: {} identities, {diff} differ from the ns window",
+        got3339.len()
+    );
+    // REALTIME may have been slewed by a few ms since the capture.
+    assert!(diff * 100 <= want.len(), "{diff} of {}", want.len());
+}
+
+fn realtime_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
+}
+
+#[test]
+fn every_rolled_file_has_the_sync_quality_tracks() {
+    let Some(c) = capture("every_rolled_file_has_the_sync_quality_tracks") else {
+        return;
+    };
+    let index = read_index(&c.dir);
+    let mut shares = Vec::new();
+    for path in rolled_files(&c.dir) {
+        let bytes = std::fs::metadata(&path).expect("file").len();
+        let mut quality_bytes = 0u64;
+        let mut offsets: HashMap<u32, i64> = HashMap::new();
+        let mut checked = 0;
+        let mut machines_with_values: BTreeMap<u32, BTreeSet<QualityTrack>> = BTreeMap::new();
+        for p in packets(&path) {
+            let fields = scan_packet(&p).expect("scans");
+            if fields
+                .trusted_packet_sequence_id
+                .is_some_and(is_quality_seq)
+            {
+                quality_bytes += p.len() as u64 + 3;
+            }
+            if let Some(sync) = fields.remote_clock_sync {
+                let sync =
+                    <tracesync_protocol::perfetto::RemoteClockSync as prost::Message>::decode(sync)
+                        .expect("sync point");
+                offsets.insert(
+                    fields.machine_id.unwrap_or(0),
+                    sync_offset(&sync).expect("offset"),
+                );
+            }
+            if let Some(s) = read_sample(&fields, &p) {
+                machines_with_values
+                    .entry(s.raw_id)
+                    .or_default()
+                    .insert(s.track);
+                if s.track == QualityTrack::Offset {
+                    // The offset the daemon used: its sync point right before.
+                    let want = offsets[&s.raw_id] as f64 / 1000.0;
+                    assert_eq!(s.value, Some(want), "{}", path.display());
+                    checked += 1;
+                }
+                if s.track == QualityTrack::ErrorBound {
+                    assert!(bound_us_to_ns(s.value.unwrap_or(0.0)) > 0);
+                }
+            }
+        }
+        let remote: Vec<u32> = machines_with_values.keys().copied().collect();
+        assert_eq!(
+            remote.len(),
+            2,
+            "{}: {machines_with_values:?}",
+            path.display()
+        );
+        for tracks in machines_with_values.values() {
+            for t in [
+                QualityTrack::Offset,
+                QualityTrack::FreqError,
+                QualityTrack::ErrorBound,
+                QualityTrack::RoundTrip,
+            ] {
+                assert!(tracks.contains(&t), "{}: no {t:?} value", path.display());
+            }
+        }
+        assert!(checked > 0);
+        let share = quality_bytes as f64 / bytes as f64;
+        shares.push(share);
+        if tp::require_or_skip("every_rolled_file_has_the_sync_quality_tracks") {
+            let res = tp::query(
+                &path,
+                &["SELECT m.raw_id, t.name, COUNT(c.id) FROM track t JOIN machine m ON m.id = t.machine_id \
+                   LEFT JOIN counter c ON c.track_id = t.id WHERE t.name LIKE 'sync %' GROUP BY t.id"],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let mut per_machine: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
+            for r in &res[0].rows {
+                if tp::as_i64(&r[2]).unwrap_or(0) > 0 {
+                    per_machine
+                        .entry(tp::as_i64(&r[0]).unwrap_or(0))
+                        .or_default()
+                        .insert(r[1].as_str().unwrap_or("").to_owned());
+                }
+            }
+            let want: BTreeSet<String> = [
+                QualityTrack::Offset,
+                QualityTrack::FreqError,
+                QualityTrack::ErrorBound,
+                QualityTrack::RoundTrip,
+            ]
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect();
+            let raw: BTreeSet<i64> = remote.iter().map(|&r| i64::from(r)).collect();
+            assert_eq!(
+                per_machine.keys().copied().collect::<BTreeSet<_>>(),
+                raw,
+                "{}",
+                path.display()
+            );
+            for tracks in per_machine.values() {
+                assert_eq!(tracks, &want, "{}", path.display());
+            }
+        }
+    }
+    println!(
+        "{} files ({} index lines); sync-quality share of bytes: {:?}",
+        shares.len(),
+        index.len(),
+        shares
+            .iter()
+            .map(|s| format!("{:.2}%", s * 100.0))
+            .collect::<Vec<_>>()
+    );
+    assert!(shares.iter().all(|&s| s <= 0.02), "over 2%: {shares:?}");
+}
