@@ -300,6 +300,10 @@ mod tests {
         // 0..=65 is 66 counters, 6 distinct seen.
         assert_eq!(s.missing, 60);
         assert_eq!(s.max_error_ns, 650);
-        assert_eq!((s.p99_bound_ns, s.inside), (600, 5), "640 and 650 are outside");
+        assert_eq!(
+            (s.p99_bound_ns, s.inside),
+            (600, 5),
+            "640 and 650 are outside"
+        );
     }
 }

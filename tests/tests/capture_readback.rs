@@ -249,21 +249,27 @@ fn merge_of_the_dir_is_the_capture_once_with_its_error_bounds() {
     );
     assert!(outside.is_empty(), "{:?}", &outside[..outside.len().min(5)]);
     // The same packets the live tail printed: ts within 2 µs, err_ns no smaller.
-    let mut live: HashMap<(i64, i64, i64), (i64, i64)> = HashMap::new();
+    // Sources are named as the live tail names them.
+    let mut live: HashMap<(i64, i64, i64), (i64, i64, &str)> = HashMap::new();
     for r in &c.live {
         if let Some(clock_ts) = r["clock_ts"].as_i64() {
             live.insert(
                 (int(r, "seq"), clock_ts, int(r, "size")),
-                (int(r, "ts"), int(r, "err_ns")),
+                (
+                    int(r, "ts"),
+                    int(r, "err_ns"),
+                    r["src"].as_str().unwrap_or(""),
+                ),
             );
         }
     }
     let (mut matched, mut max_dt) = (0usize, 0u64);
     for (_, _, _, r) in &ids {
         let key = (int(r, "seq"), int(r, "clock_ts"), int(r, "size"));
-        let Some(&(ts, err)) = live.get(&key) else {
+        let Some(&(ts, err, src)) = live.get(&key) else {
             continue;
         };
+        assert_eq!(r["src"], src, "{key:?}");
         matched += 1;
         let dt = (ts - int(r, "ts")).unsigned_abs();
         max_dt = max_dt.max(dt);

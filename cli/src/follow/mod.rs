@@ -14,6 +14,7 @@
 //! (`tracesync-<start>-<seq>.pftrace`), then by name.
 
 pub mod resolve;
+pub mod sources;
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use tracesync_protocol::reader::TraceReader;
 
 use resolve::{FileResolver, SeenPackets};
+use sources::SourceLabels;
 use tracesync_core::live::{OutPacket, Role};
 
 /// Bytes read per poll at most, so a large backlog is shown in steps.
@@ -121,6 +123,7 @@ pub struct DirFollower {
     current: Option<Current>,
     resolver: FileResolver,
     seen: SeenPackets,
+    labels: SourceLabels,
     /// Problems worth telling the user (a torn file, a file gone before it
     /// was read); the caller prints and clears them.
     pub warnings: Vec<String>,
@@ -133,6 +136,7 @@ impl DirFollower {
             current: None,
             resolver: FileResolver::default(),
             seen: SeenPackets::default(),
+            labels: SourceLabels::default(),
             warnings: Vec::new(),
         }
     }
@@ -218,12 +222,14 @@ impl DirFollower {
                 }
                 cur.in_replay = false;
             }
-            let Some(out) = self.resolver.resolve(bytes, &cur.src) else {
+            let Some(mut out) = self.resolver.resolve(bytes, &cur.src) else {
                 continue;
             };
             if out.role != Role::Data {
                 self.seen.insert(bytes);
             }
+            // Sources named as the live tail names them.
+            self.labels.relabel(&self.dir, &mut out);
             progress.shown += 1;
             emit(&out)?;
         }

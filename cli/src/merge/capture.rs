@@ -10,7 +10,9 @@
 //! (what it replays was in an earlier file): by `preamble_packets` of
 //! index.jsonl, else by content as `tail DIR` does
 //! (`crate::follow::resolve::SeenPackets`). Trace times and error bounds
-//! come from the same resolver as `tail DIR` (`crate::follow::resolve`).
+//! come from the same resolver as `tail DIR` (`crate::follow::resolve`),
+//! `src` from the directory's journal as `tail DIR` names them
+//! (`crate::follow::sources`).
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -24,6 +26,7 @@ use tracesync_protocol::reader::{FileReadError, TraceFile};
 
 use crate::follow::list;
 use crate::follow::resolve::{FileResolver, SeenPackets};
+use crate::follow::sources::SourceLabels;
 
 /// One rolled file of a capture.
 #[derive(Clone, Debug)]
@@ -44,6 +47,8 @@ pub struct Capture {
     /// Machine names index.jsonl gives, by raw id: the names of packets
     /// written before their machine's first SystemInfo.
     pub names: Vec<(u32, String)>,
+    /// The directory whose `journal` names the sources (`src`).
+    pub dir: Option<PathBuf>,
 }
 
 /// One line for the user and the exit code.
@@ -111,12 +116,15 @@ pub fn detect(inputs: &[PathBuf]) -> Result<Option<Capture>, CaptureError> {
         .collect();
     files.sort_by(|a, b| (file_seq(&a.name), &a.name).cmp(&(file_seq(&b.name), &b.name)));
     files.dedup_by(|a, b| a.path == b.path);
-    let names = inputs
+    let dir = inputs
         .first()
         .and_then(|p| p.parent())
+        .map(Path::to_path_buf);
+    let names = dir
+        .as_deref()
         .map(|d| read_index_with_names(d).1)
         .unwrap_or_default();
-    Ok(Some(Capture { files, names }))
+    Ok(Some(Capture { files, names, dir }))
 }
 
 fn file_seq(name: &str) -> Option<u64> {
@@ -158,7 +166,11 @@ pub fn from_dir(dir: &Path) -> Result<Capture, CaptureError> {
             }
         })
         .collect();
-    Ok(Capture { files, names })
+    Ok(Capture {
+        files,
+        names,
+        dir: Some(dir.to_path_buf()),
+    })
 }
 
 /// index.jsonl of `dir`: per file name, its preamble packets and last_ts
@@ -235,6 +247,7 @@ pub struct CapturePackets<'a> {
     in_replay: bool,
     seen: SeenPackets,
     resolver: FileResolver,
+    labels: SourceLabels,
     pub counts: ReadCounts,
     /// The raw bytes of the packet last returned.
     pub bytes: Vec<u8>,
@@ -263,6 +276,7 @@ impl<'a> CapturePackets<'a> {
             in_replay: false,
             seen: SeenPackets::default(),
             resolver,
+            labels: SourceLabels::default(),
             counts: ReadCounts::default(),
             bytes: Vec::new(),
             held: VecDeque::new(),
@@ -355,12 +369,15 @@ impl<'a> CapturePackets<'a> {
                 }
                 self.in_replay = false;
             }
-            let Some(out) = self.resolver.resolve(bytes, &self.src) else {
+            let Some(mut out) = self.resolver.resolve(bytes, &self.src) else {
                 self.counts.packets_malformed += 1;
                 continue;
             };
             if out.role != Role::Data {
                 self.seen.insert(bytes);
+            }
+            if let Some(dir) = &self.capture.dir {
+                self.labels.relabel(dir, &mut out);
             }
             self.bytes.clear();
             self.bytes.extend_from_slice(bytes);

@@ -83,7 +83,11 @@ fn relay_packets_in(dir: &std::path::Path) -> usize {
         reader.push(&std::fs::read(&path).unwrap());
         while let Some(packet) = reader.next_packet().unwrap() {
             let fields = scan_packet(packet.bytes).unwrap();
-            if fields.machine_id == Some(RAW_ID) && fields.data_field == Some(11) {
+            // The relay's track events, not the daemon's sync-quality ones.
+            if fields.machine_id == Some(RAW_ID)
+                && fields.data_field == Some(11)
+                && !tracesync_core::sync_quality::is_quality_sample(&fields)
+            {
                 found += 1;
             }
         }
