@@ -289,6 +289,17 @@ fn merge_of_the_dir_is_the_capture_once_with_its_error_bounds() {
         "{matched} of {} matched",
         ids.len()
     );
+    // The rolled files named one by one (in any order) are the same capture.
+    let mut args: Vec<String> = vec!["merge".into(), "--format".into(), "jsonl".into()];
+    args.extend(files.iter().rev().map(|f| f.to_string_lossy().into_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let by_files = jsonl(&ok(tracesync(&args)));
+    assert_eq!(
+        by_files.len(),
+        m.records.len(),
+        "merge FILES... = merge DIR"
+    );
+    assert!(by_files == m.records, "merge FILES... = merge DIR");
 }
 
 #[test]
