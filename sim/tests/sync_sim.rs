@@ -12,6 +12,21 @@ const SECS: f64 = 900.0;
 
 const SEEDS: [u64; 2] = [11, 29];
 
+/// Where the final (two-sided) mapping is not yet 100% inside its bound:
+/// relay steps of -1 ms under Wi-Fi jitter are smaller than the bound, so
+/// the estimator confirms them seconds late in both directions and relay
+/// times repeat across them (clock-sync.md "Final: both sides").
+const FINAL_COVERAGE_GAPS: [&str; 1] = ["wifi-steps-1ms"];
+
+/// Scenarios without steps or long gaps, where both sides must beat one.
+const FINAL_BEATS_LIVE: [&str; 5] = [
+    "loopback",
+    "lan-20ppm",
+    "wifi",
+    "suspend-30s",
+    "lan-steps-1ms",
+];
+
 fn check(name: &str) {
     let sc: Scenario = scenarios::by_name(name, SECS).expect("scenario exists");
     let reports: Vec<Report> = SEEDS
@@ -36,6 +51,22 @@ fn check(name: &str) {
         assert_eq!(r.wrong_epoch, 0, "no event mapped in another epoch: {ctx}");
         assert!(r.ours.count >= 1_500, "events counted: {ctx}");
         assert!(r.prober_agrees, "the prober's estimator agrees: {ctx}");
+        // The closed run re-estimated from both sides of every event.
+        assert_eq!(r.refined_mapped, r.mapped, "final maps every event: {ctx}");
+        if t.full_coverage && !FINAL_COVERAGE_GAPS.contains(&name) {
+            assert_eq!(
+                r.refined_covered, r.refined_mapped,
+                "100% inside the final bound: {ctx}"
+            );
+        }
+        if FINAL_BEATS_LIVE.contains(&name) {
+            assert!(
+                r.refined.p99 <= r.ours.p99,
+                "final p99 {} > live p99 {}: {ctx}",
+                r.refined.p99,
+                r.ours.p99
+            );
+        }
         if t.full_coverage {
             // Every event inside the hard bound, except unprobed ones: no
             // sample taken after them existed when they were written, so an
