@@ -150,61 +150,123 @@ impl Smoother {
             [] => None,
             [one] => Some(*one),
             many => {
-                let (lo, hi) = many.iter().fold((i128::MAX, i128::MIN), |(lo, hi), m| {
-                    let (l, h) = interval(m.host_ns, m.bound_ns);
-                    (lo.min(l), hi.max(h))
-                });
-                let mut m = from_interval(lo, hi);
-                m.sides = Sides::Straddling;
-                Some(m)
+                let points: Vec<(i64, u64)> =
+                    many.iter().map(|m| (m.host_ns, m.bound_ns)).collect();
+                Some(hull(&points, Sides::Straddling))
             }
         }
     }
 }
 
 /// Index ranges of `exchanges`, one per segment, in order.
+///
+/// A step the estimator confirms only statistically is confirmed some
+/// samples after it going forwards, and some samples before it going
+/// backwards. The samples between the two detections may lie on either
+/// side: they belong to no segment, so neither side's fit is bent by them
+/// and a timestamp among them straddles both (see [`Smoother::map`]).
 fn split(config: EstimatorConfig, exchanges: &[Exchange]) -> Vec<std::ops::Range<usize>> {
+    let n = exchanges.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let forward = epoch_starts(config, exchanges.iter().copied());
+    // Backwards: reflected time, so the estimator sees a forward clock.
+    let mirror = mirror_ns(exchanges);
+    let reflected = exchanges.iter().rev().map(|x| reflect(x, mirror));
+    // The first sample of a backward epoch is the last one before the
+    // step as far as the backward pass can tell.
+    let before_step: Vec<usize> = epoch_starts(config, reflected)
+        .into_iter()
+        .skip(1)
+        .filter(|&(_, suspended)| !suspended)
+        .map(|(ri, _)| n - 1 - ri)
+        .collect();
+    let mut ranges = Vec::with_capacity(forward.len());
+    for (k, &(start, _)) in forward.iter().enumerate() {
+        let end = match forward.get(k + 1) {
+            None => n,
+            Some(&(next, true)) => next,
+            // Only a gap of a few seconds, and never one that would leave
+            // the segment too few samples to fit (a slew is a run of
+            // "steps" seconds apart: cutting it up helps no one).
+            Some(&(next, false)) => before_step
+                .iter()
+                .copied()
+                .filter(|&q| q + 1 >= start + MIN_SEGMENT_SAMPLES && q < next)
+                .filter(|&q| next - (q + 1) <= MAX_UNPLACED_SAMPLES)
+                .max()
+                .map_or(next, |q| q + 1),
+        };
+        ranges.push(start..end);
+    }
+    ranges
+}
+
+/// Fewest samples a segment keeps when samples are left out of it.
+const MIN_SEGMENT_SAMPLES: usize = 8;
+/// Most samples left out between two segments (30 s at 4 Hz).
+const MAX_UNPLACED_SAMPLES: usize = 120;
+
+/// Where the estimator fed `xs` in order started each epoch: the index of
+/// the epoch's first fitted sample (for a step: the first sample that
+/// contradicted the old epoch), and whether a suspend started it.
+fn epoch_starts(config: EstimatorConfig, xs: impl Iterator<Item = Exchange>) -> Vec<(usize, bool)> {
     let mut est = Estimator::new(config);
-    let mut starts = vec![0usize];
+    let mut starts = vec![(0usize, false)];
+    let mut seen: Vec<u64> = Vec::new();
     // An epoch begun by a step whose first sample is not known yet.
     let mut pending: Option<usize> = None;
     let mut epoch = 0;
-    for (i, x) in exchanges.iter().enumerate() {
+    let mut previous_bmm: Option<i64> = None;
+    for (i, x) in xs.enumerate() {
         let [t1, t2, t3, t4] = x.t;
+        seen.push(x.relay_mid_ns());
         est.add_sample(t1, t2, t3, t4, x.boottime_minus_monotonic_ns);
         if est.epoch() != epoch {
             epoch = est.epoch();
-            let suspended = i > 0
-                && (x.boottime_minus_monotonic_ns as i128
-                    - exchanges[i - 1].boottime_minus_monotonic_ns as i128)
-                    .unsigned_abs()
-                    > config.epoch_jump_ns as u128;
+            let suspended = previous_bmm.is_some_and(|b| {
+                (x.boottime_minus_monotonic_ns as i128 - b as i128).unsigned_abs()
+                    > config.epoch_jump_ns as u128
+            });
             if suspended {
-                starts.push(i);
+                starts.push((i, true));
                 pending = None;
             } else {
                 pending = Some(i);
             }
         }
+        previous_bmm = Some(x.boottime_minus_monotonic_ns);
         if let (Some(at), Some(first)) = (pending, est.epoch_first_relay_ns()) {
             // The epoch's first fitted sample: at or before the one that
             // confirmed the step, after the previous segment's start.
-            let floor = starts.last().copied().unwrap_or(0) + 1;
-            let start = (floor..=at.max(i))
+            let last_start = starts.last().map_or(0, |s| s.0);
+            let start = (last_start + 1..=at.max(i))
                 .rev()
-                .find(|&k| exchanges[k].relay_mid_ns() == first)
+                .find(|&k| seen[k] == first)
                 .unwrap_or(at);
-            if start > *starts.last().unwrap_or(&0) {
-                starts.push(start);
+            if start > last_start {
+                starts.push((start, false));
             }
             pending = None;
         }
     }
-    let mut ranges: Vec<_> = starts.windows(2).map(|w| w[0]..w[1]).collect();
-    if let Some(&last) = starts.last() {
-        ranges.push(last..exchanges.len());
+    starts
+}
+
+/// A constant past every timestamp of `xs`, to reflect time about.
+fn mirror_ns(xs: &[Exchange]) -> u64 {
+    xs.iter().map(|x| x.t[3].max(x.t[2])).max().unwrap_or(0) + 1
+}
+
+/// `x` in reflected time (`t -> mirror - t`): host send is the reflected
+/// receive, relay receive the reflected reply, and so on.
+fn reflect(x: &Exchange, mirror: u64) -> Exchange {
+    let [t1, t2, t3, t4] = x.t.map(|t| mirror.saturating_sub(t));
+    Exchange {
+        t: [t4, t3, t2, t1],
+        boottime_minus_monotonic_ns: x.boottime_minus_monotonic_ns,
     }
-    ranges
 }
 
 impl Segment {
@@ -233,16 +295,14 @@ impl Segment {
             })
             .collect();
 
-        // Reflected: host send becomes C - t4, relay receive C - t3, and so
-        // on, so the backward pass sees a forward-running clock.
-        let mirror_ns = xs.iter().map(|x| x.t[3].max(x.t[2])).max().unwrap_or(0) + 1;
+        let mirror_ns = mirror_ns(xs);
         let mut est = Estimator::new(config);
         let mut backward: Vec<Option<SyncEstimate>> = xs
             .iter()
             .rev()
             .map(|x| {
-                let [t1, t2, t3, t4] = x.t.map(|t| mirror_ns - t);
-                est.add_sample(t4, t3, t2, t1, x.boottime_minus_monotonic_ns)
+                let [t1, t2, t3, t4] = reflect(x, mirror_ns).t;
+                est.add_sample(t1, t2, t3, t4, x.boottime_minus_monotonic_ns)
                     .or_else(|| est.estimate())
             })
             .collect();
@@ -324,9 +384,7 @@ fn combine(f: Side, b: Side) -> Smoothed {
     let spread = (f.sigma.max(1) as f64).hypot(b.sigma.max(1) as f64);
     let apart = (f.host as i128 - b.host as i128).unsigned_abs() as f64;
     if lo > hi || apart > DISAGREEMENT_SIGMAS * spread {
-        let mut m = from_interval(flo.min(blo), fhi.max(bhi));
-        m.sides = Sides::Both;
-        return m;
+        return hull(&[(f.host, f.bound), (b.host, b.bound)], Sides::Both);
     }
     let wf = 1.0 / (f.sigma.max(1) as f64).powi(2);
     let wb = 1.0 / (b.sigma.max(1) as f64).powi(2);
@@ -348,14 +406,25 @@ fn interval(host: i64, bound: u64) -> (i128, i128) {
     (host as i128 - bound as i128, host as i128 + bound as i128)
 }
 
-/// The midpoint of `[lo, hi]` with a bound reaching both ends.
-fn from_interval(lo: i128, hi: i128) -> Smoothed {
-    let mid = lo + (hi - lo) / 2;
-    let bound = (mid - lo).max(hi - mid);
+/// Mappings of which one holds the truth: the point of the tightest one
+/// (its fit rests on the most consistent samples), with a bound reaching
+/// every one's interval.
+fn hull(mappings: &[(i64, u64)], sides: Sides) -> Smoothed {
+    let (lo, hi) = mappings
+        .iter()
+        .fold((i128::MAX, i128::MIN), |(lo, hi), &(h, b)| {
+            let (l, u) = interval(h, b);
+            (lo.min(l), hi.max(u))
+        });
+    let point = mappings
+        .iter()
+        .min_by_key(|&&(_, b)| b)
+        .map_or(lo + (hi - lo) / 2, |&(h, _)| h as i128);
+    let bound = (point - lo).max(hi - point);
     Smoothed {
-        host_ns: clamp(mid),
+        host_ns: clamp(point),
         bound_ns: u64::try_from(bound).unwrap_or(u64::MAX),
-        sides: Sides::Both,
+        sides,
     }
 }
 
