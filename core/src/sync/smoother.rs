@@ -17,12 +17,14 @@
 //!   under the estimator's model, so their intersection does; the result's
 //!   point lies in it and its bound reaches both of its ends. When the two
 //!   contradict (the model broke between them) the result is their hull.
-//! - **Never across a step or suspend.** Segments end where the forward
-//!   estimator started a new epoch, in hindsight: at the first sample that
-//!   contradicted the old epoch (not the one that confirmed the step), or
-//!   at the first sample of a new BOOTTIME-MONOTONIC. A timestamp that lies
-//!   between the last sample of one segment and the first of the next may
-//!   be on either side of the step: it gets the hull of both mappings.
+//! - **Never across a step or suspend.** A suspend ends a segment at the
+//!   first sample of the new BOOTTIME-MONOTONIC. A step ends the segment
+//!   before it where the backward pass detected it and begins the one
+//!   after where the forward pass did (each at the first sample that
+//!   contradicted the other side); the samples between belong to neither.
+//!   A timestamp a segment's mapping places between the host times of its
+//!   neighbours' nearest samples may be in it; when several segments may
+//!   hold it (either side of a step), it gets a bound over all of them.
 //! - **Deterministic.** Same samples in, same mappings out.
 //! - **Bounded.** Memory is one estimate per sample and direction of the
 //!   samples given (the caller gives one relay, one capture or one epoch).
