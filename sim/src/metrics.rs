@@ -68,6 +68,17 @@ pub struct Report {
     pub naive: ErrorStats,
     /// Perfetto-style: one constant, the mean of the last 5 offsets.
     pub perfetto: ErrorStats,
+    /// Final: the closed run re-estimated from the samples on both sides
+    /// of every event (`tracesync_core::sync::smoother`).
+    pub refined: ErrorStats,
+    /// Events the final mapping placed; of them inside its hard bound;
+    /// of them between two segments (either side of a step).
+    pub refined_mapped: usize,
+    pub refined_covered: usize,
+    pub refined_straddling: usize,
+    /// Median and p99 of the final hard bound (ns).
+    pub refined_bound_p50: f64,
+    pub refined_bound_p99: f64,
     /// Events generated; mapped by us; mapped late (their epoch had no
     /// estimate yet); never mapped.
     pub events: usize,
@@ -120,6 +131,14 @@ impl Report {
         100.0 * self.covered as f64 / self.mapped as f64
     }
 
+    /// Share of the finally mapped events inside their final bound (%).
+    pub fn refined_coverage_pct(&self) -> f64 {
+        if self.refined_mapped == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.refined_covered as f64 / self.refined_mapped as f64
+    }
+
     /// Coverage of the events a sample taken after them had checked by
     /// the time they were written (all but the unprobed ones).
     pub fn coverage_known_pct(&self) -> f64 {
@@ -152,10 +171,11 @@ fn triple(s: &ErrorStats) -> String {
 pub fn table(reports: &[Report]) -> String {
     let mut out = String::new();
     out.push_str(
-        "| scenario | seed | ours live p50 / p99 / max | naive last-sample | perfetto-style constant \
-         | bias (median) | hard-bound coverage | bound p50 | conv. | events (late, unmapped) | notes |\n",
+        "| scenario | seed | naive last-sample | perfetto-style constant | ours live p50 / p99 / max \
+         | final (two-sided) p50 / p99 / max | bias (median) | hard-bound coverage live / final \
+         | bound p50 live / final | conv. | events (late, unmapped) | notes |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in reports {
         let mut notes = format!(
             "{} samples, lost {}, bursts {}, popped {}, steps {}, trimmed {}, epochs {}",
@@ -169,6 +189,16 @@ pub fn table(reports: &[Report]) -> String {
                 r.unprobed_outside,
                 r.coverage_known_pct()
             );
+        }
+        if r.refined_straddling > 0 {
+            let _ = write!(
+                notes,
+                ", straddling a step (final) {}",
+                r.refined_straddling
+            );
+        }
+        if r.refined_mapped != r.mapped {
+            let _ = write!(notes, ", FINAL MAPPED {} of {}", r.refined_mapped, r.mapped);
         }
         if r.remapped > 0 {
             let _ = write!(notes, ", remapped {}", r.remapped);
@@ -189,15 +219,18 @@ pub fn table(reports: &[Report]) -> String {
         );
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {:.3}% | {} | {:.1} s | {} ({}, {}) | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.3}% / {:.3}% | {} / {} | {:.1} s | {} ({}, {}) | {} |",
             r.scenario,
             r.seed,
-            triple(&r.ours),
             triple(&r.naive),
             triple(&r.perfetto),
+            triple(&r.ours),
+            triple(&r.refined),
             us(r.ours.median_signed),
             r.coverage_pct(),
+            r.refined_coverage_pct(),
             us(r.bound_p50),
+            us(r.refined_bound_p50),
             r.convergence_s,
             r.events,
             r.deferred,

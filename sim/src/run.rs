@@ -10,6 +10,7 @@ use super::probing::{Exchange, probe};
 use super::rng::Rng;
 use super::scenarios::Scenario;
 use tracesync_core::sync::covering::{CoveringEstimates, Mapping, Refinement, refine};
+use tracesync_core::sync::smoother::{Exchange as SmootherExchange, Sides, Smoother};
 use tracesync_core::sync::{Estimator, EstimatorConfig, SyncEstimate};
 
 /// Run options.
@@ -188,6 +189,26 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
         })
         .collect();
 
+    // Final: the closed run re-estimated from every sample, both sides of
+    // every event (`tracesync_core::sync::smoother`).
+    let smoother = Smoother::new(
+        EstimatorConfig::default(),
+        &samples
+            .iter()
+            .map(|x| SmootherExchange {
+                t: x.t,
+                boottime_minus_monotonic_ns: x.bmm,
+            })
+            .collect::<Vec<_>>(),
+    );
+    let refined: Vec<Option<(f64, u64, Sides)>> = events
+        .iter()
+        .map(|ev| {
+            let m = smoother.map(ev.relay_ns, ev.bmm)?;
+            Some((m.host_ns as f64 - host_ns(ev.at_s), m.bound_ns, m.sides))
+        })
+        .collect();
+
     // Perfetto-style: one constant from the last 5 offsets, for all events.
     let tail = &samples[samples.len().saturating_sub(5)..];
     let constant = if tail.is_empty() {
@@ -218,6 +239,15 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
         None => Vec::new(),
     };
     let ours_stats = ErrorStats::of(&ours_steady);
+    let refined_steady: Vec<f64> = events
+        .iter()
+        .zip(&refined)
+        .filter(|(ev, _)| steady(ev))
+        .filter_map(|(_, r)| r.map(|r| r.0))
+        .collect();
+    let refined_all: Vec<(f64, u64, Sides)> = refined.iter().flatten().copied().collect();
+    let mut refined_bounds: Vec<f64> = refined_all.iter().map(|r| r.1 as f64).collect();
+    refined_bounds.sort_by(f64::total_cmp);
 
     let mapped: Vec<Written> = ours.iter().flatten().copied().collect();
     let inside = |m: &Written| m.error.abs() <= m.bound as f64;
@@ -267,6 +297,18 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Report {
         ours: ours_stats,
         naive: ErrorStats::of(&naive_steady),
         perfetto: ErrorStats::of(&perfetto_steady),
+        refined: ErrorStats::of(&refined_steady),
+        refined_mapped: refined_all.len(),
+        refined_covered: refined_all
+            .iter()
+            .filter(|r| r.0.abs() <= r.1 as f64)
+            .count(),
+        refined_straddling: refined_all
+            .iter()
+            .filter(|r| r.2 == Sides::Straddling)
+            .count(),
+        refined_bound_p50: percentile(&refined_bounds, 0.5),
+        refined_bound_p99: percentile(&refined_bounds, 0.99),
         events: events.len(),
         mapped: mapped.len(),
         deferred: late,

@@ -188,6 +188,10 @@ pub struct Estimator {
     /// ([`SyncEstimate::covered_through_relay_ns`]).
     checked_through: u64,
     checked: Option<CheckedSample>,
+    /// Relay time (receive/reply midpoint) of the first sample fitted in
+    /// the current epoch: where a step or suspend is known, in hindsight,
+    /// to lie before (None until that sample).
+    epoch_first_relay_ns: Option<u64>,
     rejected: u64,
     popped: u64,
     outliers: u64,
@@ -220,6 +224,7 @@ impl Estimator {
             suspicion: None,
             checked_through: 0,
             checked: None,
+            epoch_first_relay_ns: None,
             rejected: 0,
             popped: 0,
             outliers: 0,
@@ -295,6 +300,9 @@ impl Estimator {
             }
         }
         self.window.push_back(sample);
+        if self.epoch_first_relay_ns.is_none() {
+            self.epoch_first_relay_ns = self.window.front().map(|s| s.relay_mid_ns);
+        }
         let newest = sample.host_send_ns;
         let max_age = self.config.window_ns;
         while self
@@ -381,6 +389,14 @@ impl Estimator {
     /// Current clock epoch (0 = the first).
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Relay time (receive/reply midpoint) of the first sample fitted in
+    /// the current epoch. After a detected step that is the first sample
+    /// that contradicted the old epoch, not the one that confirmed it: the
+    /// step lies between it and the sample before.
+    pub fn epoch_first_relay_ns(&self) -> Option<u64> {
+        self.epoch_first_relay_ns
     }
 
     /// Samples rejected so far (invalid timestamps).

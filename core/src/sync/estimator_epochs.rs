@@ -67,6 +67,7 @@ impl Estimator {
         self.innovation_held = None;
         self.suspicion = None;
         self.epoch += 1;
+        self.epoch_first_relay_ns = None;
         self.epoch_suspend_offset = Some(suspend_offset);
         self.prior = prior;
     }

@@ -8,6 +8,8 @@
 //!   right after the first sample taken after it.
 //! - [`prober`]: probe scheduler and reply matcher ([`ProberCore`]).
 //! - [`sessions`]: what the prober knows and reports of its sessions.
+//! - [`smoother`]: a closed capture re-estimated from the samples on both
+//!   sides of every timestamp.
 //!
 //! Timestamps: t1 = host BOOTTIME at probe send, t2 / t3 = relay BOOTTIME at
 //! probe receive / reply send, t4 = host BOOTTIME at reply receive. Offsets
@@ -18,6 +20,7 @@ pub mod estimator;
 pub mod prober;
 mod prober_session;
 pub mod sessions;
+pub mod smoother;
 
 use serde::{Deserialize, Serialize};
 

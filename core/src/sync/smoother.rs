@@ -1,0 +1,439 @@
+//! Two-sided re-estimation of a closed capture (sans-IO): every probe
+//! exchange of a relay known at once, each timestamp is mapped from the
+//! samples before it *and* after it.
+//!
+//! The live [`Estimator`] must decide a packet's time from the samples
+//! before it. Once the capture is closed the samples after it exist too.
+//! The smoother runs the same estimator twice over each segment of the
+//! relay's clock (a span with no step or suspend in it): forwards, and
+//! backwards in time (every timestamp reflected, `t -> C - t`, so the
+//! estimator's causal machinery — pop filter, gate, fit, hard bound — works
+//! unchanged on the future). A timestamp between two samples gets the
+//! forward estimate made at the earlier and the backward estimate made at
+//! the later one.
+//!
+//! Invariants:
+//! - **Hard.** Each side's interval (`to_host ± bound_at`) holds the truth
+//!   under the estimator's model, so their intersection does; the result's
+//!   point lies in it and its bound reaches both of its ends. When the two
+//!   contradict (the model broke between them) the result is their hull.
+//! - **Never across a step or suspend.** A suspend ends a segment at the
+//!   first sample of the new BOOTTIME-MONOTONIC. A step ends the segment
+//!   before it where the backward pass detected it and begins the one
+//!   after where the forward pass did (each at the first sample that
+//!   contradicted the other side); the samples between belong to neither.
+//!   A timestamp a segment's mapping places between the host times of its
+//!   neighbours' nearest samples may be in it; when several segments may
+//!   hold it (either side of a step), it gets a bound over all of them.
+//! - **Deterministic.** Same samples in, same mappings out.
+//! - **Bounded.** Memory is one estimate per sample and direction of the
+//!   samples given (the caller gives one relay, one capture or one epoch).
+
+use super::{Estimator, EstimatorConfig, SyncEstimate};
+
+/// One probe exchange as the prober saw it: t1/t4 host BOOTTIME, t2/t3
+/// relay BOOTTIME (ns), and the relay's BOOTTIME-MONOTONIC at the time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exchange {
+    pub t: [u64; 4],
+    pub boottime_minus_monotonic_ns: i64,
+}
+
+impl Exchange {
+    /// Relay time the estimator files the sample under.
+    fn relay_mid_ns(&self) -> u64 {
+        let [_, t2, t3, _] = self.t;
+        t2 + t3.saturating_sub(t2) / 2
+    }
+}
+
+/// Which samples a mapping rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sides {
+    /// Samples before and after it, in its segment.
+    Both,
+    /// Only samples before it (after the segment's last sample).
+    Before,
+    /// Only samples after it (before the segment's first estimate).
+    After,
+    /// Between two segments: either side of a step; the hull of both.
+    Straddling,
+}
+
+/// A relay timestamp mapped to host BOOTTIME, with a hard bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Smoothed {
+    pub host_ns: i64,
+    pub bound_ns: u64,
+    pub sides: Sides,
+}
+
+/// One span of the relay clock without a step or suspend.
+#[derive(Debug)]
+struct Segment {
+    boottime_minus_monotonic_ns: i64,
+    /// Relay time of each sample, in the order given.
+    mids: Vec<u64>,
+    /// Largest relay time of samples `0..=i` (non-decreasing).
+    prefix_max: Vec<u64>,
+    /// Smallest relay time of samples `i..` (non-decreasing).
+    suffix_min: Vec<u64>,
+    /// The forward estimate after sample `i`.
+    forward: Vec<Option<SyncEstimate>>,
+    /// The backward estimate after sample `i` (reflected time: `C - t`).
+    backward: Vec<Option<SyncEstimate>>,
+    /// The reflection constant of `backward`.
+    mirror_ns: u64,
+    /// Host send time of its last sample and host receive time of its
+    /// first: a step before or after it lies beyond them.
+    last_send_ns: u64,
+    first_receive_ns: u64,
+}
+
+/// The relay's whole capture, re-estimated.
+#[derive(Debug)]
+pub struct Smoother {
+    config: EstimatorConfig,
+    segments: Vec<Segment>,
+}
+
+impl Smoother {
+    /// Re-estimates from `exchanges`, in the order the prober accepted them
+    /// (as the live estimator was fed).
+    pub fn new(config: EstimatorConfig, exchanges: &[Exchange]) -> Self {
+        let segments = split(config, exchanges)
+            .into_iter()
+            .filter(|r| !r.is_empty())
+            .map(|r| Segment::estimate(config, &exchanges[r]))
+            .collect();
+        Self { config, segments }
+    }
+
+    /// Segments found (steps and suspends + 1, when any sample was given).
+    pub fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Host BOOTTIME of relay BOOTTIME `relay_ns` taken while the relay's
+    /// BOOTTIME-MONOTONIC was `boottime_minus_monotonic_ns`. None when no
+    /// segment of that epoch has an estimate.
+    pub fn map(&self, relay_ns: u64, boottime_minus_monotonic_ns: i64) -> Option<Smoothed> {
+        let same_epoch = |s: &&Segment| {
+            (s.boottime_minus_monotonic_ns as i128 - boottime_minus_monotonic_ns as i128)
+                .unsigned_abs()
+                <= self.config.epoch_jump_ns as u128
+        };
+        let epoch: Vec<&Segment> = self.segments.iter().filter(same_epoch).collect();
+        // A segment's clock held from (host time) the last sample of the
+        // one before to the first of the one after: a mapping landing
+        // there, bound included, may be the right one. The true segment's
+        // always does; with relay time alone a step backwards would hide
+        // it (relay times repeat across it).
+        let mut found: Vec<Smoothed> = Vec::new();
+        for (k, seg) in epoch.iter().enumerate() {
+            let Some(m) = seg.map(relay_ns) else {
+                continue;
+            };
+            let from = if k == 0 {
+                i128::MIN
+            } else {
+                epoch[k - 1].last_send_ns as i128
+            };
+            let to = match epoch.get(k + 1) {
+                Some(next) => next.first_receive_ns as i128,
+                None => i128::MAX,
+            };
+            let (lo, hi) = interval(m.host_ns, m.bound_ns);
+            if hi >= from && lo <= to {
+                found.push(m);
+            }
+        }
+        match found.as_slice() {
+            [] => None,
+            [one] => Some(*one),
+            many => {
+                let points: Vec<(i64, u64)> =
+                    many.iter().map(|m| (m.host_ns, m.bound_ns)).collect();
+                Some(hull(&points, Sides::Straddling))
+            }
+        }
+    }
+}
+
+/// Index ranges of `exchanges`, one per segment, in order.
+///
+/// A step the estimator confirms only statistically is confirmed some
+/// samples after it going forwards, and some samples before it going
+/// backwards. The samples between the two detections may lie on either
+/// side: they belong to no segment, so neither side's fit is bent by them
+/// and a timestamp among them straddles both (see [`Smoother::map`]).
+fn split(config: EstimatorConfig, exchanges: &[Exchange]) -> Vec<std::ops::Range<usize>> {
+    let n = exchanges.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let forward = epoch_starts(config, exchanges.iter().copied());
+    // Backwards: reflected time, so the estimator sees a forward clock.
+    let mirror = mirror_ns(exchanges);
+    let reflected = exchanges.iter().rev().map(|x| reflect(x, mirror));
+    // The first sample of a backward epoch is the last one before the
+    // step as far as the backward pass can tell.
+    let before_step: Vec<usize> = epoch_starts(config, reflected)
+        .into_iter()
+        .skip(1)
+        .filter(|&(_, suspended)| !suspended)
+        .map(|(ri, _)| n - 1 - ri)
+        .collect();
+    let mut ranges = Vec::with_capacity(forward.len());
+    for (k, &(start, _)) in forward.iter().enumerate() {
+        let end = match forward.get(k + 1) {
+            None => n,
+            Some(&(next, true)) => next,
+            // Only a gap of a few seconds, and never one that would leave
+            // the segment too few samples to fit (a slew is a run of
+            // "steps" seconds apart: cutting it up helps no one).
+            Some(&(next, false)) => before_step
+                .iter()
+                .copied()
+                .filter(|&q| q + 1 >= start + MIN_SEGMENT_SAMPLES && q < next)
+                .filter(|&q| next - (q + 1) <= MAX_UNPLACED_SAMPLES)
+                .max()
+                .map_or(next, |q| q + 1),
+        };
+        ranges.push(start..end);
+    }
+    ranges
+}
+
+/// Fewest samples a segment keeps when samples are left out of it.
+const MIN_SEGMENT_SAMPLES: usize = 8;
+/// Most samples left out between two segments (30 s at 4 Hz).
+const MAX_UNPLACED_SAMPLES: usize = 120;
+
+/// Where the estimator fed `xs` in order started each epoch: the index of
+/// the epoch's first fitted sample (for a step: the first sample that
+/// contradicted the old epoch), and whether a suspend started it.
+fn epoch_starts(config: EstimatorConfig, xs: impl Iterator<Item = Exchange>) -> Vec<(usize, bool)> {
+    let mut est = Estimator::new(config);
+    let mut starts = vec![(0usize, false)];
+    let mut seen: Vec<u64> = Vec::new();
+    // An epoch begun by a step whose first sample is not known yet.
+    let mut pending: Option<usize> = None;
+    let mut epoch = 0;
+    let mut previous_bmm: Option<i64> = None;
+    for (i, x) in xs.enumerate() {
+        let [t1, t2, t3, t4] = x.t;
+        seen.push(x.relay_mid_ns());
+        est.add_sample(t1, t2, t3, t4, x.boottime_minus_monotonic_ns);
+        if est.epoch() != epoch {
+            epoch = est.epoch();
+            let suspended = previous_bmm.is_some_and(|b| {
+                (x.boottime_minus_monotonic_ns as i128 - b as i128).unsigned_abs()
+                    > config.epoch_jump_ns as u128
+            });
+            if suspended {
+                starts.push((i, true));
+                pending = None;
+            } else {
+                pending = Some(i);
+            }
+        }
+        previous_bmm = Some(x.boottime_minus_monotonic_ns);
+        if let (Some(at), Some(first)) = (pending, est.epoch_first_relay_ns()) {
+            // The epoch's first fitted sample: at or before the one that
+            // confirmed the step, after the previous segment's start.
+            let last_start = starts.last().map_or(0, |s| s.0);
+            let start = (last_start + 1..=at.max(i))
+                .rev()
+                .find(|&k| seen[k] == first)
+                .unwrap_or(at);
+            if start > last_start {
+                starts.push((start, false));
+            }
+            pending = None;
+        }
+    }
+    starts
+}
+
+/// A constant past every timestamp of `xs`, to reflect time about.
+fn mirror_ns(xs: &[Exchange]) -> u64 {
+    xs.iter().map(|x| x.t[3].max(x.t[2])).max().unwrap_or(0) + 1
+}
+
+/// `x` in reflected time (`t -> mirror - t`): host send is the reflected
+/// receive, relay receive the reflected reply, and so on.
+fn reflect(x: &Exchange, mirror: u64) -> Exchange {
+    let [t1, t2, t3, t4] = x.t.map(|t| mirror.saturating_sub(t));
+    Exchange {
+        t: [t4, t3, t2, t1],
+        boottime_minus_monotonic_ns: x.boottime_minus_monotonic_ns,
+    }
+}
+
+impl Segment {
+    fn estimate(config: EstimatorConfig, xs: &[Exchange]) -> Self {
+        let mids: Vec<u64> = xs.iter().map(Exchange::relay_mid_ns).collect();
+        let mut prefix_max = Vec::with_capacity(mids.len());
+        let mut max = 0;
+        for &m in &mids {
+            max = max.max(m);
+            prefix_max.push(max);
+        }
+        let mut suffix_min = vec![0; mids.len()];
+        let mut min = u64::MAX;
+        for (i, &m) in mids.iter().enumerate().rev() {
+            min = min.min(m);
+            suffix_min[i] = min;
+        }
+
+        let mut est = Estimator::new(config);
+        let forward = xs
+            .iter()
+            .map(|x| {
+                let [t1, t2, t3, t4] = x.t;
+                est.add_sample(t1, t2, t3, t4, x.boottime_minus_monotonic_ns)
+                    .or_else(|| est.estimate())
+            })
+            .collect();
+
+        let mirror_ns = mirror_ns(xs);
+        let mut est = Estimator::new(config);
+        let mut backward: Vec<Option<SyncEstimate>> = xs
+            .iter()
+            .rev()
+            .map(|x| {
+                let [t1, t2, t3, t4] = reflect(x, mirror_ns).t;
+                est.add_sample(t1, t2, t3, t4, x.boottime_minus_monotonic_ns)
+                    .or_else(|| est.estimate())
+            })
+            .collect();
+        backward.reverse();
+        Segment {
+            boottime_minus_monotonic_ns: xs[0].boottime_minus_monotonic_ns,
+            mids,
+            prefix_max,
+            suffix_min,
+            forward,
+            backward,
+            mirror_ns,
+            last_send_ns: xs[xs.len() - 1].t[0],
+            first_receive_ns: xs[0].t[3],
+        }
+    }
+
+    /// The forward estimate made after every sample at or before
+    /// `relay_ns`, and the backward one made after every sample at or
+    /// after it.
+    fn map(&self, relay_ns: u64) -> Option<Smoothed> {
+        let before = self.prefix_max.partition_point(|&m| m <= relay_ns);
+        let after = self.suffix_min.partition_point(|&m| m < relay_ns);
+        let forward = before
+            .checked_sub(1)
+            .and_then(|i| self.forward[i])
+            .map(|e| side(e.to_host(relay_ns), &e, relay_ns));
+        let backward = self.backward.get(after).copied().flatten().map(|e| {
+            let mirrored = self.mirror_ns.saturating_sub(relay_ns);
+            let host = self.mirror_ns as i128 - e.to_host(mirrored) as i128;
+            side(clamp(host), &e, mirrored)
+        });
+        debug_assert!(self.mids.len() == self.forward.len());
+        match (forward, backward) {
+            (Some(f), Some(b)) => Some(combine(f, b)),
+            (Some(f), None) => Some(f.into_smoothed(Sides::Before)),
+            (None, Some(b)) => Some(b.into_smoothed(Sides::After)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// One side's mapping: point, hard bound and sigma (ns).
+#[derive(Clone, Copy, Debug)]
+struct Side {
+    host: i64,
+    bound: u64,
+    sigma: u64,
+}
+
+impl Side {
+    fn into_smoothed(self, sides: Sides) -> Smoothed {
+        Smoothed {
+            host_ns: self.host,
+            bound_ns: self.bound,
+            sides,
+        }
+    }
+}
+
+fn side(host: i64, e: &SyncEstimate, at: u64) -> Side {
+    Side {
+        host,
+        bound: e.bound_at(at),
+        sigma: e.sigma_at(at),
+    }
+}
+
+/// Both sides: the inverse-variance mean, kept inside the intersection of
+/// the two hard intervals. When they do not meet, or their points differ
+/// by more than [`DISAGREEMENT_SIGMAS`] of their spread, a step the
+/// estimator took for noise lies between them (a step smaller than the
+/// bound passes its hard test, and it takes three samples to confirm one
+/// statistically): the hull of both, as one side is right.
+fn combine(f: Side, b: Side) -> Smoothed {
+    let (flo, fhi) = interval(f.host, f.bound);
+    let (blo, bhi) = interval(b.host, b.bound);
+    let (lo, hi) = (flo.max(blo), fhi.min(bhi));
+    let spread = (f.sigma.max(1) as f64).hypot(b.sigma.max(1) as f64);
+    let apart = (f.host as i128 - b.host as i128).unsigned_abs() as f64;
+    if lo > hi || apart > DISAGREEMENT_SIGMAS * spread {
+        return hull(&[(f.host, f.bound), (b.host, b.bound)], Sides::Both);
+    }
+    let wf = 1.0 / (f.sigma.max(1) as f64).powi(2);
+    let wb = 1.0 / (b.sigma.max(1) as f64).powi(2);
+    let mean = (f.host as f64 * wf + b.host as f64 * wb) / (wf + wb);
+    let point = (mean.round() as i128).clamp(lo, hi);
+    let bound = (point - lo).max(hi - point);
+    Smoothed {
+        host_ns: clamp(point),
+        bound_ns: u64::try_from(bound).unwrap_or(u64::MAX),
+        sides: Sides::Both,
+    }
+}
+
+/// How far apart (in sigmas of the two) the two sides' points may be
+/// before they are taken to straddle an unnoticed step.
+const DISAGREEMENT_SIGMAS: f64 = 5.0;
+
+fn interval(host: i64, bound: u64) -> (i128, i128) {
+    (host as i128 - bound as i128, host as i128 + bound as i128)
+}
+
+/// Mappings of which one holds the truth: the point of the tightest one
+/// (its fit rests on the most consistent samples), with a bound reaching
+/// every one's interval.
+fn hull(mappings: &[(i64, u64)], sides: Sides) -> Smoothed {
+    let (lo, hi) = mappings
+        .iter()
+        .fold((i128::MAX, i128::MIN), |(lo, hi), &(h, b)| {
+            let (l, u) = interval(h, b);
+            (lo.min(l), hi.max(u))
+        });
+    let point = mappings
+        .iter()
+        .min_by_key(|&&(_, b)| b)
+        .map_or(lo + (hi - lo) / 2, |&(h, _)| h as i128);
+    let bound = (point - lo).max(hi - point);
+    Smoothed {
+        host_ns: clamp(point),
+        bound_ns: u64::try_from(bound).unwrap_or(u64::MAX),
+        sides,
+    }
+}
+
+fn clamp(v: i128) -> i64 {
+    v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+#[cfg(test)]
+#[path = "smoother_tests.rs"]
+mod tests;

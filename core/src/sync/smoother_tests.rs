@@ -1,0 +1,210 @@
+use super::*;
+
+/// A relay clock: relay = host + offset + ppm * host, plus `step_ns` from
+/// host time `step_at_ns` on.
+#[derive(Clone, Copy)]
+struct Clock {
+    offset_ns: i64,
+    ppm: f64,
+    step_at_ns: u64,
+    step_ns: i64,
+}
+
+impl Clock {
+    fn relay(&self, host_ns: u64) -> u64 {
+        let mut r = host_ns as f64 + self.offset_ns as f64 + self.ppm * 1e-6 * host_ns as f64;
+        if host_ns >= self.step_at_ns {
+            r += self.step_ns as f64;
+        }
+        r.round() as u64
+    }
+}
+
+/// A small deterministic generator (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// One-way delay: 90 µs plus exponential queueing of mean 25 µs.
+    fn delay(&mut self) -> u64 {
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        90_000 + (-(1.0 - u).ln() * 25_000.0) as u64
+    }
+}
+
+/// Exchanges at 4 Hz over `secs`, host time starting at 1000 s.
+fn exchanges(clock: Clock, secs: u64, seed: u64) -> Vec<Exchange> {
+    let mut rng = Rng(seed);
+    (0..secs * 4)
+        .map(|i| {
+            let h = 1_000_000_000_000 + i * 250_000_000;
+            let (d1, d2) = (rng.delay(), rng.delay());
+            let t2 = clock.relay(h + d1);
+            let t3 = t2 + 20_000;
+            Exchange {
+                t: [h, t2, t3, h + d1 + 20_000 + d2],
+                boottime_minus_monotonic_ns: 0,
+            }
+        })
+        .collect()
+}
+
+/// Host times of events every 37 ms between `from_s` and `to_s` after the
+/// start.
+fn event_hosts(from_s: u64, to_s: u64) -> impl Iterator<Item = u64> {
+    let start = 1_000_000_000_000u64;
+    (start + from_s * 1_000_000_000..start + to_s * 1_000_000_000).step_by(37_000_000)
+}
+
+/// Forward-only errors (the live estimator's estimate after every sample
+/// before the event), for comparison.
+fn live_errors(clock: Clock, xs: &[Exchange], hosts: &[u64]) -> Vec<f64> {
+    let mut est = Estimator::new(EstimatorConfig::default());
+    let mut next = 0;
+    let mut errs = Vec::new();
+    for &h in hosts {
+        while next < xs.len() && xs[next].t[3] <= h {
+            let [t1, t2, t3, t4] = xs[next].t;
+            est.add_sample(t1, t2, t3, t4, 0);
+            next += 1;
+        }
+        if let Some(e) = est.estimate() {
+            errs.push((e.to_host(clock.relay(h)) - h as i64).abs() as f64);
+        }
+    }
+    errs
+}
+
+fn p99(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[(v.len() - 1) * 99 / 100]
+}
+
+#[test]
+fn both_sides_beat_one_and_always_hold_the_truth() {
+    let clock = Clock {
+        offset_ns: 17_000_000_000,
+        ppm: 20.0,
+        step_at_ns: u64::MAX,
+        step_ns: 0,
+    };
+    let xs = exchanges(clock, 600, 7);
+    let smoother = Smoother::new(EstimatorConfig::default(), &xs);
+    assert_eq!(smoother.segments(), 1);
+    let hosts: Vec<u64> = event_hosts(10, 590).collect();
+    let mut errs = Vec::new();
+    let mut bounds = Vec::new();
+    for &h in &hosts {
+        let m = smoother.map(clock.relay(h), 0).expect("mapped");
+        let err = (m.host_ns - h as i64).unsigned_abs();
+        assert!(
+            err <= m.bound_ns,
+            "at {h}: error {err} outside bound {}",
+            m.bound_ns
+        );
+        assert_eq!(m.sides, Sides::Both);
+        errs.push(err as f64);
+        bounds.push(m.bound_ns as f64);
+    }
+    let live = p99(live_errors(clock, &xs, &hosts));
+    let smoothed = p99(errs);
+    assert!(
+        smoothed <= live / 2.0,
+        "two-sided p99 {smoothed} ns vs live {live} ns"
+    );
+    // The bound is the intersection of two hard bounds; neither side can
+    // rule out an asymmetry of up to half the round trip (~90 µs here), so
+    // it stays near the live one's 108 µs at this delay, and never above.
+    let bound = p99(bounds);
+    eprintln!("p99 error: live {live} ns, two-sided {smoothed} ns; p99 bound {bound} ns");
+    assert!(bound < 115_000.0, "bound p99 {bound}");
+}
+
+#[test]
+fn a_step_noticed_late_is_placed_on_its_right_side() {
+    let step_at = 1_000_000_000_000 + 300_000_000_000 + 100_000_000;
+    let clock = Clock {
+        offset_ns: -5_000_000_000,
+        ppm: -35.0,
+        step_at_ns: step_at,
+        step_ns: 200_000,
+    };
+    let xs = exchanges(clock, 600, 11);
+    let smoother = Smoother::new(EstimatorConfig::default(), &xs);
+    assert_eq!(smoother.segments(), 2, "one step, two segments");
+    // Every event from the first sample after the step to two samples
+    // later (the live path confirms a step at the second contradiction).
+    let mut checked = 0;
+    for h in (step_at + 200_000_000..step_at + 1_000_000_000).step_by(1_000_000) {
+        let m = smoother.map(clock.relay(h), 0).expect("mapped");
+        let err = (m.host_ns - h as i64).unsigned_abs();
+        assert!(err <= m.bound_ns, "error {err} outside {}", m.bound_ns);
+        assert!(err < 20_000, "after the step at {h}: error {err} ns");
+        checked += 1;
+    }
+    assert!(checked > 500);
+    // Between the last sample before the step and the first after it the
+    // side is unknown: the bound covers both.
+    let m = smoother
+        .map(clock.relay(step_at + 50_000_000), 0)
+        .expect("mapped");
+    assert_eq!(m.sides, Sides::Straddling);
+    let err = (m.host_ns - (step_at + 50_000_000) as i64).unsigned_abs();
+    assert!(err <= m.bound_ns && m.bound_ns >= 100_000, "{m:?}");
+}
+
+#[test]
+fn a_suspend_starts_a_segment_of_its_own_epoch() {
+    let clock = Clock {
+        offset_ns: 3_000_000_000,
+        ppm: 10.0,
+        step_at_ns: u64::MAX,
+        step_ns: 0,
+    };
+    let mut xs = exchanges(clock, 200, 3);
+    // From sample 400 on the relay has been suspended: a new
+    // BOOTTIME-MONOTONIC; its clock reads 30 s further.
+    for x in &mut xs[400..] {
+        x.boottime_minus_monotonic_ns = 30_000_000_000;
+        x.t[1] += 30_000_000_000;
+        x.t[2] += 30_000_000_000;
+    }
+    let smoother = Smoother::new(EstimatorConfig::default(), &xs);
+    assert_eq!(smoother.segments(), 2);
+    let h = 1_000_000_000_000 + 150_000_000_000;
+    let m = smoother
+        .map(clock.relay(h) + 30_000_000_000, 30_000_000_000)
+        .expect("mapped in its epoch");
+    assert!((m.host_ns - h as i64).unsigned_abs() <= m.bound_ns);
+    assert!(smoother.map(clock.relay(h), 7_000_000_000).is_none());
+}
+
+#[test]
+fn the_same_samples_give_the_same_mappings() {
+    let clock = Clock {
+        offset_ns: 1,
+        ppm: 50.0,
+        step_at_ns: 1_000_000_000_000 + 60_000_000_000,
+        step_ns: -1_000_000,
+    };
+    let xs = exchanges(clock, 120, 5);
+    let a = Smoother::new(EstimatorConfig::default(), &xs);
+    let b = Smoother::new(EstimatorConfig::default(), &xs);
+    for h in event_hosts(1, 119) {
+        assert_eq!(a.map(clock.relay(h), 0), b.map(clock.relay(h), 0));
+    }
+}
+
+#[test]
+fn no_samples_no_mapping() {
+    let s = Smoother::new(EstimatorConfig::default(), &[]);
+    assert_eq!(s.segments(), 0);
+    assert_eq!(s.map(5, 0), None);
+}
