@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use super::Ping;
 use super::stats::{Line, p50_p99_us, quantile};
 use crate::live::{OutputCheck, check_output, judge};
+use crate::tp;
 
 /// BOOTTIME's builtin clock id: the guest's pings are stamped in it.
 const BOOTTIME: u64 = 6;
@@ -61,6 +62,8 @@ pub struct Report {
     pub pings_found: u64,
     pub pings_duplicated: u64,
     pub inside: u64,
+    /// Ping events inside the bare window [send, receive] (no err_ns).
+    pub inside_bare: u64,
     /// (n, ts - send, recv - ts, err) of the first pings outside.
     pub outside: Vec<(u64, i64, i64, u64)>,
     pub window_ns: Vec<u64>,
@@ -82,9 +85,8 @@ pub struct Report {
     pub probe_rtt_ns: Vec<u64>,
     pub probe_residual_ns: Vec<u64>,
     pub ping_residual_ns: Vec<u64>,
-    /// Rolled files loaded by the trace processor, and the machine raw ids
-    /// it listed; None when not asked.
-    pub tp: Option<Result<(usize, Vec<i64>), String>>,
+    /// What the trace processor said (a summary line), None when not asked.
+    pub tp: Option<Result<String, String>>,
     pub problems: Vec<String>,
 }
 
@@ -130,11 +132,12 @@ impl Report {
                 self.pings_duplicated,
             ),
             format!(
-                "vm-relay: causality: {}/{} ping events inside [send - err_ns, receive + err_ns]; \
-                 window {}; err_ns {} ({} from the live tail, {} without a live record); \
-                 |merged - live ts| {}",
+                "vm-relay: causality: {}/{} ping events inside [send - err_ns, receive + err_ns] \
+                 ({} inside the bare window); window {}; err_ns {} ({} from the live tail, {} \
+                 without a live record); |merged - live ts| {}",
                 self.inside,
                 self.pings_sent,
+                self.inside_bare,
                 p50_p99_us(&self.window_ns),
                 p50_p99_us(&self.err_ns),
                 self.err_from_live,
@@ -163,11 +166,7 @@ impl Report {
         ];
         out.push(match &self.tp {
             None => "vm-relay: trace processor: not run".into(),
-            Some(Ok((files, ids))) => format!(
-                "vm-relay: trace processor: {files} rolled files load with no error stats; \
-                 machine raw ids {ids:?} (the guest's: {})",
-                self.guest_raw_id.map_or("none".into(), |r| r.to_string())
-            ),
+            Some(Ok(summary)) => format!("vm-relay: trace processor: {summary}"),
             Some(Err(e)) => format!("vm-relay: trace processor: FAILED: {e}"),
         });
         for (n, early, late, err) in &self.outside {
@@ -227,7 +226,12 @@ pub fn check(inputs: &Inputs) -> Report {
     }
     drift_and_jitter(inputs, guest, &mut r);
     if inputs.trace_processor {
-        r.tp = Some(trace_processor(&output, guest));
+        r.tp = Some(trace_processor(
+            &output,
+            guest,
+            r.pings_found,
+            &inputs.machine,
+        ));
     }
     r
 }
@@ -351,6 +355,7 @@ fn causality(
         r.err_ns.push(err);
         let lo = p.send_ns.saturating_sub(err);
         let hi = p.recv_ns.saturating_add(err);
+        r.inside_bare += u64::from((p.send_ns..=p.recv_ns).contains(&f.ts));
         if (lo..=hi).contains(&f.ts) {
             r.inside += 1;
         } else if r.outside.len() < 10 {
@@ -452,21 +457,49 @@ fn probe_samples(dir: &Path, guest: u32) -> Result<Vec<(f64, u64, f64)>, String>
 
 /// Every rolled file through the real trace processor (no error stats,
 /// synthetic slices where the checker placed them); the guest must be a
-/// machine of its own.
-fn trace_processor(output: &OutputCheck, guest: u32) -> Result<(usize, Vec<i64>), String> {
+/// machine of its own with its kernel's SystemInfo, named by it (the
+/// checker reads `machine_name`; v52's machine table has no name column),
+/// and every ping event a `vm-ping` slice.
+fn trace_processor(
+    output: &OutputCheck,
+    guest: u32,
+    pings: u64,
+    name: &str,
+) -> Result<String, String> {
     let judged = judge::judge_all(output)?;
-    let mut ids: Vec<i64> = judged
-        .iter()
-        .flat_map(|j| j.machine_raw_ids.clone())
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    if !ids.contains(&i64::from(guest)) {
+    let machine = format!("SELECT sysname, release, num_cpus FROM machine WHERE raw_id = {guest}");
+    let slices = "SELECT COUNT(*) FROM slice WHERE name = 'vm-ping'";
+    let (mut uname, mut ping_slices) = (None, 0);
+    for scan in &output.files {
+        let res = tp::query(&scan.path, &[&machine, slices])?;
+        if let Some(row) = res[0].rows.first() {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or("null").to_owned();
+            uname.get_or_insert(format!(
+                "{} {}, {} CPU",
+                text(&row[0]),
+                text(&row[1]),
+                tp::as_i64(&row[2]).unwrap_or(0)
+            ));
+        }
+        ping_slices += res[1]
+            .rows
+            .first()
+            .and_then(|r| tp::as_i64(&r[0]))
+            .unwrap_or(0);
+    }
+    let Some(uname) = uname else {
+        return Err(format!("no machine row with the guest's raw id {guest}"));
+    };
+    if u64::try_from(ping_slices).ok() != Some(pings) {
         return Err(format!(
-            "no machine with the guest's raw id {guest} (machines {ids:?})"
+            "{ping_slices} vm-ping slices for {pings} ping events"
         ));
     }
-    Ok((judged.len(), ids))
+    Ok(format!(
+        "{} rolled files load with no error stats; the guest {name:?} is machine raw id {guest} \
+         ({uname}); {ping_slices} vm-ping slices",
+        judged.len()
+    ))
 }
 
 #[cfg(test)]
@@ -526,6 +559,7 @@ mod tests {
         };
         causality(&pings, &found, &BTreeMap::new(), &mut r);
         assert_eq!((r.inside, r.pings_found, r.pings_duplicated), (2, 3, 1));
+        assert_eq!(r.inside_bare, 1);
         assert_eq!(r.outside, vec![(2, 1_101, -101, 100)]);
         assert_eq!(r.window_ns, vec![1_000; 4]);
         assert_eq!(r.err_ns, vec![10, 100, 100]);
