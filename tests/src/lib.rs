@@ -9,3 +9,4 @@ pub mod impair;
 pub mod live;
 pub mod run;
 pub mod tp;
+pub mod vm;
