@@ -80,7 +80,7 @@ cargo build --quiet -p tracesync-daemon -p tracesync-cli -p tracesync-tests \
 # Static glibc for the guest, as scripts/package.sh builds the relay; an
 # explicit --target keeps these RUSTFLAGS away from build scripts.
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-  cargo build --quiet --release --target "$TARGET" -p tracesync-relay -p tracesync-tests \
+  cargo build --quiet --release --target "$TARGET" -p tracesync-relay -p tracesync-vm-guest \
   --bin tracesync-relay --bin tracesync-vm-guest
 HOST_BIN=$TARGET_DIR/debug
 GUEST_BIN=$TARGET_DIR/$TARGET/release
