@@ -4,10 +4,12 @@ pub const OK: u8 = 0;
 pub const USAGE: u8 = 64;
 pub const DATAERR: u8 = 65;
 pub const NOINPUT: u8 = 66;
+pub const NOUSER: u8 = 67;
 pub const UNAVAILABLE: u8 = 69;
 pub const SOFTWARE: u8 = 70;
 pub const CANTCREAT: u8 = 73;
 pub const IOERR: u8 = 74;
+pub const TEMPFAIL: u8 = 75;
 pub const NOPERM: u8 = 77;
 pub const CONFIG: u8 = 78;
 
