@@ -80,13 +80,18 @@ pub enum MergeError {
     Create { path: String, error: io::Error },
     #[error("cannot write the output: {0}")]
     Write(io::Error),
+    #[error("no input holds a Perfetto trace ({0} bad, listed above); nothing was written")]
+    NothingToMerge(usize),
 }
 
 impl MergeError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Input(e) => e.exit_code(),
-            Self::Manifest { .. } | Self::BadInput(_) | Self::Unplaced(_) => exit::DATAERR,
+            Self::Manifest { .. }
+            | Self::BadInput(_)
+            | Self::Unplaced(_)
+            | Self::NothingToMerge(_) => exit::DATAERR,
             Self::Create { .. } => exit::CANTCREAT,
             Self::Write(_) => exit::IOERR,
         }
@@ -100,6 +105,8 @@ pub struct Prepared {
     pub faults: Vec<InputFault>,
     /// ClockSnapshot packets too malformed to decode (not seen by the graph).
     pub undecodable_snapshots: u64,
+    /// Inputs with at least one packet.
+    pub readable_inputs: usize,
 }
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
@@ -124,10 +131,11 @@ pub fn prepare(
     for source in &expanded.traces {
         let scan = scan_input(source);
         for fault in &scan.faults {
-            report(fault);
+            // Under --strict the error is the report (printed once).
             if strict {
                 return Err(MergeError::BadInput(fault.clone()));
             }
+            report(fault);
         }
         faults.extend(scan.faults.iter().cloned());
         scans.push(scan);
@@ -146,11 +154,13 @@ pub fn prepare(
         error,
     })?;
     let undecodable_snapshots = scans.iter().map(|s| s.invalid_snapshot_packets).sum();
+    let readable_inputs = scans.iter().filter(|s| s.packets > 0).count();
     Ok(Prepared {
         inputs: expanded.traces,
         plan,
         faults,
         undecodable_snapshots,
+        readable_inputs,
     })
 }
 
@@ -164,6 +174,7 @@ pub fn merge(
         mut plan,
         faults,
         undecodable_snapshots,
+        readable_inputs,
     } = prepare(
         &opts.inputs,
         opts.manifest.as_deref(),
@@ -171,6 +182,10 @@ pub fn merge(
         opts.strict,
         report,
     )?;
+    if readable_inputs == 0 && !faults.is_empty() {
+        // Each input failed (and was reported): nothing to merge, no output.
+        return Err(MergeError::NothingToMerge(faults.len()));
+    }
     let mut stats = MergeStats {
         inputs: inputs.len() as u64,
         // Completed by the second pass with the graph's rejected snapshots.

@@ -15,7 +15,12 @@ use tracesync_protocol::text::escape_control;
 /// Longest status line accepted.
 const MAX_REPORT_BYTES: u64 = 16 << 20;
 
-pub fn run(target: &Target, json: bool) -> u8 {
+mod compact;
+
+pub use compact::{LEGEND, WIDTH, compact, wrap_into};
+
+/// `verbose` (`-v`): the legend, every column and every counter.
+pub fn run(target: &Target, json: bool, verbose: bool) -> u8 {
     let conn = match connect::open(target, &Request::Status) {
         Ok(c) => c,
         Err(code) => return code,
@@ -50,7 +55,11 @@ pub fn run(target: &Target, json: bool) -> u8 {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        table(&report, now_ms)
+        if verbose {
+            format!("{LEGEND}\n{}", table(&report, now_ms))
+        } else {
+            compact(&report, now_ms)
+        }
     };
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Ok(()) => exit::OK,
@@ -62,22 +71,13 @@ pub fn run(target: &Target, json: bool) -> u8 {
     }
 }
 
-const COLUMNS: [&str; 12] = [
-    "MACHINE",
-    "ID",
-    "CONN",
-    "PACKETS",
-    "BYTES",
-    "DROPS",
-    "PENDING",
-    "OFFSET",
-    "DRIFT",
-    "BOUND",
-    "RTT",
-    "LAST SEEN",
+const COLUMNS: [&str; 14] = [
+    "MACHINE", "ID", "CONN", "PACKETS", "BYTES", "DROPS", "LATE", "PENDING", "OFFSET", "PPM",
+    "BOUND", "MAXERR", "RTT", "SEEN",
 ];
 
-/// The report as an aligned table, then the drops by reason.
+/// The report as an aligned table with every column (`status -v`), then
+/// every counter line.
 pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -88,7 +88,7 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
         report.sync_addr.as_deref().unwrap_or("-"),
         report.current_file.as_deref().unwrap_or("-"),
     );
-    let rows: Vec<[String; 12]> = report
+    let rows: Vec<[String; 14]> = report
         .machines
         .iter()
         .map(|m| row(m, now_unix_ms))
@@ -115,6 +115,17 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
     for r in &rows {
         line(r);
     }
+    for p in problems(report, true) {
+        let _ = writeln!(out, "{p}");
+    }
+    out
+}
+
+/// The lines below the table: drops by reason, watermark holds, refused
+/// relays, failed TLS handshakes, output trouble; with `verbose` also each
+/// machine's probe session and the prober's counters.
+fn problems(report: &StatusReport, verbose: bool) -> Vec<String> {
+    let mut lines = Vec::new();
     for m in &report.machines {
         let reasons: Vec<String> = m
             .drops
@@ -123,28 +134,26 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             .map(|(reason, n)| format!("{reason}={n}"))
             .collect();
         if !reasons.is_empty() {
-            let _ = writeln!(out, "drops on {}: {}", name(m), reasons.join(", "));
+            lines.push(format!("drops on {}: {}", name(m), reasons.join(", ")));
         }
     }
     for m in &report.machines {
         if m.clock_stalls > 0 || m.clocks_refused > 0 {
-            let _ = writeln!(
-                out,
+            lines.push(format!(
                 "watermark on {}: clock_stalls={}, clocks_refused={}",
                 name(m),
                 m.clock_stalls,
                 m.clocks_refused
-            );
+            ));
         }
     }
-    for m in &report.machines {
+    for m in report.machines.iter().filter(|_| verbose) {
         if let Some(sync) = &m.sync {
-            let _ = writeln!(out, "sync on {}: {}", name(m), sync_line(sync));
+            lines.push(format!("sync on {}: {}", name(m), sync_line(sync)));
         }
     }
-    if let Some(p) = &report.sync {
-        let _ = writeln!(
-            out,
+    if let Some(p) = report.sync.as_ref().filter(|_| verbose) {
+        lines.push(format!(
             "sync probes: sent={} accepted={} timeouts={} rejected: bad_mac={} replayed={} \
              nonce_mismatch={} unknown_session={} malformed={}; bursts={} tcp_connections={}",
             p.probes_sent,
@@ -157,7 +166,7 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             p.malformed,
             p.bursts,
             p.tcp_connections
-        );
+        ));
     }
     if !report.relays_refused.is_empty() {
         let refused: Vec<String> = report
@@ -165,41 +174,45 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
             .iter()
             .map(|(code, n)| format!("{code}={n}"))
             .collect();
-        let _ = writeln!(out, "relays refused: {}", refused.join(", "));
+        lines.push(format!("relays refused: {}", refused.join(", ")));
+    }
+    if !report.handshake_failures.is_empty() {
+        let failed: Vec<String> = report
+            .handshake_failures
+            .iter()
+            .map(|(reason, n)| format!("{reason}={n}"))
+            .collect();
+        lines.push(format!("TLS handshakes failed: {}", failed.join(", ")));
     }
     let o = &report.output;
     if o.failing {
-        let _ = writeln!(
-            out,
+        lines.push(format!(
             "OUTPUT NOT WRITABLE ({}); relays are not acknowledged and keep their spools; \
              {} failed attempts, episode {}",
             o.last_error.as_deref().unwrap_or("?"),
             o.errors,
             o.episodes
-        );
+        ));
     } else if o.episodes > 0 {
-        let _ = writeln!(
-            out,
+        lines.push(format!(
             "output writable again after {} write-error episode(s) ({} failed attempts)",
             o.episodes, o.errors
-        );
+        ));
     }
     if o.vanished > 0 {
-        let _ = writeln!(
-            out,
+        lines.push(format!(
             "the output file or directory vanished {} time(s); what was not yet durable went \
              to a new file",
             o.vanished
-        );
+        ));
     }
     if o.symlinks_refused > 0 {
-        let _ = writeln!(
-            out,
+        lines.push(format!(
             "{} symbolic link(s) in the output directory refused (never followed; see the log)",
             o.symlinks_refused
-        );
+        ));
     }
-    out
+    lines
 }
 
 /// A machine's probe session in one line: state, route and rate, the
@@ -245,7 +258,7 @@ fn sync_line(s: &MachineSync) -> String {
 
 /// A machine's name as relays announced it, control characters escaped
 /// (a name must not break the table or write to the terminal).
-fn name(m: &MachineStatus) -> String {
+pub(crate) fn name(m: &MachineStatus) -> String {
     match (&m.name, m.raw_id) {
         (Some(n), _) => escape_control(n).into_owned(),
         (None, 0) => "host".into(),
@@ -253,7 +266,7 @@ fn name(m: &MachineStatus) -> String {
     }
 }
 
-fn row(m: &MachineStatus, now_ms: u64) -> [String; 12] {
+fn row(m: &MachineStatus, now_ms: u64) -> [String; 14] {
     let dash = || "-".to_owned();
     [
         name(m),
@@ -262,6 +275,7 @@ fn row(m: &MachineStatus, now_ms: u64) -> [String; 12] {
         m.packets.to_string(),
         human_bytes(m.bytes),
         m.drops.values().sum::<u64>().to_string(),
+        m.late_packets.to_string(),
         m.pending.to_string(),
         m.offset_ns.map_or_else(dash, |o| {
             let sign = if o < 0 { "-" } else { "+" };
@@ -270,6 +284,11 @@ fn row(m: &MachineStatus, now_ms: u64) -> [String; 12] {
         m.drift_ppm.map_or_else(dash, |d| format!("{d:+.2}ppm")),
         m.error_bound_ns
             .map_or_else(dash, |b| format!("±{}", human_ns(b))),
+        if m.max_err_ns > 0 {
+            human_ns(m.max_err_ns)
+        } else {
+            dash()
+        },
         m.rtt_ns.map_or_else(dash, human_ns),
         m.last_seen_unix_ms.map_or_else(dash, |t| {
             format!("{:.1}s ago", now_ms.saturating_sub(t) as f64 / 1e3)
@@ -287,205 +306,4 @@ fn human_bytes(b: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::*;
-
-    #[test]
-    fn table_shows_every_column_and_drop_reasons() {
-        let report = StatusReport {
-            version: "0.1.0".into(),
-            data_addr: Some("0.0.0.0:7410".into()),
-            machines: vec![
-                MachineStatus {
-                    raw_id: 0,
-                    connected: true,
-                    packets: 12,
-                    bytes: 2048,
-                    ..Default::default()
-                },
-                MachineStatus {
-                    name: Some("phone".into()),
-                    raw_id: 3_000_000_000,
-                    connected: false,
-                    packets: 5,
-                    bytes: 3 << 20,
-                    drops: BTreeMap::from([("clock_sync_failure_no_path".into(), 4)]),
-                    pending: 7,
-                    offset_ns: Some(-2_500_000),
-                    drift_ppm: Some(12.345),
-                    error_bound_ns: Some(1_500),
-                    rtt_ns: Some(80_000),
-                    last_seen_unix_ms: Some(9_000),
-                    late_packets: 0,
-                    unprobed_packets: 0,
-                    remapped_packets: 0,
-                    clock_stalls: 0,
-                    clocks_refused: 0,
-                    max_err_ns: 0,
-                    sync: Some(MachineSync {
-                        session_id: 9,
-                        state: tracesync_core::sync::sessions::SyncState::Steady,
-                        route: Some(tracesync_core::sync::sessions::RouteKind::Udp),
-                        probe_rate_hz: 8.0,
-                        epoch: Some(0),
-                        freq_bound_ppm: Some(0.25),
-                        sigma_ns: Some(900),
-                        bound_now_ns: Some(2_500),
-                        samples: Some(32),
-                        last_sample_age_ns: Some(120_000_000),
-                        probes: tracesync_core::sync::sessions::SessionCounters {
-                            probes_sent: 100,
-                            replies: 97,
-                            timeouts: 2,
-                            bad_mac: 1,
-                            bursts: 1,
-                            ..Default::default()
-                        },
-                    }),
-                },
-            ],
-            ..Default::default()
-        };
-        let t = table(&report, 10_500);
-        let lines: Vec<&str> = t.lines().collect();
-        assert!(lines[0].contains("data 0.0.0.0:7410"), "{t}");
-        assert!(lines[1].starts_with("MACHINE"), "{t}");
-        assert!(lines[2].starts_with("host "), "{t}");
-        for cell in [
-            "phone",
-            "3000000000",
-            "no",
-            "3.0MiB",
-            "4",
-            "7",
-            "-2.50ms",
-            "+12.35ppm",
-            "±1.5us",
-            "80.0us",
-            "1.5s ago",
-        ] {
-            assert!(lines[3].contains(cell), "{cell} missing in {}", lines[3]);
-        }
-        assert_eq!(lines[4], "drops on phone: clock_sync_failure_no_path=4");
-        assert_eq!(
-            lines[5],
-            "sync on phone: steady via udp at 8.0 probes/s; epoch 0, 32 samples, last 120.00ms \
-             ago; bound now ±2.5us, sigma 900ns, freq ±0.250ppm; probes sent=100 replies=97 \
-             timeouts=2 bad_mac=1 replayed=0 nonce_mismatch=0 rejected=0 bursts=1"
-        );
-    }
-
-    #[test]
-    fn control_characters_in_names_are_escaped_in_every_line() {
-        let evil = "ph\none\r\u{1b}[2J\u{202e}x";
-        let report = StatusReport {
-            machines: vec![MachineStatus {
-                name: Some(evil.into()),
-                raw_id: 9,
-                connected: true,
-                drops: BTreeMap::from([("duplicates_dropped".into(), 1)]),
-                sync: Some(MachineSync {
-                    session_id: 1,
-                    state: tracesync_core::sync::sessions::SyncState::Steady,
-                    route: None,
-                    probe_rate_hz: 1.0,
-                    epoch: None,
-                    freq_bound_ppm: None,
-                    sigma_ns: None,
-                    bound_now_ns: None,
-                    samples: None,
-                    last_sample_age_ns: None,
-                    probes: Default::default(),
-                }),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let t = table(&report, 0);
-        let want = "ph\\none\\r\\u{1b}[2J\\u{202e}x";
-        let lines: Vec<&str> = t.lines().collect();
-        // Header line, column names, one row, one drops line, one sync line.
-        assert_eq!(lines.len(), 5, "{t}");
-        assert!(lines[2].starts_with(want), "{t}");
-        assert!(lines[3].starts_with(&format!("drops on {want}: ")), "{t}");
-        assert!(lines[4].starts_with(&format!("sync on {want}: ")), "{t}");
-        assert!(
-            !t.chars()
-                .any(|c| c != '\n' && tracesync_protocol::text::needs_escape(c)),
-            "{t:?}"
-        );
-        // Columns stay aligned: the escaped name sets the width.
-        let name_width = lines[1].find("ID").unwrap();
-        assert!(name_width > want.len(), "{t}");
-    }
-
-    #[test]
-    fn an_unwritable_output_is_said_below_the_table() {
-        let mut report = StatusReport {
-            output: tracesync_core::status::OutputStatus {
-                failing: true,
-                errors: 3,
-                episodes: 1,
-                failing_since_unix_ms: Some(1),
-                last_error: Some("cannot commit: No space left on device".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let t = table(&report, 2);
-        let last = t.lines().last().unwrap_or_default();
-        assert!(
-            last.starts_with("OUTPUT NOT WRITABLE (cannot commit: No space left on device)"),
-            "{t}"
-        );
-        report.output.failing = false;
-        let t = table(&report, 2);
-        assert!(
-            t.ends_with(
-                "output writable again after 1 write-error episode(s) (3 failed attempts)\n"
-            ),
-            "{t}"
-        );
-        report.output.vanished = 1;
-        report.output.symlinks_refused = 2;
-        let t = table(&report, 2);
-        assert!(t.contains("vanished 1 time(s)"), "{t}");
-        assert!(
-            t.ends_with(
-                "2 symbolic link(s) in the output directory refused (never followed; see the \
-                 log)\n"
-            ),
-            "{t}"
-        );
-    }
-
-    #[test]
-    fn clock_stalls_and_refused_clocks_get_a_line() {
-        let report = StatusReport {
-            machines: vec![
-                MachineStatus {
-                    name: Some("phone".into()),
-                    raw_id: 3,
-                    clock_stalls: 1,
-                    clocks_refused: 12,
-                    ..Default::default()
-                },
-                MachineStatus {
-                    name: Some("quiet".into()),
-                    raw_id: 4,
-                    ..Default::default()
-                },
-            ],
-            ..Default::default()
-        };
-        let text = table(&report, 0);
-        assert!(
-            text.contains("watermark on phone: clock_stalls=1, clocks_refused=12\n"),
-            "{text}"
-        );
-        assert!(!text.contains("watermark on quiet"), "{text}");
-        assert!(!text.contains("drops on phone"), "not drops: {text}");
-    }
-}
+mod tests;
