@@ -101,6 +101,16 @@ pub enum Command {
         #[command(subcommand)]
         command: PkiCommand,
     },
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell)
+    /// to standard output, e.g. `tracesync completions bash >
+    /// /usr/share/bash-completion/completions/tracesync`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page tracesync(1) (roff) to standard output.
+    #[command(hide = true)]
+    Man,
     /// List every edge of the clock graph of the given inputs, with its origin.
     Clocks {
         #[arg(long)]

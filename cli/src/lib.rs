@@ -125,6 +125,17 @@ pub fn main() -> ExitCode {
             verbose,
         } => status::run(&Target::parse(&connect), json, verbose),
         Command::Pki { command } => pki(command),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut command = Cli::command();
+            let mut out = std::io::stdout().lock();
+            clap_complete::generate(shell, &mut command, "tracesync", &mut out);
+            exit::OK
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            return exit::print_man_page(Cli::command());
+        }
         Command::Clocks {
             json,
             manifest,

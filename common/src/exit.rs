@@ -22,3 +22,21 @@ pub fn parse_args<T: clap::Parser>() -> Result<T, std::process::ExitCode> {
         std::process::ExitCode::from(code)
     })
 }
+
+/// The man page of a binary's command line (clap_mangen), for
+/// `tracesync man`, `tracesyncd --man` and `tracesync-relay --man`
+/// (scripts/package.sh installs them). Written to standard output.
+pub fn print_man_page(command: clap::Command) -> std::process::ExitCode {
+    let mut page = Vec::new();
+    let written = clap_mangen::Man::new(command)
+        .render(&mut page)
+        .and_then(|()| std::io::Write::write_all(&mut std::io::stdout().lock(), &page));
+    match written {
+        Ok(()) => std::process::ExitCode::from(OK),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::ExitCode::from(OK),
+        Err(e) => {
+            eprintln!("cannot write the man page: {e}");
+            std::process::ExitCode::from(IOERR)
+        }
+    }
+}

@@ -37,6 +37,9 @@ pub struct DaemonArgs {
     /// as file:line:column: message, and exit (78 on an error).
     #[arg(long)]
     pub check_config: bool,
+    /// Print the man page tracesyncd(8) (roff) and exit.
+    #[arg(long, hide = true)]
+    pub man: bool,
     /// With --check-config: check the directories and TLS files as this
     /// user would use them (the unit's User=, e.g. tracesync) instead of
     /// the one running the check.

@@ -35,6 +35,10 @@ pub fn main() -> ExitCode {
         Ok(flags) => flags,
         Err(code) => return code,
     };
+    if flags.man {
+        use clap::CommandFactory;
+        return exit::print_man_page(Flags::command());
+    }
     let config = match load_config(&flags) {
         Ok(config) => config,
         Err(line) => {

@@ -52,6 +52,9 @@ pub struct Flags {
     /// Validate the configuration, print the first error as file:line:column, and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Print the man page tracesync-relay(8) (roff) and exit.
+    #[arg(long, hide = true)]
+    pub man: bool,
     /// Daemon address HOST:PORT (default 127.0.0.1:7410).
     #[arg(long, value_name = "ADDR")]
     pub host: Option<String>,

@@ -60,6 +60,10 @@ pub fn main() -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
+    if args.man {
+        use clap::CommandFactory;
+        return exit::print_man_page(DaemonArgs::command());
+    }
     let (config, config_path) = match DaemonConfig::load(&args) {
         Ok(loaded) => loaded,
         Err(e) => {
