@@ -710,3 +710,44 @@ fn pki_group_makes_the_keys_readable_by_the_service_group() {
     );
     assert!(!fresh.exists(), "nothing is written for a bad group");
 }
+
+#[test]
+fn the_daemon_names_machines_and_tail_warns_of_an_unknown_one() {
+    use tracesync_tests::live::{Relay, RelayOpts};
+    let mut daemon = Daemon::start(DaemonOpts::default());
+    let mut relay = Relay::start(&daemon, RelayOpts::synthetic("named-one", 100));
+    daemon.wait_connected(&["named-one"], Duration::from_secs(30));
+    let mut tail = Command::new(bin("tracesync"))
+        .args(["tail", "--machine", "nosuch", "--connect"])
+        .arg(&daemon.control)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tracesync tail");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = tail.kill();
+    let out = tail.wait_with_output().expect("tail");
+    let err = stderr(&out);
+    eprintln!("ops-messages: tail --machine nosuch: {}", err.trim_end());
+    assert_eq!(
+        err.lines().next(),
+        Some(
+            "tracesync: warning: the daemon knows no machine \"nosuch\" (a name, a raw id or \
+             `host`; see tracesync status); showing its packets if it connects"
+        ),
+        "{err}"
+    );
+    assert!(relay.stop().success(), "{}", relay.log());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon.log().contains("relay named-one disconnected") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = daemon.log();
+    let connected = log
+        .lines()
+        .find(|l| l.contains("relay named-one (raw id "))
+        .unwrap_or_else(|| panic!("no connect line naming the machine:\n{log}"));
+    assert!(connected.contains(") connected"), "{connected}");
+    assert!(log.contains("relay named-one disconnected"), "{log}");
+    assert!(daemon.stop().success());
+}
