@@ -55,6 +55,7 @@ pub fn main() -> ExitCode {
             {
                 return ExitCode::from(code);
             }
+            let inputs_given = inputs.len();
             let opts = MergeOptions {
                 inputs,
                 manifest,
@@ -75,7 +76,7 @@ pub fn main() -> ExitCode {
                     outcome.exit_code()
                 }
                 // One bad input said it all on its own line.
-                Err(e @ merge::MergeError::NothingToMerge(1)) => e.exit_code(),
+                Err(e @ merge::MergeError::NothingToMerge(_)) if inputs_given == 1 => e.exit_code(),
                 Err(e) => {
                     eprintln!("tracesync: error: {e}");
                     e.exit_code()

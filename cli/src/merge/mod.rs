@@ -80,8 +80,11 @@ pub enum MergeError {
     Create { path: String, error: io::Error },
     #[error("cannot write the output: {0}")]
     Write(io::Error),
-    #[error("no input holds a Perfetto trace ({0} bad, listed above); nothing was written")]
-    NothingToMerge(usize),
+    #[error(
+        "no input holds a Perfetto trace ({}: each said above); nothing was written",
+        .0.join(", ")
+    )]
+    NothingToMerge(Vec<String>),
 }
 
 impl MergeError {
@@ -184,7 +187,9 @@ pub fn merge(
     )?;
     if readable_inputs == 0 && !faults.is_empty() {
         // Each input failed (and was reported): nothing to merge, no output.
-        return Err(MergeError::NothingToMerge(faults.len()));
+        let mut bad: Vec<String> = faults.iter().map(|f| f.display.clone()).collect();
+        bad.dedup();
+        return Err(MergeError::NothingToMerge(bad));
     }
     let mut stats = MergeStats {
         inputs: inputs.len() as u64,
