@@ -109,12 +109,26 @@ pub enum Command {
         /// The report as JSON.
         #[arg(long)]
         json: bool,
+        /// A legend of the columns, every column (ids, bytes, pending, RTT)
+        /// and every counter (probe sessions, the prober's rejections).
+        #[arg(short, long)]
+        verbose: bool,
     },
     /// A lab PKI for mutual TLS between relays and the daemon (rcgen, ECDSA P-256).
     Pki {
         #[command(subcommand)]
         command: PkiCommand,
     },
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell)
+    /// to standard output, e.g. `tracesync completions bash >
+    /// /usr/share/bash-completion/completions/tracesync`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page tracesync(1) (roff) to standard output.
+    #[command(hide = true)]
+    Man,
     /// List every edge of the clock graph of the given inputs, with its origin.
     Clocks {
         #[arg(long)]
@@ -144,6 +158,10 @@ pub enum PkiCommand {
         days: u32,
         #[arg(value_name = "DIR", default_value = tracesync_common::tls::DEFAULT_TLS_DIR)]
         dir: PathBuf,
+        /// Make the new private keys (not the CA's) readable by this group
+        /// (mode 0640), e.g. `tracesync` for the shipped units' User=tracesync.
+        #[arg(long, value_name = "GROUP")]
+        group: Option<String>,
     },
     /// Issue a relay certificate for machine NAME (NAME.crt, NAME.key), signed by DIR/ca.key.
     Issue {
@@ -159,6 +177,10 @@ pub enum PkiCommand {
         days: u32,
         #[arg(value_name = "DIR", default_value = tracesync_common::tls::DEFAULT_TLS_DIR)]
         dir: PathBuf,
+        /// Make the new private keys (not the CA's) readable by this group
+        /// (mode 0640), e.g. `tracesync` for the shipped units' User=tracesync.
+        #[arg(long, value_name = "GROUP")]
+        group: Option<String>,
     },
     /// Replace NAME.crt/NAME.key (or, with --daemon, daemon.crt/daemon.key) by a new key and
     /// certificate with the same names, signed by the same CA (DIR/ca.key).
@@ -175,6 +197,10 @@ pub enum PkiCommand {
         days: u32,
         #[arg(value_name = "DIR", default_value = tracesync_common::tls::DEFAULT_TLS_DIR)]
         dir: PathBuf,
+        /// Make the new private keys (not the CA's) readable by this group
+        /// (mode 0640), e.g. `tracesync` for the shipped units' User=tracesync.
+        #[arg(long, value_name = "GROUP")]
+        group: Option<String>,
     },
     /// Revoke NAME.crt: add its serial to DIR/ca.crl (made if missing), signed by DIR/ca.key.
     /// The daemon refuses it once its [tls] crl names that file and it restarts.

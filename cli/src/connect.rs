@@ -73,17 +73,21 @@ impl Write for Conn {
 /// Connects and sends `request`; on failure prints the one-line error and
 /// returns the exit code (69: daemon unreachable).
 pub fn open(target: &Target, request: &Request) -> Result<Conn, u8> {
+    open_quiet(target, request).map_err(|e| unreachable(target, &e))
+}
+
+/// [`open`] without the error line.
+pub fn open_quiet(target: &Target, request: &Request) -> io::Result<Conn> {
     let connected = match target {
         Target::Unix(p) => UnixStream::connect(p).map(Conn::Unix),
         Target::Tcp(a) => TcpStream::connect(a.as_str()).map(Conn::Tcp),
     };
-    let sent = connected.and_then(|mut conn| {
+    connected.and_then(|mut conn| {
         let mut line = serde_json::to_vec(request).map_err(io::Error::other)?;
         line.push(b'\n');
         conn.write_all(&line)?;
         Ok(conn)
-    });
-    sent.map_err(|e| unreachable(target, &e))
+    })
 }
 
 /// Prints why the daemon could not be reached; returns exit code 69.

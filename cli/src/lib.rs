@@ -21,6 +21,7 @@ pub mod merge;
 pub mod report;
 pub mod status;
 mod tail;
+mod terminal;
 
 use std::process::ExitCode;
 
@@ -29,6 +30,7 @@ use tracesync_common::exit;
 use args::{Cli, Command, PkiCommand};
 use connect::{DEFAULT_CONTROL, Target};
 use merge::{MergeOptions, merge, prepare};
+use tracesync_daemon::control::TailFormat;
 
 pub fn main() -> ExitCode {
     let cli = match exit::parse_args::<Cli>() {
@@ -47,47 +49,63 @@ pub fn main() -> ExitCode {
             since,
             until,
             inputs,
-        } => match merge::capture::detect(&inputs) {
-            Err(e) => {
-                eprintln!("tracesync: error: {e}");
-                e.code
+        } => {
+            if format == merge::output::Format::Perfetto
+                && output.as_os_str() == "-"
+                && let Err(code) = terminal::refuse_binary_stdout(
+                    "merge",
+                    "give -o FILE.pftrace, redirect standard output, or use --format jsonl",
+                )
+            {
+                return ExitCode::from(code);
             }
-            Ok(Some(capture)) => {
-                merge_capture(&capture, &output, format, stats.as_deref(), since, until)
-            }
-            Ok(None) if since.is_some() || until.is_some() => {
-                eprintln!(
-                    "tracesync: error: --since/--until read a rolling capture: give tracesyncd's output DIR or its rolled files (tracesync-*.pftrace)"
-                );
-                exit::USAGE
-            }
-            Ok(None) => {
-                let opts = MergeOptions {
-                    inputs,
-                    manifest,
-                    output: Some(output),
-                    format,
-                    stats,
-                    strict,
-                    machine_per_file,
-                };
-                match merge(&opts, &mut report) {
-                    Ok(outcome) => {
-                        if outcome.stats.packets_dropped > 0 {
-                            eprintln!(
-                                "tracesync: warning: {} packets had no place on the timeline and were dropped (see --stats)",
-                                outcome.stats.packets_dropped
-                            );
+            match merge::capture::detect(&inputs) {
+                Err(e) => {
+                    eprintln!("tracesync: error: {e}");
+                    e.code
+                }
+                Ok(Some(capture)) => {
+                    merge_capture(&capture, &output, format, stats.as_deref(), since, until)
+                }
+                Ok(None) if since.is_some() || until.is_some() => {
+                    eprintln!(
+                        "tracesync: error: --since/--until read a rolling capture: give tracesyncd's output DIR or its rolled files (tracesync-*.pftrace)"
+                    );
+                    exit::USAGE
+                }
+                Ok(None) => {
+                    let inputs_given = inputs.len();
+                    let opts = MergeOptions {
+                        inputs,
+                        manifest,
+                        output: Some(output),
+                        format,
+                        stats,
+                        strict,
+                        machine_per_file,
+                    };
+                    match merge(&opts, &mut report) {
+                        Ok(outcome) => {
+                            if outcome.stats.packets_dropped > 0 {
+                                eprintln!(
+                                    "tracesync: warning: {} packets had no place on the timeline and were dropped (see --stats)",
+                                    outcome.stats.packets_dropped
+                                );
+                            }
+                            outcome.exit_code()
                         }
-                        outcome.exit_code()
-                    }
-                    Err(e) => {
-                        eprintln!("tracesync: error: {e}");
-                        e.exit_code()
+                        // One bad input said it all on its own line.
+                        Err(e @ merge::MergeError::NothingToMerge(_)) if inputs_given == 1 => {
+                            e.exit_code()
+                        }
+                        Err(e) => {
+                            eprintln!("tracesync: error: {e}");
+                            e.exit_code()
+                        }
                     }
                 }
             }
-        },
+        }
         Command::Report { output, inputs } => report::run(&inputs, output.as_deref()),
         Command::Demo {
             relays,
@@ -108,15 +126,41 @@ pub fn main() -> ExitCode {
             format,
             machines,
             dir,
-        } => match dir {
-            Some(dir) => tail::run_dir(&dir, format, machines),
-            None => {
-                let target = Target::parse(connect.as_deref().unwrap_or(DEFAULT_CONTROL));
-                tail::run_socket(&target, format, machines)
+        } => {
+            if format == TailFormat::Perfetto
+                && let Err(code) = terminal::refuse_binary_stdout(
+                    "tail --format perfetto",
+                    "redirect standard output to a file or pipe (| trace_processor), or use \
+                     --format text or jsonl",
+                )
+            {
+                return ExitCode::from(code);
             }
-        },
-        Command::Status { connect, json } => status::run(&Target::parse(&connect), json),
+            match dir {
+                Some(dir) => tail::run_dir(&dir, format, machines),
+                None => {
+                    let target = Target::parse(connect.as_deref().unwrap_or(DEFAULT_CONTROL));
+                    tail::run_socket(&target, format, machines)
+                }
+            }
+        }
+        Command::Status {
+            connect,
+            json,
+            verbose,
+        } => status::run(&Target::parse(&connect), json, verbose),
         Command::Pki { command } => pki(command),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut command = Cli::command();
+            let mut out = std::io::stdout().lock();
+            clap_complete::generate(shell, &mut command, "tracesync", &mut out);
+            exit::OK
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            return exit::print_man_page(Cli::command());
+        }
         Command::Clocks {
             json,
             manifest,
@@ -138,6 +182,8 @@ pub fn main() -> ExitCode {
                     };
                     match clocks::print(prepared, json) {
                         Ok(()) => code,
+                        // A closed reader (`| head`) ends the listing quietly.
+                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => code,
                         Err(e) => {
                             eprintln!("tracesync: error: cannot write: {e}");
                             exit::IOERR
@@ -156,11 +202,25 @@ pub fn main() -> ExitCode {
 
 fn pki(command: PkiCommand) -> u8 {
     use tracesync_common::tls::pki;
+    let group = match &command {
+        PkiCommand::Init { group, .. }
+        | PkiCommand::Issue { group, .. }
+        | PkiCommand::Renew { group, .. } => group.clone(),
+        PkiCommand::Revoke { .. } => None,
+    };
+    let gid = match group.as_deref().map(pki::lookup_group).transpose() {
+        Ok(gid) => gid,
+        Err(e) => {
+            eprintln!("tracesync: error: pki: {e}");
+            return exit::NOUSER;
+        }
+    };
     let result = match command {
         PkiCommand::Init {
             daemon_names,
             days,
             dir,
+            ..
         } => {
             let names = if daemon_names.is_empty() {
                 let mut names: Vec<String> = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -181,12 +241,14 @@ fn pki(command: PkiCommand) -> u8 {
             raw_id,
             days,
             dir,
+            ..
         } => pki::issue_for(&dir, &name, raw_id, days),
         PkiCommand::Renew {
             name,
             daemon,
             days,
             dir,
+            ..
         } => {
             let holder = match name {
                 Some(name) if !daemon => pki::Holder::Relay(name),
@@ -201,6 +263,10 @@ fn pki(command: PkiCommand) -> u8 {
             vec![crl]
         }),
     };
+    let result = result.and_then(|files| match gid {
+        Some(gid) => pki::share_keys_with_group(&files, gid).map(|()| files),
+        None => Ok(files),
+    });
     match result {
         Ok(files) => {
             for file in files {

@@ -18,6 +18,12 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// Follows the daemon's stream until it ends.
 pub fn run_socket(target: &Target, format: TailFormat, machines: Vec<String>) -> u8 {
+    for unknown in unknown_machines(target, &machines) {
+        eprintln!(
+            "tracesync: warning: the daemon knows no machine {unknown:?} (a name, a raw id or \
+             `host`; see tracesync status); showing its packets if it connects"
+        );
+    }
     let request = Request::Tail { format, machines };
     let mut conn = match connect::open(target, &request) {
         Ok(c) => c,
@@ -129,6 +135,43 @@ pub fn run_dir(dir: &Path, format: TailFormat, machines: Vec<String>) -> u8 {
             std::thread::sleep(POLL);
         }
     }
+}
+
+/// The `--machine` values no machine of the daemon's status report
+/// matches (by name, raw id, or `host` for machine 0). Nothing when the
+/// report cannot be had (the tail then says why).
+fn unknown_machines(target: &Target, wanted: &[String]) -> Vec<String> {
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let Ok(conn) = connect::open_quiet(target, &Request::Status) else {
+        return Vec::new();
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = Vec::new();
+    if io::BufRead::read_until(
+        &mut io::BufReader::new(conn).take(16 << 20),
+        b'\n',
+        &mut line,
+    )
+    .is_err()
+    {
+        return Vec::new();
+    }
+    let Ok(report) = serde_json::from_slice::<tracesync_core::status::StatusReport>(&line) else {
+        return Vec::new();
+    };
+    wanted
+        .iter()
+        .filter(|w| {
+            !report.machines.iter().any(|m| {
+                m.name.as_deref() == Some(w.as_str())
+                    || m.raw_id.to_string() == **w
+                    || (m.raw_id == 0 && *w == "host")
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// Writes and flushes; a closed reader (`| head`) ends the tail quietly.

@@ -4,10 +4,12 @@ pub const OK: u8 = 0;
 pub const USAGE: u8 = 64;
 pub const DATAERR: u8 = 65;
 pub const NOINPUT: u8 = 66;
+pub const NOUSER: u8 = 67;
 pub const UNAVAILABLE: u8 = 69;
 pub const SOFTWARE: u8 = 70;
 pub const CANTCREAT: u8 = 73;
 pub const IOERR: u8 = 74;
+pub const TEMPFAIL: u8 = 75;
 pub const NOPERM: u8 = 77;
 pub const CONFIG: u8 = 78;
 
@@ -19,4 +21,22 @@ pub fn parse_args<T: clap::Parser>() -> Result<T, std::process::ExitCode> {
         let _ = e.print();
         std::process::ExitCode::from(code)
     })
+}
+
+/// The man page of a binary's command line (clap_mangen), for
+/// `tracesync man`, `tracesyncd --man` and `tracesync-relay --man`
+/// (scripts/package.sh installs them). Written to standard output.
+pub fn print_man_page(command: clap::Command) -> std::process::ExitCode {
+    let mut page = Vec::new();
+    let written = clap_mangen::Man::new(command)
+        .render(&mut page)
+        .and_then(|()| std::io::Write::write_all(&mut std::io::stdout().lock(), &page));
+    match written {
+        Ok(()) => std::process::ExitCode::from(OK),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::ExitCode::from(OK),
+        Err(e) => {
+            eprintln!("cannot write the man page: {e}");
+            std::process::ExitCode::from(IOERR)
+        }
+    }
 }

@@ -11,6 +11,7 @@
 //! - [`thread`]: a task on a thread of its own with its own runtime.
 //! - [`tls`]: mutual TLS files and rustls configurations.
 
+pub mod access;
 pub mod clock;
 pub mod config;
 pub mod exit;

@@ -19,15 +19,25 @@ pub struct MetricsConfig {
 
 /// Installs the global recorder and serves it over HTTP on `addr` (on the
 /// current tokio runtime); `buckets` gives histogram buckets by full metric
-/// name. The listener is bound when this returns.
-pub fn install(addr: SocketAddr, buckets: &[(&str, &[f64])]) -> Result<(), String> {
+/// name. The listener is bound when this returns; the address it is bound
+/// to is returned (port 0 asks the kernel for a free port: one is picked by
+/// binding it once, then handed to the exporter).
+pub fn install(addr: SocketAddr, buckets: &[(&str, &[f64])]) -> Result<SocketAddr, String> {
+    let addr = if addr.port() == 0 {
+        std::net::TcpListener::bind(addr)
+            .and_then(|listener| listener.local_addr())
+            .map_err(|e| e.to_string())?
+    } else {
+        addr
+    };
     let mut builder = PrometheusBuilder::new().with_http_listener(addr);
     for (name, bounds) in buckets {
         builder = builder
             .set_buckets_for_metric(Matcher::Full((*name).to_owned()), bounds)
             .map_err(|e| e.to_string())?;
     }
-    builder.install().map_err(|e| e.to_string())
+    builder.install().map_err(|e| e.to_string())?;
+    Ok(addr)
 }
 
 /// What a metric is, for its `# TYPE` line.

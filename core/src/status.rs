@@ -25,6 +25,10 @@ pub struct StatusReport {
     /// `Refused.code` (bad_frame, frame_too_large, unexpected_frame, ...).
     #[serde(default)]
     pub relays_refused: BTreeMap<String, u64>,
+    /// Relay connections whose TLS handshake failed, by reason
+    /// (plaintext_relay, no_client_certificate, unknown_client_ca, ...).
+    #[serde(default)]
+    pub handshake_failures: BTreeMap<String, u64>,
     /// Whether the output can be written (disk full, I/O errors).
     #[serde(default)]
     pub output: OutputStatus,

@@ -37,6 +37,14 @@ pub struct DaemonArgs {
     /// as file:line:column: message, and exit (78 on an error).
     #[arg(long)]
     pub check_config: bool,
+    /// Print the man page tracesyncd(8) (roff) and exit.
+    #[arg(long, hide = true)]
+    pub man: bool,
+    /// With --check-config: check the directories and TLS files as this
+    /// user would use them (the unit's User=, e.g. tracesync) instead of
+    /// the one running the check.
+    #[arg(long, value_name = "USER", requires = "check_config")]
+    pub check_user: Option<String>,
     /// Relay data TCP address [listen.data].
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
@@ -385,27 +393,48 @@ impl DaemonConfig {
     }
 
     /// `--check-config`'s checks of the paths the config names, beyond
-    /// parsing: paths that exist must be of the right kind (the output
-    /// directory and the control socket's directory are created by systemd
-    /// or at startup, so they may be missing). Sections with files to read
-    /// (certificates) add their checks here.
-    pub fn check_paths(&self, file: Option<&Path>) -> Result<(), ConfigError> {
+    /// parsing, for the user `who` (the one running the check, or
+    /// `--check-user`): the output directory and the control socket's
+    /// directory, if they exist, must be directories that user can write
+    /// into; if missing (systemd or the daemon creates them) their nearest
+    /// existing ancestor must be a directory. The TLS files (loaded already)
+    /// must be readable by that user too.
+    pub fn check_paths(
+        &self,
+        file: Option<&Path>,
+        who: &tracesync_common::access::Who,
+    ) -> Result<(), ConfigError> {
+        use tracesync_common::access::check_dir;
         let error = |message: String| ConfigError::file(file, message);
-        let dir = &self.output.dir;
-        if dir.exists() && !dir.is_dir() {
-            return Err(error(format!(
-                "[output] dir: {} exists and is not a directory",
-                dir.display()
-            )));
-        }
+        check_dir(who, "[output] dir", &self.output.dir).map_err(error)?;
         if let Some(parent) = self.listen.control.parent()
-            && parent.exists()
-            && !parent.is_dir()
+            && !parent.as_os_str().is_empty()
         {
-            return Err(error(format!(
-                "[listen] control: {} is not a directory",
-                parent.display()
-            )));
+            check_dir(who, "[listen] control", parent).map_err(error)?;
+        }
+        if self.tls.mode != crate::tls::TlsMode::Off {
+            let tls = &self.tls;
+            let files = [
+                ("[tls] cert", Some(&tls.cert)),
+                ("[tls] key", Some(&tls.key)),
+                ("[tls] client-ca", Some(&tls.client_ca)),
+                ("[tls] crl", tls.crl.as_ref()),
+            ];
+            for (key, path) in files {
+                let Some(path) = path.map(|p| p.get_ref()) else {
+                    continue;
+                };
+                if let Some(why) = who.cannot_read(path) {
+                    let hint = if key == "[tls] key" {
+                        "; `tracesync pki init --group GROUP` (or chgrp GROUP and chmod \
+                         0640) lets a service user in GROUP read it"
+                            .to_owned()
+                    } else {
+                        String::new()
+                    };
+                    return Err(error(format!("{key}: {}: {why}{hint}", path.display())));
+                }
+            }
         }
         Ok(())
     }
@@ -425,16 +454,17 @@ impl DaemonConfig {
             return Err(ConfigError::flag("tls-crl", e.message));
         }
         let hint = match (&at, e.key) {
-            (Some(_), _) | (None, TlsKey::Ca | TlsKey::ServerName | TlsKey::Crl) => String::new(),
-            (None, TlsKey::Cert) => " (set [tls] cert or --tls-cert".into(),
-            (None, TlsKey::Key) => " (set [tls] key or --tls-key".into(),
-            (None, TlsKey::ClientCa) => " (set [tls] client-ca or --tls-client-ca".into(),
+            (_, TlsKey::Ca | TlsKey::ServerName | TlsKey::Crl) => String::new(),
+            (Some(_), _) => " (".into(),
+            (None, TlsKey::Cert) => " (set [tls] cert or --tls-cert; ".into(),
+            (None, TlsKey::Key) => " (set [tls] key or --tls-key; ".into(),
+            (None, TlsKey::ClientCa) => " (set [tls] client-ca or --tls-client-ca; ".into(),
         };
         let hint = if hint.is_empty() {
             hint
         } else {
             format!(
-                "{hint}; `tracesync pki init DIR` makes a lab PKI; [tls] mode = \"off\" or \
+                "{hint}`tracesync pki init DIR` makes a lab PKI; [tls] mode = \"off\" or \
                  --tls off runs plaintext)"
             )
         };

@@ -35,6 +35,10 @@ pub fn main() -> ExitCode {
         Ok(flags) => flags,
         Err(code) => return code,
     };
+    if flags.man {
+        use clap::CommandFactory;
+        return exit::print_man_page(Flags::command());
+    }
     let config = match load_config(&flags) {
         Ok(config) => config,
         Err(line) => {
@@ -84,11 +88,13 @@ fn load_config(flags: &Flags) -> Result<RelayConfig, String> {
 async fn run(config: RelayConfig, flags: Flags) -> u8 {
     tokio::spawn(reload_on_sighup(flags));
     if let Some(addr) = config.metrics.listen {
-        if let Err(e) = crate::metrics::install(addr) {
-            tracing::error!("cannot serve metrics on {addr} ([metrics] listen): {e}");
-            return exit::UNAVAILABLE;
+        match crate::metrics::install(addr) {
+            Ok(bound) => tracing::info!("metrics: Prometheus text on http://{bound}/metrics"),
+            Err(e) => {
+                tracing::error!("cannot serve metrics on {addr} ([metrics] listen): {e}");
+                return exit::UNAVAILABLE;
+            }
         }
-        tracing::info!("metrics: Prometheus text on http://{addr}/metrics");
     }
     let clock: SharedClock = match config.clock {
         ClockChoice::System => Arc::new(SystemClock::new()),
@@ -178,6 +184,7 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
     };
     let mut uplink_config = UplinkConfig::new(config.host.clone(), hello);
     uplink_config.session.window_bytes = usize::try_from(config.window_bytes).unwrap_or(usize::MAX);
+    uplink_config.give_up_after = config.give_up_after;
     // Checked when the config was loaded; read again here (same files).
     uplink_config.tls = match config.tls.client(&config.host) {
         Ok(tls) => tls,
@@ -255,6 +262,21 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         Ok((UplinkExit::Refused { reason }, _)) => {
             tracing::error!("giving up: {}", tracesync_protocol::text::Escaped(&reason));
             exit::NOPERM
+        }
+        Ok((
+            UplinkExit::Misconfigured {
+                fault,
+                reason,
+                attempts,
+                seconds,
+            },
+            _,
+        )) => {
+            tracing::error!(
+                "giving up after {seconds} s and {attempts} attempts: {reason} \
+                 (--keep-retrying retries forever)"
+            );
+            fault.exit_code()
         }
         Err(error) => {
             tracing::error!("uplink task failed: {error}");

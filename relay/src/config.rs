@@ -23,6 +23,10 @@ pub const DEFAULT_SPOOL_DIR: &str = "/var/lib/tracesync-relay";
 pub const DEFAULT_SPOOL_MEMORY_BYTES: u64 = 64 << 20;
 pub const DEFAULT_SPOOL_DISK_BYTES: u64 = 1 << 30;
 pub const DEFAULT_LINGER_MS: u64 = 20;
+/// Seconds a configuration fault (TLS on one side only, the wrong port, a
+/// certificate the other side does not accept) may last before the relay
+/// exits with 78 (or 77); `--keep-retrying` never gives up.
+pub const DEFAULT_GIVE_UP_AFTER_SECONDS: u64 = 60;
 /// Sent and unacknowledged bytes at most. Acks come a merge window plus a
 /// commit after sending (about 0.2-0.7 s), so this caps a relay's rate at
 /// about window / that delay: 64 MiB keeps 4 KiB packets above 100 MB/s
@@ -48,6 +52,9 @@ pub struct Flags {
     /// Validate the configuration, print the first error as file:line:column, and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Print the man page tracesync-relay(8) (roff) and exit.
+    #[arg(long, hide = true)]
+    pub man: bool,
     /// Daemon address HOST:PORT (default 127.0.0.1:7410).
     #[arg(long, value_name = "ADDR")]
     pub host: Option<String>,
@@ -124,6 +131,16 @@ pub struct Flags {
     /// Log format: auto (journald-friendly under systemd), text or json [log] format.
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<tracesync_common::logging::LogFormat>,
+    /// Exit (78, or 77 for a certificate the daemon refuses) when a
+    /// configuration fault (plaintext against TLS, the sync port, a wrong CA
+    /// or certificate) lasted this long with no session in between
+    /// [give-up-after-seconds; default 60, 1..=86400].
+    #[arg(long, value_name = "SECONDS")]
+    pub give_up_after_seconds: Option<u64>,
+    /// Never exit on a configuration fault: keep retrying with backoff (for
+    /// units that must outlive a daemon being reconfigured) [keep-retrying].
+    #[arg(long)]
+    pub keep_retrying: bool,
 }
 
 fn parse_when_full(text: &str) -> Result<WhenFull, String> {
@@ -144,6 +161,8 @@ struct FileConfig {
     spool_disk_bytes: Option<Spanned<u64>>,
     linger_ms: Option<Spanned<u64>>,
     window_bytes: Option<Spanned<u64>>,
+    give_up_after_seconds: Option<Spanned<u64>>,
+    keep_retrying: Option<bool>,
     clock_offset_ns: Option<i64>,
     clock_drift_ppm: Option<Spanned<f64>>,
     sync: Option<crate::probe::SyncConfig>,
@@ -176,6 +195,9 @@ pub struct RelayConfig {
     pub spool_disk_bytes: u64,
     pub linger: Duration,
     pub window_bytes: u64,
+    /// How long a configuration fault may last before the relay exits;
+    /// None: keep retrying.
+    pub give_up_after: Option<Duration>,
     pub clock: ClockChoice,
     pub sync: crate::probe::SyncConfig,
     /// Test only (flags): wander and steps on top of the simulated clock.
@@ -315,6 +337,15 @@ impl RelayConfig {
             "window-bytes",
             &at,
         )?;
+        let give_up_after_seconds = pick_range(
+            flags.give_up_after_seconds,
+            file.give_up_after_seconds.as_ref(),
+            DEFAULT_GIVE_UP_AFTER_SECONDS,
+            1..=86_400,
+            "give-up-after-seconds",
+            &at,
+        )?;
+        let keep_retrying = flags.keep_retrying || file.keep_retrying.unwrap_or(false);
         let token = match (&flags.token, &file.token) {
             (Some(flag), _) => {
                 check_token(flag).map_err(|message| ConfigError::flag("token", message))?
@@ -381,6 +412,7 @@ impl RelayConfig {
             spool_disk_bytes,
             linger: Duration::from_millis(linger_ms),
             window_bytes,
+            give_up_after: (!keep_retrying).then(|| Duration::from_secs(give_up_after_seconds)),
             clock,
             sync: {
                 let sync = file.sync.unwrap_or_default();

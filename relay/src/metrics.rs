@@ -85,9 +85,10 @@ pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 pub use tracesync_common::metrics::MetricsConfig;
 
 /// Installs the global recorder and serves it on `addr` (on the current
-/// tokio runtime). The listener is bound when this returns.
-pub fn install(addr: SocketAddr) -> Result<(), String> {
-    tracesync_common::metrics::install(addr, &[])?;
+/// tokio runtime). The listener is bound when this returns; its address
+/// is returned (the port chosen for port 0).
+pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
+    let bound = tracesync_common::metrics::install(addr, &[])?;
     tracesync_common::metrics::describe(SPECS);
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     for name in [
@@ -104,7 +105,7 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
     for frame in ["welcome", "ack"] {
         counter!(INVALID_ACKS, "frame" => frame).absolute(0);
     }
-    Ok(())
+    Ok(bound)
 }
 
 /// A batch went out (at the call site: once per batch).

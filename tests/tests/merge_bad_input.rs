@@ -112,6 +112,7 @@ fn bad_inputs() -> Vec<Bad> {
     let prefix_ts: Vec<u64> = (1..=3).map(|i| 2_000_000_000 + 1000 * i).collect();
     let at = |n: usize| format!("byte offset {n}:");
     let skipped = "the rest of this input is skipped".to_string();
+    let not_trace = "not a Perfetto trace".to_string();
     let mut out = Vec::new();
 
     // Valid packets, then a record cut in the middle of its body.
@@ -144,7 +145,7 @@ fn bad_inputs() -> Vec<Bad> {
     out.push(Bad {
         name: "garbage.bin",
         bytes: garbage,
-        needles: vec![at(0), skipped.clone()],
+        needles: vec![at(0), not_trace.clone()],
         merged: vec![],
     });
 
@@ -178,7 +179,7 @@ fn bad_inputs() -> Vec<Bad> {
     out.push(Bad {
         name: "junk.pftrace.gz",
         bytes: b,
-        needles: vec![at(0), "gzip".into(), skipped.clone()],
+        needles: vec![at(0), "gzip".into(), not_trace.clone()],
         merged: vec![],
     });
 
@@ -197,7 +198,7 @@ fn bad_inputs() -> Vec<Bad> {
     out.push(Bad {
         name: "image.png",
         bytes: png.to_vec(),
-        needles: vec![at(0), skipped.clone()],
+        needles: vec![at(0), not_trace.clone()],
         merged: vec![],
     });
 

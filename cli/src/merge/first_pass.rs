@@ -118,11 +118,25 @@ pub fn scan_input(source: &InputSource) -> FileScan {
                 // `e` displays as "byte offset N: ..."; the fault prints the
                 // offset itself, so only the kind goes into the message
                 // (else the line says "byte offset N: byte offset N: ...").
-                scan.faults.push(fault(
-                    Some(e.offset),
-                    format!("{}; the rest of this input is skipped", e.kind),
-                    true,
-                ));
+                let broken = if scan.packets == 0 && e.offset == 0 {
+                    // Nothing readable from its first byte on.
+                    fault(
+                        None,
+                        format!(
+                            "not a Perfetto trace (byte offset 0: {}); give a trace file \
+                             (plain, gzip, .zip or .tar), or remove the input",
+                            e.kind
+                        ),
+                        true,
+                    )
+                } else {
+                    fault(
+                        Some(e.offset),
+                        format!("{}; the rest of this input is skipped", e.kind),
+                        true,
+                    )
+                };
+                scan.faults.push(broken);
                 break;
             }
         };

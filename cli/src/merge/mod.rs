@@ -83,13 +83,21 @@ pub enum MergeError {
     Create { path: String, error: io::Error },
     #[error("cannot write the output: {0}")]
     Write(io::Error),
+    #[error(
+        "no input holds a Perfetto trace ({}: each said above); nothing was written",
+        .0.join(", ")
+    )]
+    NothingToMerge(Vec<String>),
 }
 
 impl MergeError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Input(e) => e.exit_code(),
-            Self::Manifest { .. } | Self::BadInput(_) | Self::Unplaced(_) => exit::DATAERR,
+            Self::Manifest { .. }
+            | Self::BadInput(_)
+            | Self::Unplaced(_)
+            | Self::NothingToMerge(_) => exit::DATAERR,
             Self::Create { .. } => exit::CANTCREAT,
             Self::Write(_) => exit::IOERR,
         }
@@ -103,6 +111,8 @@ pub struct Prepared {
     pub faults: Vec<InputFault>,
     /// ClockSnapshot packets too malformed to decode (not seen by the graph).
     pub undecodable_snapshots: u64,
+    /// Inputs with at least one packet.
+    pub readable_inputs: usize,
 }
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
@@ -127,10 +137,11 @@ pub fn prepare(
     for source in &expanded.traces {
         let scan = scan_input(source);
         for fault in &scan.faults {
-            report(fault);
+            // Under --strict the error is the report (printed once).
             if strict {
                 return Err(MergeError::BadInput(fault.clone()));
             }
+            report(fault);
         }
         faults.extend(scan.faults.iter().cloned());
         scans.push(scan);
@@ -149,11 +160,13 @@ pub fn prepare(
         error,
     })?;
     let undecodable_snapshots = scans.iter().map(|s| s.invalid_snapshot_packets).sum();
+    let readable_inputs = scans.iter().filter(|s| s.packets > 0).count();
     Ok(Prepared {
         inputs: expanded.traces,
         plan,
         faults,
         undecodable_snapshots,
+        readable_inputs,
     })
 }
 
@@ -167,6 +180,7 @@ pub fn merge(
         mut plan,
         faults,
         undecodable_snapshots,
+        readable_inputs,
     } = prepare(
         &opts.inputs,
         opts.manifest.as_deref(),
@@ -174,6 +188,12 @@ pub fn merge(
         opts.strict,
         report,
     )?;
+    if readable_inputs == 0 && !faults.is_empty() {
+        // Each input failed (and was reported): nothing to merge, no output.
+        let mut bad: Vec<String> = faults.iter().map(|f| f.display.clone()).collect();
+        bad.dedup();
+        return Err(MergeError::NothingToMerge(bad));
+    }
     let mut stats = MergeStats {
         inputs: inputs.len() as u64,
         // Completed by the second pass with the graph's rejected snapshots.

@@ -5,6 +5,7 @@
 //! with `mode = "off"` (both ends warn).
 
 pub mod der;
+mod group;
 pub mod pem;
 pub mod pki;
 

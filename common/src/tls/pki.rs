@@ -282,6 +282,8 @@ pub fn init_for(dir: &Path, daemon_names: &[String], days: u32) -> Result<Vec<Pa
     Ok(vec![ca_crt, ca_key, d_crt, d_key])
 }
 
+pub use super::group::{lookup_group, share_keys_with_group};
+
 /// The file stem of machine `name`'s certificate in DIR.
 pub fn stem_of(name: &str) -> String {
     name.chars()

@@ -31,15 +31,16 @@ pub use tracesync_common::metrics::MetricsConfig;
 use fixed::register_fixed;
 
 /// Installs the global recorder and serves it over HTTP on `addr` (on the
-/// current tokio runtime). The listener is bound when this returns.
-pub fn install(addr: SocketAddr) -> Result<(), String> {
-    tracesync_common::metrics::install(
+/// current tokio runtime). The listener is bound when this returns; its
+/// address is returned (the port chosen for port 0).
+pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
+    let bound = tracesync_common::metrics::install(
         addr,
         &[(names::SYNC_PROBE_RTT, &names::SYNC_PROBE_RTT_BUCKETS)],
     )?;
     tracesync_common::metrics::describe(names::SPECS);
     register_fixed();
-    Ok(())
+    Ok(bound)
 }
 
 /// Seconds from nanoseconds (Prometheus base unit).

@@ -39,7 +39,7 @@ pub use commit::CommitWaker;
 pub use files::{LinkRefused, Vanished, is_vanished};
 pub use index::{INDEX_NAME, IndexEntry, IndexMachine};
 pub use journal::{JournalState, parse as parse_journal};
-pub use naming::{SYNC_SIDECAR_SUFFIX, civil_from_days, days_from_civil, utc_stamp};
+pub use naming::{SYNC_SIDECAR_SUFFIX, utc_stamp};
 pub use recover::JOURNAL_NAME;
 pub use tracesync_core::preamble::{PreambleLimits, role_of};
 

@@ -60,6 +60,10 @@ pub fn main() -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
+    if args.man {
+        use clap::CommandFactory;
+        return exit::print_man_page(DaemonArgs::command());
+    }
     let (config, config_path) = match DaemonConfig::load(&args) {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -68,7 +72,17 @@ pub fn main() -> ExitCode {
         }
     };
     if args.check_config {
-        if let Err(e) = config.check_paths(config_path.as_deref()) {
+        let who = match args.check_user.as_deref() {
+            None => tracesync_common::access::Who::current(),
+            Some(name) => match tracesync_common::access::Who::named(name) {
+                Ok(who) => who,
+                Err(e) => {
+                    eprintln!("tracesyncd: --check-user: {e}");
+                    return ExitCode::from(exit::NOUSER);
+                }
+            },
+        };
+        if let Err(e) = config.check_paths(config_path.as_deref(), &who) {
             eprintln!("tracesyncd: {e}");
             return ExitCode::from(exit::CONFIG);
         }
@@ -94,14 +108,25 @@ pub fn main() -> ExitCode {
     let code = match runtime.block_on(run_daemon(config, config_path, args)) {
         Ok(()) => exit::OK,
         Err(fatal) => {
-            error!("{}", fatal.message);
-            eprintln!("tracesyncd: {}", fatal.message);
+            // One line: the log goes to stderr too, so it is not logged as well.
+            print_fatal(&fatal.message);
             fatal.code
         }
     };
     // Tasks still blocked (a relay that never reads) must not hold exit up.
     runtime.shutdown_timeout(Duration::from_secs(1));
     ExitCode::from(code)
+}
+
+/// A startup failure on stderr, once: with a syslog priority prefix when
+/// stderr is the journal (as the log lines have).
+fn print_fatal(message: &str) {
+    let priority = if tracesync_common::logging::stderr_is_journal() {
+        "<3>"
+    } else {
+        ""
+    };
+    eprintln!("{priority}tracesyncd: {message}");
 }
 
 /// RUST_LOG wins; else the config's level (see [`tracesync_common::logging`]).
@@ -133,6 +158,10 @@ async fn run_daemon(
     // Installed first, so a SIGTERM during startup still stops us cleanly.
     let signals = Signals::install()
         .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot install signal handlers".into(), &e))?;
+    // Before the sockets: a second daemon on this directory is named as
+    // such even when its ports are taken too.
+    let output_lock = super::output_lock::lock(&config.output.dir)
+        .map_err(|e| Fatal::new(e.exit_code(), e.to_string()))?;
     let data = listener::bind_data(config.listen.data).map_err(|e| {
         Fatal::io(
             exit::UNAVAILABLE,
@@ -162,13 +191,13 @@ async fn run_daemon(
         .local_addr()
         .map_err(|e| Fatal::io(exit::IOERR, "sync socket".into(), &e))?;
     if let Some(addr) = config.metrics.listen {
-        crate::metrics::install(addr).map_err(|e| {
+        let bound = crate::metrics::install(addr).map_err(|e| {
             Fatal::new(
                 exit::UNAVAILABLE,
-                format!("cannot serve metrics on {addr} (metrics.listen): {e}"),
+                format!("cannot serve metrics on {addr} ([metrics] listen): {e}"),
             )
         })?;
-        info!("metrics: Prometheus text on http://{addr}/metrics");
+        info!("metrics: Prometheus text on http://{bound}/metrics");
     }
 
     let rolling = rolling_config(&config);
@@ -309,6 +338,7 @@ async fn run_daemon(
     let summary =
         summary.map_err(|e| Fatal::io(exit::IOERR, "the output could not be closed".into(), &e))?;
     info!(packets = summary.packets_written, "stopped");
+    drop(output_lock);
     Ok(())
 }
 

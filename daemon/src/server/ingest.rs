@@ -494,6 +494,12 @@ where
                 .as_ref()
                 .map(|c| c.refusals())
                 .unwrap_or_default(),
+            handshake_failures: self
+                .settings
+                .server_counters
+                .as_ref()
+                .map(|c| c.handshake_failures())
+                .unwrap_or_default(),
             output: self.writer.output_status(self.output.clone()),
         };
         self.core.record_metrics();

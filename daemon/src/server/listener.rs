@@ -16,6 +16,7 @@ use tracing::{debug, warn};
 
 use super::engine::ProbeRegistry;
 use super::events::IngestEvent;
+use super::handshake::HandshakeFailure;
 use super::preauth::{MAX_UNAUTHENTICATED, PreAuth, Unauthenticated};
 use super::{Counter, Shared, session};
 use crate::tls::{DataTls, Metered};
@@ -134,9 +135,14 @@ async fn handshake<P>(
     pre: &PreAuth,
 ) -> Option<tokio_rustls::server::TlsStream<Metered<TcpStream>>> {
     let limit = shared.settings.hello_timeout;
-    let failed = |why: String| {
+    let failed = |why: String, reason: HandshakeFailure| {
         shared.counters.bump(Counter::TlsHandshakeFailures);
-        warn!(%peer, "TLS handshake with relay failed: {why}");
+        shared.counters.bump_handshake(reason);
+        let fix = match reason.fix() {
+            "" => String::new(),
+            fix => format!("; {fix}"),
+        };
+        warn!(%peer, "TLS handshake with relay failed ({}): {why}{fix}", reason.as_str());
     };
     let accepted = tokio::select! {
         accepted = tokio::time::timeout_at(pre.deadline, tls.acceptor.accept(stream)) => accepted,
@@ -146,11 +152,14 @@ async fn handshake<P>(
     match accepted {
         Ok(Ok(stream)) => Some(stream),
         Ok(Err(e)) => {
-            failed(e.to_string());
+            failed(e.to_string(), HandshakeFailure::of(&e));
             None
         }
         Err(_) => {
-            failed(format!("not done within {} ms", limit.as_millis()));
+            failed(
+                format!("not done within {} ms", limit.as_millis()),
+                HandshakeFailure::Timeout,
+            );
             None
         }
     }

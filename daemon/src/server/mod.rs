@@ -25,8 +25,10 @@
 pub mod daemon;
 pub mod engine;
 pub mod events;
+pub mod handshake;
 pub mod ingest;
 pub mod listener;
+pub mod output_lock;
 pub mod preauth;
 pub mod run;
 pub mod session;
@@ -279,6 +281,8 @@ impl Counter {
 #[derive(Debug, Default)]
 pub struct Counters {
     values: [AtomicU64; Counter::ALL.len()],
+    /// Failed TLS handshakes by [`handshake::HandshakeFailure`].
+    handshakes: [AtomicU64; handshake::HandshakeFailure::ALL.len()],
 }
 
 impl Counters {
@@ -290,6 +294,23 @@ impl Counters {
         }
     }
 
+    pub fn bump_handshake(&self, reason: handshake::HandshakeFailure) {
+        self.handshakes[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failed TLS handshakes by reason (non-zero ones), for the status
+    /// report.
+    pub fn handshake_failures(&self) -> std::collections::BTreeMap<String, u64> {
+        handshake::HandshakeFailure::ALL
+            .iter()
+            .map(|&r| {
+                let n = self.handshakes[r as usize].load(Ordering::Relaxed);
+                (r.as_str().to_owned(), n)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
     pub fn get(&self, counter: Counter) -> u64 {
         self.values[counter as usize].load(Ordering::Relaxed)
     }
@@ -299,7 +320,15 @@ impl Counters {
     pub fn refusals(&self) -> std::collections::BTreeMap<String, u64> {
         Counter::REFUSALS
             .iter()
-            .filter_map(|&c| Some((c.code()?.as_str().to_owned(), self.get(c))))
+            .filter_map(|&c| {
+                let key = match c {
+                    // The wire code says who refused; the report says why
+                    // (raw id 0, or one another connected relay holds).
+                    Counter::RefusedByCore => "raw_id_conflict",
+                    _ => c.code()?.as_str(),
+                };
+                Some((key.to_owned(), self.get(c)))
+            })
             .filter(|(_, n)| *n > 0)
             .collect()
     }

@@ -89,6 +89,7 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
     };
     let Some(Hello {
         welcomed: Welcomed { admitted, feedback },
+        machine,
         machine_raw_id,
         probe_key,
         slot: _slot,
@@ -105,12 +106,17 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
         session_id,
     };
     shared.counters.bump(Counter::SessionsWelcomed);
-    info!(%peer, slot, session_id, acked_through = admitted.acked_through_batch, "relay connected");
+    info!(
+        %peer, slot, session_id, acked_through = admitted.acked_through_batch,
+        "relay {} (raw id {machine_raw_id}) connected",
+        Escaped(&machine)
+    );
     let clock = FrameClock::new(shared.settings.frame_timeout, &link);
     let session = Session {
         link,
         clock,
         peer,
+        machine,
         slot,
         session_id,
         feedback,
@@ -125,6 +131,8 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
 /// session ends).
 struct Hello {
     welcomed: Welcomed,
+    /// The name the relay announced (as sent; escaped when logged).
+    machine: String,
     machine_raw_id: u32,
     probe_key: [u8; 32],
     slot: OwnedSemaphorePermit,
@@ -302,6 +310,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     }
     Some(Hello {
         welcomed,
+        machine: name,
         machine_raw_id,
         probe_key,
         slot,
@@ -370,6 +379,8 @@ struct Session<'a, P, S> {
     link: Link<S>,
     clock: FrameClock,
     peer: SocketAddr,
+    /// The relay's machine name (Hello), for the log.
+    machine: String,
     slot: Slot,
     session_id: u64,
     feedback: watch::Receiver<Feedback>,
@@ -412,7 +423,11 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     .await;
             }
         }
-        info!(peer = %self.peer, slot, "relay disconnected");
+        info!(
+            peer = %self.peer, slot,
+            "relay {} disconnected",
+            Escaped(&self.machine)
+        );
     }
 
     async fn main_loop(&mut self, events: &mpsc::Sender<IngestEvent>) -> End {

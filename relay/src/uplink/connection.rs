@@ -23,6 +23,7 @@ use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::relay::v1::{Frame, RelayClocks};
 use tracesync_protocol::wire::{self, WireType};
 
+use super::misconfig::{self, FirstBytes, Misconfig, MisconfigError};
 use crate::tls::ClientTls;
 
 /// `Frame`s over tokio-util's length-delimited framing (4-byte big-endian
@@ -30,6 +31,9 @@ use crate::tls::ClientTls;
 #[derive(Debug)]
 pub struct FrameCodec {
     inner: LengthDelimitedCodec,
+    /// The stream's first bytes were looked at (a TLS record there means
+    /// the daemon speaks TLS to a plaintext relay).
+    checked_start: bool,
 }
 
 impl Default for FrameCodec {
@@ -38,6 +42,7 @@ impl Default for FrameCodec {
             inner: LengthDelimitedCodec::builder()
                 .max_frame_length(MAX_FRAME_BYTES)
                 .new_codec(),
+            checked_start: false,
         }
     }
 }
@@ -47,6 +52,12 @@ impl Decoder for FrameCodec {
     type Error = io::Error;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, io::Error> {
+        if !self.checked_start && src.len() >= 2 {
+            self.checked_start = true;
+            if misconfig::looks_like_tls(src) {
+                return Err(MisconfigError::io(Misconfig::DaemonWantsTls));
+            }
+        }
         match self.inner.decode(src)? {
             Some(bytes) => Frame::decode(bytes.freeze())
                 .map(Some)
@@ -159,9 +170,31 @@ const BATCH_CLOCKS: u32 = 4;
 /// What a connection reports to the uplink.
 #[derive(Debug)]
 pub enum ConnectionEvent {
-    Connected { peer: SocketAddr },
+    Connected {
+        peer: SocketAddr,
+    },
     Frame(Frame),
-    Lost { reason: String },
+    Lost {
+        reason: String,
+        /// A cause retrying will not fix, if the failure showed one.
+        misconfig: Option<Misconfig>,
+    },
+}
+
+impl ConnectionEvent {
+    fn lost(reason: String) -> Self {
+        ConnectionEvent::Lost {
+            reason,
+            misconfig: None,
+        }
+    }
+
+    fn misconfigured(peer: SocketAddr, m: Misconfig) -> Self {
+        ConnectionEvent::Lost {
+            reason: format!("daemon {peer}: {m}"),
+            misconfig: Some(m),
+        }
+    }
 }
 
 /// A live (or connecting) connection. Frames queued with `send` go out in
@@ -271,7 +304,7 @@ async fn run(
     outgoing: Outgoing,
     token: CancellationToken,
 ) {
-    let lost = |reason: String| ConnectionEvent::Lost { reason };
+    let lost = ConnectionEvent::lost;
     let stream = tokio::select! {
         () = token.cancelled() => return,
         result = tokio::time::timeout(connect_timeout, TcpStream::connect(&host)) => result,
@@ -303,6 +336,7 @@ async fn run(
     match tls {
         None => serve(stream, peer, events, outgoing, token).await,
         Some(tls) => {
+            let (stream, first) = FirstBytes::wrap(stream);
             let handshake = tokio::select! {
                 () = token.cancelled() => return,
                 result = tokio::time::timeout(
@@ -310,14 +344,30 @@ async fn run(
                     tls.connector.connect(tls.server_name.clone(), stream),
                 ) => result,
             };
-            let reason = match handshake {
+            let event = match handshake {
                 Ok(Ok(stream)) => return serve(stream, peer, events, outgoing, token).await,
-                Ok(Err(e)) => format!("TLS with daemon {peer}: {e}"),
-                Err(_) => {
-                    format!("TLS with daemon {peer}: no handshake within {connect_timeout:?}")
+                Ok(Err(e)) => {
+                    let seen = first.lock().map(|b| b.clone()).unwrap_or_default();
+                    let named = misconfig::classify(&e).or_else(|| {
+                        // A certificate error is named above; an EOF or a
+                        // record that is not TLS is told by what came back.
+                        matches!(
+                            e.kind(),
+                            io::ErrorKind::UnexpectedEof | io::ErrorKind::InvalidData
+                        )
+                        .then(|| misconfig::classify_handshake_bytes(&seen))
+                        .flatten()
+                    });
+                    match named {
+                        Some(m) => ConnectionEvent::misconfigured(peer, m),
+                        None => lost(format!("TLS with daemon {peer}: {e}")),
+                    }
                 }
+                Err(_) => lost(format!(
+                    "TLS with daemon {peer}: no handshake within {connect_timeout:?}"
+                )),
             };
-            let _ = events.send(lost(reason)).await;
+            let _ = events.send(event).await;
         }
     }
 }
@@ -331,7 +381,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
     outgoing: Outgoing,
     token: CancellationToken,
 ) {
-    let lost = |reason: String| ConnectionEvent::Lost { reason };
+    let lost = ConnectionEvent::lost;
     if events
         .send(ConnectionEvent::Connected { peer })
         .await
@@ -350,14 +400,26 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
         peer,
     ));
     let mut reader = FramedRead::new(read, FrameCodec::default());
+    let mut frames = 0u64;
     loop {
         let next = tokio::select! {
             () = token.cancelled() => break,
             next = reader.next() => next,
         };
         let event = match next {
-            Some(Ok(frame)) => ConnectionEvent::Frame(frame),
-            Some(Err(e)) => lost(format!("daemon {peer}: {e}{}", alert_hint(&e))),
+            Some(Ok(frame)) => {
+                frames += 1;
+                ConnectionEvent::Frame(frame)
+            }
+            Some(Err(e)) => match misconfig::classify(&e) {
+                Some(m) => ConnectionEvent::misconfigured(peer, m),
+                None => lost(format!("daemon {peer}: {e}")),
+            },
+            // A daemon answers a Hello (Welcome or Refused); a peer that
+            // closes without one frame is not a relay data port.
+            None if frames == 0 && reader.read_buffer().is_empty() => {
+                ConnectionEvent::misconfigured(peer, Misconfig::NotDataPort)
+            }
             None => lost(format!("daemon {peer} closed the connection")),
         };
         let end = matches!(event, ConnectionEvent::Lost { .. });
@@ -367,22 +429,6 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
     }
     token.cancel();
     let _ = writer.await;
-}
-
-/// A TLS alert from the daemon right after the handshake means it did not
-/// accept this relay's certificate (TLS 1.3 checks it after our side is
-/// done).
-fn alert_hint(e: &io::Error) -> &'static str {
-    let alert = e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        .is_some_and(|tls| matches!(tls, rustls::Error::AlertReceived(_)));
-    if alert {
-        " (the daemon did not accept this relay's certificate: check [tls] cert and key, \
-         and that the daemon's client-ca issued them)"
-    } else {
-        ""
-    }
 }
 
 async fn write_frames<W: AsyncWrite + Unpin + Send>(
@@ -416,9 +462,7 @@ async fn write_frames<W: AsyncWrite + Unpin + Send>(
         outgoing.queued.written.notify_one();
         if let Err(e) = result {
             let _ = events
-                .send(ConnectionEvent::Lost {
-                    reason: format!("daemon {peer}: write: {e}"),
-                })
+                .send(ConnectionEvent::lost(format!("daemon {peer}: write: {e}")))
                 .await;
             token.cancel();
             return;

@@ -8,6 +8,7 @@
 //! timeout. What is still unacked then stays in the spool for next time.
 
 mod connection;
+pub mod misconfig;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -47,6 +48,9 @@ pub struct UplinkConfig {
     pub drain_timeout: Duration,
     /// Mutual TLS to the daemon (None: plaintext TCP).
     pub tls: Option<crate::tls::ClientTls>,
+    /// How long one configuration fault ([`misconfig::Misconfig`]) may
+    /// last with no session before the uplink gives up; None: never.
+    pub give_up_after: Option<Duration>,
 }
 
 impl UplinkConfig {
@@ -59,6 +63,9 @@ impl UplinkConfig {
             intake_grace: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(5),
             tls: None,
+            give_up_after: Some(Duration::from_secs(
+                crate::config::DEFAULT_GIVE_UP_AFTER_SECONDS,
+            )),
         }
     }
 }
@@ -72,6 +79,21 @@ pub enum UplinkExit {
     DrainTimedOut { unacked_batches: u64 },
     /// The daemon refused our credentials.
     Refused { reason: String },
+    /// One configuration fault lasted `give_up_after` with no session.
+    Misconfigured {
+        fault: misconfig::Misconfig,
+        reason: String,
+        attempts: u32,
+        seconds: u64,
+    },
+}
+
+/// A configuration fault seen on every attempt since `since`.
+struct FaultRun {
+    fault: misconfig::Misconfig,
+    reason: String,
+    since: Instant,
+    attempts: u32,
 }
 
 /// Starts the clock-sync probe responder for a session: daemon sync
@@ -106,6 +128,7 @@ pub async fn run<M: Send + 'static>(
         start_probe,
         last_error_log: None,
         refusal: None,
+        fault: None,
         metrics: crate::metrics::UplinkMetrics::default(),
     };
     let exit = uplink.run(incoming, convert, shutdown).await;
@@ -129,6 +152,7 @@ struct Uplink {
     start_probe: ProbeStarter,
     last_error_log: Option<Instant>,
     refusal: Option<String>,
+    fault: Option<FaultRun>,
     metrics: crate::metrics::UplinkMetrics,
 }
 
@@ -174,6 +198,16 @@ impl Uplink {
                     reason: self.refusal.clone().unwrap_or_default(),
                 };
             }
+            if let (Some(run), Some(limit)) = (&self.fault, self.config.give_up_after)
+                && now >= run.since + limit
+            {
+                return UplinkExit::Misconfigured {
+                    fault: run.fault,
+                    reason: run.reason.clone(),
+                    attempts: run.attempts,
+                    seconds: limit.as_secs(),
+                };
+            }
             if let Some(drain) = &drain
                 && drain.flushed
             {
@@ -198,6 +232,10 @@ impl Uplink {
                     .filter(|d| !d.intake_closed)
                     .map(|d| d.close_intake_at),
                 drain.as_ref().map(|d| d.give_up_at),
+                self.fault
+                    .as_ref()
+                    .zip(self.config.give_up_after)
+                    .map(|(run, limit)| run.since + limit),
             ]
             .into_iter()
             .flatten()
@@ -401,11 +439,24 @@ impl Uplink {
     fn on_event(&mut self, event: ConnectionEvent, now: Instant) {
         let actions = match event {
             ConnectionEvent::Connected { peer } => {
-                tracing::info!("connected to daemon {peer}");
+                // Said at info once the daemon welcomes us.
+                tracing::debug!("connected to daemon {peer}");
                 self.peer = Some(peer);
                 self.session.connected(now)
             }
-            ConnectionEvent::Lost { reason } => {
+            ConnectionEvent::Lost {
+                reason,
+                misconfig: Some(fault),
+            } => {
+                self.misconfigured(fault, reason, now);
+                self.connection = None;
+                self.session.connection_lost(now);
+                Vec::new()
+            }
+            ConnectionEvent::Lost {
+                reason,
+                misconfig: None,
+            } => {
                 tracing::warn!("{reason}; reconnecting");
                 self.connection = None;
                 self.session.connection_lost(now);
@@ -422,6 +473,14 @@ impl Uplink {
                         now,
                     );
                     if self.session.is_streaming() {
+                        if let Some(run) = self.fault.take() {
+                            tracing::info!(
+                                "daemon {}: {} fixed after {} attempts",
+                                self.config.host,
+                                run.fault.label(),
+                                run.attempts
+                            );
+                        }
                         tracing::info!(
                             "daemon {} welcomed relay instance {:016x}: acked through batch {}, resending from {}",
                             self.config.host,
@@ -473,6 +532,33 @@ impl Uplink {
         }
     }
 
+    /// A configuration fault: said once (with its fix) when it starts,
+    /// counted while it repeats; the session backs off meanwhile.
+    fn misconfigured(&mut self, fault: misconfig::Misconfig, reason: String, now: Instant) {
+        if let Some(run) = &mut self.fault
+            && run.fault == fault
+        {
+            run.attempts += 1;
+            tracing::debug!("{reason}; attempt {}", run.attempts);
+            return;
+        }
+        let until = match self.config.give_up_after {
+            Some(limit) => format!(
+                "retrying with backoff, exiting {} in {} s unless fixed",
+                fault.exit_code(),
+                limit.as_secs()
+            ),
+            None => "retrying with backoff (--keep-retrying)".to_owned(),
+        };
+        tracing::error!("{reason}; {until}");
+        self.fault = Some(FaultRun {
+            fault,
+            reason,
+            since: now,
+            attempts: 1,
+        });
+    }
+
     /// At most one spool error line per second (a full disk repeats).
     fn log_error(&mut self, error: &SpoolError, now: Instant) {
         if self
@@ -501,6 +587,7 @@ async fn next_event(connection: &mut Option<Connection>) -> ConnectionEvent {
             .await
             .unwrap_or(ConnectionEvent::Lost {
                 reason: "connection task ended".into(),
+                misconfig: None,
             }),
         None => std::future::pending().await,
     }

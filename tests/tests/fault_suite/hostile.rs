@@ -251,7 +251,7 @@ fn idle_connections_do_not_keep_a_relay_out() {
     daemon.wait_connected(&["first-try"], Duration::from_secs(30));
     let took = started.elapsed();
     let log = last_run(&relay);
-    let attempts = log.matches("connected to daemon").count();
+    let attempts = log.matches("welcomed relay instance").count();
     let status = daemon.status().unwrap_or_default();
     eprintln!(
         "hostile-peers: {TEST}: {IDLE} idle TCP connections ({accepted} accepted, {closed} \

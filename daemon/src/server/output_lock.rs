@@ -1,0 +1,155 @@
+//! One daemon per output directory: `tracesyncd` holds an exclusive
+//! `flock` on `LOCK_FILE` in `[output] dir` for as long as it runs, with its
+//! pid written in the file. A second daemon on the same directory fails at
+//! once with the holder's pid instead of recovering the first one's relays
+//! and writing files beside it.
+//!
+//! The lock belongs to the open file description: it goes away with the
+//! process (a crash or SIGKILL included), so a stale pid in the file never
+//! blocks a restart.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+/// The lock file's name in the output directory (rolled-file scans,
+/// retention and `tail DIR` ignore it: it is not a rolled-file name).
+pub const LOCK_FILE: &str = "tracesyncd.lock";
+
+/// The held lock; dropping it releases it.
+#[derive(Debug)]
+pub struct OutputLock {
+    _file: Flock<File>,
+    pub path: PathBuf,
+}
+
+/// Why the lock was not taken.
+#[derive(Debug)]
+pub enum LockError {
+    /// Another process holds it; its pid as written in the file, if any.
+    Held {
+        path: PathBuf,
+        pid: Option<u32>,
+    },
+    Io {
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockError::Held { path, pid } => {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                let holder = match pid {
+                    Some(pid) => format!("tracesyncd pid {pid}"),
+                    None => "another tracesyncd".to_owned(),
+                };
+                write!(
+                    f,
+                    "[output] dir {} is in use by {holder} (it holds {}); stop that daemon, \
+                     or give this one another [output] dir (--output)",
+                    dir.display(),
+                    path.display()
+                )
+            }
+            LockError::Io { path, source } => {
+                write!(f, "cannot lock {}: {source} ([output] dir)", path.display())
+            }
+        }
+    }
+}
+
+impl LockError {
+    /// Permission problems are 77; a held lock is 75 (try again once the
+    /// holder stopped); other errors 73.
+    pub fn exit_code(&self) -> u8 {
+        use tracesync_common::exit;
+        match self {
+            LockError::Held { .. } => exit::TEMPFAIL,
+            LockError::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied => {
+                exit::NOPERM
+            }
+            LockError::Io { .. } => exit::CANTCREAT,
+        }
+    }
+}
+
+/// Makes `dir` if missing (0755 less the umask, as the writer would) and
+/// takes its lock without waiting; writes this process's pid into it.
+pub fn lock(dir: &Path) -> Result<OutputLock, LockError> {
+    let path = dir.join(LOCK_FILE);
+    let io_error = |source| LockError::Io {
+        path: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io_error)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(io_error)?;
+    let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(locked) => locked,
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut text = String::new();
+            let pid = file
+                .read_to_string(&mut text)
+                .ok()
+                .and_then(|_| text.trim().parse().ok());
+            return Err(LockError::Held { path, pid });
+        }
+        Err((_, errno)) => return Err(io_error(io::Error::from(errno))),
+    };
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()));
+    written.map_err(io_error)?;
+    Ok(OutputLock { _file: file, path })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_one_directory_names_the_holder_and_a_released_one_is_taken_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let first = lock(&out).expect("first lock");
+        let text = std::fs::read_to_string(out.join(LOCK_FILE)).unwrap();
+        assert_eq!(text, format!("{}\n", std::process::id()));
+        // flock locks belong to the open file: a second open in this same
+        // process conflicts like another process would.
+        let second = lock(&out).expect_err("second lock");
+        let message = second.to_string();
+        assert!(
+            message.contains(&format!("in use by tracesyncd pid {}", std::process::id())),
+            "{message}"
+        );
+        assert_eq!(second.exit_code(), tracesync_common::exit::TEMPFAIL);
+        drop(first);
+        lock(&out).expect("lock after release");
+    }
+
+    #[test]
+    fn a_lock_file_that_is_a_symlink_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(LOCK_FILE)).unwrap();
+        let error = lock(dir.path()).expect_err("symlink");
+        assert!(matches!(error, LockError::Io { .. }), "{error}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+    }
+}
