@@ -12,6 +12,7 @@ pub mod machines;
 pub mod manifest;
 pub mod output;
 pub mod plan;
+pub mod remote;
 pub mod second_pass;
 pub mod stats;
 
@@ -119,6 +120,20 @@ pub fn prepare(
         })?),
         None => None,
     };
+    let manifest_error = |error| MergeError::Manifest {
+        source_name: expanded
+            .manifest
+            .as_ref()
+            .map_or_else(|| "manifest".into(), |(n, _)| n.clone()),
+        error,
+    };
+    if let Some(m) = &manifest {
+        m.check_containers(&expanded.containers)
+            .map_err(manifest_error)?;
+    }
+    if let Some(e) = expanded.multiple_manifests() {
+        return Err(e.into());
+    }
     let mut faults = Vec::new();
     let mut scans: Vec<FileScan> = Vec::with_capacity(expanded.traces.len());
     for source in &expanded.traces {
@@ -138,13 +153,7 @@ pub fn prepare(
         manifest.as_ref(),
         machine_per_file,
     )
-    .map_err(|error| MergeError::Manifest {
-        source_name: expanded
-            .manifest
-            .as_ref()
-            .map_or_else(|| "manifest".into(), |(n, _)| n.clone()),
-        error,
-    })?;
+    .map_err(manifest_error)?;
     let undecodable_snapshots = scans.iter().map(|s| s.invalid_snapshot_packets).sum();
     Ok(Prepared {
         inputs: expanded.traces,
@@ -241,7 +250,8 @@ fn write_merged<W: Write>(
     stats: &mut MergeStats,
 ) -> Result<(), MergeError> {
     let trace_machine = plan.timeline.trace_clock().machine;
-    let mut writer = Writer::new(out, format, &plan.machines, trace_machine);
+    let trace_clock = plan.timeline.trace_clock().clock;
+    let mut writer = Writer::new(out, format, &plan.machines, trace_machine, trace_clock);
     writer
         .preamble(&plan.machines, stats)
         .map_err(MergeError::Write)?;
@@ -269,6 +279,7 @@ fn write_merged<W: Write>(
         machines,
         stats,
         sequences: &mut sequences,
+        synced: Default::default(),
     };
     // Interleave the inputs by resolved time; ties keep input order, and a
     // stream's own order is never changed.
