@@ -181,14 +181,16 @@ impl MachineTable {
             }
         };
         let embedded: Vec<u32> = facts.ids.iter().copied().filter(|&id| id != 0).collect();
-        // A file whose first packet carries an embedded id (before any of
-        // the host's) has that machine adopted onto its base machine: a
-        // single-machine trace has one machine, not an empty host plus one
-        // remote. The base takes the embedded raw id, as Perfetto relabels
-        // its host row, unless it has a raw id of its own already or the id
-        // is a machine already (then that machine is used).
+        // A file with no packet of its host has the machine of its first
+        // packet adopted onto its base machine: a single-machine trace has
+        // one machine, not an empty host plus one remote. The base takes
+        // the embedded raw id, as Perfetto relabels its host row, unless it
+        // has a raw id of its own already or the id is a machine already
+        // (then that machine is used). (Perfetto adopts at the first remote
+        // packet whenever no host packet came before it, even if host
+        // packets follow; such a file keeps its host apart here.)
         let adopted = Some(facts.first_id)
-            .filter(|&id| id != 0)
+            .filter(|&id| id != 0 && !facts.ids.contains(&0))
             .filter(|&id| rename(id).is_none() && facts.manifest_machine.is_none())
             .filter(|id| facts.manifest_renames.is_empty() && !self.by_raw.contains_key(id))
             .filter(|_| {
@@ -456,9 +458,11 @@ mod tests {
     }
 
     #[test]
-    fn host_packets_after_an_adopted_machine_join_it() {
+    fn first_of_several_ids_is_adopted_only_without_host_packets() {
+        // tracesync's own output of an adopted machine 7 and a machine 9:
+        // machine 7's packets come first, no packet is the host's.
         let mut t = MachineTable::new();
-        let both = ids(&[0, 7]);
+        let both = ids(&[7, 9]);
         let f = t.assign_file(
             0,
             &FileMachineFacts {
@@ -466,9 +470,21 @@ mod tests {
                 ..facts(&both)
             },
         );
-        assert_eq!(f.get(0), f.get(7));
+        assert_eq!(f.get(7).unwrap().machine, HOST);
         assert_eq!(t.get(HOST).raw_id, 7);
-        assert_eq!(t.len(), 1);
+        assert_ne!(f.get(9).unwrap().machine, HOST);
+        // With host packets after the first remote one, the host stays.
+        let mut t = MachineTable::new();
+        let mixed = ids(&[0, 7]);
+        let f = t.assign_file(
+            0,
+            &FileMachineFacts {
+                first_id: 7,
+                ..facts(&mixed)
+            },
+        );
+        assert_ne!(f.get(0), f.get(7));
+        assert_eq!(t.get(HOST).raw_id, 0);
     }
 
     #[test]
