@@ -3,6 +3,7 @@
 
 pub mod archive;
 pub mod build;
+pub mod cases;
 pub mod faults;
 pub mod fuzz;
 pub mod impair;

@@ -286,8 +286,15 @@ fn judge(dir: &Path, label: &str, inputs: &[&Path], extra: &[&str]) -> Judged {
         stamped_ids.len(),
         "{label}: two jsonl machines share a stamped id: {machine_ids:?}"
     );
+    // The output's host: packets without machine_id, or a trace-time
+    // machine that keeps its embedded id (adopted by Perfetto v58+ onto its
+    // host row; v52 shows an empty host row beside it).
+    let adopted_host = !stamped_ids.contains(&0)
+        && machine_ids
+            .iter()
+            .any(|((raw, _), stamped)| *raw != 0 && *raw == u64::from(*stamped));
     assert!(
-        stamped_ids.contains(&0),
+        stamped_ids.contains(&0) || adopted_host,
         "{label}: the output has a host: {machine_ids:?}"
     );
 
@@ -352,6 +359,7 @@ fn judge(dir: &Path, label: &str, inputs: &[&Path], extra: &[&str]) -> Judged {
         .rows
         .iter()
         .map(|r| (id32(&r[0]), r[1].as_str().map(str::to_owned)))
+        .filter(|(id, release)| !(adopted_host && *id == 0 && release.is_none()))
         .collect();
     assert_eq!(
         releases.iter().map(|r| r.0).collect::<Vec<_>>(),
@@ -745,11 +753,12 @@ fn drifting_remote_machines_get_sync_points() {
         assert_eq!(j.slice(&format!("vm7_{k}")).machine, 7);
         assert_eq!(j.slice(&format!("vm9_{k}")).machine, 9);
         if k < 3 {
-            // Begins (+8 s) with offset k, ends (+12 s, past the next sync
-            // at +10 s) with offset k + 1: 1 ms shorter.
+            // Begins (+8 s) and ends (+12 s, past the next sync's anchor at
+            // +10 s) with offset k: the next sync comes later in the stream,
+            // and Perfetto converts each packet with the syncs read so far.
             let s = j.slice(&format!("vm7_span_{k}"));
             assert_eq!(s.ts, host + 8 * S as i64, "vm7_span_{k}");
-            assert_eq!(s.dur, 4 * S as i64 - 1_000_000, "vm7_span_{k}: drift");
+            assert_eq!(s.dur, 4 * S as i64, "vm7_span_{k}: stream order");
         }
     }
     let stats = stats_of(d, &[&input], &[]);
@@ -925,9 +934,9 @@ fn remote_snapshot_first_keeps_host_trace_time() {
     assert_same_as_input(&input, &j, &[]);
 }
 
-/// Two relay-recorded files that both embed machine 7 (ids are scoped per
-/// file): two machines, each with its own sync points, told apart by name
-/// (the second used to be called `machine-7` too).
+/// Two relay-recorded files that both embed machine 7: one machine (Perfetto
+/// keeps one context per raw machine id across the files of a merge), with
+/// each file's clocks and sync points of its own.
 #[test]
 fn two_relay_files_embedding_one_id() {
     if !tp::require_or_skip("two_relay_files_embedding_one_id") {
@@ -943,15 +952,9 @@ fn two_relay_files_embedding_one_id() {
         .keys()
         .map(|(raw, name)| (*raw, name.as_str()))
         .collect();
-    assert_eq!(
-        machines,
-        [(0, "host"), (7, "machine-7"), (7, "machine-7-2")],
-        "jsonl machines"
-    );
+    assert_eq!(machines, [(0, "host"), (7, "machine-7")], "jsonl machines");
     let m7 = j.machine_ids[&(7, "machine-7".to_owned())];
-    let m7b = j.machine_ids[&(7, "machine-7-2".to_owned())];
     assert_eq!(m7, 7);
-    assert!(m7b != 0 && m7b != 7, "{m7b}");
     for (name, remote, ts, dur) in RELAY_SLICES {
         let mut got: Vec<(u32, i64, i64)> = j
             .slices
@@ -960,12 +963,8 @@ fn two_relay_files_embedding_one_id() {
             .map(|s| (s.machine, s.ts, s.dur))
             .collect();
         got.sort_unstable();
-        let want = if remote {
-            vec![(m7, ts, dur), (m7b, ts, dur)]
-        } else {
-            vec![(0, ts, dur), (0, ts, dur)]
-        };
-        assert_eq!(sorted(want), got, "{name}");
+        let machine = if remote { m7 } else { 0 };
+        assert_eq!(vec![(machine, ts, dur), (machine, ts, dur)], got, "{name}");
     }
 }
 

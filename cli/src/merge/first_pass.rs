@@ -68,6 +68,10 @@ impl std::fmt::Display for InputFault {
 pub struct FileScan {
     /// Embedded machine ids of its packets; 0 for packets without one.
     pub ids: BTreeSet<u32>,
+    /// Embedded id of the first packet (synchronization markers aside):
+    /// Perfetto adopts an embedded machine onto the host only when it comes
+    /// before any packet of the host.
+    pub first_id: Option<u32>,
     pub events: Vec<ClockEvent>,
     /// First SystemInfo (raw bytes) per embedded id.
     pub system_infos: BTreeMap<u32, Vec<u8>>,
@@ -78,6 +82,9 @@ pub struct FileScan {
     pub packets: u64,
     pub invalid_snapshot_packets: u64,
 }
+
+/// TracePacket field number of `synchronization_marker`.
+const SYNCHRONIZATION_MARKER: u32 = 36;
 
 /// Reads one input from its start; never fails: problems become faults.
 pub fn scan_input(source: &InputSource) -> FileScan {
@@ -154,6 +161,9 @@ pub fn scan_input(source: &InputSource) -> FileScan {
             }
         };
         let embedded = fields.machine_id.unwrap_or(0);
+        if scan.first_id.is_none() && fields.data_field != Some(SYNCHRONIZATION_MARKER) {
+            scan.first_id = Some(embedded);
+        }
         if last_embedded != Some(embedded) {
             scan.ids.insert(embedded);
             last_embedded = Some(embedded);
@@ -200,20 +210,7 @@ pub fn scan_input(source: &InputSource) -> FileScan {
         if let Some(bytes) = fields.remote_clock_sync {
             match RemoteClockSync::decode(bytes) {
                 Ok(sync) => {
-                    let list = |s: &Option<ClockSnapshot>| {
-                        s.iter()
-                            .flat_map(|s| &s.clocks)
-                            .map(|c| (c.clock_id.unwrap_or(0), c.timestamp.unwrap_or(0)))
-                            .collect::<Vec<_>>()
-                    };
-                    let rounds = sync
-                        .synced_clocks
-                        .iter()
-                        .map(|r| SyncRound {
-                            client: list(&r.client_clocks),
-                            host: list(&r.host_clocks),
-                        })
-                        .collect();
+                    let rounds = super::remote::rounds_of(&sync);
                     scan.events
                         .push(ClockEvent::RemoteSync { embedded, rounds });
                 }

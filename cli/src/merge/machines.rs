@@ -2,8 +2,12 @@
 //! machines when it merges traces.
 //!
 //! - Ids embedded in packets (`TracePacket.machine_id`, written by a relay
-//!   host) become machines, scoped to their file; a file whose packets all
-//!   carry one id is adopted onto the file's base machine.
+//!   host) become machines keyed by that raw id: the same id in several
+//!   files is one machine (Perfetto keeps one context per raw machine id
+//!   across the files of a merge). A file whose packets all carry one id is
+//!   adopted onto the file's base machine, which then takes that raw id
+//!   (Perfetto relabels its host row), unless the base already holds data
+//!   or another id, or the id is already a machine.
 //! - A manifest names a whole file's machine (`machine`) or renames embedded
 //!   ids (`machines`); equal names are one machine.
 //! - Every other file belongs to the host machine, its clocks scoped to the
@@ -38,7 +42,7 @@ pub struct Machine {
 }
 
 /// Where one (file, embedded id) pair lands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Placement {
     pub machine: MachineIdx,
     /// Clock scope of this file on that machine: 0 for the machine's first
@@ -68,6 +72,8 @@ impl FileMachines {
 pub struct FileMachineFacts<'a> {
     /// Embedded ids of its packets; 0 stands for packets without one.
     pub ids: &'a BTreeSet<u32>,
+    /// Embedded id of its first packet (0: none).
+    pub first_id: u32,
     /// Manifest `machine.name` for the file.
     pub manifest_machine: Option<&'a str>,
     /// Manifest `machines` renames (id -> name).
@@ -82,6 +88,8 @@ pub struct MachineTable {
     by_name: HashMap<String, MachineIdx>,
     /// Machines that already have a file with scope 0.
     has_canonical: BTreeSet<MachineIdx>,
+    /// Machines of embedded (raw 32-bit) ids, shared by every file.
+    by_raw: HashMap<u32, MachineIdx>,
     next_named_raw: u64,
 }
 
@@ -94,6 +102,7 @@ impl MachineTable {
             }],
             by_name: HashMap::new(),
             has_canonical: BTreeSet::new(),
+            by_raw: HashMap::new(),
             next_named_raw: FIRST_NAMED_RAW_ID,
         }
     }
@@ -172,12 +181,27 @@ impl MachineTable {
             }
         };
         let embedded: Vec<u32> = facts.ids.iter().copied().filter(|&id| id != 0).collect();
-        // A file whose every packet carries the same id is adopted onto its
-        // base machine: a single-machine trace has one machine, not an empty
-        // host plus one remote.
-        let adopted =
-            !facts.ids.contains(&0) && embedded.len() == 1 && rename(embedded[0]).is_none();
-        if facts.ids.contains(&0) || adopted || facts.ids.is_empty() {
+        // A file with no packet of its host has the machine of its first
+        // packet adopted onto its base machine: a single-machine trace has
+        // one machine, not an empty host plus one remote. The base takes
+        // the embedded raw id, as Perfetto relabels its host row, unless it
+        // has a raw id of its own already or the id is a machine already
+        // (then that machine is used). (Perfetto adopts at the first remote
+        // packet whenever no host packet came before it, even if host
+        // packets follow; such a file keeps its host apart here.)
+        let adopted = Some(facts.first_id)
+            .filter(|&id| id != 0 && !facts.ids.contains(&0))
+            .filter(|&id| rename(id).is_none() && facts.manifest_machine.is_none())
+            .filter(|id| facts.manifest_renames.is_empty() && !self.by_raw.contains_key(id))
+            .filter(|_| {
+                let base = &self.machines[base_idx as usize];
+                base.raw_id == 0 || (facts.own_machine_name.is_some() && !base.used)
+            });
+        if let Some(id) = adopted {
+            self.machines[base_idx as usize].raw_id = u64::from(id);
+            self.by_raw.insert(id, base_idx);
+        }
+        if facts.ids.contains(&0) || adopted.is_some() || facts.ids.is_empty() {
             let scope = scope_for(self, base_idx);
             out.base = Some(Placement {
                 machine: base_idx,
@@ -185,16 +209,23 @@ impl MachineTable {
             });
         }
         for id in embedded {
-            let placement = if adopted {
+            let placement = if adopted == Some(id) {
                 out.base.expect("adopted files have a base")
             } else {
                 let m = match rename(id) {
                     Some(name) => self.named(name),
-                    None => self.push(Machine {
-                        raw_id: u64::from(id),
-                        fallback_name: Some(format!("machine-{id}")),
-                        ..Machine::default()
-                    }),
+                    None => match self.by_raw.get(&id) {
+                        Some(&m) => m,
+                        None => {
+                            let m = self.push(Machine {
+                                raw_id: u64::from(id),
+                                fallback_name: Some(format!("machine-{id}")),
+                                ..Machine::default()
+                            });
+                            self.by_raw.insert(id, m);
+                            m
+                        }
+                    },
                 };
                 let scope = scope_for(self, m);
                 Placement { machine: m, scope }
@@ -250,11 +281,24 @@ impl MachineTable {
             }
             m.name = Some(unique);
         }
+        // The trace-time machine is the output's host. It keeps an embedded
+        // raw id in its packets (Perfetto then adopts that id onto its host
+        // row, as it did for the input) unless some other used machine is
+        // raw id 0, which only the output's host can be.
+        let other_raw0 = self
+            .machines
+            .iter()
+            .enumerate()
+            .any(|(idx, m)| m.used && m.raw_id == 0 && idx as MachineIdx != trace_time_machine);
         let mut taken = BTreeSet::new();
         let mut pending = Vec::new();
         for (idx, m) in self.machines.iter_mut().enumerate() {
             if idx as MachineIdx == trace_time_machine {
-                m.output_id = 0;
+                m.output_id = match u32::try_from(m.raw_id) {
+                    Ok(id @ 1..) if !other_raw0 => id,
+                    _ => 0,
+                };
+                taken.insert(m.output_id);
             } else if let Ok(id @ 1..) = u32::try_from(m.raw_id) {
                 if taken.insert(id) {
                     m.output_id = id;
@@ -329,6 +373,11 @@ mod tests {
     fn facts<'a>(ids: &'a BTreeSet<u32>) -> FileMachineFacts<'a> {
         FileMachineFacts {
             ids,
+            first_id: if ids.contains(&0) {
+                0
+            } else {
+                ids.first().copied().unwrap_or(0)
+            },
             manifest_machine: None,
             manifest_renames: &[],
             own_machine_name: None,
@@ -358,7 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn single_embedded_id_is_adopted() {
+    fn single_embedded_id_is_adopted_and_keeps_its_raw_id() {
         let mut t = MachineTable::new();
         let only7 = ids(&[7]);
         let f = t.assign_file(0, &facts(&only7));
@@ -370,24 +419,88 @@ mod tests {
             })
         );
         assert_eq!(t.len(), 1);
+        assert_eq!(t.get(HOST).raw_id, 7, "the host row takes the embedded id");
+        // A second file of machine 7 is the same machine, with its own scope.
+        let g = t.assign_file(1, &facts(&only7));
+        assert_eq!(
+            g.get(7),
+            Some(Placement {
+                machine: HOST,
+                scope: 2
+            })
+        );
+        // Another single-id file cannot be adopted onto a host that already
+        // holds machine 7: it gets a machine of its own.
+        let only9 = ids(&[9]);
+        let h = t.assign_file(2, &facts(&only9));
+        let m9 = h.get(9).unwrap().machine;
+        assert_ne!(m9, HOST);
+        assert_eq!(t.get(m9).raw_id, 9);
+        t.finalize(HOST);
+        assert_eq!(t.get(HOST).output_id, 7, "the output keeps machine_id 7");
+        assert_eq!(t.get(m9).output_id, 9);
     }
 
     #[test]
-    fn relay_recorded_file_has_a_machine_per_id_scoped_per_file() {
+    fn adoption_relabels_the_host_row_of_other_files() {
+        // Perfetto checks "host has data" per file: a plain host file before
+        // does not stop the next file's machine 7 from being adopted onto
+        // the host row, which becomes raw id 7.
+        let mut t = MachineTable::new();
+        let plain = ids(&[0]);
+        t.assign_file(0, &facts(&plain));
+        let only7 = ids(&[7]);
+        let f = t.assign_file(1, &facts(&only7));
+        assert_eq!(f.get(7).unwrap().machine, HOST);
+        assert_eq!(t.get(HOST).raw_id, 7);
+        t.finalize(HOST);
+        assert_eq!(t.get(HOST).output_id, 7);
+    }
+
+    #[test]
+    fn first_of_several_ids_is_adopted_only_without_host_packets() {
+        // tracesync's own output of an adopted machine 7 and a machine 9:
+        // machine 7's packets come first, no packet is the host's.
+        let mut t = MachineTable::new();
+        let both = ids(&[7, 9]);
+        let f = t.assign_file(
+            0,
+            &FileMachineFacts {
+                first_id: 7,
+                ..facts(&both)
+            },
+        );
+        assert_eq!(f.get(7).unwrap().machine, HOST);
+        assert_eq!(t.get(HOST).raw_id, 7);
+        assert_ne!(f.get(9).unwrap().machine, HOST);
+        // With host packets after the first remote one, the host stays.
+        let mut t = MachineTable::new();
+        let mixed = ids(&[0, 7]);
+        let f = t.assign_file(
+            0,
+            &FileMachineFacts {
+                first_id: 7,
+                ..facts(&mixed)
+            },
+        );
+        assert_ne!(f.get(0), f.get(7));
+        assert_eq!(t.get(HOST).raw_id, 0);
+    }
+
+    #[test]
+    fn the_same_embedded_id_in_two_relay_files_is_one_machine() {
         let mut t = MachineTable::new();
         let relay = ids(&[0, 7]);
         let f1 = t.assign_file(0, &facts(&relay));
         let f2 = t.assign_file(1, &facts(&relay));
-        let m1 = f1.get(7).unwrap().machine;
-        let m2 = f2.get(7).unwrap().machine;
-        assert_ne!(m1, m2, "id 7 in two files is two machines");
-        assert_eq!(t.get(m1).raw_id, 7);
+        let m1 = f1.get(7).unwrap();
+        let m2 = f2.get(7).unwrap();
+        assert_eq!(m1.machine, m2.machine, "id 7 in two files is one machine");
+        assert_eq!((m1.scope, m2.scope), (0, 2), "each file has its clocks");
+        assert_eq!(t.get(m1.machine).raw_id, 7);
         t.finalize(HOST);
-        assert_eq!(t.get(m1).output_id, 7);
-        assert_ne!(t.get(m2).output_id, 7);
-        assert_ne!(t.get(m2).output_id, 0);
-        assert_eq!(t.get(m1).name.as_deref(), Some("machine-7"));
-        assert_eq!(t.get(m2).name.as_deref(), Some("machine-7-2"));
+        assert_eq!(t.get(m1.machine).output_id, 7);
+        assert_eq!(t.get(m1.machine).name.as_deref(), Some("machine-7"));
     }
 
     #[test]
@@ -399,6 +512,7 @@ mod tests {
                 file,
                 &FileMachineFacts {
                     ids: &plain,
+                    first_id: 0,
                     manifest_machine: Some("phone"),
                     manifest_renames: &[],
                     own_machine_name: None,
@@ -427,6 +541,7 @@ mod tests {
                 file,
                 &FileMachineFacts {
                     ids: &plain,
+                    first_id: 0,
                     manifest_machine: None,
                     manifest_renames: &[],
                     own_machine_name: Some(name.into()),
@@ -441,6 +556,7 @@ mod tests {
                 2,
                 &FileMachineFacts {
                     ids: &plain,
+                    first_id: 0,
                     manifest_machine: Some("vm"),
                     manifest_renames: &[],
                     own_machine_name: None,

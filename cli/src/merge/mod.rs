@@ -14,6 +14,7 @@ pub mod machines;
 pub mod manifest;
 pub mod output;
 pub mod plan;
+pub mod remote;
 pub mod second_pass;
 pub mod stats;
 pub mod window;
@@ -132,6 +133,20 @@ pub fn prepare(
         })?),
         None => None,
     };
+    let manifest_error = |error| MergeError::Manifest {
+        source_name: expanded
+            .manifest
+            .as_ref()
+            .map_or_else(|| "manifest".into(), |(n, _)| n.clone()),
+        error,
+    };
+    if let Some(m) = &manifest {
+        m.check_containers(&expanded.containers)
+            .map_err(manifest_error)?;
+    }
+    if let Some(e) = expanded.multiple_manifests() {
+        return Err(e.into());
+    }
     let mut faults = Vec::new();
     let mut scans: Vec<FileScan> = Vec::with_capacity(expanded.traces.len());
     for source in &expanded.traces {
@@ -152,13 +167,7 @@ pub fn prepare(
         manifest.as_ref(),
         machine_per_file,
     )
-    .map_err(|error| MergeError::Manifest {
-        source_name: expanded
-            .manifest
-            .as_ref()
-            .map_or_else(|| "manifest".into(), |(n, _)| n.clone()),
-        error,
-    })?;
+    .map_err(manifest_error)?;
     let undecodable_snapshots = scans.iter().map(|s| s.invalid_snapshot_packets).sum();
     let readable_inputs = scans.iter().filter(|s| s.packets > 0).count();
     Ok(Prepared {
@@ -264,7 +273,8 @@ fn write_merged<W: Write>(
     stats: &mut MergeStats,
 ) -> Result<(), MergeError> {
     let trace_machine = plan.timeline.trace_clock().machine;
-    let mut writer = Writer::new(out, format, &plan.machines, trace_machine);
+    let trace_clock = plan.timeline.trace_clock().clock;
+    let mut writer = Writer::new(out, format, &plan.machines, trace_machine, trace_clock);
     writer
         .preamble(&plan.machines, stats)
         .map_err(MergeError::Write)?;
@@ -292,6 +302,7 @@ fn write_merged<W: Write>(
         machines,
         stats,
         sequences: &mut sequences,
+        synced: Default::default(),
     };
     // Interleave the inputs by resolved time; ties keep input order, and a
     // stream's own order is never changed.

@@ -3,6 +3,12 @@
 
 use std::io::{self, Write};
 
+use prost::Message;
+use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC_RAW};
+use tracesync_protocol::perfetto::clock_snapshot::Clock;
+use tracesync_protocol::perfetto::remote_clock_sync::SyncedClocks;
+use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync, TracePacket};
 use tracesync_protocol::scan::field;
 use tracesync_protocol::wire;
 
@@ -25,12 +31,16 @@ pub enum Format {
 struct SyncState {
     client: u64,
     offset: i64,
+    /// Offset on the clock of trace time's domain, when that is not BOOTTIME.
+    domain: Option<(u64, i64)>,
 }
 
 pub struct Writer<W: Write> {
     out: W,
     format: Format,
     trace_machine: MachineIdx,
+    /// Clock id of trace time.
+    trace_clock: u32,
     /// `Trace.packet` record header of the packet being written.
     header: Vec<u8>,
     /// By machine index.
@@ -42,7 +52,13 @@ pub struct Writer<W: Write> {
 }
 
 impl<W: Write> Writer<W> {
-    pub fn new(out: W, format: Format, machines: &MachineTable, trace_machine: MachineIdx) -> Self {
+    pub fn new(
+        out: W,
+        format: Format,
+        machines: &MachineTable,
+        trace_machine: MachineIdx,
+        trace_clock: u32,
+    ) -> Self {
         let json_names = machines
             .iter()
             .map(|(_, m)| json_name(m.name.as_deref()))
@@ -51,6 +67,7 @@ impl<W: Write> Writer<W> {
             out,
             format,
             trace_machine,
+            trace_clock,
             header: Vec::with_capacity(16),
             sync: vec![None; machines.len()],
             json_names,
@@ -85,6 +102,14 @@ impl<W: Write> Writer<W> {
             }
             self.write_framed(&packet, stats)?;
         }
+        // Trace time other than BOOTTIME: declared by a snapshot of the
+        // output's host before any other, as Perfetto takes the first
+        // primary_trace_clock (v52 and the merging reader alike).
+        if self.trace_clock != BOOTTIME && (1..=MONOTONIC_RAW).contains(&self.trace_clock) {
+            let output_id = machines.get(self.trace_machine).output_id;
+            let packet = trace_clock_packet(self.trace_clock, output_id);
+            self.write_framed(&packet, stats)?;
+        }
         Ok(())
     }
 
@@ -104,7 +129,8 @@ impl<W: Write> Writer<W> {
                 if head.machine != self.trace_machine
                     && let Some(c) = head.boottime
                 {
-                    self.sync_point(head.machine, c, c - head.ts, machines, stats)?;
+                    let domain = head.domain.map(|d| (d, d - head.ts));
+                    self.sync_point(head.machine, (c, c - head.ts), domain, machines, stats)?;
                 }
                 self.write_framed(body, stats)
             }
@@ -135,27 +161,45 @@ impl<W: Write> Writer<W> {
     /// A RemoteClockSync with two identical entries {client BOOTTIME c, host
     /// c - offset}: Perfetto derives exactly `offset` from it and applies it
     /// to the machine's later packets. Client values never go backwards.
+    ///
+    /// With trace time on another clock (REALTIME, MONOTONIC) each entry
+    /// also relates that clock, `domain` = (client value, offset): v52
+    /// subtracts the BOOTTIME offset from the machine's BOOTTIME, while the
+    /// qualified-edge graph (v58+) converts the packet to the machine's
+    /// clock of trace time's domain and crosses on that edge.
     fn sync_point(
         &mut self,
         machine: MachineIdx,
-        c: i64,
-        offset: i64,
+        (c, offset): (i64, i64),
+        domain: Option<(i64, i64)>,
         machines: &MachineTable,
         stats: &mut MergeStats,
     ) -> io::Result<()> {
         let last = self.sync[machine as usize];
-        if last.is_some_and(|s| s.offset == offset) {
+        if last.is_some_and(|s| s.offset == offset && s.domain.map(|d| d.1) == domain.map(|d| d.1))
+        {
             return Ok(());
         }
         let floor = last.map_or(0, |s| s.client);
         let (client, host) = offset_pair((c.max(0) as u64).max(floor), offset);
-        self.sync[machine as usize] = Some(SyncState { client, offset });
-        let body = sync_point_packet(
-            machines.get(machine).output_id,
-            OWN_SEQUENCE_ID,
+        let domain = domain.map(|(d, off)| {
+            let floor = last.and_then(|s| s.domain).map_or(0, |s| s.0);
+            let (client, host) = offset_pair((d.max(0) as u64).max(floor), off);
+            (client, off, host)
+        });
+        self.sync[machine as usize] = Some(SyncState {
             client,
-            host,
-        );
+            offset,
+            domain: domain.map(|(c, off, _)| (c, off)),
+        });
+        let output_id = machines.get(machine).output_id;
+        let body = match domain {
+            None => sync_point_packet(output_id, OWN_SEQUENCE_ID, client, host),
+            Some((dc, _, dh)) => sync_point_packet_clocks(
+                output_id,
+                &[(BOOTTIME, client, host), (self.trace_clock, dc, dh)],
+            ),
+        };
         stats.sync_points_written += 1;
         self.write_framed(&body, stats)
     }
@@ -175,4 +219,60 @@ impl<W: Write> Writer<W> {
         self.out.flush()?;
         Ok(self.out)
     }
+}
+
+/// A ClockSnapshot on tracesync's own sequence declaring `clock` the
+/// primary trace clock (one clock, at 0: it adds no edge).
+fn trace_clock_packet(clock: u32, machine_id: u32) -> Vec<u8> {
+    let packet = TracePacket {
+        data: Some(Data::ClockSnapshot(ClockSnapshot {
+            clocks: vec![Clock {
+                clock_id: Some(clock),
+                timestamp: Some(0),
+                ..Default::default()
+            }],
+            primary_trace_clock: Some(clock as i32),
+        })),
+        optional_trusted_packet_sequence_id: Some(
+            OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(OWN_SEQUENCE_ID),
+        ),
+        machine_id: (machine_id != 0).then_some(machine_id),
+        ..Default::default()
+    };
+    packet.encode_to_vec()
+}
+
+/// A sync point relating several clocks: for each (clock, client, host),
+/// two identical entries of that clock alone. Perfetto pairs adjacent
+/// entries per clock, so each clock yields exactly its offset, and each
+/// entry's client clocks (which it also takes as a snapshot of the machine)
+/// hold one clock: no edge between the machine's own clocks is added.
+fn sync_point_packet_clocks(machine_id: u32, clocks: &[(u32, u64, u64)]) -> Vec<u8> {
+    let snapshot = |clock: u32, value: u64| ClockSnapshot {
+        clocks: vec![Clock {
+            clock_id: Some(clock),
+            timestamp: Some(value),
+            ..Default::default()
+        }],
+        primary_trace_clock: None,
+    };
+    let synced_clocks = clocks
+        .iter()
+        .flat_map(|&(clock, client, host)| {
+            let entry = SyncedClocks {
+                client_clocks: Some(snapshot(clock, client)),
+                host_clocks: Some(snapshot(clock, host)),
+            };
+            [entry.clone(), entry]
+        })
+        .collect();
+    let packet = TracePacket {
+        data: Some(Data::RemoteClockSync(RemoteClockSync { synced_clocks })),
+        optional_trusted_packet_sequence_id: Some(
+            OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(OWN_SEQUENCE_ID),
+        ),
+        machine_id: Some(machine_id),
+        ..Default::default()
+    };
+    packet.encode_to_vec()
 }

@@ -2,15 +2,15 @@
 //! trace time, every clock edge (snapshots, remote syncs, manifest), and the
 //! placement of every file's clocks on the merged timeline.
 
-use tracesync_core::sync_point::offset_pair;
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE, is_sequence_clock};
 
-use super::first_pass::{ClockEvent, FileScan, SnapClock, remote_sync_offset};
+use super::first_pass::{ClockEvent, FileScan, SnapClock};
 use super::inputs::InputSource;
 use super::machines::{
     FileMachineFacts, FileMachines, MachineTable, Placement, name_for_own_machine,
 };
 use super::manifest::{FileFacts, Manifest, ManifestError};
+use super::remote::sync_edges;
 use tracesync_core::clock::timeline::{Claimant, Timeline};
 use tracesync_core::clock::{ClockNode, EdgeOrigin, SnapshotClock};
 
@@ -102,6 +102,7 @@ pub fn build_plan(
             i,
             &FileMachineFacts {
                 ids: &scan.ids,
+                first_id: scan.first_id.unwrap_or(0),
                 manifest_machine,
                 manifest_renames: renames,
                 own_machine_name,
@@ -205,25 +206,15 @@ pub fn build_plan(
                             );
                         }
                     }
-                    let Some(offset) = remote_sync_offset(rounds, BOOTTIME) else {
-                        continue;
-                    };
-                    let last_client = rounds
-                        .iter()
-                        .rev()
-                        .find_map(|r| {
-                            r.client
-                                .iter()
-                                .find(|(c, _)| *c == BOOTTIME)
-                                .map(|(_, v)| *v)
-                        })
-                        .unwrap_or(0);
-                    let (c, h) = offset_pair(last_client, offset);
-                    let edge = [
-                        SnapshotClock::ns(node(client, 0, BOOTTIME), c),
-                        SnapshotClock::ns(node(host, 0, BOOTTIME), h),
-                    ];
-                    add_edge(&mut timeline, &edge, EdgeOrigin::Sync);
+                    // Every clock on both sides is related, as Perfetto
+                    // does (a sync of REALTIME alone relates the machines).
+                    for e in sync_edges(rounds) {
+                        let edge = [
+                            SnapshotClock::ns(node(client, 0, e.clock), e.client),
+                            SnapshotClock::ns(node(host, 0, e.clock), e.host),
+                        ];
+                        add_edge(&mut timeline, &edge, EdgeOrigin::Sync);
+                    }
                 }
             }
         }

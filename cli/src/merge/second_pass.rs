@@ -9,7 +9,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Read;
 
 use prost::Message;
-use tracesync_protocol::clock_ids::BOOTTIME;
+use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::reader::{FileReadError, TraceFile};
 use tracesync_protocol::scan::{
@@ -19,8 +19,11 @@ use tracesync_protocol::scan::{
 use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
 use super::plan::{FilePlan, node};
+use super::remote::{
+    MachineDefaults, SERVICE_EVENT_FIELD, default_from_snapshot, rounds_of, sync_edges,
+};
 use super::stats::MergeStats;
-use tracesync_core::clock::timeline::Timeline;
+use tracesync_core::clock::timeline::{Timeline, Unplaced};
 use tracesync_core::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
 
 /// Sequence id of the packets tracesync writes itself (SystemInfo, sync
@@ -41,6 +44,9 @@ pub struct Head {
     /// The packet's time on its machine's BOOTTIME, for sync points of
     /// machines other than trace time's.
     pub boottime: Option<i64>,
+    /// With a trace-time clock other than BOOTTIME: the packet's time on its
+    /// machine's clock of that domain (the sync point relates it too).
+    pub domain: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -115,6 +121,9 @@ pub struct Context<'a> {
     pub machines: &'a MachineTable,
     pub stats: &'a mut MergeStats,
     pub sequences: &'a mut SequenceIds,
+    /// Remote machines (by file placement) whose RemoteClockSync edges are
+    /// in the live graph: the host placement and the clock to convert to.
+    pub synced: HashMap<Placement, (Placement, u32)>,
 }
 
 /// One input being streamed.
@@ -123,6 +132,7 @@ pub struct InputStream<'a> {
     plan: &'a FilePlan,
     reader: Option<TraceFile<Box<dyn Read + Send>>>,
     sequences: SequenceMap,
+    defaults: MachineDefaults,
     last_ts: i64,
     /// The current head packet (stamped bytes in `body`).
     pub head: Option<Head>,
@@ -138,6 +148,7 @@ impl<'a> InputStream<'a> {
             plan,
             reader,
             sequences: SequenceMap::default(),
+            defaults: MachineDefaults::default(),
             last_ts: i64::MIN,
             head: None,
             body: Vec::new(),
@@ -166,6 +177,7 @@ impl<'a> InputStream<'a> {
             if let Some(head) = resolve(
                 self.plan,
                 &mut self.sequences,
+                &mut self.defaults,
                 &mut self.last_ts,
                 &fields,
                 bytes.len(),
@@ -196,6 +208,7 @@ impl<'a> InputStream<'a> {
 fn resolve(
     plan: &FilePlan,
     sequences: &mut SequenceMap,
+    defaults: &mut MachineDefaults,
     last_ts: &mut i64,
     fields: &PacketFields<'_>,
     size: usize,
@@ -220,13 +233,14 @@ fn resolve(
             .filter(|&c| c != 0);
     }
     let state = *state;
+    let is_base = plan.machines.base == Some(placement);
     if let Some(bytes) = fields.remote_clock_sync {
-        if plan
+        if let Some(host) = plan
             .machines
             .base
-            .is_some_and(|b| b.machine != placement.machine)
+            .filter(|b| b.machine != placement.machine)
         {
-            replay_remote_sync(bytes, placement, ctx);
+            replay_remote_sync(bytes, placement, host, ctx);
         }
         // Replaced by tracesync's own sync points, which carry the engine's
         // mapping; passing the input's through would override it.
@@ -238,8 +252,13 @@ fn resolve(
         ctx.stats.system_info_merged += 1;
         return None;
     }
-    if let Some(bytes) = fields.clock_snapshot {
-        replay_snapshot(bytes, placement, in_seq, ctx);
+    // Registers a machine at its first packet: it takes the file's default
+    // clock as it is at this point of the stream.
+    let machine_default = defaults.get(embedded, is_base);
+    if let Some(bytes) = fields.clock_snapshot
+        && let Some(set) = replay_snapshot(bytes, placement, in_seq, ctx)
+    {
+        defaults.set(embedded, is_base, set);
     }
     // A packet placed by its input's order: it takes the previous packet's time.
     let in_place = Head {
@@ -250,14 +269,39 @@ fn resolve(
         kind: fields.kind(),
         size,
         boottime: None,
+        domain: None,
     };
     let Some(raw) = fields.timestamp else {
         return Some(in_place);
     };
-    let explicit = fields.timestamp_clock_id.filter(|&c| c != 0);
-    let clock = explicit
-        .or(state.default_clock)
-        .unwrap_or(plan.default_clock);
+    let explicit = fields
+        .timestamp_clock_id
+        .filter(|&c| c != 0)
+        .or(state.default_clock);
+    let service_event = fields.data_field == Some(SERVICE_EVENT_FIELD);
+    let clock = match explicit {
+        Some(c) => c,
+        // The tracing service stamps its events on BOOTTIME.
+        None if service_event && plan.default_clock != TRACE_FILE => BOOTTIME,
+        None if is_base => plan.default_clock,
+        None => match machine_default {
+            Some(c) if plan.default_clock != TRACE_FILE => c,
+            Some(_) => plan.default_clock,
+            None => {
+                // No clock anywhere: Perfetto takes the value as trace time.
+                let ts = match ctx.timeline.check_start(raw as i64) {
+                    Ok(ts) => ts,
+                    Err(_) => {
+                        ctx.stats.packets_dropped += 1;
+                        return None;
+                    }
+                };
+                *last_ts = ts;
+                ctx.stats.remote_packets_as_trace_time += 1;
+                return Some(Head { ts, ..in_place });
+            }
+        },
+    };
     let clock_node = node(placement, in_seq, clock);
     let trace_machine = ctx.timeline.trace_clock().machine;
     let (resolved, boottime) = if placement.machine == trace_machine {
@@ -270,14 +314,25 @@ fn resolve(
         // Perfetto converts a remote packet within its machine to that
         // machine's BOOTTIME, then applies the sync offset: resolve the same
         // way, so that sync points reproduce this result exactly.
-        let boot = node(placement, 0, BOOTTIME);
+        let boot = boot_of(placement);
         match within_machine(ctx, clock_node, raw, boot) {
-            Ok(c) if c >= 0 => (ctx.timeline.to_trace_time(boot, c as u64), Some(c)),
+            Ok(c) if c >= 0 => (remote_to_trace_time(ctx, placement, boot, c), Some(c)),
             _ => {
                 ctx.stats.remote_packets_without_boottime += 1;
                 (ctx.timeline.to_trace_time(clock_node, raw), None)
             }
         }
+    };
+    let trace_domain = ctx.timeline.trace_clock().clock;
+    let domain = match boottime {
+        Some(c) if trace_domain != BOOTTIME && c >= 0 => within_machine(
+            ctx,
+            boot_of(placement),
+            c as u64,
+            node(placement, 0, trace_domain),
+        )
+        .ok(),
+        _ => None,
     };
     let ts = match resolved {
         Ok(ts) => ts,
@@ -295,8 +350,13 @@ fn resolve(
         ts,
         clock: Some((clock, raw)),
         boottime,
+        domain,
         ..in_place
     })
+}
+
+fn boot_of(placement: Placement) -> ClockNode {
+    node(placement, 0, BOOTTIME)
 }
 
 /// Converts within a machine with the snapshots seen so far, else (as
@@ -314,13 +374,52 @@ fn within_machine(
     })
 }
 
+/// A remote machine's BOOTTIME value `c` on trace time. With its
+/// RemoteClockSync edges in the live graph, the ones seen so far in the
+/// stream decide, as Perfetto converts each packet when it reads it; before
+/// the first (or with no sync at all), the complete graph decides.
+fn remote_to_trace_time(
+    ctx: &mut Context<'_>,
+    placement: Placement,
+    boot: ClockNode,
+    c: i64,
+) -> Result<i64, Unplaced> {
+    if let Some(&(host, clock)) = ctx.synced.get(&placement) {
+        // Within the machine to the synced clock, then across on its edge
+        // (the direct hop, as Perfetto's path search takes it).
+        let client_node = node(placement, 0, clock);
+        let host_node = node(host, 0, clock);
+        let on_client = if clock == BOOTTIME {
+            Ok(c)
+        } else {
+            within_machine(ctx, boot, c as u64, client_node)
+        };
+        if let Ok(v) = on_client {
+            let Ok(v) = u64::try_from(v) else {
+                return ctx.timeline.check_start(v);
+            };
+            if let Ok(h) = ctx.live.convert(client_node, v, host_node) {
+                return match u64::try_from(h) {
+                    Ok(h) => ctx.timeline.to_trace_time(host_node, h),
+                    Err(_) => ctx.timeline.check_start(h),
+                };
+            }
+        }
+    }
+    ctx.timeline.to_trace_time(boot, c as u64)
+}
+
 /// Feeds a snapshot to the live graph, and restarts the complete graph's
 /// accumulators of the incremental clocks it holds (the live graph's
-/// restart as part of adding the snapshot).
-fn replay_snapshot(bytes: &[u8], placement: Placement, seq: u32, ctx: &mut Context<'_>) {
-    let Ok(snapshot) = ClockSnapshot::decode(bytes) else {
-        return;
-    };
+/// restart as part of adding the snapshot). Returns the clock it makes its
+/// machine's default, if any.
+fn replay_snapshot(
+    bytes: &[u8],
+    placement: Placement,
+    seq: u32,
+    ctx: &mut Context<'_>,
+) -> Option<u32> {
+    let snapshot = ClockSnapshot::decode(bytes).ok()?;
     let clocks: Vec<SnapshotClock> = snapshot
         .clocks
         .iter()
@@ -336,28 +435,49 @@ fn replay_snapshot(bytes: &[u8], placement: Placement, seq: u32, ctx: &mut Conte
     for c in clocks.iter().filter(|c| c.is_incremental) {
         ctx.timeline.graph_mut().reset_incremental(c.node, c.value);
     }
+    let primary = snapshot
+        .primary_trace_clock
+        .filter(|&c| c > 0)
+        .map(|c| c as u32);
+    default_from_snapshot(primary, clocks.iter().map(|c| c.node.clock))
 }
 
-/// Feeds the client clocks of a RemoteClockSync to the live graph, as the
-/// plan did for the complete one.
-fn replay_remote_sync(bytes: &[u8], placement: Placement, ctx: &mut Context<'_>) {
+/// Feeds a RemoteClockSync to the live graph, as the plan did for the
+/// complete one: the client clocks as a snapshot of the client machine, and
+/// one cross-machine edge per clock related.
+fn replay_remote_sync(bytes: &[u8], client: Placement, host: Placement, ctx: &mut Context<'_>) {
     let Ok(sync) = RemoteClockSync::decode(bytes) else {
         return;
     };
-    for round in &sync.synced_clocks {
+    let rounds = rounds_of(&sync);
+    for round in &rounds {
         let clocks: Vec<SnapshotClock> = round
-            .client_clocks
+            .client
             .iter()
-            .flat_map(|s| &s.clocks)
-            .map(|c| {
-                SnapshotClock::ns(
-                    node(placement, 0, c.clock_id.unwrap_or(0)),
-                    c.timestamp.unwrap_or(0),
-                )
-            })
+            .map(|&(c, v)| SnapshotClock::ns(node(client, 0, c), v))
             .collect();
         if clocks.len() > 1 {
             let _ = ctx.live.add_snapshot(&clocks, EdgeOrigin::Snapshot);
         }
+    }
+    let mut related = Vec::new();
+    for e in sync_edges(&rounds) {
+        let edge = [
+            SnapshotClock::ns(node(client, 0, e.clock), e.client),
+            SnapshotClock::ns(node(host, 0, e.clock), e.host),
+        ];
+        if ctx.live.add_snapshot(&edge, EdgeOrigin::Sync).is_ok() {
+            related.push(e.clock);
+        }
+    }
+    // The edge a packet crosses on: that of trace time's clock (Perfetto's
+    // shortest path reaches it directly), else BOOTTIME, else any.
+    let trace_clock = ctx.timeline.trace_clock().clock;
+    let pick = [trace_clock, BOOTTIME]
+        .into_iter()
+        .find(|c| related.contains(c))
+        .or(related.first().copied());
+    if let Some(clock) = pick {
+        ctx.synced.insert(client, (host, clock));
     }
 }

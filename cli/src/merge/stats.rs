@@ -30,6 +30,10 @@ pub struct MergeStats {
     /// Remote packets whose clock has no path to their machine's BOOTTIME:
     /// Perfetto cannot apply sync points to them.
     pub remote_packets_without_boottime: u64,
+    /// Remote packets with no clock id, no sequence default and no default
+    /// clock of their machine: taken as already in trace time, as Perfetto
+    /// does.
+    pub remote_packets_as_trace_time: u64,
 }
 
 impl MergeStats {

@@ -75,6 +75,9 @@ pub struct Timeline {
     claimant: Claimant,
     /// Clocks for which placement was already decided.
     placed: BTreeSet<ClockNode>,
+    /// (machine, scope) pairs already counted as unrelatable: Perfetto
+    /// bridges (and logs) once per machine and file, whatever the clocks.
+    unrelatable: BTreeSet<(u32, u32)>,
     stats: TimelineStats,
 }
 
@@ -89,6 +92,7 @@ impl Timeline {
             trace_clock,
             claimant: Claimant::Default,
             placed: BTreeSet::new(),
+            unrelatable: BTreeSet::new(),
             stats: TimelineStats::default(),
         }
     }
@@ -147,10 +151,10 @@ impl Timeline {
                 if !self.graph.has_path(clock, canonical) {
                     self.add_zero_edge(clock, canonical, EdgeOrigin::SameDomain);
                 }
-                match self.place(canonical) {
-                    Placement::Unrelatable => {}
-                    placed => return placed,
-                }
+                // Perfetto bridges the machine-canonical clock only: when
+                // that fails the file's clock is unrelatable too (counted
+                // once, for the canonical clock).
+                return self.place(canonical);
             }
         }
         if self.try_rendezvous(clock, target) {
@@ -163,7 +167,7 @@ impl Timeline {
         }
         // A clock in no snapshot is an unknown clock, counted per packet by
         // the conversion; only a known clock of another domain is unrelatable.
-        if self.graph.is_known(clock) {
+        if self.graph.is_known(clock) && self.unrelatable.insert((clock.machine, clock.scope)) {
             self.stats.clock_sync_unrelatable_clock_domains += 1;
         }
         Placement::Unrelatable
@@ -174,7 +178,11 @@ impl Timeline {
     fn try_rendezvous(&mut self, clock: ClockNode, target: ClockNode) -> bool {
         let local = ClockNode::new(clock.machine, clock.scope, 0, REALTIME);
         let remote = ClockNode::new(target.machine, target.scope, 0, REALTIME);
-        if local == remote || !self.graph.is_known(local) || !self.graph.is_known(remote) {
+        // Trace time may be REALTIME itself (a manifest's `trace_time`): it
+        // is then the rendezvous even when no snapshot of its machine has it
+        // (every file on named machines, the host holding nothing).
+        let remote_usable = remote == target || self.graph.is_known(remote);
+        if local == remote || !self.graph.is_known(local) || !remote_usable {
             return false;
         }
         let reaches_local = clock == local || self.graph.has_path_within_machine(clock, local);

@@ -9,7 +9,9 @@ use zip::CompressionMethod;
 
 use super::classify::{Kind, inspect};
 use super::source::Origin;
-use super::{InputError, InputSource, Inputs, open_file, push_unique, set_manifest};
+use super::{
+    InputError, InputSource, Inputs, open_file, push_unique, set_gz_manifest, set_manifest,
+};
 
 pub(super) fn expand_zip(path: &Path, shown: &str, out: &mut Inputs) -> Result<(), InputError> {
     let bad = |detail: String| InputError::BadArchive {
@@ -137,7 +139,18 @@ fn add_member(
         Kind::Zip | Kind::Tar | Kind::CompressedArchive => {
             Err(InputError::NestedArchive { display })
         }
-        Kind::Manifest(text) => set_manifest(out, display, text),
+        Kind::Manifest(text) => {
+            for name in member_names(member) {
+                push_unique(&mut out.containers, name);
+            }
+            set_manifest(out, display, text)
+        }
+        Kind::GzManifest(text) => {
+            for name in member_names(member) {
+                push_unique(&mut out.containers, name);
+            }
+            set_gz_manifest(out, display, text)
+        }
         Kind::ManifestTooLarge => Err(InputError::ManifestTooLarge { display }),
         Kind::ManifestNotUtf8 => Err(InputError::ManifestNotUtf8 { display }),
         Kind::Trace => {

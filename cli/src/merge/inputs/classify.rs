@@ -19,6 +19,9 @@ pub(super) enum Kind {
     /// A gzip stream whose content is an archive.
     CompressedArchive,
     Manifest(String),
+    /// A gzip-compressed manifest: Perfetto sorts it as a container, after
+    /// the traces, where a manifest is refused.
+    GzManifest(String),
     ManifestTooLarge,
     ManifestNotUtf8,
     Trace,
@@ -47,7 +50,10 @@ pub(super) fn inspect(r: &mut dyn Read) -> io::Result<Kind> {
             return Ok(Kind::CompressedArchive);
         }
         if is_manifest(&inner) {
-            return read_manifest_rest(inner, &mut gz);
+            return read_manifest_rest(inner, &mut gz).map(|k| match k {
+                Kind::Manifest(text) => Kind::GzManifest(text),
+                other => other,
+            });
         }
         return Ok(Kind::Trace);
     }

@@ -38,6 +38,10 @@ pub enum InputError {
     #[error("multiple perfetto_manifest files: {first} and {second}; keep only one")]
     MultipleManifests { first: String, second: String },
     #[error(
+        "{display}: perfetto_manifest file must be the first trace file: a gzip-compressed manifest is read after the traces; store it uncompressed, or pass it with --manifest"
+    )]
+    ManifestNotFirst { display: String },
+    #[error(
         "{display}: perfetto_manifest is larger than 16 MiB; it should only describe the files"
     )]
     ManifestTooLarge { display: String },
@@ -64,6 +68,7 @@ impl InputError {
             | InputError::CompressedArchive { .. }
             | InputError::UnsupportedMember { .. }
             | InputError::MultipleManifests { .. }
+            | InputError::ManifestNotFirst { .. }
             | InputError::ManifestTooLarge { .. }
             | InputError::ManifestNotUtf8 { .. }
             | InputError::NotAManifest { .. } => DATAERR,

@@ -27,6 +27,27 @@ pub struct Inputs {
     pub traces: Vec<InputSource>,
     /// (display, JSON text) of the one manifest, if any.
     pub manifest: Option<(String, String)>,
+    /// Manifests after the first (display): refused once the first one is
+    /// read (its entries may name them, which is diagnosed first).
+    pub extra_manifests: Vec<String>,
+    /// Names of the inputs that are not traces (archives, manifests), which
+    /// a manifest entry may name but never override.
+    pub containers: Vec<String>,
+    /// A gzip-compressed manifest among the inputs (display).
+    gz_manifest: Option<String>,
+}
+
+impl Inputs {
+    /// The error of a second manifest, if there is one.
+    pub fn multiple_manifests(&self) -> Option<InputError> {
+        let (first, _) = self.manifest.as_ref()?;
+        self.extra_manifests
+            .first()
+            .map(|second| InputError::MultipleManifests {
+                first: first.clone(),
+                second: second.clone(),
+            })
+    }
 }
 
 /// Expands INPUT paths (and an optional `--manifest`) into trace sources, in
@@ -41,13 +62,20 @@ pub fn expand_inputs(
     let mut out = Inputs {
         traces: Vec::new(),
         manifest: None,
+        extra_manifests: Vec::new(),
+        containers: Vec::new(),
+        gz_manifest: None,
     };
     let mut manifest_canon = None;
     if let Some(m) = manifest_path {
         let shown = m.display().to_string();
         let mut f = open_file(m)?;
         match inspect(&mut f).map_err(|source| read_err(&shown, source))? {
-            Kind::Manifest(text) => set_manifest(&mut out, shown, text)?,
+            // Named explicitly, a compressed manifest is read first too.
+            Kind::Manifest(text) | Kind::GzManifest(text) => {
+                note_container(&mut out, &shown, m.file_name());
+                set_manifest(&mut out, shown, text)?
+            }
             Kind::ManifestTooLarge => return Err(InputError::ManifestTooLarge { display: shown }),
             Kind::ManifestNotUtf8 => return Err(InputError::ManifestNotUtf8 { display: shown }),
             _ => return Err(InputError::NotAManifest { path: shown }),
@@ -64,6 +92,11 @@ pub fn expand_inputs(
     if out.traces.is_empty() {
         return Err(InputError::NoTraces);
     }
+    // Perfetto sorts a compressed manifest after the traces, and a manifest
+    // that is not the first file is refused.
+    if let Some(display) = out.gz_manifest.take() {
+        return Err(InputError::ManifestNotFirst { display });
+    }
     Ok(out)
 }
 
@@ -73,14 +106,23 @@ fn expand_one(path: &Path, out: &mut Inputs) -> Result<(), InputError> {
     match inspect(&mut f).map_err(|source| read_err(&shown, source))? {
         Kind::Zip => {
             drop(f);
+            note_container(out, &shown, path.file_name());
             expand_zip(path, &shown, out)
         }
         Kind::Tar => {
             drop(f);
+            note_container(out, &shown, path.file_name());
             expand_tar(path, &shown, out)
         }
         Kind::CompressedArchive => Err(InputError::CompressedArchive { display: shown }),
-        Kind::Manifest(text) => set_manifest(out, shown, text),
+        Kind::Manifest(text) => {
+            note_container(out, &shown, path.file_name());
+            set_manifest(out, shown, text)
+        }
+        Kind::GzManifest(text) => {
+            note_container(out, &shown, path.file_name());
+            set_gz_manifest(out, shown, text)
+        }
         Kind::ManifestTooLarge => Err(InputError::ManifestTooLarge { display: shown }),
         Kind::ManifestNotUtf8 => Err(InputError::ManifestNotUtf8 { display: shown }),
         Kind::Trace => {
@@ -105,14 +147,27 @@ fn push_unique(names: &mut Vec<String>, name: String) {
 }
 
 fn set_manifest(out: &mut Inputs, display: String, text: String) -> Result<(), InputError> {
-    if let Some((first, _)) = &out.manifest {
-        return Err(InputError::MultipleManifests {
-            first: first.clone(),
-            second: display,
-        });
+    if out.manifest.is_some() {
+        out.extra_manifests.push(display);
+        return Ok(());
     }
     out.manifest = Some((display, text));
     Ok(())
+}
+
+fn set_gz_manifest(out: &mut Inputs, display: String, text: String) -> Result<(), InputError> {
+    if out.gz_manifest.is_none() {
+        out.gz_manifest = Some(display.clone());
+    }
+    set_manifest(out, display, text)
+}
+
+/// Records the names a manifest entry may use for a non-trace input.
+fn note_container(out: &mut Inputs, shown: &str, base: Option<&std::ffi::OsStr>) {
+    push_unique(&mut out.containers, shown.to_string());
+    if let Some(base) = base {
+        push_unique(&mut out.containers, base.to_string_lossy().into_owned());
+    }
 }
 
 fn open_file(path: &Path) -> Result<File, InputError> {

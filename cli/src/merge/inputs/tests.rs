@@ -219,15 +219,18 @@ fn manifest_detected_as_input_and_in_archives() {
     assert_eq!(text, MANIFEST);
     assert_eq!(inputs.traces.len(), 1);
 
-    // In a tar, gzip-compressed.
+    // In a tar, gzip-compressed: read after the traces, so refused
+    // (Perfetto: "perfetto_manifest file must be the first trace file").
     let t = write(
         d.path(),
         "c.tar",
         &tar_bytes(&[("m.json.gz", &gzip(MANIFEST.as_bytes())), ("t.pb", &tr)]),
     );
-    let inputs = expand_inputs(std::slice::from_ref(&t), None).unwrap();
-    assert_eq!(inputs.manifest.unwrap().1, MANIFEST);
-    assert_eq!(inputs.traces.len(), 1);
+    let e = err_of(expand_inputs(std::slice::from_ref(&t), None));
+    assert!(
+        e.to_string().contains("must be the first trace file"),
+        "{e}"
+    );
 
     // Via --manifest, also listed as an input: still one manifest.
     let inputs = expand_inputs(&[a.clone(), m.clone()], Some(&m)).unwrap();
@@ -267,7 +270,10 @@ fn two_manifests_rejected() {
             ("m.json", MANIFEST.as_bytes(), false),
         ]),
     );
-    let e = err_of(expand_inputs(&[m1.clone(), z.clone()], None));
+    // The second manifest is refused once the first is read (the first
+    // may name it, which is diagnosed first).
+    let second = |r: Result<Inputs, InputError>| r.unwrap().multiple_manifests().unwrap();
+    let e = second(expand_inputs(&[m1.clone(), z.clone()], None));
     assert_eq!(e.exit_code(), DATAERR);
     assert_eq!(
         e.to_string(),
@@ -277,12 +283,39 @@ fn two_manifests_rejected() {
             z.display()
         )
     );
-    let e = err_of(expand_inputs(std::slice::from_ref(&z), Some(&m2)));
+    let e = second(expand_inputs(std::slice::from_ref(&z), Some(&m2)));
     assert!(
         e.to_string()
             .starts_with("multiple perfetto_manifest files: "),
         "{e}"
     );
+}
+
+#[test]
+fn gzipped_manifest_among_traces_is_not_first() {
+    // Perfetto's test_error_gzipped_config_after_proto: a gzip-compressed
+    // manifest sorts as a container, after the traces.
+    let d = tempfile::tempdir().unwrap();
+    let z = write(
+        d.path(),
+        "g.zip",
+        &zip_bytes(&[
+            ("meta.json.gz", &gzip(MANIFEST.as_bytes()), false),
+            ("spine.pb", &trace_bytes(1), false),
+        ]),
+    );
+    let e = err_of(expand_inputs(std::slice::from_ref(&z), None));
+    assert_eq!(e.exit_code(), DATAERR);
+    assert!(
+        e.to_string()
+            .contains("meta.json.gz: perfetto_manifest file must be the first trace file"),
+        "{e}"
+    );
+    // Named with --manifest it is read first.
+    let m = write(d.path(), "m.json.gz", &gzip(MANIFEST.as_bytes()));
+    let t = write(d.path(), "t.pb", &trace_bytes(2));
+    let ok = expand_inputs(std::slice::from_ref(&t), Some(&m)).unwrap();
+    assert!(ok.manifest.is_some());
 }
 
 #[test]

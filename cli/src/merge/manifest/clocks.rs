@@ -47,7 +47,7 @@ pub(super) fn parse_clocks(v: &Value, key: &str) -> Result<ClockOverride, Manife
         None if present(so, "machine").is_some() => {
             return Err(err(
                 join(&skey, "machine"),
-                "clocks: a machine name alone is ambiguous: also name its file with sync_to.file",
+                "clocks: sync_to.file is required: a machine name alone is ambiguous; name its file with sync_to.file",
             ));
         }
         None => return Err(err(&skey, "clocks: sync_to.file is required")),

@@ -41,6 +41,35 @@ impl Manifest {
         })
     }
 
+    /// An entry naming an input that is not a trace (an archive, a
+    /// manifest: `containers`) may not override anything.
+    pub fn check_containers(&self, containers: &[String]) -> Result<(), ManifestError> {
+        for (i, e) in self.files.iter().enumerate() {
+            let overrides = e.machine.is_some() || !e.machines.is_empty() || e.clocks.is_some();
+            if overrides && containers.contains(&e.path) {
+                return Err(err(
+                    format!("files[{i}]"),
+                    format!(
+                        "'{}': overrides are not supported for trace files which are themselves archives or perfetto_manifest files; remove its `machine`, `machines` and `clocks`",
+                        e.path
+                    ),
+                ));
+            }
+            if let Some(c) = &e.clocks
+                && containers.contains(&c.sync_to.file)
+            {
+                return Err(err(
+                    format!("files[{i}].clocks.sync_to.file"),
+                    format!(
+                        "'{}': overrides are not supported for trace files which are themselves archives or perfetto_manifest files; relate the clock to a trace in it",
+                        c.sync_to.file
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks that need the inputs. `facts` maps a manifest file path to that
     /// input's facts (`None`: no such input).
     pub fn check_against_inputs(

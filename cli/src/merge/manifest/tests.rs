@@ -257,7 +257,7 @@ fn parse_errors() {
         ),
         (
             &wrap(r#""files": [{"path": "a", "clocks": {"sync_to": {"machine": "phone"}}}]"#),
-            "perfetto_manifest: files[0].clocks.sync_to.machine: clocks: a machine name alone is ambiguous: also name its file with sync_to.file",
+            "perfetto_manifest: files[0].clocks.sync_to.machine: clocks: sync_to.file is required: a machine name alone is ambiguous; name its file with sync_to.file",
         ),
         (
             &wrap(r#""files": [{"path": "a", "clocks": {"sync_to": {"file": ""}}}]"#),
