@@ -549,3 +549,47 @@ fn every_rolled_file_has_the_sync_quality_tracks() {
     );
     assert!(shares.iter().all(|&s| s <= 0.02), "over 2%: {shares:?}");
 }
+
+#[test]
+fn tail_of_the_dir_gives_every_remote_packet_a_bound() {
+    let Some(c) = capture("tail_of_the_dir_gives_every_remote_packet_a_bound") else {
+        return;
+    };
+    // `tail DIR` follows the newest file from its start (its preamble
+    // first) and then waits for more: read until it has been quiet a while.
+    let mut child = Command::new(live::bin("tracesync"))
+        .args(["tail", "--format", "jsonl"])
+        .arg(&c.dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run tracesync tail");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut records = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(3)) {
+        records.push(serde_json::from_str::<serde_json::Value>(&line).expect("jsonl"));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(rx);
+    let _ = reader.join();
+    let remote: Vec<&serde_json::Value> =
+        records.iter().filter(|r| int(r, "raw_id") != 0).collect();
+    let unbounded = remote.iter().filter(|r| int(r, "err_ns") == 0).count();
+    eprintln!(
+        "tail DIR: {} records, {} remote, {unbounded} of them with err_ns 0",
+        records.len(),
+        remote.len()
+    );
+    assert!(!remote.is_empty(), "no remote records from tail DIR");
+    assert_eq!(unbounded, 0, "remote records without a bound");
+}

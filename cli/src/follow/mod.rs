@@ -16,7 +16,7 @@
 pub mod resolve;
 pub mod sources;
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -31,6 +31,8 @@ use tracesync_core::live::{OutPacket, Role};
 /// Bytes read per poll at most, so a large backlog is shown in steps.
 const MAX_READ_PER_POLL: usize = 8 << 20;
 const CHUNK: usize = 256 << 10;
+/// Most packets held for their machine's first error-bound sample.
+const MAX_HELD: usize = 65_536;
 
 /// The rolling files of a directory, in writing order, and which the index
 /// marks complete.
@@ -124,6 +126,11 @@ pub struct DirFollower {
     resolver: FileResolver,
     seen: SeenPackets,
     labels: SourceLabels,
+    /// Remote packets read before any error bound of their machine was in
+    /// force (a file's preamble replays the machine's state before its
+    /// sync-quality samples): held until the first sample, which they then
+    /// take, as `merge` gives them (docs/format.md, "Sync-quality tracks").
+    held: VecDeque<OutPacket>,
     /// Problems worth telling the user (a torn file, a file gone before it
     /// was read); the caller prints and clears them.
     pub warnings: Vec<String>,
@@ -137,6 +144,7 @@ impl DirFollower {
             resolver: FileResolver::default(),
             seen: SeenPackets::default(),
             labels: SourceLabels::default(),
+            held: VecDeque::new(),
             warnings: Vec::new(),
         }
     }
@@ -230,6 +238,25 @@ impl DirFollower {
             }
             // Sources named as the live tail names them.
             self.labels.relabel(&self.dir, &mut out);
+            let machine = out.machine_raw_id;
+            if machine != 0 && self.resolver.bound(machine).is_none() {
+                // A data packet with no bound in force: this capture has
+                // no samples for the machine (written before the tracks
+                // existed); nothing to wait for.
+                if out.role != Role::Data && self.held.len() < MAX_HELD {
+                    self.held.push_back(out);
+                    continue;
+                }
+                release_held(
+                    &mut self.held,
+                    &self.resolver,
+                    Some(machine),
+                    emit,
+                    progress,
+                )?;
+            } else if !self.held.is_empty() {
+                release_held(&mut self.held, &self.resolver, None, emit, progress)?;
+            }
             progress.shown += 1;
             emit(&out)?;
         }
@@ -285,3 +312,29 @@ impl DirFollower {
 
 #[cfg(test)]
 mod tests;
+
+/// Emits, in order, the held packets whose machine now has a bound in force
+/// (with that bound), and those of `give_up` (no bound will come: as they
+/// are); keeps the rest.
+fn release_held(
+    held: &mut VecDeque<OutPacket>,
+    resolver: &FileResolver,
+    give_up: Option<u32>,
+    emit: &mut dyn FnMut(&OutPacket) -> io::Result<()>,
+    progress: &mut Progress,
+) -> io::Result<()> {
+    let mut kept = VecDeque::new();
+    while let Some(mut out) = held.pop_front() {
+        let machine = out.machine_raw_id;
+        if let Some(bound) = resolver.bound(machine) {
+            out.err_ns = bound;
+        } else if give_up != Some(machine) {
+            kept.push_back(out);
+            continue;
+        }
+        progress.shown += 1;
+        emit(&out)?;
+    }
+    *held = kept;
+    Ok(())
+}
