@@ -402,8 +402,11 @@ fn a_hello_with_a_1_mib_machine_name_is_refused_and_status_still_works() {
         "{json}"
     );
     let started = Instant::now();
+    // `-v`: the default view cuts names to 16 characters (80 columns);
+    // the verbose one shows them whole, escaped.
     let out = Command::new(bin("tracesync"))
         .arg("status")
+        .arg("-v")
         .arg("--connect")
         .arg(&daemon.control)
         .output()
