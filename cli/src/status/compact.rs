@@ -2,12 +2,10 @@
 //! columns (like `chronyc sources`), then the problems only, each wrapped
 //! to 80 columns. `-v` adds the legend ([`LEGEND`]) and the full table.
 
-use std::fmt::Write as _;
-
 use tracesync_core::status::{MachineStatus, StatusReport};
 use tracesync_daemon::control::format::human_ns;
 
-use super::{name, problems};
+use super::{aligned, name, problems};
 
 /// Terminal width the default view keeps to.
 pub const WIDTH: usize = 80;
@@ -57,27 +55,7 @@ pub fn compact(report: &StatusReport, now_unix_ms: u64) -> String {
         .iter()
         .map(|m| row(m, now_unix_ms))
         .collect();
-    let mut widths = COLUMNS.map(str::len);
-    for r in &rows {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut line = |cells: &[String]| {
-        let mut l = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i <= 1 {
-                let _ = write!(l, "{cell:<w$} ");
-            } else {
-                let _ = write!(l, "{cell:>w$} ");
-            }
-        }
-        let _ = writeln!(out, "{}", l.trim_end());
-    };
-    line(&COLUMNS.map(String::from));
-    for r in &rows {
-        line(r);
-    }
+    aligned(&mut out, COLUMNS, &rows, |i| i <= 1, " ");
     for p in problems(report, false) {
         wrap_into(&mut out, &p);
     }

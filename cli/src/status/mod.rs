@@ -93,8 +93,26 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
         .iter()
         .map(|m| row(m, now_unix_ms))
         .collect();
-    let mut widths = COLUMNS.map(str::len);
-    for r in &rows {
+    // Names left, numbers right.
+    aligned(&mut out, COLUMNS, &rows, |i| i == 0 || i == 2, "  ");
+    for p in problems(report, true) {
+        let _ = writeln!(out, "{p}");
+    }
+    out
+}
+
+/// Writes the header `columns` and `rows` as a table: each column as wide
+/// as its widest cell, the columns `left` picks left-aligned and the others
+/// right-aligned, cells separated by `gap`.
+fn aligned<const N: usize>(
+    out: &mut String,
+    columns: [&str; N],
+    rows: &[[String; N]],
+    left: impl Fn(usize) -> bool,
+    gap: &str,
+) {
+    let mut widths = columns.map(str::len);
+    for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
@@ -102,23 +120,18 @@ pub fn table(report: &StatusReport, now_unix_ms: u64) -> String {
     let mut line = |cells: &[String]| {
         let mut l = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            // Names left, numbers right.
-            if i == 0 || i == 2 {
-                let _ = write!(l, "{cell:<w$}  ");
+            if left(i) {
+                let _ = write!(l, "{cell:<w$}{gap}");
             } else {
-                let _ = write!(l, "{cell:>w$}  ");
+                let _ = write!(l, "{cell:>w$}{gap}");
             }
         }
         let _ = writeln!(out, "{}", l.trim_end());
     };
-    line(&COLUMNS.map(String::from));
-    for r in &rows {
+    line(&columns.map(String::from));
+    for r in rows {
         line(r);
     }
-    for p in problems(report, true) {
-        let _ = writeln!(out, "{p}");
-    }
-    out
 }
 
 /// The lines below the table: drops by reason, watermark holds, refused
