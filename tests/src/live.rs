@@ -10,6 +10,7 @@
 //! - [`judge`]: the same files through the real trace processor.
 
 pub mod judge;
+pub mod lab_pki;
 pub mod output;
 pub mod process;
 

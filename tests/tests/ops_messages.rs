@@ -13,48 +13,19 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use tracesync_common::tls::pki;
 use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC};
 use tracesync_tests::build;
-use tracesync_tests::live::{Daemon, DaemonOpts, DaemonTls, bin};
+use tracesync_tests::live::{Daemon, DaemonOpts, bin};
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The lab PKI: `ca` (the daemon's) with relay `r1`; `other` a CA the
-/// daemon does not trust, with its own `r1`.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let names = ["127.0.0.1".to_owned(), "localhost".to_owned()];
-        for ca in ["ca", "other"] {
-            pki::init(&dir.path().join(ca), &names).expect("pki init");
-            pki::issue(&dir.path().join(ca), "r1", None).expect("pki issue");
-        }
-        Pki { dir }
-    }
-
-    fn path(&self, ca: &str, file: &str) -> PathBuf {
-        self.dir.path().join(ca).join(file)
-    }
-
-    fn daemon(&self) -> DaemonTls {
-        DaemonTls {
-            cert: self.path("ca", "daemon.crt"),
-            key: self.path("ca", "daemon.key"),
-            client_ca: self.path("ca", "ca.crt"),
-        }
-    }
-}
+use tracesync_tests::live::lab_pki::TwoCaPki as Pki;
 
 /// Names and bytes of the files in `dir`, sorted.
 fn listing(dir: &Path) -> Vec<(String, u64)> {
@@ -395,8 +366,7 @@ fn check_config_checks_directories_and_files_as_the_service_user() {
         )
     );
     let pki = Pki::new();
-    std::fs::set_permissions(pki.dir.path(), std::fs::Permissions::from_mode(0o755))
-        .expect("chmod");
+    std::fs::set_permissions(pki.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let writable = d.join("w");
     std::fs::create_dir(&writable).expect("mkdir");
     std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).expect("chmod");

@@ -9,57 +9,14 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tracesync_common::tls::pki;
-use tracesync_tests::live::{Daemon, DaemonOpts, DaemonTls, bin};
+use tracesync_tests::live::{Daemon, DaemonOpts, bin};
 
 const GIVE_UP: u64 = 2;
 
-/// The lab PKI: `ca` (the daemon's) with relay `r1`; `other` a CA the
-/// daemon does not trust, with its own `r1`.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let names = ["127.0.0.1".to_owned(), "localhost".to_owned()];
-        for ca in ["ca", "other"] {
-            pki::init(&dir.path().join(ca), &names).expect("pki init");
-            pki::issue(&dir.path().join(ca), "r1", None).expect("pki issue");
-        }
-        Pki { dir }
-    }
-
-    fn path(&self, ca: &str, file: &str) -> PathBuf {
-        self.dir.path().join(ca).join(file)
-    }
-
-    fn daemon(&self) -> DaemonTls {
-        DaemonTls {
-            cert: self.path("ca", "daemon.crt"),
-            key: self.path("ca", "daemon.key"),
-            client_ca: self.path("ca", "ca.crt"),
-        }
-    }
-
-    /// `--tls-*` flags: trusting `trust`'s CA, presenting `cert`'s r1.
-    fn relay_flags(&self, trust: &str, cert: &str) -> Vec<String> {
-        let p = |ca: &str, f: &str| self.path(ca, f).display().to_string();
-        vec![
-            "--tls-ca".into(),
-            p(trust, "ca.crt"),
-            "--tls-cert".into(),
-            p(cert, "r1.crt"),
-            "--tls-key".into(),
-            p(cert, "r1.key"),
-        ]
-    }
-}
+use tracesync_tests::live::lab_pki::TwoCaPki as Pki;
 
 /// Runs a relay to `host` until it exits by itself (at most 30 s).
 fn relay_until_exit(host: SocketAddr, extra: &[String]) -> (i32, String, Duration) {

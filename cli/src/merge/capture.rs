@@ -143,18 +143,24 @@ pub fn from_dir(dir: &Path) -> Result<Capture, CaptureError> {
             format!("{}: cannot list: {e}", dir.display()),
         )
     })?;
-    if listing.files.is_empty() {
+    // Only the daemon's rolled files: a directory of other traces is not a
+    // capture (merge those by naming them).
+    let rolled: Vec<String> = listing
+        .files
+        .into_iter()
+        .filter(|name| is_rolled_name(name))
+        .collect();
+    if rolled.is_empty() {
         return Err(CaptureError::new(
             exit::NOINPUT,
             format!(
-                "{}: no rolled files (*.pftrace) in it; give tracesyncd's output directory or its files",
+                "{}: a directory with no rolled files (tracesync-*.pftrace); give tracesyncd's output directory, or name the trace files to merge",
                 dir.display()
             ),
         ));
     }
     let (index, names) = read_index_with_names(dir);
-    let files = listing
-        .files
+    let files = rolled
         .into_iter()
         .map(|name| {
             let (preamble_packets, last_ts) = index.get(&name).copied().unwrap_or_default();
