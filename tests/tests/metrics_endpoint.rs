@@ -363,9 +363,10 @@ fn check_probe_sessions(daemon: &Daemon, metrics: SocketAddr) {
         status["sync"]
     );
 
-    // And in the table: one `sync on` line per relay.
+    // And in the verbose table: one `sync on` line per relay.
     let out = Command::new(live::bin("tracesync"))
         .arg("status")
+        .arg("-v")
         .arg("--connect")
         .arg(&daemon.control)
         .output()
@@ -408,7 +409,9 @@ fn metrics_are_off_by_default_and_a_busy_address_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(
-        stderr.contains(&format!("cannot serve metrics on {addr} (metrics.listen)")),
+        stderr.contains(&format!(
+            "cannot serve metrics on {addr} ([metrics] listen)"
+        )),
         "{stderr}"
     );
     // Off by default: the shipped config has no [metrics] listen.
@@ -450,7 +453,7 @@ fn sighup_changes_the_log_level_without_a_restart() {
     daemon.wait_connected(&["phone"], Duration::from_secs(60));
     let before = daemon.log();
     assert!(
-        lines_with(&before, "relay connected").is_empty()
+        lines_with(&before, "relay phone (raw id").is_empty()
             && lines_with(&before, " INFO ").is_empty(),
         "at level warn no INFO line may appear:\n{before}"
     );
@@ -476,7 +479,7 @@ fn sighup_changes_the_log_level_without_a_restart() {
         Duration::from_secs(20),
         || {
             let log = daemon.log();
-            let connected = lines_with(&log, "relay connected");
+            let connected = lines_with(&log, "relay guest-vm (raw id");
             if connected.iter().any(|l| l.contains(" INFO ")) {
                 Ok(())
             } else {
