@@ -255,6 +255,12 @@ impl Connection {
         sent
     }
 
+    /// Whether the writer has ended (the connection is closing): its reader
+    /// reports why as [`ConnectionEvent::Lost`].
+    pub fn is_closed(&self) -> bool {
+        self.outgoing.is_closed()
+    }
+
     /// Whether at least [`LINK_QUEUE_BYTES`] wait to be written.
     pub fn is_full(&self) -> bool {
         self.queued.bytes.load(Ordering::Relaxed) >= LINK_QUEUE_BYTES

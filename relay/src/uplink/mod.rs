@@ -425,6 +425,12 @@ impl Uplink {
             }
         };
         let sent = self.connection.as_ref().is_some_and(|c| c.send(frame));
+        if !sent && self.connection.as_ref().is_some_and(Connection::is_closed) {
+            // The writer ended: the reader's Lost event says why (a
+            // certificate the daemon refused, a peer that is no daemon),
+            // and reconnects then. The frame stays unacknowledged.
+            return false;
+        }
         if !sent {
             tracing::warn!(
                 "daemon {}: connection not writable; reconnecting",
