@@ -268,7 +268,9 @@ fn read_merged(
             continue;
         }
         packets += 1;
-        if v["clock"].as_u64() != Some(BOOTTIME) {
+        // The daemon's sync-quality samples for the guest carry the
+        // timestamp of the packet they precede: not ping events.
+        if v["clock"].as_u64() != Some(BOOTTIME) || daemon_quality(&v) {
             continue;
         }
         let Some(n) = v["clock_ts"].as_u64().and_then(|s| by_stamp.get(&s)) else {
@@ -300,7 +302,10 @@ fn read_live(path: &Path, guest: u32, pings: &[Ping]) -> Result<BTreeMap<u64, Li
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
-        if v["raw_id"].as_u64() != Some(u64::from(guest)) || v["clock"].as_u64() != Some(BOOTTIME) {
+        if v["raw_id"].as_u64() != Some(u64::from(guest))
+            || v["clock"].as_u64() != Some(BOOTTIME)
+            || daemon_quality(&v)
+        {
             continue;
         }
         let (Some(n), Some(ts)) = (
@@ -318,6 +323,15 @@ fn read_live(path: &Path, guest: u32, pings: &[Ping]) -> Result<BTreeMap<u64, Li
         );
     }
     Ok(out)
+}
+
+/// A record of a sync-quality sequence the daemon writes per remote
+/// machine (docs/format.md, "Sync-quality tracks").
+fn daemon_quality(v: &serde_json::Value) -> bool {
+    v["seq"]
+        .as_u64()
+        .and_then(|s| u32::try_from(s).ok())
+        .is_some_and(tracesync_core::sync_quality::is_quality_seq)
 }
 
 fn causality(
