@@ -330,32 +330,24 @@ pub fn time(tag: u8, value: &[u8]) -> Option<i64> {
         (TAG_GENERALIZED_TIME, 14) => (num(0..4)?, 4),
         _ => return None,
     };
-    let month = num(rest..rest + 2)?;
-    let day = num(rest + 2..rest + 4)?;
-    let hour = num(rest + 4..rest + 6)?;
-    let minute = num(rest + 6..rest + 8)?;
+    let month = u8::try_from(num(rest..rest + 2)?).ok()?;
+    let day = u8::try_from(num(rest + 2..rest + 4)?).ok()?;
+    let hour = u8::try_from(num(rest + 4..rest + 6)?).ok()?;
+    let minute = u8::try_from(num(rest + 6..rest + 8)?).ok()?;
     let second = num(rest + 8..rest + 10)?;
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let days = days_from_civil(year, month, day);
-    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = year - i64::from(month <= 2);
-    let era = year.div_euclid(400);
-    let year_of_era = year.rem_euclid(400);
-    let month_from_march = if month > 2 { month - 3 } else { month + 9 };
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
+    // A leap second (60) reads as the second after 59.
+    let (second, leap) = match second {
+        60 => (59, 1),
+        s => (u8::try_from(s).ok()?, 0),
+    };
+    let date = time::Date::from_calendar_date(
+        i32::try_from(year).ok()?,
+        time::Month::try_from(month).ok()?,
+        day,
+    )
+    .ok()?;
+    let at = date.with_hms(hour, minute, second).ok()?.assume_utc();
+    Some(at.unix_timestamp() + leap)
 }
 
 #[cfg(test)]
