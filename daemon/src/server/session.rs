@@ -10,19 +10,15 @@
 //! on a frame that has begun must arrive whole within
 //! `limits.frame-timeout-ms` ([`FrameClock`]).
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 use tracesync_protocol::relay::RefusalCode;
 
-use bytes::{Bytes, BytesMut};
-use futures_util::{SinkExt, StreamExt};
-use prost::Message;
+use bytes::Bytes;
+use futures_util::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
-use tokio::time::{Sleep, timeout, timeout_at};
+use tokio::time::{timeout, timeout_at};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tracesync_protocol::relay::{
     MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, PROTOCOL_VERSION, check_hello_strings, v1,
@@ -35,6 +31,14 @@ use super::events::{Feedback, IngestEvent, Welcomed};
 use super::preauth::PreAuth;
 use super::{Counter, Shared};
 use crate::tls::{Bindings, CertIdentity, Claimed, DataStream};
+
+#[path = "session_frames.rs"]
+mod frames;
+pub(super) use frames::refuse;
+use frames::{
+    FrameClock, Stalled, batch_packet_count, decode, decode_frame, kind, next_frame, read_failed,
+    send,
+};
 
 /// Plain TCP or TLS ([`DataStream`]).
 type Link<S> = Framed<S, LengthDelimitedCodec>;
@@ -317,64 +321,6 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     })
 }
 
-/// How long a frame may take once it has begun: its first byte (read from
-/// the socket, before TLS decryption) starts the clock, and the frame must
-/// be whole within `limit`, however slowly the rest trickles in. Time the
-/// session does not read (paused, waiting for the ingest loop) does not
-/// count: the clock restarts after every frame and when reading resumes.
-struct FrameClock {
-    limit: Duration,
-    /// Bytes read from the socket when the clock last restarted.
-    mark: u64,
-    /// Armed once a frame has begun.
-    deadline: Option<Pin<Box<Sleep>>>,
-}
-
-/// A frame began more than the frame timeout ago and is not whole yet.
-struct Stalled;
-
-impl FrameClock {
-    fn new<S: DataStream>(limit: Duration, link: &Link<S>) -> Self {
-        Self {
-            limit,
-            mark: link.get_ref().bytes_received(),
-            deadline: None,
-        }
-    }
-
-    fn restart<S: DataStream>(&mut self, link: &Link<S>) {
-        self.mark = link.get_ref().bytes_received();
-        self.deadline = None;
-    }
-}
-
-type Read = Option<std::io::Result<BytesMut>>;
-
-/// The next frame (or the end of the stream), under the frame clock.
-async fn next_frame<S: DataStream>(
-    link: &mut Link<S>,
-    clock: &mut FrameClock,
-) -> Result<Read, Stalled> {
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(read) = link.poll_next_unpin(cx) {
-            clock.restart(link);
-            return Poll::Ready(Ok(read));
-        }
-        let begun = !link.read_buffer().is_empty() || link.get_ref().bytes_received() != clock.mark;
-        if begun {
-            let limit = clock.limit;
-            let deadline = clock
-                .deadline
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-            if deadline.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Err(Stalled));
-            }
-        }
-        Poll::Pending
-    })
-    .await
-}
-
 struct Session<'a, P, S> {
     link: Link<S>,
     clock: FrameClock,
@@ -578,120 +524,6 @@ impl<P: ProbeRegistry> Drop for Unregister<P> {
     }
 }
 
-fn decode(bytes: &[u8]) -> Result<v1::frame::Body, String> {
-    decode_frame(bytes)
-}
-
-/// Decodes a frame; from a `Bytes` buffer, the `bytes` fields (packets)
-/// are zero-copy slices of it.
-fn decode_frame(bytes: impl bytes::Buf) -> Result<v1::frame::Body, String> {
-    let len = bytes.remaining();
-    match v1::Frame::decode(bytes) {
-        Ok(v1::Frame { body: Some(body) }) => Ok(body),
-        Ok(v1::Frame { body: None }) => {
-            Err("malformed frame: no message in it; relay and daemon versions must match".into())
-        }
-        Err(e) => Err(format!(
-            "malformed frame ({len} bytes): {e}; relay and daemon versions must match"
-        )),
-    }
-}
-
-/// Packets in a Batch frame (0 for other frames or bytes that do not
-/// parse), counted without decoding; stops counting past the limit.
-fn batch_packet_count(frame: &[u8]) -> usize {
-    use tracesync_protocol::scan::{FieldValue, Fields};
-    const BATCH: u32 = 4;
-    const PACKETS: u32 = 3;
-    let mut count = 0;
-    for field in Fields::new(frame).map_while(Result::ok) {
-        let (BATCH, FieldValue::Len(batch)) = (field.number, field.value) else {
-            continue;
-        };
-        for inner in Fields::new(batch).map_while(Result::ok) {
-            if inner.number == PACKETS {
-                count += 1;
-                if count > MAX_BATCH_PACKETS {
-                    return count;
-                }
-            }
-        }
-    }
-    count
-}
-
-fn kind(body: &v1::frame::Body) -> &'static str {
-    match body {
-        v1::frame::Body::Hello(_) => "Hello",
-        v1::frame::Body::Welcome(_) => "Welcome",
-        v1::frame::Body::Refused(_) => "Refused",
-        v1::frame::Body::Batch(_) => "Batch",
-        v1::frame::Body::Ack(_) => "Ack",
-        v1::frame::Body::Heartbeat(_) => "Heartbeat",
-    }
-}
-
-async fn send<S: DataStream>(link: &mut Link<S>, body: v1::frame::Body) -> std::io::Result<()> {
-    let frame = v1::Frame { body: Some(body) };
-    let bytes = Bytes::from(frame.encode_to_vec());
-    match timeout(WRITE_TIMEOUT, link.send(bytes)).await {
-        Ok(result) => result,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "relay stopped reading",
-        )),
-    }
-}
-
-/// Sends Refused with its code and a one-line reason and logs it (escaped:
-/// a reason may quote what the relay sent); the caller closes.
-pub(super) async fn refuse<S: DataStream>(
-    link: &mut Link<S>,
-    peer: SocketAddr,
-    code: RefusalCode,
-    reason: &str,
-) {
-    warn!(%peer, %code, "refusing relay: {}", Escaped(reason));
-    let refused = v1::frame::Body::Refused(v1::Refused {
-        reason: reason.to_owned(),
-        code: code.as_str().to_owned(),
-    });
-    if let Err(e) = send(link, refused).await {
-        debug!(%peer, "cannot send Refused: {e}");
-    }
-}
-
-/// A read error: an oversized frame is the relay's fault and gets a reason;
-/// anything else is the network's. `first`: the frame was to be the Hello.
-async fn read_failed<P, S: DataStream>(
-    link: &mut Link<S>,
-    peer: SocketAddr,
-    e: std::io::Error,
-    shared: &Shared<P>,
-    first: bool,
-) {
-    let oversized = e
-        .get_ref()
-        .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());
-    if oversized && first {
-        shared.counters.bump(Counter::RefusedHelloTooLarge);
-        let reason = format!(
-            "first frame larger than {MAX_HELLO_FRAME_BYTES} bytes: a Hello is far smaller; \
-             relay and daemon versions must match"
-        );
-        refuse(link, peer, RefusalCode::HelloTooLarge, &reason).await;
-    } else if oversized {
-        shared.counters.bump(Counter::FramesTooLarge);
-        let reason = format!(
-            "frame larger than limits.max-frame-bytes={}; raise it on the daemon or upgrade the relay",
-            shared.settings.max_frame_bytes
-        );
-        refuse(link, peer, RefusalCode::FrameTooLarge, &reason).await;
-    } else {
-        debug!(%peer, "relay connection failed: {e}");
-    }
-}
-
 /// Equal inputs compare in time that depends only on the expected token's
 /// length, so a relay cannot learn the token byte by byte.
 pub fn tokens_match(expected: &[u8], given: &[u8]) -> bool {
@@ -715,24 +547,5 @@ fn new_session_id() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_match_only_when_equal() {
-        assert!(tokens_match(b"secret", b"secret"));
-        assert!(!tokens_match(b"secret", b"secreT"));
-        assert!(!tokens_match(b"secret", b"secret2"));
-        assert!(!tokens_match(b"secret", b"secre"));
-        assert!(!tokens_match(b"secret", b""));
-        assert!(tokens_match(b"", b""));
-    }
-
-    #[test]
-    fn session_ids_are_distinct_and_non_zero() {
-        let a = new_session_id();
-        let b = new_session_id();
-        assert_ne!(a, b);
-        assert_ne!(a, 0);
-    }
-}
+#[path = "session_tests.rs"]
+mod tests;

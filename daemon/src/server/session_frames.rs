@@ -1,0 +1,196 @@
+//! A relay session's frames: reading one under the frame clock, decoding,
+//! counting a Batch's packets without decoding it, sending with a write
+//! timeout, and refusing.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
+use prost::Message;
+use tokio::time::{Sleep, timeout};
+use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, RefusalCode, v1};
+use tracesync_protocol::text::Escaped;
+use tracing::{debug, warn};
+
+use super::{Link, WRITE_TIMEOUT};
+use crate::server::{Counter, Shared};
+use crate::tls::DataStream;
+
+/// How long a frame may take once it has begun: its first byte (read from
+/// the socket, before TLS decryption) starts the clock, and the frame must
+/// be whole within `limit`, however slowly the rest trickles in. Time the
+/// session does not read (paused, waiting for the ingest loop) does not
+/// count: the clock restarts after every frame and when reading resumes.
+pub(super) struct FrameClock {
+    pub(super) limit: Duration,
+    /// Bytes read from the socket when the clock last restarted.
+    mark: u64,
+    /// Armed once a frame has begun.
+    deadline: Option<Pin<Box<Sleep>>>,
+}
+
+/// A frame began more than the frame timeout ago and is not whole yet.
+pub(super) struct Stalled;
+
+impl FrameClock {
+    pub(super) fn new<S: DataStream>(limit: Duration, link: &Link<S>) -> Self {
+        Self {
+            limit,
+            mark: link.get_ref().bytes_received(),
+            deadline: None,
+        }
+    }
+
+    pub(super) fn restart<S: DataStream>(&mut self, link: &Link<S>) {
+        self.mark = link.get_ref().bytes_received();
+        self.deadline = None;
+    }
+}
+
+pub(super) type Read = Option<std::io::Result<BytesMut>>;
+
+/// The next frame (or the end of the stream), under the frame clock.
+pub(super) async fn next_frame<S: DataStream>(
+    link: &mut Link<S>,
+    clock: &mut FrameClock,
+) -> Result<Read, Stalled> {
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(read) = link.poll_next_unpin(cx) {
+            clock.restart(link);
+            return Poll::Ready(Ok(read));
+        }
+        let begun = !link.read_buffer().is_empty() || link.get_ref().bytes_received() != clock.mark;
+        if begun {
+            let limit = clock.limit;
+            let deadline = clock
+                .deadline
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+            if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(Stalled));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+pub(super) fn decode(bytes: &[u8]) -> Result<v1::frame::Body, String> {
+    decode_frame(bytes)
+}
+
+/// Decodes a frame; from a `Bytes` buffer, the `bytes` fields (packets)
+/// are zero-copy slices of it.
+pub(super) fn decode_frame(bytes: impl bytes::Buf) -> Result<v1::frame::Body, String> {
+    let len = bytes.remaining();
+    match v1::Frame::decode(bytes) {
+        Ok(v1::Frame { body: Some(body) }) => Ok(body),
+        Ok(v1::Frame { body: None }) => {
+            Err("malformed frame: no message in it; relay and daemon versions must match".into())
+        }
+        Err(e) => Err(format!(
+            "malformed frame ({len} bytes): {e}; relay and daemon versions must match"
+        )),
+    }
+}
+
+/// Packets in a Batch frame (0 for other frames or bytes that do not
+/// parse), counted without decoding; stops counting past the limit.
+pub(super) fn batch_packet_count(frame: &[u8]) -> usize {
+    use tracesync_protocol::scan::{FieldValue, Fields};
+    const BATCH: u32 = 4;
+    const PACKETS: u32 = 3;
+    let mut count = 0;
+    for field in Fields::new(frame).map_while(Result::ok) {
+        let (BATCH, FieldValue::Len(batch)) = (field.number, field.value) else {
+            continue;
+        };
+        for inner in Fields::new(batch).map_while(Result::ok) {
+            if inner.number == PACKETS {
+                count += 1;
+                if count > MAX_BATCH_PACKETS {
+                    return count;
+                }
+            }
+        }
+    }
+    count
+}
+
+pub(super) fn kind(body: &v1::frame::Body) -> &'static str {
+    match body {
+        v1::frame::Body::Hello(_) => "Hello",
+        v1::frame::Body::Welcome(_) => "Welcome",
+        v1::frame::Body::Refused(_) => "Refused",
+        v1::frame::Body::Batch(_) => "Batch",
+        v1::frame::Body::Ack(_) => "Ack",
+        v1::frame::Body::Heartbeat(_) => "Heartbeat",
+    }
+}
+
+pub(super) async fn send<S: DataStream>(
+    link: &mut Link<S>,
+    body: v1::frame::Body,
+) -> std::io::Result<()> {
+    let frame = v1::Frame { body: Some(body) };
+    let bytes = Bytes::from(frame.encode_to_vec());
+    match timeout(WRITE_TIMEOUT, link.send(bytes)).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "relay stopped reading",
+        )),
+    }
+}
+
+/// Sends Refused with its code and a one-line reason and logs it (escaped:
+/// a reason may quote what the relay sent); the caller closes.
+pub(in crate::server) async fn refuse<S: DataStream>(
+    link: &mut Link<S>,
+    peer: SocketAddr,
+    code: RefusalCode,
+    reason: &str,
+) {
+    warn!(%peer, %code, "refusing relay: {}", Escaped(reason));
+    let refused = v1::frame::Body::Refused(v1::Refused {
+        reason: reason.to_owned(),
+        code: code.as_str().to_owned(),
+    });
+    if let Err(e) = send(link, refused).await {
+        debug!(%peer, "cannot send Refused: {e}");
+    }
+}
+
+/// A read error: an oversized frame is the relay's fault and gets a reason;
+/// anything else is the network's. `first`: the frame was to be the Hello.
+pub(super) async fn read_failed<P, S: DataStream>(
+    link: &mut Link<S>,
+    peer: SocketAddr,
+    e: std::io::Error,
+    shared: &Shared<P>,
+    first: bool,
+) {
+    let oversized = e
+        .get_ref()
+        .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());
+    if oversized && first {
+        shared.counters.bump(Counter::RefusedHelloTooLarge);
+        let reason = format!(
+            "first frame larger than {MAX_HELLO_FRAME_BYTES} bytes: a Hello is far smaller; \
+             relay and daemon versions must match"
+        );
+        refuse(link, peer, RefusalCode::HelloTooLarge, &reason).await;
+    } else if oversized {
+        shared.counters.bump(Counter::FramesTooLarge);
+        let reason = format!(
+            "frame larger than limits.max-frame-bytes={}; raise it on the daemon or upgrade the relay",
+            shared.settings.max_frame_bytes
+        );
+        refuse(link, peer, RefusalCode::FrameTooLarge, &reason).await;
+    } else {
+        debug!(%peer, "relay connection failed: {e}");
+    }
+}
