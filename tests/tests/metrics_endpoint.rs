@@ -4,8 +4,8 @@
 //! changed `[log] level` changes what is logged without a restart; the log
 //! shapes (journald, JSON) are what docs/operations.md `## Logs` says.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,24 +17,7 @@ fn free_addr() -> SocketAddr {
     l.local_addr().expect("local addr")
 }
 
-/// One plain HTTP/1.0 GET; the body.
-fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)
-        .map_err(|e| format!("read {addr}: {e}"))?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no HTTP header end in {text:?}"))?;
-    if !head.starts_with("HTTP/1.") || !head.contains(" 200") {
-        return Err(format!("not 200: {head}"));
-    }
-    Ok(body.to_owned())
-}
+use tracesync_tests::faults::peer::http_get;
 
 /// Samples of a Prometheus text page: (name{labels}, value).
 fn samples(page: &str) -> Vec<(String, f64)> {
