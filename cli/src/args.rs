@@ -61,6 +61,19 @@ pub enum Command {
         #[arg(required = true, value_name = "DIR|FILES")]
         inputs: Vec<PathBuf>,
     },
+    /// Re-align a closed capture from every probe sample before and after each
+    /// packet (two-sided); OUTDIR is a rolling capture of the same layout.
+    Refine {
+        /// The refined capture [default: DIR-refined beside DIR].
+        #[arg(short = 'o', long = "output", value_name = "OUTDIR")]
+        output: Option<PathBuf>,
+        /// Write the counters and per-machine figures as JSON to this file.
+        #[arg(long)]
+        stats: Option<PathBuf>,
+        /// tracesyncd's output directory, after the daemon stopped.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
     /// The main job: tracesyncd and N relays with simulated clocks (offsets,
     /// drift) on loopback; live status; a rolling merged trace checked
     /// against ground truth that opens in Perfetto UI.

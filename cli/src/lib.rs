@@ -18,6 +18,7 @@ pub mod connect;
 pub mod demo;
 pub mod follow;
 pub mod merge;
+pub mod refine;
 pub mod report;
 pub mod status;
 mod tail;
@@ -107,6 +108,9 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Report { output, inputs } => report::run(&inputs, output.as_deref()),
+        Command::Refine { output, stats, dir } => {
+            refine::run(&dir, output.as_deref(), stats.as_deref())
+        }
         Command::Demo {
             relays,
             seconds,

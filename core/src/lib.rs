@@ -17,6 +17,8 @@
 //! - [`sync_quality`]: the sync-quality counter tracks of every remote
 //!   machine in the rolled files (offset, frequency error, error bound,
 //!   round trip, epochs).
+//! - [`refine`]: what a refined capture writes before a remote machine's
+//!   packet (`tracesync refine`).
 //! - [`jsonl`]: the jsonl record of a resolved packet.
 //! - [`status`]: the daemon's status report.
 
@@ -24,6 +26,7 @@ pub mod clock;
 pub mod jsonl;
 pub mod live;
 pub mod preamble;
+pub mod refine;
 pub mod status;
 pub mod sync;
 pub mod sync_point;

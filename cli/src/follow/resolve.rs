@@ -157,8 +157,10 @@ impl FileResolver {
         }
     }
 
-    /// Host trace time of `value` in `clock` on `machine`, if there is a path.
-    fn trace_time(&self, machine: u32, clock: u32, value: u64, explicit: bool) -> Option<i64> {
+    /// BOOTTIME on `machine` of `value` in `clock`, if there is a path
+    /// (clocks other than BOOTTIME through the machine's latest
+    /// ClockSnapshot).
+    pub fn machine_boottime(&self, machine: u32, clock: u32, value: u64) -> Option<u64> {
         let boottime = if clock == BOOTTIME {
             i128::from(value)
         } else {
@@ -170,6 +172,12 @@ impl FileResolver {
             };
             i128::from(value) - at(clock)? + at(BOOTTIME)?
         };
+        u64::try_from(boottime).ok()
+    }
+
+    /// Host trace time of `value` in `clock` on `machine`, if there is a path.
+    fn trace_time(&self, machine: u32, clock: u32, value: u64, explicit: bool) -> Option<i64> {
+        let boottime = i128::from(self.machine_boottime(machine, clock, value)?);
         // Perfetto shifts only packets with a clock id (explicit or by
         // default) on remote machines; the daemon stamps one on them all.
         let offset = if machine != 0 && explicit {

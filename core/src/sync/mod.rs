@@ -199,6 +199,11 @@ pub struct ProbeSample {
     pub t3: u64,
     /// Host BOOTTIME at reply receive (ns).
     pub t4: u64,
+    /// The relay's BOOTTIME minus MONOTONIC at the reply (ns): a change is
+    /// a suspend, which a re-estimate must not fit across. 0 in sidecars
+    /// written before it was recorded.
+    #[serde(default)]
+    pub boottime_minus_monotonic_ns: i64,
 }
 
 /// What the prober tells the ingest loop after accepted replies.
@@ -258,8 +263,13 @@ mod tests {
             t2: 2,
             t3: 3,
             t4: 4,
+            boottime_minus_monotonic_ns: -5,
         };
         let text = serde_json::to_string(&sample).unwrap();
         assert_eq!(serde_json::from_str::<ProbeSample>(&text).unwrap(), sample);
+        // Sidecars written before the field was recorded still read.
+        let old = r#"{"machine_raw_id":7,"session_id":1,"t1":1,"t2":2,"t3":3,"t4":4}"#;
+        let old: ProbeSample = serde_json::from_str(old).unwrap();
+        assert_eq!(old.boottime_minus_monotonic_ns, 0);
     }
 }

@@ -222,6 +222,7 @@ impl ProberCore {
                 t2,
                 t3,
                 t4,
+                boottime_minus_monotonic_ns: reply.boottime_minus_monotonic_ns,
             }],
         })
     }

@@ -121,6 +121,22 @@ fn encode(record: &JournalRecord, out: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
+/// A whole journal of one full record: `state`'s streams, naming `file`
+/// at durable length `len` (a capture rewritten elsewhere, e.g. by
+/// `tracesync refine`, keeps its sources and its recovery point).
+pub fn compacted(state: &JournalState, file: &str, len: u64) -> io::Result<Vec<u8>> {
+    let record = JournalRecord {
+        file: file.to_owned(),
+        len,
+        next_out_seq: state.next_out_seq,
+        full: true,
+        streams: state.streams.values().cloned().collect(),
+    };
+    let mut out = MAGIC.to_vec();
+    encode(&record, &mut out)?;
+    Ok(out)
+}
+
 /// Fsyncs a directory, so renames and new files in it are durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

@@ -38,7 +38,7 @@ use tracesync_protocol::wire;
 pub use commit::CommitWaker;
 pub use files::{LinkRefused, Vanished, is_vanished};
 pub use index::{INDEX_NAME, IndexEntry, IndexMachine};
-pub use journal::{JournalState, parse as parse_journal};
+pub use journal::{JournalState, compacted as compacted_journal, parse as parse_journal};
 pub use naming::{SYNC_SIDECAR_SUFFIX, utc_stamp};
 pub use recover::JOURNAL_NAME;
 pub use tracesync_core::preamble::{PreambleLimits, role_of};

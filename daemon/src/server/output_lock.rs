@@ -118,6 +118,29 @@ pub fn lock(dir: &Path) -> Result<OutputLock, LockError> {
     Ok(OutputLock { _file: file, path })
 }
 
+/// Whether a running daemon holds `dir`'s lock, and its pid as written
+/// there: `Some` while one writes into `dir`. Only looks (a shared lock
+/// tried and dropped); a missing lock file is no holder.
+pub fn holder(dir: &Path) -> Option<Option<u32>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(dir.join(LOCK_FILE))
+        .ok()?;
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_) => None,
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut text = String::new();
+            Some(
+                file.read_to_string(&mut text)
+                    .ok()
+                    .and_then(|_| text.trim().parse().ok()),
+            )
+        }
+        Err(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,7 +161,9 @@ mod tests {
             "{message}"
         );
         assert_eq!(second.exit_code(), tracesync_common::exit::TEMPFAIL);
+        assert_eq!(holder(&out), Some(Some(std::process::id())));
         drop(first);
+        assert_eq!(holder(&out), None);
         lock(&out).expect("lock after release");
     }
 

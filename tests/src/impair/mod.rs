@@ -9,10 +9,14 @@
 //! - [`realsock`]: one run end to end and its accuracy figures.
 //! - `netns`: the namespaces, the processes in them, the control socket.
 //! - [`baselines`]: probe samples of the sidecars, naive and Perfetto-style offsets.
+//! - [`refined`]: the run's capture refined afterwards, judged the same way.
+//! - `table`: the markdown table of a run's figures.
 
 pub mod baselines;
 pub mod model;
 mod netns;
 pub mod proxy;
 pub mod realsock;
+pub mod refined;
 pub mod sched;
+mod table;

@@ -36,6 +36,7 @@ pub use super::baselines::{Baselines, Sample, read_samples};
 pub use super::netns::available;
 use super::netns::{Net, Proc, have_chrt, in_netns, start_tail, status};
 use super::sched::quantile;
+pub use super::table::table;
 use crate::live::output::check_output;
 
 const DATA_PORT: u16 = 7400;
@@ -97,15 +98,19 @@ pub struct Bins {
     pub daemon: PathBuf,
     pub relay: PathBuf,
     pub impair: PathBuf,
+    /// `tracesync`, for `refine` after the run.
+    pub cli: PathBuf,
 }
 
 impl Bins {
-    /// `tracesyncd`, `tracesync-relay` and `tracesync-impair` in `dir`.
+    /// `tracesyncd`, `tracesync-relay`, `tracesync-impair` and `tracesync`
+    /// in `dir`.
     pub fn in_dir(dir: &Path) -> Bins {
         Bins {
             daemon: dir.join("tracesyncd"),
             relay: dir.join("tracesync-relay"),
             impair: dir.join("tracesync-impair"),
+            cli: dir.join("tracesync"),
         }
     }
 }
@@ -210,12 +215,12 @@ impl ErrStats {
         }
     }
 
-    fn cells(&self) -> String {
+    pub(super) fn cells(&self) -> String {
         format!("{} / {} / {}", us(self.p50), us(self.p99), us(self.max))
     }
 }
 
-fn us(ns: u64) -> String {
+pub(super) fn us(ns: u64) -> String {
     if ns >= 100_000 {
         format!("{:.0}", ns as f64 / 1e3)
     } else {
@@ -246,6 +251,11 @@ pub struct RelayResult {
     pub probe_samples: usize,
     pub naive: Option<ErrStats>,
     pub perfetto: Option<ErrStats>,
+    /// The capture refined afterwards (`tracesync refine`): |placed -
+    /// truth| of the measured events, and (inside, events) of all its
+    /// events against the refined bound.
+    pub refined: Option<ErrStats>,
+    pub refined_inside: (u64, u64),
     /// The relay's UDP probes: (t2 from the kernel, stamped in userspace
     /// instead), from its log; None when it logged none.
     pub relay_rx_stamps: Option<(u64, u64)>,
@@ -561,6 +571,13 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
         rr.perfetto = (!perfetto.is_empty()).then(|| ErrStats::of(perfetto));
         result.relays.push(rr);
     }
+    super::refined::measure(
+        &spec.bins.cli,
+        &out_dir,
+        &root.join("refined"),
+        warm,
+        &mut result.relays,
+    )?;
     drop(net);
     if spec.keep {
         result.dir = Some(dir.keep());
@@ -581,65 +598,4 @@ fn wait_for(
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(format!("waited {timeout:?} for {what}"))
-}
-
-/// The markdown table of results (µs).
-pub fn table(results: &[RunResult]) -> String {
-    let mut s = String::from(
-        "| profile | rx stamps | relay | events | merged p50 / p99 / max (µs) | live p99 (µs) | bias (µs) \
-         | in bound | bound p50 (µs) | naive p50 / p99 / max (µs) | Perfetto-style p50 / p99 / max (µs) \
-         | lost / dup | kernel-stamped t4 / t2 | proxy release late p50 / p99 / max (µs) |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for r in results {
-        let late = &r.proxy["release_late_ns"];
-        let late_cells = if r.proxied {
-            let late = |k: &str| us(late[k].as_u64().unwrap_or(0));
-            format!("{} / {} / {}", late("p50"), late("p99"), late("max"))
-        } else {
-            "no proxy".to_owned()
-        };
-        let stamps = match r.kernel_timestamps {
-            Some(true) => "kernel",
-            Some(false) => "user",
-            None => "default",
-        };
-        let share = |c: Option<(u64, u64)>| match c {
-            Some((k, f)) if k + f > 0 => format!("{:.0}%", 100.0 * k as f64 / (k + f) as f64),
-            _ => "-".to_owned(),
-        };
-        for x in &r.relays {
-            let mut relay = match x.drift_ppm {
-                Some(d) => format!("{} (+{} s, {d} ppm", x.name, x.timens_s),
-                None => format!("{} (+{} s", x.name, x.timens_s),
-            };
-            if !x.extra_args.is_empty() {
-                relay.push_str(&format!(", {}", x.extra_args.join(" ")));
-            }
-            relay.push(')');
-            let base = |b: &Option<ErrStats>| b.map_or_else(|| "n/a".into(), |b| b.cells());
-            s.push_str(&format!(
-                "| {} | {stamps} | {relay} | {} | {} | {} | {:.1} | {:.2}%{} | {} | {} | {} | {} / {} | {} / {} | {late_cells} |\n",
-                r.profile,
-                x.measured,
-                x.merged.cells(),
-                us(x.live.p99),
-                x.mean_signed_ns as f64 / 1e3,
-                x.coverage() * 100.0,
-                if x.no_bound > 0 {
-                    format!(" ({} unknown)", x.no_bound)
-                } else {
-                    String::new()
-                },
-                us(x.bound_p50_ns),
-                base(&x.naive),
-                base(&x.perfetto),
-                x.missing,
-                x.duplicates,
-                share(r.daemon_rx_stamps),
-                share(x.relay_rx_stamps),
-            ));
-        }
-    }
-    s
 }

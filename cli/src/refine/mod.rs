@@ -1,0 +1,259 @@
+//! `tracesync refine DIR [-o OUTDIR]`: a closed capture re-aligned from
+//! every probe sample before *and* after each packet (docs/clock-sync.md,
+//! "Final: both sides").
+//!
+//! The live daemon decided each packet's place from the samples before it.
+//! Once the capture is closed, its `.sync.jsonl` sidecars hold every
+//! sample; `probes.rs` fits each remote machine's whole capture both ways
+//! (never across a step or suspend), and `rewrite.rs` writes each rolled
+//! file again with sync points and error-bound samples from that mapping.
+//!
+//! Invariants:
+//! - OUTDIR is a rolling capture of the same layout: the same file names
+//!   and packets in the same order (only the refined machines' sync points
+//!   and offset/bound samples differ), index.jsonl with each file's new
+//!   lengths and preamble, the sidecars, and a journal naming the last
+//!   file; every file opens alone; `merge OUTDIR`, `tail OUTDIR` and
+//!   `report OUTDIR` read it as they read DIR.
+//! - Nothing of DIR is changed; OUTDIR appears whole or not at all (built
+//!   in a temporary directory beside it, renamed at the end).
+//! - Deterministic: the same DIR gives byte-identical files.
+//! - Memory: the probe samples of the capture and one file's write buffer;
+//!   packets are streamed.
+
+mod outdir;
+mod probes;
+mod rewrite;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use tracesync_common::exit;
+use tracesync_daemon::server::output_lock;
+
+use crate::merge::capture::{CaptureError, from_dir};
+use rewrite::{MachineFigures, Rewriter};
+
+/// Per remote machine, what `--stats` and the table show.
+#[derive(Debug, Serialize)]
+pub struct MachineStats {
+    pub raw_id: u32,
+    pub name: String,
+    pub packets: u64,
+    pub probe_samples: usize,
+    pub segments: usize,
+    pub live_p50_ns: u64,
+    pub live_p99_ns: u64,
+    pub refined_p50_ns: u64,
+    pub refined_p99_ns: u64,
+    /// Share of data packets mapped from samples on both sides.
+    pub both_sides: f64,
+    /// Data packets the refined mapping could not place (live kept).
+    pub kept_live: u64,
+    pub sync_points: u64,
+}
+
+/// Counters of a refine (`--stats`).
+#[derive(Debug, Default, Serialize)]
+pub struct RefineStats {
+    pub files: usize,
+    pub packets_read: u64,
+    pub packets_written: u64,
+    /// Live sync points and offset/bound samples of refined machines.
+    pub packets_replaced: u64,
+    pub packets_malformed: u64,
+    pub sidecar_files: u64,
+    pub probe_samples: u64,
+    pub sidecar_lines_skipped: u64,
+    pub machines: Vec<MachineStats>,
+}
+
+/// Runs the command; the exit code.
+pub fn run(dir: &Path, output: Option<&Path>, stats_path: Option<&Path>) -> u8 {
+    match refine(dir, output) {
+        Ok((stats, out)) => {
+            for line in table(&stats) {
+                println!("{line}");
+            }
+            println!("refined: {}", out.display());
+            if let Some(path) = stats_path {
+                let json = serde_json::to_string_pretty(&stats).expect("stats serialize");
+                if let Err(e) = std::fs::write(path, json + "\n") {
+                    eprintln!("tracesync: error: {}: cannot write: {e}", path.display());
+                    return exit::CANTCREAT;
+                }
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("tracesync: error: {e}");
+            e.code
+        }
+    }
+}
+
+/// The default OUTDIR: `DIR-refined` beside DIR.
+fn default_output(dir: &Path) -> PathBuf {
+    let trimmed: PathBuf = dir.components().collect();
+    let mut name = trimmed
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "capture".into());
+    name.push("-refined");
+    trimmed.with_file_name(name)
+}
+
+fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), CaptureError> {
+    if !dir.is_dir() {
+        return Err(CaptureError {
+            line: format!(
+                "{}: not a directory; give tracesyncd's output directory (a closed capture)",
+                dir.display()
+            ),
+            code: if dir.exists() {
+                exit::USAGE
+            } else {
+                exit::NOINPUT
+            },
+        });
+    }
+    if let Some(pid) = output_lock::holder(dir) {
+        let holder = pid.map_or("a running tracesyncd".to_owned(), |p| {
+            format!("tracesyncd pid {p}")
+        });
+        return Err(CaptureError {
+            line: format!(
+                "{}: still being written by {holder}; refine a closed capture: stop the daemon first",
+                dir.display()
+            ),
+            code: exit::TEMPFAIL,
+        });
+    }
+    let capture = from_dir(dir)?;
+    let out = output.map_or_else(|| default_output(dir), Path::to_path_buf);
+    let staging = outdir::Staging::begin(dir, &out)?;
+
+    let (exchanges, counts) = probes::read_exchanges(&capture)?;
+    let mappings: BTreeMap<u32, probes::MachineMapping> = exchanges
+        .iter()
+        .map(|(&id, xs)| (id, probes::mapping(xs)))
+        .collect();
+    drop(exchanges);
+
+    let mut rewriter = Rewriter::new(&mappings, &capture.names);
+    let mut written = Vec::with_capacity(capture.files.len());
+    for (i, f) in capture.files.iter().enumerate() {
+        let result = rewriter.file(f, i, &staging.path(&f.name));
+        match result {
+            Ok(r) => written.push(r),
+            Err(e) => {
+                staging.abandon();
+                return Err(e);
+            }
+        }
+    }
+    if let Err(e) = staging.finish(&capture, &written) {
+        staging.abandon();
+        return Err(e);
+    }
+
+    let names: BTreeMap<u32, String> = capture.names.iter().cloned().collect();
+    let mut stats = RefineStats {
+        files: capture.files.len(),
+        packets_read: rewriter.packets_read,
+        packets_written: written.iter().map(|w| w.packets).sum(),
+        packets_replaced: rewriter.packets_replaced,
+        packets_malformed: rewriter.packets_malformed,
+        sidecar_files: counts.files,
+        probe_samples: counts.samples,
+        sidecar_lines_skipped: counts.lines_skipped,
+        machines: Vec::new(),
+    };
+    let empty = MachineFigures::default();
+    for (&raw_id, m) in &mappings {
+        let f = rewriter.figures.get(&raw_id).unwrap_or(&empty);
+        let q = |h: &hdrhistogram::Histogram<u64>, v: f64| {
+            if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(v)
+            }
+        };
+        stats.machines.push(MachineStats {
+            raw_id,
+            name: names
+                .get(&raw_id)
+                .cloned()
+                .unwrap_or_else(|| format!("machine-{raw_id}")),
+            packets: f.packets,
+            probe_samples: m.samples,
+            segments: m.smoother.segments(),
+            live_p50_ns: q(&f.live, 0.5),
+            live_p99_ns: q(&f.live, 0.99),
+            refined_p50_ns: q(&f.refined, 0.5),
+            refined_p99_ns: q(&f.refined, 0.99),
+            both_sides: if f.packets == 0 {
+                0.0
+            } else {
+                f.both_sides as f64 / f.packets as f64
+            },
+            kept_live: f.kept_live,
+            sync_points: f.sync_points,
+        });
+    }
+    Ok((stats, out))
+}
+
+/// The table printed: one line per refined machine.
+fn table(stats: &RefineStats) -> Vec<String> {
+    let us = |ns: u64| format!("{:.1} µs", ns as f64 / 1000.0);
+    let mut lines = vec![format!(
+        "{} files, {} packets, {} probe samples",
+        stats.files, stats.packets_written, stats.probe_samples
+    )];
+    lines.push(format!(
+        "{:<16} {:>9} {:>8} {:>5} {:>11} {:>11} {:>11} {:>11} {:>6}",
+        "machine",
+        "packets",
+        "samples",
+        "segs",
+        "live p50",
+        "live p99",
+        "final p50",
+        "final p99",
+        "both"
+    ));
+    for m in &stats.machines {
+        lines.push(format!(
+            "{:<16} {:>9} {:>8} {:>5} {:>11} {:>11} {:>11} {:>11} {:>5.0}%",
+            m.name,
+            m.packets,
+            m.probe_samples,
+            m.segments,
+            us(m.live_p50_ns),
+            us(m.live_p99_ns),
+            us(m.refined_p50_ns),
+            us(m.refined_p99_ns),
+            m.both_sides * 100.0
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_output_is_beside_the_capture() {
+        assert_eq!(
+            default_output(Path::new("/srv/capture/")),
+            PathBuf::from("/srv/capture-refined")
+        );
+        assert_eq!(
+            default_output(Path::new("out")),
+            PathBuf::from("out-refined")
+        );
+    }
+}

@@ -1,0 +1,173 @@
+//! The refined capture's directory: built whole in a temporary directory
+//! beside OUTDIR (so a failed or interrupted refine leaves no half
+//! capture), then renamed into place. Besides the rewritten files it holds
+//! their sidecars (copied: the samples are the same), index.jsonl with each
+//! file's new lengths, preamble and trace times, and a journal of one full
+//! record naming the last file, so `tail` and `merge` name sources as in
+//! DIR and a daemon started on it would recover it as it is.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use tracesync_common::exit;
+use tracesync_daemon::rolling::{
+    INDEX_NAME, IndexEntry, JOURNAL_NAME, SYNC_SIDECAR_SUFFIX, compacted_journal, parse_journal,
+};
+
+use super::rewrite::FileOut;
+use crate::merge::capture::{Capture, CaptureError};
+
+pub struct Staging {
+    temp: PathBuf,
+    out: PathBuf,
+    dir: PathBuf,
+}
+
+fn cant_create(path: &Path, what: &str) -> CaptureError {
+    CaptureError {
+        line: format!("{}: {what}", path.display()),
+        code: exit::CANTCREAT,
+    }
+}
+
+impl Staging {
+    /// Checks OUTDIR and makes the temporary directory beside it.
+    pub fn begin(dir: &Path, out: &Path) -> Result<Self, CaptureError> {
+        let same = match (dir.canonicalize(), out.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        if same {
+            return Err(CaptureError {
+                line: format!(
+                    "{}: the output is the capture itself; give another directory with -o",
+                    out.display()
+                ),
+                code: exit::USAGE,
+            });
+        }
+        if let Ok(meta) = std::fs::symlink_metadata(out) {
+            let empty = meta.is_dir()
+                && std::fs::read_dir(out).is_ok_and(|mut entries| entries.next().is_none());
+            if !empty {
+                return Err(cant_create(
+                    out,
+                    "already exists; remove it or give another directory with -o",
+                ));
+            }
+        }
+        let name = out
+            .file_name()
+            .ok_or_else(|| cant_create(out, "not a directory name; give one with -o"))?;
+        let mut temp_name = std::ffi::OsString::from(".");
+        temp_name.push(name);
+        temp_name.push(format!(".refine-{}", std::process::id()));
+        let temp = out.with_file_name(temp_name);
+        std::fs::create_dir(&temp).map_err(|e| {
+            cant_create(
+                &temp,
+                &format!("cannot create: {e}; check that OUTDIR's parent exists and is writable"),
+            )
+        })?;
+        Ok(Self {
+            temp,
+            out: out.to_path_buf(),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Where the refined `name` is written.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.temp.join(name)
+    }
+
+    /// Removes the temporary directory (after an error).
+    pub fn abandon(&self) {
+        let _ = std::fs::remove_dir_all(&self.temp);
+    }
+
+    /// Writes the sidecars, index and journal, and renames the whole into
+    /// OUTDIR.
+    pub fn finish(&self, capture: &Capture, written: &[FileOut]) -> Result<(), CaptureError> {
+        let io_err = |path: &Path, e: std::io::Error| CaptureError {
+            line: format!("{}: {e}", path.display()),
+            code: exit::IOERR,
+        };
+        for f in &capture.files {
+            let sidecar = format!("{}{SYNC_SIDECAR_SUFFIX}", f.name);
+            let from = self.dir.join(&sidecar);
+            if from.is_file() {
+                std::fs::copy(&from, self.temp.join(&sidecar)).map_err(|e| io_err(&from, e))?;
+            }
+        }
+        let index = self.index(capture, written);
+        write_synced(&self.temp.join(INDEX_NAME), index.as_bytes())
+            .map_err(|e| io_err(&self.temp.join(INDEX_NAME), e))?;
+        if let (Some(last), Some(out)) = (capture.files.last(), written.last())
+            && let Ok(bytes) = std::fs::read(self.dir.join(JOURNAL_NAME))
+        {
+            let state = parse_journal(&bytes);
+            if state.records > 0 {
+                let journal = compacted_journal(&state, &last.name, out.bytes)
+                    .map_err(|e| io_err(&self.dir.join(JOURNAL_NAME), e))?;
+                write_synced(&self.temp.join(JOURNAL_NAME), &journal)
+                    .map_err(|e| io_err(&self.temp.join(JOURNAL_NAME), e))?;
+            }
+        }
+        sync_dir(&self.temp).map_err(|e| io_err(&self.temp, e))?;
+        if self.out.is_dir() {
+            // An empty OUTDIR given: rename replaces it.
+            let _ = std::fs::remove_dir(&self.out);
+        }
+        std::fs::rename(&self.temp, &self.out).map_err(|e| io_err(&self.out, e))?;
+        if let Some(parent) = self.out.parent() {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            sync_dir(parent).map_err(|e| io_err(parent, e))?;
+        }
+        Ok(())
+    }
+
+    /// index.jsonl of the refined files: DIR's lines with the new lengths,
+    /// preamble and trace times; a line made for a file DIR's index lacked.
+    fn index(&self, capture: &Capture, written: &[FileOut]) -> String {
+        let mut old: HashMap<String, IndexEntry> = HashMap::new();
+        if let Ok(text) = std::fs::read_to_string(self.dir.join(INDEX_NAME)) {
+            for line in text.lines() {
+                if let Ok(e) = serde_json::from_str::<IndexEntry>(line) {
+                    old.insert(e.name.clone(), e);
+                }
+            }
+        }
+        let mut out = String::new();
+        for (f, w) in capture.files.iter().zip(written) {
+            let mut e = old
+                .remove(&f.name)
+                .unwrap_or_else(|| IndexEntry::found(f.name.clone(), 0));
+            e.bytes = w.bytes;
+            e.packets = w.packets;
+            e.preamble_bytes = w.preamble_bytes;
+            e.preamble_packets = w.preamble_packets;
+            e.first_ts = w.first_ts;
+            e.last_ts = w.last_ts;
+            e.complete = true;
+            out.push_str(&serde_json::to_string(&e).expect("index entry serializes"));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::File::create_new(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
