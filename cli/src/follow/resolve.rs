@@ -70,9 +70,22 @@ impl FileResolver {
             self.undecodable += 1;
             return None;
         };
+        let mut out = self.resolve_scanned(&fields, bytes, src);
+        out.bytes = Bytes::copy_from_slice(bytes).into();
+        Some(out)
+    }
+
+    /// As [`Self::resolve`] for a packet already scanned, without a copy
+    /// of its bytes (the result's `bytes` are empty).
+    pub fn resolve_scanned(
+        &mut self,
+        fields: &PacketFields<'_>,
+        bytes: &[u8],
+        src: &Arc<str>,
+    ) -> OutPacket {
         let machine = fields.machine_id.unwrap_or(0);
         let seq = fields.trusted_packet_sequence_id.unwrap_or(0);
-        self.learn(&fields, bytes, machine, seq);
+        self.learn(fields, bytes, machine, seq);
         let explicit = fields
             .timestamp_clock_id
             .or_else(|| self.defaults.get(&(machine, seq)).copied());
@@ -93,7 +106,7 @@ impl FileResolver {
         } else {
             self.bounds.get(&machine).copied().unwrap_or(0)
         };
-        Some(OutPacket {
+        OutPacket {
             ts: self.last_ts,
             machine_raw_id: machine,
             machine_name: self.names.get(&machine).cloned(),
@@ -103,10 +116,10 @@ impl FileResolver {
             err_ns,
             data_field: fields.data_field,
             src: Arc::clone(src),
-            role: role_of(&fields),
+            role: role_of(fields),
             origin: None,
-            bytes: Bytes::copy_from_slice(bytes).into(),
-        })
+            bytes: Bytes::new().into(),
+        }
     }
 
     fn learn(&mut self, fields: &PacketFields<'_>, bytes: &[u8], machine: u32, seq: u32) {

@@ -202,10 +202,7 @@ impl<'a> Rewriter<'a> {
             self.packets_malformed += 1;
             return true;
         };
-        let Some(p) = self.resolver.resolve(bytes, src) else {
-            self.packets_malformed += 1;
-            return true;
-        };
+        let p = self.resolver.resolve_scanned(&fields, bytes, src);
         if p.role != Role::Data {
             self.seen.insert(bytes);
         }
