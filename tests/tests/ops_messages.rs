@@ -464,11 +464,23 @@ fn the_daemon_names_machines_and_tail_warns_of_an_unknown_one() {
     let out = tail.wait_with_output().expect("tail");
     let err = stderr(&out);
     eprintln!("ops-messages: tail --machine nosuch: {}", err.trim_end());
+    // The daemon's machines by name: the host (named after this machine,
+    // or `host`) and the relay.
+    let status = daemon.status().expect("status");
+    let host = status["machines"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["raw_id"] == 0))
+        .and_then(|m| m["name"].as_str())
+        .unwrap_or("host")
+        .to_owned();
     assert_eq!(
         err.lines().next(),
         Some(
-            "tracesync: warning: the daemon knows no machine \"nosuch\" (a name, a raw id or \
-             `host`; see tracesync status); showing its packets if it connects"
+            format!(
+                "tracesync: warning: the daemon knows no machine \"nosuch\" (known: {host}, \
+                 named-one); showing its packets if it connects"
+            )
+            .as_str()
         ),
         "{err}"
     );

@@ -15,6 +15,7 @@
 
 pub mod resolve;
 pub mod sources;
+pub mod watch;
 
 use std::collections::{HashSet, VecDeque};
 use std::fs::File;
@@ -147,6 +148,15 @@ impl DirFollower {
             held: VecDeque::new(),
             warnings: Vec::new(),
         }
+    }
+
+    /// Follows `dir` from the start of its file `name` (a rolled file
+    /// starts with a preamble that makes it self-contained) instead of the
+    /// newest one.
+    pub fn starting_at(dir: &Path, name: &str) -> io::Result<Self> {
+        let mut follower = Self::new(dir);
+        follower.open(name.to_owned(), false)?;
+        Ok(follower)
     }
 
     /// The file being read.
