@@ -498,3 +498,37 @@ fn the_daemon_names_machines_and_tail_warns_of_an_unknown_one() {
     assert!(log.contains("relay named-one disconnected"), "{log}");
     assert!(daemon.stop().success());
 }
+
+#[test]
+fn a_healthy_run_shows_no_prober_rejections() {
+    use tracesync_tests::live::{Relay, RelayOpts};
+    let mut daemon = Daemon::start(DaemonOpts::default());
+    let names = ["calm-a", "calm-b", "calm-c"];
+    let mut relays: Vec<Relay> = names
+        .iter()
+        .map(|n| Relay::start(&daemon, RelayOpts::synthetic(n, 100)))
+        .collect();
+    daemon.wait_synced(&names, Duration::from_secs(30));
+    // A relay restarted: a new session registers while the others run.
+    relays[0].stop();
+    relays[0].restart();
+    daemon.wait_progress(&names, 200);
+    let status = daemon.status().expect("status");
+    let sync = &status["sync"];
+    eprintln!(
+        "ops-messages: healthy run: registers_accepted={} unknown_session={} bad_mac={} \
+         malformed={} nonce_mismatch={}",
+        sync["registers_accepted"],
+        sync["unknown_session"],
+        sync["bad_mac"],
+        sync["malformed"],
+        sync["nonce_mismatch"]
+    );
+    for counter in ["unknown_session", "bad_mac", "malformed"] {
+        assert_eq!(sync[counter], 0, "{counter} in a healthy run: {sync}");
+    }
+    for r in &mut relays {
+        assert!(r.stop().success(), "{}", r.log());
+    }
+    assert!(daemon.stop().success());
+}
