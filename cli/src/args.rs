@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use tracesync_daemon::control::TailFormat;
+use tracesync_daemon::control::{TailFormat, TimeMode};
 
 use crate::connect::DEFAULT_CONTROL;
 use crate::merge::output::Format;
@@ -110,6 +110,18 @@ pub enum Command {
         /// Only this machine (name, raw id, or `host`); repeat for several.
         #[arg(long = "machine", value_name = "NAME")]
         machines: Vec<String>,
+        /// How text lines show time: UTC wall clock (RFC 3339, µs), host
+        /// BOOTTIME seconds, or trace time in ns as written.
+        #[arg(long, value_enum, default_value_t = TimeMode::Wall)]
+        time: TimeMode,
+        /// Start with the last N records (text, jsonl; at most 100000), then follow.
+        #[arg(short = 'n', long = "lines", value_name = "N",
+              value_parser = clap::value_parser!(u64).range(..=crate::tail_dir::MAX_LINES))]
+        lines: Option<u64>,
+        /// Start with the records at or after TIME (text, jsonl), then follow:
+        /// trace-time ns, an RFC 3339 UTC time, or -DURATION before the end (-30s).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        since: Option<String>,
         /// Follow the rolling files in this directory instead of the daemon.
         #[arg(value_name = "DIR")]
         dir: Option<PathBuf>,

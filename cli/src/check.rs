@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use hdrhistogram::Histogram;
 use prost::Message;
 use tracesync_core::sync_quality::{QualityTrack, bound_us_to_ns, read_sample};
 use tracesync_protocol::clock_ids::BOOTTIME;
@@ -37,6 +38,7 @@ pub struct SourceCheck {
     pub highest: Option<u64>,
     /// |placed ts - truth| over the packets (ns).
     pub max_error_ns: u64,
+    /// Percentiles from an hdrhistogram (3 significant digits: within 0.1%).
     pub p50_error_ns: u64,
     pub p99_error_ns: u64,
     /// The error bound each packet had, read from its machine's error-bound
@@ -147,16 +149,26 @@ struct Tally {
     seen: Vec<u64>,
     packets: u64,
     duplicates: u64,
-    errors: Vec<u64>,
-    bounds: Vec<u64>,
+    /// Errors and bounds (ns) at 3 significant digits, and the largest
+    /// error exactly.
+    errors: Option<Histogram<u64>>,
+    bounds: Option<Histogram<u64>>,
+    max_error_ns: u64,
     inside: u64,
+}
+
+/// A histogram of ns values at 3 significant digits (auto-resizing).
+fn histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant digits is valid")
 }
 
 impl Tally {
     fn add(&mut self, n: u64, error_ns: u64, bound_ns: u64) {
         self.packets += 1;
-        self.errors.push(error_ns);
-        self.bounds.push(bound_ns);
+        // Auto-resizing: a value of any size is recorded.
+        let _ = self.errors.get_or_insert_with(histogram).record(error_ns);
+        let _ = self.bounds.get_or_insert_with(histogram).record(bound_ns);
+        self.max_error_ns = self.max_error_ns.max(error_ns);
         if error_ns <= bound_ns {
             self.inside += 1;
         }
@@ -171,7 +183,7 @@ impl Tally {
         self.seen[word] |= 1 << bit;
     }
 
-    fn finish(mut self) -> SourceCheck {
+    fn finish(self) -> SourceCheck {
         let distinct: u64 = self.seen.iter().map(|w| u64::from(w.count_ones())).sum();
         let highest = self
             .seen
@@ -180,20 +192,15 @@ impl Tally {
             .rev()
             .find(|(_, w)| **w != 0)
             .map(|(i, w)| i as u64 * 64 + 63 - u64::from(w.leading_zeros()));
-        self.errors.sort_unstable();
-        self.bounds.sort_unstable();
-        let at = |v: &[u64], q: f64| {
-            v.get(((v.len() as f64 - 1.0) * q).round() as usize)
-                .copied()
-                .unwrap_or(0)
-        };
+        let at =
+            |h: &Option<Histogram<u64>>, q: f64| h.as_ref().map_or(0, |h| h.value_at_quantile(q));
         let pick = |q: f64| at(&self.errors, q);
         SourceCheck {
             packets: self.packets,
             missing: highest.map_or(0, |h| h + 1 - distinct),
             duplicates: self.duplicates,
             highest,
-            max_error_ns: self.errors.last().copied().unwrap_or(0),
+            max_error_ns: self.max_error_ns,
             p50_error_ns: pick(0.5),
             p99_error_ns: pick(0.99),
             p99_bound_ns: at(&self.bounds, 0.99),

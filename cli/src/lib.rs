@@ -22,6 +22,7 @@ pub mod refine;
 pub mod report;
 pub mod status;
 mod tail;
+mod tail_dir;
 mod terminal;
 
 use std::process::ExitCode;
@@ -129,8 +130,32 @@ pub fn main() -> ExitCode {
             connect,
             format,
             machines,
+            time,
+            lines,
+            since,
             dir,
         } => {
+            let since = match since.as_deref().map(merge::window::parse_time).transpose() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("tracesync: error: --since: {e}");
+                    return ExitCode::from(exit::USAGE);
+                }
+            };
+            if format == TailFormat::Perfetto && (lines.is_some() || since.is_some()) {
+                eprintln!(
+                    "tracesync: error: tail --format perfetto starts at a preamble, not at -n or \
+                     --since; use tracesync merge DIR --since TIME for a window as a trace"
+                );
+                return ExitCode::from(exit::USAGE);
+            }
+            let opts = tail_dir::TailOptions {
+                format,
+                machines,
+                time,
+                lines,
+                since,
+            };
             if format == TailFormat::Perfetto
                 && let Err(code) = terminal::refuse_binary_stdout(
                     "tail --format perfetto",
@@ -141,10 +166,10 @@ pub fn main() -> ExitCode {
                 return ExitCode::from(code);
             }
             match dir {
-                Some(dir) => tail::run_dir(&dir, format, machines),
+                Some(dir) => tail_dir::run_dir(&dir, &opts),
                 None => {
                     let target = Target::parse(connect.as_deref().unwrap_or(DEFAULT_CONTROL));
-                    tail::run_socket(&target, format, machines)
+                    tail::run_socket(&target, opts)
                 }
             }
         }

@@ -1,30 +1,47 @@
 //! `tracesync tail`: the live merged stream from the daemon, or from the
 //! rolling files of a directory.
 
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
-use std::path::Path;
 use std::time::Duration;
 
 use tracesync_protocol::wire;
 
 use super::connect::{self, Target};
-use crate::follow::DirFollower;
+use crate::merge::window::TimeSpec;
+use crate::tail_dir::{TailOptions, known_list};
 use tracesync_common::exit;
-use tracesync_daemon::control::{
-    MachineFilter, NOTICE_FIELD, PacketFormatter, Request, TailFormat,
-};
-
-const POLL: Duration = Duration::from_millis(100);
+use tracesync_daemon::control::{HISTORY_PACKETS, NOTICE_FIELD, Request, Since, TailFormat};
 
 /// Follows the daemon's stream until it ends.
-pub fn run_socket(target: &Target, format: TailFormat, machines: Vec<String>) -> u8 {
-    for unknown in unknown_machines(target, &machines) {
+pub fn run_socket(target: &Target, opts: TailOptions) -> u8 {
+    if let Some((unknown, known)) = unknown_machines(target, &opts.machines) {
+        for name in unknown {
+            eprintln!(
+                "tracesync: warning: the daemon knows no machine {name:?} (known: {}); showing \
+                 its packets if it connects",
+                known_list(&known)
+            );
+        }
+    }
+    if opts.lines.is_some_and(|n| n > HISTORY_PACKETS as u64) {
         eprintln!(
-            "tracesync: warning: the daemon knows no machine {unknown:?} (a name, a raw id or \
-             `host`; see tracesync status); showing its packets if it connects"
+            "tracesync: warning: -n: the daemon holds at most its last {HISTORY_PACKETS} packets; \
+             showing those (tracesync tail DIR -n N reads further back in the rolled files)"
         );
     }
-    let request = Request::Tail { format, machines };
+    let format = opts.format;
+    let request = Request::Tail {
+        format,
+        machines: opts.machines,
+        time: opts.time,
+        lines: opts.lines,
+        since: opts.since.map(|spec| match spec {
+            TimeSpec::Trace(ns) => Since::TraceNs(ns),
+            TimeSpec::Wall(ns) => Since::WallNs(i64::try_from(ns).unwrap_or(i64::MAX)),
+            TimeSpec::BeforeEnd(ago) => Since::AgoNs(ago),
+        }),
+    };
     let mut conn = match connect::open(target, &request) {
         Ok(c) => c,
         Err(code) => return code,
@@ -84,69 +101,16 @@ pub fn run_socket(target: &Target, format: TailFormat, machines: Vec<String>) ->
     }
 }
 
-/// Follows the rolling files in `dir` until interrupted.
-pub fn run_dir(dir: &Path, format: TailFormat, machines: Vec<String>) -> u8 {
-    if !dir.is_dir() {
-        eprintln!(
-            "tracesync: {}: not a directory; give the daemon's output directory, or --connect SOCKET",
-            dir.display()
-        );
-        return exit::NOINPUT;
-    }
-    let mut follower = DirFollower::new(dir);
-    let mut formatter = PacketFormatter::new(format, MachineFilter::new(&machines));
-    let stdout = io::stdout();
-    let mut out = stdout.lock();
-    let mut pending = Vec::with_capacity(256 << 10);
-    let mut waiting_said = false;
-    loop {
-        let polled = follower.poll(&mut |packet| {
-            formatter.write(packet, &mut pending);
-            if pending.len() >= 256 << 10 {
-                out.write_all(&pending)?;
-                pending.clear();
-            }
-            Ok(())
-        });
-        for warning in follower.warnings.drain(..) {
-            eprintln!("tracesync: warning: {warning}");
-        }
-        let progress = match polled {
-            Ok(p) => p,
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return exit::OK,
-            Err(e) => {
-                eprintln!(
-                    "tracesync: cannot follow {} (at {}): {e}",
-                    dir.display(),
-                    follower.current_file().unwrap_or("its listing")
-                );
-                return exit::IOERR;
-            }
-        };
-        if let Err(code) = write_all(&mut out, &pending) {
-            return code;
-        }
-        pending.clear();
-        if follower.current_file().is_none() && !waiting_said {
-            eprintln!("tracesync: waiting for a trace file in {}", dir.display());
-            waiting_said = true;
-        }
-        if progress.bytes == 0 {
-            std::thread::sleep(POLL);
-        }
-    }
-}
-
 /// The `--machine` values no machine of the daemon's status report
-/// matches (by name, raw id, or `host` for machine 0). Nothing when the
-/// report cannot be had (the tail then says why).
-fn unknown_machines(target: &Target, wanted: &[String]) -> Vec<String> {
+/// matches (by name, raw id, or `host` for machine 0), and the machines it
+/// knows. None when the report cannot be had (the tail then says why).
+type Unknown = (Vec<String>, BTreeMap<u32, Option<String>>);
+
+fn unknown_machines(target: &Target, wanted: &[String]) -> Option<Unknown> {
     if wanted.is_empty() {
-        return Vec::new();
+        return None;
     }
-    let Ok(conn) = connect::open_quiet(target, &Request::Status) else {
-        return Vec::new();
-    };
+    let conn = connect::open_quiet(target, &Request::Status).ok()?;
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
     let mut line = Vec::new();
     if io::BufRead::read_until(
@@ -156,26 +120,19 @@ fn unknown_machines(target: &Target, wanted: &[String]) -> Vec<String> {
     )
     .is_err()
     {
-        return Vec::new();
+        return None;
     }
-    let Ok(report) = serde_json::from_slice::<tracesync_core::status::StatusReport>(&line) else {
-        return Vec::new();
-    };
-    wanted
+    let report = serde_json::from_slice::<tracesync_core::status::StatusReport>(&line).ok()?;
+    let known: BTreeMap<u32, Option<String>> = report
+        .machines
         .iter()
-        .filter(|w| {
-            !report.machines.iter().any(|m| {
-                m.name.as_deref() == Some(w.as_str())
-                    || m.raw_id.to_string() == **w
-                    || (m.raw_id == 0 && *w == "host")
-            })
-        })
-        .cloned()
-        .collect()
+        .map(|m| (m.raw_id, m.name.clone()))
+        .collect();
+    Some((crate::tail_dir::unknown_machines(wanted, &known), known))
 }
 
 /// Writes and flushes; a closed reader (`| head`) ends the tail quietly.
-fn write_all(out: &mut impl Write, data: &[u8]) -> Result<(), u8> {
+pub(crate) fn write_all(out: &mut impl Write, data: &[u8]) -> Result<(), u8> {
     match out.write_all(data).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(exit::OK),

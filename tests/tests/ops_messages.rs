@@ -464,11 +464,23 @@ fn the_daemon_names_machines_and_tail_warns_of_an_unknown_one() {
     let out = tail.wait_with_output().expect("tail");
     let err = stderr(&out);
     eprintln!("ops-messages: tail --machine nosuch: {}", err.trim_end());
+    // The daemon's machines by name: the host (named after this machine,
+    // or `host`) and the relay.
+    let status = daemon.status().expect("status");
+    let host = status["machines"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["raw_id"] == 0))
+        .and_then(|m| m["name"].as_str())
+        .unwrap_or("host")
+        .to_owned();
     assert_eq!(
         err.lines().next(),
         Some(
-            "tracesync: warning: the daemon knows no machine \"nosuch\" (a name, a raw id or \
-             `host`; see tracesync status); showing its packets if it connects"
+            format!(
+                "tracesync: warning: the daemon knows no machine \"nosuch\" (known: {host}, \
+                 named-one); showing its packets if it connects"
+            )
+            .as_str()
         ),
         "{err}"
     );
@@ -484,5 +496,39 @@ fn the_daemon_names_machines_and_tail_warns_of_an_unknown_one() {
         .unwrap_or_else(|| panic!("no connect line naming the machine:\n{log}"));
     assert!(connected.contains(") connected"), "{connected}");
     assert!(log.contains("relay named-one disconnected"), "{log}");
+    assert!(daemon.stop().success());
+}
+
+#[test]
+fn a_healthy_run_shows_no_prober_rejections() {
+    use tracesync_tests::live::{Relay, RelayOpts};
+    let mut daemon = Daemon::start(DaemonOpts::default());
+    let names = ["calm-a", "calm-b", "calm-c"];
+    let mut relays: Vec<Relay> = names
+        .iter()
+        .map(|n| Relay::start(&daemon, RelayOpts::synthetic(n, 100)))
+        .collect();
+    daemon.wait_synced(&names, Duration::from_secs(30));
+    // A relay restarted: a new session registers while the others run.
+    relays[0].stop();
+    relays[0].restart();
+    daemon.wait_progress(&names, 200);
+    let status = daemon.status().expect("status");
+    let sync = &status["sync"];
+    eprintln!(
+        "ops-messages: healthy run: registers_accepted={} unknown_session={} bad_mac={} \
+         malformed={} nonce_mismatch={}",
+        sync["registers_accepted"],
+        sync["unknown_session"],
+        sync["bad_mac"],
+        sync["malformed"],
+        sync["nonce_mismatch"]
+    );
+    for counter in ["unknown_session", "bad_mac", "malformed"] {
+        assert_eq!(sync[counter], 0, "{counter} in a healthy run: {sync}");
+    }
+    for r in &mut relays {
+        assert!(r.stop().success(), "{}", r.log());
+    }
     assert!(daemon.stop().success());
 }

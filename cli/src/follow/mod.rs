@@ -1,8 +1,9 @@
 //! `tracesync tail DIR`: follows the daemon's rolling files as they grow and
 //! rotate (DESIGN.md §4).
 //!
-//! It starts at the beginning of the newest file (whose preamble makes it
-//! self-contained) and reads what is appended. It moves to the next file
+//! It starts at the beginning of the newest file, or of the file it is
+//! given (`tail -n`/`--since`, cli/src/tail_dir.rs; a preamble makes every
+//! file self-contained), and reads what is appended. It moves to the next file
 //! once the current one is done: a later file exists, and index.jsonl marks
 //! the current one complete or it has stayed at end of file for two polls
 //! (so the writer's last bytes are in). A new file opens with
@@ -15,6 +16,7 @@
 
 pub mod resolve;
 pub mod sources;
+pub mod watch;
 
 use std::collections::{HashSet, VecDeque};
 use std::fs::File;
@@ -118,7 +120,8 @@ pub struct Progress {
     pub skipped: u64,
 }
 
-/// Follows one directory; call [`DirFollower::poll`] every 100 ms or so.
+/// Follows one directory; call [`DirFollower::poll`] when the directory
+/// changed (cli/src/follow/watch.rs) and until it reads nothing.
 #[derive(Debug)]
 pub struct DirFollower {
     dir: PathBuf,
@@ -147,6 +150,15 @@ impl DirFollower {
             held: VecDeque::new(),
             warnings: Vec::new(),
         }
+    }
+
+    /// Follows `dir` from the start of its file `name` (a rolled file
+    /// starts with a preamble that makes it self-contained) instead of the
+    /// newest one.
+    pub fn starting_at(dir: &Path, name: &str) -> io::Result<Self> {
+        let mut follower = Self::new(dir);
+        follower.open(name.to_owned(), false)?;
+        Ok(follower)
     }
 
     /// The file being read.

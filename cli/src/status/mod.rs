@@ -309,13 +309,20 @@ fn row(m: &MachineStatus, now_ms: u64) -> [String; 14] {
     ]
 }
 
+/// `512B`, `3.0MiB`: binary units, one decimal, no space (narrow columns).
 fn human_bytes(b: u64) -> String {
-    match b {
-        0..1024 => format!("{b}B"),
-        1024..1_048_576 => format!("{:.1}KiB", b as f64 / 1024.0),
-        1_048_576..1_073_741_824 => format!("{:.1}MiB", b as f64 / 1_048_576.0),
-        _ => format!("{:.2}GiB", b as f64 / 1_073_741_824.0),
+    use humansize::{BINARY, format_size};
+    if b < 1024 {
+        // Whole bytes have no decimals.
+        return format!("{b}B");
     }
+    format_size(
+        b,
+        BINARY
+            .decimal_places(1)
+            .decimal_zeroes(1)
+            .space_after_value(false),
+    )
 }
 
 #[cfg(test)]

@@ -306,3 +306,11 @@ fn wrapping_breaks_at_spaces_and_keeps_long_words() {
     wrap_into(&mut out, &format!("a {long} b"));
     assert_eq!(out, format!("a\n  {long}\n  b\n"));
 }
+
+#[test]
+fn sizes_read_in_binary_units() {
+    assert_eq!(super::human_bytes(512), "512B");
+    assert_eq!(super::human_bytes(1536), "1.5KiB");
+    assert_eq!(super::human_bytes(3 << 20), "3.0MiB");
+    assert_eq!(super::human_bytes(5 << 30), "5.0GiB");
+}

@@ -46,11 +46,27 @@ impl LiveCore {
         for s in &recovered.streams {
             machines.add(s.machine_raw_id);
         }
-        let (streams, recovered_clocks) = Streams::recover(
+        for (raw_id, name) in &recovered.names {
+            // The host's name is the configured one.
+            if *raw_id != 0 {
+                machines.name_recovered(*raw_id, name);
+            }
+        }
+        let instances: Vec<(u64, u32)> = recovered
+            .streams
+            .iter()
+            .map(|s| (s.relay_instance, s.machine_raw_id))
+            .collect();
+        let (mut streams, recovered_clocks) = Streams::recover(
             recovered.streams,
             recovered.sequences,
             recovered.next_out_seq,
         );
+        for (instance, raw_id) in instances {
+            if let Some(name) = machines.name(raw_id) {
+                streams.name_machine(instance, &name);
+            }
+        }
         Self {
             config,
             latest_now: 0,

@@ -138,6 +138,15 @@ impl Machines {
         self.rows.entry(raw_id).or_default()
     }
 
+    /// Names `raw_id` as the output already did (a restart): a machine
+    /// keeps its first name.
+    pub fn name_recovered(&mut self, raw_id: u32, name: &str) {
+        let machine = self.row(raw_id);
+        if machine.name.is_none() && !name.is_empty() {
+            machine.name = Some(Arc::from(name));
+        }
+    }
+
     /// Adds the row of `raw_id` if missing.
     pub fn add(&mut self, raw_id: u32) {
         self.row(raw_id);

@@ -56,4 +56,8 @@ pub struct Recovered {
     /// Default clock and snapshots of the output sequences (see
     /// [`RecoveredSequence`]), by `out_seq`.
     pub sequences: Vec<RecoveredSequence>,
+    /// Names of remote machines the output already gave them (index.jsonl's
+    /// `machines`), by raw id: status names a recovered relay before its
+    /// next Hello, and a machine keeps its name across a restart.
+    pub names: Vec<(u32, String)>,
 }

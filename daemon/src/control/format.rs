@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tracesync_protocol::scan::Kind;
 use tracesync_protocol::text::{Escaped, escape_control};
 
-use super::request::{TailFormat, lag_notice_record};
+use super::request::{TailFormat, TimeMode, lag_notice_record};
 use tracesync_core::jsonl::{JsonlRecord, json_name, write_jsonl_record};
 use tracesync_core::live::OutPacket;
 
@@ -75,6 +75,11 @@ pub struct PacketFormatter {
     /// False when the error bound is not known (`tail DIR`): jsonl prints
     /// `err_ns: null`, text leaves it out.
     err_known: bool,
+    /// How text lines show time.
+    time: TimeMode,
+    /// Host REALTIME minus host BOOTTIME (ns): the latest host
+    /// ClockSnapshot's, else the one given at the start.
+    wall_minus_boot: Option<i64>,
     names: JsonNames,
     line: String,
 }
@@ -85,6 +90,8 @@ impl PacketFormatter {
             format,
             filter,
             err_known: true,
+            time: TimeMode::default(),
+            wall_minus_boot: None,
             names: JsonNames::default(),
             line: String::new(),
         }
@@ -94,6 +101,34 @@ impl PacketFormatter {
     pub fn without_error_bounds(mut self) -> Self {
         self.err_known = false;
         self
+    }
+
+    /// Text lines show time as `time` says; `wall_minus_boot` is the
+    /// host's REALTIME minus BOOTTIME (ns) if known before the first host
+    /// ClockSnapshot.
+    pub fn with_time(mut self, time: TimeMode, wall_minus_boot: Option<i64>) -> Self {
+        self.time = time;
+        self.wall_minus_boot = wall_minus_boot;
+        self
+    }
+
+    /// The host's REALTIME minus BOOTTIME in force (ns), if known.
+    pub fn wall_minus_boot(&self) -> Option<i64> {
+        self.wall_minus_boot
+    }
+
+    /// Learns the host's REALTIME to BOOTTIME relation from a host
+    /// ClockSnapshot; every packet passes here, shown or not.
+    pub fn observe(&mut self, packet: &OutPacket) {
+        if self.time != TimeMode::Wall
+            || packet.machine_raw_id != 0
+            || packet.data_field != Some(CLOCK_SNAPSHOT_FIELD)
+        {
+            return;
+        }
+        if let Some(delta) = wall_minus_boot_of(&packet.bytes.to_vec()) {
+            self.wall_minus_boot = Some(delta);
+        }
     }
 
     pub fn format(&self) -> TailFormat {
@@ -115,6 +150,7 @@ impl PacketFormatter {
 
     /// Appends `packet` to `out` if the filter accepts it; returns whether it did.
     pub fn write(&mut self, packet: &OutPacket, out: &mut Vec<u8>) -> bool {
+        self.observe(packet);
         if !self.accepts(packet) {
             return false;
         }
@@ -146,7 +182,11 @@ impl PacketFormatter {
             }
             TailFormat::Text => {
                 self.line.clear();
-                text_line(&mut self.line, packet, self.err_known);
+                let stamp = TimeStamp {
+                    mode: self.time,
+                    wall_minus_boot: self.wall_minus_boot,
+                };
+                text_line(&mut self.line, packet, self.err_known, stamp);
                 out.extend_from_slice(self.line.as_bytes());
             }
         }
@@ -169,9 +209,71 @@ impl PacketFormatter {
     }
 }
 
-/// `<seconds>.<ns> <machine> seq=<id> <kind> <size> B [±<bound>] <src>`
-fn text_line(line: &mut String, p: &OutPacket, err_known: bool) {
-    let ts = p.ts.max(0);
+/// TracePacket field of a ClockSnapshot.
+const CLOCK_SNAPSHOT_FIELD: u32 = 6;
+
+/// REALTIME minus BOOTTIME (ns) of a ClockSnapshot packet holding both.
+pub fn wall_minus_boot_of(packet: &[u8]) -> Option<i64> {
+    use tracesync_protocol::clock_ids::{BOOTTIME, REALTIME};
+    let fields = tracesync_protocol::scan::scan_packet(packet).ok()?;
+    let snapshot = fields.clock_snapshot?;
+    let snapshot =
+        <tracesync_protocol::perfetto::ClockSnapshot as prost::Message>::decode(snapshot).ok()?;
+    let at = |id: u32| {
+        snapshot
+            .clocks
+            .iter()
+            .find(|c| c.clock_id == Some(id))
+            .and_then(|c| c.timestamp)
+    };
+    let (wall, boot) = (at(REALTIME)?, at(BOOTTIME)?);
+    i64::try_from(i128::from(wall) - i128::from(boot)).ok()
+}
+
+/// How a text line's time is shown.
+#[derive(Clone, Copy, Debug)]
+struct TimeStamp {
+    mode: TimeMode,
+    wall_minus_boot: Option<i64>,
+}
+
+/// RFC 3339 UTC with microseconds, as `journalctl -o short-iso-precise
+/// --utc` prints: `2026-11-26T01:07:51.123456+00:00`.
+const WALL_FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
+    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]+00:00"
+);
+
+/// `ts` as `stamp` says. Wall time with no relation known yet (no host
+/// ClockSnapshot seen) is shown as BOOTTIME seconds with a `boot:` prefix.
+pub fn write_time(line: &mut String, ts: i64, mode: TimeMode, wall_minus_boot: Option<i64>) {
+    let boot = |line: &mut String, ts: i64| {
+        let ts = ts.max(0);
+        let _ = write!(line, "{}.{:09}", ts / 1_000_000_000, ts % 1_000_000_000);
+    };
+    match (mode, wall_minus_boot) {
+        (TimeMode::Trace, _) => {
+            let _ = write!(line, "{ts}");
+        }
+        (TimeMode::Boot, _) => boot(line, ts),
+        (TimeMode::Wall, Some(delta)) => {
+            let wall = i128::from(ts) + i128::from(delta);
+            match time::OffsetDateTime::from_unix_timestamp_nanos(wall)
+                .ok()
+                .and_then(|t| t.format(WALL_FORMAT).ok())
+            {
+                Some(text) => line.push_str(&text),
+                None => boot(line, ts),
+            }
+        }
+        (TimeMode::Wall, None) => {
+            line.push_str("boot:");
+            boot(line, ts);
+        }
+    }
+}
+
+/// `<time> <machine> seq=<id> <kind> <size> B [±<bound>] <src>`
+fn text_line(line: &mut String, p: &OutPacket, err_known: bool, stamp: TimeStamp) {
     let machine = match (&p.machine_name, p.machine_raw_id) {
         // Relays chose their names: control characters escaped.
         (Some(name), _) => escape_control(name).into_owned(),
@@ -179,11 +281,10 @@ fn text_line(line: &mut String, p: &OutPacket, err_known: bool) {
         (None, id) => format!("#{id}"),
     };
     // Writing to a String cannot fail.
+    write_time(line, p.ts, stamp.mode, stamp.wall_minus_boot);
     let _ = write!(
         line,
-        "{}.{:09} {:<12} seq={:<5} {:<20} {:>7} B",
-        ts / 1_000_000_000,
-        ts % 1_000_000_000,
+        " {:<12} seq={:<5} {:<20} {:>7} B",
         machine,
         p.seq,
         Kind(p.data_field).to_string(),

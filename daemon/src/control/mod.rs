@@ -13,10 +13,11 @@
 //! (a gap cannot be spliced into a trace honestly), see [`server`].
 
 pub mod format;
+pub mod history;
 pub mod request;
 pub mod server;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -24,7 +25,8 @@ use tracesync_core::live::OutPacket;
 use tracesync_core::status::StatusReport;
 
 pub use format::{MachineFilter, PacketFormatter};
-pub use request::{NOTICE_FIELD, Request, TailFormat};
+pub use history::{HISTORY_BYTES, HISTORY_PACKETS, History};
+pub use request::{NOTICE_FIELD, Request, Since, TailFormat, TimeMode};
 pub use server::{MAX_CLIENTS, bind_unix, serve, serve_tcp};
 
 /// Broadcast capacity [`ControlHub::new`] is usually given: a subscriber
@@ -72,6 +74,8 @@ pub struct ControlHub {
     /// Perfetto tails' preamble requests, to the ingest loop (bounded by
     /// the control socket's client limit).
     preamble_requests: mpsc::Sender<PreambleRequest>,
+    /// The last packets written, for `tail -n` / `--since` (see [`history`]).
+    history: Arc<Mutex<History>>,
 }
 
 impl ControlHub {
@@ -87,6 +91,7 @@ impl ControlHub {
             packets,
             status,
             preamble_requests,
+            history: Arc::default(),
         };
         (hub, requests)
     }
@@ -95,6 +100,29 @@ impl ControlHub {
     pub fn publish(&self, packet: Arc<OutPacket>) {
         // No subscribers is not an error: nobody is tailing.
         let _ = self.packets.send(packet);
+    }
+
+    /// Keeps one drain's packets as history and sends them to every
+    /// subscriber, under the history's lock (see [`Self::subscribe_with_history`]).
+    pub fn publish_drain(&self, packets: &[OutPacket]) {
+        let mut history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        history.extend(packets);
+        // The subscriber count takes the channel's lock: once per drain.
+        if self.packets.receiver_count() == 0 {
+            return;
+        }
+        for packet in packets {
+            ControlHub::publish(self, Arc::new(packet.clone()));
+        }
+    }
+
+    /// The packets held as history and a new subscription, taken together:
+    /// every packet is in one of them, once.
+    pub fn subscribe_with_history(
+        &self,
+    ) -> (Vec<Arc<OutPacket>>, broadcast::Receiver<Arc<OutPacket>>) {
+        let history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        (history.snapshot(), self.packets.subscribe())
     }
 
     /// A new subscriber and the preamble packets it should start with; None

@@ -21,7 +21,45 @@ pub enum Request {
         /// unnamed machine 0). Empty: all.
         #[serde(default)]
         machines: Vec<String>,
+        /// How text lines show time (jsonl always has `ts` in trace ns).
+        #[serde(default)]
+        time: TimeMode,
+        /// Start with the last N records the daemon holds (matching the
+        /// machine filter and `since`), then follow.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lines: Option<u64>,
+        /// Start with the held records at or after this time, then follow.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<Since>,
     },
+}
+
+/// How a text line shows a packet's time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeMode {
+    /// UTC wall clock, RFC 3339 with microseconds (journalctl -o
+    /// short-iso-precise --utc), through the host's BOOTTIME to REALTIME
+    /// relation.
+    #[default]
+    Wall,
+    /// Host BOOTTIME in seconds with nanoseconds.
+    Boot,
+    /// Trace time in ns, as written (the jsonl `ts`).
+    Trace,
+}
+
+/// A `--since` TIME as the client parsed it; the daemon places it on its
+/// own clocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Since {
+    /// Trace time (host BOOTTIME), ns.
+    TraceNs(i64),
+    /// UTC wall clock, ns since the Unix epoch.
+    WallNs(i64),
+    /// This long (ns) before now.
+    AgoNs(u64),
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -21,7 +21,9 @@ use tokio_util::task::TaskTracker;
 
 use super::ControlHub;
 use super::format::{MachineFilter, PacketFormatter};
-use super::request::{MAX_REQUEST_BYTES, Request, TailFormat, error_line};
+use super::request::{MAX_REQUEST_BYTES, Request, Since, TailFormat, error_line};
+use tracesync_common::clock::{boottime_ns, realtime_ns};
+use tracesync_core::live::OutPacket;
 use tracesync_core::status::StatusReport;
 
 /// Control clients served at once; more are refused with an error line.
@@ -180,10 +182,69 @@ where
             wr.write_all(&out).await?;
             wr.shutdown().await
         }
-        Request::Tail { format, machines } => {
-            let formatter = PacketFormatter::new(format, MachineFilter::new(&machines));
-            tail(rd, wr, &hub, formatter, &shutdown).await
+        Request::Tail {
+            format,
+            machines,
+            time,
+            lines,
+            since,
+        } => {
+            if format == TailFormat::Perfetto && (lines.is_some() || since.is_some()) {
+                return refuse(
+                    &mut wr,
+                    "a perfetto tail starts at a preamble, not in the history: drop -n/--since, \
+                     or use tracesync merge DIR --since TIME",
+                )
+                .await;
+            }
+            let (boot, wall) = (boottime_ns(), realtime_ns());
+            let wall_minus_boot = i64::try_from(i128::from(wall) - i128::from(boot)).ok();
+            let formatter = PacketFormatter::new(format, MachineFilter::new(&machines))
+                .with_time(time, wall_minus_boot);
+            let start = Start {
+                lines,
+                since: since.map(|s| since_trace_ns(s, boot, wall_minus_boot.unwrap_or(0))),
+            };
+            tail(rd, wr, &hub, formatter, start, &shutdown).await
         }
+    }
+}
+
+/// Where a text or jsonl tail starts: the held packets at or after `since`,
+/// the last `lines` of them; neither: the next packet written.
+#[derive(Clone, Copy, Debug, Default)]
+struct Start {
+    lines: Option<u64>,
+    since: Option<i64>,
+}
+
+/// `since` in trace time (host BOOTTIME), with the daemon's clocks now.
+fn since_trace_ns(since: Since, boot_now: u64, wall_minus_boot: i64) -> i64 {
+    match since {
+        Since::TraceNs(ns) => ns,
+        Since::WallNs(ns) => ns.saturating_sub(wall_minus_boot),
+        Since::AgoNs(ago) => i64::try_from(boot_now.saturating_sub(ago)).unwrap_or(i64::MAX),
+    }
+}
+
+/// Formats the held packets `start` asks for into `out`.
+fn write_history(
+    held: &[Arc<OutPacket>],
+    start: Start,
+    formatter: &mut PacketFormatter,
+    out: &mut Vec<u8>,
+) {
+    let since = start.since.unwrap_or(i64::MIN);
+    let wanted: Vec<&Arc<OutPacket>> = held
+        .iter()
+        .filter(|p| p.ts >= since && formatter.accepts(p))
+        .collect();
+    let lines = start
+        .lines
+        .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let skip = wanted.len().saturating_sub(lines);
+    for packet in &wanted[skip..] {
+        formatter.write(packet, out);
     }
 }
 
@@ -200,6 +261,7 @@ async fn tail<R, W>(
     mut wr: W,
     hub: &ControlHub,
     mut formatter: PacketFormatter,
+    start: Start,
     shutdown: &CancellationToken,
 ) -> io::Result<()>
 where
@@ -207,15 +269,20 @@ where
     W: AsyncWrite + Unpin,
 {
     let perfetto = formatter.format() == TailFormat::Perfetto;
+    let mut out = Vec::with_capacity(MAX_PENDING_BYTES);
     let (preamble, mut rx) = if perfetto {
         match hub.subscribe_with_preamble().await {
             Some(subscription) => subscription,
             None => return Err(io::Error::other("the daemon is stopping")),
         }
+    } else if start.lines.is_some() || start.since.is_some() {
+        let (held, rx) = hub.subscribe_with_history();
+        // At most the history's bound of formatted records (a few MiB).
+        write_history(&held, start, &mut formatter, &mut out);
+        (Vec::new(), rx)
     } else {
         (Vec::new(), hub.packets.subscribe())
     };
-    let mut out = Vec::with_capacity(MAX_PENDING_BYTES);
     let names = machine_names(&hub.status.borrow());
     for (machine, bytes) in &preamble {
         let name = names.get(machine).and_then(|n| n.as_deref());
@@ -299,4 +366,72 @@ fn machine_names(report: &StatusReport) -> std::collections::HashMap<u32, Option
         .iter()
         .map(|m| (m.raw_id, m.name.clone()))
         .collect()
+}
+
+#[cfg(test)]
+mod history_tests {
+    use super::*;
+    use crate::control::TimeMode;
+    use tracesync_core::live::{Role, Stamped};
+
+    fn packet(ts: i64, machine: u32) -> Arc<OutPacket> {
+        Arc::new(OutPacket {
+            ts,
+            machine_raw_id: machine,
+            machine_name: None,
+            seq: 1,
+            clock: 6,
+            clock_ts: ts as u64,
+            err_ns: 0,
+            data_field: None,
+            src: Arc::from("s"),
+            role: Role::Data,
+            origin: None,
+            bytes: Stamped::default(),
+        })
+    }
+
+    fn shown(held: &[Arc<OutPacket>], start: Start, machines: &[String]) -> Vec<String> {
+        let mut f = PacketFormatter::new(TailFormat::Text, MachineFilter::new(machines))
+            .with_time(TimeMode::Trace, None);
+        let mut out = Vec::new();
+        write_history(held, start, &mut f, &mut out);
+        String::from_utf8(out)
+            .expect("utf-8")
+            .lines()
+            .map(|l| l.split_whitespace().next().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn history_gives_the_last_n_at_or_after_since_of_the_machines_asked() {
+        let held: Vec<_> = (1..=10).map(|t| packet(t * 100, (t % 2) as u32)).collect();
+        let last3 = Start {
+            lines: Some(3),
+            since: None,
+        };
+        assert_eq!(shown(&held, last3, &[]), ["800", "900", "1000"]);
+        let since = Start {
+            lines: None,
+            since: Some(750),
+        };
+        assert_eq!(shown(&held, since, &[]), ["800", "900", "1000"]);
+        let both = Start {
+            lines: Some(2),
+            since: Some(150),
+        };
+        assert_eq!(shown(&held, both, &["host".to_owned()]), ["800", "1000"]);
+        let none = Start {
+            lines: Some(0),
+            since: None,
+        };
+        assert!(shown(&held, none, &[]).is_empty());
+    }
+
+    #[test]
+    fn since_is_placed_on_the_daemon_clocks() {
+        assert_eq!(since_trace_ns(Since::TraceNs(5), 100, 0), 5);
+        assert_eq!(since_trace_ns(Since::AgoNs(30), 100, 0), 70);
+        assert_eq!(since_trace_ns(Since::WallNs(1_000_100), 0, 1_000_000), 100);
+    }
 }

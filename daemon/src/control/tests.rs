@@ -242,7 +242,7 @@ async fn tail_machine_filter() {
 #[tokio::test]
 async fn text_lag_notice_then_the_stream_goes_on() {
     let f = start(4).await;
-    let s = f.request("{\"cmd\":\"tail\"}\n").await;
+    let s = f.request("{\"cmd\":\"tail\",\"time\":\"boot\"}\n").await;
     f.subscribers(1).await;
     // The client task cannot run while this loop does (one-thread runtime),
     // so it falls 996 packets behind.
@@ -490,4 +490,22 @@ fn text_tail_lines_escape_control_characters_in_names() {
         text.ends_with("  vm\\n1\\u{1b}[31m/synthetic\n"),
         "{text:?}"
     );
+}
+
+#[tokio::test]
+async fn text_tail_shows_wall_clock_time_by_default() {
+    let f = start(64).await;
+    let s = f.request("{\"cmd\":\"tail\"}\n").await;
+    f.subscribers(1).await;
+    let boot = i64::try_from(tracesync_common::clock::boottime_ns()).expect("boot");
+    f.publish(out_packet(boot, 0, None, 1, Role::Data));
+    let lines = read_lines(s, 1).await;
+    // The daemon's own REALTIME - BOOTTIME: within a second of now.
+    let field = lines[0].split(' ').next().expect("field");
+    let wall = time::OffsetDateTime::parse(field, &time::format_description::well_known::Rfc3339)
+        .expect("RFC 3339");
+    let now = time::OffsetDateTime::now_utc();
+    assert!((now - wall).abs() < time::Duration::SECOND, "{}", lines[0]);
+    assert!(field.ends_with("+00:00") && field.len() == 32, "{field}");
+    f.stop().await;
 }

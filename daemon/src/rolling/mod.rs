@@ -270,6 +270,7 @@ impl RollingWriter {
             next_out_seq: found.next_out_seq,
             sync_floors: found.preamble.sync_floors(),
             sequences: found.preamble.recovered_sequences(),
+            names: recover::machine_names(&found.entries),
         };
         let preamble = found.preamble.packets();
         let opened = Self::start_file(&config, &links, now, found.next_file_seq, &preamble)

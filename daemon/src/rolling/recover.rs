@@ -192,3 +192,17 @@ pub fn scan(dir: &Path, limits: PreambleLimits, links: &Links) -> Result<Found, 
         .collect();
     Ok(found)
 }
+
+/// Machine names the index gives, by raw id; a later file's name wins (a
+/// machine keeps its name, so they agree unless the index was edited).
+pub fn machine_names(entries: &[IndexEntry]) -> Vec<(u32, String)> {
+    let mut names = BTreeMap::new();
+    for entry in entries {
+        for m in &entry.machines {
+            if let Some(name) = &m.name {
+                names.insert(m.raw_id, name.clone());
+            }
+        }
+    }
+    names.into_iter().collect()
+}

@@ -228,6 +228,7 @@ fn rotation_by_size_makes_self_contained_files() {
             next_out_seq: 1,
             sync_floors: vec![],
             sequences: vec![],
+            names: vec![],
         }
     );
     write_mixed(&mut w, 600, |_| at(1));
@@ -507,6 +508,7 @@ fn files_without_a_journal_are_kept_and_numbering_continues() {
             next_out_seq: 1,
             sync_floors: vec![],
             sequences: vec![],
+            names: vec![],
         }
     );
     let files = rolled_files(dir.path());

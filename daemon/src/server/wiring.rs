@@ -4,7 +4,6 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracesync_common::clock::{Clock, SystemClock};
@@ -205,21 +204,15 @@ impl ProbeRegistry for ProbeSessions {
 
 impl Fanout for ControlHub {
     fn publish(&self, packet: &OutPacket) {
-        // Nothing to do while nobody tails: a new perfetto tail gets its
-        // preamble from the writer (`ControlHub::subscribe_with_preamble`).
-        if self.packets.receiver_count() > 0 {
-            ControlHub::publish(self, Arc::new(packet.clone()));
-        }
+        // A perfetto tail gets its preamble from the writer
+        // (`ControlHub::subscribe_with_preamble`); text and jsonl tails may
+        // start with the history.
+        self.publish_drain(std::slice::from_ref(packet));
     }
 
     fn publish_all(&self, packets: &[OutPacket]) {
-        // The subscriber count takes the channel's lock: once per drain.
-        if self.packets.receiver_count() == 0 {
-            return;
-        }
-        for packet in packets {
-            ControlHub::publish(self, Arc::new(packet.clone()));
-        }
+        // History for `tail -n` / `--since`, then the subscribers.
+        self.publish_drain(packets);
     }
 
     fn subscribers(&self) -> usize {

@@ -316,11 +316,7 @@ async fn run(
     // One byte more than the limit: a truncated read shows as oversized.
     let mut buffer = [0u8; MAX_PROBE_DATAGRAM_BYTES + 1];
     loop {
-        if let Some((generation, registered)) = sessions.changed_since(seen_generation) {
-            seen_generation = generation;
-            held.retain_sessions(|id| registered.contains_key(&id));
-            core.set_registered(registered);
-        }
+        refresh(&sessions, &mut seen_generation, &mut held, &mut core);
         conns.expire(&mut core);
         send_due_probes(&socket, &mut conns, &mut core, &mut due);
         if updates.is_closed() || held.flush(&updates).is_err() {
@@ -345,6 +341,9 @@ async fn run(
             received = rx.recv(&socket, &mut buffer, &host) => {
                 match received {
                     Ok(Received { len, from, stamp: t4, .. }) => {
+                        // A relay registers right after its Welcome: the
+                        // registry may have its session since the last look.
+                        refresh(&sessions, &mut seen_generation, &mut held, &mut core);
                         let bytes = buffer.get(..len).unwrap_or_default();
                         if let (_, Some(update)) = core.on_datagram(bytes, Route::Udp(from), t4) {
                             held.push(update);
@@ -361,6 +360,7 @@ async fn run(
             }
             Some(event) = tcp_events.recv() => match event {
                 TcpEvent::Frame { conn, bytes, t4 } => {
+                    refresh(&sessions, &mut seen_generation, &mut held, &mut core);
                     if let Some(update) = conns.on_frame(conn, &bytes, t4, &mut core) {
                         held.push(update);
                     }
@@ -383,6 +383,23 @@ async fn run(
         }
     }
     sessions.publish_stats(core.stats());
+}
+
+/// Takes the registered sessions if they changed since `seen`: at the top
+/// of every turn, and before every datagram or frame is judged, so the
+/// first ProbeRegister of a session registered a moment ago is not counted
+/// as `unknown_session` (a lock and a comparison when nothing changed).
+fn refresh(
+    sessions: &ProbeSessions,
+    seen: &mut u64,
+    held: &mut HeldUpdates,
+    core: &mut ProberCore,
+) {
+    if let Some((generation, registered)) = sessions.changed_since(*seen) {
+        *seen = generation;
+        held.retain_sessions(|id| registered.contains_key(&id));
+        core.set_registered(registered);
+    }
 }
 
 /// Accepts on the fallback listener; pending forever without one.

@@ -77,6 +77,7 @@ fn recovered_state_deduplicates_across_a_restart() {
         next_out_seq: 10,
         sync_floors: vec![],
         sequences: vec![],
+        names: vec![],
     };
     let mut core = LiveCore::new(config(), recovered);
     let mut h = hello(10, 1, "phone");
@@ -94,6 +95,42 @@ fn recovered_state_deduplicates_across_a_restart() {
     assert_eq!(drop_count(&core, 1, reason::DUPLICATE), 2);
     assert_eq!(&*relayed(&out)[0].src, "phone/2");
     assert_eq!(core.committed(), [(c.slot, 3)]);
+}
+
+#[test]
+fn recovered_names_name_a_machine_before_its_relay_says_hello() {
+    let recovered = Recovered {
+        streams: vec![RecoveredStream {
+            out_seq: 9,
+            relay_instance: 10,
+            relay_sequence: 2,
+            machine_raw_id: 1,
+            written_through: 4,
+        }],
+        next_out_seq: 10,
+        names: vec![(0, "not-the-host".into()), (1, "phone".into())],
+        ..Recovered::default()
+    };
+    let mut core = LiveCore::new(config(), recovered);
+    let status = core.status(0, 0);
+    let row = status.iter().find(|m| m.raw_id == 1).expect("row");
+    assert_eq!(row.name.as_deref(), Some("phone"));
+    assert!(!row.connected);
+    let host = status.iter().find(|m| m.raw_id == 0).expect("host");
+    assert_ne!(
+        host.name.as_deref(),
+        Some("not-the-host"),
+        "the host keeps its configured name"
+    );
+    // The relay says hello under a new name: the machine keeps its first.
+    let c = core.connect(hello(10, 1, "renamed"), 0).unwrap();
+    core.sync(c.slot, estimate(0)).unwrap();
+    core.batch(c.slot, 5, 5, encode(&[event(2, 9)]), None, 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    assert_eq!(&*relayed(&out)[0].src, "phone/2");
+    assert_eq!(core.status(0, 0)[1].name.as_deref(), Some("phone"));
 }
 
 #[test]
@@ -123,6 +160,7 @@ fn recovered_sequence_state_resolves_a_resumed_stream_as_before() {
             default_clock: Some(64),
             clock_snapshots: vec![snapshot(2)],
         }],
+        names: vec![],
     };
     let mut core = LiveCore::new(config(), recovered);
     let c = core.connect(hello(10, 1, "phone"), 0).unwrap();
