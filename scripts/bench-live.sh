@@ -1,27 +1,39 @@
 #!/usr/bin/env bash
-# Live capture benchmarks (DESIGN.md §8), all in one run on this machine:
+# Live capture benchmarks (DESIGN.md §8) at the shipped defaults, all in one
+# run on this machine. The headline is the configuration that ships: relays
+# over mutual TLS (a lab PKI made with `tracesync pki`) and the daemon's
+# default merge window (configs/daemon.toml, 500 ms) and rotation;
+# plaintext runs beside it in the same run.
 #
-#   1. raw loopback TCP throughput, 4 KiB writes (tests/examples/tcp_baseline.rs);
+#   1. the box: raw loopback TCP throughput, 4 KiB writes
+#      (tests/examples/tcp_baseline.rs), and the durable write rate of the
+#      work directory's disk (the daemon acks only what it has fdatasync'ed);
 #   2. four synthetic relays into tracesyncd, small packets (~64 B):
-#      packets/s end to end, daemon peak RSS;
-#   3. the same with large packets (synthetic size=4096): MB/s and the ratio
-#      to (1). Relays' spools live on their own filesystem (a tmpfs, 256 MiB
-#      each), as on the phones and VMs they stand for: on this one machine
-#      they would otherwise write every spooled byte to the disk the daemon
-#      writes its output to. Phase large-shared runs the same with the
-#      spools in the work directory, on the output's disk;
+#      packets/s end to end;
+#   3. the same with large packets (synthetic size=4096): MB/s and its ratio
+#      to raw TCP and to the durable disk rate. Relays' spools live on their
+#      own filesystem (a tmpfs, 256 MiB each), as on the phones and VMs they
+#      stand for: on this one machine they would otherwise write every
+#      spooled byte to the disk the daemon writes its output to. Phase
+#      large-shared runs the same with the spools in the work directory, on
+#      the output's disk (first mode only);
 #   4. one relay at 10 k packets/s: relay CPU (utime+stime from
 #      /proc/PID/stat over the interval, % of one core) and tail latency
 #      p50/p99 (a jsonl tail client comparing each record's ts with the host
 #      CLOCK_BOOTTIME when it reads the record).
 #
+# Phases 2-4 run once per mode (mutual TLS, then plaintext).
+#
 #   scripts/bench-live.sh
-#   BENCH_SECS=20 BENCH_SMALL_RATE=500000 scripts/bench-live.sh
-#   BENCH_TLS=1 scripts/bench-live.sh   # relays over mutual TLS (lab PKI made
-#                                       # with `tracesync pki`); default plaintext
+#   BENCH_SECS=20 BENCH_SMALL_RATE=1000000 scripts/bench-live.sh
+#   BENCH_MODES=tls scripts/bench-live.sh    # modes, in order: any of tls,plain
+#                                            # (default tls,plain); BENCH_TLS=1
+#                                            # means tls, BENCH_TLS=0 plain
 #   BENCH_PHASES=small scripts/bench-live.sh   # only some phases: any of
 #                                              # tcp,small,large,large-shared,cpu
 #                                              # (default all)
+#   BENCH_WINDOW_MS=100 scripts/bench-live.sh  # merge window (default: the
+#                                              # shipped one, configs/daemon.toml)
 #   BENCH_SPOOL_DIR=DIR scripts/bench-live.sh  # relays' spools of phase large
 #                                              # (default /dev/shm)
 #   BENCH_BIN_DIR=DIR scripts/bench-live.sh   # binaries from DIR, no build
@@ -34,16 +46,16 @@
 #
 # Besides the rates, each end-to-end phase reports the daemon's CPU time
 # (utime+stime from /proc/PID/stat over the measured interval) per packet
-# and per MB, and the same summed over the relays: unlike the rates, these
+# and per MB, the same summed over the relays, and the daemon's peak RSS
+# (VmHWM over the whole phase): unlike the rates, CPU per packet and per MB
 # hardly depend on what else runs on the machine, so they compare builds on
-# a busy box. The tcp phase also measures the durable write rate of the
-# work directory's disk (the daemon acks only what it has fdatasync'ed).
+# a busy box. Each run prints the load average at its start and end.
 #
 # End-to-end figures are the daemon's own counters (status: packets and
 # bytes taken from relays, summed over machines) over BENCH_SECS after a
 # BENCH_WARMUP_SECS warm-up. Relays generate at the offered rate (per
 # relay) and block on a full spool, so the measured rate is what the daemon
-# sustains. MB = 10^6 bytes.
+# sustains. MB = 10^6 bytes. Not run in CI (it takes about two minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,9 +64,16 @@ WARMUP=${BENCH_WARMUP_SECS:-3}
 SMALL_RATE=${BENCH_SMALL_RATE:-400000}
 LARGE_RATE=${BENCH_LARGE_RATE:-40000}
 RELAYS=${BENCH_RELAYS:-4}
-WINDOW_MS=${BENCH_WINDOW_MS:-100}
+# The shipped merge window: configs/daemon.toml's [merge] window-ms.
+default_window=$(awk '/^\[merge\]/ {m = 1; next} /^\[/ {m = 0} m && /^window-ms *=/ {print $3; exit}' configs/daemon.toml)
+WINDOW_MS=${BENCH_WINDOW_MS:-${default_window:-500}}
 TMPBASE=${TMPDIR:-/tmp}
-TLS=${BENCH_TLS:-0}
+case "${BENCH_TLS:-}" in
+1) default_modes=tls ;;
+0) default_modes=plain ;;
+*) default_modes=tls,plain ;;
+esac
+MODES=${BENCH_MODES:-$default_modes}
 PHASES=${BENCH_PHASES:-tcp,small,large,large-shared,cpu}
 SPOOL_BASE=${BENCH_SPOOL_DIR:-/dev/shm}
 [ -d "$SPOOL_BASE" ] || SPOOL_BASE=${TMPDIR:-/tmp}
@@ -89,16 +108,23 @@ cleanup() {
 trap cleanup EXIT
 token=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
 
-# TLS flags of the daemon and of relay $1 (plaintext said explicitly).
-daemon_tls=(--tls off)
-relay_tls() { echo --tls off; }
-if [ "$TLS" = 1 ]; then
+# TLS flags of the daemon and of relay $1, per mode (plaintext said
+# explicitly); set_mode picks the mode's. The PKI is made once.
+if [[ ",$MODES," == *",tls,"* ]]; then
     pki=$work/pki
     "$tracesync" pki init --daemon-name 127.0.0.1 "$pki" >/dev/null
     for i in $(seq "$RELAYS"); do "$tracesync" pki issue --name "bench-$i" "$pki" >/dev/null; done
-    daemon_tls=(--tls-cert "$pki/daemon.crt" --tls-key "$pki/daemon.key" --tls-client-ca "$pki/ca.crt")
-    relay_tls() { echo --tls-ca "$pki/ca.crt" --tls-cert "$pki/bench-$1.crt" --tls-key "$pki/bench-$1.key"; }
 fi
+set_mode() { # $1 tls|plain
+    mode=$1
+    if [ "$mode" = tls ]; then
+        daemon_tls=(--tls-cert "$pki/daemon.crt" --tls-key "$pki/daemon.key" --tls-client-ca "$pki/ca.crt")
+        relay_tls() { echo --tls-ca "$pki/ca.crt" --tls-cert "$pki/bench-$1.crt" --tls-key "$pki/bench-$1.key"; }
+    else
+        daemon_tls=(--tls off)
+        relay_tls() { echo --tls off; }
+    fi
+}
 
 # Status over the control socket: prints "<packets> <bytes>" summed over machines.
 cat >"$work/status.py" <<'EOF'
@@ -148,7 +174,7 @@ else:
     print("%.2f %.2f %d %d" % (q(0.50), q(0.99), len(lat), lagged))
 EOF
 
-start_daemon() { # $1 label
+start_daemon() { # $1 label (a directory of the work directory)
     local dir=$work/$1
     mkdir -p "$dir"
     "$tracesyncd" --listen 127.0.0.1:0 --sync-listen 127.0.0.1:0 \
@@ -189,11 +215,24 @@ start_relays() { # $1 label, $2 count, $3 source spec
     done
 }
 
+# Stops processes with SIGTERM, and with SIGKILL those still running after
+# 10 s: a relay drains its spool on SIGTERM, which after an overload phase
+# can take minutes on a busy box; the figures are taken by then.
+stop_pids() {
+    local p
+    for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
+    for _ in $(seq 100); do
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && break; done
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.1
+    done
+    for p in "$@"; do kill -9 "$p" 2>/dev/null || true; done
+    for p in "$@"; do wait "$p" 2>/dev/null || true; done
+}
+
 stop_all() {
-    for p in "${relay_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${relay_pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
+    stop_pids "${relay_pids[@]}"
+    stop_pids "$daemon_pid"
 }
 
 status() { python3 "$work/status.py" "$control"; }
@@ -249,17 +288,24 @@ dt = $t1 - $t0
 p, b = $p1 - $p0, $b1 - $b0
 cpu = ($c1 - $c0) / $(getconf CLK_TCK)
 rcpu = ($r1 - $r0) / $(getconf CLK_TCK)
-print(round(p / dt), round(b / dt / 1e6, 1), round(b / max(p, 1)), round($rss_kib / 1024, 1),
-      round(cpu / max(p, 1) * 1e6, 3), round(cpu / max(b, 1) * 1e9, 2),
-      round(rcpu / max(p, 1) * 1e6, 3), round(rcpu / max(b, 1) * 1e9, 2))")
+# Nothing delivered in the interval (relays still waiting for their first
+# sync estimate on a busy box): no per-packet figures (nan), not a division by 0.
+per = lambda x, n, scale: round(x / n * scale, 3) if n else float('nan')
+print(round(p / dt), round(b / dt / 1e6, 1), round(b / p) if p else 'nan', round($rss_kib / 1024, 1),
+      per(cpu, p, 1e6), per(cpu, b, 1e9), per(rcpu, p, 1e6), per(rcpu, b, 1e9))")
+    if [ "$pps" = 0 ]; then
+        echo "phase $1: no packet delivered in the ${SECS}s measured; try BENCH_WARMUP_SECS=10" >&2
+    fi
 }
 
-tcp_mbps=nan disk_mbps=nan small_pps=nan small_mbps=nan small_bpp=nan small_rss=nan small_cpu=nan
-large_pps=nan large_mbps=nan large_bpp=nan large_rss=nan large_cpu=nan ratio=nan
-small_rcpu=nan large_rcpu=nan small_relay_rss=nan large_relay_rss=nan
-relay_cpu=nan p50=nan p99=nan nlat=0 lagged=0
+# Results by "<mode>.<key>"; nan where a phase did not run.
+declare -A R
+r() { echo "${R[$1]:-nan}"; }
+pct() { python3 -c "print(round($1 / $2 * 100, 1))" 2>/dev/null || echo nan; }
+tcp_mbps=nan disk_mbps=nan
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 if want tcp; then
-    echo "1/4 raw loopback TCP, 4 KiB writes, ${SECS}s" >&2
+    echo "box: raw loopback TCP, 4 KiB writes, ${SECS}s; durable disk writes" >&2
     tcp_mbps=$("$baseline" --seconds "$SECS" --chunk 4096 | sed -n 's/.*mb_per_s=\([0-9.]*\).*/\1/p')
     # The daemon acks only what is durable: its output disk's durable write
     # rate (1 MiB writes, fdatasync every 16 MiB like its early commits,
@@ -281,72 +327,102 @@ PY
 )
 fi
 
-if want small; then
-    echo "2/4 $RELAYS relays, small packets, offered ${SMALL_RATE}/s each" >&2
-    phase small "synthetic:$SMALL_RATE,size=64"
-    small_pps=$pps small_mbps=$mbps small_bpp=$bpp small_rss=$rss_mib small_relay_rss=$relay_rss_mib
-    small_cpu="$cpu_us_pkt us/packet"
-    small_rcpu="$rcpu_us_pkt us/packet"
-fi
+first_mode=1
+for m in ${MODES//,/ }; do
+    case "$m" in
+    tls | plain) set_mode "$m" ;;
+    *)
+        echo "BENCH_MODES: unknown mode '$m' (use tls, plain or tls,plain)" >&2
+        exit 64
+        ;;
+    esac
+    if want small; then
+        echo "$m: $RELAYS relays, small packets, offered ${SMALL_RATE}/s each" >&2
+        phase "$m-small" "synthetic:$SMALL_RATE,size=64"
+        R[$m.small_pps]=$pps R[$m.small_bpp]=$bpp R[$m.small_rss]=$rss_mib
+        R[$m.small_relay_rss]=$relay_rss_mib
+        R[$m.small_cpu]=$cpu_us_pkt R[$m.small_cpu_mb]=$cpu_ms_mb
+        R[$m.small_rcpu]=$rcpu_us_pkt R[$m.small_rcpu_mb]=$rcpu_ms_mb
+    fi
+    if want large; then
+        echo "$m: $RELAYS relays, 4 KiB packets, offered ${LARGE_RATE}/s each, spools in $SPOOL_BASE" >&2
+        own_spools=$(mktemp -d "$SPOOL_BASE/tracesync-bench-spools.XXXXXX")
+        phase_spools=$own_spools phase_spool_args=(--spool-disk-bytes 268435456)
+        phase "$m-large" "synthetic:$LARGE_RATE,size=4096"
+        phase_spools="" phase_spool_args=()
+        rm -rf "$own_spools"
+        R[$m.large_pps]=$pps R[$m.large_mbps]=$mbps R[$m.large_rss]=$rss_mib
+        R[$m.large_relay_rss]=$relay_rss_mib
+        R[$m.large_cpu]=$cpu_ms_mb R[$m.large_cpu_pkt]=$cpu_us_pkt
+        R[$m.large_rcpu]=$rcpu_ms_mb R[$m.large_rcpu_pkt]=$rcpu_us_pkt
+        R[$m.tcp_ratio]=$(pct "$mbps" "$tcp_mbps")
+        R[$m.disk_ratio]=$(pct "$mbps" "$disk_mbps")
+    fi
+    if want large-shared && [ "$first_mode" = 1 ]; then
+        echo "$m: the same, spools on the output's disk" >&2
+        phase "$m-large-shared" "synthetic:$LARGE_RATE,size=4096"
+        R[$m.shared_mbps]=$mbps R[$m.shared_cpu]=$cpu_ms_mb R[$m.shared_rcpu]=$rcpu_ms_mb
+        R[$m.shared_ratio]=$(pct "$mbps" "$tcp_mbps")
+    fi
+    if want cpu; then
+        echo "$m: one relay at 10 k packets/s: relay CPU, tail latency" >&2
+        mkdir -p "$work/$m-cpu"
+        start_daemon "$m-cpu"
+        start_relays "$m-cpu" 1 "synthetic:10000"
+        sleep "$WARMUP"
+        rpid=${relay_pids[0]}
+        c0=$(cpu_ticks "$rpid")
+        t0=$(date +%s.%N)
+        read -r p50 p99 nlat lagged < <(python3 "$work/tail_latency.py" "$control" "$SECS")
+        c1=$(cpu_ticks "$rpid")
+        t1=$(date +%s.%N)
+        stop_all
+        hz=$(getconf CLK_TCK)
+        R[$m.relay_cpu]=$(python3 -c "print(round(($c1 - $c0) / $hz / ($t1 - $t0) * 100, 2))")
+        R[$m.p50]=$p50 R[$m.p99]=$p99 R[$m.nlat]=$nlat R[$m.lagged]=$lagged
+    fi
+    first_mode=0
+done
 
-if want large; then
-    echo "3/4 $RELAYS relays, 4 KiB packets, offered ${LARGE_RATE}/s each, spools in $SPOOL_BASE" >&2
-    own_spools=$(mktemp -d "$SPOOL_BASE/tracesync-bench-spools.XXXXXX")
-    phase_spools=$own_spools phase_spool_args=(--spool-disk-bytes 268435456)
-    phase large "synthetic:$LARGE_RATE,size=4096"
-    phase_spools="" phase_spool_args=()
-    rm -rf "$own_spools"
-    large_pps=$pps large_mbps=$mbps large_bpp=$bpp large_rss=$rss_mib large_relay_rss=$relay_rss_mib
-    large_cpu="$cpu_ms_mb ms/MB"
-    large_rcpu="$rcpu_ms_mb ms/MB"
-    ratio=$(python3 -c "print(round($large_mbps / $tcp_mbps * 100, 1))" 2>/dev/null || echo nan)
-fi
-
-shared_mbps=nan shared_ratio=nan shared_cpu=nan shared_rcpu=nan
-if want large-shared; then
-    echo "3b/4 the same, spools on the output's disk" >&2
-    phase large-shared "synthetic:$LARGE_RATE,size=4096"
-    shared_mbps=$mbps
-    shared_cpu="$cpu_ms_mb ms/MB"
-    shared_rcpu="$rcpu_ms_mb ms/MB"
-    shared_ratio=$(python3 -c "print(round($shared_mbps / $tcp_mbps * 100, 1))" 2>/dev/null || echo nan)
-fi
-
-if want cpu; then
-    echo "4/4 one relay at 10 k packets/s: relay CPU, tail latency" >&2
-    start_daemon cpu
-    start_relays cpu 1 "synthetic:10000"
-    sleep "$WARMUP"
-    rpid=${relay_pids[0]}
-    c0=$(cpu_ticks "$rpid")
-    t0=$(date +%s.%N)
-    read -r p50 p99 nlat lagged < <(python3 "$work/tail_latency.py" "$control" "$SECS")
-    c1=$(cpu_ticks "$rpid")
-    t1=$(date +%s.%N)
-    stop_all
-    hz=$(getconf CLK_TCK)
-    relay_cpu=$(python3 -c "print(round(($c1 - $c0) / $hz / ($t1 - $t0) * 100, 2))")
-fi
+# One column per mode, the headline (mutual TLS) first.
+cols=(${MODES//,/ })
+name() { if [ "$1" = tls ]; then echo "mutual TLS"; else echo plaintext; fi; }
+row() { # $1 measure, $2 target, $3 printf format of a cell, $4... keys
+    local label=$1 target=$2 fmt=$3 m cells="" k vals
+    shift 3
+    for m in "${cols[@]}"; do
+        vals=()
+        for k in "$@"; do vals+=("$(r "$m.$k")"); done
+        # shellcheck disable=SC2059 # the format is the caller's
+        cells+=" $(printf "$fmt" "${vals[@]}") |"
+    done
+    echo "| $label |$cells $target |"
+}
+header="| measure |"
+rule="|---|"
+for m in "${cols[@]}"; do header+=" $(name "$m") |"; rule+="---|"; done
 
 cat <<EOF
 
-tracesync live benchmarks (TLS=$TLS, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s per phase, merge window ${WINDOW_MS} ms)
+tracesync live benchmarks ($(nproc) cores, load $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end, ${SECS}s per phase, merge window ${WINDOW_MS} ms)
 
-| measure                                     | value                | target            |
-|---------------------------------------------|----------------------|-------------------|
-| raw loopback TCP, 4 KiB writes              | ${tcp_mbps} MB/s         | baseline          |
-| durable disk writes (fdatasync per 16 MiB)  | ${disk_mbps} MB/s        | bounds acked rate |
-| $RELAYS relays, small packets (~${small_bpp} B): packets/s | ${small_pps}             | >= 1 M/s          |
-| $RELAYS relays, 4 KiB packets: MB/s             | ${large_mbps} (${large_pps} pkt/s) | >= 60% of TCP     |
-| 4 KiB packets vs raw TCP                    | ${ratio}%                |                   |
-| the same, spools on the output's disk       | ${shared_mbps} MB/s = ${shared_ratio}% of TCP | (relays' disks are other machines') |
-| daemon peak RSS (VmHWM) small / large       | ${small_rss} / ${large_rss} MiB  | <= 256 MiB        |
-| largest relay's peak RSS small / large      | ${small_relay_rss} / ${large_relay_rss} MiB |                   |
-| daemon CPU time small / large               | ${small_cpu} / ${large_cpu} |                   |
-| relays' CPU time (summed) small / large     | ${small_rcpu} / ${large_rcpu} |                   |
-| daemon / relays' CPU, spools on output disk | ${shared_cpu} / ${shared_rcpu} |                   |
-| relay CPU at 10 k packets/s                 | ${relay_cpu}% of a core    | <= 3%             |
-| tail latency p50 / p99 (${nlat} records, ${lagged} lag notices) | ${p50} / ${p99} ms | p99 <= window + 50 ms |
+box: raw loopback TCP, 4 KiB writes: ${tcp_mbps} MB/s; durable disk writes (fdatasync per 16 MiB): ${disk_mbps} MB/s
 
-reproduce: scripts/bench-live.sh (BENCH_PHASES=$PHASES BENCH_TLS=$TLS BENCH_SECS=$SECS BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS BENCH_SPOOL_DIR=$SPOOL_BASE)
+$header target |
+$rule---|
 EOF
+row "$RELAYS relays, small packets: packets/s" ">= 3 M/s" "%s (~%s B)" small_pps small_bpp
+row "$RELAYS relays, 4 KiB packets: MB/s" "" "%s (%s pkt/s)" large_mbps large_pps
+row "4 KiB: share of raw TCP / of durable disk" ">= 60% of TCP" "%s%% / %s%%" tcp_ratio disk_ratio
+row "the same, spools on the output's disk" "(relays' disks are other machines')" "%s MB/s = %s%%" shared_mbps shared_ratio
+row "daemon peak RSS (VmHWM) small / 4 KiB" "<= 192 MiB" "%s / %s MiB" small_rss large_rss
+row "largest relay's peak RSS small / 4 KiB" "" "%s / %s MiB" small_relay_rss large_relay_rss
+row "daemon CPU, small packets" "" "%s us/pkt, %s ms/MB" small_cpu small_cpu_mb
+row "daemon CPU, 4 KiB packets" "" "%s ms/MB, %s us/pkt" large_cpu large_cpu_pkt
+row "relays' CPU (summed), small packets" "" "%s us/pkt, %s ms/MB" small_rcpu small_rcpu_mb
+row "relays' CPU (summed), 4 KiB packets" "" "%s ms/MB, %s us/pkt" large_rcpu large_rcpu_pkt
+row "daemon / relays' CPU, spools on output disk" "" "%s / %s ms/MB" shared_cpu shared_rcpu
+row "relay CPU at 10 k packets/s" "<= 3%" "%s%% of a core" relay_cpu
+row "tail latency p50 / p99" "p99 <= window + 50 ms" "%s / %s ms (%s records, %s lag notices)" p50 p99 nlat lagged
+echo
+echo "reproduce: BENCH_MODES=$MODES BENCH_PHASES=$PHASES BENCH_SECS=$SECS BENCH_WARMUP_SECS=$WARMUP BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS BENCH_SPOOL_DIR=$SPOOL_BASE scripts/bench-live.sh"

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Throughput and peak memory of `tracesync merge` (DESIGN.md §8), measured
-# against `cat INPUTS > /dev/null` on the same page-cache-warm files in the
-# same run.
+# against `cat INPUTS > FILE` (a file in the same directory, so on the same
+# disk) on the same page-cache-warm inputs in the same run.
 #
 #   scripts/bench-merge.sh               # 256 MiB and 1 GiB of input, 4 machines
 #   BENCH_SIZES="64" scripts/bench-merge.sh
 #   BENCH_BIG_PERCENT=0 scripts/bench-merge.sh   # small packets only
+#   BENCH_SMALL=1 BENCH_MACHINES=1 BENCH_SIZES=300 scripts/bench-merge.sh
+#       # issue 18's trace: ~46-byte TrackEvent packets, 8 sequences, a
+#       # quarter on MONOTONIC (gen_trace --small)
 #
 # Inputs come from the gen_trace example (tests/examples/gen_trace.rs) and
 # are written to a temporary directory that is deleted on exit. MB/s are
@@ -17,6 +20,8 @@ cd "$(dirname "$0")/.."
 SIZES=${BENCH_SIZES:-"256 1024"}
 MACHINES=${BENCH_MACHINES:-4}
 BIG_PERCENT=${BENCH_BIG_PERCENT:-20}
+small_args=()
+[ "${BENCH_SMALL:-0}" = 1 ] && small_args=(--small)
 TMPBASE=${TMPDIR:-/tmp}
 
 # GNU time for the peak RSS.
@@ -62,15 +67,17 @@ for size in $SIZES; do
     in=$work/in-$size
     echo "generating $size MiB ($MACHINES machines, $BIG_PERCENT% big packets)" >&2
     "$gen" --out "$in" --machines "$MACHINES" --megabytes "$size" \
-        --big-percent "$BIG_PERCENT" 2>/dev/null
+        --big-percent "$BIG_PERCENT" "${small_args[@]}" 2>/dev/null
     inputs=("$in"/*.pftrace)
     bytes=$(cat "${inputs[@]}" | wc -c)
 
-    # Baseline: the second of two runs, so both read from the page cache.
+    # Baseline: the second of two runs, so both read from the page cache;
+    # written to a file beside the merge's output, as the merge writes.
     cat "${inputs[@]}" >/dev/null
     t0=$(now)
-    cat "${inputs[@]}" >/dev/null
+    cat "${inputs[@]}" >"$work/cat.out"
     cat_ns=$(($(now) - t0))
+    rm -f "$work/cat.out"
 
     echo "merging $size MiB (perfetto)" >&2
     run_timed merge_ns merge_rss \

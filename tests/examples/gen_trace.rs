@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p tracesync-tests --example gen_trace -- \
 //!     --out DIR --machines 4 --megabytes 1024 [--machine-ids] [--seed N] \
-//!     [--big-percent 20]
+//!     [--big-percent 20] [--small]
 //! ```
 //!
 //! Each file `machine-<i>.pftrace` (plain, not gzip) holds about
@@ -23,6 +23,12 @@
 //!   bundles (field 1, print events) on sequence 6, on the default clock
 //!   (BOOTTIME). At 20% they hold about 95% of the bytes; `--big-percent 0`
 //!   gives small packets only, the worst case per byte.
+//!
+//! `--small` writes the small-packet trace of issue 18 instead: ~50-byte
+//! TrackEvent packets only (no bundles) on eight sequences (2..=9) with no
+//! sequence default clock, three quarters on the trace's default clock
+//! (BOOTTIME) and a quarter with an explicit MONOTONIC clock id, so a merge
+//! must convert them; `--machines 1` gives the one-file trace of the issue.
 //!
 //! Timestamps increase through each file. With `--machine-ids`, files after
 //! the first carry `machine_id = <i>` on every packet; otherwise merge them
@@ -46,6 +52,8 @@ use tracesync_protocol::wire;
 const SNAPSHOT_EVERY: u64 = 10_000;
 const CLOCK_SEQ: u32 = 1;
 const EVENT_SEQS: std::ops::RangeInclusive<u32> = 2..=5;
+/// The event sequences of `--small`.
+const SMALL_SEQS: std::ops::RangeInclusive<u32> = 2..=9;
 const TRACKS_PER_SEQ: u64 = 4;
 const FTRACE_SEQ: u32 = 6;
 const BIG_PAYLOAD: usize = 4096;
@@ -59,11 +67,12 @@ struct Args {
     machine_ids: bool,
     seed: u64,
     big_percent: u64,
+    small: bool,
 }
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: gen_trace --out DIR [--machines N (4)] [--megabytes MiB total (1024)] [--machine-ids] [--seed N] [--big-percent P (20)]"
+        "usage: gen_trace --out DIR [--machines N (4)] [--megabytes MiB total (1024)] [--machine-ids] [--seed N] [--big-percent P (20)] [--small]"
     );
     ExitCode::from(64)
 }
@@ -76,6 +85,7 @@ fn parse_args() -> Option<Args> {
         machine_ids: false,
         seed: 1,
         big_percent: 20,
+        small: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -86,6 +96,7 @@ fn parse_args() -> Option<Args> {
             "--seed" => args.seed = it.next()?.parse().ok()?,
             "--big-percent" => args.big_percent = it.next()?.parse().ok().filter(|&p| p <= 100)?,
             "--machine-ids" => args.machine_ids = true,
+            "--small" => args.small = true,
             _ => return None,
         }
     }
@@ -144,6 +155,10 @@ struct Gen {
     packets: u64,
     /// Per event sequence and track: whether a slice is open.
     open: Vec<bool>,
+    /// The event sequences.
+    seqs: std::ops::RangeInclusive<u32>,
+    /// `--small`: ~50-byte events, a quarter on MONOTONIC, no default clock.
+    small: bool,
 }
 
 impl Gen {
@@ -231,35 +246,49 @@ impl Gen {
             if t == 0 {
                 p.sequence_flags = Some(SEQ_INCREMENTAL_STATE_CLEARED);
                 p.incremental_state_cleared = Some(true);
-                p.trace_packet_defaults = Some(TracePacketDefaults {
-                    timestamp_clock_id: Some(MONOTONIC),
-                });
+                if !self.small {
+                    p.trace_packet_defaults = Some(TracePacketDefaults {
+                        timestamp_clock_id: Some(MONOTONIC),
+                    });
+                }
             }
             self.emit_prost(p, seq)?;
         }
         Ok(())
     }
 
-    /// A slice begin or end of about 64 bytes.
+    /// A slice begin or end of about 64 bytes (about 50 with `--small`).
     fn track_event(&mut self) -> std::io::Result<()> {
-        let seqs = u64::from(*EVENT_SEQS.end() - *EVENT_SEQS.start() + 1);
+        let seqs = u64::from(*self.seqs.end() - *self.seqs.start() + 1);
         let slot = self.rng.below(seqs * TRACKS_PER_SEQ);
-        let seq = *EVENT_SEQS.start() + (slot / TRACKS_PER_SEQ) as u32;
+        let seq = *self.seqs.start() + (slot / TRACKS_PER_SEQ) as u32;
         let uuid = track_uuid(seq, slot % TRACKS_PER_SEQ);
         let begin = !self.open[slot as usize];
         self.open[slot as usize] = begin;
-        let (ts, clock) = match self.rng.below(10) {
-            0..=5 => (self.clocks.mono, None),
-            6..=8 => (self.clocks.mono, Some(MONOTONIC)),
-            _ => (self.clocks.boottime(), Some(BOOTTIME)),
+        let (ts, clock) = if self.small {
+            match self.rng.below(4) {
+                0 => (self.clocks.mono, Some(MONOTONIC)),
+                _ => (self.clocks.boottime(), None),
+            }
+        } else {
+            match self.rng.below(10) {
+                0..=5 => (self.clocks.mono, None),
+                6..=8 => (self.clocks.mono, Some(MONOTONIC)),
+                _ => (self.clocks.boottime(), Some(BOOTTIME)),
+            }
+        };
+        let (category, name_min): (&[u8], usize) = if self.small {
+            (b"io", 18)
+        } else {
+            (b"bench,io", 20)
         };
         let e = &mut self.scratch;
         e.clear();
-        wire::put_len_field(e, 22, b"bench,io");
+        wire::put_len_field(e, 22, category);
         wire::put_varint_field(e, 9, if begin { 1 } else { 2 });
         wire::put_varint_field(e, 11, uuid);
         if begin {
-            let n = 20 + self.rng.below(16) as usize;
+            let n = name_min + self.rng.below(16) as usize;
             let name = &b"compositor::draw_frame_and_submit_to_display"[..n];
             wire::put_len_field(e, 23, name);
         } else {
@@ -328,7 +357,8 @@ fn generate(args: &Args, index: u32, bytes: u64) -> std::io::Result<(u64, u64)> 
         wall_start: WALL_START_NS + rng.below(5_000_000),
         drift_ppm: rng.below(20),
     };
-    let seqs = (*EVENT_SEQS.end() - *EVENT_SEQS.start() + 1) as usize;
+    let event_seqs = if args.small { SMALL_SEQS } else { EVENT_SEQS };
+    let seqs = (*event_seqs.end() - *event_seqs.start() + 1) as usize;
     let mut g = Gen {
         out: BufWriter::with_capacity(1 << 20, file),
         body: Vec::with_capacity(8192),
@@ -340,10 +370,12 @@ fn generate(args: &Args, index: u32, bytes: u64) -> std::io::Result<(u64, u64)> 
         written: 0,
         packets: 0,
         open: vec![false; seqs * TRACKS_PER_SEQ as usize],
+        seqs: event_seqs.clone(),
+        small: args.small,
     };
     g.system_info(index)?;
     g.clock_snapshot()?;
-    for seq in EVENT_SEQS {
+    for seq in event_seqs {
         g.sequence_start(seq)?;
     }
     let mut since_snapshot = 0;
@@ -353,7 +385,7 @@ fn generate(args: &Args, index: u32, bytes: u64) -> std::io::Result<(u64, u64)> 
             g.clock_snapshot()?;
             since_snapshot = 0;
         }
-        if g.rng.below(100) < args.big_percent {
+        if !args.small && g.rng.below(100) < args.big_percent {
             g.ftrace_bundle()?;
         } else {
             g.track_event()?;

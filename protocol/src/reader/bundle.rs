@@ -22,7 +22,7 @@ pub(super) fn find_compressed(p: &[u8]) -> Option<(usize, usize)> {
     // Every encoding of field 50's tag (402, length-delimited) starts with
     // the byte 0x92, minimal or not: without it there is no bundle, and the
     // field walk below (a second one per packet) is skipped.
-    if !p.contains(&0x92) {
+    if !has_byte_0x92(p) {
         return None;
     }
     let mut pos = 0;
@@ -52,6 +52,26 @@ pub(super) fn find_compressed(p: &[u8]) -> Option<(usize, usize)> {
     }
     // A field running past the end makes the packet malformed.
     (pos == p.len()).then_some(found).flatten()
+}
+
+/// Whether `p` holds the byte 0x92, eight bytes per step (the classic
+/// "has a zero byte" test on `word ^ 0x92..92`). `<[u8]>::contains` calls
+/// the generic memchr, whose alignment prologue and epilogue cost more than
+/// the search for the ~50-byte packets that dominate small-packet traces
+/// (10% of a merge's instructions, checked in both passes).
+#[inline]
+pub(super) fn has_byte_0x92(p: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const PATTERN: u64 = u64::from_ne_bytes([0x92; 8]);
+    let mut words = p.chunks_exact(8);
+    for w in &mut words {
+        let x = u64::from_ne_bytes(w.try_into().expect("8 bytes")) ^ PATTERN;
+        if x.wrapping_sub(ONES) & !x & HIGHS != 0 {
+            return true;
+        }
+    }
+    words.remainder().contains(&0x92)
 }
 
 /// Inflates a bundle into `out` (cleared first), at most `max` bytes.

@@ -471,3 +471,22 @@ fn file_errors() {
         assert_eq!(e.to_string(), "disk on fire");
     }
 }
+
+proptest::proptest! {
+    /// The word-at-a-time search agrees with `contains` at every length,
+    /// offset and position of the byte (and of its neighbours 0x91, 0x93,
+    /// 0x12 and 0x82, one bit away).
+    #[test]
+    fn has_byte_0x92_is_contains(
+        mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+        plant in proptest::option::of((0usize..80, proptest::sample::select(vec![0x92u8, 0x91, 0x93, 0x12, 0x82]))),
+        skip in 0usize..8,
+    ) {
+        if let Some((at, byte)) = plant && !bytes.is_empty() {
+            let at = at % bytes.len();
+            bytes[at] = byte;
+        }
+        let p = &bytes[skip.min(bytes.len())..];
+        proptest::prop_assert_eq!(super::bundle::has_byte_0x92(p), p.contains(&0x92));
+    }
+}

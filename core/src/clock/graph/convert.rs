@@ -85,7 +85,19 @@ impl ClockGraph {
     /// src == dst: nothing has to exist; the unit and accumulator apply if
     /// the clock is known.
     fn identity(&mut self, node: ClockNode, value: u64) -> Result<i64, ConvertError> {
-        let Some(idx) = self.known_idx(node) else {
+        // Which clocks are known changes only with a snapshot, and every
+        // snapshot moves the generation: a memo of the same generation holds.
+        let key = pack(node);
+        let generation = self.cache.generation();
+        let known = match self.cache.identity {
+            (g, k, idx) if g == generation && k == key => idx,
+            _ => {
+                let idx = self.known_idx(node);
+                self.cache.identity = (generation, key, idx);
+                idx
+            }
+        };
+        let Some(idx) = known else {
             return i64::try_from(value).map_err(|_| ConvertError::Overflow);
         };
         let domain = &mut self.domains[idx as usize];

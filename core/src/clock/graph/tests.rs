@@ -499,3 +499,20 @@ fn edges_list_successful_snapshots_in_ns() {
 }
 
 mod props;
+
+/// A clock converted to itself takes its unit once a snapshot made it
+/// known: the memo of the last identity conversion must not outlive the
+/// snapshot (and an unknown clock passes its raw value through).
+#[test]
+fn identity_follows_the_clock_becoming_known() {
+    let mut g = ClockGraph::new();
+    let us = global(64);
+    let other = global(65);
+    assert_eq!(g.convert(us, 7, us), Ok(7));
+    assert_eq!(g.convert(us, 7, us), Ok(7));
+    try_snap(&mut g, &[clk(us, 1, 1000, false), clk(other, 1, 1, false)]).unwrap();
+    assert_eq!(g.convert(us, 7, us), Ok(7000));
+    // Alternating clocks replace the memo each time.
+    assert_eq!(g.convert(other, 7, other), Ok(7));
+    assert_eq!(g.convert(us, 8, us), Ok(8000));
+}
