@@ -251,9 +251,8 @@ pub struct RelayResult {
     pub probe_samples: usize,
     pub naive: Option<ErrStats>,
     pub perfetto: Option<ErrStats>,
-    /// The capture refined afterwards (`tracesync refine`): |placed -
-    /// truth| of the measured events, and (inside, events) of all its
-    /// events against the refined bound.
+    /// After `tracesync refine`: |placed - truth| of the measured events;
+    /// (inside the refined bound, events) of all its events.
     pub refined: Option<ErrStats>,
     pub refined_inside: (u64, u64),
     /// The relay's UDP probes: (t2 from the kernel, stamped in userspace
