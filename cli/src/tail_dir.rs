@@ -126,10 +126,16 @@ fn catch_up(
             .get(start)
             .and_then(|name| first_host_relation(&dir.join(name)));
         formatter = formatter.with_time(opts.time, relation);
-        let follower = match files.get(start) {
-            Some(name) => DirFollower::starting_at(dir, name)?,
+        let mut follower = match files.get(start) {
+            Some(name) => {
+                let show_preamble = opts.lines.is_none() && since.is_none();
+                DirFollower::starting_at(dir, name, show_preamble)?
+            }
             None => DirFollower::new(dir),
         };
+        if let Some(c) = capture {
+            follower.name_machines(&c.names);
+        }
         let mut tail = Tail {
             follower,
             formatter,

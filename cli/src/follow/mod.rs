@@ -18,7 +18,7 @@ pub mod resolve;
 pub mod sources;
 pub mod watch;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -42,6 +42,8 @@ const MAX_HELD: usize = 65_536;
 pub struct Listing {
     pub files: Vec<String>,
     pub complete: HashSet<String>,
+    /// Preamble packets of each file, as index.jsonl gives them.
+    pub preamble_packets: HashMap<String, u64>,
 }
 
 /// Lists `dir`: `*.pftrace` files and the names index.jsonl mentions (an
@@ -57,6 +59,7 @@ pub fn list(dir: &Path) -> io::Result<Listing> {
         }
     }
     let mut complete = HashSet::new();
+    let mut preamble_packets = HashMap::new();
     match std::fs::read_to_string(dir.join("index.jsonl")) {
         Ok(index) => {
             for line in index.lines() {
@@ -69,6 +72,9 @@ pub fn list(dir: &Path) -> io::Result<Listing> {
                 // Only plain names: the index must not point outside DIR.
                 if name.contains('/') || name.starts_with('.') {
                     continue;
+                }
+                if let Some(n) = entry.get("preamble_packets").and_then(|p| p.as_u64()) {
+                    preamble_packets.insert(name.to_owned(), n);
                 }
                 if entry.get("complete").and_then(|c| c.as_bool()) == Some(true) {
                     complete.insert(name.to_owned());
@@ -86,7 +92,11 @@ pub fn list(dir: &Path) -> io::Result<Listing> {
     }
     let mut files: Vec<String> = files.into_iter().collect();
     files.sort_by(|a, b| (file_seq(a), a).cmp(&(file_seq(b), b)));
-    Ok(Listing { files, complete })
+    Ok(Listing {
+        files,
+        complete,
+        preamble_packets,
+    })
 }
 
 /// The `<seq>` of `tracesync-<start>-<seq>.pftrace`, if the name has one.
@@ -101,7 +111,9 @@ struct Current {
     src: Arc<str>,
     file: File,
     reader: TraceReader,
-    /// Skipping the replayed preamble at the start of a later file.
+    /// Skipping the replayed preamble at the start of a later file: this
+    /// many packets by index.jsonl's count, else by content (`in_replay`).
+    skip_left: u64,
     in_replay: bool,
     /// File length at the last poll that found end of file.
     eof_at: Option<u64>,
@@ -154,11 +166,27 @@ impl DirFollower {
 
     /// Follows `dir` from the start of its file `name` (a rolled file
     /// starts with a preamble that makes it self-contained) instead of the
-    /// newest one.
-    pub fn starting_at(dir: &Path, name: &str) -> io::Result<Self> {
+    /// newest one; its preamble is shown only if `show_preamble` (the
+    /// records of `tail -n`/`--since` are those `merge DIR` lists).
+    pub fn starting_at(dir: &Path, name: &str, show_preamble: bool) -> io::Result<Self> {
         let mut follower = Self::new(dir);
-        follower.open(name.to_owned(), false)?;
+        // Unless shown, its preamble sets the reader's state only: what it
+        // replays belongs to earlier files (as `merge DIR` lists them).
+        let replay = if show_preamble {
+            0
+        } else {
+            list(dir)?.preamble_packets.get(name).copied().unwrap_or(0)
+        };
+        follower.open(name.to_owned(), Some(replay))?;
         Ok(follower)
+    }
+
+    /// Names machines until their SystemInfo does (index.jsonl's names),
+    /// as `merge DIR` names them.
+    pub fn name_machines(&mut self, names: &[(u32, String)]) {
+        for (raw_id, name) in names {
+            self.resolver.name_machine(*raw_id, name);
+        }
     }
 
     /// The file being read.
@@ -177,7 +205,7 @@ impl DirFollower {
             let Some(newest) = listing.files.last() else {
                 return Ok(progress);
             };
-            self.open(newest.clone(), false)?;
+            self.open(newest.clone(), Some(0))?;
         }
         loop {
             let read = self.read_some(emit, &mut progress)?;
@@ -193,14 +221,18 @@ impl DirFollower {
         }
     }
 
-    fn open(&mut self, name: String, in_replay: bool) -> io::Result<()> {
+    fn open(&mut self, name: String, replay: Option<u64>) -> io::Result<()> {
         let file = File::open(self.dir.join(&name))?;
         self.current = Some(Current {
             src: Arc::from(name.as_str()),
             name,
             file,
             reader: TraceReader::new(),
-            in_replay,
+            // A replay whose length the index gives is skipped by count
+            // (a replayed sample need not be byte-identical to the one
+            // shown); else by content.
+            skip_left: replay.unwrap_or(0),
+            in_replay: replay.is_none(),
             eof_at: None,
             broken: false,
         });
@@ -235,6 +267,13 @@ impl DirFollower {
                 }
             };
             let bytes = packet.bytes;
+            if cur.skip_left > 0 {
+                cur.skip_left -= 1;
+                progress.skipped += 1;
+                // What it replays still sets the reader's state.
+                let _ = self.resolver.resolve(bytes, &cur.src);
+                continue;
+            }
             if cur.in_replay {
                 if self.seen.contains(bytes) {
                     progress.skipped += 1;
@@ -309,7 +348,8 @@ impl DirFollower {
             self.warnings
                 .push(format!("{}: ends inside a packet ({e})", cur.name));
         }
-        match self.open(next.clone(), true) {
+        let replay = listing.preamble_packets.get(&next).copied();
+        match self.open(next.clone(), replay) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 self.warnings
