@@ -101,7 +101,8 @@ pub enum Command {
     },
     /// Show the live merged stream: from the daemon, or following the rolling files in DIR.
     Tail {
-        /// The daemon's control socket, or HOST:PORT of its TCP control listener
+        /// The daemon's control socket, or HOST:PORT where it is forwarded
+        /// (tracesyncd listens on the Unix socket only; e.g. ssh -L or socat)
         /// [default: /run/tracesync/control.sock].
         #[arg(long, value_name = "SOCKET|ADDR", conflicts_with = "dir")]
         connect: Option<String>,
@@ -128,7 +129,8 @@ pub enum Command {
     },
     /// Show the daemon's per-machine status: connection, packets, drops, clock sync.
     Status {
-        /// The daemon's control socket, or HOST:PORT of its TCP control listener.
+        /// The daemon's control socket, or HOST:PORT where it is forwarded
+        /// (tracesyncd listens on the Unix socket only; e.g. ssh -L or socat).
         #[arg(long, value_name = "SOCKET|ADDR", default_value = DEFAULT_CONTROL)]
         connect: String,
         /// The report as JSON.

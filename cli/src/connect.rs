@@ -12,7 +12,8 @@ use tracesync_daemon::control::Request;
 /// Where `tracesyncd` listens by default.
 pub const DEFAULT_CONTROL: &str = "/run/tracesync/control.sock";
 
-/// `--connect` value: a socket path, or HOST:PORT for a TCP control listener.
+/// `--connect` value: a socket path, or HOST:PORT of the control socket
+/// forwarded over TCP (tracesyncd itself opens no TCP control listener).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
     Unix(PathBuf),
