@@ -11,13 +11,7 @@ use std::time::{Duration, Instant};
 
 use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts};
 
-/// A loopback port free right now (the daemon binds it a moment later).
-fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("local addr")
-}
-
-use tracesync_tests::faults::peer::http_get;
+use tracesync_tests::faults::peer::{http_get, logged_metrics_addr};
 
 /// Samples of a Prometheus text page: (name{labels}, value).
 fn samples(page: &str) -> Vec<(String, f64)> {
@@ -66,14 +60,13 @@ fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, S
 
 #[test]
 fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
-    let metrics = free_addr();
     let mut daemon = Daemon::start(DaemonOpts {
-        extra_args: vec!["--metrics-listen".into(), metrics.to_string()],
+        extra_args: vec!["--metrics-listen".into(), "127.0.0.1:0".into()],
         ..DaemonOpts::default()
     });
-    let relay_metrics = free_addr();
+    let metrics = logged_metrics_addr(|| daemon.log());
     let mut phone = RelayOpts::synthetic("phone", 1000);
-    phone.extra_args = vec!["--metrics-listen".into(), relay_metrics.to_string()];
+    phone.extra_args = vec!["--metrics-listen".into(), "127.0.0.1:0".into()];
     // The VM probes over the TCP fallback, the phone over UDP.
     let mut vm = RelayOpts::synthetic("guest-vm", 1000);
     vm.extra_args = vec!["--sync-transport".into(), "tcp".into()];
@@ -150,6 +143,7 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
         .iter()
         .map(|s| s.name)
         .collect();
+    let relay_metrics = logged_metrics_addr(|| relays[0].log());
     wait_for(
         "every relay metric with traffic",
         Duration::from_secs(30),

@@ -204,10 +204,28 @@ pub fn memory_kib(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmHWM:")?, field("VmRSS:")?))
 }
 
-/// A loopback port free right now (a binary binds it a moment later).
-pub fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("local addr")
+/// The metrics address a process started with `--metrics-listen
+/// 127.0.0.1:0` logged (`metrics: Prometheus text on http://ADDR/metrics`),
+/// read from `log` within 30 s. A port picked beforehand and bound later
+/// can be taken meanwhile (an ephemeral port of any connection on the box).
+pub fn logged_metrics_addr(log: impl Fn() -> String) -> SocketAddr {
+    const MARK: &str = "Prometheus text on http://";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = log();
+        if let Some(addr) = text
+            .split(MARK)
+            .nth(1)
+            .and_then(|rest| rest.split('/').next()?.parse::<SocketAddr>().ok())
+        {
+            return addr;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no metrics address logged:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// One plain HTTP/1.0 GET; the body.

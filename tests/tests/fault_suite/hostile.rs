@@ -75,10 +75,10 @@ fn a_daemon_that_lies_in_welcome_loses_the_relay_nothing() {
     // Something on the relay's daemon port that welcomes it with every
     // batch acknowledged.
     let liar = FakeDaemon::start(u64::MAX);
-    let metrics = peer::free_addr();
     let mut opts = RelayOpts::synthetic("lied-to", RATE);
-    opts.extra_args = vec!["--metrics-listen".into(), metrics.to_string()];
+    opts.extra_args = vec!["--metrics-listen".into(), "127.0.0.1:0".into()];
     let mut relay = Relay::start_to(liar.addr, &daemon.token, opts);
+    let metrics = peer::logged_metrics_addr(|| relay.log());
     let started = Instant::now();
     let series = "tracesync_relay_invalid_acks_total{frame=\"welcome\"}";
     let mut counted = 0.0;
@@ -219,11 +219,11 @@ fn idle_connections_do_not_keep_a_relay_out() {
     const TEST: &str = "idle_connections_do_not_keep_a_relay_out";
     const IDLE: usize = 300;
     let _one = faults::one_at_a_time();
-    let metrics = peer::free_addr();
     let mut daemon = Daemon::start(DaemonOpts {
-        extra_args: vec!["--metrics-listen".into(), metrics.to_string()],
+        extra_args: vec!["--metrics-listen".into(), "127.0.0.1:0".into()],
         ..DaemonOpts::default()
     });
+    let metrics = peer::logged_metrics_addr(|| daemon.log());
     let idle: Vec<TcpStream> = (0..IDLE)
         .map(|_| TcpStream::connect(daemon.data_addr).expect("connect"))
         .collect();
@@ -348,11 +348,11 @@ fn a_hello_with_a_1_mib_machine_name_is_refused_and_status_still_works() {
     const TEST: &str = "a_hello_with_a_1_mib_machine_name_is_refused_and_status_still_works";
     const HUGE: usize = 20;
     let _one = faults::one_at_a_time();
-    let metrics = peer::free_addr();
     let daemon = Daemon::start(DaemonOpts {
-        extra_args: vec!["--metrics-listen".into(), metrics.to_string()],
+        extra_args: vec!["--metrics-listen".into(), "127.0.0.1:0".into()],
         ..DaemonOpts::default()
     });
+    let metrics = peer::logged_metrics_addr(|| daemon.log());
     std::thread::sleep(Duration::from_secs(1));
     let before = hwm(&daemon);
     let refuse = |name: String, instance: u64| {

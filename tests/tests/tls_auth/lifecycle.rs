@@ -180,12 +180,6 @@ fn squatting_after_a_restart_is_refused_and_the_real_machine_is_welcomed() {
     );
 }
 
-/// One free loopback port for the metrics endpoint.
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
-}
-
 /// A sample of the daemon's Prometheus page, e.g.
 /// `tracesync_connections_failed_total{reason="tls_handshake"}`.
 fn metric(addr: SocketAddr, series: &str) -> Option<f64> {
@@ -223,17 +217,17 @@ fn a_revoked_relay_certificate_fails_the_handshake_and_others_connect() {
     ]);
     let crl = pki.ca.join("ca.crl");
     assert_eq!(out.trim(), crl.display().to_string());
-    let metrics = free_addr();
     let mut daemon = Daemon::start(DaemonOpts {
         tls: Some(pki.daemon()),
         extra_args: vec![
             "--tls-crl".into(),
             crl.display().to_string(),
             "--metrics-listen".into(),
-            metrics.to_string(),
+            "127.0.0.1:0".into(),
         ],
         ..DaemonOpts::default()
     });
+    let metrics = tracesync_tests::faults::peer::logged_metrics_addr(|| daemon.log());
     let handshakes = "tracesync_connections_failed_total{reason=\"tls_handshake\"}";
     let counted = || metric(metrics, handshakes).unwrap_or(0.0);
     assert_eq!(counted(), 0.0, "{}", daemon.log());
