@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use tracesync_common::exit;
@@ -44,11 +44,7 @@ pub fn merge_capture(
     stats_path: Option<&Path>,
 ) -> Result<CaptureStats, CaptureError> {
     let target = output.filter(|p| p.as_os_str() != "-");
-    let temp = target.map(|p| {
-        let mut name = p.as_os_str().to_owned();
-        name.push(".tmp");
-        PathBuf::from(name)
-    });
+    let temp = target.and_then(super::temp_path);
     let create_err = |path: &Path, e: io::Error| CaptureError {
         line: format!(
             "{}: cannot create: {e}; check that its directory exists and is writable",
@@ -58,6 +54,9 @@ pub fn merge_capture(
     };
     let sink: Box<dyn Write> = match (&temp, target) {
         (Some(t), Some(target)) => Box::new(File::create(t).map_err(|e| create_err(target, e))?),
+        (None, Some(target)) => {
+            Box::new(super::open_special(target).map_err(|e| create_err(target, e))?)
+        }
         _ => Box::new(io::stdout().lock()),
     };
     let mut out = BufWriter::with_capacity(1 << 20, sink);

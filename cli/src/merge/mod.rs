@@ -215,15 +215,17 @@ pub fn merge(
         ..MergeStats::default()
     };
     let target = opts.output.as_deref().filter(|p| p.as_os_str() != "-");
-    let temp = target.map(|p| {
-        let mut name = p.as_os_str().to_owned();
-        name.push(".tmp");
-        PathBuf::from(name)
-    });
+    let temp = target.and_then(temp_path);
     let sink: Box<dyn Write> = match (&temp, target) {
         // Name the path the user gave, not the temporary file next to it.
         (Some(t), Some(target)) => {
             Box::new(File::create(t).map_err(|error| MergeError::Create {
+                path: target.display().to_string(),
+                error,
+            })?)
+        }
+        (None, Some(target)) => {
+            Box::new(open_special(target).map_err(|error| MergeError::Create {
                 path: target.display().to_string(),
                 error,
             })?)
@@ -341,4 +343,46 @@ fn write_merged<W: Write>(
     stats.invalid_clock_snapshots += g.invalid_clock_snapshots;
     stats.clock_sync_cache_miss = g.clock_sync_cache_miss;
     Ok(())
+}
+
+/// The temporary file an output is written to before it is renamed over
+/// `target` (a failed merge leaves no output); None when `target` exists
+/// and is not a regular file (`/dev/null`, a FIFO, a terminal): renaming
+/// over it would replace the device, so it is written in place.
+pub(crate) fn temp_path(target: &Path) -> Option<PathBuf> {
+    match std::fs::metadata(target) {
+        Ok(meta) if !meta.is_file() => None,
+        _ => {
+            let mut name = target.as_os_str().to_owned();
+            name.push(".tmp");
+            Some(PathBuf::from(name))
+        }
+    }
+}
+
+/// Opens an output that is not a regular file for writing, in place.
+pub(crate) fn open_special(target: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().write(true).open(target)
+}
+
+#[cfg(test)]
+mod output_path_tests {
+    use super::*;
+
+    #[test]
+    fn devices_and_fifos_are_written_in_place_never_renamed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert_eq!(temp_path(&fifo), None);
+        assert_eq!(temp_path(Path::new("/dev/null")), None);
+        let file = dir.path().join("out.pftrace");
+        assert_eq!(
+            temp_path(&file),
+            Some(dir.path().join("out.pftrace.tmp")),
+            "a new file"
+        );
+        std::fs::write(&file, b"old").unwrap();
+        assert_eq!(temp_path(&file), Some(dir.path().join("out.pftrace.tmp")));
+    }
 }
