@@ -15,6 +15,7 @@
 //! probe receive / reply send, t4 = host BOOTTIME at reply receive. Offsets
 //! are relay minus host.
 
+pub mod corridor;
 pub mod covering;
 pub mod estimator;
 pub mod prober;

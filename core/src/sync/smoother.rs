@@ -29,6 +29,7 @@
 //! - **Bounded.** Memory is one estimate per sample and direction of the
 //!   samples given (the caller gives one relay, one capture or one epoch).
 
+use super::corridor::Corridor;
 use super::{Estimator, EstimatorConfig, SyncEstimate};
 
 /// One probe exchange as the prober saw it: t1/t4 host BOOTTIME, t2/t3
@@ -88,6 +89,14 @@ struct Segment {
     /// first: a step before or after it lies beyond them.
     last_send_ns: u64,
     first_receive_ns: u64,
+    /// The one-way envelope fit: the point of a mapping with both sides.
+    corridor: Corridor,
+    /// Host times between which the samples place this segment's clock
+    /// most likely (wider than its samples when a neighbour's step lies
+    /// among the samples between them): where a timestamp either side of
+    /// a step may hold is given this segment's point.
+    likely_from_ns: i128,
+    likely_to_ns: i128,
 }
 
 /// The relay's whole capture, re-estimated.
@@ -101,11 +110,51 @@ impl Smoother {
     /// Re-estimates from `exchanges`, in the order the prober accepted them
     /// (as the live estimator was fed).
     pub fn new(config: EstimatorConfig, exchanges: &[Exchange]) -> Self {
-        let segments = split(config, exchanges)
+        let ranges: Vec<_> = split(config, exchanges)
             .into_iter()
             .filter(|r| !r.is_empty())
-            .map(|r| Segment::estimate(config, &exchanges[r]))
             .collect();
+        let mut segments: Vec<Segment> = ranges
+            .iter()
+            .map(|r| Segment::estimate(config, &exchanges[r.clone()]))
+            .collect();
+        // The samples between two segments' detections of a step: each
+        // side of the step joins its segment, so only the span between
+        // two samples stays unknown.
+        for k in 1..ranges.len() {
+            let gap = ranges[k - 1].end..ranges[k].start;
+            if gap.is_empty() {
+                continue;
+            }
+            let Some(cut) = place(&segments[k - 1], &segments[k], &exchanges[gap.clone()]) else {
+                continue;
+            };
+            let (sure_send, sure_receive) =
+                (segments[k - 1].last_send_ns, segments[k].first_receive_ns);
+            // The step most likely lies midway between the samples either
+            // side of the best cut.
+            let last_before = match cut.best {
+                0 => sure_send,
+                n => exchanges[gap.start + n - 1].t[3],
+            };
+            let first_after = exchanges
+                .get(gap.start + cut.best)
+                .filter(|_| cut.best < gap.len())
+                .map_or(sure_receive, |x| x.t[0]);
+            let step = (last_before as i128 + first_after as i128) / 2;
+            segments[k - 1].likely_to_ns = step;
+            segments[k].likely_from_ns = step;
+            // Only the cuts the samples cannot tell apart from the best
+            // narrow the span where either side may hold a timestamp.
+            segments[k - 1].last_send_ns = match cut.earliest {
+                0 => sure_send,
+                n => exchanges[gap.start + n - 1].t[0],
+            };
+            segments[k].first_receive_ns = exchanges
+                .get(gap.start + cut.latest)
+                .filter(|_| cut.latest < gap.len())
+                .map_or(sure_receive, |x| x.t[3]);
+        }
         Self { config, segments }
     }
 
@@ -129,7 +178,7 @@ impl Smoother {
         // there, bound included, may be the right one. The true segment's
         // always does; with relay time alone a step backwards would hide
         // it (relay times repeat across it).
-        let mut found: Vec<Smoothed> = Vec::new();
+        let mut found: Vec<(Smoothed, bool)> = Vec::new();
         for (k, seg) in epoch.iter().enumerate() {
             let Some(m) = seg.map(relay_ns) else {
                 continue;
@@ -145,16 +194,22 @@ impl Smoother {
             };
             let (lo, hi) = interval(m.host_ns, m.bound_ns);
             if hi >= from && lo <= to {
-                found.push(m);
+                let host = m.host_ns as i128;
+                found.push((m, seg.likely_from_ns <= host && host <= seg.likely_to_ns));
             }
         }
         match found.as_slice() {
             [] => None,
-            [one] => Some(*one),
+            [(one, _)] => Some(*one),
             many => {
                 let points: Vec<(i64, u64)> =
-                    many.iter().map(|m| (m.host_ns, m.bound_ns)).collect();
-                Some(hull(&points, Sides::Straddling))
+                    many.iter().map(|(m, _)| (m.host_ns, m.bound_ns)).collect();
+                let mut likely = many.iter().filter(|(_, likely)| *likely);
+                let point = match (likely.next(), likely.next()) {
+                    (Some((m, _)), None) => Some(m.host_ns),
+                    _ => None,
+                };
+                Some(hull(&points, point, Sides::Straddling))
             }
         }
     }
@@ -204,6 +259,59 @@ fn split(config: EstimatorConfig, exchanges: &[Exchange]) -> Vec<std::ops::Range
     }
     ranges
 }
+
+/// How many of the samples `gap`, between the segments `before` and
+/// `after` (a step lies among them), were taken before the step: the cut
+/// that makes each side's samples closest to its own segment's mapping
+/// (the sum of distances, each capped at the two mappings' separation so
+/// a spiked sample counts for no more than a plain one). None when either
+/// segment maps nothing there or they do not differ.
+fn place(before: &Segment, after: &Segment, gap: &[Exchange]) -> Option<Cut> {
+    let mut costs = Vec::with_capacity(gap.len());
+    for x in gap {
+        let relay = x.relay_mid_ns();
+        let host = (x.t[0] as i128 + x.t[3] as i128) / 2;
+        let a = before.map(relay)?.host_ns as i128;
+        let b = after.map(relay)?.host_ns as i128;
+        let cap = (a - b).abs();
+        costs.push(((a - host).abs().min(cap), (b - host).abs().min(cap)));
+    }
+    if costs.iter().all(|&(a, b)| a == b) {
+        return None;
+    }
+    // cost(cut) = sum of "before" costs of 0..cut + "after" costs of cut..
+    let mut totals = Vec::with_capacity(costs.len() + 1);
+    let mut total: i128 = costs.iter().map(|c| c.1).sum();
+    totals.push(total);
+    for &(a, b) in &costs {
+        total += a - b;
+        totals.push(total);
+    }
+    let (best, &least) = totals.iter().enumerate().min_by_key(|&(_, t)| *t)?;
+    // A cut within two samples' full weight of the best is as likely.
+    let margin = PLAUSIBLE_SAMPLES * costs.iter().map(|c| c.0.max(c.1)).max().unwrap_or(0);
+    let plausible = |t: &i128| *t <= least + margin;
+    let earliest = totals.iter().position(plausible).unwrap_or(best);
+    let latest = totals.iter().rposition(plausible).unwrap_or(best);
+    Some(Cut {
+        best,
+        earliest,
+        latest,
+    })
+}
+
+/// Where a step lies among the samples between two segments: the number
+/// of them taken before it, and the range of such numbers the samples
+/// cannot tell apart from it.
+struct Cut {
+    best: usize,
+    earliest: usize,
+    latest: usize,
+}
+
+/// How many samples' full weight a cut's cost may exceed the best's and
+/// still be taken as possible (each sample weighs at most the step).
+const PLAUSIBLE_SAMPLES: i128 = 2;
 
 /// Fewest samples a segment keeps when samples are left out of it.
 const MIN_SEGMENT_SAMPLES: usize = 8;
@@ -319,6 +427,9 @@ impl Segment {
             mirror_ns,
             last_send_ns: xs[xs.len() - 1].t[0],
             first_receive_ns: xs[0].t[3],
+            corridor: Corridor::fit(xs.iter().map(|x| x.t), config.max_abs_freq_ppm * 1e-6),
+            likely_from_ns: i128::MIN,
+            likely_to_ns: i128::MAX,
         }
     }
 
@@ -339,7 +450,7 @@ impl Segment {
         });
         debug_assert!(self.mids.len() == self.forward.len());
         match (forward, backward) {
-            (Some(f), Some(b)) => Some(combine(f, b)),
+            (Some(f), Some(b)) => Some(envelope(combine(f, b), self.corridor.to_host(relay_ns))),
             (Some(f), None) => Some(f.into_smoothed(Sides::Before)),
             (None, Some(b)) => Some(b.into_smoothed(Sides::After)),
             (None, None) => None,
@@ -386,7 +497,7 @@ fn combine(f: Side, b: Side) -> Smoothed {
     let spread = (f.sigma.max(1) as f64).hypot(b.sigma.max(1) as f64);
     let apart = (f.host as i128 - b.host as i128).unsigned_abs() as f64;
     if lo > hi || apart > DISAGREEMENT_SIGMAS * spread {
-        return hull(&[(f.host, f.bound), (b.host, b.bound)], Sides::Both);
+        return hull(&[(f.host, f.bound), (b.host, b.bound)], None, Sides::Both);
     }
     let wf = 1.0 / (f.sigma.max(1) as f64).powi(2);
     let wb = 1.0 / (b.sigma.max(1) as f64).powi(2);
@@ -400,6 +511,22 @@ fn combine(f: Side, b: Side) -> Smoothed {
     }
 }
 
+/// The envelope fit's point, kept inside the two sides' hard interval:
+/// the bound then reaches both ends of that interval from the new point.
+fn envelope(both: Smoothed, corridor: Option<i64>) -> Smoothed {
+    let Some(point) = corridor else {
+        return both;
+    };
+    let (lo, hi) = interval(both.host_ns, both.bound_ns);
+    let point = (point as i128).clamp(lo, hi);
+    let bound = (point - lo).max(hi - point);
+    Smoothed {
+        host_ns: clamp(point),
+        bound_ns: u64::try_from(bound).unwrap_or(u64::MAX),
+        sides: both.sides,
+    }
+}
+
 /// How far apart (in sigmas of the two) the two sides' points may be
 /// before they are taken to straddle an unnoticed step.
 const DISAGREEMENT_SIGMAS: f64 = 5.0;
@@ -408,20 +535,23 @@ fn interval(host: i64, bound: u64) -> (i128, i128) {
     (host as i128 - bound as i128, host as i128 + bound as i128)
 }
 
-/// Mappings of which one holds the truth: the point of the tightest one
-/// (its fit rests on the most consistent samples), with a bound reaching
-/// every one's interval.
-fn hull(mappings: &[(i64, u64)], sides: Sides) -> Smoothed {
+/// Mappings of which one holds the truth: the point `preferred` (the one
+/// on the likely side of a step), else that of the tightest one (its fit
+/// rests on the most consistent samples), with a bound reaching every
+/// one's interval.
+fn hull(mappings: &[(i64, u64)], preferred: Option<i64>, sides: Sides) -> Smoothed {
     let (lo, hi) = mappings
         .iter()
         .fold((i128::MAX, i128::MIN), |(lo, hi), &(h, b)| {
             let (l, u) = interval(h, b);
             (lo.min(l), hi.max(u))
         });
-    let point = mappings
-        .iter()
-        .min_by_key(|&&(_, b)| b)
-        .map_or(lo + (hi - lo) / 2, |&(h, _)| h as i128);
+    let point = preferred.map(i128::from).unwrap_or_else(|| {
+        mappings
+            .iter()
+            .min_by_key(|&&(_, b)| b)
+            .map_or(lo + (hi - lo) / 2, |&(h, _)| h as i128)
+    });
     let bound = (point - lo).max(hi - point);
     Smoothed {
         host_ns: clamp(point),

@@ -32,20 +32,26 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    /// One-way delay: 90 µs plus exponential queueing of mean 25 µs.
-    fn delay(&mut self) -> u64 {
+    /// One-way delay: `base` plus exponential queueing of mean `queue`.
+    fn delay(&mut self, base: u64, queue: f64) -> u64 {
         let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        90_000 + (-(1.0 - u).ln() * 25_000.0) as u64
+        base + (-(1.0 - u).ln() * queue) as u64
     }
 }
 
-/// Exchanges at 4 Hz over `secs`, host time starting at 1000 s.
+/// Exchanges at 4 Hz over `secs`, host time starting at 1000 s, over a
+/// LAN: each leg 90 µs plus exponential queueing of mean 25 µs.
 fn exchanges(clock: Clock, secs: u64, seed: u64) -> Vec<Exchange> {
+    exchanges_over(clock, secs, seed, 90_000, 25_000.0)
+}
+
+/// The same over legs of `base` ns plus queueing of mean `queue` ns.
+fn exchanges_over(clock: Clock, secs: u64, seed: u64, base: u64, queue: f64) -> Vec<Exchange> {
     let mut rng = Rng(seed);
     (0..secs * 4)
         .map(|i| {
             let h = 1_000_000_000_000 + i * 250_000_000;
-            let (d1, d2) = (rng.delay(), rng.delay());
+            let (d1, d2) = (rng.delay(base, queue), rng.delay(base, queue));
             let t2 = clock.relay(h + d1);
             let t3 = t2 + 20_000;
             Exchange {
@@ -125,6 +131,41 @@ fn both_sides_beat_one_and_always_hold_the_truth() {
     let bound = p99(bounds);
     eprintln!("p99 error: live {live} ns, two-sided {smoothed} ns; p99 bound {bound} ns");
     assert!(bound < 115_000.0, "bound p99 {bound}");
+}
+
+#[test]
+fn a_jittery_link_is_placed_by_its_fastest_legs() {
+    // Wi-Fi-like legs: 500 µs plus 1 ms of exponential queueing each. A
+    // sample whose round trip is within 100 µs of the floor comes once in
+    // ~200; a leg within 10 µs of its own floor once in ~100.
+    let clock = Clock {
+        offset_ns: 2_000_000_000,
+        ppm: 50.0,
+        step_at_ns: u64::MAX,
+        step_ns: 0,
+    };
+    let xs = exchanges_over(clock, 900, 5, 500_000, 1_000_000.0);
+    let smoother = Smoother::new(EstimatorConfig::default(), &xs);
+    let hosts: Vec<u64> = event_hosts(30, 870).collect();
+    let mut errs = Vec::new();
+    for &h in &hosts {
+        let m = smoother.map(clock.relay(h), 0).expect("mapped");
+        let err = (m.host_ns - h as i64).unsigned_abs();
+        assert!(
+            err <= m.bound_ns,
+            "at {h}: error {err} outside {}",
+            m.bound_ns
+        );
+        errs.push(err as f64);
+    }
+    let live = p99(live_errors(clock, &xs, &hosts));
+    let smoothed = p99(errs);
+    eprintln!("jittery link p99 error: live {live} ns, two-sided {smoothed} ns");
+    assert!(smoothed <= 25_000.0, "two-sided p99 {smoothed} ns");
+    assert!(
+        smoothed <= live / 2.0,
+        "two-sided {smoothed} vs live {live} ns"
+    );
 }
 
 #[test]

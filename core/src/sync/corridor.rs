@@ -1,0 +1,291 @@
+//! One-way envelope fit of a closed segment (sans-IO): the line that runs
+//! midway through the widest corridor the probe legs leave open.
+//!
+//! Each leg of an exchange bounds the relay's offset on one side only:
+//! the request left the host at t1 and reached the relay at t2, so the
+//! host time of relay t2 is at least t1 (`h(t2) >= t1 - t2`, with
+//! `h = host - relay`); the reply left at t3 and reached the host at t4,
+//! so `h(t3) <= t4 - t3`. A per-sample offset needs *both* legs of one
+//! exchange to be fast; the envelope needs each leg to be fast only
+//! once among many, which queueing of independent legs allows far more
+//! often (with exponential queueing the fastest of N legs is ~1/N of the
+//! mean late). Over a short window the clock is a line, so the fit is the
+//! line maximising its smallest distance to both envelopes; its middle
+//! is off by half the difference of the two legs' fastest delays.
+//!
+//! Invariants:
+//! - **Estimate, not bound.** The point assumes equal fastest delays on
+//!   both legs (the same assumption as every two-way method); the caller
+//!   keeps its hard interval and clamps into it.
+//! - **Local.** A grid point's line rests on the legs within
+//!   [`WINDOW_NS`] of it, so a mapping never reaches across more than
+//!   that; the caller gives one segment (no step or suspend inside).
+//! - **Deterministic.** Same legs in, same lines out (no randomness, a
+//!   fixed number of search steps).
+//! - **Bounded.** One line per [`GRID_NS`] of the segment's span.
+
+/// Half-width of the window a grid point's line is fitted over (ns of
+/// relay time). Wide enough that a jittery link (Wi-Fi: ~1 ms of
+/// queueing per leg) has a fast leg of each kind within µs of its floor;
+/// narrow enough that frequency wander bends the line by little.
+pub const WINDOW_NS: u64 = 16_000_000_000;
+
+/// Spacing of the grid points (ns of relay time); mappings in between
+/// blend the two neighbours' lines.
+pub const GRID_NS: u64 = 1_000_000_000;
+
+/// Fewest legs of each kind a grid point's window must hold (half of
+/// them on each side of the point).
+const MIN_LEGS: usize = 4;
+
+/// Golden-section steps of the slope search: the interval shrinks by
+/// 0.618 per step, from 2x the crystal tolerance to far below 1e-15.
+const SEARCH_STEPS: usize = 90;
+
+/// One leg's bound on `h = host - relay` at a relay time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Leg {
+    relay_ns: u64,
+    h_ns: i128,
+}
+
+/// The line of one grid point: `h(t) = h_ns + slope * (t - relay_ns)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Line {
+    relay_ns: u64,
+    h_ns: f64,
+    slope: f64,
+}
+
+/// Lines every [`GRID_NS`] over one segment.
+#[derive(Debug, Default)]
+pub struct Corridor {
+    /// The `h` all stored values are relative to (keeps f64 exact).
+    base_ns: i128,
+    first_ns: u64,
+    /// `lines[k]` sits at `first_ns + k * GRID_NS`; None where the window
+    /// held too few legs of either kind.
+    lines: Vec<Option<Line>>,
+}
+
+impl Corridor {
+    /// Fits the grid from exchanges `[t1, t2, t3, t4]` (host t1/t4, relay
+    /// t2/t3, ns) of one segment. Exchanges with reversed timestamps are
+    /// left out. `max_abs_freq` bounds the slopes searched (dimensionless).
+    pub fn fit(exchanges: impl Iterator<Item = [u64; 4]>, max_abs_freq: f64) -> Self {
+        let mut lower = Vec::new();
+        let mut upper = Vec::new();
+        for [t1, t2, t3, t4] in exchanges {
+            if t4 < t1 || t3 < t2 {
+                continue;
+            }
+            lower.push(Leg {
+                relay_ns: t2,
+                h_ns: t1 as i128 - t2 as i128,
+            });
+            upper.push(Leg {
+                relay_ns: t3,
+                h_ns: t4 as i128 - t3 as i128,
+            });
+        }
+        let (Some(first), Some(last)) = (
+            lower.iter().map(|l| l.relay_ns).min(),
+            upper.iter().map(|l| l.relay_ns).max(),
+        ) else {
+            return Self::default();
+        };
+        lower.sort_by_key(|l| l.relay_ns);
+        upper.sort_by_key(|l| l.relay_ns);
+        let base_ns = lower[0].h_ns;
+        let points = (last - first) / GRID_NS + 1;
+        let max = max_abs_freq.abs().max(1e-9);
+        let lines = (0..points)
+            .map(|k| {
+                let at = first + k * GRID_NS;
+                let from = at.saturating_sub(WINDOW_NS);
+                let to = at.saturating_add(WINDOW_NS);
+                let lo = window(&lower, from, to);
+                let up = window(&upper, from, to);
+                // Legs of each kind on both sides of the point: a line
+                // carried over a gap from one side is an extrapolation,
+                // which the one-sided estimators already do better.
+                let surrounded = |legs: &[Leg]| {
+                    let before = legs.partition_point(|l| l.relay_ns <= at);
+                    before >= MIN_LEGS / 2 && legs.len() - before >= MIN_LEGS / 2
+                };
+                if !surrounded(lo) || !surrounded(up) {
+                    return None;
+                }
+                widest(lo, up, at, base_ns, max)
+            })
+            .collect();
+        Self {
+            base_ns,
+            first_ns: first,
+            lines,
+        }
+    }
+
+    /// Host time of relay time `relay_ns` (ns), or None outside the grid
+    /// (before the first line or after the last).
+    pub fn to_host(&self, relay_ns: u64) -> Option<i64> {
+        let since = relay_ns.checked_sub(self.first_ns)?;
+        let k = usize::try_from(since / GRID_NS).ok()?;
+        if k >= self.lines.len() {
+            return None;
+        }
+        let h = match (self.lines[k], self.lines.get(k + 1).copied().flatten()) {
+            (Some(here), Some(next)) => {
+                let w = (since % GRID_NS) as f64 / GRID_NS as f64;
+                (1.0 - w) * here.at(relay_ns) + w * next.at(relay_ns)
+            }
+            (Some(here), None) if since % GRID_NS == 0 => here.at(relay_ns),
+            _ => {
+                // A gap in the samples (a partition): the points of the
+                // lines on its edges, joined.
+                let before = self.lines[..=k].iter().rev().find_map(|l| *l)?;
+                let after = self.lines[k + 1..].iter().find_map(|l| *l)?;
+                chord(&before, &after, relay_ns)
+            }
+        };
+        let host = relay_ns as i128 + self.base_ns + h.round() as i128;
+        i64::try_from(host).ok()
+    }
+}
+
+impl Line {
+    fn at(&self, relay_ns: u64) -> f64 {
+        self.h_ns + self.slope * (relay_ns as i128 - self.relay_ns as i128) as f64
+    }
+}
+
+/// The straight line from `a`'s point to `b`'s, at `relay_ns` (between
+/// them). Their slopes are left out: fitted from windows half empty,
+/// they are noisier than the clock's bend over the gap (the simulator's
+/// 60 s partition: p99 1.0-2.5 µs joined straight, 1.2-3.4 µs by the
+/// cubic through the slopes).
+fn chord(a: &Line, b: &Line, relay_ns: u64) -> f64 {
+    let span = (b.relay_ns - a.relay_ns) as f64;
+    let s = (relay_ns - a.relay_ns) as f64 / span;
+    (1.0 - s) * a.h_ns + s * b.h_ns
+}
+
+/// Legs with relay time in `[from, to]` (`legs` sorted by relay time).
+fn window(legs: &[Leg], from: u64, to: u64) -> &[Leg] {
+    let start = legs.partition_point(|l| l.relay_ns < from);
+    let end = legs.partition_point(|l| l.relay_ns <= to);
+    &legs[start..end]
+}
+
+/// The line at `at` that maximises its smallest vertical distance to the
+/// lower legs (below it) and the upper legs (above it), through the
+/// middle of that corridor. The corridor's width is concave in the
+/// slope (a minimum of lines minus a maximum of lines), so a golden-section
+/// search finds its top.
+fn widest(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Option<Line> {
+    let rel = |l: &Leg| {
+        (
+            (l.relay_ns as i128 - at as i128) as f64,
+            (l.h_ns - base_ns) as f64,
+        )
+    };
+    let lower: Vec<(f64, f64)> = lower.iter().map(rel).collect();
+    let upper: Vec<(f64, f64)> = upper.iter().map(rel).collect();
+    // For a slope: (highest lower intercept, lowest upper intercept).
+    let edges = |slope: f64| {
+        let floor = lower
+            .iter()
+            .map(|&(x, y)| y - slope * x)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let ceiling = upper
+            .iter()
+            .map(|&(x, y)| y - slope * x)
+            .fold(f64::INFINITY, f64::min);
+        (floor, ceiling)
+    };
+    let width = |slope: f64| {
+        let (floor, ceiling) = edges(slope);
+        ceiling - floor
+    };
+    let ratio = (5f64.sqrt() - 1.0) / 2.0;
+    let (mut a, mut b) = (-max, max);
+    let mut c = b - ratio * (b - a);
+    let mut d = a + ratio * (b - a);
+    let (mut wc, mut wd) = (width(c), width(d));
+    for _ in 0..SEARCH_STEPS {
+        if wc >= wd {
+            b = d;
+            d = c;
+            wd = wc;
+            c = b - ratio * (b - a);
+            wc = width(c);
+        } else {
+            a = c;
+            c = d;
+            wc = wd;
+            d = a + ratio * (b - a);
+            wd = width(d);
+        }
+    }
+    let slope = (a + b) / 2.0;
+    let (floor, ceiling) = edges(slope);
+    let h_ns = (floor + ceiling) / 2.0;
+    h_ns.is_finite().then_some(Line {
+        relay_ns: at,
+        h_ns,
+        slope,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exchanges at 4 Hz of a relay `relay = host + 1000 s + 20 ppm`, legs
+    /// 500 µs plus a queueing term that cycles through `queues`.
+    fn exchanges(secs: u64, queues: &[u64]) -> Vec<[u64; 4]> {
+        let relay = |h: u64| h + 1_000_000_000_000 + h / 50_000;
+        (0..secs * 4)
+            .map(|i| {
+                let h = 5_000_000_000 + i * 250_000_000;
+                let d1 = 500_000 + queues[i as usize % queues.len()];
+                let d2 = 500_000 + queues[(i as usize * 7 + 3) % queues.len()];
+                let t2 = relay(h + d1);
+                [h, t2, t2 + 10_000, h + d1 + 10_000 + d2]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_line_runs_midway_between_the_fastest_legs() {
+        // Each leg is fast (no queueing) only every 11th exchange, never
+        // both at once: no single exchange has a small round trip.
+        let queues: Vec<u64> = (0..11u64)
+            .map(|k| if k == 0 { 0 } else { 300_000 + k * 1_000 })
+            .collect();
+        let xs = exchanges(120, &queues);
+        let c = Corridor::fit(xs.iter().copied(), 500e-6);
+        for h in [20_000_000_000u64, 60_000_000_000, 100_000_000_000] {
+            let relay = h + 1_000_000_000_000 + h / 50_000;
+            let host = c.to_host(relay).expect("mapped");
+            assert!(
+                (host - h as i64).abs() <= 50,
+                "host {host} for true {h}: off by {} ns",
+                host - h as i64
+            );
+        }
+    }
+
+    #[test]
+    fn outside_the_samples_there_is_no_line() {
+        let xs = exchanges(60, &[0, 200_000]);
+        let c = Corridor::fit(xs.iter().copied(), 500e-6);
+        assert_eq!(c.to_host(0), None);
+        assert_eq!(c.to_host(u64::MAX), None);
+        assert!(
+            Corridor::fit(std::iter::empty(), 500e-6)
+                .to_host(1)
+                .is_none()
+        );
+    }
+}
