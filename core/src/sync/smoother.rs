@@ -10,7 +10,10 @@
 //! estimator's causal machinery — pop filter, gate, fit, hard bound — works
 //! unchanged on the future). A timestamp between two samples gets the
 //! forward estimate made at the earlier and the backward estimate made at
-//! the later one.
+//! the later one; their intersection is its hard interval. Its point is
+//! the one-way envelope fit of its segment ([`Corridor`]: the line midway
+//! between the fastest request legs and the fastest reply legs within
+//! 16 s), kept inside that interval.
 //!
 //! Invariants:
 //! - **Hard.** Each side's interval (`to_host ± bound_at`) holds the truth
@@ -25,9 +28,14 @@
 //!   A timestamp a segment's mapping places between the host times of its
 //!   neighbours' nearest samples may be in it; when several segments may
 //!   hold it (either side of a step), it gets a bound over all of them.
+//!   The samples between the two detections are then split where each
+//!   side sits closest to its own segment's mapping; the split narrows
+//!   the span either segment may hold only as far as no other split is
+//!   nearly as good, and picks the point (never the bound) inside it.
 //! - **Deterministic.** Same samples in, same mappings out.
 //! - **Bounded.** Memory is one estimate per sample and direction of the
-//!   samples given (the caller gives one relay, one capture or one epoch).
+//!   samples given, and one line per second of the span (the caller gives
+//!   one relay, one capture or one epoch).
 
 use super::corridor::Corridor;
 use super::{Estimator, EstimatorConfig, SyncEstimate};
