@@ -12,6 +12,11 @@ const MS: f64 = 1_000_000.0;
 pub struct Targets {
     /// p99 of |error| (ns).
     pub p99_ns: Option<f64>,
+    /// p99 of |error| of the final (two-sided) mapping (ns).
+    pub final_p99_ns: Option<f64>,
+    /// The final p99 is at most half the live p99 (not where a constant
+    /// path asymmetry, which no two-way method sees, dominates both).
+    pub final_half_live: bool,
     /// p99 of |error - median error| (ns): spread around a fixed bias.
     pub spread_p99_ns: Option<f64>,
     /// p99 of |error| from 1 s to 60 s after each resume (ns).
@@ -52,6 +57,7 @@ fn base(name: &'static str, secs: f64, link: LinkModel, clock: ClockModel) -> Sc
         probe_hz: 4.0,
         targets: Targets {
             full_coverage: true,
+            final_half_live: true,
             ..Targets::default()
         },
     }
@@ -116,6 +122,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
         ppm(20.0, 1e-16),
     );
     s.targets.p99_ns = Some(10.0 * US);
+    s.targets.final_p99_ns = Some(2.0 * US);
     out.push(s);
 
     let mut s = base(
@@ -132,6 +139,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
 
     let mut s = base("wifi", secs, wifi_link(), ppm(20.0, 1e-16));
     s.targets.p99_ns = Some(120.0 * US);
+    s.targets.final_p99_ns = Some(25.0 * US);
     out.push(s);
 
     // Wi-Fi with a fast-drifting relay: 50 ppm, then 50 ppm with frequency
@@ -140,6 +148,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     for (name, wander) in [("wifi-50ppm", 1e-16), ("wifi-50ppm-wander", 1e-14)] {
         let mut s = base(name, secs, wifi_link(), ppm(50.0, wander));
         s.targets.p99_ns = Some(120.0 * US);
+        s.targets.final_p99_ns = Some(25.0 * US);
         out.push(s);
     }
     // The real-socket run's wandering relay (docs/clock-sync.md "Accuracy:
@@ -158,6 +167,8 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     let mut s = base("static-asym-1/3ms", secs, link, ppm(20.0, 1e-16));
     s.targets.spread_p99_ns = Some(10.0 * US);
     s.targets.bias_in_bound = true;
+    // The 1 ms asymmetry is the error, live and final alike.
+    s.targets.final_half_live = false;
     out.push(s);
 
     let mut link = LinkModel::symmetric(Leg::new(1.0 * MS, Queue::Exp(50.0 * US)));
@@ -194,6 +205,8 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     // lying inside the bound and on coverage only.
     let mut s = base("cellular", secs, link, ppm(20.0, 1e-16));
     s.targets.bias_in_bound = true;
+    // Its 2.5 ms asymmetry is the error, live and final alike.
+    s.targets.final_half_live = false;
     out.push(s);
 
     // Not in §9.3: heavy-tailed VM-like queueing with reordering holds.
@@ -228,7 +241,12 @@ pub fn all(secs: f64) -> Vec<Scenario> {
         } else {
             LinkModel::symmetric(lan_leg())
         };
-        out.push(base(name, secs, link, clock));
+        let mut s = base(name, secs, link, clock);
+        // Wi-Fi steps of 200 µs and more: in 300 s the few events around
+        // the 5 steps decide the p99 (live and final within 1.3x of each
+        // other at seeds 11 and 29; half at 1800 s).
+        s.targets.final_half_live = !(wifi && size.abs() >= 200.0 * US);
+        out.push(s);
     }
 
     // Not in §9.3: relay NTP slews (+-500 ppm for 2 s, unannounced). The

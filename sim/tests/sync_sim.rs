@@ -12,19 +12,6 @@ const SECS: f64 = 900.0;
 
 const SEEDS: [u64; 2] = [11, 29];
 
-/// Where the final (two-sided) mapping must beat the live one's p99 (not
-/// lan-steps+50us: in 300 s its p99 is the events straddling its 5 steps,
-/// 36 µs final against 23 live for seed 11).
-const FINAL_BEATS_LIVE: [&str; 7] = [
-    "loopback",
-    "lan-20ppm",
-    "wifi",
-    "suspend-30s",
-    "lan-steps+200us",
-    "lan-steps-1ms",
-    "lan-ntp-slews",
-];
-
 fn check(name: &str) {
     let sc: Scenario = scenarios::by_name(name, SECS).expect("scenario exists");
     let reports: Vec<Report> = SEEDS
@@ -57,12 +44,28 @@ fn check(name: &str) {
                 "100% inside the final bound: {ctx}"
             );
         }
-        if FINAL_BEATS_LIVE.contains(&name) {
+        if t.final_half_live {
+            // Half the live p99 at 1800 s (clock-sync.md); in 300 s
+            // these two reach 0.6x (loopback: 0.10 µs against 0.18, the
+            // simulator's timestamp grain; lan-50ppm-wander seed 11: 1.61
+            // against 2.69 µs).
+            let share = if ["loopback", "lan-50ppm-wander"].contains(&name) && SECS < 1800.0 {
+                0.6
+            } else {
+                0.5
+            };
             assert!(
-                r.refined.p99 <= r.ours.p99,
-                "final p99 {} > live p99 {}: {ctx}",
+                r.refined.p99 <= r.ours.p99 * share,
+                "final p99 {} > {share} x the live p99 {}: {ctx}",
                 r.refined.p99,
                 r.ours.p99
+            );
+        }
+        if let Some(p99) = t.final_p99_ns {
+            assert!(
+                r.refined.p99 <= p99,
+                "final p99 {} > {p99} ns: {ctx}",
+                r.refined.p99
             );
         }
         if t.full_coverage {
