@@ -191,6 +191,22 @@ fn widest(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Opt
     };
     let lower: Vec<(f64, f64)> = lower.iter().map(rel).collect();
     let upper: Vec<(f64, f64)> = upper.iter().map(rel).collect();
+    let (h_ns, slope, _) = midline(&lower, &upper, max)?;
+    Some(Line {
+        relay_ns: at,
+        h_ns,
+        slope,
+    })
+}
+
+/// The line `y = value + slope * x` that keeps the largest vertical
+/// distance to the points `lower` (below it) and `upper` (above it), with
+/// `|slope| <= max`: its value at x = 0, its slope and the corridor's
+/// width. None when either set is empty.
+fn midline(lower: &[(f64, f64)], upper: &[(f64, f64)], max: f64) -> Option<(f64, f64, f64)> {
+    if lower.is_empty() || upper.is_empty() {
+        return None;
+    }
     // For a slope: (highest lower intercept, lowest upper intercept).
     let edges = |slope: f64| {
         let floor = lower
@@ -229,12 +245,8 @@ fn widest(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Opt
     }
     let slope = (a + b) / 2.0;
     let (floor, ceiling) = edges(slope);
-    let h_ns = (floor + ceiling) / 2.0;
-    h_ns.is_finite().then_some(Line {
-        relay_ns: at,
-        h_ns,
-        slope,
-    })
+    let value = (floor + ceiling) / 2.0;
+    value.is_finite().then_some((value, slope, ceiling - floor))
 }
 
 #[cfg(test)]
