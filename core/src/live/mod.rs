@@ -128,6 +128,7 @@ mod core;
 mod emit;
 mod epochs;
 pub mod estimate;
+mod fifo;
 mod hash;
 mod hold;
 mod ingest;

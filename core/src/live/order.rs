@@ -5,8 +5,9 @@
 //! non-empty stream (its head), so keys never go stale.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 
+use super::fifo::Fifo;
 use super::hash::IdMap;
 use super::packet::OutPacket;
 
@@ -29,19 +30,12 @@ pub struct Queued {
 /// small packets too.
 pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<(u64, Queued)>();
 
-/// Capacity a stream queue keeps when it shrinks.
-const KEEP_CAPACITY: usize = 4_096;
-
-/// A stream queue holding less than 1/this of its capacity gives the rest
-/// back (after a burst), so the memory behind [`Order::bytes`] stays within
-/// a small factor of what it counts. Amortised: after shrinking to twice its
-/// length a queue must lose half its packets again before the next shrink.
-const SHRINK_BELOW: usize = 4;
-
 #[derive(Debug, Default)]
 pub struct Order {
-    /// Each packet with its arrival number.
-    streams: IdMap<StreamId, VecDeque<(u64, Queued)>>,
+    /// Each packet with its arrival number. A [`Fifo`] per stream: the
+    /// memory behind [`Order::bytes`] is what it counts plus at most two
+    /// partly used chunks per stream.
+    streams: IdMap<StreamId, Fifo<(u64, Queued)>>,
     /// (head ts, arrival of the head, stream): arrival breaks ties so equal
     /// times come out in the order they came in.
     heap: BinaryHeap<Reverse<(i64, u64, StreamId)>>,
@@ -81,14 +75,8 @@ impl Order {
         let Reverse((_, _, stream)) = self.heap.pop()?;
         let queue = self.streams.get_mut(&stream)?;
         let (_, item) = queue.pop_front()?;
-        match queue.front() {
-            Some((arrival, next)) => self.heap.push(Reverse((next.packet.ts, *arrival, stream))),
-            // An emptied queue keeps a modest buffer for the stream's next
-            // packets (regrowing it every batch costs copies), not a burst's.
-            None => queue.shrink_to(KEEP_CAPACITY),
-        }
-        if queue.capacity() > KEEP_CAPACITY && queue.len() < queue.capacity() / SHRINK_BELOW {
-            queue.shrink_to((queue.len() * 2).max(KEEP_CAPACITY));
+        if let Some((arrival, next)) = queue.front() {
+            self.heap.push(Reverse((next.packet.ts, *arrival, stream)));
         }
         self.bytes -= item.packet.bytes.len() + ENTRY_OVERHEAD;
         self.len -= 1;
@@ -118,18 +106,19 @@ impl Order {
     /// [`ENTRY_OVERHEAD`]).
     #[cfg(test)]
     pub fn capacity(&self) -> usize {
-        self.streams.values().map(VecDeque::capacity).sum()
+        self.streams.values().map(Fifo::capacity).sum()
     }
 
     /// Packets queued on one stream.
     pub fn stream_len(&self, stream: StreamId) -> usize {
-        self.streams.get(&stream).map_or(0, VecDeque::len)
+        self.streams.get(&stream).map_or(0, Fifo::len)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::fifo::CHUNK;
     use crate::live::packet::Role;
 
     fn queued(ts: i64, len: usize) -> Queued {
@@ -170,7 +159,7 @@ mod tests {
             let q = order.pop().expect("queued");
             assert_eq!(q.packet.ts, expected);
             expected += 1;
-            let bound = KEEP_CAPACITY.max(SHRINK_BELOW * (order.len() + 1));
+            let bound = order.len() + 2 * CHUNK;
             assert!(
                 order.capacity() <= bound,
                 "capacity {} with {} queued",
@@ -179,6 +168,6 @@ mod tests {
             );
         }
         assert_eq!(order.bytes(), 10 * (10 + ENTRY_OVERHEAD));
-        assert!(order.capacity() <= KEEP_CAPACITY);
+        assert!(order.capacity() <= 2 * CHUNK);
     }
 }

@@ -16,16 +16,15 @@
 //! (sessions wait, relays keep their spools), retries at every commit tick,
 //! and acks again once a commit succeeds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tracesync_protocol::relay::RefusalCode;
 
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, interval};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use super::engine::{Core, Fanout, Slot, Writer};
 use super::events::{Close, Feedback, IngestEvent, Welcomed};
@@ -39,6 +38,8 @@ use tracesync_core::status::{OutputStatus, StatusReport};
 mod acks;
 #[path = "ingest_commit.rs"]
 mod commit;
+#[path = "ingest_status.rs"]
+mod status;
 
 /// Timers of the ingest loop.
 #[derive(Clone, Debug)]
@@ -210,39 +211,29 @@ where
         let wake = Arc::clone(&durable);
         self.writer
             .set_commit_waker(Arc::new(move || wake.notify_one()));
-        // Packets handed to the core since the last drain.
+        // Events received and not ingested yet, and packets handed to the
+        // core since the last drain.
+        let mut queued = VecDeque::new();
         let mut ingested = 0;
         loop {
+            // Biased: the periodic work first (commits and acks, status,
+            // host packets, the drain), then frames. Frames are ingested
+            // in slices of about `SLICE` (the rest waits in `queued`), so
+            // none of them waits behind a backlog of frames for more than
+            // a slice; with an unbiased select each ready branch had the
+            // same odds per turn, and under a backlog of small packets
+            // (turns of half a second) the status and the commits (acks)
+            // went unserved for seconds.
             tokio::select! {
-                n = io.events.recv_many(&mut batch, 64), if !self.failing => {
-                    if n == 0 {
-                        break; // every sender gone: shutdown
-                    }
-                    let now = tracesync_common::clock::boottime_ns();
-                    for event in batch.drain(..) {
-                        ingested += self.on_event(event, now);
-                        // Many frames of small packets at once would pile
-                        // up in the core (each queued packet costs far more
-                        // than its bytes in the frame) before the next
-                        // drain tick: drain in between.
-                        if ingested >= DRAIN_AFTER_PACKETS && !self.failing {
-                            ingested = 0;
-                            self.drain(&io.packets);
-                        }
-                    }
-                }
+                biased;
+                () = durable.notified() => self.take_durable(),
+                _ = commit.tick() => self.commit(&io.packets),
+                _ = status.tick() => self.publish_status(&io.status, &io.packets),
+                _ = host.tick() => self.core.host_tick(tracesync_common::clock::boottime_ns()),
                 update = io.sync_updates.recv(), if sync_open => match update {
                     Some(update) => self.on_sync(&update),
                     None => sync_open = false,
                 },
-                _ = drain.tick(), if !self.failing => {
-                    ingested = 0;
-                    self.drain(&io.packets);
-                }
-                _ = commit.tick() => self.commit(&io.packets),
-                () = durable.notified() => self.take_durable(),
-                _ = host.tick() => self.core.host_tick(tracesync_common::clock::boottime_ns()),
-                _ = status.tick() => self.publish_status(&io.status, &io.packets),
                 request = next_request(&mut io.preamble_requests) => match request {
                     // Between drains: everything written was published.
                     Some(request) => request.answer(self.writer.preamble()),
@@ -252,9 +243,50 @@ where
                     Some(new) => self.writer.set_limits(&new),
                     None => limits = None,
                 },
+                _ = drain.tick(), if !self.failing => {
+                    ingested = 0;
+                    self.drain(&io.packets);
+                }
+                n = io.events.recv_many(&mut batch, 64), if !self.failing && queued.is_empty() => {
+                    if n == 0 {
+                        break; // every sender gone: shutdown
+                    }
+                    queued.extend(batch.drain(..));
+                    self.ingest_slice(&mut queued, &mut ingested, &io.packets);
+                }
+                // Yields to the runtime first, so its timers fire (the
+                // ticks above) before the next slice.
+                () = tokio::task::yield_now(), if !self.failing && !queued.is_empty() => {
+                    self.ingest_slice(&mut queued, &mut ingested, &io.packets);
+                }
             }
         }
         self.finish(&io.packets, &io.status).await
+    }
+
+    /// Ingests events from the front of `queued` for about [`SLICE`] (one
+    /// at least), draining after every [`DRAIN_AFTER_PACKETS`] packets.
+    fn ingest_slice(
+        &mut self,
+        queued: &mut VecDeque<IngestEvent>,
+        ingested: &mut usize,
+        packets: &impl Fanout,
+    ) {
+        let until = std::time::Instant::now() + SLICE;
+        let now = tracesync_common::clock::boottime_ns();
+        while let Some(event) = queued.pop_front() {
+            *ingested += self.on_event(event, now);
+            // Many frames of small packets at once would pile up in the
+            // core (each queued packet costs far more than its bytes in
+            // the frame) before the next drain tick: drain in between.
+            if *ingested >= DRAIN_AFTER_PACKETS && !self.failing {
+                *ingested = 0;
+                self.drain(packets);
+            }
+            if self.failing || std::time::Instant::now() >= until {
+                return;
+            }
+        }
     }
 
     /// Returns how many packets it handed to the core.
@@ -384,6 +416,9 @@ where
     /// round), so drained packets not yet written stay bounded.
     fn drain(&mut self, packets: &impl Fanout) {
         self.hold_back();
+        // Not sliced: what the watermark passed goes out now, so the
+        // ordering queue stays short (sliced, it sat near its bound with
+        // 4 KiB packets: +50-60 MiB of peak RSS in scripts/bench-live.sh).
         for _ in 0..DRAIN_ROUNDS {
             if self.unwritten.is_empty() {
                 self.core
@@ -433,80 +468,6 @@ where
         }
         self.written_of_unwritten = 0;
         true
-    }
-
-    fn failed(&mut self, what: &str, e: &io::Error) {
-        self.summary.write_errors += 1;
-        self.output.errors += 1;
-        metrics::counter!(crate::metrics::names::OUTPUT_ERRORS).increment(1);
-        let first = !self.failing;
-        if first {
-            self.failing = true;
-            self.output.failing = true;
-            self.output.episodes += 1;
-            self.output.failing_since_unix_ms = Some(unix_ms());
-            self.output.last_error = Some(format!("cannot {what}: {e}"));
-        }
-        if crate::rolling::is_vanished(e) {
-            // Found once per vanished file (the retries fail otherwise):
-            // one line, whether or not the output was failing already.
-            error!(
-                "cannot {what} the output: {e}; what was written since the last commit is not \
-                 acknowledged: the daemon makes the directory again (with its mode at start) if \
-                 it is gone and writes that data to a new file there, and relays are \
-                 acknowledged once it is durable; what was acknowledged before is gone with the \
-                 old file (stop tracesyncd before moving or deleting its output directory)"
-            );
-        } else if first {
-            let file = self.current_file().unwrap_or_default();
-            error!(
-                "cannot {what} the output {file}: {e}; relays are not acknowledged and wait \
-                 until it succeeds (free space in the output directory)"
-            );
-        } else {
-            debug!("output {what} still failing: {e}");
-        }
-    }
-
-    fn current_file(&self) -> Option<String> {
-        self.writer
-            .current_path()
-            .map(|p: PathBuf| p.display().to_string())
-    }
-
-    /// The status report, and the metrics from it and the core's and
-    /// writer's counters (one tick, not per packet).
-    fn publish_status(&mut self, status: &watch::Sender<Arc<StatusReport>>, packets: &impl Fanout) {
-        let report = StatusReport {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            data_addr: self.settings.data_addr.clone(),
-            sync_addr: self.settings.sync_addr.clone(),
-            current_file: self.current_file(),
-            host_boottime_ns: tracesync_common::clock::boottime_ns(),
-            machines: crate::sync::registry::with_sync(
-                self.core.status(),
-                self.settings.probes.as_ref(),
-            ),
-            sync: self.settings.probes.as_ref().map(|p| p.stats()),
-            relays_refused: self
-                .settings
-                .server_counters
-                .as_ref()
-                .map(|c| c.refusals())
-                .unwrap_or_default(),
-            handshake_failures: self
-                .settings
-                .server_counters
-                .as_ref()
-                .map(|c| c.handshake_failures())
-                .unwrap_or_default(),
-            output: self.writer.output_status(self.output.clone()),
-        };
-        self.core.record_metrics();
-        self.writer.record_metrics();
-        self.metrics
-            .publish(&report, self.sessions.len(), packets.subscribers());
-        status.send_replace(Arc::new(report));
     }
 
     /// Shutdown: everything held goes out, one final commit, final acks,
@@ -569,6 +530,10 @@ fn unix_ms() -> u64 {
 
 /// Drain rounds per drain tick at most (the next tick goes on).
 const DRAIN_ROUNDS: usize = 64;
+
+/// About how long one turn of the loop ingests frames before the other
+/// branches are served again (a frame begun is finished).
+const SLICE: Duration = Duration::from_millis(20);
 
 /// Packets ingested between two drains at most (about 8 MiB of queue with
 /// small packets), besides the drain tick.
