@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use prost::Message;
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
-use tracesync_protocol::reader::{FileReadError, TraceFile};
+use tracesync_protocol::reader::FileReadError;
 use tracesync_protocol::scan::scan_packet;
 
 use super::inputs::InputSource;
+use super::packets::{bundle_of, open_reader};
 
 /// One clock of a snapshot as written in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +96,7 @@ pub fn scan_input(source: &InputSource) -> FileScan {
         message,
         fatal,
     };
-    let reader = match source.open().and_then(TraceFile::new) {
+    let reader = match open_reader(source) {
         Ok(r) => r,
         Err(e) => {
             scan.faults.push(fault(
@@ -110,9 +111,22 @@ pub fn scan_input(source: &InputSource) -> FileScan {
     // Most packets repeat the previous one's machine id: skip the set insert.
     let mut last_embedded = None;
     loop {
-        let packet = match reader.next_packet() {
-            Ok(Some(p)) => p,
+        let read = match reader.next_packet() {
+            Ok(Some(packet)) => {
+                let scanned = scan_packet(packet.bytes);
+                match bundle_of(&packet, &scanned) {
+                    // Its inner packets come next, as the expanding reader
+                    // yields them; the bundle itself is not a packet.
+                    Some(range) => reader.expand_last(range).map(|()| None),
+                    None => Ok(Some((packet.offset, scanned))),
+                }
+            }
             Ok(None) => break,
+            Err(e) => Err(e),
+        };
+        let (offset, scanned) = match read {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
             Err(FileReadError::Io(e)) => {
                 scan.faults.push(fault(
                     None,
@@ -148,8 +162,7 @@ pub fn scan_input(source: &InputSource) -> FileScan {
             }
         };
         scan.packets += 1;
-        let offset = packet.offset;
-        let fields = match scan_packet(packet.bytes) {
+        let fields = match scanned {
             Ok(f) => f,
             Err(e) => {
                 scan.faults.push(fault(

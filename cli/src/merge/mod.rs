@@ -13,17 +13,19 @@ pub mod inputs;
 pub mod machines;
 pub mod manifest;
 pub mod output;
+pub mod packets;
 pub mod plan;
 pub mod remote;
 pub mod second_pass;
 pub mod stats;
 pub mod window;
+pub mod write_thread;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::collections::binary_heap::PeekMut;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use first_pass::{FileScan, InputFault, scan_input};
@@ -34,6 +36,7 @@ use plan::{Plan, build_plan};
 use second_pass::{Context, InputStream, SequenceIds};
 use stats::MergeStats;
 use tracesync_common::exit;
+use write_thread::ThreadWriter;
 
 #[derive(Clone, Debug)]
 pub struct MergeOptions {
@@ -148,9 +151,8 @@ pub fn prepare(
         return Err(e.into());
     }
     let mut faults = Vec::new();
-    let mut scans: Vec<FileScan> = Vec::with_capacity(expanded.traces.len());
-    for source in &expanded.traces {
-        let scan = scan_input(source);
+    let scans = scan_inputs(&expanded.traces);
+    for scan in &scans {
         for fault in &scan.faults {
             // Under --strict the error is the report (printed once).
             if strict {
@@ -159,7 +161,6 @@ pub fn prepare(
             report(fault);
         }
         faults.extend(scan.faults.iter().cloned());
-        scans.push(scan);
     }
     let plan = build_plan(
         &expanded.traces,
@@ -177,6 +178,42 @@ pub fn prepare(
         undecodable_snapshots,
         readable_inputs,
     })
+}
+
+/// The first pass of every input, in input order: inputs are scanned on as
+/// many threads as there are processors (each input by one thread, which
+/// takes the next input not yet taken), each thread holding one input's
+/// reader, so memory stays one reader per processor.
+fn scan_inputs(inputs: &[InputSource]) -> Vec<FileScan> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(inputs.len());
+    if threads <= 1 {
+        return inputs.iter().map(scan_input).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<FileScan>>> =
+        inputs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(source) = inputs.get(i) else { break };
+                    let scan = scan_input(source);
+                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(scan);
+                }
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|s| {
+            s.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// Runs a whole merge.
@@ -216,7 +253,7 @@ pub fn merge(
     };
     let target = opts.output.as_deref().filter(|p| p.as_os_str() != "-");
     let temp = target.and_then(temp_path);
-    let sink: Box<dyn Write> = match (&temp, target) {
+    let sink: Box<dyn Write + Send> = match (&temp, target) {
         // Name the path the user gave, not the temporary file next to it.
         (Some(t), Some(target)) => {
             Box::new(File::create(t).map_err(|error| MergeError::Create {
@@ -230,15 +267,11 @@ pub fn merge(
                 error,
             })?)
         }
-        _ => Box::new(io::stdout().lock()),
+        _ => Box::new(io::stdout()),
     };
-    let result = write_merged(
-        &inputs,
-        &mut plan,
-        opts.format,
-        BufWriter::with_capacity(1 << 20, sink),
-        &mut stats,
-    );
+    let result = ThreadWriter::spawn(sink)
+        .map_err(MergeError::Write)
+        .and_then(|out| write_merged(&inputs, &mut plan, opts.format, out, &mut stats));
     let finished = result.and_then(|()| {
         if opts.strict && stats.strict_failures() > 0 {
             return Err(MergeError::Unplaced(stats.strict_failures()));
@@ -267,11 +300,11 @@ pub fn merge(
     Ok(MergeOutcome { stats, faults })
 }
 
-fn write_merged<W: Write>(
+fn write_merged(
     inputs: &[InputSource],
     plan: &mut Plan,
     format: Format,
-    out: W,
+    out: ThreadWriter,
     stats: &mut MergeStats,
 ) -> Result<(), MergeError> {
     let trace_machine = plan.timeline.trace_clock().machine;
@@ -322,7 +355,7 @@ fn write_merged<W: Write>(
         let stream = &mut streams[i];
         let head = stream.head.expect("queued streams have a head");
         writer
-            .packet(&head, &stream.body, &src_json[i], ctx.machines, ctx.stats)
+            .packet(&head, stream.body(), &src_json[i], ctx.machines, ctx.stats)
             .map_err(MergeError::Write)?;
         stream.advance(&mut ctx);
         match stream.head {
@@ -332,7 +365,10 @@ fn write_merged<W: Write>(
             }
         }
     }
-    writer.finish().map_err(MergeError::Write)?;
+    writer
+        .finish()
+        .and_then(ThreadWriter::finish)
+        .map_err(MergeError::Write)?;
     let t = ctx.timeline.stats();
     let g = ctx.timeline.graph().stats();
     let stats = ctx.stats;

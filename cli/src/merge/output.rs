@@ -13,10 +13,14 @@ use tracesync_protocol::scan::field;
 use tracesync_protocol::wire;
 
 use super::machines::{MachineIdx, MachineTable};
-use super::second_pass::{Head, OWN_SEQUENCE_ID};
+use super::second_pass::{Body, Head, OWN_SEQUENCE_ID};
 use super::stats::MergeStats;
+use super::write_thread::{BUFFER_SIZE, ThreadWriter};
 use tracesync_core::jsonl::{JsonlRecord, json_name, write_jsonl_record};
 use tracesync_core::sync_point::{offset_pair, sync_point_packet};
+
+/// Longest `Trace.packet` record header: a 1-byte tag and a 10-byte length.
+const MAX_RECORD_HEADER: usize = 11;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -35,8 +39,8 @@ struct SyncState {
     domain: Option<(u64, i64)>,
 }
 
-pub struct Writer<W: Write> {
-    out: W,
+pub struct Writer {
+    out: ThreadWriter,
     format: Format,
     trace_machine: MachineIdx,
     /// Clock id of trace time.
@@ -51,9 +55,9 @@ pub struct Writer<W: Write> {
     line: String,
 }
 
-impl<W: Write> Writer<W> {
+impl Writer {
     pub fn new(
-        out: W,
+        out: ThreadWriter,
         format: Format,
         machines: &MachineTable,
         trace_machine: MachineIdx,
@@ -118,7 +122,7 @@ impl<W: Write> Writer<W> {
     pub fn packet(
         &mut self,
         head: &Head,
-        body: &[u8],
+        body: Body<'_>,
         src_json: &str,
         machines: &MachineTable,
         stats: &mut MergeStats,
@@ -132,7 +136,10 @@ impl<W: Write> Writer<W> {
                     let domain = head.domain.map(|d| (d, d - head.ts));
                     self.sync_point(head.machine, (c, c - head.ts), domain, machines, stats)?;
                 }
-                self.write_framed(body, stats)
+                match body {
+                    Body::Whole(b) => self.write_framed(b, stats),
+                    Body::Split(prefix, tail) => self.write_framed_split(prefix, tail, stats),
+                }
             }
             Format::Jsonl => {
                 let m = machines.get(head.machine);
@@ -207,15 +214,38 @@ impl<W: Write> Writer<W> {
     /// Writes `body` as one `Trace.packet` record: the header, then the body
     /// straight from the caller's buffer (no copy into a frame buffer).
     fn write_framed(&mut self, body: &[u8], stats: &mut MergeStats) -> io::Result<()> {
-        self.header.clear();
-        wire::put_tag(&mut self.header, 1, wire::WireType::Len);
-        wire::put_varint(&mut self.header, body.len() as u64);
-        stats.bytes_written += (self.header.len() + body.len()) as u64;
-        self.out.write_all(&self.header)?;
-        self.out.write_all(body)
+        self.write_framed_split(body, &[], stats)
     }
 
-    pub fn finish(mut self) -> io::Result<W> {
+    /// Writes `prefix` then `tail` as one `Trace.packet` record.
+    fn write_framed_split(
+        &mut self,
+        prefix: &[u8],
+        tail: &[u8],
+        stats: &mut MergeStats,
+    ) -> io::Result<()> {
+        let len = prefix.len() + tail.len();
+        if len + MAX_RECORD_HEADER > BUFFER_SIZE {
+            self.header.clear();
+            wire::put_tag(&mut self.header, 1, wire::WireType::Len);
+            wire::put_varint(&mut self.header, len as u64);
+            stats.bytes_written += (self.header.len() + len) as u64;
+            self.out.write_all(&self.header)?;
+            self.out.write_all(prefix)?;
+            return self.out.write_all(tail);
+        }
+        // Header, prefix and tail appended to the output buffer at once.
+        let out = self.out.room(len + MAX_RECORD_HEADER)?;
+        let before = out.len();
+        wire::put_tag(out, 1, wire::WireType::Len);
+        wire::put_varint(out, len as u64);
+        out.extend_from_slice(prefix);
+        out.extend_from_slice(tail);
+        stats.bytes_written += (out.len() - before) as u64;
+        Ok(())
+    }
+
+    pub fn finish(mut self) -> io::Result<ThreadWriter> {
         self.out.flush()?;
         Ok(self.out)
     }

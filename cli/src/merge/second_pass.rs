@@ -4,20 +4,19 @@
 //! One packet per input is held at a time (the head of its stream), so
 //! memory does not grow with input size.
 
+use prost::Message;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::Read;
-
-use prost::Message;
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
-use tracesync_protocol::reader::{FileReadError, TraceFile};
 use tracesync_protocol::scan::{
-    Kind, PacketFields, Stamp, defaults_timestamp_clock_id, scan_packet, stamp_scanned,
+    Kind, PacketFields, Stamp, StampTail, defaults_timestamp_clock_id, scan_packet, stamp_scanned,
+    stamp_split,
 };
 
 use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
+use super::packets::{InputReader, bundle_of, open_reader};
 use super::plan::{FilePlan, node};
 use super::remote::{
     MachineDefaults, SERVICE_EVENT_FIELD, default_from_snapshot, rounds_of, sync_edges,
@@ -130,19 +129,29 @@ pub struct Context<'a> {
 pub struct InputStream<'a> {
     pub source: &'a InputSource,
     plan: &'a FilePlan,
-    reader: Option<TraceFile<Box<dyn Read + Send>>>,
+    reader: Option<InputReader>,
     sequences: SequenceMap,
     defaults: MachineDefaults,
     last_ts: i64,
-    /// The current head packet (stamped bytes in `body`).
+    /// The current head packet: its stamped bytes are the reader's last
+    /// packet up to `split`'s length and then its tail, else `body`.
     pub head: Option<Head>,
-    pub body: Vec<u8>,
+    split: Option<(usize, StampTail)>,
+    body: Vec<u8>,
+}
+
+/// The stamped bytes of a head packet: a copy, or a prefix of the input
+/// packet (not copied) and a short tail.
+#[derive(Clone, Copy, Debug)]
+pub enum Body<'a> {
+    Whole(&'a [u8]),
+    Split(&'a [u8], &'a [u8]),
 }
 
 impl<'a> InputStream<'a> {
     /// Opens the input again; faults were reported by the first pass.
     pub fn open(source: &'a InputSource, plan: &'a FilePlan) -> Self {
-        let reader = source.open().and_then(TraceFile::new).ok();
+        let reader = open_reader(source).ok();
         Self {
             source,
             plan,
@@ -151,7 +160,17 @@ impl<'a> InputStream<'a> {
             defaults: MachineDefaults::default(),
             last_ts: i64::MIN,
             head: None,
+            split: None,
             body: Vec::new(),
+        }
+    }
+
+    /// The stamped bytes of the head packet.
+    pub fn body(&self) -> Body<'_> {
+        let last = self.reader.as_ref().and_then(|r| r.last_packet());
+        match (self.split.as_ref(), last) {
+            (Some((n, tail)), Some(p)) => Body::Split(&p.bytes[..*n], tail.as_slice()),
+            _ => Body::Whole(&self.body),
         }
     }
 
@@ -160,16 +179,22 @@ impl<'a> InputStream<'a> {
     pub fn advance(&mut self, ctx: &mut Context<'_>) {
         self.head = None;
         while let Some(reader) = self.reader.as_mut() {
-            let packet = match reader.next_packet() {
-                Ok(Some(p)) => p,
-                Ok(None) | Err(FileReadError::Io(_) | FileReadError::Format(_)) => {
+            let Ok(Some(packet)) = reader.next_packet() else {
+                // The end, or a fault the first pass reported.
+                self.reader = None;
+                return;
+            };
+            let scanned = scan_packet(packet.bytes);
+            if let Some(range) = bundle_of(&packet, &scanned) {
+                if reader.expand_last(range).is_err() {
                     self.reader = None;
                     return;
                 }
-            };
+                continue;
+            }
             ctx.stats.packets_read += 1;
             ctx.stats.bytes_read += packet.bytes.len() as u64;
-            let Ok(fields) = scan_packet(packet.bytes) else {
+            let Ok(fields) = scanned else {
                 ctx.stats.packets_malformed += 1;
                 continue;
             };
@@ -183,7 +208,6 @@ impl<'a> InputStream<'a> {
                 bytes.len(),
                 ctx,
             ) {
-                self.body.clear();
                 let stamp = Stamp {
                     machine_id: Some(ctx.machines.get(head.machine).output_id),
                     trusted_packet_sequence_id: Some(head.out_seq),
@@ -193,9 +217,15 @@ impl<'a> InputStream<'a> {
                     default_timestamp_clock_id: head.clock.map(|(c, _)| c),
                     strip_trusted: false,
                 };
-                if stamp_scanned(bytes, &fields, &stamp, &mut self.body).is_err() {
-                    ctx.stats.packets_malformed += 1;
-                    continue;
+                // Most packets keep a prefix of their bytes: written from
+                // the reader's buffer, not copied here.
+                self.split = stamp_split(bytes, &fields, &stamp);
+                if self.split.is_none() {
+                    self.body.clear();
+                    if stamp_scanned(bytes, &fields, &stamp, &mut self.body).is_err() {
+                        ctx.stats.packets_malformed += 1;
+                        continue;
+                    }
                 }
                 self.head = Some(head);
                 return;

@@ -19,6 +19,15 @@ use crate::wire;
 /// packet is well formed and has one. Malformed packets are not bundles:
 /// they pass through for the consumer's scanner to report.
 pub(super) fn find_compressed(p: &[u8]) -> Option<(usize, usize)> {
+    bundle_range(p)
+}
+
+/// The byte range of the `compressed_packets` field an expanding reader
+/// would expand in packet `p` (see [`TraceReader::expand_last`]): for a
+/// caller whose scan of the packet failed, the reader's own walk.
+///
+/// [`TraceReader::expand_last`]: super::TraceReader::expand_last
+pub fn bundle_range(p: &[u8]) -> Option<(usize, usize)> {
     // Every encoding of field 50's tag (402, length-delimited) starts with
     // the byte 0x92, minimal or not: without it there is no bundle, and the
     // field walk below (a second one per packet) is skipped.

@@ -15,6 +15,7 @@ mod framing;
 mod trace_file;
 mod trace_reader;
 
+pub use bundle::bundle_range;
 pub use error::{BundleError, ReadError, ReadErrorKind};
 pub use trace_file::{FileReadError, TraceFile};
 pub use trace_reader::TraceReader;

@@ -70,6 +70,33 @@ fn read_chunked(stream: &[u8], cuts: &[usize]) -> Result<Got, ReadError> {
     Ok(got)
 }
 
+/// As [`read_chunked`], with expansion off and each bundle expanded by the
+/// caller (`bundle_range`, `expand_last`), as a caller that scans every
+/// packet does.
+fn read_caller_expanding(stream: &[u8], cuts: &[usize]) -> Result<Got, ReadError> {
+    let mut r = TraceReader::new();
+    r.set_expand_bundles(false);
+    let mut got = Vec::new();
+    let mut prev = 0;
+    for &c in cuts.iter().chain(std::iter::once(&stream.len())) {
+        r.push(&stream[prev..c]);
+        prev = c;
+        while let Some(p) = r.next_packet()? {
+            let range = (!p.in_bundle).then(|| bundle_range(p.bytes)).flatten();
+            let bytes_len = p.bytes.len();
+            match range {
+                Some(range) => {
+                    assert_eq!(r.last_packet().map(|p| p.bytes.len()), Some(bytes_len));
+                    r.expand_last(range)?;
+                }
+                None => got.push((p.bytes.to_vec(), p.offset, p.in_bundle)),
+            }
+        }
+    }
+    r.finish()?;
+    Ok(got)
+}
+
 fn expected(bodies: &[Vec<u8>]) -> Got {
     bodies
         .iter()
@@ -294,6 +321,7 @@ fn bundles_expand_with_the_bundle_offset() {
         want.push((b[0].clone(), offs[4], false)); // empty bundle yields nothing
         for cut in 0..=stream.len() {
             assert_eq!(read_chunked(&stream, &[cut]).unwrap(), want);
+            assert_eq!(read_caller_expanding(&stream, &[cut]).unwrap(), want);
         }
 
         // With expansion off, bundles pass through.
@@ -318,6 +346,15 @@ fn bundle_err(data: Vec<u8>, max: usize) -> ReadError {
     assert!(r.next_packet().unwrap().is_some());
     let e = r.next_packet().unwrap_err();
     assert_eq!(e.offset, offsets(&bodies()[..2])[1]);
+    // The same error when the caller expands the bundle.
+    let mut r = TraceReader::with_max_packet_size(max);
+    r.set_expand_bundles(false);
+    r.push(&stream);
+    assert!(r.next_packet().unwrap().is_some());
+    let bytes = r.next_packet().unwrap().unwrap().bytes;
+    let range = bundle_range(bytes).expect("a bundle");
+    assert_eq!(r.expand_last(range).unwrap_err(), e);
+    assert_eq!(r.next_packet().unwrap_err(), e, "final");
     e
 }
 

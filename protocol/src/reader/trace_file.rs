@@ -119,6 +119,19 @@ impl<R: Read> TraceFile<R> {
         }
     }
 
+    /// The packet last returned, again (see [`TraceReader::last_packet`]).
+    pub fn last_packet(&self) -> Option<Packet<'_>> {
+        self.reader.last_packet()
+    }
+
+    /// Expands a bundle of the packet last returned (see
+    /// [`TraceReader::expand_last`]).
+    pub fn expand_last(&mut self, range: (usize, usize)) -> Result<(), FileReadError> {
+        self.reader
+            .expand_last(range)
+            .map_err(FileReadError::Format)
+    }
+
     fn classify(&mut self, e: io::Error) -> FileReadError {
         let Source::Gzip(dec) = &self.source else {
             return FileReadError::Io(e);

@@ -8,7 +8,7 @@ use super::framing::{Header, record_header};
 use super::{DEFAULT_MAX_PACKET_SIZE, Packet, ReadError, ReadErrorKind};
 
 /// Where the next packet lies, without borrowing the reader.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub(super) enum Loc {
     Buf {
         start: usize,
@@ -40,6 +40,8 @@ pub struct TraceReader {
     bundle: Vec<u8>,
     bundle_pos: usize,
     bundle_offset: u64,
+    /// The packet last returned, until the next call that reads.
+    last: Option<Loc>,
     /// A stream error is final: framing cannot be resynchronised.
     failed: Option<ReadError>,
 }
@@ -67,6 +69,7 @@ impl TraceReader {
             bundle: Vec::new(),
             bundle_pos: 0,
             bundle_offset: 0,
+            last: None,
             failed: None,
         }
     }
@@ -95,6 +98,7 @@ impl TraceReader {
 
     /// Appends input.
     pub fn push(&mut self, chunk: &[u8]) {
+        self.last = None;
         let room = self.make_room(chunk.len());
         room[..chunk.len()].copy_from_slice(chunk);
         self.end += chunk.len();
@@ -103,6 +107,7 @@ impl TraceReader {
     /// Reads at most `max` bytes from `r` straight into the buffer (no
     /// intermediate copy). Returns how many were read; 0 means EOF.
     pub fn fill_from<R: Read + ?Sized>(&mut self, r: &mut R, max: usize) -> io::Result<usize> {
+        self.last = None;
         let room = self.make_room(max);
         let n = loop {
             match r.read(&mut room[..max]) {
@@ -141,6 +146,40 @@ impl TraceReader {
         Ok(loc.map(|loc| self.packet_at(loc)))
     }
 
+    /// The packet last returned by [`next_packet`](Self::next_packet), again;
+    /// None once a later call (or a push) may have moved its bytes.
+    pub fn last_packet(&self) -> Option<Packet<'_>> {
+        self.last.map(|loc| self.packet_at(loc))
+    }
+
+    /// Expands the `compressed_packets` bundle at `range` of the packet last
+    /// returned, a packet not itself from a bundle: its inner packets are
+    /// returned next, with the bundle's offset. For a reader with expansion
+    /// off whose caller scans every packet anyway and so finds the bundle
+    /// without the reader walking each packet a second time; errors are
+    /// those of the expanding reader, and final as they are.
+    pub fn expand_last(&mut self, range: (usize, usize)) -> Result<(), ReadError> {
+        let Some(Loc::Buf { start, end, offset }) = self.last.take() else {
+            return Ok(());
+        };
+        let (cs, ce) = range;
+        if cs > ce || ce > end - start {
+            return Ok(());
+        }
+        let data = &self.buf[start + cs..start + ce];
+        let max = self.max_packet_size;
+        let expanded = inflate_bundle(data, max, &mut self.bundle)
+            .and_then(|()| validate_bundle(&self.bundle, max));
+        if let Err(e) = expanded {
+            self.bundle.clear();
+            self.bundle_pos = 0;
+            return Err(self.fail(offset, ReadErrorKind::BadBundle(e)));
+        }
+        self.bundle_pos = 0;
+        self.bundle_offset = offset;
+        Ok(())
+    }
+
     pub(super) fn packet_at(&self, loc: Loc) -> Packet<'_> {
         match loc {
             Loc::Buf { start, end, offset } => Packet {
@@ -164,6 +203,13 @@ impl TraceReader {
 
     /// Finds the next packet, consuming its record.
     pub(super) fn advance(&mut self) -> Result<Option<Loc>, ReadError> {
+        self.last = None;
+        let loc = self.advance_inner()?;
+        self.last = loc;
+        Ok(loc)
+    }
+
+    fn advance_inner(&mut self) -> Result<Option<Loc>, ReadError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }

@@ -1,0 +1,41 @@
+//! Reading an input's packets with one walk over each: the reader does not
+//! look for `compressed_packets` bundles itself (a second walk per packet);
+//! the passes scan every packet anyway and hand the bundle the scan found
+//! back to the reader to expand ([`bundle_of`]). What comes out is what the
+//! expanding reader yields: the same packets, offsets and errors.
+
+use std::io::{self, Read};
+
+use tracesync_protocol::reader::{Packet, TraceFile, TraceReader, bundle_range};
+use tracesync_protocol::scan::{PacketFields, ScanError};
+
+use super::inputs::InputSource;
+
+pub type InputReader = TraceFile<Box<dyn Read + Send>>;
+
+/// Opens `source` with bundle expansion left to the caller.
+pub fn open_reader(source: &InputSource) -> io::Result<InputReader> {
+    let mut reader = TraceReader::new();
+    reader.set_expand_bundles(false);
+    TraceFile::with_reader(source.open()?, reader)
+}
+
+/// The bundle of `packet` that the expanding reader would expand, as a
+/// byte range of the packet: the scan's `compressed_packets` if the scan
+/// succeeded, else the reader's own walk (which accepts some packets the
+/// scan rejects). None for packets of a bundle (bundles do not nest).
+pub fn bundle_of(
+    packet: &Packet<'_>,
+    scan: &Result<PacketFields<'_>, ScanError>,
+) -> Option<(usize, usize)> {
+    if packet.in_bundle {
+        return None;
+    }
+    match scan {
+        Ok(fields) => fields.compressed_packets.map(|c| {
+            let start = c.as_ptr() as usize - packet.bytes.as_ptr() as usize;
+            (start, start + c.len())
+        }),
+        Err(_) => bundle_range(packet.bytes),
+    }
+}
