@@ -17,15 +17,16 @@
 //! - **Estimate, not bound.** The point assumes equal fastest delays on
 //!   both legs (the same assumption as every two-way method); the caller
 //!   keeps its hard interval and clamps into it.
-//! - **Local.** A grid point's line rests on the legs within
-//!   [`WINDOW_NS`] of it, so a mapping never reaches across more than
-//!   that; the caller gives one segment (no step or suspend inside).
+//! - **Local.** A grid point's line rests on the legs within 16 s of it
+//!   (32 s in a segment where that window does clearly better, see
+//!   [`choose_window`]), so a mapping never reaches across more than that;
+//!   the caller gives one segment (no step or suspend inside).
 //! - **Deterministic.** Same legs in, same lines out (no randomness, a
 //!   fixed number of search steps).
 //! - **Bounded.** One line per [`GRID_NS`] of the segment's span.
 
-/// Half-width of the window a grid point's line is fitted over (ns of
-/// relay time). Wide enough that a jittery link (Wi-Fi: ~1 ms of
+/// Half-width of the window a grid point's line is fitted over by
+/// default (ns of relay time). Wide enough that a jittery link (Wi-Fi: ~1 ms of
 /// queueing per leg) has a fast leg of each kind within µs of its floor;
 /// narrow enough that frequency wander bends the line by little.
 pub const WINDOW_NS: u64 = 16_000_000_000;
@@ -99,11 +100,12 @@ impl Corridor {
         let base_ns = lower[0].h_ns;
         let points = (last - first) / GRID_NS + 1;
         let max = max_abs_freq.abs().max(1e-9);
+        let half = choose_window(&lower, &upper, first, last, base_ns, max);
         let lines = (0..points)
             .map(|k| {
                 let at = first + k * GRID_NS;
-                let from = at.saturating_sub(WINDOW_NS);
-                let to = at.saturating_add(WINDOW_NS);
+                let from = at.saturating_sub(half);
+                let to = at.saturating_add(half);
                 let lo = window(&lower, from, to);
                 let up = window(&upper, from, to);
                 // Legs of each kind on both sides of the point: a line
@@ -169,6 +171,69 @@ fn chord(a: &Line, b: &Line, relay_ns: u64) -> f64 {
     let s = (relay_ns - a.relay_ns) as f64 / span;
     (1.0 - s) * a.h_ns + s * b.h_ns
 }
+
+/// The window half-width for a segment: of [`WINDOWS_NS`], the one whose
+/// lines fitted on either side of a point (over that width each) disagree
+/// least at the point, in the median over points every
+/// [`CHOICE_STEP_NS`]. Their disagreement is the window's noise (fewer
+/// fast legs in a narrow one) plus its bend (the clock's wander across a
+/// wide one): a quiet crystal on a jittery link wants a wide window, a
+/// wandering one a narrow one. [`WINDOW_NS`] when the segment is too
+/// short to tell.
+fn choose_window(
+    lower: &[Leg],
+    upper: &[Leg],
+    first: u64,
+    last: u64,
+    base_ns: i128,
+    max: f64,
+) -> u64 {
+    let mut best = (f64::INFINITY, WINDOW_NS);
+    for &half in &WINDOWS_NS {
+        let mut gaps = Vec::new();
+        let mut at = first.saturating_add(half);
+        while at.saturating_add(half) <= last {
+            let side = |from: u64, to: u64| {
+                let lo = window(lower, from, to);
+                let up = window(upper, from, to);
+                if lo.len() < MIN_LEGS || up.len() < MIN_LEGS {
+                    return None;
+                }
+                widest(lo, up, at, base_ns, max)
+            };
+            if let (Some(a), Some(b)) = (side(at - half, at), side(at, at + half)) {
+                gaps.push((a.h_ns - b.h_ns).abs());
+            }
+            at += CHOICE_STEP_NS;
+        }
+        if gaps.len() < MIN_CHOICE_POINTS {
+            continue;
+        }
+        let mid = gaps.len() / 2;
+        let median = *gaps.select_nth_unstable_by(mid, f64::total_cmp).1;
+        // A wider window must do clearly better: its bend on a clock
+        // that wanders shows in few of the points judged.
+        if median < WIDER_MUST_WIN * best.0 {
+            best = (median, half);
+        }
+    }
+    best.1
+}
+
+/// Candidate half-widths of a segment's window (ns of relay time). Not
+/// 8 s: on the simulator's LAN links it was chosen and did worse (the
+/// partition's and the VM link's p99 1.0 -> 3.0 and 1.5 -> 2.2 µs); not
+/// 64 s: chosen on Wi-Fi with wander, p99 12 -> 25 µs.
+const WINDOWS_NS: [u64; 2] = [16_000_000_000, 32_000_000_000];
+
+/// How much smaller a wider window's median disagreement must be.
+const WIDER_MUST_WIN: f64 = 0.7;
+
+/// Spacing of the points a window is judged at (ns of relay time).
+const CHOICE_STEP_NS: u64 = 10_000_000_000;
+
+/// Fewest points a window must be judged at to be chosen.
+const MIN_CHOICE_POINTS: usize = 10;
 
 /// Legs with relay time in `[from, to]` (`legs` sorted by relay time).
 fn window(legs: &[Leg], from: u64, to: u64) -> &[Leg] {
