@@ -18,7 +18,7 @@
 //!   both legs (the same assumption as every two-way method); the caller
 //!   keeps its hard interval and clamps into it.
 //! - **Local.** A grid point's line rests on the legs within 16 s of it
-//!   (32 s in a segment where that window does clearly better, see
+//!   (32 or 64 s in a segment where that window does clearly better, see
 //!   [`choose_window`]), so a mapping never reaches across more than that;
 //!   the caller gives one segment (no step or suspend inside).
 //! - **Deterministic.** Same legs in, same lines out (no randomness, a
@@ -222,9 +222,10 @@ fn choose_window(
 
 /// Candidate half-widths of a segment's window (ns of relay time). Not
 /// 8 s: on the simulator's LAN links it was chosen and did worse (the
-/// partition's and the VM link's p99 1.0 -> 3.0 and 1.5 -> 2.2 µs); not
-/// 64 s: chosen on Wi-Fi with wander, p99 12 -> 25 µs.
-const WINDOWS_NS: [u64; 2] = [16_000_000_000, 32_000_000_000];
+/// partition's and the VM link's p99 1.0 -> 3.0 and 1.5 -> 2.2 µs). 64 s
+/// only because a wider window must win by [`WIDER_MUST_WIN`]: chosen
+/// without that margin, Wi-Fi with wander went from 12 to 25 µs.
+const WINDOWS_NS: [u64; 3] = [16_000_000_000, 32_000_000_000, 64_000_000_000];
 
 /// How much smaller a wider window's median disagreement must be.
 const WIDER_MUST_WIN: f64 = 0.7;
