@@ -166,9 +166,14 @@ impl TraceReader {
         if cs > ce || ce > end - start {
             return Ok(());
         }
-        let data = &self.buf[start + cs..start + ce];
+        self.expand(start + cs, start + ce, offset)
+    }
+
+    /// Inflates the bundle at `buf[from..to]` (its record at file
+    /// `offset`) into the bundle buffer its packets are read from next.
+    fn expand(&mut self, from: usize, to: usize, offset: u64) -> Result<(), ReadError> {
         let max = self.max_packet_size;
-        let expanded = inflate_bundle(data, max, &mut self.bundle)
+        let expanded = inflate_bundle(&self.buf[from..to], max, &mut self.bundle)
             .and_then(|()| validate_bundle(&self.bundle, max));
         if let Err(e) = expanded {
             self.bundle.clear();
@@ -246,17 +251,7 @@ impl TraceReader {
             if self.expand_bundles
                 && let Some((cs, ce)) = find_compressed(&self.buf[start..end])
             {
-                let data = &self.buf[start + cs..start + ce];
-                let max = self.max_packet_size;
-                let expanded = inflate_bundle(data, max, &mut self.bundle)
-                    .and_then(|()| validate_bundle(&self.bundle, max));
-                if let Err(e) = expanded {
-                    self.bundle.clear();
-                    self.bundle_pos = 0;
-                    return Err(self.fail(offset, ReadErrorKind::BadBundle(e)));
-                }
-                self.bundle_pos = 0;
-                self.bundle_offset = offset;
+                self.expand(start + cs, start + ce, offset)?;
                 continue; // an empty bundle yields nothing
             }
             return Ok(Some(Loc::Buf { start, end, offset }));
