@@ -131,37 +131,33 @@ impl Smoother {
         // two samples stays unknown.
         for k in 1..ranges.len() {
             let gap = ranges[k - 1].end..ranges[k].start;
-            if gap.is_empty() {
-                continue;
-            }
-            let Some(cut) = place(&segments[k - 1], &segments[k], &exchanges[gap.clone()]) else {
-                continue;
+            // Samples by cut: the last one taken before a cut of `n` (n = 0:
+            // the earlier segment's last) and the first one after it
+            // (n = gap.len(): the later segment's first).
+            let last_before = |n: usize| &exchanges[gap.start + n - 1];
+            let first_after = |n: usize| &exchanges[gap.start + n];
+            let cut = match gap.is_empty() {
+                true => None,
+                false => place(&segments[k - 1], &segments[k], &exchanges[gap.clone()]),
             };
-            let (sure_send, sure_receive) =
-                (segments[k - 1].last_send_ns, segments[k].first_receive_ns);
             // The step most likely lies midway between the samples either
-            // side of the best cut.
-            let last_before = match cut.best {
-                0 => sure_send,
-                n => exchanges[gap.start + n - 1].t[3],
+            // side of the best cut. With none (no sample between the two
+            // segments, or none telling a side) it lies anywhere between
+            // their edge samples: the midway point is then wrong for at
+            // most half that span, wherever the step was.
+            let (after_best, before_best) = match &cut {
+                Some(c) => (last_before(c.best), first_after(c.best)),
+                None => (last_before(0), first_after(gap.len())),
             };
-            let first_after = exchanges
-                .get(gap.start + cut.best)
-                .filter(|_| cut.best < gap.len())
-                .map_or(sure_receive, |x| x.t[0]);
-            let step = (last_before as i128 + first_after as i128) / 2;
+            let step = (after_best.t[3] as i128 + before_best.t[0] as i128) / 2;
             segments[k - 1].likely_to_ns = step;
             segments[k].likely_from_ns = step;
             // Only the cuts the samples cannot tell apart from the best
             // narrow the span where either side may hold a timestamp.
-            segments[k - 1].last_send_ns = match cut.earliest {
-                0 => sure_send,
-                n => exchanges[gap.start + n - 1].t[0],
-            };
-            segments[k].first_receive_ns = exchanges
-                .get(gap.start + cut.latest)
-                .filter(|_| cut.latest < gap.len())
-                .map_or(sure_receive, |x| x.t[3]);
+            if let Some(c) = cut {
+                segments[k - 1].last_send_ns = last_before(c.earliest).t[0];
+                segments[k].first_receive_ns = first_after(c.latest).t[3];
+            }
         }
         Self { config, segments }
     }
@@ -270,19 +266,29 @@ fn split(config: EstimatorConfig, exchanges: &[Exchange]) -> Vec<std::ops::Range
 
 /// How many of the samples `gap`, between the segments `before` and
 /// `after` (a step lies among them), were taken before the step: the cut
-/// that makes each side's samples closest to its own segment's mapping
-/// (the sum of distances, each capped at the two mappings' separation so
-/// a spiked sample counts for no more than a plain one). None when either
-/// segment maps nothing there or they do not differ.
+/// that makes each side's samples most likely under its own segment's
+/// mapping. A sample weighs against a mapping by the distance of its
+/// midpoint from it, and by how far the mapping would make either leg
+/// take negative time (a step larger than a leg's delay can do that on
+/// the wrong side, whatever queueing delayed the other leg); each term is
+/// capped at the two mappings' separation, so a spiked sample counts for
+/// no more than a plain one. None when either segment maps nothing there
+/// or no sample tells them apart.
 fn place(before: &Segment, after: &Segment, gap: &[Exchange]) -> Option<Cut> {
     let mut costs = Vec::with_capacity(gap.len());
     for x in gap {
+        let [t1, _, _, t4] = x.t.map(i128::from);
+        let host = (t1 + t4) / 2;
         let relay = x.relay_mid_ns();
-        let host = (x.t[0] as i128 + x.t[3] as i128) / 2;
-        let a = before.map(relay)?.host_ns as i128;
-        let b = after.map(relay)?.host_ns as i128;
-        let cap = (a - b).abs();
-        costs.push(((a - host).abs().min(cap), (b - host).abs().min(cap)));
+        let (a, b) = (before.map(relay)?.host_ns, after.map(relay)?.host_ns);
+        let cap = (a as i128 - b as i128).abs();
+        let cost = |seg: &Segment, mid: i64| -> Option<i128> {
+            let received = seg.map(x.t[1])?.host_ns as i128;
+            let replied = seg.map(x.t[2])?.host_ns as i128;
+            let negative = (t1 - received).max(0) + (replied - t4).max(0);
+            Some((mid as i128 - host).abs().min(cap) + negative.min(cap))
+        };
+        costs.push((cost(before, a)?, cost(after, b)?));
     }
     if costs.iter().all(|&(a, b)| a == b) {
         return None;

@@ -201,6 +201,77 @@ fn a_step_noticed_late_is_placed_on_its_right_side() {
     assert!(err <= m.bound_ns && m.bound_ns >= 100_000, "{m:?}");
 }
 
+/// Which leg of the first sample after a step queueing delayed by 3 ms.
+#[derive(Clone, Copy, Debug)]
+enum Late {
+    Neither,
+    Request,
+    Reply,
+}
+
+/// Events every ms between the samples around a step of `step_ns` at
+/// `fraction` of the 250 ms between them: how many are placed on the
+/// wrong side of the step (further than half of it from the truth).
+fn wrong_side_between_samples(fraction: f64, step_ns: i64, late: Late) -> usize {
+    let sample = 1_000_000_000_000 + 75_000_000_000;
+    let step_at = sample + (fraction * 250e6) as u64;
+    let clock = Clock {
+        offset_ns: 40_000_000_000,
+        ppm: 30.0,
+        step_at_ns: step_at,
+        step_ns,
+    };
+    let mut xs = exchanges(clock, 150, 13);
+    let x = xs.iter_mut().find(|x| x.t[0] > step_at).expect("after");
+    let delay = 3_000_000;
+    match late {
+        Late::Neither => {}
+        Late::Request => x.t = [x.t[0], x.t[1] + delay, x.t[2] + delay, x.t[3] + delay],
+        Late::Reply => x.t[3] += delay,
+    }
+    let smoother = Smoother::new(EstimatorConfig::default(), &xs);
+    let mut wrong = 0;
+    for h in (sample + 1_000_000..sample + 250_000_000).step_by(1_000_000) {
+        let m = smoother.map(clock.relay(h), 0).expect("mapped");
+        let err = (m.host_ns - h as i64).unsigned_abs();
+        assert!(err <= m.bound_ns, "at {h}: error {err} outside {m:?}");
+        wrong += usize::from(err > step_ns.unsigned_abs() / 2);
+    }
+    wrong
+}
+
+#[test]
+fn a_step_between_two_samples_is_wrong_for_at_most_half_the_span() {
+    // No sample tells the side of an event between the last sample before
+    // a step and the first after it; the side its time is nearer is wrong
+    // only between the step and the middle of the span, wherever the step
+    // was. A sample tells its own side when the wrong mapping would make
+    // one of its legs (~100 µs here) take negative time: the leg the step
+    // shortens. When queueing delayed that leg by more than the step, the
+    // sample tells nothing and the span reaches the next sample (500 ms).
+    for step_ns in [200_000, -200_000] {
+        for late in [Late::Neither, Late::Request, Late::Reply] {
+            let tells = match late {
+                Late::Neither => true,
+                Late::Request => step_ns > 0,
+                Late::Reply => step_ns < 0,
+            };
+            for fraction in [0.2, 0.8] {
+                let wrong = wrong_side_between_samples(fraction, step_ns, late);
+                let expected = match tells {
+                    true => (fraction - 0.5).abs() * 250.0,
+                    false => (1.0 - fraction) * 250.0,
+                } as usize;
+                assert!(
+                    wrong <= expected + 5,
+                    "step {step_ns} ns at {fraction} of the span, {late:?} late: \
+                     {wrong} events on the wrong side, {expected} expected"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_suspend_starts_a_segment_of_its_own_epoch() {
     let clock = Clock {
