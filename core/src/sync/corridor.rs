@@ -67,7 +67,14 @@ pub struct Corridor {
     /// `lines[k]` sits at `first_ns + k * GRID_NS`; None where the window
     /// held too few legs of either kind.
     lines: Vec<Option<Line>>,
+    /// The nearest line at or before `k`, and at or after it (indices into
+    /// `lines`; [`NO_LINE`] where there is none): a gap's edges found per
+    /// timestamp without a scan.
+    at_or_before: Vec<u32>,
+    at_or_after: Vec<u32>,
 }
+
+const NO_LINE: u32 = u32::MAX;
 
 impl Corridor {
     /// Fits the grid from exchanges `[t1, t2, t3, t4]` (host t1/t4, relay
@@ -120,11 +127,30 @@ impl Corridor {
                 }
                 widest(lo, up, at, base_ns, max)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let index = |k: usize| u32::try_from(k).unwrap_or(NO_LINE);
+        let mut at_or_before = Vec::with_capacity(lines.len());
+        let mut last = NO_LINE;
+        for (k, line) in lines.iter().enumerate() {
+            if line.is_some() {
+                last = index(k);
+            }
+            at_or_before.push(last);
+        }
+        let mut at_or_after = vec![NO_LINE; lines.len()];
+        let mut next = NO_LINE;
+        for (k, line) in lines.iter().enumerate().rev() {
+            if line.is_some() {
+                next = index(k);
+            }
+            at_or_after[k] = next;
+        }
         Self {
             base_ns,
             first_ns: first,
             lines,
+            at_or_before,
+            at_or_after,
         }
     }
 
@@ -145,8 +171,9 @@ impl Corridor {
             _ => {
                 // A gap in the samples (a partition): the points of the
                 // lines on its edges, joined.
-                let before = self.lines[..=k].iter().rev().find_map(|l| *l)?;
-                let after = self.lines[k + 1..].iter().find_map(|l| *l)?;
+                let line = |i: Option<&u32>| self.lines.get(*i? as usize).copied().flatten();
+                let before = line(self.at_or_before.get(k))?;
+                let after = line(self.at_or_after.get(k + 1))?;
                 chord(&before, &after, relay_ns)
             }
         };

@@ -176,46 +176,89 @@ impl Smoother {
                 .unsigned_abs()
                 <= self.config.epoch_jump_ns as u128
         };
-        let epoch: Vec<&Segment> = self.segments.iter().filter(same_epoch).collect();
+        let mut epoch = self.segments.iter().filter(same_epoch).peekable();
         // A segment's clock held from (host time) the last sample of the
         // one before to the first of the one after: a mapping landing
         // there, bound included, may be the right one. The true segment's
         // always does; with relay time alone a step backwards would hide
         // it (relay times repeat across it).
-        let mut found: Vec<(Smoothed, bool)> = Vec::new();
-        for (k, seg) in epoch.iter().enumerate() {
+        let mut found = Candidates::default();
+        let mut previous: Option<&Segment> = None;
+        while let Some(seg) = epoch.next() {
+            let from = previous.map_or(i128::MIN, |p| p.last_send_ns as i128);
+            let to = epoch
+                .peek()
+                .map_or(i128::MAX, |n| n.first_receive_ns as i128);
+            previous = Some(seg);
             let Some(m) = seg.map(relay_ns) else {
                 continue;
-            };
-            let from = if k == 0 {
-                i128::MIN
-            } else {
-                epoch[k - 1].last_send_ns as i128
-            };
-            let to = match epoch.get(k + 1) {
-                Some(next) => next.first_receive_ns as i128,
-                None => i128::MAX,
             };
             let (lo, hi) = interval(m.host_ns, m.bound_ns);
             if hi >= from && lo <= to {
                 let host = m.host_ns as i128;
-                found.push((m, seg.likely_from_ns <= host && host <= seg.likely_to_ns));
+                found.add(m, seg.likely_from_ns <= host && host <= seg.likely_to_ns);
             }
         }
-        match found.as_slice() {
-            [] => None,
-            [(one, _)] => Some(*one),
-            many => {
-                let points: Vec<(i64, u64)> =
-                    many.iter().map(|(m, _)| (m.host_ns, m.bound_ns)).collect();
-                let mut likely = many.iter().filter(|(_, likely)| *likely);
-                let point = match (likely.next(), likely.next()) {
-                    (Some((m, _)), None) => Some(m.host_ns),
-                    _ => None,
-                };
-                Some(hull(&points, point, Sides::Straddling))
-            }
+        found.result()
+    }
+}
+
+/// The mappings that may hold one timestamp, folded as they are found
+/// (per packet: no allocation).
+struct Candidates {
+    count: usize,
+    first: Option<Smoothed>,
+    /// The hull of all their intervals.
+    lo: i128,
+    hi: i128,
+    /// The tightest one's point (the first of equals).
+    tightest: Option<(i64, u64)>,
+    /// The point of the ones on their segment's likely side, and how many.
+    likely: Option<i64>,
+    likely_count: usize,
+}
+
+impl Default for Candidates {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            first: None,
+            lo: i128::MAX,
+            hi: i128::MIN,
+            tightest: None,
+            likely: None,
+            likely_count: 0,
         }
+    }
+}
+
+impl Candidates {
+    fn add(&mut self, m: Smoothed, likely: bool) {
+        self.count += 1;
+        self.first.get_or_insert(m);
+        let (lo, hi) = interval(m.host_ns, m.bound_ns);
+        (self.lo, self.hi) = (self.lo.min(lo), self.hi.max(hi));
+        if self.tightest.is_none_or(|(_, b)| m.bound_ns < b) {
+            self.tightest = Some((m.host_ns, m.bound_ns));
+        }
+        if likely {
+            self.likely_count += 1;
+            self.likely = Some(m.host_ns);
+        }
+    }
+
+    /// One: its own mapping. Several (either side of a step): the hull of
+    /// all, at the point of the one on its likely side when exactly one
+    /// is, else the tightest one's.
+    fn result(self) -> Option<Smoothed> {
+        if self.count <= 1 {
+            return self.first;
+        }
+        let point = match self.likely_count {
+            1 => self.likely,
+            _ => self.tightest.map(|(h, _)| h),
+        };
+        Some(spanning(self.lo, self.hi, point, Sides::Straddling))
     }
 }
 
@@ -560,12 +603,14 @@ fn hull(mappings: &[(i64, u64)], preferred: Option<i64>, sides: Sides) -> Smooth
             let (l, u) = interval(h, b);
             (lo.min(l), hi.max(u))
         });
-    let point = preferred.map(i128::from).unwrap_or_else(|| {
-        mappings
-            .iter()
-            .min_by_key(|&&(_, b)| b)
-            .map_or(lo + (hi - lo) / 2, |&(h, _)| h as i128)
-    });
+    let tightest = mappings.iter().min_by_key(|&&(_, b)| b).map(|&(h, _)| h);
+    spanning(lo, hi, preferred.or(tightest), sides)
+}
+
+/// The interval `lo..=hi` from `point` (its middle when None): the bound
+/// reaches both ends.
+fn spanning(lo: i128, hi: i128, point: Option<i64>, sides: Sides) -> Smoothed {
+    let point = point.map_or(lo + (hi - lo) / 2, i128::from);
     let bound = (point - lo).max(hi - point);
     Smoothed {
         host_ns: clamp(point),
