@@ -36,19 +36,10 @@ fn a_backlog_of_small_packets_leaves_the_status_served() {
         ..DaemonOpts::default()
     });
     let names: Vec<String> = (0..RELAYS).map(|i| format!("backlog-{i}")).collect();
-    let mut relays: Vec<Relay> = names
-        .iter()
-        .map(|n| {
-            let opts = RelayOpts {
-                sources: vec![format!("synthetic:{RATE},size=64")],
-                ..RelayOpts::synthetic(n, RATE)
-            };
-            Relay::start(&daemon, opts)
-        })
-        .collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    daemon.wait_connected(&refs, Duration::from_secs(60));
-    daemon.wait_synced(&refs, Duration::from_secs(60));
+    let mut relays = Relay::start_synced(&daemon, &names, |_, n| RelayOpts {
+        sources: vec![format!("synthetic:{RATE},size=64")],
+        ..RelayOpts::synthetic(n, RATE)
+    });
 
     // Each distinct report (its host_boottime_ns), when it was first seen,
     // and the packets written it showed.

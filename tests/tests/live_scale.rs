@@ -31,20 +31,10 @@ fn thirty_two_relays_and_a_stuck_tail_subscriber() {
         ..DaemonOpts::default()
     });
     let names: Vec<String> = (0..RELAYS).map(|i| format!("relay-{i:02}")).collect();
-    let mut relays: Vec<Relay> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let opts = RelayOpts {
-                clock_offset_ns: Some(i as i64 * 1_000_000_007),
-                ..RelayOpts::synthetic(n, RATE)
-            };
-            Relay::start(&daemon, opts)
-        })
-        .collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    daemon.wait_connected(&refs, Duration::from_secs(60));
-    daemon.wait_synced(&refs, Duration::from_secs(60));
+    let mut relays = Relay::start_synced(&daemon, &names, |i, n| RelayOpts {
+        clock_offset_ns: Some(i as i64 * 1_000_000_007),
+        ..RelayOpts::synthetic(n, RATE)
+    });
 
     let free = ingest_over_interval(&daemon);
     let stuck = daemon.stuck_tail();

@@ -520,6 +520,24 @@ impl Relay {
         Self::start_to(daemon.data_addr, &daemon.token, opts)
     }
 
+    /// Starts one relay per name (options from `opts(index, name)`) and
+    /// waits (60 s at most) until the daemon has each connected and synced.
+    pub fn start_synced(
+        daemon: &Daemon,
+        names: &[String],
+        opts: impl Fn(usize, &str) -> RelayOpts,
+    ) -> Vec<Relay> {
+        let relays = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Relay::start(daemon, opts(i, n)))
+            .collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        daemon.wait_connected(&refs, Duration::from_secs(60));
+        daemon.wait_synced(&refs, Duration::from_secs(60));
+        relays
+    }
+
     pub fn start_to(host: SocketAddr, token: &str, opts: RelayOpts) -> Relay {
         let dir = tempfile::tempdir().expect("tempdir");
         let spool = dir.path().join("spool");
