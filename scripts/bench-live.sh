@@ -40,6 +40,9 @@
 #                                             # (e.g. a copy of an older build)
 #   BENCH_DAEMON_ARGS='--config F' BENCH_RELAY_ARGS='--spool-disk-bytes 268435456' \
 #       scripts/bench-live.sh   # extra arguments of every daemon / relay
+#   BENCH_DAEMON_ENV='MALLOC_ARENA_MAX=2' scripts/bench-live.sh
+#                       # the daemon's environment (default: the Environment=
+#                       # lines of systemd/tracesyncd.service, as shipped)
 #   BENCH_PERF=1 BENCH_PHASES=small scripts/bench-live.sh
 #                       # also `perf record -e cpu-clock -g` of the daemon
 #                       # during each end-to-end phase (report in the output)
@@ -79,6 +82,10 @@ SPOOL_BASE=${BENCH_SPOOL_DIR:-/dev/shm}
 [ -d "$SPOOL_BASE" ] || SPOOL_BASE=${TMPDIR:-/tmp}
 PERF=${BENCH_PERF:-0}
 read -r -a daemon_args <<<"${BENCH_DAEMON_ARGS:-}"
+if [ -z "${BENCH_DAEMON_ENV+set}" ]; then
+    BENCH_DAEMON_ENV=$(sed -n 's/^Environment=//p' systemd/tracesyncd.service | tr '\n' ' ')
+fi
+read -r -a daemon_env <<<"$BENCH_DAEMON_ENV"
 read -r -a relay_args <<<"${BENCH_RELAY_ARGS:-}"
 want() { [[ ",$PHASES," == *",$1,"* ]]; }
 
@@ -177,7 +184,7 @@ EOF
 start_daemon() { # $1 label (a directory of the work directory)
     local dir=$work/$1
     mkdir -p "$dir"
-    "$tracesyncd" --listen 127.0.0.1:0 --sync-listen 127.0.0.1:0 \
+    env "${daemon_env[@]}" "$tracesyncd" --listen 127.0.0.1:0 --sync-listen 127.0.0.1:0 \
         --control "$dir/control.sock" --output "$dir/out" --token "$token" "${daemon_tls[@]}" \
         --merge-window-ms "$WINDOW_MS" "${daemon_args[@]}" 2>"$dir/daemon.log" &
     daemon_pid=$!
@@ -425,4 +432,4 @@ row "daemon / relays' CPU, spools on output disk" "" "%s / %s ms/MB" shared_cpu 
 row "relay CPU at 10 k packets/s" "<= 3%" "%s%% of a core" relay_cpu
 row "tail latency p50 / p99" "p99 <= window + 50 ms" "%s / %s ms (%s records, %s lag notices)" p50 p99 nlat lagged
 echo
-echo "reproduce: BENCH_MODES=$MODES BENCH_PHASES=$PHASES BENCH_SECS=$SECS BENCH_WARMUP_SECS=$WARMUP BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS BENCH_SPOOL_DIR=$SPOOL_BASE scripts/bench-live.sh"
+echo "reproduce: BENCH_MODES=$MODES BENCH_PHASES=$PHASES BENCH_SECS=$SECS BENCH_WARMUP_SECS=$WARMUP BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS BENCH_SPOOL_DIR=$SPOOL_BASE BENCH_DAEMON_ENV='$BENCH_DAEMON_ENV' scripts/bench-live.sh"
