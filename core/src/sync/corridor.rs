@@ -296,7 +296,7 @@ fn widest(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Opt
 /// distance to the points `lower` (below it) and `upper` (above it), with
 /// `|slope| <= max`: its value at x = 0, its slope and the corridor's
 /// width. None when either set is empty.
-fn midline(lower: &[(f64, f64)], upper: &[(f64, f64)], max: f64) -> Option<(f64, f64, f64)> {
+pub(crate) fn midline(lower: &[(f64, f64)], upper: &[(f64, f64)], max: f64) -> Option<(f64, f64, f64)> {
     if lower.is_empty() || upper.is_empty() {
         return None;
     }

@@ -167,7 +167,10 @@ pub struct Estimator {
     /// BOOTTIME-MONOTONIC of the current epoch (None before any sample).
     epoch_suspend_offset: Option<i64>,
     prior: FreqPrior,
+    /// The reported estimate: the envelope's line (see `fit`).
     current: Option<SyncEstimate>,
+    /// The regression's estimate: what the step tests judge samples by.
+    tested: Option<SyncEstimate>,
     /// Last estimates of previous epochs, newest last.
     history: VecDeque<SyncEstimate>,
     /// Recent delays for the pop filter (admitted or not).
@@ -214,6 +217,7 @@ impl Estimator {
             epoch: 0,
             epoch_suspend_offset: None,
             current: None,
+            tested: None,
             history: VecDeque::new(),
             recent_delays: VecDeque::new(),
             popped_last: false,
@@ -472,7 +476,7 @@ impl Estimator {
     /// Statistical step test: a far-out innovation is held; the third one
     /// of the same sign in a row is a step.
     fn innovation_test(&mut self, sample: &Sample) -> Innovation {
-        let Some(e) = self.current else {
+        let Some(e) = self.tested else {
             return Innovation::Normal;
         };
         // A few samples say little about their own queueing error (the
@@ -524,7 +528,7 @@ impl Estimator {
 
     /// False when the sample's hard interval misses the current bound.
     fn consistent(&self, sample: &Sample) -> bool {
-        let Some(e) = self.current else {
+        let Some(e) = self.tested else {
             return true;
         };
         let predicted = e.offset_at(sample.relay_mid_ns) as i128;
@@ -540,6 +544,7 @@ impl Estimator {
         }
         let Some(mut f) = fit(self.window.make_contiguous(), self.prior, &self.config) else {
             self.current = None;
+            self.tested = None;
             return;
         };
         // Pairs of samples that no line fits (the hull test fails): the
@@ -556,7 +561,7 @@ impl Estimator {
         }
         self.gate_ns = f.gate_ns;
         self.sample_sigma_ns = f.sample_sigma_ns;
-        self.current = Some(SyncEstimate {
+        let tested = SyncEstimate {
             epoch: self.epoch,
             ref_relay_ns: f.ref_relay_ns,
             offset_ns: f.offset_ns.clamp(i64::MIN as i128, i64::MAX as i128) as i64,
@@ -574,6 +579,17 @@ impl Estimator {
             suspect_from_relay_ns: 0,
             covered_through_relay_ns: 0,
             checked: None,
+        };
+        self.tested = Some(tested);
+        self.current = Some(match f.envelope {
+            Some(env) => SyncEstimate {
+                offset_ns: env.offset_ns.clamp(i64::MIN as i128, i64::MAX as i128) as i64,
+                freq_ppm: env.freq * 1e6,
+                error_bound_ns: finite_ns(env.bound_ns.ceil()),
+                freq_bound_ppm: env.freq_dev * 1e6,
+                ..tested
+            },
+            None => tested,
         });
     }
 }

@@ -56,6 +56,7 @@ impl Estimator {
     }
 
     pub(super) fn new_epoch(&mut self, suspend_offset: i64, prior: FreqPrior) {
+        self.tested = None;
         if let Some(last) = self.current.take() {
             self.history.push_back(last);
             while self.history.len() > self.config.epoch_history {

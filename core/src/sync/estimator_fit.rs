@@ -3,6 +3,7 @@
 //! hard frequency interval from sample pairs, and the hard bound.
 
 use super::{EstimatorConfig, Sample};
+use crate::sync::corridor::midline;
 
 /// What the estimator knows about the frequency before this window.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -51,9 +52,23 @@ pub(super) struct Fit {
     /// Noise of one gated sample around the line (ns).
     pub sample_sigma_ns: f64,
     pub kept: u32,
+    /// The one-way envelope's line over the same window, with its own hard
+    /// bound (the reported mapping; the regression's line drives the step
+    /// tests, which are tuned to its residuals).
+    pub envelope: Option<EnvelopeLine>,
     /// The window's samples admit no single line (plus wander): the clock
     /// left the model inside the window (an unannounced slew or step).
     pub contradiction: bool,
+}
+
+/// The line midway between the window's fastest request legs and fastest
+/// reply legs (`crate::sync::corridor`), at the reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct EnvelopeLine {
+    pub offset_ns: i128,
+    pub freq: f64,
+    pub bound_ns: f64,
+    pub freq_dev: f64,
 }
 
 /// Value at quantile `q` of sorted values (nearest rank, lower).
@@ -145,16 +160,43 @@ pub(super) fn fit(window: &[Sample], prior: FreqPrior, config: &EstimatorConfig)
     // Hard frequency interval, then the hard bound at the reference.
     let (freq_lo, freq_hi, contradiction) = freq_interval(window, ref_relay_ns, prior, config);
     let freq_dev = (freq - freq_lo).max(freq_hi - freq).max(0.0);
-    let bound = window
-        .iter()
-        .map(|s| {
-            let x = (s.relay_mid_ns as i128 - ref_relay_ns as i128) as f64;
-            let y = (s.offset_ns as i128 - base) as f64;
-            // The sample's line carried to the reference with our slope.
-            let centre = y - freq * x;
-            (offset_rel - centre).abs() + s.delay_ns as f64 / 2.0 + slack + freq_dev * x.abs()
-        })
-        .fold(f64::INFINITY, f64::min);
+    // Hard for any line whose slope is within `dev` of the truth.
+    let bound_of = |offset_rel: f64, freq: f64, dev: f64| {
+        window
+            .iter()
+            .map(|s| {
+                let x = (s.relay_mid_ns as i128 - ref_relay_ns as i128) as f64;
+                let y = (s.offset_ns as i128 - base) as f64;
+                // The sample's line carried to the reference with the slope.
+                let centre = y - freq * x;
+                (offset_rel - centre).abs() + s.delay_ns as f64 / 2.0 + slack + dev * x.abs()
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let bound = bound_of(offset_rel, freq, freq_dev);
+    // Each sample bounds the offset from one side per leg: the relay
+    // read t2 after the host's t1 (offset <= y + delay/2) and t3 before
+    // the host's t4 (offset >= y - delay/2).
+    let legs = |sign: f64| -> Vec<(f64, f64)> {
+        window
+            .iter()
+            .map(|s| {
+                let x = (s.relay_mid_ns as i128 - ref_relay_ns as i128) as f64;
+                let y = (s.offset_ns as i128 - base) as f64 + sign * s.delay_ns as f64 / 2.0;
+                (x, y)
+            })
+            .collect()
+    };
+    let envelope = midline(&legs(-1.0), &legs(1.0), max).map(|(value, slope, _)| {
+        let slope = slope.clamp(-max, max);
+        let dev = (slope - freq_lo).max(freq_hi - slope).max(0.0);
+        EnvelopeLine {
+            offset_ns: base + value.round() as i128,
+            freq: slope,
+            bound_ns: bound_of(value, slope, dev),
+            freq_dev: dev,
+        }
+    });
 
     Some(Fit {
         ref_relay_ns,
@@ -169,6 +211,7 @@ pub(super) fn fit(window: &[Sample], prior: FreqPrior, config: &EstimatorConfig)
         gate_ns: threshold,
         sample_sigma_ns: sigma0,
         kept: points.len() as u32,
+        envelope,
         contradiction,
     })
 }
