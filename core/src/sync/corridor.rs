@@ -296,10 +296,19 @@ fn widest(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Opt
 /// distance to the points `lower` (below it) and `upper` (above it), with
 /// `|slope| <= max`: its value at x = 0, its slope and the corridor's
 /// width. None when either set is empty.
-pub(crate) fn midline(lower: &[(f64, f64)], upper: &[(f64, f64)], max: f64) -> Option<(f64, f64, f64)> {
+pub(crate) fn midline(
+    lower: &[(f64, f64)],
+    upper: &[(f64, f64)],
+    max: f64,
+) -> Option<(f64, f64, f64)> {
     if lower.is_empty() || upper.is_empty() {
         return None;
     }
+    // Only hull vertices can be the highest lower or lowest upper
+    // intercept for some slope: the search then costs the hulls' few
+    // points per step instead of every leg's.
+    let lower = &hull(lower, Side::Upper);
+    let upper = &hull(upper, Side::Lower);
     // For a slope: (highest lower intercept, lowest upper intercept).
     let edges = |slope: f64| {
         let floor = lower
@@ -340,6 +349,49 @@ pub(crate) fn midline(lower: &[(f64, f64)], upper: &[(f64, f64)], max: f64) -> O
     let (floor, ceiling) = edges(slope);
     let value = (floor + ceiling) / 2.0;
     value.is_finite().then_some((value, slope, ceiling - floor))
+}
+
+/// Which convex hull of a point set [`hull`] keeps.
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Upper,
+    Lower,
+}
+
+/// The vertices of the upper or lower convex hull of `points`, by x:
+/// the points that maximise (upper) or minimise (lower) `y - slope * x`
+/// for some slope.
+fn hull(points: &[(f64, f64)], side: Side) -> Vec<(f64, f64)> {
+    let flip = if side == Side::Upper { 1.0 } else { -1.0 };
+    let mut sorted: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (x, flip * y)).collect();
+    if !sorted.is_sorted_by(|a, b| a.0 <= b.0) {
+        sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    // Same x: only the highest can be a vertex.
+    sorted.dedup_by(|next, kept| {
+        let same = next.0 == kept.0;
+        if same && next.1 > kept.1 {
+            kept.1 = next.1;
+        }
+        same
+    });
+    let mut kept: Vec<(f64, f64)> = Vec::with_capacity(16);
+    for p in sorted {
+        while let [.., a, b] = kept[..] {
+            if turns_right(a, b, p) {
+                break;
+            }
+            kept.pop();
+        }
+        kept.push(p);
+    }
+    kept.into_iter().map(|(x, y)| (x, flip * y)).collect()
+}
+
+/// True when `a -> b -> c` turns clockwise (b lies strictly above the
+/// chord a-c, so it stays on the upper hull).
+fn turns_right(a: (f64, f64), b: (f64, f64), c: (f64, f64)) -> bool {
+    (b.0 - a.0) * (c.1 - a.1) - (b.1 - a.1) * (c.0 - a.0) < 0.0
 }
 
 #[cfg(test)]
@@ -392,5 +444,42 @@ mod tests {
                 .to_host(1)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_hull_keeps_every_point_that_is_ever_the_extreme() {
+        // Pseudo-random points (a fixed LCG), some sharing an x.
+        let mut state = 12345u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as f64 / (1u64 << 31) as f64
+        };
+        let points: Vec<(f64, f64)> = (0..300)
+            .map(|i| ((i / 2) as f64 * 1e6, next() * 1e3 - 500.0))
+            .collect();
+        let upper = hull(&points, Side::Upper);
+        let lower = hull(&points, Side::Lower);
+        assert!(
+            upper.len() < 40 && lower.len() < 40,
+            "{} {}",
+            upper.len(),
+            lower.len()
+        );
+        for k in -50..=50 {
+            let slope = k as f64 * 1e-5;
+            let value = |p: &(f64, f64)| p.1 - slope * p.0;
+            let all_max = points.iter().map(value).fold(f64::NEG_INFINITY, f64::max);
+            let all_min = points.iter().map(value).fold(f64::INFINITY, f64::min);
+            assert_eq!(
+                upper.iter().map(value).fold(f64::NEG_INFINITY, f64::max),
+                all_max
+            );
+            assert_eq!(
+                lower.iter().map(value).fold(f64::INFINITY, f64::min),
+                all_min
+            );
+        }
     }
 }
