@@ -35,13 +35,21 @@
 //!    tune (the window length plays that role), its uncertainty comes from
 //!    the residuals themselves, and the reference simulation
 //!    (clock-sync.md §9.5, `prop_live`) meets the live targets with it. The
-//!    cost, O(window) per sample, is small at 4 Hz.
+//!    cost, O(window) per sample, is small at 4 Hz. The regression's line
+//!    and sigma judge the samples (gate, step tests: they are tuned to its
+//!    residuals); the *reported* line is the one-way envelope's over the
+//!    same window (`crate::sync::corridor`'s midline between the fastest
+//!    request legs and the fastest reply legs), which needs each leg to be
+//!    fast once among many instead of both legs of one exchange at once
+//!    (on Wi-Fi-like queueing 3-5x smaller errors).
 //! 5. **Hard bound.** The frequency lies in an interval computed from pairs
 //!    of low-delay samples (a coarse convex hull), widened by a wander
 //!    allowance; the bound at the reference is the smallest, over the
 //!    window's samples, of |line - sample| + delay/2 + slack + frequency
 //!    deviation * distance. [`SyncEstimate::bound_at`] carries it to any
-//!    relay time. It is hard under the stated model: one-way delays >= 0,
+//!    relay time, computed the same way for the reported (envelope) line
+//!    with its own distance to the frequency interval. It is hard under
+//!    the stated model: one-way delays >= 0,
 //!    timestamp error <= `timestamp_slack_ns`, frequency random walk within
 //!    `wander_sigmas` sigmas of `max_wander`, no unannounced step between
 //!    samples (steps are detected at the next two samples).
@@ -54,8 +62,11 @@ use super::{CheckedSample, SyncEstimate};
 mod epochs;
 #[path = "estimator_fit.rs"]
 mod fit;
+#[path = "estimator_steps.rs"]
+mod steps;
 
 use fit::{FreqPrior, fit, wander_rate};
+use steps::Innovation;
 
 /// Tuning of the estimator.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -127,22 +138,6 @@ impl Default for EstimatorConfig {
         }
     }
 }
-
-/// Verdict of the statistical step test on one sample.
-#[must_use]
-enum Innovation {
-    Normal,
-    FarOut,
-    /// Confirmed: carries the first far-out sample.
-    Step(Sample),
-}
-
-/// Far-out innovations of one sign in a row that make a statistical step
-/// (a 5 sigma test: two in a row happened on noisy links every ~30 min).
-const STEP_CONFIRMATIONS: u32 = 3;
-
-/// Window samples before the statistical step test judges new samples.
-const MIN_SAMPLES_FOR_STEP_TEST: usize = 8;
 
 /// A relay clock whose reads differ by this little from "no time passed"
 /// (negative delay) is rounding, not garbage.
@@ -471,70 +466,6 @@ impl Estimator {
             self.popped += 1;
         }
         drop
-    }
-
-    /// Statistical step test: a far-out innovation is held; the third one
-    /// of the same sign in a row is a step.
-    fn innovation_test(&mut self, sample: &Sample) -> Innovation {
-        let Some(e) = self.tested else {
-            return Innovation::Normal;
-        };
-        // A few samples say little about their own queueing error (the
-        // sigma of a handful is no measure): wait for a burst's worth.
-        if self.window.len() < MIN_SAMPLES_FOR_STEP_TEST {
-            return Innovation::Normal;
-        }
-        let predicted = e.offset_at(sample.relay_mid_ns) as i128;
-        let innovation = (sample.offset_ns as i128 - predicted) as f64;
-        let sigma = (e.sigma_at(sample.relay_mid_ns) as f64).hypot(self.sample_sigma_ns);
-        // Queueing moves a sample's offset by at most half its delay
-        // excess over the floor (the legs' extra delays differ by at most
-        // their sum), so a sample of any delay can be judged; near the
-        // floor this is the gated samples' test.
-        let excess = sample.delay_ns.saturating_sub(e.rtt_ns) as f64;
-        let limit =
-            self.config.step_sigmas * sigma + self.config.timestamp_slack_ns as f64 + excess / 2.0;
-        let sign: i8 = if innovation > limit {
-            1
-        } else if innovation < -limit {
-            -1
-        } else {
-            0
-        };
-        let held = self.innovation_held.take();
-        match (sign, held) {
-            (0, None) => Innovation::Normal,
-            (0, Some(_)) => {
-                self.outliers += 1;
-                Innovation::Normal
-            }
-            (sign, Some((first, first_sign, count))) if sign == first_sign => {
-                if count + 1 >= STEP_CONFIRMATIONS {
-                    Innovation::Step(first)
-                } else {
-                    self.innovation_held = Some((first, first_sign, count + 1));
-                    Innovation::FarOut
-                }
-            }
-            (sign, previous) => {
-                if previous.is_some() {
-                    self.outliers += 1;
-                }
-                self.innovation_held = Some((*sample, sign, 1));
-                Innovation::FarOut
-            }
-        }
-    }
-
-    /// False when the sample's hard interval misses the current bound.
-    fn consistent(&self, sample: &Sample) -> bool {
-        let Some(e) = self.tested else {
-            return true;
-        };
-        let predicted = e.offset_at(sample.relay_mid_ns) as i128;
-        let reach = e.bound_at(sample.relay_mid_ns) as i128
-            + (sample.delay_ns / 2 + self.config.timestamp_slack_ns) as i128;
-        (sample.offset_ns as i128 - predicted).abs() <= reach
     }
 
     fn refit(&mut self) {
