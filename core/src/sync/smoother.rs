@@ -13,7 +13,9 @@
 //! the later one; their intersection is its hard interval. Its point is
 //! the one-way envelope fit of its segment ([`Corridor`]: the line midway
 //! between the fastest request legs and the fastest reply legs within
-//! 16 s), kept inside that interval.
+//! 16 s), kept inside that interval; or, where the two sides agree with
+//! each other but not with it (a slew's first legs at a segment's edge
+//! tilt the envelope, not the regressions), the two sides' mean.
 //!
 //! Invariants:
 //! - **Hard.** Each side's interval (`to_host ± bound_at`) holds the truth
@@ -39,8 +41,10 @@
 
 use super::corridor::Corridor;
 use candidates::Candidates;
+use sides::{agrees, clamp, combine, envelope, interval, side, spanning};
 
 mod candidates;
+mod sides;
 use super::{Estimator, EstimatorConfig, SyncEstimate};
 
 /// One probe exchange as the prober saw it: t1/t4 host BOOTTIME, t2/t3
@@ -451,120 +455,19 @@ impl Segment {
         });
         debug_assert!(self.mids.len() == self.forward.len());
         match (forward, backward) {
-            (Some(f), Some(b)) => Some(envelope(combine(f, b), self.corridor.to_host(relay_ns))),
+            (Some(f), Some(b)) => {
+                // The envelope's point, unless the two sides' fits, both
+                // close to it, disagree with it: edge legs of a slew the
+                // step test let in tilt the envelope's line far more than
+                // the regressions, which weigh them as two of many.
+                let corridor = self.corridor.to_host(relay_ns).filter(|&c| agrees(c, f, b));
+                Some(envelope(combine(f, b), corridor))
+            }
             (Some(f), None) => Some(f.into_smoothed(Sides::Before)),
             (None, Some(b)) => Some(b.into_smoothed(Sides::After)),
             (None, None) => None,
         }
     }
-}
-
-/// One side's mapping: point, hard bound and sigma (ns).
-#[derive(Clone, Copy, Debug)]
-struct Side {
-    host: i64,
-    bound: u64,
-    sigma: u64,
-}
-
-impl Side {
-    fn into_smoothed(self, sides: Sides) -> Smoothed {
-        Smoothed {
-            host_ns: self.host,
-            bound_ns: self.bound,
-            sides,
-        }
-    }
-}
-
-fn side(host: i64, e: &SyncEstimate, at: u64) -> Side {
-    Side {
-        host,
-        bound: e.bound_at(at),
-        sigma: e.sigma_at(at),
-    }
-}
-
-/// Both sides: the inverse-variance mean, kept inside the intersection of
-/// the two hard intervals. When they do not meet, or their points differ
-/// by more than [`DISAGREEMENT_SIGMAS`] of their spread, a step the
-/// estimator took for noise lies between them (a step smaller than the
-/// bound passes its hard test, and it takes three samples to confirm one
-/// statistically): the hull of both, as one side is right.
-fn combine(f: Side, b: Side) -> Smoothed {
-    let (flo, fhi) = interval(f.host, f.bound);
-    let (blo, bhi) = interval(b.host, b.bound);
-    let (lo, hi) = (flo.max(blo), fhi.min(bhi));
-    let spread = (f.sigma.max(1) as f64).hypot(b.sigma.max(1) as f64);
-    let apart = (f.host as i128 - b.host as i128).unsigned_abs() as f64;
-    if lo > hi || apart > DISAGREEMENT_SIGMAS * spread {
-        return hull(&[(f.host, f.bound), (b.host, b.bound)], None, Sides::Both);
-    }
-    let wf = 1.0 / (f.sigma.max(1) as f64).powi(2);
-    let wb = 1.0 / (b.sigma.max(1) as f64).powi(2);
-    let mean = (f.host as f64 * wf + b.host as f64 * wb) / (wf + wb);
-    let point = (mean.round() as i128).clamp(lo, hi);
-    let bound = (point - lo).max(hi - point);
-    Smoothed {
-        host_ns: clamp(point),
-        bound_ns: u64::try_from(bound).unwrap_or(u64::MAX),
-        sides: Sides::Both,
-    }
-}
-
-/// The envelope fit's point, kept inside the two sides' hard interval:
-/// the bound then reaches both ends of that interval from the new point.
-fn envelope(both: Smoothed, corridor: Option<i64>) -> Smoothed {
-    let Some(point) = corridor else {
-        return both;
-    };
-    let (lo, hi) = interval(both.host_ns, both.bound_ns);
-    let point = (point as i128).clamp(lo, hi);
-    let bound = (point - lo).max(hi - point);
-    Smoothed {
-        host_ns: clamp(point),
-        bound_ns: u64::try_from(bound).unwrap_or(u64::MAX),
-        sides: both.sides,
-    }
-}
-
-/// How far apart (in sigmas of the two) the two sides' points may be
-/// before they are taken to straddle an unnoticed step.
-const DISAGREEMENT_SIGMAS: f64 = 5.0;
-
-fn interval(host: i64, bound: u64) -> (i128, i128) {
-    (host as i128 - bound as i128, host as i128 + bound as i128)
-}
-
-/// Mappings of which one holds the truth: the point `preferred` (the one
-/// on the likely side of a step), else that of the tightest one (its fit
-/// rests on the most consistent samples), with a bound reaching every
-/// one's interval.
-fn hull(mappings: &[(i64, u64)], preferred: Option<i64>, sides: Sides) -> Smoothed {
-    let (lo, hi) = mappings
-        .iter()
-        .fold((i128::MAX, i128::MIN), |(lo, hi), &(h, b)| {
-            let (l, u) = interval(h, b);
-            (lo.min(l), hi.max(u))
-        });
-    let tightest = mappings.iter().min_by_key(|&&(_, b)| b).map(|&(h, _)| h);
-    spanning(lo, hi, preferred.or(tightest), sides)
-}
-
-/// The interval `lo..=hi` from `point` (its middle when None): the bound
-/// reaches both ends.
-fn spanning(lo: i128, hi: i128, point: Option<i64>, sides: Sides) -> Smoothed {
-    let point = point.map_or(lo + (hi - lo) / 2, i128::from);
-    let bound = (point - lo).max(hi - point);
-    Smoothed {
-        host_ns: clamp(point),
-        bound_ns: u64::try_from(bound).unwrap_or(u64::MAX),
-        sides,
-    }
-}
-
-fn clamp(v: i128) -> i64 {
-    v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
 #[cfg(test)]
