@@ -41,13 +41,8 @@ use std::path::PathBuf;
 use super::files::{self, Links};
 use super::index::{self, IndexEntry};
 use super::journal::JournalRecord;
+use super::write_path::BUF_BYTES;
 use super::{INDEX_NAME, JOURNAL_COMPACT_BYTES, Lost, RollingWriter, Span, at, full_record};
-
-/// Bytes written past a commit in flight before the writer waits for it.
-/// Twice the writer's early-commit bound keeps a commit's worth of input
-/// flowing while the disk syncs the last; the buffer's room (doubling
-/// past 16 MiB) stays at 32 MiB.
-const MAX_PENDING_IN_FLIGHT: usize = 28 << 20;
 
 /// Called from the sync thread when a commit finished.
 pub type CommitWaker = Arc<dyn Fn() + Send + Sync>;
@@ -291,14 +286,15 @@ impl RollingWriter {
         self.start_commit(true).map(drop)
     }
 
-    /// The write path's early commit (too much uncommitted): takes a
-    /// finished commit, starts the next; while one is still in flight,
-    /// merges into the next, and waits only past
-    /// [`MAX_PENDING_IN_FLIGHT`] (the disk is slower than the input).
-    pub(super) fn commit_early(&mut self) -> io::Result<()> {
+    /// The write path's early commit (too much uncommitted, or no room
+    /// for the next `need` bytes): takes a finished commit, starts the
+    /// next; while one is still in flight, merges into the next, and waits
+    /// only when the pending bytes' room ([`BUF_BYTES`]) is full (the disk
+    /// is slower than the input).
+    pub(super) fn commit_early(&mut self, need: usize) -> io::Result<()> {
         self.poll_in_flight()?;
         if self.commits.in_flight.is_some() {
-            if self.current.pending.len() < MAX_PENDING_IN_FLIGHT {
+            if self.current.pending.len() + need <= BUF_BYTES {
                 return self.request_commit().map(drop);
             }
             self.wait_in_flight()?;
@@ -456,6 +452,11 @@ impl RollingWriter {
                 c.committed_packets = job.packets;
                 let mut bytes = job.bytes;
                 bytes.clear();
+                // Room grown past the usual (a packet larger than it, a
+                // rewrite after a failure) is not kept.
+                if bytes.capacity() > BUF_BYTES {
+                    bytes = Vec::new();
+                }
                 self.commits.spare = bytes;
                 self.commits.durable = self.commits.durable.max(job.id);
                 self.stats.commits += 1;

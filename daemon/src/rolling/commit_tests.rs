@@ -266,7 +266,7 @@ fn the_early_commit_merges_while_one_runs_and_reports_to_the_owner() {
     let _job = jobs.recv().expect("a job");
     write(&mut w, 5..10);
     // Under the bound with one in flight: merged, no wait.
-    w.commit_early().expect("early");
+    w.commit_early(0).expect("early");
     assert!(w.commits.want_next);
     // The first finishes; the write path takes it and starts the next,
     // but the report stays for the owner.
@@ -275,9 +275,44 @@ fn the_early_commit_merges_while_one_runs_and_reports_to_the_owner() {
         index: Ok(()),
     })
     .expect("send");
-    w.commit_early().expect("early");
+    w.commit_early(0).expect("early");
     assert_eq!(w.durable_commit(), n);
     assert_eq!(w.commits.in_flight.as_ref().map(|j| j.id), Some(n + 1));
     assert_eq!(w.poll_commits().expect("poll"), Some(n));
     let _job = jobs.recv().expect("the merged job");
+}
+
+/// Relay 500's event `index` with a ~60 KB category: a large packet.
+fn large_event(index: u64) -> OutPacket {
+    let mut p = event(index);
+    let mut t = TracePacket::decode(p.bytes.to_bytes()).expect("decode");
+    if let Some(Data::TrackEvent(e)) = &mut t.data {
+        e.categories = vec!["c".repeat(60_000)];
+    }
+    p.bytes = Bytes::from(t.encode_to_vec()).into();
+    p
+}
+
+#[test]
+fn the_pending_bytes_and_the_commit_in_flight_keep_their_room() {
+    use super::super::write_path::BUF_BYTES;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut w, _) = open(dir.path());
+    // ~60 MB, past the early-commit bound many times: the room is never
+    // doubled (a `Vec` grown by doubling took up to twice what it held).
+    for i in 0..1000 {
+        w.write(&large_event(i), at(1)).expect("write");
+        let in_flight = w
+            .commits
+            .in_flight
+            .as_ref()
+            .map_or(0, |j| j.bytes.capacity());
+        assert!(w.current.pending.capacity() <= BUF_BYTES);
+        assert!(in_flight <= BUF_BYTES && w.commits.spare.capacity() <= BUF_BYTES);
+    }
+    w.wait_commits().expect("wait");
+    assert!(w.stats.commits > 2, "{} commits", w.stats.commits);
+    let len = w.current.entry.bytes;
+    w.commit().expect("commit");
+    assert_eq!(recovered_after_crash(w, dir.path()).1, len);
 }

@@ -5,6 +5,7 @@ use std::io;
 use std::time::SystemTime;
 
 use super::journal::Journal;
+use super::write_path::BUF_BYTES;
 use super::{
     INDEX_NAME, Lost, RollingWriter, at, files, finish_entry, full_record, index, machines, naming,
 };
@@ -49,6 +50,13 @@ impl RollingWriter {
         self.next_file_seq = seq + 1;
         self.changed.clear();
         let mut old = std::mem::replace(&mut self.current, next);
+        // The old file is durable whole: its pending bytes' room serves
+        // the new one (not freed and grown again every rotation).
+        let mut room = std::mem::take(&mut old.pending);
+        room.clear();
+        if room.capacity() <= BUF_BYTES {
+            self.current.pending = room;
+        }
         self.open_writeback();
         finish_entry(&mut old);
         self.done.push(old.entry);

@@ -12,8 +12,17 @@ use super::{RollingWriter, at};
 
 /// Buffered output is handed to the OS past this many bytes.
 const FLUSH_BYTES: usize = 1 << 20;
-/// Bytes written but not committed at most: past it a write commits first.
-const MAX_UNCOMMITTED_BYTES: usize = 16 << 20;
+/// The room of the pending bytes, taken once and never grown for packets
+/// that fit: a packet that would not fit commits first (waiting for the
+/// commit in flight if need be). A `Vec` grown by doubling held up to
+/// 32 MiB, and the commit in flight as much again; this way the two hold
+/// at most twice this.
+pub(super) const BUF_BYTES: usize = 16 << 20;
+/// Past this many uncommitted bytes a write commits early: half the room,
+/// so the other half keeps taking packets while the disk syncs.
+const MAX_UNCOMMITTED_BYTES: usize = BUF_BYTES / 2;
+/// Bytes `write_framed` reserves besides the packet's (tag and length).
+const FRAMING_MAX: usize = 6;
 
 /// Writes `buf[*done..]` to `file`, advancing `done` by what was written,
 /// also on error.
@@ -41,11 +50,12 @@ impl RollingWriter {
             // A new file first (else a rotation would start two).
             self.reopen()?;
         }
+        let need = packet.bytes.len() + FRAMING_MAX;
         let c = &self.current;
-        if c.pending.len() >= MAX_UNCOMMITTED_BYTES {
+        if c.pending.len() >= MAX_UNCOMMITTED_BYTES || c.pending.len() + need > BUF_BYTES {
             // Bounds the bytes kept for a rewrite: commit early (durable
             // sooner is always allowed; acks still follow the caller's).
-            self.commit_early()?;
+            self.commit_early(need)?;
         } else if c.pending.len() - c.flushed >= FLUSH_BYTES {
             self.flush()?;
         }
@@ -53,6 +63,11 @@ impl RollingWriter {
             self.rotate(now)?;
         }
         let c = &mut self.current;
+        if c.pending.capacity() - c.pending.len() < need {
+            // Exactly the room, not double what is there.
+            c.pending
+                .reserve_exact(BUF_BYTES.max(c.pending.len() + need) - c.pending.len());
+        }
         let before = c.pending.len();
         // The packet's only copy on its way to the file.
         packet.bytes.write_framed(&mut c.pending);
