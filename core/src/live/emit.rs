@@ -17,8 +17,14 @@ use super::types::RelaySlot;
 use crate::sync::covering::Mapping;
 use crate::sync_point::sync_point_packet;
 
-/// About how many packet bytes one [`LiveCore::drain`] call appends.
+/// About how many bytes one [`LiveCore::drain`] call appends: the packets'
+/// bytes plus their entries in the list ([`OutPacket`]). With small packets
+/// the entries are most of it: counting the packets' bytes alone, a round
+/// of ~64 B packets listed 64 Ki entries, ~10 MiB of list.
 pub const DRAIN_MAX_BYTES: u64 = 4 << 20;
+
+/// One packet's entry in the drained list.
+const OUT_ENTRY: u64 = std::mem::size_of::<OutPacket>() as u64;
 
 /// The host's own packets form one stream.
 const HOST_STREAM: StreamId = StreamId::MAX;
@@ -89,7 +95,8 @@ impl LiveCore {
             });
         let watermark = self.watermark(now);
         let stop_at = self.output.bytes_out().saturating_add(DRAIN_MAX_BYTES);
-        while self.output.bytes_out() < stop_at
+        let first = out.len();
+        while self.output.bytes_out() + (out.len() - first) as u64 * OUT_ENTRY < stop_at
             && let Some(q) = self.output.pop_through(watermark)
         {
             self.emit(q, out);

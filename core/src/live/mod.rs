@@ -149,6 +149,7 @@ pub mod types;
 mod tests;
 
 pub use self::core::LiveCore;
+pub use emit::DRAIN_MAX_BYTES;
 pub use estimate::SyncEstimate;
 pub use machines::reason;
 pub use packet::{Origin, OutPacket, Role, Stamped};

@@ -539,9 +539,10 @@ const SLICE: Duration = Duration::from_millis(20);
 /// small packets), besides the drain tick.
 const DRAIN_AFTER_PACKETS: usize = 32_768;
 
-/// Drained packets whose room is kept between drain rounds (a round of
-/// small packets is about this many).
-const UNWRITTEN_KEEP: usize = 65_536;
+/// Drained packets whose room is kept between drain rounds: a round's list
+/// takes at most about `DRAIN_MAX_BYTES` with small packets.
+const UNWRITTEN_KEEP: usize =
+    tracesync_core::live::DRAIN_MAX_BYTES as usize / std::mem::size_of::<OutPacket>();
 
 /// How long shutdown retries a failing final commit.
 const FINAL_COMMIT_PATIENCE: Duration = Duration::from_secs(5);
