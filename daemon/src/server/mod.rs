@@ -53,8 +53,11 @@ pub const INGEST_QUEUE: usize = 32;
 /// and not yet ingested, with their decoded packet lists): with small
 /// packets the frame count alone would let far more memory queue up.
 /// Ingested, a small packet takes about three times its share of the
-/// frame (its queue entry), so 16 MiB here is about 50 MiB in the core.
-pub const INGEST_QUEUE_BYTES: usize = 16 << 20;
+/// frame (its queue entry), so 8 MiB here is about 25 MiB in the core.
+/// 8 MiB (was 16) is ~30 ms of 4 KiB packets at 250 MB/s, more than a
+/// turn of the ingest loop needs: peak RSS went down, the rate did not
+/// (docs/performance.md, "Memory budget of the daemon").
+pub const INGEST_QUEUE_BYTES: usize = 8 << 20;
 
 /// Session limits, from the config.
 #[derive(Clone, Debug)]
