@@ -284,7 +284,7 @@ fn widest(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Opt
     };
     let lower: Vec<(f64, f64)> = lower.iter().map(rel).collect();
     let upper: Vec<(f64, f64)> = upper.iter().map(rel).collect();
-    let (h_ns, slope, _) = midline(&lower, &upper, max)?;
+    let (h_ns, slope, _) = midline(&lower, &upper, (-max, max))?;
     Some(Line {
         relay_ns: at,
         h_ns,
@@ -294,12 +294,12 @@ fn widest(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Opt
 
 /// The line `y = value + slope * x` that keeps the largest vertical
 /// distance to the points `lower` (below it) and `upper` (above it), with
-/// `|slope| <= max`: its value at x = 0, its slope and the corridor's
+/// its slope in `slopes`: its value at x = 0, its slope and the corridor's
 /// width. None when either set is empty.
 pub(crate) fn midline(
     lower: &[(f64, f64)],
     upper: &[(f64, f64)],
-    max: f64,
+    slopes: (f64, f64),
 ) -> Option<(f64, f64, f64)> {
     if lower.is_empty() || upper.is_empty() {
         return None;
@@ -326,7 +326,7 @@ pub(crate) fn midline(
         ceiling - floor
     };
     let ratio = (5f64.sqrt() - 1.0) / 2.0;
-    let (mut a, mut b) = (-max, max);
+    let (mut a, mut b) = slopes;
     let mut c = b - ratio * (b - a);
     let mut d = a + ratio * (b - a);
     let (mut wc, mut wd) = (width(c), width(d));

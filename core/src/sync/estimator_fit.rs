@@ -187,8 +187,15 @@ pub(super) fn fit(window: &[Sample], prior: FreqPrior, config: &EstimatorConfig)
             })
             .collect()
     };
-    let envelope = midline(&legs(-1.0), &legs(1.0), max).map(|(value, slope, _)| {
-        let slope = slope.clamp(-max, max);
+    // The slope searched within the hard frequency interval: early in a
+    // window (a few samples) the legs alone leave it loose, and a slope
+    // off by tens of ppm moves the mapping 0.5 s ahead by tens of µs.
+    let slopes = match (freq_lo.max(-max), freq_hi.min(max)) {
+        (lo, hi) if lo.is_finite() && hi.is_finite() && lo <= hi => (lo, hi),
+        _ => (-max, max),
+    };
+    let envelope = midline(&legs(-1.0), &legs(1.0), slopes).map(|(value, slope, _)| {
+        let slope = slope.clamp(slopes.0, slopes.1);
         let dev = (slope - freq_lo).max(freq_hi - slope).max(0.0);
         EnvelopeLine {
             offset_ns: base + value.round() as i128,
