@@ -516,10 +516,11 @@ fn a_healthy_run_shows_no_prober_rejections() {
     let status = daemon.status().expect("status");
     let sync = &status["sync"];
     eprintln!(
-        "ops-messages: healthy run: registers_accepted={} unknown_session={} bad_mac={} \
-         malformed={} nonce_mismatch={}",
+        "ops-messages: healthy run: registers_accepted={} unknown_session={} after_end={} \
+         bad_mac={} malformed={} nonce_mismatch={}",
         sync["registers_accepted"],
         sync["unknown_session"],
+        sync["after_end"],
         sync["bad_mac"],
         sync["malformed"],
         sync["nonce_mismatch"]

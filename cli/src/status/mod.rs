@@ -168,7 +168,8 @@ fn problems(report: &StatusReport, verbose: bool) -> Vec<String> {
     if let Some(p) = report.sync.as_ref().filter(|_| verbose) {
         lines.push(format!(
             "sync probes: sent={} accepted={} timeouts={} rejected: bad_mac={} replayed={} \
-             nonce_mismatch={} unknown_session={} malformed={}; bursts={} tcp_connections={}",
+             nonce_mismatch={} unknown_session={} malformed={}; after_end={} bursts={} \
+             tcp_connections={}",
             p.probes_sent,
             p.replies_accepted,
             p.probe_timeouts,
@@ -177,6 +178,7 @@ fn problems(report: &StatusReport, verbose: bool) -> Vec<String> {
             p.nonce_mismatch,
             p.unknown_session,
             p.malformed,
+            p.after_end,
             p.bursts,
             p.tcp_connections
         ));

@@ -158,9 +158,25 @@ pub struct ProberCore {
     outstanding: HashMap<(u64, u64), Outstanding>,
     /// (session, nonce) in send order; bounds `outstanding`.
     outstanding_order: VecDeque<(u64, u64)>,
+    /// Sessions unregistered within the last probe timeout, oldest first,
+    /// with their keys (at most [`ENDED_KEPT`]): a datagram its relay sent
+    /// just before it left is counted as `after_end`, not as a stranger's
+    /// `unknown_session`.
+    ended: VecDeque<Ended>,
     /// Host BOOTTIME of the latest poll.
     now_ns: u64,
     stats: ProberStats,
+}
+
+/// Most ended sessions remembered: a burst of relays leaving at once costs
+/// at most this many keys.
+const ENDED_KEPT: usize = 64;
+
+#[derive(Debug)]
+struct Ended {
+    session_id: u64,
+    ended_ns: u64,
+    known: Known,
 }
 
 /// The prober's counters (it derefs to [`ProberStats`]) and, for the
@@ -209,6 +225,7 @@ impl ProberCore {
             active: HashMap::new(),
             outstanding: HashMap::new(),
             outstanding_order: VecDeque::new(),
+            ended: VecDeque::new(),
             now_ns: 0,
             stats: ProberStats::default(),
         }
@@ -256,13 +273,37 @@ impl ProberCore {
             .retain(|(id, _), _| registered.contains_key(id));
         self.outstanding_order
             .retain(|(id, _)| registered.contains_key(id));
-        self.registered = registered
-            .into_iter()
-            .map(|(id, registration)| {
-                let key = ProbeKey::new(&registration.probe_key);
-                (id, Known { registration, key })
-            })
-            .collect();
+        let previous = std::mem::replace(
+            &mut self.registered,
+            registered
+                .into_iter()
+                .map(|(id, registration)| {
+                    let key = ProbeKey::new(&registration.probe_key);
+                    (id, Known { registration, key })
+                })
+                .collect(),
+        );
+        self.ended
+            .retain(|e| !self.registered.contains_key(&e.session_id));
+        for (session_id, known) in previous {
+            if self.registered.contains_key(&session_id) {
+                continue;
+            }
+            if self.ended.len() == ENDED_KEPT {
+                self.ended.pop_front();
+            }
+            self.ended.push_back(Ended {
+                session_id,
+                ended_ns: self.now_ns,
+                known,
+            });
+        }
+    }
+
+    /// The key of `session_id` if it ended within the probe timeout.
+    pub(super) fn ended_key(&self, session_id: u64) -> Option<&ProbeKey> {
+        let ended = self.ended.iter().find(|e| e.session_id == session_id)?;
+        ended.known.key.as_ref()
     }
 
     /// Appends the probes due at `now_ns` to `due` and schedules the next;
@@ -350,6 +391,12 @@ impl ProberCore {
     /// order are dropped on the way.
     fn expire(&mut self, now_ns: u64) {
         let timeout = self.config.probe_timeout_ns.max(1);
+        while let Some(ended) = self.ended.front() {
+            if now_ns.saturating_sub(ended.ended_ns) < timeout {
+                break;
+            }
+            self.ended.pop_front();
+        }
         while let Some(&oldest) = self.outstanding_order.front() {
             let Some(outstanding) = self.outstanding.get(&oldest) else {
                 self.outstanding_order.pop_front();

@@ -5,7 +5,7 @@
 //! prober's docs).
 
 use tracesync_protocol::probe::{self, OpenError, ReplayWindow};
-use tracesync_protocol::relay::v1::{ProbeReply, probe_body::Kind};
+use tracesync_protocol::relay::v1::{ProbeDatagram, ProbeReply, probe_body::Kind};
 
 use super::{Outstanding, ProberCore, Route};
 use crate::sync::prober_session::{ActiveSession, Verdict, judge};
@@ -32,7 +32,7 @@ impl ProberCore {
         };
         let session_id = datagram.session_id;
         let Some(known) = self.registered.get(&session_id) else {
-            self.stats.unknown_session += 1;
+            self.on_unregistered(&datagram);
             return (None, None);
         };
         let Some(key) = &known.key else {
@@ -65,6 +65,20 @@ impl ProberCore {
                 self.stats.malformed += 1;
                 (None, None)
             }
+        }
+    }
+
+    /// A datagram of a session that is not registered: `after_end` when it
+    /// verifies with the key of a session that ended within the probe
+    /// timeout (its relay's last replies), `unknown_session` otherwise.
+    fn on_unregistered(&mut self, datagram: &ProbeDatagram) {
+        let verified = self
+            .ended_key(datagram.session_id)
+            .is_some_and(|key| probe::open(key, datagram).is_ok());
+        if verified {
+            self.stats.after_end += 1;
+        } else {
+            self.stats.unknown_session += 1;
         }
     }
 

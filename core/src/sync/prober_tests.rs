@@ -498,11 +498,27 @@ fn unregistering_stops_probes() {
     register(&mut core, &mut relay, relay_addr(), 0);
     let sent = send_due(&mut core, 0).remove(0);
     core.set_registered(Registered::default());
-    assert!(send_due(&mut core, 10_000 * MS).is_empty());
-    assert!(core.prepare_probe(SESSION).is_none());
+    // Its relay's last reply, in flight when the session ended: counted
+    // apart, not as a stranger's datagram.
     let (reply, t4) = reply_to(sent, 0);
     assert!(deliver(&mut core, &relay, reply, t4).is_none());
+    assert_eq!(core.stats().after_end, 1);
+    assert_eq!(core.stats().unknown_session, 0);
+    // Naming the ended session without its key is still a stranger.
+    let forger = Relay {
+        key: ProbeKey::new(&[8; PROBE_KEY_BYTES]).expect("32 bytes"),
+        register_nonce: 0,
+    };
+    assert!(deliver(&mut core, &forger, reply, t4).is_none());
+    assert_eq!(core.stats().after_end, 1);
     assert_eq!(core.stats().unknown_session, 1);
+    assert!(send_due(&mut core, 10_000 * MS).is_empty());
+    assert!(core.prepare_probe(SESSION).is_none());
+    // Past the probe timeout the ended session is forgotten.
+    assert!(10_000 * MS > core.config().probe_timeout_ns);
+    assert!(deliver(&mut core, &relay, reply, 10_000 * MS).is_none());
+    assert_eq!(core.stats().after_end, 1);
+    assert_eq!(core.stats().unknown_session, 2);
 }
 
 #[test]

@@ -40,8 +40,12 @@ pub struct ProberStats {
     pub replies_accepted: u64,
     /// Replies whose timestamps the estimator rejected (reversed, absurd).
     pub replies_rejected: u64,
-    /// Datagrams naming a session that is not registered.
+    /// Datagrams naming a session that is not registered (and that do not
+    /// verify as one that ended within the probe timeout).
     pub unknown_session: u64,
+    /// Authenticated datagrams of a session that ended within the probe
+    /// timeout: replies in flight when its relay left. Not a rejection.
+    pub after_end: u64,
     /// Datagrams whose MAC does not check with their session's key
     /// (forged, corrupted, or signed for another session).
     pub bad_mac: u64,
