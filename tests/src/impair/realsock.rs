@@ -526,6 +526,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
         let (mut merged, mut live, mut naive, mut perfetto, mut bounds) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut signed_sum: i128 = 0;
+        // With --keep, every measured event's errors over time, to see
+        // when a p99 was made (a short excursion or a steady bias).
+        let mut series = String::new();
         let events = check
             .files
             .iter()
@@ -539,7 +542,16 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             let err = e.ts_host - truth as i64;
             signed_sum += err as i128;
             merged.push(err.unsigned_abs());
-            match tail.events.get(&(r.name.clone(), e.ts)) {
+            let live_event = tail.events.get(&(r.name.clone(), e.ts));
+            if spec.keep {
+                let (live_err, bound) = live_event
+                    .map_or((String::new(), String::new()), |&(ts, bound)| {
+                        ((ts - truth as i64).to_string(), bound.to_string())
+                    });
+                let since_start = truth.saturating_sub(start) as f64 * 1e-9;
+                series.push_str(&format!("{since_start:.3}\t{err}\t{live_err}\t{bound}\n"));
+            }
+            match live_event {
                 Some(&(ts, bound)) => {
                     live.push((ts - truth as i64).unsigned_abs());
                     bounds.push(bound);
@@ -556,6 +568,12 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             if let Some(v) = at(base.perfetto(truth)) {
                 perfetto.push(v);
             }
+        }
+        if spec.keep {
+            let path = root.join(format!("errors-{}.tsv", r.name));
+            let header = "seconds\tmerged_err_ns\tlive_err_ns\tlive_bound_ns\n";
+            std::fs::write(&path, format!("{header}{series}"))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
         }
         rr.measured = merged.len();
         rr.mean_signed_ns = if merged.is_empty() {
