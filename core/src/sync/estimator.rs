@@ -251,6 +251,7 @@ impl Estimator {
         if self.pop(sample.delay_ns) {
             return self.reported();
         }
+        self.restart_after_gap(&sample);
         // Every path below decides about this sample (fit, outlier, step).
         self.checked_through = self.checked_through.max(sample.relay_mid_ns);
         self.checked = Some(CheckedSample {
@@ -316,6 +317,33 @@ impl Estimator {
         }
         self.refit();
         self.reported()
+    }
+
+    /// After a gap long enough that the clock's own wander (one sigma)
+    /// exceeds the samples' noise, no line through the window also fits
+    /// the samples after it: the window starts over in the same epoch,
+    /// with the frequency carried as a prior. Without it the first samples
+    /// after a 60 s partition pivoted the regression and the next ones
+    /// looked like a step, which ended the epoch (and the final smoother's
+    /// segment) at the gap.
+    fn restart_after_gap(&mut self, sample: &Sample) {
+        let Some(newest) = self.window.back() else {
+            return;
+        };
+        let wander = steps::wander_sigma_ns(&self.config, newest.relay_mid_ns, sample.relay_mid_ns);
+        let noise = self
+            .sample_sigma_ns
+            .max(self.config.timestamp_slack_ns as f64);
+        if wander <= noise {
+            return;
+        }
+        let gap_ns = sample.relay_mid_ns.saturating_sub(newest.relay_mid_ns);
+        self.prior = self.carried_prior(true, gap_ns);
+        self.trimmed += self.window.len() as u64;
+        self.window.clear();
+        self.tested = None;
+        self.suspect = None;
+        self.innovation_held = None;
     }
 
     /// Latest estimate of the current epoch (None before its first sample).

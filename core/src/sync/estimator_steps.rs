@@ -3,7 +3,7 @@
 //! of one sign in a row). Both judge samples by the regression's line
 //! (`tested`), to whose residuals they are tuned.
 
-use super::{Estimator, Sample};
+use super::{Estimator, EstimatorConfig, Sample};
 
 /// Verdict of the statistical step test on one sample.
 #[must_use]
@@ -35,7 +35,13 @@ impl Estimator {
         }
         let predicted = e.offset_at(sample.relay_mid_ns) as i128;
         let innovation = (sample.offset_ns as i128 - predicted) as f64;
-        let sigma = (e.sigma_at(sample.relay_mid_ns) as f64).hypot(self.sample_sigma_ns);
+        // After a gap the clock's own wander is part of the prediction's
+        // error: without it, 60 s without samples made an ordinary wander
+        // of ~15 us a step and ended the smoother's segment at the gap.
+        let wander = wander_sigma_ns(&self.config, e.ref_relay_ns, sample.relay_mid_ns);
+        let sigma = (e.sigma_at(sample.relay_mid_ns) as f64)
+            .hypot(self.sample_sigma_ns)
+            .hypot(wander);
         // Queueing moves a sample's offset by at most half its delay
         // excess over the floor (the legs' extra delays differ by at most
         // their sum), so a sample of any delay can be judged; near the
@@ -85,4 +91,13 @@ impl Estimator {
             + (sample.delay_ns / 2 + self.config.timestamp_slack_ns) as i128;
         (sample.offset_ns as i128 - predicted).abs() <= reach
     }
+}
+
+/// One sigma of the phase a frequency random walk of `max_wander` (its
+/// variance per second) adds between relay times `from` and `to` (ns):
+/// sqrt(max_wander) * t^1.5 / sqrt(3). A few ns a probe apart; tens of us
+/// after a minute without samples.
+pub(super) fn wander_sigma_ns(config: &EstimatorConfig, from: u64, to: u64) -> f64 {
+    let seconds = from.abs_diff(to) as f64 * 1e-9;
+    config.max_wander.max(0.0).sqrt() * seconds * seconds.sqrt() / 3f64.sqrt() * 1e9
 }

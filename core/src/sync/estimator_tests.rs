@@ -441,3 +441,40 @@ fn a_step_below_half_the_round_trip_is_found_statistically() {
     let error = mapping_error(&estimate, &after, t);
     assert!(error <= 3_000, "error {error} ns: {estimate:?}");
 }
+
+#[test]
+fn after_a_long_gap_the_window_starts_over_without_a_step() {
+    let before = RelayModel {
+        offset_ns: 7_000_000,
+        drift_ppm: -20.0,
+        origin_ns: START,
+    };
+    let mut rng = Rng(19);
+    let mut estimator = Estimator::default();
+    let mut t = START;
+    for _ in 0..240 {
+        let [t1, t2, t3, t4] = exchange(&before, &mut rng, t, 100_000, 5_000.0);
+        estimator.add_sample(t1, t2, t3, t4, 0);
+        t += 250_000_000;
+    }
+    // 60 s without samples, over which the clock wandered 40 µs off its
+    // line: 1.5 sigmas of the default wander over 60 s (27 µs), far
+    // outside the samples' noise (without the gap it is a step, above).
+    t += 60_000_000_000;
+    let after = RelayModel {
+        offset_ns: 7_040_000,
+        ..before
+    };
+    let epoch = estimator.epoch();
+    for _ in 0..40 {
+        let [t1, t2, t3, t4] = exchange(&after, &mut rng, t, 100_000, 5_000.0);
+        estimator.add_sample(t1, t2, t3, t4, 0);
+        t += 250_000_000;
+    }
+    assert_eq!(estimator.steps(), 0, "a gap's wander is no step");
+    assert_eq!(estimator.epoch(), epoch);
+    assert!(estimator.trimmed() >= 200, "{}", estimator.trimmed());
+    let estimate = estimator.estimate().expect("estimate");
+    let error = mapping_error(&estimate, &after, t);
+    assert!(error <= 3_000, "error {error} ns: {estimate:?}");
+}
