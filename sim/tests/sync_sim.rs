@@ -55,7 +55,6 @@ fn check(name: &str) {
             // 0.42 / 0.64, Wi-Fi 50 ppm with wander 0.80 / 0.16, since the
             // live mapping follows the one-way envelope).
             let share = match name {
-                _ if SECS >= 1800.0 => 0.5,
                 "loopback" | "lan-50ppm-wander" => 0.6,
                 "lan-20ppm" | "lan-ntp-slews" | "wifi-steps+50us" => 0.7,
                 "wifi-50ppm-wander" => 0.85,

@@ -1,6 +1,6 @@
 //! One timestamp's two sides (the forward and backward estimates around
 //! it) made into one mapping: their hard intervals intersected, the point
-//! chosen, and the hull of several mappings when a step lies between them.
+//! chosen, and the span of several mappings when a step lies between them.
 
 use super::{Sides, Smoothed, SyncEstimate};
 
@@ -35,7 +35,7 @@ pub(super) fn side(host: i64, e: &SyncEstimate, at: u64) -> Side {
 /// by more than [`DISAGREEMENT_SIGMAS`] of their spread, a step the
 /// estimator took for noise lies between them (a step smaller than the
 /// bound passes its hard test, and it takes three samples to confirm one
-/// statistically): the hull of both, as one side is right.
+/// statistically): the span of both, as one side is right.
 pub(super) fn combine(f: Side, b: Side) -> Smoothed {
     let (flo, fhi) = interval(f.host, f.bound);
     let (blo, bhi) = interval(b.host, b.bound);
@@ -43,7 +43,7 @@ pub(super) fn combine(f: Side, b: Side) -> Smoothed {
     let spread = (f.sigma.max(1) as f64).hypot(b.sigma.max(1) as f64);
     let apart = (f.host as i128 - b.host as i128).unsigned_abs() as f64;
     if lo > hi || apart > DISAGREEMENT_SIGMAS * spread {
-        return hull(&[(f.host, f.bound), (b.host, b.bound)], None, Sides::Both);
+        return spanning_all(&[(f.host, f.bound), (b.host, b.bound)], None, Sides::Both);
     }
     let wf = 1.0 / (f.sigma.max(1) as f64).powi(2);
     let wb = 1.0 / (b.sigma.max(1) as f64).powi(2);
@@ -105,7 +105,7 @@ pub(super) fn interval(host: i64, bound: u64) -> (i128, i128) {
 /// on the likely side of a step), else that of the tightest one (its fit
 /// rests on the most consistent samples), with a bound reaching every
 /// one's interval.
-fn hull(mappings: &[(i64, u64)], preferred: Option<i64>, sides: Sides) -> Smoothed {
+fn spanning_all(mappings: &[(i64, u64)], preferred: Option<i64>, sides: Sides) -> Smoothed {
     let (lo, hi) = mappings
         .iter()
         .fold((i128::MAX, i128::MIN), |(lo, hi), &(h, b)| {
