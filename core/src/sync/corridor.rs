@@ -1,5 +1,8 @@
 //! One-way envelope fit of a closed segment (sans-IO): the line that runs
-//! midway through the widest corridor the probe legs leave open.
+//! midway through the widest corridor the probe legs leave open. The
+//! final mapping (`super::smoother`) fits a grid of such lines per
+//! segment; the live estimator (`super::estimator_fit`) fits one over its
+//! window with [`midline`].
 //!
 //! Each leg of an exchange bounds the relay's offset on one side only:
 //! the request left the host at t1 and reached the relay at t2, so the

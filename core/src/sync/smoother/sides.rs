@@ -40,15 +40,11 @@ pub(super) fn combine(f: Side, b: Side) -> Smoothed {
     let (flo, fhi) = interval(f.host, f.bound);
     let (blo, bhi) = interval(b.host, b.bound);
     let (lo, hi) = (flo.max(blo), fhi.min(bhi));
-    let spread = (f.sigma.max(1) as f64).hypot(b.sigma.max(1) as f64);
-    let apart = (f.host as i128 - b.host as i128).unsigned_abs() as f64;
-    if lo > hi || apart > DISAGREEMENT_SIGMAS * spread {
+    let pair = Pair::of(f, b);
+    if lo > hi || !pair.consistent() {
         return spanning_all(&[(f.host, f.bound), (b.host, b.bound)], None, Sides::Both);
     }
-    let wf = 1.0 / (f.sigma.max(1) as f64).powi(2);
-    let wb = 1.0 / (b.sigma.max(1) as f64).powi(2);
-    let mean = (f.host as f64 * wf + b.host as f64 * wb) / (wf + wb);
-    let point = (mean.round() as i128).clamp(lo, hi);
+    let point = (pair.mean.round() as i128).clamp(lo, hi);
     let bound = (point - lo).max(hi - point);
     Smoothed {
         host_ns: clamp(point),
@@ -79,14 +75,35 @@ pub(super) fn envelope(both: Smoothed, corridor: Option<i64>) -> Smoothed {
 /// mean. Two sides that disagree (a step or a long gap between them)
 /// leave the envelope to judge.
 pub(super) fn agrees(c: i64, f: Side, b: Side) -> bool {
-    let (sf, sb) = (f.sigma.max(1) as f64, b.sigma.max(1) as f64);
-    let spread = sf.hypot(sb);
-    if (f.host as f64 - b.host as f64).abs() > DISAGREEMENT_SIGMAS * spread {
-        return true;
+    let pair = Pair::of(f, b);
+    !pair.consistent()
+        || (c as f64 - pair.mean).abs() <= (CORRIDOR_SIGMAS * pair.spread).max(CORRIDOR_FLOOR_NS)
+}
+
+/// The two sides' inverse-variance mean and the spread of their
+/// difference (ns), as [`combine`] and [`agrees`] judge them.
+struct Pair {
+    mean: f64,
+    spread: f64,
+    apart: f64,
+}
+
+impl Pair {
+    fn of(f: Side, b: Side) -> Pair {
+        let (sf, sb) = (f.sigma.max(1) as f64, b.sigma.max(1) as f64);
+        let (wf, wb) = (sf.powi(-2), sb.powi(-2));
+        Pair {
+            mean: (f.host as f64 * wf + b.host as f64 * wb) / (wf + wb),
+            spread: sf.hypot(sb),
+            apart: (f.host as i128 - b.host as i128).unsigned_abs() as f64,
+        }
     }
-    let (wf, wb) = (sf.powi(-2), sb.powi(-2));
-    let mean = (f.host as f64 * wf + b.host as f64 * wb) / (wf + wb);
-    (c as f64 - mean).abs() <= (CORRIDOR_SIGMAS * spread).max(CORRIDOR_FLOOR_NS)
+
+    /// Whether the two points are close enough, for their sigmas, not to
+    /// straddle an unnoticed step.
+    fn consistent(&self) -> bool {
+        self.apart <= DISAGREEMENT_SIGMAS * self.spread
+    }
 }
 
 /// See [`agrees`].
