@@ -410,32 +410,41 @@ proptest! {
     }
 }
 
-#[test]
-fn a_step_below_half_the_round_trip_is_found_statistically() {
+/// A LAN-like relay at -20 ppm, 60 s of it at 4 Hz, then `gap_ns` without
+/// samples and 10 s of the same clock 40 µs off its line (inside the hard
+/// interval of every sample: delay/2 >= 100 µs). Returns the estimator,
+/// its epoch before the shift, the clock after it and the end time.
+fn shifted_after(gap_ns: u64) -> (Estimator, u64, RelayModel, u64) {
     let before = RelayModel {
         offset_ns: 7_000_000,
         drift_ppm: -20.0,
         origin_ns: START,
     };
-    let mut rng = Rng(19);
-    let mut estimator = Estimator::default();
-    let mut t = START;
-    for _ in 0..240 {
-        let [t1, t2, t3, t4] = exchange(&before, &mut rng, t, 100_000, 5_000.0);
-        estimator.add_sample(t1, t2, t3, t4, 0);
-        t += 250_000_000;
-    }
-    assert_eq!(estimator.steps(), 0, "no step in a steady clock");
-    // 40 µs: inside the hard interval of every sample (delay/2 >= 100 µs).
     let after = RelayModel {
         offset_ns: 7_040_000,
         ..before
     };
-    for _ in 0..40 {
-        let [t1, t2, t3, t4] = exchange(&after, &mut rng, t, 100_000, 5_000.0);
-        estimator.add_sample(t1, t2, t3, t4, 0);
-        t += 250_000_000;
-    }
+    let mut rng = Rng(19);
+    let mut estimator = Estimator::default();
+    let mut t = START;
+    let mut feed = |estimator: &mut Estimator, model: &RelayModel, t: &mut u64, count: u32| {
+        for _ in 0..count {
+            let [t1, t2, t3, t4] = exchange(model, &mut rng, *t, 100_000, 5_000.0);
+            estimator.add_sample(t1, t2, t3, t4, 0);
+            *t += 250_000_000;
+        }
+    };
+    feed(&mut estimator, &before, &mut t, 240);
+    assert_eq!(estimator.steps(), 0, "no step in a steady clock");
+    let epoch = estimator.epoch();
+    t += gap_ns;
+    feed(&mut estimator, &after, &mut t, 40);
+    (estimator, epoch, after, t)
+}
+
+#[test]
+fn a_step_below_half_the_round_trip_is_found_statistically() {
+    let (estimator, _, after, t) = shifted_after(0);
     assert_eq!(estimator.steps(), 1);
     let estimate = estimator.estimate().expect("estimate");
     let error = mapping_error(&estimate, &after, t);
@@ -444,33 +453,10 @@ fn a_step_below_half_the_round_trip_is_found_statistically() {
 
 #[test]
 fn after_a_long_gap_the_window_starts_over_without_a_step() {
-    let before = RelayModel {
-        offset_ns: 7_000_000,
-        drift_ppm: -20.0,
-        origin_ns: START,
-    };
-    let mut rng = Rng(19);
-    let mut estimator = Estimator::default();
-    let mut t = START;
-    for _ in 0..240 {
-        let [t1, t2, t3, t4] = exchange(&before, &mut rng, t, 100_000, 5_000.0);
-        estimator.add_sample(t1, t2, t3, t4, 0);
-        t += 250_000_000;
-    }
-    // 60 s without samples, over which the clock wandered 40 µs off its
-    // line: 1.5 sigmas of the default wander over 60 s (27 µs), far
-    // outside the samples' noise (without the gap it is a step, above).
-    t += 60_000_000_000;
-    let after = RelayModel {
-        offset_ns: 7_040_000,
-        ..before
-    };
-    let epoch = estimator.epoch();
-    for _ in 0..40 {
-        let [t1, t2, t3, t4] = exchange(&after, &mut rng, t, 100_000, 5_000.0);
-        estimator.add_sample(t1, t2, t3, t4, 0);
-        t += 250_000_000;
-    }
+    // 60 s without samples: a 40 µs wander is 1.5 sigmas of the default
+    // wander over 60 s (27 µs), far outside the samples' noise (without
+    // the gap it is a step, above).
+    let (estimator, epoch, after, t) = shifted_after(60_000_000_000);
     assert_eq!(estimator.steps(), 0, "a gap's wander is no step");
     assert_eq!(estimator.epoch(), epoch);
     assert!(estimator.trimmed() >= 200, "{}", estimator.trimmed());
