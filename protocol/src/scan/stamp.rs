@@ -97,7 +97,17 @@ pub fn stamp_scanned(
     stamp: &Stamp,
     out: &mut Vec<u8>,
 ) -> Result<(), ScanError> {
-    let layout = &fields.stamp_layout;
+    stamp_by_layout(packet, &fields.stamp_layout, stamp, out)
+}
+
+/// [`stamp_scanned`] with only the scan's [`StampLayout`] kept (a caller
+/// that moved the scan's results away from the packet's bytes).
+pub fn stamp_by_layout(
+    packet: &[u8],
+    layout: &StampLayout,
+    stamp: &Stamp,
+    out: &mut Vec<u8>,
+) -> Result<(), ScanError> {
     if stamp.strip_trusted || layout.repeated {
         return stamp_into(packet, stamp, out);
     }
@@ -202,7 +212,15 @@ pub fn stamp_split(
     fields: &PacketFields<'_>,
     stamp: &Stamp,
 ) -> Option<(usize, StampTail)> {
-    let layout = &fields.stamp_layout;
+    stamp_split_by_layout(packet, &fields.stamp_layout, stamp)
+}
+
+/// [`stamp_split`] with only the scan's [`StampLayout`] kept.
+pub fn stamp_split_by_layout(
+    packet: &[u8],
+    layout: &StampLayout,
+    stamp: &Stamp,
+) -> Option<(usize, StampTail)> {
     if stamp.strip_trusted || layout.repeated {
         return None;
     }
