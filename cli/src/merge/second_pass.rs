@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
-use tracesync_protocol::scan::{Kind, Stamp, StampTail, stamp_by_layout, stamp_split_by_layout};
+use tracesync_protocol::scan::{
+    Kind, Stamp, StampSuffix, StampTail, stamp_by_layout, stamp_split_with_suffix,
+};
 
 use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
@@ -52,6 +54,19 @@ pub struct Head {
 struct SequenceState {
     out_seq: u32,
     default_clock: Option<u32>,
+    /// The fields last appended to this sequence's stamped packets:
+    /// encoded once, not per packet; one for packets without a clock id of
+    /// their own and one for those with (sequences mix both).
+    suffixes: [Option<CachedSuffix>; 2],
+}
+
+/// The fields a stamp appends, with what they depend on besides the
+/// sequence (its output id is fixed).
+#[derive(Clone, Copy, Debug)]
+struct CachedSuffix {
+    machine_id: u32,
+    appended_clock: Option<u32>,
+    suffix: StampSuffix,
 }
 
 /// Hasher of the per-packet sequence lookup, keyed by (embedded machine id,
@@ -191,7 +206,7 @@ impl<'a> InputStream<'a> {
                 ctx.stats.packets_malformed += 1;
                 continue;
             };
-            if let Some(head) = resolve(
+            if let Some((head, sequence)) = resolve(
                 self.plan,
                 &mut self.sequences,
                 &mut self.defaults,
@@ -210,9 +225,28 @@ impl<'a> InputStream<'a> {
                     strip_trusted: false,
                 };
                 // Most packets keep a prefix of their bytes: written from
-                // the feed's batch, not copied here.
+                // the feed's batch, not copied here. The fields the stamp
+                // appends are the sequence's last ones unless its machine
+                // id or appended clock changed.
                 let layout = &fields.stamp_layout;
-                self.split = stamp_split_by_layout(bytes, layout, &stamp);
+                let appended_clock = stamp
+                    .default_timestamp_clock_id
+                    .filter(|_| !layout.has_clock_id);
+                let machine_id = stamp.machine_id.unwrap_or(0);
+                let cached = &mut sequence.suffixes[usize::from(layout.has_clock_id)];
+                let fresh = cached.as_ref().is_some_and(|c| {
+                    c.machine_id == machine_id && c.appended_clock == appended_clock
+                });
+                if !fresh {
+                    *cached = Some(CachedSuffix {
+                        machine_id,
+                        appended_clock,
+                        suffix: StampSuffix::new(&stamp, layout.has_clock_id),
+                    });
+                }
+                self.split = cached
+                    .as_ref()
+                    .and_then(|c| stamp_split_with_suffix(bytes, layout, &stamp, &c.suffix));
                 if self.split.is_none() {
                     self.body.clear();
                     if stamp_by_layout(bytes, layout, &stamp, &mut self.body).is_err() {
@@ -228,16 +262,17 @@ impl<'a> InputStream<'a> {
 }
 
 /// Decides the fate of one packet (`bytes`, scanned into `fields`): None
-/// if it does not go to the output.
-fn resolve(
+/// if it does not go to the output; else its head, and the state of its
+/// sequence (which keeps its stamp's fields).
+fn resolve<'s>(
     plan: &FilePlan,
-    sequences: &mut SequenceMap,
+    sequences: &'s mut SequenceMap,
     defaults: &mut MachineDefaults,
     last_ts: &mut i64,
     fields: &PacketScan,
     bytes: &[u8],
     ctx: &mut Context<'_>,
-) -> Option<Head> {
+) -> Option<(Head, &'s mut SequenceState)> {
     let size = bytes.len();
     let field_bytes = |r: &std::ops::Range<u32>| &bytes[r.start as usize..r.end as usize];
     let embedded = fields.machine_id.unwrap_or(0);
@@ -248,6 +283,7 @@ fn resolve(
         .or_insert_with(|| SequenceState {
             out_seq: ctx.sequences.allocate(),
             default_clock: None,
+            suffixes: [None; 2],
         });
     if fields.clears_incremental_state {
         state.default_clock = None;
@@ -255,7 +291,8 @@ fn resolve(
     if let Some(clock) = fields.defaults_clock {
         state.default_clock = clock;
     }
-    let state = *state;
+    let state_ref = state;
+    let state = *state_ref;
     let is_base = plan.machines.base == Some(placement);
     if let Some(bytes) = fields.remote_clock_sync.as_ref().map(field_bytes) {
         if let Some(host) = plan
@@ -295,7 +332,7 @@ fn resolve(
         domain: None,
     };
     let Some(raw) = fields.timestamp else {
-        return Some(in_place);
+        return Some((in_place, state_ref));
     };
     let explicit = fields
         .timestamp_clock_id
@@ -321,7 +358,7 @@ fn resolve(
                 };
                 *last_ts = ts;
                 ctx.stats.remote_packets_as_trace_time += 1;
-                return Some(Head { ts, ..in_place });
+                return Some((Head { ts, ..in_place }, state_ref));
             }
         },
     };
@@ -361,7 +398,7 @@ fn resolve(
         Ok(ts) => ts,
         Err(_) if fields.clock_snapshot.is_some() => {
             // Snapshots carry clock data Perfetto needs; keep them in place.
-            return Some(in_place);
+            return Some((in_place, state_ref));
         }
         Err(_) => {
             ctx.stats.packets_dropped += 1;
@@ -369,13 +406,14 @@ fn resolve(
         }
     };
     *last_ts = ts;
-    Some(Head {
+    let head = Head {
         ts,
         clock: Some((clock, raw)),
         boottime,
         domain,
         ..in_place
-    })
+    };
+    Some((head, state_ref))
 }
 
 fn boot_of(placement: Placement) -> ClockNode {
