@@ -16,6 +16,7 @@ pub mod output;
 pub mod packets;
 pub mod plan;
 pub mod remote;
+pub mod scan_thread;
 pub mod second_pass;
 pub mod stats;
 pub mod window;
@@ -87,6 +88,8 @@ pub enum MergeError {
     Create { path: String, error: io::Error },
     #[error("cannot write the output: {0}")]
     Write(io::Error),
+    #[error("cannot start a thread to read an input: {0}")]
+    Thread(io::Error),
     #[error(
         "no input holds a Perfetto trace ({}: each said above); nothing was written",
         .0.join(", ")
@@ -104,6 +107,7 @@ impl MergeError {
             | Self::NothingToMerge(_) => exit::DATAERR,
             Self::Create { .. } => exit::CANTCREAT,
             Self::Write(_) => exit::IOERR,
+            Self::Thread(_) => exit::SOFTWARE,
         }
     }
 }
@@ -328,7 +332,8 @@ fn write_merged(
         .iter()
         .zip(files.iter())
         .map(|(source, file)| InputStream::open(source, file))
-        .collect();
+        .collect::<io::Result<_>>()
+        .map_err(MergeError::Thread)?;
     let mut live = tracesync_core::clock::ClockGraph::new();
     live.set_trace_time_clock(timeline.trace_clock());
     let mut ctx = Context {

@@ -1,8 +1,11 @@
 //! Second pass: streams every input again, resolves each packet's timestamp
 //! on the merged timeline and stamps its machine and output sequence.
 //!
-//! One packet per input is held at a time (the head of its stream), so
-//! memory does not grow with input size.
+//! Each input is read and scanned ahead on a thread of its own
+//! ([`scan_thread`](super::scan_thread)), in batches over a bounded
+//! channel; resolving and stamping happen here, on the merging thread, in
+//! merge order. Memory does not grow with input size: per input, the head
+//! packet and a bounded number of batches.
 
 use prost::Message;
 use std::collections::HashMap;
@@ -10,17 +13,16 @@ use std::hash::{BuildHasherDefault, Hasher};
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::scan::{
-    Kind, PacketFields, Stamp, StampTail, defaults_timestamp_clock_id, scan_packet, stamp_scanned,
-    stamp_split,
+    Kind, Stamp, StampSuffix, StampTail, stamp_by_layout, stamp_split_with_suffix,
 };
 
 use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
-use super::packets::{InputReader, bundle_of, open_reader};
 use super::plan::{FilePlan, node};
 use super::remote::{
     MachineDefaults, SERVICE_EVENT_FIELD, default_from_snapshot, rounds_of, sync_edges,
 };
+use super::scan_thread::{PacketFeed, PacketScan};
 use super::stats::MergeStats;
 use tracesync_core::clock::timeline::{Timeline, Unplaced};
 use tracesync_core::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
@@ -52,6 +54,19 @@ pub struct Head {
 struct SequenceState {
     out_seq: u32,
     default_clock: Option<u32>,
+    /// The fields last appended to this sequence's stamped packets:
+    /// encoded once, not per packet; one for packets without a clock id of
+    /// their own and one for those with (sequences mix both).
+    suffixes: [Option<CachedSuffix>; 2],
+}
+
+/// The fields a stamp appends, with what they depend on besides the
+/// sequence (its output id is fixed).
+#[derive(Clone, Copy, Debug)]
+struct CachedSuffix {
+    machine_id: u32,
+    appended_clock: Option<u32>,
+    suffix: StampSuffix,
 }
 
 /// Hasher of the per-packet sequence lookup, keyed by (embedded machine id,
@@ -129,11 +144,12 @@ pub struct Context<'a> {
 pub struct InputStream<'a> {
     pub source: &'a InputSource,
     plan: &'a FilePlan,
-    reader: Option<InputReader>,
+    /// None at the end of the input.
+    feed: Option<PacketFeed>,
     sequences: SequenceMap,
     defaults: MachineDefaults,
     last_ts: i64,
-    /// The current head packet: its stamped bytes are the reader's last
+    /// The current head packet: its stamped bytes are the feed's current
     /// packet up to `split`'s length and then its tail, else `body`.
     pub head: Option<Head>,
     split: Option<(usize, StampTail)>,
@@ -149,27 +165,27 @@ pub enum Body<'a> {
 }
 
 impl<'a> InputStream<'a> {
-    /// Opens the input again; faults were reported by the first pass.
-    pub fn open(source: &'a InputSource, plan: &'a FilePlan) -> Self {
-        let reader = open_reader(source).ok();
-        Self {
+    /// Opens the input again, on its scan thread; faults were reported by
+    /// the first pass. An error only if the thread cannot be started.
+    pub fn open(source: &'a InputSource, plan: &'a FilePlan) -> std::io::Result<Self> {
+        Ok(Self {
             source,
             plan,
-            reader,
+            feed: Some(PacketFeed::spawn(source)?),
             sequences: SequenceMap::default(),
             defaults: MachineDefaults::default(),
             last_ts: i64::MIN,
             head: None,
             split: None,
             body: Vec::new(),
-        }
+        })
     }
 
     /// The stamped bytes of the head packet.
     pub fn body(&self) -> Body<'_> {
-        let last = self.reader.as_ref().and_then(|r| r.last_packet());
-        match (self.split.as_ref(), last) {
-            (Some((n, tail)), Some(p)) => Body::Split(&p.bytes[..*n], tail.as_slice()),
+        let current = self.feed.as_ref().and_then(|f| f.current());
+        match (self.split.as_ref(), current) {
+            (Some((n, tail)), Some((bytes, _))) => Body::Split(&bytes[..*n], tail.as_slice()),
             _ => Body::Whole(&self.body),
         }
     }
@@ -178,34 +194,25 @@ impl<'a> InputStream<'a> {
     /// the end of the input (or at its first fault, already reported).
     pub fn advance(&mut self, ctx: &mut Context<'_>) {
         self.head = None;
-        while let Some(reader) = self.reader.as_mut() {
-            let Ok(Some(packet)) = reader.next_packet() else {
+        while let Some(feed) = self.feed.as_mut() {
+            let Some((bytes, scan)) = feed.advance() else {
                 // The end, or a fault the first pass reported.
-                self.reader = None;
+                self.feed = None;
                 return;
             };
-            let scanned = scan_packet(packet.bytes);
-            if let Some(range) = bundle_of(&packet, &scanned) {
-                if reader.expand_last(range).is_err() {
-                    self.reader = None;
-                    return;
-                }
-                continue;
-            }
             ctx.stats.packets_read += 1;
-            ctx.stats.bytes_read += packet.bytes.len() as u64;
-            let Ok(fields) = scanned else {
+            ctx.stats.bytes_read += bytes.len() as u64;
+            let Some(fields) = scan else {
                 ctx.stats.packets_malformed += 1;
                 continue;
             };
-            let bytes = packet.bytes;
-            if let Some(head) = resolve(
+            if let Some((head, sequence)) = resolve(
                 self.plan,
                 &mut self.sequences,
                 &mut self.defaults,
                 &mut self.last_ts,
-                &fields,
-                bytes.len(),
+                fields,
+                bytes,
                 ctx,
             ) {
                 let stamp = Stamp {
@@ -218,11 +225,31 @@ impl<'a> InputStream<'a> {
                     strip_trusted: false,
                 };
                 // Most packets keep a prefix of their bytes: written from
-                // the reader's buffer, not copied here.
-                self.split = stamp_split(bytes, &fields, &stamp);
+                // the feed's batch, not copied here. The fields the stamp
+                // appends are the sequence's last ones unless its machine
+                // id or appended clock changed.
+                let layout = &fields.stamp_layout;
+                let appended_clock = stamp
+                    .default_timestamp_clock_id
+                    .filter(|_| !layout.has_clock_id);
+                let machine_id = stamp.machine_id.unwrap_or(0);
+                let cached = &mut sequence.suffixes[usize::from(layout.has_clock_id)];
+                let fresh = cached.as_ref().is_some_and(|c| {
+                    c.machine_id == machine_id && c.appended_clock == appended_clock
+                });
+                if !fresh {
+                    *cached = Some(CachedSuffix {
+                        machine_id,
+                        appended_clock,
+                        suffix: StampSuffix::new(&stamp, layout.has_clock_id),
+                    });
+                }
+                self.split = cached
+                    .as_ref()
+                    .and_then(|c| stamp_split_with_suffix(bytes, layout, &stamp, &c.suffix));
                 if self.split.is_none() {
                     self.body.clear();
-                    if stamp_scanned(bytes, &fields, &stamp, &mut self.body).is_err() {
+                    if stamp_by_layout(bytes, layout, &stamp, &mut self.body).is_err() {
                         ctx.stats.packets_malformed += 1;
                         continue;
                     }
@@ -234,16 +261,20 @@ impl<'a> InputStream<'a> {
     }
 }
 
-/// Decides the fate of one packet: None if it does not go to the output.
-fn resolve(
+/// Decides the fate of one packet (`bytes`, scanned into `fields`): None
+/// if it does not go to the output; else its head, and the state of its
+/// sequence (which keeps its stamp's fields).
+fn resolve<'s>(
     plan: &FilePlan,
-    sequences: &mut SequenceMap,
+    sequences: &'s mut SequenceMap,
     defaults: &mut MachineDefaults,
     last_ts: &mut i64,
-    fields: &PacketFields<'_>,
-    size: usize,
+    fields: &PacketScan,
+    bytes: &[u8],
     ctx: &mut Context<'_>,
-) -> Option<Head> {
+) -> Option<(Head, &'s mut SequenceState)> {
+    let size = bytes.len();
+    let field_bytes = |r: &std::ops::Range<u32>| &bytes[r.start as usize..r.end as usize];
     let embedded = fields.machine_id.unwrap_or(0);
     let placement = plan.machines.get(embedded)?;
     let in_seq = fields.trusted_packet_sequence_id.unwrap_or(0);
@@ -252,19 +283,18 @@ fn resolve(
         .or_insert_with(|| SequenceState {
             out_seq: ctx.sequences.allocate(),
             default_clock: None,
+            suffixes: [None; 2],
         });
-    if fields.clears_incremental_state() {
+    if fields.clears_incremental_state {
         state.default_clock = None;
     }
-    if let Some(defaults) = fields.trace_packet_defaults {
-        state.default_clock = defaults_timestamp_clock_id(defaults)
-            .ok()
-            .flatten()
-            .filter(|&c| c != 0);
+    if let Some(clock) = fields.defaults_clock {
+        state.default_clock = clock;
     }
-    let state = *state;
+    let state_ref = state;
+    let state = *state_ref;
     let is_base = plan.machines.base == Some(placement);
-    if let Some(bytes) = fields.remote_clock_sync {
+    if let Some(bytes) = fields.remote_clock_sync.as_ref().map(field_bytes) {
         if let Some(host) = plan
             .machines
             .base
@@ -277,7 +307,7 @@ fn resolve(
         ctx.stats.remote_clock_sync_replaced += 1;
         return None;
     }
-    if fields.system_info.is_some() {
+    if fields.has_system_info {
         // Merged into the one SystemInfo per machine at the output's start.
         ctx.stats.system_info_merged += 1;
         return None;
@@ -285,7 +315,7 @@ fn resolve(
     // Registers a machine at its first packet: it takes the file's default
     // clock as it is at this point of the stream.
     let machine_default = defaults.get(embedded, is_base);
-    if let Some(bytes) = fields.clock_snapshot
+    if let Some(bytes) = fields.clock_snapshot.as_ref().map(field_bytes)
         && let Some(set) = replay_snapshot(bytes, placement, in_seq, ctx)
     {
         defaults.set(embedded, is_base, set);
@@ -302,7 +332,7 @@ fn resolve(
         domain: None,
     };
     let Some(raw) = fields.timestamp else {
-        return Some(in_place);
+        return Some((in_place, state_ref));
     };
     let explicit = fields
         .timestamp_clock_id
@@ -328,7 +358,7 @@ fn resolve(
                 };
                 *last_ts = ts;
                 ctx.stats.remote_packets_as_trace_time += 1;
-                return Some(Head { ts, ..in_place });
+                return Some((Head { ts, ..in_place }, state_ref));
             }
         },
     };
@@ -368,7 +398,7 @@ fn resolve(
         Ok(ts) => ts,
         Err(_) if fields.clock_snapshot.is_some() => {
             // Snapshots carry clock data Perfetto needs; keep them in place.
-            return Some(in_place);
+            return Some((in_place, state_ref));
         }
         Err(_) => {
             ctx.stats.packets_dropped += 1;
@@ -376,13 +406,14 @@ fn resolve(
         }
     };
     *last_ts = ts;
-    Some(Head {
+    let head = Head {
         ts,
         clock: Some((clock, raw)),
         boottime,
         domain,
         ..in_place
-    })
+    };
+    Some((head, state_ref))
 }
 
 fn boot_of(placement: Placement) -> ClockNode {

@@ -17,8 +17,8 @@ pub use fields::{FieldValue, Fields, RawField, ScanError};
 pub use kind::{Kind, data_field_name};
 pub use packet::{PacketFields, defaults_timestamp_clock_id, scan_packet};
 pub use stamp::{
-    STAMP_MOVED_MAX, STAMP_SUFFIX_MAX, Stamp, StampLayout, StampTail, stamp_into, stamp_scanned,
-    stamp_split,
+    STAMP_MOVED_MAX, STAMP_SUFFIX_MAX, Stamp, StampLayout, StampSuffix, StampTail, stamp_by_layout,
+    stamp_into, stamp_scanned, stamp_split, stamp_split_by_layout, stamp_split_with_suffix,
 };
 
 /// TracePacket field numbers tracesync reads or writes.

@@ -86,7 +86,7 @@ pub fn stamp_into(packet: &[u8], stamp: &Stamp, out: &mut Vec<u8>) -> Result<(),
 
 /// The fields a stamp adds after the packet's kept bytes.
 fn append_stamped_fields(stamp: &Stamp, has_clock_id: bool, out: &mut Vec<u8>) {
-    out.extend_from_slice(StampTail::new(&[], stamp, has_clock_id).as_slice());
+    out.extend_from_slice(StampSuffix::new(stamp, has_clock_id).as_slice());
 }
 
 /// [`stamp_into`] for a packet already scanned: uses the field positions the
@@ -97,7 +97,17 @@ pub fn stamp_scanned(
     stamp: &Stamp,
     out: &mut Vec<u8>,
 ) -> Result<(), ScanError> {
-    let layout = &fields.stamp_layout;
+    stamp_by_layout(packet, &fields.stamp_layout, stamp, out)
+}
+
+/// [`stamp_scanned`] with only the scan's [`StampLayout`] kept (a caller
+/// that moved the scan's results away from the packet's bytes).
+pub fn stamp_by_layout(
+    packet: &[u8],
+    layout: &StampLayout,
+    stamp: &Stamp,
+    out: &mut Vec<u8>,
+) -> Result<(), ScanError> {
     if stamp.strip_trusted || layout.repeated {
         return stamp_into(packet, stamp, out);
     }
@@ -134,16 +144,50 @@ impl StampTail {
     /// The fields `stamp` appends to a packet that has (or has not) a
     /// `timestamp_clock_id` of its own, after `moved` (at most
     /// [`STAMP_MOVED_MAX`] bytes).
-    fn new(moved: &[&[u8]], stamp: &Stamp, has_clock_id: bool) -> Self {
+    fn new(moved: [&[u8]; 2], stamp: &Stamp, has_clock_id: bool) -> Self {
+        Self::join(moved, &StampSuffix::new(stamp, has_clock_id))
+    }
+
+    /// `moved` (at most [`STAMP_MOVED_MAX`] bytes, most often none), then
+    /// `suffix`, copied whole (a fixed size: no call to memcpy).
+    #[inline]
+    fn join(moved: [&[u8]; 2], suffix: &StampSuffix) -> Self {
         let mut s = Self {
             buf: [0; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX],
             len: 0,
         };
-        for m in moved {
-            let at = usize::from(s.len);
+        let mut at = 0;
+        for m in moved.into_iter().filter(|m| !m.is_empty()) {
             s.buf[at..at + m.len()].copy_from_slice(m);
-            s.len += m.len() as u8;
+            at += m.len();
         }
+        s.buf[at..at + STAMP_SUFFIX_MAX].copy_from_slice(&suffix.buf);
+        s.len = (at + usize::from(suffix.len)) as u8;
+        s
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+/// The fields a [`Stamp`] appends to a packet, built once for the packets
+/// that take the same stamp (a sequence of one merge input) instead of
+/// encoded for each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StampSuffix {
+    buf: [u8; STAMP_SUFFIX_MAX],
+    len: u8,
+}
+
+impl StampSuffix {
+    /// The fields `stamp` appends to a packet that has (or has not) a
+    /// `timestamp_clock_id` of its own.
+    pub fn new(stamp: &Stamp, has_clock_id: bool) -> Self {
+        let mut s = Self {
+            buf: [0; STAMP_SUFFIX_MAX],
+            len: 0,
+        };
         if let Some(seq) = stamp.trusted_packet_sequence_id {
             s.put_varint(u64::from(field::TRUSTED_PACKET_SEQUENCE_ID) << 3);
             s.put_varint(u64::from(seq));
@@ -202,7 +246,40 @@ pub fn stamp_split(
     fields: &PacketFields<'_>,
     stamp: &Stamp,
 ) -> Option<(usize, StampTail)> {
-    let layout = &fields.stamp_layout;
+    stamp_split_by_layout(packet, &fields.stamp_layout, stamp)
+}
+
+/// [`stamp_split`] with only the scan's [`StampLayout`] kept.
+pub fn stamp_split_by_layout(
+    packet: &[u8],
+    layout: &StampLayout,
+    stamp: &Stamp,
+) -> Option<(usize, StampTail)> {
+    let (head, moved) = split_moved(packet, layout, stamp)?;
+    Some((head, StampTail::new(moved, stamp, layout.has_clock_id)))
+}
+
+/// [`stamp_split_by_layout`] with the fields the stamp appends built
+/// beforehand: `suffix` must be `StampSuffix::new(stamp, layout.has_clock_id)`.
+pub fn stamp_split_with_suffix(
+    packet: &[u8],
+    layout: &StampLayout,
+    stamp: &Stamp,
+    suffix: &StampSuffix,
+) -> Option<(usize, StampTail)> {
+    debug_assert_eq!(*suffix, StampSuffix::new(stamp, layout.has_clock_id));
+    let (head, moved) = split_moved(packet, layout, stamp)?;
+    Some((head, StampTail::join(moved, suffix)))
+}
+
+/// The kept prefix's length and the kept bytes moved after it, for
+/// [`stamp_split`]; None where it does not split.
+#[inline]
+fn split_moved<'p>(
+    packet: &'p [u8],
+    layout: &StampLayout,
+    stamp: &Stamp,
+) -> Option<(usize, [&'p [u8]; 2])> {
     if stamp.strip_trusted || layout.repeated {
         return None;
     }
@@ -216,5 +293,5 @@ pub fn stamp_split(
     if moved[0].len() + moved[1].len() > STAMP_MOVED_MAX {
         return None;
     }
-    Some((head, StampTail::new(&moved, stamp, layout.has_clock_id)))
+    Some((head, moved))
 }

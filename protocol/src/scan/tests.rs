@@ -345,3 +345,33 @@ fn split_stamp_is_the_copied_stamp_byte_for_byte() {
     let (n, suffix) = stamp_split(p, &scan_packet(p).unwrap(), &stamp).unwrap();
     assert_eq!((n, suffix.as_slice()), (0, &[0x50, 2][..]));
 }
+
+/// The merge's way: the appended fields built once ([`StampSuffix`]) and
+/// joined to each packet's split give [`stamp_split`]'s result.
+#[test]
+fn split_with_a_prebuilt_suffix_is_stamp_split() {
+    let stamps = [
+        (Some(u32::MAX), Some(u32::MAX), Some(u32::MAX)),
+        (Some(2), Some(0), Some(6)),
+        (Some(300), Some(7), None),
+        (None, Some(7), Some(1)),
+    ];
+    let mut split = 0;
+    for p in split_cases() {
+        let fields = scan_packet(&p).unwrap();
+        let layout = &fields.stamp_layout;
+        for (seq, machine, clock) in stamps {
+            let stamp = Stamp {
+                machine_id: machine,
+                trusted_packet_sequence_id: seq,
+                default_timestamp_clock_id: clock,
+                strip_trusted: false,
+            };
+            let suffix = StampSuffix::new(&stamp, layout.has_clock_id);
+            let got = stamp_split_with_suffix(&p, layout, &stamp, &suffix);
+            assert_eq!(got, stamp_split(&p, &fields, &stamp), "{p:?} {stamp:?}");
+            split += usize::from(got.is_some());
+        }
+    }
+    assert!(split > 20, "{split}");
+}
