@@ -21,7 +21,8 @@
 #                                                  # userspace vs kernel receive stamps
 #   SYNC_REAL_SECS=60 SYNC_REAL_SEED=2 sudo scripts/sync-real.sh
 #   SYNC_REAL_KEEP=1 ...                           # keep logs and output dirs, and
-#                                                  # errors-RELAY.tsv (each event's error over time)
+#                                                  # errors-RELAY.tsv and refined-errors-RELAY.tsv
+#                                                  # (each event's error over time)
 #
 # Needs root, iproute2 (ip netns) and util-linux unshare with --time. The
 # namespaces are created and deleted by the run; traffic stays inside them.

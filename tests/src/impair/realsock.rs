@@ -593,6 +593,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
         &out_dir,
         &root.join("refined"),
         warm,
+        spec.keep.then_some((root.as_path(), start)),
         &mut result.relays,
     )?;
     drop(net);
