@@ -50,7 +50,8 @@ pub enum Kind {
 
 /// One metric of a binary: its name, kind and `# HELP` text. Each binary
 /// lists all of its metrics in one table: the exporter describes them from
-/// it, and tests check the endpoint and docs/operations.md against it.
+/// it, and tests check the endpoint and docs/operations-metrics.md against
+/// it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Spec {
     pub name: &'static str,

@@ -1,5 +1,5 @@
 //! Prometheus metrics of `tracesync-relay`: names (specified in
-//! docs/operations.md `## Metrics`), the `[metrics]` config section, the
+//! docs/operations-metrics.md `## Metrics`), the `[metrics]` config section, the
 //! exporter, and the publishers.
 //!
 //! The spool, session and sources keep plain counters; they are copied into
@@ -177,7 +177,7 @@ mod tests {
 
     #[test]
     fn names_follow_the_conventions_and_are_documented() {
-        let doc = include_str!("../../docs/operations.md");
+        let doc = include_str!("../../docs/operations-metrics.md");
         for Spec { name, kind, .. } in SPECS {
             assert!(name.starts_with("tracesync_relay_"), "{name}");
             // Prometheus conventions: counters end in _total, nothing else does.

@@ -1,6 +1,7 @@
-//! The defaults docs/format.md and docs/operations.md state are the ones
-//! the binaries use: every statement "`KEY` (default VALUE)", "`KEY`, VALUE
-//! by default", "`KEY` VALUE" and every row of a `| key | default |` table
+//! The defaults docs/format.md and the operations pages (docs/operations.md
+//! and docs/operations-*.md) state are the ones the binaries use: every
+//! statement "`KEY` (default VALUE)", "`KEY`, VALUE by default", "`KEY`
+//! VALUE" and every row of a `| key | default |` table
 //! that names a key of the shipped configs (configs/daemon.toml shows every
 //! daemon option with its default, configs/relay.toml every relay option
 //! commented with its default) must give that value. The flags the docs
@@ -134,9 +135,29 @@ fn resolve<'a>(name: &str, keys: &'a BTreeMap<String, Key>) -> Option<(&'a Strin
     }
 }
 
+/// The pages of one topic of docs/: `TOPIC.md` and every `TOPIC-*.md`
+/// (a page past ~600 lines is split into those), by file name.
+fn topic_pages(topic: &str) -> Vec<String> {
+    let main = format!("{topic}.md");
+    let prefix = format!("{topic}-");
+    let mut pages: Vec<String> = std::fs::read_dir(repo_root().join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("docs/ entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n == &main || (n.starts_with(&prefix) && n.ends_with(".md")))
+        .collect();
+    pages.sort();
+    assert!(pages.contains(&main), "docs/{main} is missing: {pages:?}");
+    pages
+}
+
+fn read_doc(doc: &str) -> String {
+    std::fs::read_to_string(repo_root().join("docs").join(doc))
+        .unwrap_or_else(|e| panic!("docs/{doc}: {e}"))
+}
+
 /// Every default a doc states for a config key: (key, stated, where).
 fn stated_defaults(doc: &str, keys: &BTreeMap<String, Key>) -> Vec<(String, String, String)> {
-    let text = std::fs::read_to_string(repo_root().join("docs").join(doc)).expect("doc");
+    let text = read_doc(doc);
     let mut found = Vec::new();
     // Tables whose columns start `| key | default |`: each row's first two.
     let mut in_table = false;
@@ -215,12 +236,13 @@ fn the_defaults_in_the_docs_are_the_shipped_ones() {
     assert!(keys.len() > 30, "{keys:?}");
     let mut checked = 0;
     let mut wrong = Vec::new();
-    for (doc, keys) in [
-        ("format.md", &keys),
-        ("operations.md", &keys),
-        ("operations.md", &relay_keys),
-    ] {
-        for (key, stated, at) in stated_defaults(doc, keys) {
+    let mut docs = vec![("format.md".to_owned(), &keys)];
+    for page in topic_pages("operations") {
+        docs.push((page.clone(), &keys));
+        docs.push((page, &relay_keys));
+    }
+    for (doc, keys) in docs {
+        for (key, stated, at) in stated_defaults(&doc, keys) {
             let shipped = &keys[&key];
             let want = normalize(&key, &shipped.value);
             let got = normalize(&key, &stated);
@@ -283,18 +305,24 @@ fn every_flag_the_configs_and_docs_name_is_in_help() {
             "configs/relay.toml key {key} has no --{key} in tracesync-relay --help"
         );
     }
-    // tracesync's own defaults: the control socket, as operations.md says.
+    // tracesync's own defaults: the control socket, as operations-cli.md says.
     let status_help = help("tracesync", &["status"]);
     let control = "/run/tracesync/control.sock";
     assert!(
         status_help.contains(&format!("[default: {control}]")),
         "{status_help}"
     );
-    let ops = std::fs::read_to_string(repo_root().join("docs/operations.md")).expect("doc");
+    let cli = read_doc("operations-cli.md");
     assert!(
-        ops.contains(&format!("over the control socket (default\n`{control}`)")),
-        "operations.md names another default control socket"
+        cli.contains(&format!("over the control socket (default\n`{control}`)")),
+        "operations-cli.md names another default control socket"
     );
+    // The operations pages together.
+    let ops = topic_pages("operations")
+        .iter()
+        .map(|page| read_doc(page))
+        .collect::<Vec<_>>()
+        .join("\n");
     // Flags the docs show for the commands of this round exist.
     for (binary, args, flag, in_docs) in [
         (
@@ -336,13 +364,14 @@ fn every_flag_the_configs_and_docs_name_is_in_help() {
     ] {
         let text = help(binary, &args);
         assert!(text.contains(flag), "{binary} {args:?} --help lacks {flag}");
-        assert!(ops.contains(in_docs), "operations.md lacks {in_docs:?}");
+        assert!(ops.contains(in_docs), "the operations pages lack {in_docs:?}");
     }
 }
 
 /// Every `section.key` the docs name (for a section of the daemon's
 /// config) is a key of configs/daemon.toml (operations.md once said
-/// `listen.metrics` for `[metrics] listen`).
+/// `listen.metrics` for `[metrics] listen`): format.md and the operations
+/// and reliability pages.
 #[test]
 fn every_dotted_key_in_the_docs_exists() {
     let mut keys = BTreeMap::new();
@@ -375,8 +404,11 @@ fn every_dotted_key_in_the_docs_exists() {
         "output.errors",
         "output.episodes",
     ];
-    for doc in ["format.md", "operations.md", "reliability.md"] {
-        let doc_text = std::fs::read_to_string(repo_root().join("docs").join(doc)).expect("doc");
+    let mut docs = vec!["format.md".to_owned()];
+    docs.extend(topic_pages("operations"));
+    docs.extend(topic_pages("reliability"));
+    for doc in &docs {
+        let doc_text = read_doc(doc);
         for token in doc_text.split('`').skip(1).step_by(2) {
             let Some((section, key)) = token.split_once('.') else {
                 continue;

@@ -1,8 +1,9 @@
 //! Operations surface of the real binaries: the Prometheus endpoints of
 //! `tracesyncd` and `tracesync-relay` show every metric of the spec
-//! (docs/operations.md `## Metrics`) with the traffic counted; SIGHUP with a
+//! (docs/operations-metrics.md `## Metrics`) with the traffic counted; SIGHUP with a
 //! changed `[log] level` changes what is logged without a restart; the log
-//! shapes (journald, JSON) are what docs/operations.md `## Logs` says.
+//! shapes (journald, JSON) are what docs/operations-metrics.md `## Logs`
+//! says.
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};

@@ -1,5 +1,5 @@
 //! Prometheus metrics of `tracesyncd`: the names ([`names`], specified in
-//! docs/operations.md `## Metrics`), the `[metrics]` config section, the
+//! docs/operations-metrics.md `## Metrics`), the `[metrics]` config section, the
 //! exporter, and the publishers the ingest loop calls.
 //!
 //! Hot paths stay cheap: per-packet work is never a metric update. The

@@ -1,5 +1,6 @@
 //! Every metric name `tracesyncd` exports, in one place. The spec with
-//! types, units, labels and meanings is docs/operations.md `## Metrics`;
+//! types, units, labels and meanings is docs/operations-metrics.md
+//! `## Metrics`;
 //! a name added here is added there.
 //!
 //! Conventions: `tracesync_` prefix, counters end in `_total`, units in the
@@ -123,7 +124,7 @@ pub const CONTROL_ACCEPT_ERRORS: &str = "tracesync_control_accept_errors_total";
 
 /// Every daemon metric: name, kind, help (the `# HELP` line). The
 /// exporter describes them from here; tests check the endpoint and the
-/// spec in docs/operations.md against it.
+/// spec in docs/operations-metrics.md against it.
 pub const SPECS: &[Spec] = &[
     Spec::gauge(BUILD_INFO, "Always 1; the version label names the build"),
     Spec::counter(CONNECTIONS_ACCEPTED, "Relay TCP connections accepted"),

@@ -220,14 +220,14 @@ fn names_follow_the_conventions() {
     assert_eq!(sorted.len(), names::SPECS.len(), "duplicate names");
 }
 
-/// Every name is in the spec (docs/operations.md `## Metrics`).
+/// Every name is in the spec (docs/operations-metrics.md `## Metrics`).
 #[test]
 fn every_name_is_documented() {
-    let doc = include_str!("../../../docs/operations.md");
+    let doc = include_str!("../../../docs/operations-metrics.md");
     let spec = doc
         .split("\n## Metrics")
         .nth(1)
-        .expect("docs/operations.md has a ## Metrics section");
+        .expect("docs/operations-metrics.md has a ## Metrics section");
     let spec = spec.split("\n## ").next().unwrap_or(spec);
     for name in names::SPECS.iter().map(|s| s.name) {
         assert!(
