@@ -1,4 +1,4 @@
-//! Incremental state across restarts (docs/reliability.md, "Incremental
+//! Incremental state across restarts (docs/reliability-faults.md, "Incremental
 //! state across restarts"): a producer trace followed by a relay `file:`
 //! source, with interned event names, trace_packet_defaults naming a
 //! sequence-scoped clock (64) and that clock's ClockSnapshot, all written

@@ -1,4 +1,4 @@
-//! Hostile peers (docs/reliability.md "Before authentication"): a fake
+//! Hostile peers (docs/reliability-hostile.md "Before authentication"): a fake
 //! daemon that lies in Welcome, and peers that cost the daemon memory,
 //! slots or time before (or right after) authenticating. Each prints its
 //! figures on a `hostile-peers:` line.
