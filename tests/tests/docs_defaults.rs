@@ -142,7 +142,12 @@ fn topic_pages(topic: &str) -> Vec<String> {
     let prefix = format!("{topic}-");
     let mut pages: Vec<String> = std::fs::read_dir(repo_root().join("docs"))
         .expect("docs/")
-        .map(|e| e.expect("docs/ entry").file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            e.expect("docs/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .filter(|n| n == &main || (n.starts_with(&prefix) && n.ends_with(".md")))
         .collect();
     pages.sort();
@@ -364,7 +369,10 @@ fn every_flag_the_configs_and_docs_name_is_in_help() {
     ] {
         let text = help(binary, &args);
         assert!(text.contains(flag), "{binary} {args:?} --help lacks {flag}");
-        assert!(ops.contains(in_docs), "the operations pages lack {in_docs:?}");
+        assert!(
+            ops.contains(in_docs),
+            "the operations pages lack {in_docs:?}"
+        );
     }
 }
 
