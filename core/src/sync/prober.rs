@@ -176,7 +176,7 @@ const ENDED_KEPT: usize = 64;
 struct Ended {
     session_id: u64,
     ended_ns: u64,
-    known: Known,
+    key: Option<ProbeKey>,
 }
 
 /// The prober's counters (it derefs to [`ProberStats`]) and, for the
@@ -295,7 +295,7 @@ impl ProberCore {
             self.ended.push_back(Ended {
                 session_id,
                 ended_ns: self.now_ns,
-                known,
+                key: known.key,
             });
         }
     }
@@ -303,7 +303,7 @@ impl ProberCore {
     /// The key of `session_id` if it ended within the probe timeout.
     pub(super) fn ended_key(&self, session_id: u64) -> Option<&ProbeKey> {
         let ended = self.ended.iter().find(|e| e.session_id == session_id)?;
-        ended.known.key.as_ref()
+        ended.key.as_ref()
     }
 
     /// Appends the probes due at `now_ns` to `due` and schedules the next;
