@@ -140,6 +140,7 @@ pub fn plan(running: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
         s.max_interval_ms != t.max_interval_ms,
         "sync.max-interval-ms",
     );
+    live(s.warmup_ms != t.warmup_ms, "sync.warmup-ms");
     live(s.train_length != t.train_length, "sync.train-length");
     live(
         s.probe_timeout_ms != t.probe_timeout_ms,

@@ -103,6 +103,7 @@ impl ProberCore {
                 burst_left: 0,
                 next_probe_ns: now_ns,
                 interval_ns: config.steady_interval_ns,
+                warm_until_ns: 0,
                 agreeing: 0,
                 follow_ups_left: 0,
                 follow_up_due: false,
@@ -122,7 +123,7 @@ impl ProberCore {
             // First contact, reconnect, or a new address: re-acquire.
             session.route = Some(route);
             session.interval_ns = config.steady_interval_ns;
-            session.start_burst(config.burst_probes, now_ns);
+            session.start_burst(&config, now_ns);
             self.stats.bursts += 1;
             session.counters.bursts += 1;
         }
@@ -172,10 +173,16 @@ impl ProberCore {
         let verdict = before
             .filter(|_| t1 <= t4 && t2 <= t3)
             .map(|b| judge(&config, &b, t1, t2, t3, t4));
+        let trimmed = session.estimator.trimmed();
         let result =
             session
                 .estimator
                 .add_sample(t1, t2, t3, t4, reply.boottime_minus_monotonic_ns);
+        if session.estimator.trimmed() > trimmed {
+            // The window lost its history (a long gap, or samples no line
+            // fits): as young as after a burst, without the burst.
+            session.warm_up(&config, t4);
+        }
         if let (Some(b), Some(e)) = (before, result)
             && b.epoch != e.epoch
         {
@@ -184,7 +191,7 @@ impl ProberCore {
             self.stats.bursts += 1;
             session.counters.bursts += 1;
             session.interval_ns = config.steady_interval_ns;
-            session.start_burst(config.burst_probes, t4);
+            session.start_burst(&config, t4);
         } else {
             match verdict {
                 Some(Verdict::Step) if !session.in_burst() => {
@@ -192,7 +199,7 @@ impl ProberCore {
                     self.stats.bursts += 1;
                     session.counters.bursts += 1;
                     session.interval_ns = config.steady_interval_ns;
-                    session.start_burst(config.burst_probes, t4);
+                    session.start_burst(&config, t4);
                 }
                 Some(Verdict::Agree) if !session.in_burst() => {
                     session.agreeing += 1;

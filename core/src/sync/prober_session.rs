@@ -20,6 +20,9 @@ pub(super) struct ActiveSession {
     pub(super) next_probe_ns: u64,
     /// Current steady spacing (adaptive).
     pub(super) interval_ns: u64,
+    /// Host BOOTTIME until which steady probes go at the fastest spacing
+    /// (the warm-up after a burst).
+    pub(super) warm_until_ns: u64,
     /// Samples in a row that agreed with the estimate.
     pub(super) agreeing: u32,
     /// Follow-ups still to send in the current train.
@@ -38,12 +41,28 @@ pub(super) struct ActiveSession {
 }
 
 impl ActiveSession {
-    pub(super) fn start_burst(&mut self, bursts: u32, now_ns: u64) {
-        self.burst_left = bursts;
+    pub(super) fn start_burst(&mut self, config: &ProberConfig, now_ns: u64) {
+        self.burst_left = config.burst_probes;
+        self.warm_up(config, now_ns);
         self.next_probe_ns = now_ns;
         self.follow_ups_left = 0;
         self.follow_up_due = false;
         self.agreeing = 0;
+    }
+
+    /// Probes at the fastest spacing for the next `warmup_ns`.
+    pub(super) fn warm_up(&mut self, config: &ProberConfig, now_ns: u64) {
+        self.warm_until_ns = now_ns.saturating_add(config.warmup_ns);
+    }
+
+    /// The steady spacing at `now_ns`: the fastest during the warm-up,
+    /// when the estimate's history is short and every sample counts most.
+    pub(super) fn steady_spacing(&self, config: &ProberConfig, now_ns: u64) -> u64 {
+        if now_ns < self.warm_until_ns {
+            self.interval_ns.min(config.min_interval_ns)
+        } else {
+            self.interval_ns
+        }
     }
 
     pub(super) fn in_burst(&self) -> bool {
@@ -73,14 +92,15 @@ impl ActiveSession {
     }
 
     /// Probes per second now: a burst's, or the steady rate with follow-ups.
-    pub(super) fn probe_rate_hz(&self, config: &ProberConfig) -> f64 {
+    pub(super) fn probe_rate_hz(&self, config: &ProberConfig, now_ns: u64) -> f64 {
         if self.route.is_none() {
             return 0.0;
         }
         if self.in_burst() {
             1e9 / config.burst_interval_ns.max(1) as f64
         } else {
-            f64::from(config.train_length.max(1)) * 1e9 / self.interval_ns.max(1) as f64
+            let spacing = self.steady_spacing(config, now_ns);
+            f64::from(config.train_length.max(1)) * 1e9 / spacing.max(1) as f64
         }
     }
 }

@@ -165,7 +165,7 @@ fn unregistered_sessions_are_ignored_and_counted() {
 }
 
 #[test]
-fn burst_of_eight_at_15_ms_then_steady_4_hz() {
+fn burst_of_eight_at_15_ms_then_a_minute_at_10_hz_then_4_hz() {
     let mut core = core_with_session();
     let mut relay = Relay::new();
     let start = 1_000 * MS;
@@ -173,7 +173,7 @@ fn burst_of_eight_at_15_ms_then_steady_4_hz() {
     let mut sent_at = Vec::new();
     let mut now = start;
     // No replies: no follow-ups, only the schedule.
-    while now < start + 1_000 * MS {
+    while now < start + 61_000 * MS {
         if !send_due(&mut core, now).is_empty() {
             sent_at.push(now - start);
         }
@@ -181,8 +181,25 @@ fn burst_of_eight_at_15_ms_then_steady_4_hz() {
     }
     let burst: Vec<u64> = (0..8).map(|i| i * 15 * MS).collect();
     assert_eq!(&sent_at[..8], &burst[..]);
-    assert_eq!(sent_at[8], 105 * MS + 250 * MS);
-    assert_eq!(sent_at[9], 105 * MS + 500 * MS);
+    // The warm-up: the fastest steady spacing until a minute after the
+    // burst began, then the adaptive spacing (4 Hz at first).
+    let steady: Vec<u64> = sent_at[7..]
+        .windows(2)
+        .map(|w| (w[1] - w[0]) / MS)
+        .collect();
+    let warm = steady.iter().take_while(|&&d| d == 100).count();
+    assert!(warm >= 590, "{warm} probes at 10 Hz");
+    assert!(
+        steady[warm..].iter().all(|&d| d == 250),
+        "{:?}",
+        &steady[warm..]
+    );
+    assert!(!steady[warm..].is_empty());
+    let last_warm = sent_at[7 + warm];
+    assert!(
+        (60_000 * MS..60_100 * MS).contains(&last_warm),
+        "{last_warm}"
+    );
     assert_eq!(core.stats().bursts, 1);
     // A second register from the same address (refresh) does not restart
     // the burst.
@@ -441,6 +458,7 @@ fn the_steady_rate_slows_while_samples_agree_and_speeds_up_when_not() {
     let config = ProberConfig {
         train_length: 1,
         max_interval_ns: 1_000 * MS,
+        warmup_ns: 0,
         ..ProberConfig::default()
     };
     let mut core = core_with(config);
@@ -487,7 +505,10 @@ fn by_default_agreeing_samples_never_slow_probing_below_4_hz() {
     let mut core = core_with(config);
     let mut relay = Relay::new();
     register(&mut core, &mut relay, relay_addr(), 0);
-    run_answering(&mut core, &relay, 0, 60_000 * MS, MS, |s| reply_to(s, 0));
+    // 10 Hz through the warm-up's minute, however well samples agree.
+    let now = run_answering(&mut core, &relay, 0, 59_000 * MS, MS, |s| reply_to(s, 0));
+    assert_eq!(core.steady_interval_ns(SESSION), Some(100 * MS));
+    run_answering(&mut core, &relay, now, 120_000 * MS, MS, |s| reply_to(s, 0));
     assert_eq!(core.steady_interval_ns(SESSION), Some(250 * MS));
 }
 
@@ -646,9 +667,9 @@ fn the_view_shows_each_sessions_state_route_rate_and_counters() {
     let now = run_answering(&mut core, &relay, 0, 2_000 * MS, MS, |s| reply_to(s, 0));
     let view = session_view(&core);
     assert_eq!(view.state, SyncState::Steady);
-    // Steady at 4 Hz with one follow-up each: 8 probes per second.
+    // Warming up at 10 Hz with one follow-up each: 20 probes per second.
     assert!(
-        (view.probe_rate_hz - 8.0).abs() < 1e-9,
+        (view.probe_rate_hz - 20.0).abs() < 1e-9,
         "{}",
         view.probe_rate_hz
     );
@@ -657,7 +678,7 @@ fn the_view_shows_each_sessions_state_route_rate_and_counters() {
     let c = view.counters;
     assert_eq!(c.bad_mac, 1);
     assert_eq!(c.bursts, 1);
-    assert!(c.probes_sent >= 8 + 7 * 2, "{c:?}");
+    assert!(c.probes_sent >= 8 + 18 * 2, "{c:?}");
     assert_eq!(c.replies, c.probes_sent);
     assert_eq!(c.probes_sent, core.stats().probes_sent);
     // Over TCP the route says so; a closed route probes at 0 Hz.
@@ -678,7 +699,11 @@ fn a_new_schedule_applies_to_running_sessions() {
     let mut relay = Relay::new();
     register(&mut core, &mut relay, relay_addr(), 0);
     let now = run_answering(&mut core, &relay, 0, 2_000 * MS, MS, |s| reply_to(s, 0));
-    assert_eq!(core.steady_interval_ns(SESSION), Some(250 * MS));
+    assert_eq!(
+        core.steady_interval_ns(SESSION),
+        Some(100 * MS),
+        "warming up"
+    );
     let estimate = core.estimate(SESSION);
     let slower = ProberConfig {
         steady_interval_ns: 1_000 * MS,

@@ -252,7 +252,7 @@ fn sync_section_defaults_are_the_probers_and_values_are_read() {
     assert_eq!(config.sync.sync_point_threshold_ns, 1_000);
     let config = parse(
         "[sync]\nburst-probes = 4\nburst-interval-ms = 5\nsteady-interval-ms = 500\n\
-         min-interval-ms = 50\nmax-interval-ms = 1000\ntrain-length = 1\n\
+         min-interval-ms = 50\nmax-interval-ms = 1000\nwarmup-ms = 0\ntrain-length = 1\n\
          probe-timeout-ms = 800\nsync-point-threshold-ns = 250\n",
     )
     .expect("[sync]");
@@ -262,6 +262,7 @@ fn sync_section_defaults_are_the_probers_and_values_are_read() {
     assert_eq!(prober.steady_interval_ns, 500_000_000);
     assert_eq!(prober.min_interval_ns, 50_000_000);
     assert_eq!(prober.max_interval_ns, 1_000_000_000);
+    assert_eq!(prober.warmup_ns, 0);
     assert_eq!(prober.train_length, 1);
     assert_eq!(prober.probe_timeout_ns, 800_000_000);
     assert_eq!(config.sync.sync_point_threshold_ns, 250);

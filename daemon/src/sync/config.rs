@@ -28,6 +28,10 @@ pub struct SyncConfig {
     /// Slowest steady spacing (ms), reached while samples agree.
     #[serde(deserialize_with = "max_interval_ms")]
     pub max_interval_ms: u64,
+    /// For this long after each burst, steady probes go at the fastest
+    /// spacing (ms; 0 = no warm-up).
+    #[serde(deserialize_with = "warmup_ms")]
+    pub warmup_ms: u64,
     /// Exchanges per steady probe: the follow-ups go out as soon as the
     /// previous reply is in (1 = none).
     #[serde(deserialize_with = "train_length")]
@@ -54,6 +58,7 @@ impl Default for SyncConfig {
             steady_interval_ms: prober.steady_interval_ns / MS,
             min_interval_ms: prober.min_interval_ns / MS,
             max_interval_ms: prober.max_interval_ns / MS,
+            warmup_ms: prober.warmup_ns / MS,
             train_length: u64::from(prober.train_length),
             probe_timeout_ms: prober.probe_timeout_ns / MS,
             sync_point_threshold_ns: tracesync_core::live::LiveConfig::default().sync_threshold_ns,
@@ -90,6 +95,7 @@ impl SyncConfig {
             steady_interval_ns: self.steady_interval_ms.saturating_mul(MS),
             min_interval_ns: self.min_interval_ms.saturating_mul(MS),
             max_interval_ns: self.max_interval_ms.saturating_mul(MS),
+            warmup_ns: self.warmup_ms.saturating_mul(MS),
             train_length: to_u32(self.train_length),
             probe_timeout_ns: self.probe_timeout_ms.saturating_mul(MS),
             ..ProberConfig::default()
@@ -121,6 +127,7 @@ ranged! {
     steady_interval_ms: "steady-interval-ms" in 10..=60000,
     min_interval_ms: "min-interval-ms" in 10..=60000,
     max_interval_ms: "max-interval-ms" in 10..=60000,
+    warmup_ms: "warmup-ms" in 0..=3600000,
     train_length: "train-length" in 1..=8,
     probe_timeout_ms: "probe-timeout-ms" in 10..=60000,
     sync_point_threshold_ns: "sync-point-threshold-ns" in 0..=1000000000,
