@@ -42,6 +42,11 @@ args+=(--step-at "$STEP_AT")
 if [ -n "${SYNC_REAL_KEEP:-}" ]; then
     args+=(--keep)
 fi
+# A config file for tracesyncd, e.g. "[sync] warmup-ms = 0" to compare a
+# setting with the defaults on the same build.
+if [ -n "${SYNC_REAL_DAEMON_CONFIG:-}" ]; then
+    args+=(--daemon-config "$(realpath "$SYNC_REAL_DAEMON_CONFIG")")
+fi
 
 echo "building (release)" >&2
 cargo build --release --quiet -p tracesync-daemon -p tracesync-cli -p tracesync-relay --bins

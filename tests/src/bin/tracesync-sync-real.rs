@@ -1,5 +1,5 @@
 //! `tracesync-sync-real [--seconds N] [--seed N] [--keep]
-//! [--kernel-timestamps on|off|both] [PROFILE...]`: the real-socket
+//! [--kernel-timestamps on|off|both] [--daemon-config FILE] [PROFILE...]`: the real-socket
 //! clock-sync accuracy run (needs root): for each profile, `tracesyncd` and
 //! two relays (one offset by a time namespace, one with 50 ppm simulated
 //! drift as well) in network namespaces, talking over loopback (`loopback`),
@@ -33,6 +33,11 @@ struct Flags {
     /// (each profile runs twice, userspace stamps first).
     #[arg(long, default_value = "on", value_parser = ["on", "off", "both"])]
     kernel_timestamps: String,
+    /// A config file for `tracesyncd` (e.g. `[sync]` settings to compare
+    /// with the defaults on the same build); its flags still set the
+    /// addresses, output and token.
+    #[arg(long)]
+    daemon_config: Option<std::path::PathBuf>,
     /// Profiles (default: loopback lan wifi asym-static asym-jitter).
     profiles: Vec<String>,
 }
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
             spec.warmup_s = flags.warmup;
             spec.keep = flags.keep;
             spec.kernel_timestamps = Some(kernel);
+            spec.daemon_config.clone_from(&flags.daemon_config);
             if flags.step_at > 0 {
                 spec.relays
                     .push(RunSpec::wander_and_step_relay(flags.step_at));

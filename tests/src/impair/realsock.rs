@@ -143,6 +143,8 @@ pub struct RunSpec {
     /// Kernel receive timestamps on both probe ends (the
     /// `TRACESYNC_KERNEL_RX_TIMESTAMPS` switch); None: the binaries' default.
     pub kernel_timestamps: Option<bool>,
+    /// `tracesyncd --config` (None: no file, the built-in defaults).
+    pub daemon_config: Option<PathBuf>,
 }
 
 impl RunSpec {
@@ -191,6 +193,7 @@ impl RunSpec {
             keep: false,
             realtime_proxy: true,
             kernel_timestamps: None,
+            daemon_config: None,
         }
     }
 }
@@ -357,6 +360,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
             .arg(&token)
             .args(["--tls", "off"])
             .current_dir(&root);
+        if let Some(config) = &spec.daemon_config {
+            c.arg("--config").arg(config);
+        }
         c.envs(rx_switch);
         Proc::spawn(c, "tracesyncd", root.join("tracesyncd.log"))?
     };
