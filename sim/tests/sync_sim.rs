@@ -45,18 +45,25 @@ fn check(name: &str) {
             );
         }
         if t.final_half_live {
-            // Half the live p99 at 1800 s (clock-sync.md's table: 0.23-0.48
-            // in these rows, seeds 1 and 2). In 300 s the p99 of 2000 events
-            // is the worst ~3 s of the run, which a segment's first seconds
-            // or one run of slow legs can fill: these reach more (seeds 11 /
-            // 29: loopback 0.10 against 0.18 µs, the simulator's timestamp
-            // grain; lan-50ppm-wander 1.61 against 2.69 µs; lan-20ppm
-            // 0.41 / 0.58, the NTP slews 0.62 / 0.40, Wi-Fi 50 µs steps
-            // 0.42 / 0.64, Wi-Fi 50 ppm with wander 0.80 / 0.16, since the
-            // live mapping follows the one-way envelope).
+            // Half the live p99 at 1800 s (clock-sync.md's table, seeds 1
+            // and 2). In 300 s the p99 of 2000 events is the worst ~3 s of
+            // the run, which a segment's first or last seconds or one run
+            // of slow legs can fill. Since the prober's 10 Hz warm-up the
+            // live p99 of these runs fell 1.5-5x (Wi-Fi 27.6 / 33.8 ->
+            // 11.3 / 14.3 µs, asymmetric jitter 33.0 / 22.6 -> 6.4 / 12.4
+            // µs, seeds 11 / 29) while the final's, which rests on a 16-64
+            // s corridor of legs either side, did not: final/live reached
+            // (seeds 11 / 29) asymmetric jitter 1.00 / 0.32, Wi-Fi 0.57 /
+            // 0.28, suspend 0.59 / 0.40, lan-50ppm-wander 0.34 / 0.62, the
+            // NTP slews 0.71 / 0.57, Wi-Fi 50 µs steps 0.49 / 0.44, Wi-Fi
+            // 50 ppm with wander 0.24 / 0.42. Loopback's final lies at the
+            // simulator's timestamp grain (0.08 / 0.22 µs against a live
+            // 0.20 / 0.15 µs): it has an absolute gate below instead.
             let share = match name {
-                "loopback" | "lan-50ppm-wander" => 0.6,
-                "lan-20ppm" | "lan-ntp-slews" | "wifi-steps+50us" => 0.7,
+                "loopback" => f64::INFINITY,
+                "asym-jitter" => 1.1,
+                "lan-50ppm-wander" | "wifi" | "suspend-30s" => 0.75,
+                "lan-ntp-slews" | "wifi-steps+50us" => 0.8,
                 "wifi-50ppm-wander" => 0.85,
                 _ => 0.5,
             };
@@ -66,6 +73,9 @@ fn check(name: &str) {
                 r.refined.p99,
                 r.ours.p99
             );
+        }
+        if name == "loopback" {
+            assert!(r.refined.p99 <= 500.0, "final p99 {}: {ctx}", r.refined.p99);
         }
         if let Some(p99) = t.final_p99_ns {
             assert!(
