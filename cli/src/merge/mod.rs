@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod capture_out;
+pub mod feed;
 pub mod first_pass;
 pub mod inputs;
 pub mod machines;
@@ -16,7 +17,6 @@ pub mod output;
 pub mod packets;
 pub mod plan;
 pub mod remote;
-pub mod scan_thread;
 pub mod second_pass;
 pub mod stats;
 pub mod window;
@@ -121,6 +121,8 @@ pub struct Prepared {
     pub undecodable_snapshots: u64,
     /// Inputs with at least one packet.
     pub readable_inputs: usize,
+    /// Packets of each input (the first pass's count).
+    pub packets: Vec<u64>,
 }
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
@@ -181,6 +183,7 @@ pub fn prepare(
         faults,
         undecodable_snapshots,
         readable_inputs,
+        packets: scans.iter().map(|s| s.packets).collect(),
     })
 }
 
@@ -225,12 +228,23 @@ pub fn merge(
     opts: &MergeOptions,
     report: &mut dyn FnMut(&InputFault),
 ) -> Result<MergeOutcome, MergeError> {
+    merge_with_scan_threads(opts, report, feed::MAX_SCAN_THREADS)
+}
+
+/// [`merge`] with at most `scan_threads` inputs read on threads of their
+/// own (the output does not depend on it).
+pub(crate) fn merge_with_scan_threads(
+    opts: &MergeOptions,
+    report: &mut dyn FnMut(&InputFault),
+    scan_threads: usize,
+) -> Result<MergeOutcome, MergeError> {
     let Prepared {
         inputs,
         mut plan,
         faults,
         undecodable_snapshots,
         readable_inputs,
+        packets,
     } = prepare(
         &opts.inputs,
         opts.manifest.as_deref(),
@@ -275,7 +289,10 @@ pub fn merge(
     };
     let result = ThreadWriter::spawn(sink)
         .map_err(MergeError::Write)
-        .and_then(|out| write_merged(&inputs, &mut plan, opts.format, out, &mut stats));
+        .and_then(|out| {
+            let threaded = feed::threaded_inputs(&packets, scan_threads);
+            write_merged(&inputs, &threaded, &mut plan, opts.format, out, &mut stats)
+        });
     let finished = result.and_then(|()| {
         if opts.strict && stats.strict_failures() > 0 {
             return Err(MergeError::Unplaced(stats.strict_failures()));
@@ -304,8 +321,10 @@ pub fn merge(
     Ok(MergeOutcome { stats, faults })
 }
 
+/// The second pass; `threaded[i]`: input i is read on a thread of its own.
 fn write_merged(
     inputs: &[InputSource],
+    threaded: &[bool],
     plan: &mut Plan,
     format: Format,
     out: ThreadWriter,
@@ -331,7 +350,8 @@ fn write_merged(
     let mut streams: Vec<InputStream<'_>> = inputs
         .iter()
         .zip(files.iter())
-        .map(|(source, file)| InputStream::open(source, file))
+        .zip(threaded)
+        .map(|((source, file), &threaded)| InputStream::open(source, file, threaded))
         .collect::<io::Result<_>>()
         .map_err(MergeError::Thread)?;
     let mut live = tracesync_core::clock::ClockGraph::new();
