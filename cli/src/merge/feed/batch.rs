@@ -134,14 +134,17 @@ impl Batch {
         }
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    #[inline]
     pub fn get(&self, i: usize) -> Option<FedPacket<'_>> {
         let e = self.entries.get(i)?;
         let bytes = &self.bytes[e.start as usize..e.end as usize];
@@ -154,18 +157,17 @@ impl Batch {
     }
 
     /// Whether `len` more bytes go in another batch.
+    #[inline]
     fn is_full_for(&self, len: usize) -> bool {
         !self.entries.is_empty()
             && (self.bytes.len() + len > self.limits.bytes
                 || self.entries.len() == self.limits.packets)
     }
 
+    #[inline]
     fn push(&mut self, packet: &[u8], scan: Option<PacketScan>) {
-        let room = self.bytes.capacity();
-        if self.bytes.len() + packet.len() > room {
-            // Only a large packet, alone: room for it, not twice the old.
-            self.bytes.reserve_exact(packet.len());
-            self.meter.resized(room, self.bytes.capacity());
+        if self.bytes.len() + packet.len() > self.bytes.capacity() {
+            self.make_room(packet.len());
         }
         let start = self.bytes.len() as u32;
         self.bytes.extend_from_slice(packet);
@@ -174,6 +176,14 @@ impl Batch {
             end: self.bytes.len() as u32,
             scan,
         });
+    }
+
+    /// Room for a large packet, alone: for it, not twice the old room.
+    #[cold]
+    fn make_room(&mut self, len: usize) {
+        let room = self.bytes.capacity();
+        self.bytes.reserve_exact(len);
+        self.meter.resized(room, self.bytes.capacity());
     }
 
     /// Empties a batch for reuse; a large one goes back to its usual size,
@@ -245,15 +255,15 @@ impl Scanner {
                 continue;
             }
             let bytes = packet.bytes;
-            let scan = scanned.ok().map(|f| PacketScan::new(bytes, &f));
+            // The scan built where it goes: moving it costs per packet.
             if batch.is_full_for(bytes.len()) {
-                self.pending = Some(scan);
+                self.pending = Some(scanned.ok().map(|f| PacketScan::new(bytes, &f)));
                 return true;
             }
             if bytes.len() > batch.limits.bytes && !admit_large() {
                 return false;
             }
-            batch.push(bytes, scan);
+            batch.push(bytes, scanned.ok().map(|f| PacketScan::new(bytes, &f)));
         }
         self.reader = None;
         false

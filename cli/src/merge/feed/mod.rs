@@ -148,6 +148,7 @@ impl PacketFeed {
 
     /// Moves to the next packet; None at the end of the input. The packet
     /// stays readable with [`PacketFeed::current`] until the next call.
+    #[inline]
     pub fn advance(&mut self) -> Option<FedPacket<'_>> {
         if self.next == self.batch.as_ref().map_or(0, Batch::len) {
             if !self.refill() {
@@ -160,6 +161,7 @@ impl PacketFeed {
     }
 
     /// The packet [`PacketFeed::advance`] last returned.
+    #[inline]
     pub fn current(&self) -> Option<FedPacket<'_>> {
         self.batch.as_ref()?.get(self.next.checked_sub(1)?)
     }
