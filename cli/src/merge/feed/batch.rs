@@ -70,11 +70,13 @@ pub type FedPacket<'a> = (&'a [u8], Option<&'a PacketScan>);
 
 /// How much one batch holds: packets are added while their bytes fit in
 /// `bytes` and there are fewer than `packets`; a packet larger than
-/// `bytes` goes in a batch alone (a "large" batch).
+/// `bytes` goes in a batch alone (a "large" batch). `read`: bytes its
+/// input's reader reads at a time (its buffer holds about twice that).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub bytes: usize,
     pub packets: usize,
+    pub read: usize,
 }
 
 /// Packet room (byte capacity) of a feed's batches: what they hold now and
@@ -217,9 +219,14 @@ pub struct Scanner {
 }
 
 impl Scanner {
-    pub fn open(source: &InputSource) -> Self {
+    /// Opens `source`, its reader reading `read` bytes at a time.
+    pub fn open(source: &InputSource, read: usize) -> Self {
+        let mut reader = open_reader(source).ok();
+        if let Some(r) = reader.as_mut() {
+            r.set_chunk_size(read);
+        }
         Self {
-            reader: open_reader(source).ok(),
+            reader,
             pending: None,
         }
     }

@@ -17,7 +17,7 @@ pub(super) fn read_and_scan(
     empty: Receiver<Batch>,
     meter: Arc<Meter>,
 ) {
-    let mut scanner = Scanner::open(source);
+    let mut scanner = Scanner::open(source, THREADED.read);
     let mut pool = Pool {
         empty,
         free: Vec::new(),
