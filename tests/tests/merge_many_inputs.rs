@@ -133,3 +133,48 @@ fn hundreds_of_inputs_start_a_bounded_number_of_threads() {
         "{most} threads for {INPUTS} inputs"
     );
 }
+
+/// `tracesync merge` of 200 small files under a shell's `ulimit LIMIT`
+/// (`-S -n 64`: soft only; `-n 64`: both): (exit code, stderr).
+fn merge_with_open_file_limit(limit: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for i in 0..INPUTS {
+        let path = dir.path().join(format!("in-{i:03}.pftrace"));
+        std::fs::write(&path, trace_of(&interleaved(i))).unwrap();
+        paths.push(path.display().to_string());
+    }
+    let out = dir.path().join("out.pftrace");
+    let script = format!("out=$1; shift; ulimit {limit} && exec \"$0\" merge -o \"$out\" \"$@\"");
+    let run = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(bin("tracesync"))
+        .arg(&out)
+        .args(&paths)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    if run.status.success() {
+        assert!(out.exists(), "{stderr}");
+    } else {
+        assert!(!out.exists(), "a failed merge leaves no output");
+    }
+    (run.status.code().unwrap_or(-1), stderr)
+}
+
+/// Every input stays open for the second pass: a soft open-file limit
+/// below the number of inputs is raised; a hard one is an error naming
+/// the input and the limit, never an input dropped in silence.
+#[test]
+fn hundreds_of_inputs_and_the_open_file_limit() {
+    let (code, stderr) = merge_with_open_file_limit("-S -n 64");
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stderr) = merge_with_open_file_limit("-n 64");
+    assert_eq!(code, 66, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot open it again") && stderr.contains("ulimit -n"),
+        "{stderr}"
+    );
+}

@@ -16,7 +16,7 @@ use tracesync_protocol::scan::{
     Kind, Stamp, StampSuffix, StampTail, stamp_by_layout, stamp_split_with_suffix,
 };
 
-use super::feed::{PacketFeed, PacketScan};
+use super::feed::{OpenError, PacketFeed, PacketScan};
 use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
 use super::plan::{FilePlan, node};
@@ -165,23 +165,18 @@ pub enum Body<'a> {
 }
 
 impl<'a> InputStream<'a> {
-    /// Opens the input again, on a scan thread of its own if `threaded`;
-    /// faults were reported by the first pass. An error only if the thread
-    /// cannot be started.
+    /// Opens the input again (see [`PacketFeed::open`]); faults were
+    /// reported by the first pass, which found `packets` in it.
     pub fn open(
         source: &'a InputSource,
         plan: &'a FilePlan,
+        packets: u64,
         threaded: bool,
-    ) -> std::io::Result<Self> {
-        let feed = if threaded {
-            PacketFeed::spawn(source)?
-        } else {
-            PacketFeed::inline(source)
-        };
+    ) -> Result<Self, OpenError> {
         Ok(Self {
             source,
             plan,
-            feed: Some(feed),
+            feed: Some(PacketFeed::open(source, packets, threaded)?),
             sequences: SequenceMap::default(),
             defaults: MachineDefaults::default(),
             last_ts: i64::MIN,

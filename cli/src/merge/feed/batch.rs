@@ -3,6 +3,7 @@
 //! ahead of the merging thread, an inline feed when the merging thread
 //! needs the next packets.
 
+use std::io;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -210,8 +211,8 @@ impl Drop for Batch {
 /// Reads one input's packets (bundles expanded as the first pass did) and
 /// scans each, into batches.
 pub struct Scanner {
-    /// None at the end of the input, its first fault, or if it cannot be
-    /// reopened (the first pass reported the fault or could not read it).
+    /// None at the end of the input or its first fault (the first pass
+    /// reported it).
     reader: Option<InputReader>,
     /// The scan of the reader's last packet, which did not fit in the last
     /// batch: it starts the next one.
@@ -219,14 +220,20 @@ pub struct Scanner {
 }
 
 impl Scanner {
-    /// Opens `source`, its reader reading `read` bytes at a time.
-    pub fn open(source: &InputSource, read: usize) -> Self {
-        let mut reader = open_reader(source).ok();
-        if let Some(r) = reader.as_mut() {
-            r.set_chunk_size(read);
-        }
+    /// Opens `source` again, its reader reading `read` bytes at a time.
+    pub fn open(source: &InputSource, read: usize) -> io::Result<Self> {
+        let mut reader = open_reader(source)?;
+        reader.set_chunk_size(read);
+        Ok(Self {
+            reader: Some(reader),
+            pending: None,
+        })
+    }
+
+    /// A scanner with no packets.
+    pub fn empty() -> Self {
         Self {
-            reader,
+            reader: None,
             pending: None,
         }
     }

@@ -122,18 +122,41 @@ enum Source {
     Inline { scanner: Box<Scanner>, more: bool },
 }
 
+/// Why an input cannot be fed.
+#[derive(Debug)]
+pub enum OpenError {
+    /// It cannot be opened again (the first pass read it).
+    Reopen(io::Error),
+    /// Its scan thread cannot be started.
+    Thread(io::Error),
+}
+
 impl PacketFeed {
-    /// Starts reading and scanning `source` on a thread of its own.
-    pub fn spawn(source: &InputSource) -> io::Result<Self> {
+    /// Feeds `source`: nothing if the first pass found no packet in it (it
+    /// may not open: reported then), else on a thread of its own if
+    /// `threaded`, else inline.
+    pub fn open(source: &InputSource, packets: u64, threaded: bool) -> Result<Self, OpenError> {
+        match (packets, threaded) {
+            (0, _) => Ok(Self::empty()),
+            (_, true) => Self::spawn(source),
+            (_, false) => Self::inline(source),
+        }
+    }
+
+    /// Opens `source` again and starts reading and scanning it on a thread
+    /// of its own.
+    pub fn spawn(source: &InputSource) -> Result<Self, OpenError> {
+        // Opened here, so that a failure is the merge's error.
+        let scanner = Scanner::open(source, THREADED.read).map_err(OpenError::Reopen)?;
         let (full_tx, full_rx) = sync_channel::<Batch>(IN_FLIGHT);
         // Room for every batch: returning one never waits.
         let (empty_tx, empty_rx) = sync_channel::<Batch>(BATCHES);
         let meter = Arc::new(Meter::default());
         let thread_meter = Arc::clone(&meter);
-        let source = source.clone();
         let thread = std::thread::Builder::new()
             .name("tracesync-scan".into())
-            .spawn(move || thread::read_and_scan(&source, &full_tx, empty_rx, thread_meter))?;
+            .spawn(move || thread::read_and_scan(scanner, &full_tx, empty_rx, thread_meter))
+            .map_err(OpenError::Thread)?;
         Ok(Self {
             batch: None,
             next: 0,
@@ -146,13 +169,25 @@ impl PacketFeed {
         })
     }
 
-    /// Reads and scans `source` on the merging thread, a batch at a time.
-    pub fn inline(source: &InputSource) -> Self {
+    /// Opens `source` again, to read and scan it on the merging thread, a
+    /// batch at a time.
+    pub fn inline(source: &InputSource) -> Result<Self, OpenError> {
+        let scanner = Scanner::open(source, INLINE.read).map_err(OpenError::Reopen)?;
+        Ok(Self::inline_from(scanner))
+    }
+
+    /// A feed with no packets, for an input the first pass found none in
+    /// (perhaps because it could not open it: already reported).
+    pub fn empty() -> Self {
+        Self::inline_from(Scanner::empty())
+    }
+
+    fn inline_from(scanner: Scanner) -> Self {
         Self {
             batch: None,
             next: 0,
             source: Source::Inline {
-                scanner: Box::new(Scanner::open(source, INLINE.read)),
+                scanner: Box::new(scanner),
                 more: true,
             },
             meter: Arc::new(Meter::default()),

@@ -108,7 +108,7 @@ fn both_feeds_yield_the_readers_packets_across_batches_up_to_a_fault() {
         threaded.len(),
         want.len()
     );
-    let inline = read_feed(&mut PacketFeed::inline(&source), |_| {});
+    let inline = read_feed(&mut PacketFeed::inline(&source).unwrap(), |_| {});
     assert!(
         inline == want,
         "{} packets, want {}",
@@ -176,7 +176,7 @@ fn an_input_holds_one_large_packet_in_its_batches() {
         meter.peak()
     );
 
-    let mut feed = PacketFeed::inline(&source);
+    let mut feed = PacketFeed::inline(&source).unwrap();
     let meter = feed.meter();
     assert!(read_feed(&mut feed, |_| {}) == want);
     assert!(
@@ -186,6 +186,24 @@ fn an_input_holds_one_large_packet_in_its_batches() {
     );
     drop(feed);
     assert_eq!(meter.held(), 0);
+}
+
+#[test]
+fn an_input_that_cannot_be_opened_again_is_an_error_unless_it_had_no_packets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace = Vec::new();
+    record(&mut trace, &track_event(1));
+    let source = source_of(dir.path(), "t.pftrace", &trace);
+    std::fs::remove_file(dir.path().join("t.pftrace")).unwrap();
+    for threaded in [false, true] {
+        let Err(OpenError::Reopen(e)) = PacketFeed::open(&source, 1, threaded) else {
+            panic!("threaded {threaded}: a missing input fed as empty");
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        // The first pass could not read it either, and said so.
+        let mut empty = PacketFeed::open(&source, 0, threaded).unwrap();
+        assert!(empty.advance().is_none());
+    }
 }
 
 #[test]

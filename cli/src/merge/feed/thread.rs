@@ -5,19 +5,17 @@
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 
-use super::super::inputs::InputSource;
 use super::batch::{Batch, Limits, Meter, Scanner};
 use super::{BATCHES, THREADED};
 
 /// The thread's work: the input's packets in batches, until its end or its
 /// first fault, or until the merging thread stops listening.
 pub(super) fn read_and_scan(
-    source: &InputSource,
+    mut scanner: Scanner,
     full: &SyncSender<Batch>,
     empty: Receiver<Batch>,
     meter: Arc<Meter>,
 ) {
-    let mut scanner = Scanner::open(source, THREADED.read);
     let mut pool = Pool {
         empty,
         free: Vec::new(),
