@@ -20,7 +20,8 @@
 //!   and [`PacketScan`] (None for a packet the scan rejects), whichever
 //!   way the input is fed; a read or bundle error ends the input after the
 //!   packets before it, silently: the first pass reported it, with its
-//!   offset.
+//!   offset. An input that cannot be opened again is an error
+//!   ([`OpenError`]), unless the first pass found no packet in it.
 //! - Batches per input: threaded at most [`BATCHES`] ([`IN_FLIGHT`] in
 //!   the channel, one being filled, one read), reused: the merging thread
 //!   sends each back before it waits for the next; inline one.
@@ -66,7 +67,7 @@ pub const THREADED: Limits = Limits {
 /// scan results are ~120 bytes a packet; 128 KiB / 2048 cost the same
 /// instructions). Its reader stays open for the whole merge beside all the
 /// others, so it reads little at a time: with the default 256 KiB a merge
-/// of 2000 inputs of 68 KB peaked at 1.2 GB, with 32 KiB at 340 MB.
+/// of 2000 inputs of 68 KB peaked at 1170 MiB, with 32 KiB at 330 MiB.
 pub const INLINE: Limits = Limits {
     bytes: 32 << 10,
     packets: 512,
