@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod capture_out;
+pub mod feed;
 pub mod first_pass;
 pub mod inputs;
 pub mod machines;
@@ -16,7 +17,6 @@ pub mod output;
 pub mod packets;
 pub mod plan;
 pub mod remote;
-pub mod scan_thread;
 pub mod second_pass;
 pub mod stats;
 pub mod window;
@@ -29,6 +29,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use feed::OpenError;
 use first_pass::{FileScan, InputFault, scan_input};
 use inputs::{InputError, InputSource, expand_inputs};
 use manifest::{Manifest, ManifestError, parse_manifest};
@@ -90,6 +91,8 @@ pub enum MergeError {
     Write(io::Error),
     #[error("cannot start a thread to read an input: {0}")]
     Thread(io::Error),
+    #[error("{display}: cannot open it again for the second pass: {error}{}", reopen_hint(.error))]
+    Reopen { display: String, error: io::Error },
     #[error(
         "no input holds a Perfetto trace ({}: each said above); nothing was written",
         .0.join(", ")
@@ -108,6 +111,7 @@ impl MergeError {
             Self::Create { .. } => exit::CANTCREAT,
             Self::Write(_) => exit::IOERR,
             Self::Thread(_) => exit::SOFTWARE,
+            Self::Reopen { .. } => exit::NOINPUT,
         }
     }
 }
@@ -121,6 +125,8 @@ pub struct Prepared {
     pub undecodable_snapshots: u64,
     /// Inputs with at least one packet.
     pub readable_inputs: usize,
+    /// Packets of each input (the first pass's count).
+    pub packets: Vec<u64>,
 }
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
@@ -181,6 +187,7 @@ pub fn prepare(
         faults,
         undecodable_snapshots,
         readable_inputs,
+        packets: scans.iter().map(|s| s.packets).collect(),
     })
 }
 
@@ -225,12 +232,23 @@ pub fn merge(
     opts: &MergeOptions,
     report: &mut dyn FnMut(&InputFault),
 ) -> Result<MergeOutcome, MergeError> {
+    merge_with_scan_threads(opts, report, feed::MAX_SCAN_THREADS)
+}
+
+/// [`merge`] with at most `scan_threads` inputs read on threads of their
+/// own (the output does not depend on it).
+pub(crate) fn merge_with_scan_threads(
+    opts: &MergeOptions,
+    report: &mut dyn FnMut(&InputFault),
+    scan_threads: usize,
+) -> Result<MergeOutcome, MergeError> {
     let Prepared {
         inputs,
         mut plan,
         faults,
         undecodable_snapshots,
         readable_inputs,
+        packets,
     } = prepare(
         &opts.inputs,
         opts.manifest.as_deref(),
@@ -275,7 +293,11 @@ pub fn merge(
     };
     let result = ThreadWriter::spawn(sink)
         .map_err(MergeError::Write)
-        .and_then(|out| write_merged(&inputs, &mut plan, opts.format, out, &mut stats));
+        .and_then(|out| {
+            let threaded = feed::threaded_inputs(&packets, scan_threads);
+            let feeds = (&packets[..], &threaded[..]);
+            write_merged(&inputs, feeds, &mut plan, opts.format, out, &mut stats)
+        });
     let finished = result.and_then(|()| {
         if opts.strict && stats.strict_failures() > 0 {
             return Err(MergeError::Unplaced(stats.strict_failures()));
@@ -304,8 +326,11 @@ pub fn merge(
     Ok(MergeOutcome { stats, faults })
 }
 
+/// The second pass; `feeds`: each input's packet count from the first
+/// pass, and whether it is read on a thread of its own.
 fn write_merged(
     inputs: &[InputSource],
+    (packets, threaded): (&[u64], &[bool]),
     plan: &mut Plan,
     format: Format,
     out: ThreadWriter,
@@ -328,12 +353,21 @@ fn write_merged(
         timeline,
         ..
     } = plan;
+    allow_open_files(inputs.len());
     let mut streams: Vec<InputStream<'_>> = inputs
         .iter()
         .zip(files.iter())
-        .map(|(source, file)| InputStream::open(source, file))
-        .collect::<io::Result<_>>()
-        .map_err(MergeError::Thread)?;
+        .zip(packets.iter().zip(threaded))
+        .map(|((source, file), (&packets, &threaded))| {
+            InputStream::open(source, file, packets, threaded).map_err(|e| match e {
+                OpenError::Reopen(error) => MergeError::Reopen {
+                    display: source.display.clone(),
+                    error,
+                },
+                OpenError::Thread(error) => MergeError::Thread(error),
+            })
+        })
+        .collect::<Result<_, _>>()?;
     let mut live = tracesync_core::clock::ClockGraph::new();
     live.set_trace_time_clock(timeline.trace_clock());
     let mut ctx = Context {
@@ -384,6 +418,30 @@ fn write_merged(
     stats.invalid_clock_snapshots += g.invalid_clock_snapshots;
     stats.clock_sync_cache_miss = g.clock_sync_cache_miss;
     Ok(())
+}
+
+/// Every input stays open until the second pass ends: lifts the soft
+/// open-file limit (often 1024, a guard against leaks) towards the hard one
+/// when the inputs need more.
+fn allow_open_files(inputs: usize) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    // Besides the inputs: stdio, the output and a margin.
+    let want = inputs as u64 + 64;
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < want
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, want.min(hard).max(soft), hard);
+    }
+}
+
+/// What to do when an input cannot be opened again: with many inputs, each
+/// open until the merge ends, the open-file limit.
+fn reopen_hint(error: &io::Error) -> &'static str {
+    if error.raw_os_error() == Some(nix::errno::Errno::EMFILE as i32) {
+        "; every input stays open until the merge ends: raise the open-file limit (ulimit -n) or merge fewer inputs"
+    } else {
+        "; check that it is still readable"
+    }
 }
 
 /// The temporary file an output is written to before it is renamed over

@@ -1,9 +1,9 @@
 //! Second pass: streams every input again, resolves each packet's timestamp
 //! on the merged timeline and stamps its machine and output sequence.
 //!
-//! Each input is read and scanned ahead on a thread of its own
-//! ([`scan_thread`](super::scan_thread)), in batches over a bounded
-//! channel; resolving and stamping happen here, on the merging thread, in
+//! Inputs are read and scanned in batches ([`feed`](super::feed)), the
+//! largest few ahead on scan threads, the others here when their batch is
+//! read; resolving and stamping happen here, on the merging thread, in
 //! merge order. Memory does not grow with input size: per input, the head
 //! packet and a bounded number of batches.
 
@@ -16,13 +16,13 @@ use tracesync_protocol::scan::{
     Kind, Stamp, StampSuffix, StampTail, stamp_by_layout, stamp_split_with_suffix,
 };
 
+use super::feed::{OpenError, PacketFeed, PacketScan};
 use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
 use super::plan::{FilePlan, node};
 use super::remote::{
     MachineDefaults, SERVICE_EVENT_FIELD, default_from_snapshot, rounds_of, sync_edges,
 };
-use super::scan_thread::{PacketFeed, PacketScan};
 use super::stats::MergeStats;
 use tracesync_core::clock::timeline::{Timeline, Unplaced};
 use tracesync_core::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
@@ -165,13 +165,18 @@ pub enum Body<'a> {
 }
 
 impl<'a> InputStream<'a> {
-    /// Opens the input again, on its scan thread; faults were reported by
-    /// the first pass. An error only if the thread cannot be started.
-    pub fn open(source: &'a InputSource, plan: &'a FilePlan) -> std::io::Result<Self> {
+    /// Opens the input again (see [`PacketFeed::open`]); faults were
+    /// reported by the first pass, which found `packets` in it.
+    pub fn open(
+        source: &'a InputSource,
+        plan: &'a FilePlan,
+        packets: u64,
+        threaded: bool,
+    ) -> Result<Self, OpenError> {
         Ok(Self {
             source,
             plan,
-            feed: Some(PacketFeed::spawn(source)?),
+            feed: Some(PacketFeed::open(source, packets, threaded)?),
             sequences: SequenceMap::default(),
             defaults: MachineDefaults::default(),
             last_ts: i64::MIN,

@@ -465,6 +465,24 @@ fn file_plain_and_gzip() {
 }
 
 #[test]
+fn file_read_in_chunks_of_any_size() {
+    let b = bodies();
+    let stream = frame(&b);
+    let want = expected(&b);
+    for chunk in [1, 3, 64, 32 << 10] {
+        for input in [stream.clone(), gzip(&stream)] {
+            let mut f = TraceFile::new(&input[..]).unwrap();
+            f.set_chunk_size(chunk);
+            let mut got = Vec::new();
+            while let Some(p) = f.next_packet().unwrap() {
+                got.push((p.bytes.to_vec(), p.offset, p.in_bundle));
+            }
+            assert_eq!(got, want, "chunk {chunk}");
+        }
+    }
+}
+
+#[test]
 fn file_errors() {
     let b = bodies();
     let stream = frame(&b);

@@ -45,6 +45,8 @@ pub struct TraceFile<R> {
     source: Source<R>,
     reader: TraceReader,
     eof: bool,
+    /// Bytes asked of the source per read.
+    chunk: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +91,15 @@ impl<R: Read> TraceFile<R> {
             source,
             reader: trace_reader,
             eof: false,
+            chunk: FILE_CHUNK_SIZE,
         })
+    }
+
+    /// Reads `n` bytes at a time (at least 1) instead of [`FILE_CHUNK_SIZE`]:
+    /// the buffer holds about twice that (more only for a larger packet),
+    /// which counts for a reader kept open beside many others.
+    pub fn set_chunk_size(&mut self, n: usize) {
+        self.chunk = n.max(1);
     }
 
     /// Whether the input was gzip'd.
@@ -108,8 +118,8 @@ impl<R: Read> TraceFile<R> {
                 return Ok(None);
             }
             let read = match &mut self.source {
-                Source::Plain(r) => self.reader.fill_from(r, FILE_CHUNK_SIZE),
-                Source::Gzip(r) => self.reader.fill_from(r, FILE_CHUNK_SIZE),
+                Source::Plain(r) => self.reader.fill_from(r, self.chunk),
+                Source::Gzip(r) => self.reader.fill_from(r, self.chunk),
             };
             match read {
                 Ok(0) => self.eof = true,

@@ -1,0 +1,285 @@
+//! A batch of one input's packets with their scans, and [`Scanner`], the
+//! one code that reads, scans and fills batches: a scan thread calls it
+//! ahead of the merging thread, an inline feed when the merging thread
+//! needs the next packets.
+
+use std::io;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tracesync_protocol::scan::{
+    Kind, PacketFields, StampLayout, defaults_timestamp_clock_id, scan_packet,
+};
+
+use super::super::inputs::InputSource;
+use super::super::packets::{InputReader, bundle_of, open_reader};
+
+/// What the second pass uses of a packet's scan, owned: byte ranges are
+/// relative to the packet's first byte.
+#[derive(Clone, Debug)]
+pub struct PacketScan {
+    pub timestamp: Option<u64>,
+    pub timestamp_clock_id: Option<u32>,
+    pub trusted_packet_sequence_id: Option<u32>,
+    pub machine_id: Option<u32>,
+    pub data_field: Option<u32>,
+    pub clears_incremental_state: bool,
+    pub has_system_info: bool,
+    /// None without `trace_packet_defaults`; else its nonzero
+    /// `timestamp_clock_id` if it has one and decodes (read here, off the
+    /// merging thread).
+    pub defaults_clock: Option<Option<u32>>,
+    pub clock_snapshot: Option<Range<u32>>,
+    pub remote_clock_sync: Option<Range<u32>>,
+    pub stamp_layout: StampLayout,
+}
+
+impl PacketScan {
+    fn new(packet: &[u8], fields: &PacketFields<'_>) -> Self {
+        let range = |b: &[u8]| {
+            let start = (b.as_ptr() as usize - packet.as_ptr() as usize) as u32;
+            start..start + b.len() as u32
+        };
+        Self {
+            timestamp: fields.timestamp,
+            timestamp_clock_id: fields.timestamp_clock_id,
+            trusted_packet_sequence_id: fields.trusted_packet_sequence_id,
+            machine_id: fields.machine_id,
+            data_field: fields.data_field,
+            clears_incremental_state: fields.clears_incremental_state(),
+            has_system_info: fields.system_info.is_some(),
+            defaults_clock: fields.trace_packet_defaults.map(|d| {
+                defaults_timestamp_clock_id(d)
+                    .ok()
+                    .flatten()
+                    .filter(|&c| c != 0)
+            }),
+            clock_snapshot: fields.clock_snapshot.map(range),
+            remote_clock_sync: fields.remote_clock_sync.map(range),
+            stamp_layout: fields.stamp_layout,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        Kind(self.data_field)
+    }
+}
+
+/// A packet of the feed: its bytes and scan (None: malformed).
+pub type FedPacket<'a> = (&'a [u8], Option<&'a PacketScan>);
+
+/// How much one batch holds: packets are added while their bytes fit in
+/// `bytes` and there are fewer than `packets`; a packet larger than
+/// `bytes` goes in a batch alone (a "large" batch). `read`: bytes its
+/// input's reader reads at a time (its buffer holds about twice that).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub bytes: usize,
+    pub packets: usize,
+    pub read: usize,
+}
+
+/// Packet room (byte capacity) of a feed's batches: what they hold now and
+/// the most they held at once, for the tests of the bound.
+#[derive(Debug, Default)]
+pub struct Meter {
+    held: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Meter {
+    fn resized(&self, old: usize, new: usize) {
+        if new >= old {
+            let held = self.held.fetch_add(new - old, Ordering::Relaxed) + (new - old);
+            self.peak.fetch_max(held, Ordering::Relaxed);
+        } else {
+            self.held.fetch_sub(old - new, Ordering::Relaxed);
+        }
+    }
+
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    #[cfg(test)]
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// One packet of a batch: its bytes are `bytes[start..end]` of the batch.
+#[derive(Clone, Debug)]
+struct Entry {
+    start: u32,
+    end: u32,
+    scan: Option<PacketScan>,
+}
+
+/// Packets of one input, in order, with their scans.
+#[derive(Debug)]
+pub struct Batch {
+    bytes: Vec<u8>,
+    entries: Vec<Entry>,
+    limits: Limits,
+    meter: Arc<Meter>,
+}
+
+impl Batch {
+    pub fn new(limits: Limits, meter: &Arc<Meter>) -> Self {
+        meter.resized(0, limits.bytes);
+        Self {
+            bytes: Vec::with_capacity(limits.bytes),
+            entries: Vec::with_capacity(limits.packets),
+            limits,
+            meter: Arc::clone(meter),
+        }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<FedPacket<'_>> {
+        let e = self.entries.get(i)?;
+        let bytes = &self.bytes[e.start as usize..e.end as usize];
+        Some((bytes, e.scan.as_ref()))
+    }
+
+    /// Whether it holds a packet larger than its byte limit.
+    pub fn is_large(&self) -> bool {
+        self.bytes.capacity() > self.limits.bytes
+    }
+
+    /// Whether `len` more bytes go in another batch.
+    #[inline]
+    fn is_full_for(&self, len: usize) -> bool {
+        !self.entries.is_empty()
+            && (self.bytes.len() + len > self.limits.bytes
+                || self.entries.len() == self.limits.packets)
+    }
+
+    #[inline]
+    fn push(&mut self, packet: &[u8], scan: Option<PacketScan>) {
+        if self.bytes.len() + packet.len() > self.bytes.capacity() {
+            self.make_room(packet.len());
+        }
+        let start = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(packet);
+        self.entries.push(Entry {
+            start,
+            end: self.bytes.len() as u32,
+            scan,
+        });
+    }
+
+    /// Room for a large packet, alone: for it, not twice the old room.
+    #[cold]
+    fn make_room(&mut self, len: usize) {
+        let room = self.bytes.capacity();
+        self.bytes.reserve_exact(len);
+        self.meter.resized(room, self.bytes.capacity());
+    }
+
+    /// Empties a batch for reuse; a large one goes back to its usual size,
+    /// so memory does not keep the largest packet.
+    pub fn reset(&mut self) {
+        self.bytes.clear();
+        self.entries.clear();
+        if self.is_large() {
+            let old = self.bytes.capacity();
+            self.bytes = Vec::with_capacity(self.limits.bytes);
+            self.meter.resized(old, self.bytes.capacity());
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.meter.resized(self.bytes.capacity(), 0);
+    }
+}
+
+/// Reads one input's packets (bundles expanded as the first pass did) and
+/// scans each, into batches.
+pub struct Scanner {
+    /// None at the end of the input or its first fault (the first pass
+    /// reported it).
+    reader: Option<InputReader>,
+    /// The scan of the reader's last packet, which did not fit in the last
+    /// batch: it starts the next one.
+    pending: Option<Option<PacketScan>>,
+}
+
+impl Scanner {
+    /// Opens `source` again, its reader reading `read` bytes at a time.
+    pub fn open(source: &InputSource, read: usize) -> io::Result<Self> {
+        let mut reader = open_reader(source)?;
+        reader.set_chunk_size(read);
+        Ok(Self {
+            reader: Some(reader),
+            pending: None,
+        })
+    }
+
+    /// A scanner with no packets.
+    pub fn empty() -> Self {
+        Self {
+            reader: None,
+            pending: None,
+        }
+    }
+
+    /// Fills the empty `batch` with the next packets until one does not
+    /// fit. `admit_large` is asked before a packet larger than the batch's
+    /// byte limit goes in; it may wait, and false stops the fill. Returns
+    /// whether more packets may follow: false at the end of the input (the
+    /// batch holds its last packets, if any) or when `admit_large` refused.
+    pub fn fill(&mut self, batch: &mut Batch, mut admit_large: impl FnMut() -> bool) -> bool {
+        debug_assert!(batch.is_empty());
+        let Some(reader) = self.reader.as_mut() else {
+            return false;
+        };
+        if let Some(scan) = self.pending.take() {
+            // The reader's last packet, still in its buffer.
+            let Some(packet) = reader.last_packet() else {
+                self.reader = None;
+                return false;
+            };
+            if packet.bytes.len() > batch.limits.bytes && !admit_large() {
+                return false;
+            }
+            batch.push(packet.bytes, scan);
+        }
+        // Until the end, or a fault the first pass reported.
+        while let Ok(Some(packet)) = reader.next_packet() {
+            let scanned = scan_packet(packet.bytes);
+            if let Some(range) = bundle_of(&packet, &scanned) {
+                if reader.expand_last(range).is_err() {
+                    break;
+                }
+                continue;
+            }
+            let bytes = packet.bytes;
+            // The scan built where it goes: moving it costs per packet.
+            if batch.is_full_for(bytes.len()) {
+                self.pending = Some(scanned.ok().map(|f| PacketScan::new(bytes, &f)));
+                return true;
+            }
+            if bytes.len() > batch.limits.bytes && !admit_large() {
+                return false;
+            }
+            batch.push(bytes, scanned.ok().map(|f| PacketScan::new(bytes, &f)));
+        }
+        self.reader = None;
+        false
+    }
+}
