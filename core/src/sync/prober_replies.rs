@@ -122,7 +122,6 @@ impl ProberCore {
         if session.route != Some(route) {
             // First contact, reconnect, or a new address: re-acquire.
             session.route = Some(route);
-            session.interval_ns = config.steady_interval_ns;
             session.start_burst(&config, now_ns);
             self.stats.bursts += 1;
             session.counters.bursts += 1;
@@ -190,7 +189,6 @@ impl ProberCore {
             self.stats.new_epochs += 1;
             self.stats.bursts += 1;
             session.counters.bursts += 1;
-            session.interval_ns = config.steady_interval_ns;
             session.start_burst(&config, t4);
         } else {
             match verdict {
@@ -198,7 +196,6 @@ impl ProberCore {
                     self.stats.suspected_steps += 1;
                     self.stats.bursts += 1;
                     session.counters.bursts += 1;
-                    session.interval_ns = config.steady_interval_ns;
                     session.start_burst(&config, t4);
                 }
                 Some(Verdict::Agree) if !session.in_burst() => {

@@ -41,8 +41,11 @@ pub(super) struct ActiveSession {
 }
 
 impl ActiveSession {
+    /// Re-acquires: a burst, then the warm-up, then the adaptive spacing
+    /// from `steady_interval_ns`.
     pub(super) fn start_burst(&mut self, config: &ProberConfig, now_ns: u64) {
         self.burst_left = config.burst_probes;
+        self.interval_ns = config.steady_interval_ns;
         self.warm_up(config, now_ns);
         self.next_probe_ns = now_ns;
         self.follow_ups_left = 0;
@@ -59,7 +62,7 @@ impl ActiveSession {
     /// when the estimate's history is short and every sample counts most.
     pub(super) fn steady_spacing(&self, config: &ProberConfig, now_ns: u64) -> u64 {
         if now_ns < self.warm_until_ns {
-            self.interval_ns.min(config.min_interval_ns)
+            config.min_interval_ns
         } else {
             self.interval_ns
         }
