@@ -133,7 +133,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     );
     s.targets.p99_ns = Some(20.0 * US);
     // §9.3 asks for 0.1 ppm; with 10x wander the median error is ~0.1 (see
-    // docs/clock-sync.md): gated at 0.2 so the miss stays visible there.
+    // docs/clock-sync-accuracy-sim.md): gated at 0.2 so the miss stays visible there.
     s.targets.freq_ppm = Some(0.2);
     out.push(s);
 
@@ -151,8 +151,8 @@ pub fn all(secs: f64) -> Vec<Scenario> {
         s.targets.final_p99_ns = Some(25.0 * US);
         out.push(s);
     }
-    // The real-socket run's wandering relay (docs/clock-sync.md "Accuracy:
-    // real sockets"): 50 ppm plus a 5 ppm sinusoid of period 60 s.
+    // The real-socket run's wandering relay (docs/clock-sync-accuracy-real.md
+    // "Accuracy: real sockets"): 50 ppm plus a 5 ppm sinusoid of period 60 s.
     let mut clock = ppm(50.0, 1e-16);
     clock.sine_ppm = 5.0;
     clock.sine_period_s = 60.0;

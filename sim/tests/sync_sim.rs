@@ -45,7 +45,7 @@ fn check(name: &str) {
             );
         }
         if t.final_half_live {
-            // Half the live p99 at 1800 s (clock-sync.md's table, seeds 1
+            // Half the live p99 at 1800 s (docs/clock-sync-accuracy-sim.md's table, seeds 1
             // and 2). In 300 s the p99 of 2000 events is the worst ~3 s of
             // the run, which a segment's first or last seconds or one run
             // of slow legs can fill. Since the prober's 10 Hz warm-up the

@@ -9,7 +9,7 @@
 //!   samples either side of it, and are at most half of those;
 //! - every event inside its refined error bound (the machine's error-bound
 //!   track), and the refined p99 error within 5 µs of the live one (the
-//!   figures are printed; docs/clock-sync.md has them);
+//!   figures are printed; docs/clock-sync-refine.md has them);
 //! - the refined p99 bound no looser than the live one (+10 µs);
 //! - every refined file opens alone, and places every slice where our
 //!   reader does;

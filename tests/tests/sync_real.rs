@@ -23,7 +23,7 @@ const SANE_P99_NS: u64 = 1_000_000;
 /// 5 µs until the prober's warm-up sharpened the live path of a short run
 /// more than the final's corridor (16-64 s of legs either side, one-sided
 /// over most of a 25 s run): a CI run at load ~3 then refined the 50 ppm LAN
-/// relay to 14.7 µs p99 against a live 9.5 µs (docs/clock-sync.md
+/// relay to 14.7 µs p99 against a live 9.5 µs (docs/clock-sync-accuracy-sim.md
 /// "Warm-up: measured").
 const REFINED_SLACK_NS: u64 = 10_000;
 
@@ -96,7 +96,7 @@ fn check(r: &RunResult) {
         // The capture refined afterwards: every event inside its refined
         // bound, and placed about as well as live. The figure
         // (refined p99 <= live p99) is reported in the table, not gated: on
-        // 25 s runs the two differ by a few µs either way (docs/clock-sync.md).
+        // 25 s runs the two differ by a few µs either way (docs/clock-sync-refine.md).
         let refined = x.refined.expect("refined figures");
         assert_eq!(
             x.refined_inside.0, x.refined_inside.1,

@@ -1,5 +1,5 @@
 //! `tracesync refine DIR [-o OUTDIR]`: a closed capture re-aligned from
-//! every probe sample before *and* after each packet (docs/clock-sync.md,
+//! every probe sample before *and* after each packet (docs/clock-sync-refine.md,
 //! "Final: both sides").
 //!
 //! The live daemon decided each packet's place from the samples before it.
