@@ -41,7 +41,7 @@
 
 use super::corridor::Corridor;
 use candidates::Candidates;
-use sides::{agrees, clamp, combine, envelope, interval, side, spanning};
+use sides::{agrees, clamp, combine, envelope, interval, mature, side, spanning};
 
 mod candidates;
 mod sides;
@@ -460,8 +460,10 @@ impl Segment {
                 // close to it, disagree with it: edge legs of a slew the
                 // step test let in tilt the envelope's line far more than
                 // the regressions, which weigh them as two of many.
+                // Where the envelope has no line (a segment's first and
+                // last second), a young side's sigma is no measure.
                 let corridor = self.corridor.to_host(relay_ns).filter(|&c| agrees(c, f, b));
-                Some(envelope(combine(f, b), corridor))
+                Some(envelope(combine(f, b), corridor.or_else(|| mature(f, b))))
             }
             (Some(f), None) => Some(f.into_smoothed(Sides::Before)),
             (None, Some(b)) => Some(b.into_smoothed(Sides::After)),

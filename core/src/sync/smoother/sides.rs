@@ -10,6 +10,8 @@ pub(super) struct Side {
     host: i64,
     bound: u64,
     sigma: u64,
+    /// Samples the side's fit rests on.
+    samples: u32,
 }
 
 impl Side {
@@ -27,6 +29,7 @@ pub(super) fn side(host: i64, e: &SyncEstimate, at: u64) -> Side {
         host,
         bound: e.bound_at(at),
         sigma: e.sigma_at(at),
+        samples: e.samples,
     }
 }
 
@@ -68,6 +71,25 @@ pub(super) fn envelope(both: Smoothed, corridor: Option<i64>) -> Smoothed {
         sides: both.sides,
     }
 }
+
+/// The point of the side that rests on a full window when the other is
+/// still young: at a segment's edge (its first or last second, where the
+/// envelope has no line) the side that starts there has seen a handful of
+/// samples, and its sigma, taken from those few, is no measure of its
+/// error (a 40 s Wi-Fi run: the backward side 30-90 µs off in its last
+/// second, the forward side 0.2 µs). None when both or neither are young.
+pub(super) fn mature(f: Side, b: Side) -> Option<i64> {
+    let young = |s: Side| s.samples < MATURE_SAMPLES;
+    match (young(f), young(b)) {
+        (false, true) => Some(f.host),
+        (true, false) => Some(b.host),
+        _ => None,
+    }
+}
+
+/// Samples a side's fit must rest on before its sigma is weighed against
+/// the other side's (a probe burst and a few seconds of probes).
+const MATURE_SAMPLES: u32 = 32;
 
 /// False when the two sides agree with each other (see [`combine`]) but
 /// the envelope's point `c` lies more than [`CORRIDOR_SIGMAS`] of their
