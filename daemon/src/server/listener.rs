@@ -19,7 +19,7 @@ use super::events::IngestEvent;
 use super::handshake::HandshakeFailure;
 use super::preauth::{MAX_UNAUTHENTICATED, PreAuth, Unauthenticated};
 use super::{Counter, Shared, session};
-use crate::tls::{DataTls, Metered};
+use crate::tls::{DataTls, Metered, TlsSocket, tls_socket};
 
 /// Dead relays (power cut, cable pulled) are noticed within about 25 s.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
@@ -115,6 +115,7 @@ async fn connection<P: ProbeRegistry>(
     match shared.settings.tls.clone() {
         None => session::run(stream, peer, events, shared, pre).await,
         Some(tls) => {
+            let stream = tls_socket(stream);
             if let Some(stream) = handshake(&tls, stream, peer, &shared, &pre).await {
                 session::run(stream, peer, events, shared, pre).await;
             }
@@ -129,11 +130,11 @@ async fn connection<P: ProbeRegistry>(
 /// limit, or at shutdown, ends quietly (the accept loop counted it).
 async fn handshake<P>(
     tls: &DataTls,
-    stream: Metered<TcpStream>,
+    stream: TlsSocket,
     peer: SocketAddr,
     shared: &Shared<P>,
     pre: &PreAuth,
-) -> Option<tokio_rustls::server::TlsStream<Metered<TcpStream>>> {
+) -> Option<tokio_rustls::server::TlsStream<TlsSocket>> {
     let limit = shared.settings.hello_timeout;
     let failed = |why: String, reason: HandshakeFailure| {
         shared.counters.bump(Counter::TlsHandshakeFailures);
