@@ -241,12 +241,12 @@ pub fn all(secs: f64) -> Vec<Scenario> {
         } else {
             LinkModel::symmetric(lan_leg())
         };
-        let mut s = base(name, secs, link, clock);
-        // Wi-Fi steps of 200 µs and more: in 300 s the few events around
-        // the 5 steps decide the p99 (live and final within 1.3x of each
-        // other at seeds 11 and 29; half at 1800 s).
-        s.targets.final_half_live = !(wifi && size.abs() >= 200.0 * US);
-        out.push(s);
+        // The final's p99 at most half the live one here too: the Wi-Fi
+        // steps of 200 µs, which the live estimator never confirms, are
+        // found by their envelopes once the run is closed
+        // (`tracesync_core::sync::smoother`, 0.09-0.14 of live at seeds 11
+        // and 29, 300 s).
+        out.push(base(name, secs, link, clock));
     }
 
     // Not in §9.3: relay NTP slews (+-500 ppm for 2 s, unannounced). The

@@ -372,7 +372,7 @@ pub(crate) fn midline(
 
 /// Which convex hull of a point set [`hull`] keeps.
 #[derive(Clone, Copy, PartialEq)]
-enum Side {
+pub(crate) enum Side {
     Upper,
     Lower,
 }
@@ -380,7 +380,7 @@ enum Side {
 /// The vertices of the upper or lower convex hull of `points`, by x:
 /// the points that maximise (upper) or minimise (lower) `y - slope * x`
 /// for some slope.
-fn hull(points: &[(f64, f64)], side: Side) -> Vec<(f64, f64)> {
+pub(crate) fn hull(points: &[(f64, f64)], side: Side) -> Vec<(f64, f64)> {
     let flip = if side == Side::Upper { 1.0 } else { -1.0 };
     let mut sorted: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (x, flip * y)).collect();
     if !sorted.is_sorted_by(|a, b| a.0 <= b.0) {

@@ -27,6 +27,8 @@
 //!   before it where the backward pass detected it and begins the one
 //!   after where the forward pass did (each at the first sample that
 //!   contradicted the other side); the samples between belong to neither.
+//!   A step below the link's queueing, which neither pass confirms, is
+//!   found by its envelopes ([`hidden_steps`]) and cut the same way.
 //!   A timestamp a segment's mapping places between the host times of its
 //!   neighbours' nearest samples may be in it; when several segments may
 //!   hold it (either side of a step), it gets a bound over all of them.
@@ -44,6 +46,7 @@ use candidates::Candidates;
 use sides::{agrees, clamp, combine, envelope, interval, mature, side, spanning};
 
 mod candidates;
+mod hidden_steps;
 mod sides;
 use super::{Estimator, EstimatorConfig, SyncEstimate};
 
@@ -125,10 +128,10 @@ impl Smoother {
     /// Re-estimates from `exchanges`, in the order the prober accepted them
     /// (as the live estimator was fed).
     pub fn new(config: EstimatorConfig, exchanges: &[Exchange]) -> Self {
-        let ranges: Vec<_> = split(config, exchanges)
+        let (ranges, found_steps): (Vec<_>, Vec<_>) = split(config, exchanges)
             .into_iter()
-            .filter(|r| !r.is_empty())
-            .collect();
+            .filter(|r| !r.0.is_empty())
+            .unzip();
         let mut segments: Vec<Segment> = ranges
             .iter()
             .map(|r| Segment::estimate(config, &exchanges[r.clone()]))
@@ -143,9 +146,19 @@ impl Smoother {
             // (n = gap.len(): the later segment's first).
             let last_before = |n: usize| &exchanges[gap.start + n - 1];
             let first_after = |n: usize| &exchanges[gap.start + n];
-            let cut = match gap.is_empty() {
-                true => None,
-                false => place(&segments[k - 1], &segments[k], &exchanges[gap.clone()]),
+            let cut = match (gap.is_empty(), found_steps[k]) {
+                (true, _) => None,
+                // A step found by its envelopes: anywhere in the gap, most
+                // likely at its middle.
+                (false, Some(at)) => Some(Cut {
+                    best: exchanges[gap.clone()]
+                        .iter()
+                        .filter(|x| x.relay_mid_ns() < at)
+                        .count(),
+                    earliest: 0,
+                    latest: gap.len(),
+                }),
+                (false, None) => place(&segments[k - 1], &segments[k], &exchanges[gap.clone()]),
             };
             // The step most likely lies midway between the samples either
             // side of the best cut. With none (no sample between the two
@@ -210,14 +223,22 @@ impl Smoother {
     }
 }
 
-/// Index ranges of `exchanges`, one per segment, in order.
+/// Index ranges of `exchanges`, one per segment, in order, each with the
+/// relay time where a step found by [`hidden_steps`] most likely lies
+/// between it and the range before (None: a step or suspend the
+/// estimator confirmed, or the first range).
 ///
 /// A step the estimator confirms only statistically is confirmed some
 /// samples after it going forwards, and some samples before it going
 /// backwards. The samples between the two detections may lie on either
 /// side: they belong to no segment, so neither side's fit is bent by them
 /// and a timestamp among them straddles both (see [`Smoother::map`]).
-fn split(config: EstimatorConfig, exchanges: &[Exchange]) -> Vec<std::ops::Range<usize>> {
+/// The same holds for the samples whose side of a hidden step the legs
+/// cannot tell.
+fn split(
+    config: EstimatorConfig,
+    exchanges: &[Exchange],
+) -> Vec<(std::ops::Range<usize>, Option<u64>)> {
     let n = exchanges.len();
     if n == 0 {
         return Vec::new();
@@ -252,7 +273,37 @@ fn split(config: EstimatorConfig, exchanges: &[Exchange]) -> Vec<std::ops::Range
         };
         ranges.push(start..end);
     }
-    ranges
+    // Steps the estimator took for queueing: each range cut around them.
+    let mut parts = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        let mut start = r.start;
+        let mut found_step = None;
+        for step in hidden_steps::find(&exchanges[r.clone()], config.max_abs_freq_ppm * 1e-6) {
+            // Surely before: up to the first sample past `from_ns`; surely
+            // after: from the one following the last sample short of
+            // `to_ns` (exchanges come in acceptance order, nearly sorted).
+            let rest = &exchanges[start..r.end];
+            let mid = |x: &Exchange| x.relay_mid_ns();
+            let gap_start = start
+                + rest
+                    .iter()
+                    .position(|x| mid(x) > step.from_ns)
+                    .unwrap_or(rest.len());
+            let gap_end = start
+                + rest
+                    .iter()
+                    .rposition(|x| mid(x) < step.to_ns)
+                    .map_or(0, |i| i + 1);
+            let gap_end = gap_end.max(gap_start);
+            if gap_start >= start + MIN_SEGMENT_SAMPLES && gap_end + MIN_SEGMENT_SAMPLES <= r.end {
+                parts.push((start..gap_start, found_step));
+                start = gap_end;
+                found_step = Some(step.likely_ns);
+            }
+        }
+        parts.push((start..r.end, found_step));
+    }
+    parts
 }
 
 /// How many of the samples `gap`, between the segments `before` and
