@@ -48,9 +48,34 @@ const SEARCH_STEPS: usize = 90;
 
 /// One leg's bound on `h = host - relay` at a relay time.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Leg {
-    relay_ns: u64,
-    h_ns: i128,
+pub(crate) struct Leg {
+    pub(crate) relay_ns: u64,
+    pub(crate) h_ns: i128,
+}
+
+/// The legs of exchanges `[t1, t2, t3, t4]` (host t1/t4, relay t2/t3, ns),
+/// each kind sorted by relay time: the requests' lower bounds on `h` and
+/// the replies' upper bounds. Exchanges with reversed timestamps are left
+/// out.
+pub(crate) fn legs(exchanges: impl Iterator<Item = [u64; 4]>) -> (Vec<Leg>, Vec<Leg>) {
+    let mut lower = Vec::new();
+    let mut upper = Vec::new();
+    for [t1, t2, t3, t4] in exchanges {
+        if t4 < t1 || t3 < t2 {
+            continue;
+        }
+        lower.push(Leg {
+            relay_ns: t2,
+            h_ns: t1 as i128 - t2 as i128,
+        });
+        upper.push(Leg {
+            relay_ns: t3,
+            h_ns: t4 as i128 - t3 as i128,
+        });
+    }
+    lower.sort_by_key(|l| l.relay_ns);
+    upper.sort_by_key(|l| l.relay_ns);
+    (lower, upper)
 }
 
 /// The line of one grid point: `h(t) = h_ns + slope * (t - relay_ns)`.
@@ -84,29 +109,13 @@ impl Corridor {
     /// t2/t3, ns) of one segment. Exchanges with reversed timestamps are
     /// left out. `max_abs_freq` bounds the slopes searched (dimensionless).
     pub fn fit(exchanges: impl Iterator<Item = [u64; 4]>, max_abs_freq: f64) -> Self {
-        let mut lower = Vec::new();
-        let mut upper = Vec::new();
-        for [t1, t2, t3, t4] in exchanges {
-            if t4 < t1 || t3 < t2 {
-                continue;
-            }
-            lower.push(Leg {
-                relay_ns: t2,
-                h_ns: t1 as i128 - t2 as i128,
-            });
-            upper.push(Leg {
-                relay_ns: t3,
-                h_ns: t4 as i128 - t3 as i128,
-            });
-        }
+        let (lower, upper) = legs(exchanges);
         let (Some(first), Some(last)) = (
-            lower.iter().map(|l| l.relay_ns).min(),
-            upper.iter().map(|l| l.relay_ns).max(),
+            lower.first().map(|l| l.relay_ns),
+            upper.last().map(|l| l.relay_ns),
         ) else {
             return Self::default();
         };
-        lower.sort_by_key(|l| l.relay_ns);
-        upper.sort_by_key(|l| l.relay_ns);
         let base_ns = lower[0].h_ns;
         let points = (last - first) / GRID_NS + 1;
         let max = max_abs_freq.abs().max(1e-9);
@@ -344,30 +353,32 @@ pub(crate) fn midline(
         let (floor, ceiling) = edges(slope);
         ceiling - floor
     };
-    let ratio = (5f64.sqrt() - 1.0) / 2.0;
-    let (mut a, mut b) = slopes;
-    let mut c = b - ratio * (b - a);
-    let mut d = a + ratio * (b - a);
-    let (mut wc, mut wd) = (width(c), width(d));
-    for _ in 0..SEARCH_STEPS {
-        if wc >= wd {
-            b = d;
-            d = c;
-            wd = wc;
-            c = b - ratio * (b - a);
-            wc = width(c);
-        } else {
-            a = c;
-            c = d;
-            wc = wd;
-            d = a + ratio * (b - a);
-            wd = width(d);
-        }
-    }
-    let slope = (a + b) / 2.0;
+    let slope = golden_max(width, slopes);
     let (floor, ceiling) = edges(slope);
     let value = (floor + ceiling) / 2.0;
     value.is_finite().then_some((value, slope, ceiling - floor))
+}
+
+/// Where the concave `f` is highest within `range`: a golden-section
+/// search of [`SEARCH_STEPS`] steps (the interval shrinks by 0.618 per
+/// step).
+pub(crate) fn golden_max(f: impl Fn(f64) -> f64, (mut a, mut b): (f64, f64)) -> f64 {
+    let ratio = (5f64.sqrt() - 1.0) / 2.0;
+    let mut c = b - ratio * (b - a);
+    let mut d = a + ratio * (b - a);
+    let (mut fc, mut fd) = (f(c), f(d));
+    for _ in 0..SEARCH_STEPS {
+        if fc >= fd {
+            (b, d, fd) = (d, c, fc);
+            c = b - ratio * (b - a);
+            fc = f(c);
+        } else {
+            (a, c, fc) = (c, d, fd);
+            d = a + ratio * (b - a);
+            fd = f(d);
+        }
+    }
+    (a + b) / 2.0
 }
 
 /// Which convex hull of a point set [`hull`] keeps.

@@ -25,7 +25,7 @@
 //!   [`MIN_SEGMENT_NS`].
 
 use super::Exchange;
-use crate::sync::corridor::{Side, hull};
+use crate::sync::corridor::{Leg, Side, golden_max, hull, legs};
 
 /// Half-width of the windows compared at a candidate (ns of relay time).
 /// Wide, so the common slope is the clock's: over 16 s Wi-Fi's few fast
@@ -39,9 +39,6 @@ const GRID_NS: u64 = 500_000_000;
 
 /// Fewest legs of each kind on each side of a candidate.
 const MIN_LEGS: usize = 16;
-
-/// Golden-section steps of the slope search (as the corridor's).
-const SEARCH_STEPS: usize = 90;
 
 /// A step must exceed this many times the envelopes' own noise (the gap
 /// between a window's fastest and second fastest leg of a kind). Step-free
@@ -108,13 +105,6 @@ pub(super) fn find(exchanges: &[Exchange], max_abs_freq: f64) -> Vec<HiddenStep>
         .collect()
 }
 
-/// One leg's bound on `h` at a relay time.
-#[derive(Clone, Copy, Debug)]
-struct Leg {
-    relay_ns: u64,
-    h_ns: i128,
-}
-
 /// The two windows around one candidate, fitted with one slope.
 #[derive(Clone, Copy, Debug)]
 struct Fit {
@@ -152,24 +142,7 @@ struct Legs {
 
 impl Legs {
     fn new(exchanges: &[Exchange], max_abs_freq: f64) -> Option<Self> {
-        let mut lower = Vec::with_capacity(exchanges.len());
-        let mut upper = Vec::with_capacity(exchanges.len());
-        for x in exchanges {
-            let [t1, t2, t3, t4] = x.t;
-            if t4 < t1 || t3 < t2 {
-                continue;
-            }
-            lower.push(Leg {
-                relay_ns: t2,
-                h_ns: t1 as i128 - t2 as i128,
-            });
-            upper.push(Leg {
-                relay_ns: t3,
-                h_ns: t4 as i128 - t3 as i128,
-            });
-        }
-        lower.sort_by_key(|l| l.relay_ns);
-        upper.sort_by_key(|l| l.relay_ns);
+        let (lower, upper) = legs(exchanges.iter().map(|x| x.t));
         Some(Self {
             base_ns: lower.first()?.h_ns,
             first: lower.first()?.relay_ns,
@@ -455,23 +428,7 @@ fn common_slope(sides: &[Vec<(f64, f64)>; 4], max: f64) -> Option<Fit> {
         let [la, ua, lb, ub] = levels(slope);
         (ua - la) + (ub - lb)
     };
-    let ratio = (5f64.sqrt() - 1.0) / 2.0;
-    let (mut a, mut b) = (-max, max);
-    let mut c = b - ratio * (b - a);
-    let mut d = a + ratio * (b - a);
-    let (mut wc, mut wd) = (width(c), width(d));
-    for _ in 0..SEARCH_STEPS {
-        if wc >= wd {
-            (b, d, wd) = (d, c, wc);
-            c = b - ratio * (b - a);
-            wc = width(c);
-        } else {
-            (a, c, wc) = (c, d, wd);
-            d = a + ratio * (b - a);
-            wd = width(d);
-        }
-    }
-    let slope = (a + b) / 2.0;
+    let slope = golden_max(width, (-max, max));
     let levels = levels(slope);
     // Gap between the fastest and second fastest leg of one kind.
     let gap = |legs: &[(f64, f64)], sign: f64| {
