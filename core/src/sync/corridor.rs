@@ -92,17 +92,13 @@ pub struct Corridor {
     /// The `h` all stored values are relative to (keeps f64 exact).
     base_ns: i128,
     first_ns: u64,
-    /// `lines[k]` sits at `first_ns + k * GRID_NS`; None where the window
-    /// held too few legs of either kind.
-    lines: Vec<Option<Line>>,
-    /// The nearest line at or before `k`, and at or after it (indices into
-    /// `lines`; [`NO_LINE`] where there is none): a gap's edges found per
-    /// timestamp without a scan.
-    at_or_before: Vec<u32>,
-    at_or_after: Vec<u32>,
+    /// Grid points `0..points` sit at `first_ns + k * GRID_NS`.
+    points: u64,
+    /// `(k, line)` by `k`, for the points whose window held enough legs of
+    /// both kinds: only points near legs are fitted or stored, so a
+    /// segment with a long gap costs its legs, not its span.
+    lines: Vec<(u64, Line)>,
 }
-
-const NO_LINE: u32 = u32::MAX;
 
 impl Corridor {
     /// Fits the grid from exchanges `[t1, t2, t3, t4]` (host t1/t4, relay
@@ -120,8 +116,11 @@ impl Corridor {
         let points = (last - first) / GRID_NS + 1;
         let max = max_abs_freq.abs().max(1e-9);
         let half = choose_window(&lower, &upper, first, last, base_ns, max);
-        let lines = (0..points)
-            .map(|k| {
+        // A point farther than a whole window from every leg cannot have
+        // legs on both sides of it (span() widens to 2 * half at the ends).
+        let lines = grid_near(&lower, first, points, half.saturating_mul(2), GRID_NS)
+            .into_iter()
+            .filter_map(|k| {
                 let at = first + k * GRID_NS;
                 let (from, to) = span(at, half, first, last);
                 let lo = window(&lower, from, to);
@@ -136,32 +135,14 @@ impl Corridor {
                 if !surrounded(lo) || !surrounded(up) {
                     return None;
                 }
-                widest(lo, up, at, base_ns, max)
+                Some((k, widest(lo, up, at, base_ns, max)?))
             })
-            .collect::<Vec<_>>();
-        let index = |k: usize| u32::try_from(k).unwrap_or(NO_LINE);
-        let mut at_or_before = Vec::with_capacity(lines.len());
-        let mut last = NO_LINE;
-        for (k, line) in lines.iter().enumerate() {
-            if line.is_some() {
-                last = index(k);
-            }
-            at_or_before.push(last);
-        }
-        let mut at_or_after = vec![NO_LINE; lines.len()];
-        let mut next = NO_LINE;
-        for (k, line) in lines.iter().enumerate().rev() {
-            if line.is_some() {
-                next = index(k);
-            }
-            at_or_after[k] = next;
-        }
+            .collect();
         Self {
             base_ns,
             first_ns: first,
+            points,
             lines,
-            at_or_before,
-            at_or_after,
         }
     }
 
@@ -169,24 +150,24 @@ impl Corridor {
     /// (before the first line or after the last).
     pub fn to_host(&self, relay_ns: u64) -> Option<i64> {
         let since = relay_ns.checked_sub(self.first_ns)?;
-        let k = usize::try_from(since / GRID_NS).ok()?;
-        if k >= self.lines.len() {
+        let k = since / GRID_NS;
+        if k >= self.points {
             return None;
         }
-        let h = match (self.lines[k], self.lines.get(k + 1).copied().flatten()) {
-            (Some(here), Some(next)) => {
+        // The nearest line at or before k, and the nearest after it.
+        let i = self.lines.partition_point(|&(kk, _)| kk <= k);
+        let before = i.checked_sub(1).map(|j| self.lines[j]);
+        let after = self.lines.get(i).copied();
+        let h = match (before, after) {
+            (Some((kb, here)), Some((ka, next))) if kb == k && ka == k + 1 => {
                 let w = (since % GRID_NS) as f64 / GRID_NS as f64;
                 (1.0 - w) * here.at(relay_ns) + w * next.at(relay_ns)
             }
-            (Some(here), None) if since % GRID_NS == 0 => here.at(relay_ns),
-            _ => {
-                // A gap in the samples (a partition): the points of the
-                // lines on its edges, joined.
-                let line = |i: Option<&u32>| self.lines.get(*i? as usize).copied().flatten();
-                let before = line(self.at_or_before.get(k))?;
-                let after = line(self.at_or_after.get(k + 1))?;
-                chord(&before, &after, relay_ns)
-            }
+            (Some((kb, here)), _) if kb == k && since % GRID_NS == 0 => here.at(relay_ns),
+            // A gap in the samples (a partition): the points of the lines
+            // on its edges, joined.
+            (Some((_, before)), Some((_, after))) => chord(&before, &after, relay_ns),
+            _ => return None,
         };
         let host = relay_ns as i128 + self.base_ns + h.round() as i128;
         i64::try_from(host).ok()
@@ -248,6 +229,15 @@ fn choose_window(
         let mut gaps = Vec::new();
         let mut at = first.saturating_add(half);
         while at.saturating_add(half) <= last {
+            // Across a gap with no legs, on to the first point (of the
+            // same steps) whose window reaches the next leg.
+            if window(lower, at - half, at + half).is_empty() {
+                let next = lower.partition_point(|l| l.relay_ns <= at + half);
+                let Some(l) = lower.get(next) else { break };
+                let steps = (l.relay_ns - half - at).div_ceil(CHOICE_STEP_NS);
+                at = at.saturating_add(steps.max(1).saturating_mul(CHOICE_STEP_NS));
+                continue;
+            }
             let side = |from: u64, to: u64| {
                 let lo = window(lower, from, to);
                 let up = window(upper, from, to);
@@ -359,6 +349,21 @@ pub(crate) fn midline(
     value.is_finite().then_some((value, slope, ceiling - floor))
 }
 
+/// The grid points `k` in `0..points` (at `first + k * step`) within
+/// `reach` of a leg of `legs` (sorted), ascending: at most
+/// `legs.len() * (2 * reach / step + 1)` of them, whatever the span.
+pub(crate) fn grid_near(legs: &[Leg], first: u64, points: u64, reach: u64, step: u64) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::new();
+    for l in legs {
+        let since = l.relay_ns.saturating_sub(first);
+        let from = since.saturating_sub(reach).div_ceil(step);
+        let to = (since.saturating_add(reach) / step).min(points.saturating_sub(1));
+        let from = out.last().map_or(from, |&k| from.max(k + 1));
+        out.extend(from..=to);
+    }
+    out
+}
+
 /// Where the concave `f` is highest within `range`: a golden-section
 /// search of [`SEARCH_STEPS`] steps (the interval shrinks by 0.618 per
 /// step).
@@ -427,6 +432,27 @@ fn turns_right(a: (f64, f64), b: (f64, f64), c: (f64, f64)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gap_of_years_costs_no_lines() {
+        // Two 20 s runs of legs three years apart: lines only near legs.
+        let years: u64 = 3 * 365 * 86_400 * 1_000_000_000;
+        let run = |from: u64| {
+            (0..80u64).map(move |i| {
+                let h = from + i * 250_000_000;
+                [h, h + 1_000_000, h + 1_020_000, h + 40_000]
+            })
+        };
+        let c = Corridor::fit(
+            run(1_000_000_000_000).chain(run(1_000_000_000_000 + years)),
+            500e-6,
+        );
+        assert!(c.lines.len() <= 2 * 160, "{} lines", c.lines.len());
+        assert!(
+            c.to_host(1_000_000_000_000 + years + 11_000_000_000)
+                .is_some()
+        );
+    }
 
     /// Exchanges at 4 Hz of a relay `relay = host + 1000 s + 20 ppm`, legs
     /// 500 µs plus a queueing term that cycles through `queues`.

@@ -25,7 +25,7 @@
 //!   [`MIN_SEGMENT_NS`].
 
 use super::Exchange;
-use crate::sync::corridor::{Leg, Side, golden_max, hull, legs};
+use crate::sync::corridor::{Leg, Side, golden_max, grid_near, hull, legs};
 
 /// Half-width of the windows compared at a candidate (ns of relay time).
 /// Wide, so the common slope is the clock's: over 16 s Wi-Fi's few fast
@@ -206,9 +206,12 @@ impl Legs {
     /// later step tilted its window goes), too-close pairs thinned, and
     /// steps not far above the segment's typical apparent step dropped.
     fn search(&self) -> Vec<u64> {
-        let grid: Vec<u64> = (1..)
+        // Only candidates with legs within a window: a gap costs nothing.
+        let points = (self.last - self.first) / GRID_NS;
+        let grid: Vec<u64> = grid_near(&self.lower, self.first, points, WINDOW_NS, GRID_NS)
+            .into_iter()
+            .filter(|&k| k > 0)
             .map(|k| self.first + k * GRID_NS)
-            .take_while(|&at| at < self.last)
             .collect();
         let mut fits: Vec<Option<Fit>> = grid.iter().map(|&at| self.fit_at(at, &[])).collect();
         let mut noises: Vec<f64> = fits.iter().flatten().map(|f| f.noise_ns).collect();
