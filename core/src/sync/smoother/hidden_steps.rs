@@ -19,10 +19,11 @@
 //!   false step costs accuracy near it, never coverage.
 //! - **Deterministic.** Same exchanges, same steps (a fixed grid, a fixed
 //!   number of search steps, ties broken by time).
-//! - **Bounded.** Memory is the segment's legs and one fit per grid point
-//!   ([`GRID_NS`]); time is that grid times the fits a found step redoes
-//!   (those within [`WINDOW_NS`] of it), at most one step per
-//!   [`MIN_SEGMENT_NS`].
+//! - **Bounded.** Memory is the segment's legs and one fit per candidate
+//!   (every [`GRID_NS`] within [`WINDOW_NS`] of a leg: a gap in the
+//!   samples costs nothing); time is the candidates times the fits each
+//!   step found redoes (those within [`WINDOW_NS`] of it), plus a scan of
+//!   the candidates per step, at most one step per [`MIN_SEGMENT_NS`].
 
 use super::Exchange;
 use crate::sync::corridor::{Leg, Side, golden_max, grid_near, hull, legs};
