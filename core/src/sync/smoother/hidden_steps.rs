@@ -21,9 +21,12 @@
 //!   number of search steps, ties broken by time).
 //! - **Bounded.** Memory is the segment's legs and one fit per candidate
 //!   (every [`GRID_NS`] within [`WINDOW_NS`] of a leg: a gap in the
-//!   samples costs nothing); time is the candidates times the fits each
-//!   step found redoes (those within [`WINDOW_NS`] of it), plus a scan of
-//!   the candidates per step, at most one step per [`MIN_SEGMENT_NS`].
+//!   samples costs nothing); time is the fits (one per candidate, and
+//!   again for those within [`WINDOW_NS`] of each step found, at most one
+//!   step per [`MIN_SEGMENT_NS`]) plus a heap of them (the largest
+//!   apparent step next, without a scan of all candidates per step).
+
+use std::collections::BinaryHeap;
 
 use super::Exchange;
 use crate::sync::corridor::{Leg, Side, golden_max, grid_near, hull, legs};
@@ -229,30 +232,45 @@ impl Legs {
         let most = usize::try_from((self.last - self.first) / MIN_SEGMENT_NS).unwrap_or(0);
         let mut steps: Vec<u64> = Vec::new();
         let mut rejected: Vec<u64> = Vec::new();
-        for _ in 0..4 * most {
-            let taken = |at: u64| {
-                steps
-                    .iter()
-                    .chain(&rejected)
-                    .any(|&s| s.abs_diff(at) <= 2 * CLIP_NS)
+        // Candidates by apparent step, largest first (the later of equals,
+        // as the scan this replaces chose); an entry whose fit was redone
+        // since it was pushed is stale and skipped.
+        let size = |f: &Fit| f.step_ns().abs().to_bits();
+        let mut version = vec![0u32; grid.len()];
+        let mut queue: BinaryHeap<(u64, usize, u32)> = fits
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| Some((size(f.as_ref()?), i, 0)))
+            .collect();
+        let mut decided = 0;
+        while decided < 4 * most {
+            let Some((_, i, v)) = queue.pop() else { break };
+            let (at, Some(fit)) = (grid[i], fits[i]) else {
+                continue;
             };
-            let best = grid
+            let taken = steps
                 .iter()
-                .zip(&fits)
-                .filter(|&(&at, _)| !taken(at))
-                .filter_map(|(&at, f)| Some((at, (*f)?)))
-                .max_by(|a, b| a.1.step_ns().abs().total_cmp(&b.1.step_ns().abs()));
-            let Some((at, fit)) = best.filter(|(_, f)| strong(f)) else {
+                .chain(&rejected)
+                .any(|&s| s.abs_diff(at) <= 2 * CLIP_NS);
+            if v != version[i] || taken {
+                continue;
+            }
+            if !strong(&fit) {
                 break;
-            };
+            }
+            decided += 1;
             if !self.sharp(at, &fit, &steps) {
                 rejected.push(at);
                 continue;
             }
             steps.insert(steps.partition_point(|&s| s < at), at);
-            for (g, f) in grid.iter().zip(fits.iter_mut()) {
-                if g.abs_diff(at) <= WINDOW_NS {
-                    *f = self.fit_at(*g, &steps);
+            let near = grid.partition_point(|&g| g < at.saturating_sub(WINDOW_NS))
+                ..grid.partition_point(|&g| g <= at.saturating_add(WINDOW_NS));
+            for j in near {
+                fits[j] = self.fit_at(grid[j], &steps);
+                version[j] += 1;
+                if let Some(f) = &fits[j] {
+                    queue.push((size(f), j, version[j]));
                 }
             }
             if steps.len() >= most {
