@@ -222,11 +222,7 @@ impl Legs {
         if noises.is_empty() {
             return Vec::new();
         }
-        let mid = noises.len() / 2;
-        let noise = noises
-            .select_nth_unstable_by(mid, f64::total_cmp)
-            .1
-            .max(1.0);
+        let noise = median(&mut noises).max(1.0);
         let strong = |f: &Fit| f.step_ns().abs() >= MIN_NOISES * noise;
 
         let most = usize::try_from((self.last - self.first) / MIN_SEGMENT_NS).unwrap_or(0);
@@ -277,16 +273,17 @@ impl Legs {
                 break;
             }
         }
-        let alone = |steps: &[u64], k: usize| {
+        // Step k's size with only the other steps clipping its windows.
+        let standing = |steps: &[u64], k: usize| {
             let mut others = steps.to_vec();
             let at = others.remove(k);
-            self.fit_at(at, &others)
+            self.fit_at(at, &others).map_or(0.0, |f| f.step_ns().abs())
         };
         // The weakest step that no longer stands with only its neighbours
         // clipping it, until all do.
         while let Some(k) = (0..steps.len())
-            .map(|k| (k, alone(&steps, k).map_or(0.0, |f| f.step_ns().abs())))
-            .filter(|&(k, size)| size < MIN_NOISES * noise || alone(&steps, k).is_none())
+            .map(|k| (k, standing(&steps, k)))
+            .filter(|&(_, size)| size < MIN_NOISES * noise)
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(k, _)| k)
         {
@@ -294,7 +291,6 @@ impl Legs {
         }
         // Of two steps closer than a part may be, or one that close to an
         // end, the weaker goes.
-        let size = |steps: &[u64], k: usize| alone(steps, k).map_or(0.0, |f| f.step_ns().abs());
         while let Some(k) = (0..steps.len()).find_map(|k| {
             let before = k.checked_sub(1).map_or(self.first, |p| steps[p]);
             let after = steps.get(k + 1).copied().unwrap_or(self.last);
@@ -306,24 +302,19 @@ impl Legs {
                 None
             }?;
             Some(match near {
-                Some(n) if size(&steps, n) < size(&steps, k) => n,
+                Some(n) if standing(&steps, n) < standing(&steps, k) => n,
                 _ => k,
             })
         }) {
             steps.remove(k);
         }
         let mut apparent: Vec<f64> = fits.iter().flatten().map(|f| f.step_ns().abs()).collect();
-        let mid = apparent.len() / 2;
-        let typical = apparent
-            .select_nth_unstable_by(mid, f64::total_cmp)
-            .1
-            .max(1.0);
-        let all = steps.clone();
-        steps.retain(|&at| {
-            let others: Vec<u64> = all.iter().copied().filter(|&s| s != at).collect();
-            self.fit_at(at, &others)
-                .is_some_and(|f| f.step_ns().abs() >= MIN_TYPICAL * typical)
-        });
+        let typical = median(&mut apparent).max(1.0);
+        let keep: Vec<bool> = (0..steps.len())
+            .map(|k| standing(&steps, k) >= MIN_TYPICAL * typical)
+            .collect();
+        let mut keep = keep.into_iter();
+        steps.retain(|_| keep.next().unwrap_or(false));
         steps
     }
 
@@ -408,6 +399,15 @@ impl Legs {
             likely_ns: from_ns + (to_ns - from_ns) / 2,
         })
     }
+}
+
+/// The median of `values` (reordered); 0 when empty.
+fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mid = values.len() / 2;
+    *values.select_nth_unstable_by(mid, f64::total_cmp).1
 }
 
 /// Legs with relay time in `[from, to)` (`legs` sorted by relay time).
