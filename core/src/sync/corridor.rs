@@ -23,10 +23,13 @@
 //! - **Local.** A grid point's line rests on the legs within 16 s of it
 //!   (32 or 64 s in a segment where that window does clearly better, see
 //!   [`choose_window`]), so a mapping never reaches across more than that;
-//!   the caller gives one segment (no step or suspend inside).
+//!   the caller gives one segment (no step or suspend inside). A segment
+//!   shorter than two half-widths is one window: one line over all its
+//!   legs, from its first leg to its last.
 //! - **Deterministic.** Same legs in, same lines out (no randomness, a
 //!   fixed number of search steps).
-//! - **Bounded.** One line per [`GRID_NS`] of the segment's span.
+//! - **Bounded.** One line per [`GRID_NS`] of the segment's span within
+//!   two windows of a leg: a gap without legs costs none.
 
 /// Half-width of the window a grid point's line is fitted over by
 /// default (ns of relay time). Wide enough that a jittery link (Wi-Fi: ~1 ms of
@@ -98,6 +101,12 @@ pub struct Corridor {
     /// both kinds: only points near legs are fitted or stored, so a
     /// segment with a long gap costs its legs, not its span.
     lines: Vec<(u64, Line)>,
+    /// A segment within one window: the one line over all its legs, and
+    /// the relay time of its last leg (see [`Corridor::fit`]).
+    whole: Option<(Line, u64)>,
+    /// Relay times with `MIN_LEGS / 2` legs of each kind at or before
+    /// them and after them: `from..to`.
+    surrounded: (u64, u64),
 }
 
 impl Corridor {
@@ -116,6 +125,27 @@ impl Corridor {
         let points = (last - first) / GRID_NS + 1;
         let max = max_abs_freq.abs().max(1e-9);
         let half = choose_window(&lower, &upper, first, last, base_ns, max);
+        let surrounded = surrounded(&lower, &upper);
+        // Every grid point's window holds all of a segment shorter than
+        // two half-widths: its lines are all one line over its legs, which
+        // holds from the first leg to the last. A grid point needs legs
+        // either side of it, so a segment of a second or two (the pieces
+        // the estimator cuts a slew into) had none.
+        if last - first < half.saturating_mul(2) {
+            let enough = lower.len() >= MIN_LEGS && upper.len() >= MIN_LEGS;
+            let mid = first + (last - first) / 2;
+            return Self {
+                base_ns,
+                first_ns: first,
+                points: 0,
+                lines: Vec::new(),
+                surrounded,
+                whole: enough
+                    .then(|| widest(&lower, &upper, mid, base_ns, max))
+                    .flatten()
+                    .map(|line| (line, last)),
+            };
+        }
         // A point farther than a whole window from every leg cannot have
         // legs on both sides of it (span() widens to 2 * half at the ends).
         let lines = grid_near(&lower, first, points, half.saturating_mul(2), GRID_NS)
@@ -143,13 +173,30 @@ impl Corridor {
             first_ns: first,
             points,
             lines,
+            whole: None,
+            surrounded,
         }
+    }
+
+    /// Whether `relay_ns` has legs of each kind on both sides (two or
+    /// more): a grid point there may have a line. Nearer a segment's ends
+    /// only a segment fitted as one line has one.
+    pub fn surrounds(&self, relay_ns: u64) -> bool {
+        let (from, to) = self.surrounded;
+        from <= relay_ns && relay_ns < to
     }
 
     /// Host time of relay time `relay_ns` (ns), or None outside the grid
     /// (before the first line or after the last).
     pub fn to_host(&self, relay_ns: u64) -> Option<i64> {
         let since = relay_ns.checked_sub(self.first_ns)?;
+        if let Some((line, last)) = self.whole {
+            if relay_ns > last {
+                return None;
+            }
+            let host = relay_ns as i128 + self.base_ns + line.at(relay_ns).round() as i128;
+            return i64::try_from(host).ok();
+        }
         let k = since / GRID_NS;
         if k >= self.points {
             return None;
@@ -172,6 +219,19 @@ impl Corridor {
         let host = relay_ns as i128 + self.base_ns + h.round() as i128;
         i64::try_from(host).ok()
     }
+}
+
+/// See [`Corridor::surrounds`]: `(from, to)`, empty with too few legs.
+fn surrounded(lower: &[Leg], upper: &[Leg]) -> (u64, u64) {
+    let k = MIN_LEGS / 2;
+    if lower.len() < 2 * k || upper.len() < 2 * k {
+        return (0, 0);
+    }
+    let from = lower[k - 1].relay_ns.max(upper[k - 1].relay_ns);
+    let to = lower[lower.len() - k]
+        .relay_ns
+        .min(upper[upper.len() - k].relay_ns);
+    (from, to)
 }
 
 impl Line {
@@ -430,124 +490,5 @@ fn turns_right(a: (f64, f64), b: (f64, f64), c: (f64, f64)) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_gap_of_years_costs_no_lines() {
-        // Two 20 s runs of legs three years apart: lines only near legs.
-        let years: u64 = 3 * 365 * 86_400 * 1_000_000_000;
-        let run = |from: u64| {
-            (0..80u64).map(move |i| {
-                let h = from + i * 250_000_000;
-                [h, h + 1_000_000, h + 1_020_000, h + 40_000]
-            })
-        };
-        let c = Corridor::fit(
-            run(1_000_000_000_000).chain(run(1_000_000_000_000 + years)),
-            500e-6,
-        );
-        assert!(c.lines.len() <= 2 * 160, "{} lines", c.lines.len());
-        assert!(
-            c.to_host(1_000_000_000_000 + years + 11_000_000_000)
-                .is_some()
-        );
-    }
-
-    /// Exchanges at 4 Hz of a relay `relay = host + 1000 s + 20 ppm`, legs
-    /// 500 µs plus a queueing term that cycles through `queues`.
-    fn exchanges(secs: u64, queues: &[u64]) -> Vec<[u64; 4]> {
-        let relay = |h: u64| h + 1_000_000_000_000 + h / 50_000;
-        (0..secs * 4)
-            .map(|i| {
-                let h = 5_000_000_000 + i * 250_000_000;
-                let d1 = 500_000 + queues[i as usize % queues.len()];
-                let d2 = 500_000 + queues[(i as usize * 7 + 3) % queues.len()];
-                let t2 = relay(h + d1);
-                [h, t2, t2 + 10_000, h + d1 + 10_000 + d2]
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_line_runs_midway_between_the_fastest_legs() {
-        // Each leg is fast (no queueing) only every 11th exchange, never
-        // both at once: no single exchange has a small round trip.
-        let queues: Vec<u64> = (0..11u64)
-            .map(|k| if k == 0 { 0 } else { 300_000 + k * 1_000 })
-            .collect();
-        let xs = exchanges(120, &queues);
-        let c = Corridor::fit(xs.iter().copied(), 500e-6);
-        for h in [20_000_000_000u64, 60_000_000_000, 100_000_000_000] {
-            let relay = h + 1_000_000_000_000 + h / 50_000;
-            let host = c.to_host(relay).expect("mapped");
-            assert!(
-                (host - h as i64).abs() <= 50,
-                "host {host} for true {h}: off by {} ns",
-                host - h as i64
-            );
-        }
-    }
-
-    #[test]
-    fn outside_the_samples_there_is_no_line() {
-        let xs = exchanges(60, &[0, 200_000]);
-        let c = Corridor::fit(xs.iter().copied(), 500e-6);
-        assert_eq!(c.to_host(0), None);
-        assert_eq!(c.to_host(u64::MAX), None);
-        assert!(
-            Corridor::fit(std::iter::empty(), 500e-6)
-                .to_host(1)
-                .is_none()
-        );
-    }
-
-    #[test]
-    fn the_hull_keeps_every_point_that_is_ever_the_extreme() {
-        // Pseudo-random points (a fixed LCG), some sharing an x.
-        let mut state = 12345u64;
-        let mut next = || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) as f64 / (1u64 << 31) as f64
-        };
-        let points: Vec<(f64, f64)> = (0..300)
-            .map(|i| ((i / 2) as f64 * 1e6, next() * 1e3 - 500.0))
-            .collect();
-        let upper = hull(&points, Side::Upper);
-        let lower = hull(&points, Side::Lower);
-        assert!(
-            upper.len() < 40 && lower.len() < 40,
-            "{} {}",
-            upper.len(),
-            lower.len()
-        );
-        for k in -50..=50 {
-            let slope = k as f64 * 1e-5;
-            let value = |p: &(f64, f64)| p.1 - slope * p.0;
-            let all_max = points.iter().map(value).fold(f64::NEG_INFINITY, f64::max);
-            let all_min = points.iter().map(value).fold(f64::INFINITY, f64::min);
-            assert_eq!(
-                upper.iter().map(value).fold(f64::NEG_INFINITY, f64::max),
-                all_max
-            );
-            assert_eq!(
-                lower.iter().map(value).fold(f64::INFINITY, f64::min),
-                all_min
-            );
-        }
-    }
-
-    #[test]
-    fn a_window_near_an_end_keeps_its_width_inside_the_segment() {
-        let s = 1_000_000_000;
-        // Mid-segment: half either side.
-        assert_eq!(span(50 * s, 16 * s, 0, 100 * s), (34 * s, 66 * s));
-        // Near the end or the start: the 32 s at that end.
-        assert_eq!(span(95 * s, 16 * s, 0, 100 * s), (68 * s, 100 * s));
-        assert_eq!(span(3 * s, 16 * s, 0, 100 * s), (0, 32 * s));
-        // A segment shorter than the window: all of it.
-        assert_eq!(span(10 * s, 16 * s, 2 * s, 20 * s), (2 * s, 20 * s));
-    }
-}
+#[path = "corridor_tests.rs"]
+mod tests;

@@ -38,8 +38,9 @@
 //!   nearly as good, and picks the point (never the bound) inside it.
 //! - **Deterministic.** Same samples in, same mappings out.
 //! - **Bounded.** Memory is one estimate per sample and direction of the
-//!   samples given, and one line per second of the span (the caller gives
-//!   one relay, one capture or one epoch).
+//!   samples given, and one line per second of the span near samples (a
+//!   gap without samples costs none; the caller gives one relay, one
+//!   capture or one epoch).
 
 use super::corridor::Corridor;
 use candidates::Candidates;
@@ -514,7 +515,18 @@ impl Segment {
                 // Where the envelope has no line (a segment's first and
                 // last second), a young side's sigma is no measure.
                 let corridor = self.corridor.to_host(relay_ns).filter(|&c| agrees(c, f, b));
-                Some(envelope(combine(f, b), corridor.or_else(|| mature(f, b))))
+                // Near a segment's ends (fewer than two legs of a kind
+                // either side) a full side wins over the line, which only a
+                // segment fitted as one line has there: it can sit at an
+                // end of the narrow interval a full side leaves (a refined
+                // capture's p99 bound 77 -> 106 µs in 1 of 5 runs of
+                // tests/tests/refine_capture.rs).
+                let point = if !self.corridor.surrounds(relay_ns) {
+                    mature(f, b).or(corridor)
+                } else {
+                    corridor.or_else(|| mature(f, b))
+                };
+                Some(envelope(combine(f, b), point))
             }
             (Some(f), None) => Some(f.into_smoothed(Sides::Before)),
             (None, Some(b)) => Some(b.into_smoothed(Sides::After)),

@@ -1,0 +1,161 @@
+//! Tests of the one-way envelope fit (`super`).
+
+use super::*;
+
+#[test]
+fn a_gap_of_years_costs_no_lines() {
+    // Two 20 s runs of legs three years apart: lines only near legs.
+    let years: u64 = 3 * 365 * 86_400 * 1_000_000_000;
+    let run = |from: u64| {
+        (0..80u64).map(move |i| {
+            let h = from + i * 250_000_000;
+            [h, h + 1_000_000, h + 1_020_000, h + 40_000]
+        })
+    };
+    let c = Corridor::fit(
+        run(1_000_000_000_000).chain(run(1_000_000_000_000 + years)),
+        500e-6,
+    );
+    assert!(c.lines.len() <= 2 * 160, "{} lines", c.lines.len());
+    assert!(
+        c.to_host(1_000_000_000_000 + years + 11_000_000_000)
+            .is_some()
+    );
+}
+
+/// Exchanges at 4 Hz of a relay `relay = host + 1000 s + 20 ppm`, legs
+/// 500 µs plus a queueing term that cycles through `queues`.
+fn exchanges(secs: u64, queues: &[u64]) -> Vec<[u64; 4]> {
+    let relay = |h: u64| h + 1_000_000_000_000 + h / 50_000;
+    (0..secs * 4)
+        .map(|i| {
+            let h = 5_000_000_000 + i * 250_000_000;
+            let d1 = 500_000 + queues[i as usize % queues.len()];
+            let d2 = 500_000 + queues[(i as usize * 7 + 3) % queues.len()];
+            let t2 = relay(h + d1);
+            [h, t2, t2 + 10_000, h + d1 + 10_000 + d2]
+        })
+        .collect()
+}
+
+#[test]
+fn the_line_runs_midway_between_the_fastest_legs() {
+    // Each leg is fast (no queueing) only every 11th exchange, never
+    // both at once: no single exchange has a small round trip.
+    let queues: Vec<u64> = (0..11u64)
+        .map(|k| if k == 0 { 0 } else { 300_000 + k * 1_000 })
+        .collect();
+    let xs = exchanges(120, &queues);
+    let c = Corridor::fit(xs.iter().copied(), 500e-6);
+    for h in [20_000_000_000u64, 60_000_000_000, 100_000_000_000] {
+        let relay = h + 1_000_000_000_000 + h / 50_000;
+        let host = c.to_host(relay).expect("mapped");
+        assert!(
+            (host - h as i64).abs() <= 50,
+            "host {host} for true {h}: off by {} ns",
+            host - h as i64
+        );
+    }
+}
+
+#[test]
+fn a_segment_shorter_than_a_window_is_one_line_from_end_to_end() {
+    // 1.2 s of a relay slewing at 520 ppm, probed at 25 Hz (the burst
+    // the prober starts on a suspected step): a segment the estimator
+    // cuts out of a slew. Every leg but every 5th queues 40-80 µs.
+    let relay = |h: u64| h + 1_000_000_000_000 + h / 1_000_000 * 520;
+    let queue = |i: u64| {
+        if i.is_multiple_of(5) {
+            0
+        } else {
+            40_000 + i % 7 * 6_000
+        }
+    };
+    let xs: Vec<[u64; 4]> = (0..30u64)
+        .map(|i| {
+            let h = 5_000_000_000 + i * 40_000_000;
+            let d1 = 90_000 + queue(i);
+            let d2 = 90_000 + queue(i + 2);
+            let t2 = relay(h + d1);
+            [h, t2, t2 + 10_000, h + d1 + 10_000 + d2]
+        })
+        .collect();
+    let c = Corridor::fit(xs.iter().copied(), 1000e-6);
+    // Its first and last legs and its middle: no grid point there has
+    // two legs either side, yet all of it is one window.
+    for h in [5_000_100_000u64, 5_600_000_000, 6_160_000_000] {
+        let host = c.to_host(relay(h)).expect("mapped");
+        assert!(
+            (host - h as i64).abs() <= 1_000,
+            "host {host} for true {h}: off by {} ns",
+            host - h as i64
+        );
+    }
+    assert_eq!(c.to_host(relay(6_300_000_000)), None, "past its last leg");
+    // Its first and last legs lack two legs of a kind on one side.
+    assert!(!c.surrounds(relay(5_000_100_000)));
+    assert!(c.surrounds(relay(5_600_000_000)));
+    assert!(!c.surrounds(relay(6_160_000_000)));
+}
+
+#[test]
+fn outside_the_samples_there_is_no_line() {
+    let xs = exchanges(60, &[0, 200_000]);
+    let c = Corridor::fit(xs.iter().copied(), 500e-6);
+    assert_eq!(c.to_host(0), None);
+    assert_eq!(c.to_host(u64::MAX), None);
+    assert!(
+        Corridor::fit(std::iter::empty(), 500e-6)
+            .to_host(1)
+            .is_none()
+    );
+}
+
+#[test]
+fn the_hull_keeps_every_point_that_is_ever_the_extreme() {
+    // Pseudo-random points (a fixed LCG), some sharing an x.
+    let mut state = 12345u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as f64 / (1u64 << 31) as f64
+    };
+    let points: Vec<(f64, f64)> = (0..300)
+        .map(|i| ((i / 2) as f64 * 1e6, next() * 1e3 - 500.0))
+        .collect();
+    let upper = hull(&points, Side::Upper);
+    let lower = hull(&points, Side::Lower);
+    assert!(
+        upper.len() < 40 && lower.len() < 40,
+        "{} {}",
+        upper.len(),
+        lower.len()
+    );
+    for k in -50..=50 {
+        let slope = k as f64 * 1e-5;
+        let value = |p: &(f64, f64)| p.1 - slope * p.0;
+        let all_max = points.iter().map(value).fold(f64::NEG_INFINITY, f64::max);
+        let all_min = points.iter().map(value).fold(f64::INFINITY, f64::min);
+        assert_eq!(
+            upper.iter().map(value).fold(f64::NEG_INFINITY, f64::max),
+            all_max
+        );
+        assert_eq!(
+            lower.iter().map(value).fold(f64::INFINITY, f64::min),
+            all_min
+        );
+    }
+}
+
+#[test]
+fn a_window_near_an_end_keeps_its_width_inside_the_segment() {
+    let s = 1_000_000_000;
+    // Mid-segment: half either side.
+    assert_eq!(span(50 * s, 16 * s, 0, 100 * s), (34 * s, 66 * s));
+    // Near the end or the start: the 32 s at that end.
+    assert_eq!(span(95 * s, 16 * s, 0, 100 * s), (68 * s, 100 * s));
+    assert_eq!(span(3 * s, 16 * s, 0, 100 * s), (0, 32 * s));
+    // A segment shorter than the window: all of it.
+    assert_eq!(span(10 * s, 16 * s, 2 * s, 20 * s), (2 * s, 20 * s));
+}
