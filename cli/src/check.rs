@@ -42,7 +42,8 @@ pub struct SourceCheck {
     pub p50_error_ns: u64,
     pub p99_error_ns: u64,
     /// The error bound each packet had, read from its machine's error-bound
-    /// track (0 on the host): its 99th percentile (ns).
+    /// track (0 on the host): its median and 99th percentile (ns).
+    pub p50_bound_ns: u64,
     pub p99_bound_ns: u64,
     /// Packets whose error was within their bound.
     pub inside: u64,
@@ -203,6 +204,7 @@ impl Tally {
             max_error_ns: self.max_error_ns,
             p50_error_ns: pick(0.5),
             p99_error_ns: pick(0.99),
+            p50_bound_ns: at(&self.bounds, 0.5),
             p99_bound_ns: at(&self.bounds, 0.99),
             inside: self.inside,
         }

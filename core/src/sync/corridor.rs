@@ -104,8 +104,8 @@ pub struct Corridor {
     /// A segment within one window: the one line over all its legs, and
     /// the relay time of its last leg (see [`Corridor::fit`]).
     whole: Option<(Line, u64)>,
-    /// Relay times with `MIN_LEGS / 2` legs of each kind at or before
-    /// them and after them: `from..to`.
+    /// The first and last grid points with `MIN_LEGS / 2` legs of each
+    /// kind at or before them and after them (`from > to`: none).
     surrounded: (u64, u64),
 }
 
@@ -125,7 +125,7 @@ impl Corridor {
         let points = (last - first) / GRID_NS + 1;
         let max = max_abs_freq.abs().max(1e-9);
         let half = choose_window(&lower, &upper, first, last, base_ns, max);
-        let surrounded = surrounded(&lower, &upper);
+        let surrounded = surrounded(&lower, &upper, first);
         // Every grid point's window holds all of a segment shorter than
         // two half-widths: its lines are all one line over its legs, which
         // holds from the first leg to the last. A grid point needs legs
@@ -178,12 +178,12 @@ impl Corridor {
         }
     }
 
-    /// Whether `relay_ns` has legs of each kind on both sides (two or
-    /// more): a grid point there may have a line. Nearer a segment's ends
-    /// only a segment fitted as one line has one.
+    /// Whether `relay_ns` lies between the first and last grid points
+    /// with two legs of each kind either side: where a segment's grid has
+    /// lines. Nearer its ends only a segment fitted as one line has one.
     pub fn surrounds(&self, relay_ns: u64) -> bool {
         let (from, to) = self.surrounded;
-        from <= relay_ns && relay_ns < to
+        from <= relay_ns && relay_ns <= to
     }
 
     /// Host time of relay time `relay_ns` (ns), or None outside the grid
@@ -221,17 +221,25 @@ impl Corridor {
     }
 }
 
-/// See [`Corridor::surrounds`]: `(from, to)`, empty with too few legs.
-fn surrounded(lower: &[Leg], upper: &[Leg]) -> (u64, u64) {
+/// See [`Corridor::surrounds`]: the first and last grid points (of a
+/// segment starting at `first`) with two legs of each kind at or before
+/// them and after them; `(1, 0)` (empty) when none has.
+fn surrounded(lower: &[Leg], upper: &[Leg], first: u64) -> (u64, u64) {
     let k = MIN_LEGS / 2;
     if lower.len() < 2 * k || upper.len() < 2 * k {
-        return (0, 0);
+        return (1, 0);
     }
+    // Legs at or before `at` from the k-th on; after it below the k-th last.
     let from = lower[k - 1].relay_ns.max(upper[k - 1].relay_ns);
     let to = lower[lower.len() - k]
         .relay_ns
         .min(upper[upper.len() - k].relay_ns);
-    (from, to)
+    let from = first + (from - first).div_ceil(GRID_NS) * GRID_NS;
+    let Some(before_to) = to.checked_sub(1).filter(|&t| t >= first) else {
+        return (1, 0);
+    };
+    let to = first + (before_to - first) / GRID_NS * GRID_NS;
+    if from > to { (1, 0) } else { (from, to) }
 }
 
 impl Line {

@@ -92,9 +92,11 @@ fn a_segment_shorter_than_a_window_is_one_line_from_end_to_end() {
         );
     }
     assert_eq!(c.to_host(relay(6_300_000_000)), None, "past its last leg");
-    // Its first and last legs lack two legs of a kind on one side.
+    // A grid of lines would reach only its one grid point with legs
+    // either side (1 s after its first leg).
     assert!(!c.surrounds(relay(5_000_100_000)));
-    assert!(c.surrounds(relay(5_600_000_000)));
+    assert!(!c.surrounds(relay(5_600_000_000)));
+    assert!(c.surrounds(relay(5_000_090_000) + 1_000_000_000));
     assert!(!c.surrounds(relay(6_160_000_000)));
 }
 
