@@ -234,7 +234,15 @@ fn surrounded(lower: &[Leg], upper: &[Leg], first: u64) -> (u64, u64) {
     let to = lower[lower.len() - k]
         .relay_ns
         .min(upper[upper.len() - k].relay_ns);
-    let from = first + (from - first).div_ceil(GRID_NS) * GRID_NS;
+    // Rounded up to the grid; none when that lies beyond u64 (relay
+    // times within a second of its end: a damaged sidecar).
+    let Some(from) = (from - first)
+        .div_ceil(GRID_NS)
+        .checked_mul(GRID_NS)
+        .and_then(|d| first.checked_add(d))
+    else {
+        return (1, 0);
+    };
     let Some(before_to) = to.checked_sub(1).filter(|&t| t >= first) else {
         return (1, 0);
     };
@@ -256,7 +264,7 @@ impl Line {
 /// where the live side was 2 µs; shifted, 1.3 µs (seed 2).
 fn span(at: u64, half: u64, first: u64, last: u64) -> (u64, u64) {
     let whole = half.saturating_mul(2);
-    if at.saturating_add(half) > last {
+    if at.checked_add(half).is_none_or(|end| end > last) {
         (last.saturating_sub(whole).max(first), last)
     } else if at < first.saturating_add(half) {
         (first, first.saturating_add(whole).min(last))
@@ -296,7 +304,9 @@ fn choose_window(
     for &half in &WINDOWS_NS {
         let mut gaps = Vec::new();
         let mut at = first.saturating_add(half);
-        while at.saturating_add(half) <= last {
+        // Checked, not saturating: a segment ending at u64::MAX would
+        // otherwise let `at + half` past it.
+        while at.checked_add(half).is_some_and(|end| end <= last) {
             // Across a gap with no legs, on to the first point (of the
             // same steps) whose window reaches the next leg.
             if window(lower, at - half, at + half).is_empty() {
@@ -317,7 +327,7 @@ fn choose_window(
             if let (Some(a), Some(b)) = (side(at - half, at), side(at, at + half)) {
                 gaps.push((a.h_ns - b.h_ns).abs());
             }
-            at += CHOICE_STEP_NS;
+            at = at.saturating_add(CHOICE_STEP_NS);
         }
         if gaps.len() < MIN_CHOICE_POINTS {
             continue;

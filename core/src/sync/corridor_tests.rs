@@ -161,3 +161,37 @@ fn a_window_near_an_end_keeps_its_width_inside_the_segment() {
     // A segment shorter than the window: all of it.
     assert_eq!(span(10 * s, 16 * s, 2 * s, 20 * s), (2 * s, 20 * s));
 }
+
+#[test]
+fn legs_within_a_second_of_u64_max_cost_no_overflow() {
+    // A damaged sidecar's short segment ending just short of u64::MAX:
+    // rounding its surrounded range up to the grid once added past it.
+    let first = u64::MAX - 600_000_000;
+    let c = Corridor::fit(
+        (0..12u64).map(|i| {
+            let h = first - 2_000_000 + i * 40_000_000;
+            [h, h + 1_000_000, h + 1_020_000, h + 2_040_000]
+        }),
+        500e-6,
+    );
+    assert!(!c.surrounds(u64::MAX));
+    assert!(!c.surrounds(first + 200_000_000));
+    assert_eq!(c.to_host(first + 200_000_000), None, "beyond i64");
+}
+
+#[test]
+fn a_long_segment_ending_at_u64_max_costs_no_overflow() {
+    // The window choice and the grid walk to the last leg, here u64::MAX
+    // (the relay 10 ms ahead of the host).
+    let last_h = u64::MAX - 11_020_000;
+    let c = Corridor::fit(
+        (0..400u64).rev().map(|i| {
+            let h = last_h - i * 250_000_000;
+            [h, h + 11_000_000, h + 11_020_000, h + 2_040_000]
+        }),
+        500e-6,
+    );
+    assert!(c.surrounds(u64::MAX - 50_000_000_000));
+    assert_eq!(c.to_host(u64::MAX - 50_000_000_000), None, "beyond i64");
+    assert_eq!(c.to_host(u64::MAX), None);
+}

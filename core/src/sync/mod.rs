@@ -134,7 +134,17 @@ impl SyncEstimate {
 
     /// Host BOOTTIME for a relay BOOTTIME value (ns): relay - offset(relay).
     pub fn to_host(&self, relay_boottime_ns: u64) -> i64 {
-        clamp_i64(relay_boottime_ns as i128 - self.offset_at(relay_boottime_ns) as i128)
+        clamp_i64(self.host_i128(relay_boottime_ns))
+    }
+
+    /// [`Self::to_host`], or None where the host time is beyond i64
+    /// (where `to_host` would saturate).
+    pub fn checked_to_host(&self, relay_boottime_ns: u64) -> Option<i64> {
+        i64::try_from(self.host_i128(relay_boottime_ns)).ok()
+    }
+
+    fn host_i128(&self, relay_boottime_ns: u64) -> i128 {
+        relay_boottime_ns as i128 - self.offset_at(relay_boottime_ns) as i128
     }
 
     /// Hard bound on |mapped - true host time| at relay BOOTTIME

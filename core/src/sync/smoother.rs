@@ -44,7 +44,7 @@
 
 use super::corridor::Corridor;
 use candidates::Candidates;
-use sides::{agrees, clamp, combine, envelope, interval, mature, side, spanning};
+use sides::{agrees, combine, envelope, interval, mature, side, spanning};
 
 mod candidates;
 mod hidden_steps;
@@ -421,9 +421,14 @@ fn epoch_starts(config: EstimatorConfig, xs: impl Iterator<Item = Exchange>) -> 
     starts
 }
 
-/// A constant past every timestamp of `xs`, to reflect time about.
+/// A constant past every timestamp of `xs` (at u64::MAX, at it), to
+/// reflect time about.
 fn mirror_ns(xs: &[Exchange]) -> u64 {
-    xs.iter().map(|x| x.t[3].max(x.t[2])).max().unwrap_or(0) + 1
+    xs.iter()
+        .map(|x| x.t[3].max(x.t[2]))
+        .max()
+        .unwrap_or(0)
+        .saturating_add(1)
 }
 
 /// `x` in reflected time (`t -> mirror - t`): host send is the reflected
@@ -499,11 +504,13 @@ impl Segment {
         let forward = before
             .checked_sub(1)
             .and_then(|i| self.forward[i])
-            .map(|e| side(e.to_host(relay_ns), &e, relay_ns));
-        let backward = self.backward.get(after).copied().flatten().map(|e| {
+            .and_then(|e| Some(side(e.checked_to_host(relay_ns)?, &e, relay_ns)));
+        // A host time beyond i64 (a damaged sidecar) has no mapping, not
+        // a saturated one that would pass for a time.
+        let backward = self.backward.get(after).copied().flatten().and_then(|e| {
             let mirrored = self.mirror_ns.saturating_sub(relay_ns);
-            let host = self.mirror_ns as i128 - e.to_host(mirrored) as i128;
-            side(clamp(host), &e, mirrored)
+            let host = self.mirror_ns as i128 - e.checked_to_host(mirrored)? as i128;
+            Some(side(i64::try_from(host).ok()?, &e, mirrored))
         });
         debug_assert!(self.mids.len() == self.forward.len());
         match (forward, backward) {

@@ -479,3 +479,72 @@ fn samples_years_apart_cost_their_number_not_their_span() {
         assert!(err <= m.bound_ns, "at {h}: {err} outside {m:?}");
     }
 }
+
+#[test]
+fn times_at_the_end_of_u64_cost_no_overflow() {
+    // A damaged or hostile sidecar: host and relay timestamps whose last
+    // is u64::MAX (host times that large cannot
+    // be written as i64, so nothing maps). Grid rounding once added past
+    // u64::MAX: a panic in debug builds, a wrapped range in release.
+    let mut rng = Rng(7);
+    let secs = 60;
+    let start = u64::MAX - (secs + 2) * 1_000_000_000;
+    let xs: Vec<Exchange> = (0..secs * 4)
+        .map(|i| {
+            let h = start + i * 250_000_000;
+            let (d1, d2) = (rng.delay(90_000, 25_000.0), rng.delay(90_000, 25_000.0));
+            let t2 = h + d1 + 1_000_000_000;
+            Exchange {
+                t: [h, t2, t2 + 20_000, h + d1 + 20_000 + d2],
+                boottime_minus_monotonic_ns: 0,
+            }
+        })
+        .collect();
+    // And one exchange whose relay reply is u64::MAX itself.
+    let t2 = u64::MAX - 20_000;
+    let t1 = t2 - 1_000_000_000 - 90_000;
+    let mut xs = xs;
+    xs.push(Exchange {
+        t: [t1, t2, u64::MAX, t1 + 200_000],
+        boottime_minus_monotonic_ns: 0,
+    });
+    let s = Smoother::new(EstimatorConfig::default(), &xs);
+    assert!(s.segments() >= 1);
+    for relay_ns in (start..u64::MAX - 1_000_000)
+        .step_by(37_000_000)
+        .chain([u64::MAX])
+    {
+        assert_eq!(s.map(relay_ns, 0), None, "at {relay_ns}");
+    }
+}
+
+#[test]
+fn relay_times_from_zero_are_mapped() {
+    // A relay that booted just before its first probe: relay times start
+    // at a few ms, the host's at 1000 s.
+    let mut rng = Rng(9);
+    let start = 1_000_000_000_000u64;
+    let offset = start - 3_000_000;
+    let xs: Vec<Exchange> = (0..240u64)
+        .map(|i| {
+            let h = start + i * 250_000_000;
+            let (d1, d2) = (rng.delay(90_000, 25_000.0), rng.delay(90_000, 25_000.0));
+            let t2 = h + d1 - offset;
+            Exchange {
+                t: [h, t2, t2 + 20_000, h + d1 + 20_000 + d2],
+                boottime_minus_monotonic_ns: 0,
+            }
+        })
+        .collect();
+    let s = Smoother::new(EstimatorConfig::default(), &xs);
+    let mut mapped = 0;
+    for relay_ns in (0..60_000_000_000u64).step_by(37_000_000) {
+        let Some(m) = s.map(relay_ns, 0) else {
+            continue;
+        };
+        mapped += 1;
+        let err = (m.host_ns - (relay_ns + offset) as i64).unsigned_abs();
+        assert!(err <= m.bound_ns, "at {relay_ns}: {err} outside {m:?}");
+    }
+    assert!(mapped > 1500, "{mapped} mapped");
+}
