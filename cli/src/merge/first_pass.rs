@@ -11,7 +11,7 @@ use tracesync_protocol::reader::FileReadError;
 use tracesync_protocol::scan::scan_packet;
 
 use super::inputs::InputSource;
-use super::packets::{bundle_of, open_reader};
+use super::packets::{InputReader, bundle_of, open_reader};
 
 /// One clock of a snapshot as written in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +65,7 @@ impl std::fmt::Display for InputFault {
 }
 
 /// What the first pass keeps of one input.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FileScan {
     /// Embedded machine ids of its packets; 0 for packets without one.
     pub ids: BTreeSet<u32>,
@@ -89,6 +89,28 @@ const SYNCHRONIZATION_MARKER: u32 = 36;
 
 /// Reads one input from its start; never fails: problems become faults.
 pub fn scan_input(source: &InputSource) -> FileScan {
+    let mut scan = match open_reader(source) {
+        Ok(reader) => scan_packets(source, reader),
+        Err(e) => {
+            let mut scan = FileScan::default();
+            scan.faults.push(InputFault {
+                display: source.display.clone(),
+                offset: None,
+                message: format!(
+                    "cannot read: {e}; check that it is readable, or remove the input"
+                ),
+                fatal: true,
+            });
+            return scan;
+        }
+    };
+    scan.note_if_empty(source);
+    scan
+}
+
+/// What the first pass keeps of the packets `reader` yields (the whole
+/// input, or a piece of it read from a record boundary on).
+pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
     let mut scan = FileScan::default();
     let fault = |offset, message: String, fatal| InputFault {
         display: source.display.clone(),
@@ -96,18 +118,6 @@ pub fn scan_input(source: &InputSource) -> FileScan {
         message,
         fatal,
     };
-    let reader = match open_reader(source) {
-        Ok(r) => r,
-        Err(e) => {
-            scan.faults.push(fault(
-                None,
-                format!("cannot read: {e}; check that it is readable, or remove the input"),
-                true,
-            ));
-            return scan;
-        }
-    };
-    let mut reader = reader;
     // Most packets repeat the previous one's machine id: skip the set insert.
     let mut last_embedded = None;
     loop {
@@ -242,17 +252,46 @@ pub fn scan_input(source: &InputSource) -> FileScan {
                 .or_insert_with(|| bytes.to_vec());
         }
     }
-    // An empty file (or a gzip of nothing) is well-formed but almost always
-    // a recording that never finished or a wrong path: say so instead of
-    // silently merging nothing from it.
-    if scan.packets == 0 && scan.faults.is_empty() {
-        scan.faults.push(fault(
-            None,
-            "holds no trace packets (empty input); check that the recording finished, or remove the input".into(),
-            true,
-        ));
-    }
     scan
+}
+
+impl FileScan {
+    /// An empty file (or a gzip of nothing) is well-formed but almost
+    /// always a recording that never finished or a wrong path: says so
+    /// instead of silently merging nothing from it.
+    pub fn note_if_empty(&mut self, source: &InputSource) {
+        if self.packets == 0 && self.faults.is_empty() {
+            self.faults.push(InputFault {
+                display: source.display.clone(),
+                offset: None,
+                message: "holds no trace packets (empty input); check that the recording \
+                          finished, or remove the input"
+                    .into(),
+                fatal: true,
+            });
+        }
+    }
+
+    /// This scan followed by `later`'s, the scan of the bytes after it:
+    /// what one scan of both would keep. Nothing of `later` is kept after
+    /// a fault that skipped the rest of the input.
+    pub fn then(mut self, later: FileScan) -> FileScan {
+        if self.faults.iter().any(|f| f.fatal) {
+            return self;
+        }
+        self.ids.extend(later.ids);
+        self.first_id = self.first_id.or(later.first_id);
+        self.events.extend(later.events);
+        for (id, info) in later.system_infos {
+            self.system_infos.entry(id).or_insert(info);
+        }
+        self.has_clock_snapshots |= later.has_clock_snapshots;
+        self.primary_clock = self.primary_clock.or(later.primary_clock);
+        self.faults.extend(later.faults);
+        self.packets += later.packets;
+        self.invalid_snapshot_packets += later.invalid_snapshot_packets;
+        self
+    }
 }
 
 /// Perfetto's offset estimate from one RemoteClockSync packet, for `clock`:

@@ -10,6 +10,7 @@ pub mod capture;
 pub mod capture_out;
 pub mod feed;
 pub mod first_pass;
+pub mod first_pass_threads;
 pub mod inputs;
 pub mod machines;
 pub mod manifest;
@@ -30,7 +31,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use feed::OpenError;
-use first_pass::{FileScan, InputFault, scan_input};
+use first_pass::InputFault;
 use inputs::{InputError, InputSource, expand_inputs};
 use manifest::{Manifest, ManifestError, parse_manifest};
 use output::{Format, Writer};
@@ -161,7 +162,8 @@ pub fn prepare(
         return Err(e.into());
     }
     let mut faults = Vec::new();
-    let scans = scan_inputs(&expanded.traces);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let scans = first_pass_threads::scan_inputs(&expanded.traces, threads);
     for scan in &scans {
         for fault in &scan.faults {
             // Under --strict the error is the report (printed once).
@@ -189,42 +191,6 @@ pub fn prepare(
         readable_inputs,
         packets: scans.iter().map(|s| s.packets).collect(),
     })
-}
-
-/// The first pass of every input, in input order: inputs are scanned on as
-/// many threads as there are processors (each input by one thread, which
-/// takes the next input not yet taken), each thread holding one input's
-/// reader, so memory stays one reader per processor.
-fn scan_inputs(inputs: &[InputSource]) -> Vec<FileScan> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(inputs.len());
-    if threads <= 1 {
-        return inputs.iter().map(scan_input).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let slots: Vec<std::sync::Mutex<Option<FileScan>>> =
-        inputs.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(source) = inputs.get(i) else { break };
-                    let scan = scan_input(source);
-                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(scan);
-                }
-            });
-        }
-    });
-    slots
-        .into_iter()
-        .map(|s| {
-            s.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_default()
-        })
-        .collect()
 }
 
 /// Runs a whole merge.

@@ -7,14 +7,17 @@
 //! error names the byte offset of the record it concerns, counted in the
 //! (decompressed) Trace stream.
 //!
-//! The record headers are read by `framing`; the errors are in `error`.
+//! The record headers are read by `framing`; the errors are in `error`;
+//! `boundaries` finds record starts for reading one file in pieces.
 
+mod boundaries;
 mod bundle;
 mod error;
 mod framing;
 mod trace_file;
 mod trace_reader;
 
+pub use boundaries::{leading_records, record_boundaries};
 pub use bundle::bundle_range;
 pub use error::{BundleError, ReadError, ReadErrorKind};
 pub use trace_file::{FileReadError, TraceFile};

@@ -95,6 +95,22 @@ impl<R: Read> TraceFile<R> {
         })
     }
 
+    /// A stream known not to be gzip'd (no sniffing of its first bytes):
+    /// for a piece of a file read from a record boundary on.
+    pub fn plain(reader: R, trace_reader: TraceReader) -> Self {
+        let counting = Counting {
+            inner: reader,
+            read: 0,
+            io_failed: false,
+        };
+        Self {
+            source: Source::Plain(io::Cursor::new(Vec::new()).chain(counting)),
+            reader: trace_reader,
+            eof: false,
+            chunk: FILE_CHUNK_SIZE,
+        }
+    }
+
     /// Reads `n` bytes at a time (at least 1) instead of [`FILE_CHUNK_SIZE`]:
     /// the buffer holds about twice that (more only for a larger packet),
     /// which counts for a reader kept open beside many others.

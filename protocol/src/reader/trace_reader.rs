@@ -80,6 +80,17 @@ impl TraceReader {
         self.expand_bundles = on;
     }
 
+    /// Counts stream offsets from `offset`: for a reader given a stream
+    /// from a record boundary on (see [`record_boundaries`]). Only before
+    /// any input was pushed; ignored after.
+    ///
+    /// [`record_boundaries`]: super::record_boundaries
+    pub fn set_position(&mut self, offset: u64) {
+        if self.offset == 0 && self.end == 0 && self.failed.is_none() {
+            self.offset = offset;
+        }
+    }
+
     /// Stream offset of the first byte not yet consumed.
     pub fn position(&self) -> u64 {
         self.offset

@@ -90,6 +90,38 @@ impl InputSource {
     }
 }
 
+impl InputSource {
+    /// Length in bytes of a plain file input; None for an archive member.
+    pub fn file_len(&self) -> Option<u64> {
+        match &self.origin {
+            Origin::File(path) => std::fs::metadata(path).ok().map(|m| m.len()),
+            _ => None,
+        }
+    }
+
+    /// The raw bytes of a plain file input from byte `from` on, `len` of
+    /// them or to its end; None for an archive member (read whole only:
+    /// its length and CRC are checked over all of it).
+    pub fn open_range(
+        &self,
+        from: u64,
+        len: Option<u64>,
+    ) -> Option<io::Result<Box<dyn Read + Send>>> {
+        let Origin::File(path) = &self.origin else {
+            return None;
+        };
+        let open = || -> io::Result<Box<dyn Read + Send>> {
+            let mut f = File::open(path)?;
+            f.seek(SeekFrom::Start(from))?;
+            Ok(match len {
+                Some(n) => Box::new(f.take(n)),
+                None => Box::new(f),
+            })
+        };
+        Some(open())
+    }
+}
+
 /// Checks an archive member's length (and CRC for zip) as it is read, so a
 /// truncated or altered archive fails loudly instead of yielding a short trace.
 struct Checked<R> {

@@ -1,0 +1,169 @@
+//! The first pass of an input cut into pieces keeps what one scan of it
+//! keeps, whatever the input holds and wherever it breaks.
+
+use super::*;
+use crate::merge::inputs::expand_inputs;
+use flate2::Compression;
+use flate2::write::{GzEncoder, ZlibEncoder};
+use prost::Message;
+use std::io::Write;
+use std::path::Path;
+use tracesync_protocol::perfetto::clock_snapshot::Clock;
+use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+use tracesync_protocol::perfetto::{ClockSnapshot, SystemInfo, TracePacket};
+use tracesync_protocol::scan::field;
+use tracesync_protocol::wire;
+
+fn record(out: &mut Vec<u8>, packet: &[u8]) {
+    wire::put_len_field(out, 1, packet);
+}
+
+/// Packet `i` of a two-machine trace: a SystemInfo per machine, clock
+/// snapshots every 97 packets (the first declaring a primary clock only
+/// late), the rest small timestamped packets.
+fn packet(i: u64) -> Vec<u8> {
+    let machine = i.is_multiple_of(5).then_some(7);
+    let data = if i % 97 == 3 {
+        Some(Data::ClockSnapshot(ClockSnapshot {
+            clocks: vec![
+                Clock {
+                    clock_id: Some(6),
+                    timestamp: Some(1_000 + i),
+                    ..Default::default()
+                },
+                Clock {
+                    clock_id: Some(3),
+                    timestamp: Some(500 + i),
+                    ..Default::default()
+                },
+            ],
+            primary_trace_clock: (i > 1000).then_some(6),
+        }))
+    } else if i == 1 || i == 1505 {
+        Some(Data::SystemInfo(SystemInfo {
+            machine_name: Some(format!("m{i}")),
+            ..Default::default()
+        }))
+    } else {
+        None
+    };
+    TracePacket {
+        timestamp: Some(10_000 + i),
+        data,
+        machine_id: machine,
+        optional_trusted_packet_sequence_id: Some(
+            OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(1 + (i % 3) as u32),
+        ),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// 3000 packets, a compressed bundle of 20 more after packet 2200 and a
+/// malformed packet after packet 1700.
+fn trace() -> Vec<u8> {
+    trace_broken_after(None)
+}
+
+/// [`trace`] with a record of field 2 (framing the reader refuses) after
+/// packet `broken`.
+fn trace_broken_after(broken: Option<u64>) -> Vec<u8> {
+    let mut t = Vec::new();
+    for i in 0..3000 {
+        record(&mut t, &packet(i));
+        if broken == Some(i) {
+            wire::put_len_field(&mut t, 2, b"not a packet");
+        }
+        if i == 1700 {
+            record(&mut t, &[0x42, 0x7f]);
+        }
+        if i == 2200 {
+            let mut inner = Vec::new();
+            for k in 0..20 {
+                record(&mut inner, &packet(5000 + k));
+            }
+            let mut z = ZlibEncoder::new(Vec::new(), Compression::fast());
+            z.write_all(&inner).unwrap();
+            let mut bundle = Vec::new();
+            wire::put_len_field(&mut bundle, field::COMPRESSED_PACKETS, &z.finish().unwrap());
+            record(&mut t, &bundle);
+        }
+    }
+    t
+}
+
+fn source_of(dir: &Path, name: &str, bytes: &[u8]) -> InputSource {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    expand_inputs(&[path], None).unwrap().traces.remove(0)
+}
+
+/// Cut into up to four pieces of at least 1 KiB, and whole.
+fn both(source: &InputSource) -> (FileScan, FileScan) {
+    let cut = scan_inputs_cut(std::slice::from_ref(source), 4, 1024).remove(0);
+    (cut, scan_input(source))
+}
+
+#[test]
+fn a_file_cut_into_pieces_is_scanned_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = source_of(dir.path(), "t.pftrace", &trace());
+    assert_eq!(cuts(0, &source, 4, 1024).len(), 4, "cut into four");
+    let (cut, whole) = both(&source);
+    assert_eq!(whole.packets, 3000 + 1 + 20);
+    assert_eq!(whole.faults.len(), 1, "{:?}", whole.faults);
+    assert!(whole.primary_clock.is_some() && whole.system_infos.len() == 2);
+    assert_eq!(cut, whole);
+}
+
+#[test]
+fn a_broken_file_cut_into_pieces_fails_where_it_fails_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = trace();
+    // Framing broken early (before the first cut) and late (after the
+    // last), and a file that ends inside a record.
+    let early = trace_broken_after(Some(3));
+    let late = trace_broken_after(Some(2990));
+    let truncated = &t[..t.len() - 3];
+    for (name, bytes) in [
+        ("early", &early[..]),
+        ("late", &late[..]),
+        ("truncated", truncated),
+    ] {
+        let source = source_of(dir.path(), name, bytes);
+        let (cut, whole) = both(&source);
+        assert!(
+            whole.faults.iter().any(|f| f.fatal),
+            "{name}: {:?}",
+            whole.faults
+        );
+        assert_eq!(cut, whole, "{name}");
+    }
+}
+
+#[test]
+fn small_large_record_gzip_and_empty_inputs_are_scanned_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = source_of(dir.path(), "small", &trace()[..1500]);
+    assert_eq!(cuts(0, &small, 4, 1024), [Work::Whole(0)]);
+    // Records of 2 KiB: the walk would cost more than the cut saves.
+    let mut big = Vec::new();
+    for i in 0..200 {
+        let mut p = packet(i);
+        wire::put_len_field(&mut p, 11, &[0; 2048]);
+        record(&mut big, &p);
+    }
+    let big = source_of(dir.path(), "big", &big);
+    assert_eq!(cuts(0, &big, 4, 1024), [Work::Whole(0)]);
+    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+    gz.write_all(&trace()).unwrap();
+    let source = source_of(dir.path(), "t.pftrace.gz", &gz.finish().unwrap());
+    assert_eq!(cuts(0, &source, 4, 1024), [Work::Whole(0)]);
+    let (cut, whole) = both(&source);
+    assert_eq!(whole.packets, 3021);
+    assert_eq!(cut, whole);
+    let empty = source_of(dir.path(), "empty", &[]);
+    let (cut, whole) = both(&empty);
+    assert!(whole.faults[0].message.contains("holds no trace packets"));
+    assert_eq!(cut, whole);
+}
