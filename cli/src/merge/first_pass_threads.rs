@@ -1,8 +1,9 @@
 //! How the first pass spreads over the processors: inputs are scanned on
-//! as many threads as there are processors, and when there are fewer
-//! inputs than processors a large plain file is cut at record boundaries
-//! into pieces scanned on threads of their own (one input was the longest
-//! serial part of a merge: about a third of its wall time).
+//! as many threads as there are processors, and a large plain file is cut
+//! at record boundaries into pieces (about its share of all the inputs'
+//! bytes times the processors) scanned on threads of their own (one input
+//! was the longest serial part of a merge: about a third of its wall
+//! time).
 //!
 //! Invariant: the result is what [`scan_input`] gives for each input alone
 //! (same packets, offsets, faults and clock events in stream order): the
@@ -66,15 +67,12 @@ pub fn scan_inputs(inputs: &[InputSource], threads: usize) -> Vec<FileScan> {
 /// [`scan_inputs`] with pieces of at least `min_piece` bytes.
 fn scan_inputs_cut(inputs: &[InputSource], threads: usize, min_piece: u64) -> Vec<FileScan> {
     let threads = threads.max(1);
-    let per_input = if inputs.is_empty() {
-        1
-    } else {
-        (threads / inputs.len()).max(1)
-    };
+    let lens: Vec<u64> = inputs.iter().map(|s| s.file_len().unwrap_or(0)).collect();
     let work: Vec<Work> = inputs
         .iter()
+        .zip(shares(&lens, threads))
         .enumerate()
-        .flat_map(|(i, source)| cuts(i, source, per_input, min_piece))
+        .flat_map(|(i, (source, share))| cuts(i, source, share, min_piece))
         .collect();
     let results = run(&work, threads.min(work.len()), |w| match *w {
         Work::Whole(i) => scan_input(&inputs[i]),
@@ -96,6 +94,19 @@ fn scan_inputs_cut(inputs: &[InputSource], threads: usize, min_piece: u64) -> Ve
             let mut scan = scan.unwrap_or_default();
             scan.note_if_empty(source);
             scan
+        })
+        .collect()
+}
+
+/// Pieces for inputs of `lens` bytes on `threads` threads: each input's
+/// share of the bytes times the threads, rounded up, at least one. One
+/// large input beside small ones gets the threads they leave idle.
+fn shares(lens: &[u64], threads: usize) -> Vec<usize> {
+    let total = lens.iter().map(|&l| u128::from(l)).sum::<u128>().max(1);
+    lens.iter()
+        .map(|&len| {
+            let share = (threads as u128 * u128::from(len)).div_ceil(total);
+            usize::try_from(share).unwrap_or(threads).max(1)
         })
         .collect()
 }

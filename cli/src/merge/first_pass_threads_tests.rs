@@ -167,3 +167,26 @@ fn small_large_record_gzip_and_empty_inputs_are_scanned_whole() {
     assert!(whole.faults[0].message.contains("holds no trace packets"));
     assert_eq!(cut, whole);
 }
+
+#[test]
+fn a_large_input_beside_a_small_one_is_cut_for_the_idle_processor() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = trace();
+    let big = source_of(dir.path(), "big.pftrace", &t);
+    let small = source_of(dir.path(), "small.pftrace", &t[..1200]);
+    let inputs = [small, big];
+    let cut = scan_inputs_cut(&inputs, 2, 1024);
+    assert_eq!(cut, [scan_input(&inputs[0]), scan_input(&inputs[1])]);
+    assert_eq!(shares(&[1200, t.len() as u64], 2), [1, 2]);
+    assert_eq!(cuts(1, &inputs[1], 2, 1024).len(), 2);
+}
+
+#[test]
+fn shares_follow_the_bytes() {
+    assert_eq!(shares(&[100, 100, 100, 100], 2), [1, 1, 1, 1]);
+    assert_eq!(shares(&[100, 100], 8), [4, 4]);
+    assert_eq!(shares(&[900, 50, 50], 2), [2, 1, 1]);
+    assert_eq!(shares(&[0, 0], 4), [1, 1], "archive members: no length");
+    assert_eq!(shares(&[u64::MAX, u64::MAX], 2), [1, 1]);
+    assert_eq!(shares(&[], 2), Vec::<usize>::new());
+}
