@@ -134,8 +134,8 @@ fn cuts(i: usize, source: &InputSource, pieces: usize, min_piece: u64) -> Vec<Wo
         }
         _ => Vec::new(),
     };
-    // Only cuts past the first byte: a piece from 0 is read as a file
-    // (its first bytes tell gzip from plain).
+    // A cut at 0 (a target inside the first record) would leave the first
+    // piece empty.
     let bounds: Vec<u64> = bounds.into_iter().filter(|&b| b > 0).collect();
     if bounds.is_empty() {
         return whole;
