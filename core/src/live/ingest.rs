@@ -33,7 +33,7 @@ use super::order::Queued;
 use super::packet::{Origin, OutPacket, Role, Stamped};
 use super::relay::Resolution;
 use super::staging::Staged;
-use super::stamp::{split_relayed, stamp_relayed};
+use super::stamp::{relayed_stamp, split_relayed, stamp_relayed};
 use super::streams::{Stream, StreamKey};
 use super::types::{RelaySlot, SessionError};
 
@@ -269,7 +269,11 @@ impl LiveCore {
         // Only data packets: the others are kept for preambles long after
         // their frame is written and must not pin it.
         let sliced = (role == Role::Data)
-            .then(|| split_relayed(bytes, fields, raw_id, out_seq, stamp_clock))
+            .then(|| {
+                let stamp = relayed_stamp(raw_id, out_seq, stamp_clock);
+                let suffix = stream.suffix(&stamp, fields.stamp_layout.has_clock_id);
+                split_relayed(bytes, fields, &stamp, suffix)
+            })
             .flatten();
         let (stamped, range) = match sliced {
             Some(stamped) => (stamped, None),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tracesync_protocol::clock_ids::BOOTTIME;
-use tracesync_protocol::scan::{PacketFields, defaults_timestamp_clock_id};
+use tracesync_protocol::scan::{PacketFields, Stamp, StampSuffix, defaults_timestamp_clock_id};
 
 use super::hash::IdMap;
 use super::order::StreamId;
@@ -32,6 +32,10 @@ pub(super) struct Stream {
     /// Packets of this stream in its relay's pending queue.
     pending: u32,
     src: Arc<str>,
+    /// The fields a stamp appends, for packets without and with a clock id
+    /// of their own, and the stamp they were made for: built once, not per
+    /// packet (packets of both kinds alternate within a sequence).
+    suffixes: [Option<(Stamp, StampSuffix)>; 2],
 }
 
 impl Stream {
@@ -81,6 +85,18 @@ impl Stream {
         let explicit = fields.timestamp_clock_id.filter(|&c| c != 0);
         let clock = explicit.or(self.default_clock).unwrap_or(BOOTTIME);
         (clock, explicit.is_none() && self.default_clock.is_none())
+    }
+
+    /// The fields `stamp` appends to a packet of this stream that has (or
+    /// has not) a `timestamp_clock_id` of its own.
+    pub fn suffix(&mut self, stamp: &Stamp, has_clock_id: bool) -> &StampSuffix {
+        let slot = &mut self.suffixes[usize::from(has_clock_id)];
+        if slot.as_ref().is_some_and(|(made_for, _)| made_for != stamp) {
+            *slot = None;
+        }
+        &slot
+            .get_or_insert_with(|| (*stamp, StampSuffix::new(stamp, has_clock_id)))
+            .1
     }
 
     /// Last resolved (host ts, relay BOOTTIME).
@@ -176,6 +192,7 @@ impl Streams {
                     last: None,
                     pending: 0,
                     src: Arc::from(format!("{}/{}", s.machine_raw_id, s.relay_sequence)),
+                    suffixes: [None, None],
                 },
             );
         }
@@ -204,6 +221,7 @@ impl Streams {
                     last: None,
                     pending: 0,
                     src,
+                    suffixes: [None, None],
                 }))
             }
         }
