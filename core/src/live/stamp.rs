@@ -59,7 +59,8 @@ pub fn relayed_stamp(machine_id: u32, out_seq: u32, clock: Option<u32>) -> Stamp
 
 /// [`stamp_relayed`] without a copy: the stamped packet as a slice of
 /// `packet` with the stamped fields after it, where that is what it is
-/// (see [`stamp_split`]; a SystemInfo is rewritten, so it is not).
+/// (see [`tracesync_protocol::scan::stamp_split`]; a SystemInfo is
+/// rewritten, so it is not).
 ///
 /// `suffix` is the fields `stamp` appends ([`relayed_stamp`]'s, kept by
 /// the packet's stream: built per packet it was 3% of the daemon's CPU
