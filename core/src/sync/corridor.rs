@@ -45,9 +45,9 @@ pub const GRID_NS: u64 = 1_000_000_000;
 /// them on each side of the point).
 const MIN_LEGS: usize = 4;
 
-/// Golden-section steps of the slope search: the interval shrinks by
-/// 0.618 per step, from 2x the crystal tolerance to far below 1e-15.
-const SEARCH_STEPS: usize = 90;
+mod geometry;
+use geometry::golden_max_in;
+pub(crate) use geometry::{Side, golden_max, hull};
 
 /// One leg's bound on `h = host - relay` at a relay time.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -81,12 +81,26 @@ pub(crate) fn legs(exchanges: impl Iterator<Item = [u64; 4]>) -> (Vec<Leg>, Vec<
     (lower, upper)
 }
 
-/// The line of one grid point: `h(t) = h_ns + slope * (t - relay_ns)`.
+/// The curve of one grid point: `h(t) = h_ns + slope * d + curve * d^2`
+/// with `d = t - relay_ns` (a line where `curve` is 0).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Line {
     relay_ns: u64,
     h_ns: f64,
     slope: f64,
+    curve: f64,
+}
+
+/// What a segment's grid points fit over their windows: chosen per
+/// segment by [`choose_window`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Shape {
+    /// Half-width of the window (ns of relay time).
+    half: u64,
+    /// A parabola instead of a line: for a clock whose frequency wanders
+    /// within a window (a 60 s sinusoid of 5 ppm bends a line over 32 s
+    /// by ~25 µs at its peaks).
+    curved: bool,
 }
 
 /// Lines every [`GRID_NS`] over one segment.
@@ -124,7 +138,8 @@ impl Corridor {
         let base_ns = lower[0].h_ns;
         let points = (last - first) / GRID_NS + 1;
         let max = max_abs_freq.abs().max(1e-9);
-        let half = choose_window(&lower, &upper, first, last, base_ns, max);
+        let shape = choose_window(&lower, &upper, first, last, base_ns, max);
+        let half = shape.half;
         let surrounded = surrounded(&lower, &upper, first);
         // Every grid point's window holds all of a segment shorter than
         // two half-widths: its lines are all one line over its legs, which
@@ -141,7 +156,7 @@ impl Corridor {
                 lines: Vec::new(),
                 surrounded,
                 whole: enough
-                    .then(|| widest(&lower, &upper, mid, base_ns, max))
+                    .then(|| widest(&lower, &upper, mid, base_ns, max, false))
                     .flatten()
                     .map(|line| (line, last)),
             };
@@ -165,7 +180,7 @@ impl Corridor {
                 if !surrounded(lo) || !surrounded(up) {
                     return None;
                 }
-                Some((k, widest(lo, up, at, base_ns, max)?))
+                Some((k, widest(lo, up, at, base_ns, max, shape.curved)?))
             })
             .collect();
         Self {
@@ -252,7 +267,8 @@ fn surrounded(lower: &[Leg], upper: &[Leg], first: u64) -> (u64, u64) {
 
 impl Line {
     fn at(&self, relay_ns: u64) -> f64 {
-        self.h_ns + self.slope * (relay_ns as i128 - self.relay_ns as i128) as f64
+        let d = (relay_ns as i128 - self.relay_ns as i128) as f64;
+        self.h_ns + d * (self.slope + self.curve * d)
     }
 }
 
@@ -284,14 +300,16 @@ fn chord(a: &Line, b: &Line, relay_ns: u64) -> f64 {
     (1.0 - s) * a.h_ns + s * b.h_ns
 }
 
-/// The window half-width for a segment: of [`WINDOWS_NS`], the one whose
-/// lines fitted on either side of a point (over that width each) disagree
-/// least at the point, in the median over points every
+/// The window half-width and shape for a segment. Of [`WINDOWS_NS`], the
+/// one whose lines fitted on either side of a point (over that width
+/// each) disagree least at the point, in the median over points every
 /// [`CHOICE_STEP_NS`]. Their disagreement is the window's noise (fewer
 /// fast legs in a narrow one) plus its bend (the clock's wander across a
 /// wide one): a quiet crystal on a jittery link wants a wide window, a
-/// wandering one a narrow one. [`WINDOW_NS`] when the segment is too
-/// short to tell.
+/// wandering one a narrow one. Where even the narrowest is chosen and the
+/// next one disagrees more (its bend, not its noise, dominates), a
+/// parabola over [`CURVE_HALF_NS`]. A [`WINDOW_NS`] line when the segment
+/// is too short to tell.
 fn choose_window(
     lower: &[Leg],
     upper: &[Leg],
@@ -299,48 +317,79 @@ fn choose_window(
     last: u64,
     base_ns: i128,
     max: f64,
-) -> u64 {
-    let mut best = (f64::INFINITY, WINDOW_NS);
-    for &half in &WINDOWS_NS {
-        let mut gaps = Vec::new();
-        let mut at = first.saturating_add(half);
-        // Checked, not saturating: a segment ending at u64::MAX would
-        // otherwise let `at + half` past it.
-        while at.checked_add(half).is_some_and(|end| end <= last) {
-            // Across a gap with no legs, on to the first point (of the
-            // same steps) whose window reaches the next leg.
-            if window(lower, at - half, at + half).is_empty() {
-                let next = lower.partition_point(|l| l.relay_ns <= at + half);
-                let Some(l) = lower.get(next) else { break };
-                let steps = (l.relay_ns - half - at).div_ceil(CHOICE_STEP_NS);
-                at = at.saturating_add(steps.max(1).saturating_mul(CHOICE_STEP_NS));
-                continue;
-            }
-            let side = |from: u64, to: u64| {
-                let lo = window(lower, from, to);
-                let up = window(upper, from, to);
-                if lo.len() < MIN_LEGS || up.len() < MIN_LEGS {
-                    return None;
-                }
-                widest(lo, up, at, base_ns, max)
-            };
-            if let (Some(a), Some(b)) = (side(at - half, at), side(at, at + half)) {
-                gaps.push((a.h_ns - b.h_ns).abs());
-            }
-            at = at.saturating_add(CHOICE_STEP_NS);
-        }
-        if gaps.len() < MIN_CHOICE_POINTS {
-            continue;
-        }
-        let mid = gaps.len() / 2;
-        let median = *gaps.select_nth_unstable_by(mid, f64::total_cmp).1;
+) -> Shape {
+    let line = |half| Shape {
+        half,
+        curved: false,
+    };
+    let medians =
+        WINDOWS_NS.map(|half| disagreement(lower, upper, first, last, base_ns, max, half));
+    let mut best = (f64::INFINITY, line(WINDOW_NS));
+    for (&half, median) in WINDOWS_NS.iter().zip(medians) {
         // A wider window must do clearly better: its bend on a clock
         // that wanders shows in few of the points judged.
-        if median < WIDER_MUST_WIN * best.0 {
-            best = (median, half);
+        if let Some(median) = median.filter(|&m| m < WIDER_MUST_WIN * best.0) {
+            best = (median, line(half));
         }
     }
+    // The next window disagreeing clearly more: its bend, not its noise,
+    // dominates (a 60 s sinusoid of 5 ppm on Wi-Fi: 2.2-2.8x; the other
+    // simulator scenarios at most 1.04x).
+    let bends =
+        matches!(medians, [Some(narrow), Some(wider), _] if WIDER_MUST_WIN * wider > narrow);
+    if best.1.half == WINDOWS_NS[0] && bends {
+        return Shape {
+            half: CURVE_HALF_NS,
+            curved: true,
+        };
+    }
     best.1
+}
+
+/// The median disagreement at a point of the lines fitted over `half`
+/// before it and `half` after it (see [`choose_window`]); None when the
+/// segment has too few points to judge.
+fn disagreement(
+    lower: &[Leg],
+    upper: &[Leg],
+    first: u64,
+    last: u64,
+    base_ns: i128,
+    max: f64,
+    half: u64,
+) -> Option<f64> {
+    let mut gaps = Vec::new();
+    let mut at = first.saturating_add(half);
+    // Checked, not saturating: a segment ending at u64::MAX would
+    // otherwise let `at + half` past it.
+    while at.checked_add(half).is_some_and(|end| end <= last) {
+        // Across a gap with no legs, on to the first point (of the same
+        // steps) whose window reaches the next leg.
+        if window(lower, at - half, at + half).is_empty() {
+            let next = lower.partition_point(|l| l.relay_ns <= at + half);
+            let l = lower.get(next)?;
+            let steps = (l.relay_ns - half - at).div_ceil(CHOICE_STEP_NS);
+            at = at.saturating_add(steps.max(1).saturating_mul(CHOICE_STEP_NS));
+            continue;
+        }
+        let side = |from: u64, to: u64| {
+            let lo = window(lower, from, to);
+            let up = window(upper, from, to);
+            if lo.len() < MIN_LEGS || up.len() < MIN_LEGS {
+                return None;
+            }
+            widest(lo, up, at, base_ns, max, false)
+        };
+        if let (Some(a), Some(b)) = (side(at - half, at), side(at, at + half)) {
+            gaps.push((a.h_ns - b.h_ns).abs());
+        }
+        at = at.saturating_add(CHOICE_STEP_NS);
+    }
+    if gaps.len() < MIN_CHOICE_POINTS {
+        return None;
+    }
+    let mid = gaps.len() / 2;
+    Some(*gaps.select_nth_unstable_by(mid, f64::total_cmp).1)
 }
 
 /// Candidate half-widths of a segment's window (ns of relay time). Not
@@ -349,6 +398,19 @@ fn choose_window(
 /// only because a wider window must win by [`WIDER_MUST_WIN`]: chosen
 /// without that margin, Wi-Fi with wander went from 12 to 25 µs.
 const WINDOWS_NS: [u64; 3] = [16_000_000_000, 32_000_000_000, 64_000_000_000];
+
+/// Half-width of a parabola's window (ns of relay time): wider than the
+/// narrowest line's, as its extra freedom costs noise, narrow enough that
+/// the bend it leaves (the clock's third derivative) stays small.
+const CURVE_HALF_NS: u64 = 20_000_000_000;
+
+/// Largest curvature a parabola is searched over (per ns): half the
+/// largest rate of frequency change, 10 ppm per second.
+const MAX_CURVE: f64 = 0.5 * 10e-6 / 1e9;
+
+/// Golden-section steps of the curvature search: down to ~1e-22 per ns,
+/// well under a ns over a window.
+const CURVE_STEPS: usize = 40;
 
 /// How much smaller a wider window's median disagreement must be.
 const WIDER_MUST_WIN: f64 = 0.7;
@@ -366,12 +428,20 @@ fn window(legs: &[Leg], from: u64, to: u64) -> &[Leg] {
     &legs[start..end]
 }
 
-/// The line at `at` that maximises its smallest vertical distance to the
-/// lower legs (below it) and the upper legs (above it), through the
-/// middle of that corridor. The corridor's width is concave in the
-/// slope (a minimum of lines minus a maximum of lines), so a golden-section
-/// search finds its top.
-fn widest(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Option<Line> {
+/// The line at `at` (a parabola when `curved`) that maximises its smallest
+/// vertical distance to the lower legs (below it) and the upper legs
+/// (above it), through the middle of that corridor. The corridor's width
+/// is concave in the slope and curvature (a minimum of linear functions
+/// minus a maximum of them), so a golden-section search finds its top,
+/// and one over the curvature the top of those tops.
+fn widest(
+    lower: &[Leg],
+    upper: &[Leg],
+    at: u64,
+    base_ns: i128,
+    max: f64,
+    curved: bool,
+) -> Option<Line> {
     let rel = |l: &Leg| {
         (
             (l.relay_ns as i128 - at as i128) as f64,
@@ -380,11 +450,27 @@ fn widest(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Opt
     };
     let lower: Vec<(f64, f64)> = lower.iter().map(rel).collect();
     let upper: Vec<(f64, f64)> = upper.iter().map(rel).collect();
-    let (h_ns, slope, _) = midline(&lower, &upper, (-max, max))?;
+    let unbent = |points: &[(f64, f64)], curve: f64| -> Vec<(f64, f64)> {
+        points
+            .iter()
+            .map(|&(x, y)| (x, y - curve * x * x))
+            .collect()
+    };
+    let curve = if curved {
+        let width = |curve: f64| {
+            midline(&unbent(&lower, curve), &unbent(&upper, curve), (-max, max))
+                .map_or(f64::NEG_INFINITY, |m| m.2)
+        };
+        golden_max_in(width, (-MAX_CURVE, MAX_CURVE), CURVE_STEPS)
+    } else {
+        0.0
+    };
+    let (h_ns, slope, _) = midline(&unbent(&lower, curve), &unbent(&upper, curve), (-max, max))?;
     Some(Line {
         relay_ns: at,
         h_ns,
         slope,
+        curve,
     })
 }
 
@@ -440,71 +526,6 @@ pub(crate) fn grid_near(legs: &[Leg], first: u64, points: u64, reach: u64, step:
         out.extend(from..=to);
     }
     out
-}
-
-/// Where the concave `f` is highest within `range`: a golden-section
-/// search of [`SEARCH_STEPS`] steps (the interval shrinks by 0.618 per
-/// step).
-pub(crate) fn golden_max(f: impl Fn(f64) -> f64, (mut a, mut b): (f64, f64)) -> f64 {
-    let ratio = (5f64.sqrt() - 1.0) / 2.0;
-    let mut c = b - ratio * (b - a);
-    let mut d = a + ratio * (b - a);
-    let (mut fc, mut fd) = (f(c), f(d));
-    for _ in 0..SEARCH_STEPS {
-        if fc >= fd {
-            (b, d, fd) = (d, c, fc);
-            c = b - ratio * (b - a);
-            fc = f(c);
-        } else {
-            (a, c, fc) = (c, d, fd);
-            d = a + ratio * (b - a);
-            fd = f(d);
-        }
-    }
-    (a + b) / 2.0
-}
-
-/// Which convex hull of a point set [`hull`] keeps.
-#[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Side {
-    Upper,
-    Lower,
-}
-
-/// The vertices of the upper or lower convex hull of `points`, by x:
-/// the points that maximise (upper) or minimise (lower) `y - slope * x`
-/// for some slope.
-pub(crate) fn hull(points: &[(f64, f64)], side: Side) -> Vec<(f64, f64)> {
-    let flip = if side == Side::Upper { 1.0 } else { -1.0 };
-    let mut sorted: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (x, flip * y)).collect();
-    if !sorted.is_sorted_by(|a, b| a.0 <= b.0) {
-        sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
-    // Same x: only the highest can be a vertex.
-    sorted.dedup_by(|next, kept| {
-        let same = next.0 == kept.0;
-        if same && next.1 > kept.1 {
-            kept.1 = next.1;
-        }
-        same
-    });
-    let mut kept: Vec<(f64, f64)> = Vec::with_capacity(16);
-    for p in sorted {
-        while let [.., a, b] = kept[..] {
-            if turns_right(a, b, p) {
-                break;
-            }
-            kept.pop();
-        }
-        kept.push(p);
-    }
-    kept.into_iter().map(|(x, y)| (x, flip * y)).collect()
-}
-
-/// True when `a -> b -> c` turns clockwise (b lies strictly above the
-/// chord a-c, so it stays on the upper hull).
-fn turns_right(a: (f64, f64), b: (f64, f64), c: (f64, f64)) -> bool {
-    (b.0 - a.0) * (c.1 - a.1) - (b.1 - a.1) * (c.0 - a.0) < 0.0
 }
 
 #[cfg(test)]
