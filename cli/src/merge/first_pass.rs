@@ -91,18 +91,7 @@ const SYNCHRONIZATION_MARKER: u32 = 36;
 pub fn scan_input(source: &InputSource) -> FileScan {
     let mut scan = match open_reader(source) {
         Ok(reader) => scan_packets(source, reader),
-        Err(e) => {
-            let mut scan = FileScan::default();
-            scan.faults.push(InputFault {
-                display: source.display.clone(),
-                offset: None,
-                message: format!(
-                    "cannot read: {e}; check that it is readable, or remove the input"
-                ),
-                fatal: true,
-            });
-            return scan;
-        }
+        Err(e) => return FileScan::cannot_read(source, &e),
     };
     scan.note_if_empty(source);
     scan
@@ -256,6 +245,22 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
 }
 
 impl FileScan {
+    /// An input that cannot be opened or read from its start: one fatal
+    /// fault saying so, nothing else.
+    pub fn cannot_read(source: &InputSource, e: &std::io::Error) -> Self {
+        Self {
+            faults: vec![InputFault {
+                display: source.display.clone(),
+                offset: None,
+                message: format!(
+                    "cannot read: {e}; check that it is readable, or remove the input"
+                ),
+                fatal: true,
+            }],
+            ..Self::default()
+        }
+    }
+
     /// An empty file (or a gzip of nothing) is well-formed but almost
     /// always a recording that never finished or a wrong path: says so
     /// instead of silently merging nothing from it.

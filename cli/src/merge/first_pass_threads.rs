@@ -19,7 +19,7 @@ use tracesync_protocol::reader::{
     DEFAULT_MAX_PACKET_SIZE, TraceFile, TraceReader, leading_records, record_boundaries,
 };
 
-use super::first_pass::{FileScan, InputFault, scan_input, scan_packets};
+use super::first_pass::{FileScan, scan_input, scan_packets};
 use super::inputs::InputSource;
 
 /// A file is cut only into pieces of at least this many bytes: below it,
@@ -178,25 +178,13 @@ fn small_records(source: &InputSource) -> bool {
 fn scan_piece(source: &InputSource, from: u64, to: Option<u64>) -> FileScan {
     let opened = match source.open_range(from, to.map(|t| t - from)) {
         Some(Ok(r)) => r,
-        Some(Err(e)) => return cannot_read(source, &e),
+        Some(Err(e)) => return FileScan::cannot_read(source, &e),
         None => return scan_input(source),
     };
     let mut reader = TraceReader::new();
     reader.set_expand_bundles(false);
     reader.set_position(from);
     scan_packets(source, TraceFile::plain(opened, reader))
-}
-
-fn cannot_read(source: &InputSource, e: &std::io::Error) -> FileScan {
-    FileScan {
-        faults: vec![InputFault {
-            display: source.display.clone(),
-            offset: None,
-            message: format!("cannot read: {e}; check that it is readable, or remove the input"),
-            fatal: true,
-        }],
-        ..FileScan::default()
-    }
 }
 
 /// `f` of every item of `work` on `threads` threads (each takes the next

@@ -2,21 +2,15 @@
 //! keeps, whatever the input holds and wherever it breaks.
 
 use super::*;
-use crate::merge::inputs::expand_inputs;
+use crate::merge::test_traces::{compressed_bundle, record, source_of};
 use flate2::Compression;
-use flate2::write::{GzEncoder, ZlibEncoder};
+use flate2::write::GzEncoder;
 use prost::Message;
 use std::io::Write;
-use std::path::Path;
 use tracesync_protocol::perfetto::clock_snapshot::Clock;
 use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
 use tracesync_protocol::perfetto::{ClockSnapshot, SystemInfo, TracePacket};
-use tracesync_protocol::scan::field;
 use tracesync_protocol::wire;
-
-fn record(out: &mut Vec<u8>, packet: &[u8]) {
-    wire::put_len_field(out, 1, packet);
-}
 
 /// Packet `i` of a two-machine trace: a SystemInfo per machine, clock
 /// snapshots every 97 packets (the first declaring a primary clock only
@@ -78,24 +72,11 @@ fn trace_broken_after(broken: Option<u64>) -> Vec<u8> {
             record(&mut t, &[0x42, 0x7f]);
         }
         if i == 2200 {
-            let mut inner = Vec::new();
-            for k in 0..20 {
-                record(&mut inner, &packet(5000 + k));
-            }
-            let mut z = ZlibEncoder::new(Vec::new(), Compression::fast());
-            z.write_all(&inner).unwrap();
-            let mut bundle = Vec::new();
-            wire::put_len_field(&mut bundle, field::COMPRESSED_PACKETS, &z.finish().unwrap());
-            record(&mut t, &bundle);
+            let inner: Vec<Vec<u8>> = (0..20).map(|k| packet(5000 + k)).collect();
+            record(&mut t, &compressed_bundle(inner.iter().map(Vec::as_slice)));
         }
     }
     t
-}
-
-fn source_of(dir: &Path, name: &str, bytes: &[u8]) -> InputSource {
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).unwrap();
-    expand_inputs(&[path], None).unwrap().traces.remove(0)
 }
 
 /// Cut into up to four pieces of at least 1 KiB, and whole.

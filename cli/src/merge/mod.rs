@@ -20,6 +20,8 @@ pub mod plan;
 pub mod remote;
 pub mod second_pass;
 pub mod stats;
+#[cfg(test)]
+mod test_traces;
 pub mod window;
 pub mod write_thread;
 

@@ -1,19 +1,12 @@
 use super::*;
-use crate::merge::inputs::expand_inputs;
 use crate::merge::output::Format;
 use crate::merge::packets::{bundle_of, open_reader};
+use crate::merge::test_traces::{compressed_bundle, record, source_of};
 use crate::merge::{MergeOptions, merge_with_scan_threads};
-use flate2::Compression;
-use flate2::write::ZlibEncoder;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tracesync_protocol::scan::{field, scan_packet};
 use tracesync_protocol::wire;
-
-fn record(out: &mut Vec<u8>, packet: &[u8]) {
-    wire::put_len_field(out, 1, packet);
-}
 
 fn track_event(i: u64) -> Vec<u8> {
     let mut p = Vec::new();
@@ -29,12 +22,6 @@ fn large(ts: u64, len: usize) -> Vec<u8> {
     wire::put_varint_field(&mut p, field::TIMESTAMP, ts);
     wire::put_len_field(&mut p, 11, &vec![(ts % 251) as u8; len]);
     p
-}
-
-fn source_of(dir: &Path, name: &str, trace: &[u8]) -> InputSource {
-    let path = dir.join(name);
-    std::fs::write(&path, trace).unwrap();
-    expand_inputs(&[path], None).unwrap().traces.remove(0)
 }
 
 /// What the first pass's reader and scan yield: bytes, and whether the
@@ -84,15 +71,11 @@ fn both_feeds_yield_the_readers_packets_across_batches_up_to_a_fault() {
     }
     record(&mut trace, &vec![0u8; 40 * THREADED.bytes]);
     record(&mut trace, &[0x42, 0x7f]);
-    let mut inner = Vec::new();
-    for i in 0..10 {
-        record(&mut inner, &track_event(100_000 + i));
-    }
-    let mut z = ZlibEncoder::new(Vec::new(), Compression::fast());
-    z.write_all(&inner).unwrap();
-    let mut bundle = Vec::new();
-    wire::put_len_field(&mut bundle, field::COMPRESSED_PACKETS, &z.finish().unwrap());
-    record(&mut trace, &bundle);
+    let inner: Vec<Vec<u8>> = (0..10).map(|i| track_event(100_000 + i)).collect();
+    record(
+        &mut trace,
+        &compressed_bundle(inner.iter().map(Vec::as_slice)),
+    );
     record(&mut trace, &track_event(7));
     trace.extend_from_slice(&[0x0a, 0x20, 0x40]);
     let dir = tempfile::tempdir().unwrap();
