@@ -25,8 +25,7 @@
 //!   [`choose_window`]), so a mapping never reaches across more than that;
 //!   the caller gives one segment (no step or suspend inside). A segment
 //!   shorter than two half-widths is one window: one line over all its
-//!   legs (a parabola when it spans 10 s or more), from its first leg to
-//!   its last.
+//!   legs, from its first leg to its last.
 //! - **Deterministic.** Same legs in, same lines out (no randomness, a
 //!   fixed number of search steps).
 //! - **Bounded.** One line per [`GRID_NS`] of the segment's span within
@@ -157,7 +156,7 @@ impl Corridor {
                 lines: Vec::new(),
                 surrounded,
                 whole: enough
-                    .then(|| whole_line(&lower, &upper, mid, base_ns, max))
+                    .then(|| widest(&lower, &upper, mid, base_ns, max, false))
                     .flatten()
                     .map(|line| (line, last)),
             };
@@ -474,23 +473,6 @@ fn widest(
         curve,
     })
 }
-
-/// The curve of a segment within one window (see [`Corridor::fit`]): a
-/// parabola when the segment spans [`WHOLE_CURVE_NS`] or more, where a
-/// wandering clock bends away from a line (the real-socket run's 5 ppm /
-/// 60 s relay: 10-20 µs at the ends of its 15 s segment), else a line.
-fn whole_line(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Option<Line> {
-    let span = lower
-        .last()?
-        .relay_ns
-        .saturating_sub(lower.first()?.relay_ns);
-    widest(lower, upper, at, base_ns, max, span >= WHOLE_CURVE_NS)
-}
-
-/// Shortest segment fitted whole that gets a parabola (ns of relay
-/// time): below it a bend is too small to matter (5e-7/s over 10 s: 3 µs at
-/// the ends) and pieces of a slew hold few legs.
-const WHOLE_CURVE_NS: u64 = 10_000_000_000;
 
 /// The line `y = value + slope * x` that keeps the largest vertical
 /// distance to the points `lower` (below it) and `upper` (above it), with
