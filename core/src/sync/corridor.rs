@@ -367,7 +367,7 @@ fn disagreement(
         // steps) whose window reaches the next leg.
         if window(lower, at - half, at + half).is_empty() {
             let next = lower.partition_point(|l| l.relay_ns <= at + half);
-            let l = lower.get(next)?;
+            let Some(l) = lower.get(next) else { break };
             let steps = (l.relay_ns - half - at).div_ceil(CHOICE_STEP_NS);
             at = at.saturating_add(steps.max(1).saturating_mul(CHOICE_STEP_NS));
             continue;
