@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::UdpSocket;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -21,6 +20,7 @@ use crate::control::{self, ControlHub, DEFAULT_TAIL_CAPACITY};
 use crate::reload::{self, OutputLimits};
 use crate::rolling::{RollingConfig, RollingWriter};
 use crate::sync::ProbeSessions;
+use crate::sync::SyncSockets;
 use crate::sync::prober::spawn_prober_with;
 use tracesync_common::exit;
 use tracesync_core::live::{LiveConfig, LiveCore};
@@ -169,7 +169,7 @@ async fn run_daemon(
             &e,
         )
     })?;
-    let sync = UdpSocket::bind(config.listen.sync).await.map_err(|e| {
+    let sync = SyncSockets::bind(config.listen.sync).await.map_err(|e| {
         Fatal::io(
             exit::UNAVAILABLE,
             format!("cannot bind {} (listen.sync)", config.listen.sync),
@@ -188,6 +188,7 @@ async fn run_daemon(
         .local_addr()
         .map_err(|e| Fatal::io(exit::IOERR, "data socket".into(), &e))?;
     let sync_addr = sync
+        .udp
         .local_addr()
         .map_err(|e| Fatal::io(exit::IOERR, "sync socket".into(), &e))?;
     if let Some(addr) = config.metrics.listen {

@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracesync_protocol::relay::MAX_PROBE_DATAGRAM_BYTES;
 
 use super::ProbeSessions;
+use super::sockets::SyncSockets;
 use tracesync_common::clock::{SystemClock, boottime_ns};
 use tracesync_common::rx_stamp::{KERNEL_RX_TIMESTAMPS_DEFAULT, Received, RxStamps};
 use tracesync_core::sync::{ProbeDue, ProberConfig, ProberCore, Route, SyncUpdate};
@@ -76,29 +77,13 @@ pub fn spawn_prober(
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
     spawn_prober_with(
-        socket,
+        SyncSockets::beside(socket),
         sessions,
         updates,
         shutdown,
         ProberConfig::default(),
         KERNEL_RX_TIMESTAMPS_DEFAULT,
     )
-}
-
-/// Binds the TCP fallback listener on the UDP socket's address; None (with
-/// a warning) when that port is taken for TCP.
-fn bind_tcp_fallback(socket: &UdpSocket) -> Option<std::net::TcpListener> {
-    let addr = socket.local_addr().ok()?;
-    match std::net::TcpListener::bind(addr).and_then(|listener| {
-        listener.set_nonblocking(true)?;
-        Ok(listener)
-    }) {
-        Ok(listener) => Some(listener),
-        Err(error) => {
-            tracing::warn!(%error, %addr, "sync: cannot listen for TCP probes on the sync port; relays on TCP-only links get no clock sync");
-            None
-        }
-    }
 }
 
 /// As [`spawn_prober`] with an explicit schedule and estimator tuning;
@@ -109,14 +94,14 @@ fn bind_tcp_fallback(socket: &UdpSocket) -> Option<std::net::TcpListener> {
 /// would land on one leg only). The returned task ends with the thread;
 /// aborting it stops the thread.
 pub fn spawn_prober_with(
-    socket: UdpSocket,
+    sockets: SyncSockets,
     sessions: ProbeSessions,
     updates: mpsc::Sender<SyncUpdate>,
     shutdown: CancellationToken,
     config: ProberConfig,
     kernel_rx_timestamps: bool,
 ) -> JoinHandle<()> {
-    let tcp = bind_tcp_fallback(&socket);
+    let SyncSockets { udp: socket, tcp } = sockets;
     let socket = match socket.into_std() {
         Ok(socket) => socket,
         Err(error) => {
