@@ -175,6 +175,7 @@ chmod 0755 "$ROOT/init"
 
 # --- the namespace and the daemon --------------------------------------------
 ip netns add "$NS"
+say "network namespace $NS"
 ip -n "$NS" link set lo up
 mkdir -p "$WORK/out"
 ip netns exec "$NS" "$HOST_BIN/tracesyncd" --tls off --token "$TOKEN" \
