@@ -46,8 +46,10 @@ pub const GRID_NS: u64 = 1_000_000_000;
 const MIN_LEGS: usize = 4;
 
 mod geometry;
+mod held_out;
 use geometry::golden_max_in;
 pub(crate) use geometry::{Side, golden_max, hull};
+use held_out::parabola_predicts_better;
 
 /// One leg's bound on `h = host - relay` at a relay time.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -156,7 +158,13 @@ impl Corridor {
                 lines: Vec::new(),
                 surrounded,
                 whole: enough
-                    .then(|| widest(&lower, &upper, mid, base_ns, max, false))
+                    .then(|| {
+                        // A long one may bend within its span (the
+                        // wander of a real crystal over 15 s).
+                        let curved = last - first >= MIN_CURVE_SPAN_NS
+                            && parabola_predicts_better(&lower, &upper, mid, base_ns, max);
+                        widest(&lower, &upper, mid, base_ns, max, curved)
+                    })
                     .flatten()
                     .map(|line| (line, last)),
             };
@@ -403,6 +411,10 @@ const WINDOWS_NS: [u64; 3] = [16_000_000_000, 32_000_000_000, 64_000_000_000];
 /// narrowest line's, as its extra freedom costs noise, narrow enough that
 /// the bend it leaves (the clock's third derivative) stays small.
 const CURVE_HALF_NS: u64 = 20_000_000_000;
+
+/// Shortest segment within one window that may be fitted as a parabola
+/// (ns of relay time): a shorter one bends less than its legs let see.
+const MIN_CURVE_SPAN_NS: u64 = 10_000_000_000;
 
 /// Largest curvature a parabola is searched over (per ns): half the
 /// largest rate of frequency change, 10 ppm per second.

@@ -256,3 +256,69 @@ fn exponential(seed: u64, mean_ns: f64) -> impl FnMut() -> u64 {
         (-(1.0 - u).ln() * mean_ns) as u64
     }
 }
+
+/// Exchanges at 10 Hz over `secs` from host 5 s of a relay whose `h`
+/// (host minus relay) is `relay(host)`, legs 90 µs plus an exponential
+/// queue of mean `queue_ns` (the real-socket harness's LAN proxy: 25 µs).
+fn exchanges_over(
+    secs: u64,
+    queue_ns: f64,
+    seed: u64,
+    relay: impl Fn(u64) -> i64,
+) -> Vec<[u64; 4]> {
+    let mut queue = exponential(seed, queue_ns);
+    (0..secs * 10)
+        .map(|i| {
+            let h = 5_000_000_000 + i * 100_000_000;
+            let d1 = 90_000 + queue();
+            let d2 = 90_000 + queue();
+            let t2 = relay(h + d1) as u64;
+            [h, t2, t2 + 10_000, h + d1 + 10_000 + d2]
+        })
+        .collect()
+}
+
+#[test]
+fn a_short_segment_that_bends_is_fitted_with_a_parabola() {
+    // 20 s (one window, so one curve over all of it) of a relay at 20 ppm
+    // plus a 5 ppm sinusoid of period 60 s, around the sinusoid's peak
+    // where it bends most: the real-socket harness's wandering relay. One
+    // line over it misses its ends and middle by several µs.
+    let amplitude = 5e-6 * 60e9 / std::f64::consts::TAU;
+    let relay = |h: u64| {
+        let phase = std::f64::consts::TAU * (h as f64 - 15e9) / 60e9;
+        let wave = amplitude * phase.cos();
+        (h + 1_000_000_000_000 + h / 50_000) as i64 + wave.round() as i64
+    };
+    for seed in 1..=3u64 {
+        let xs = exchanges_over(20, 25e3, seed, relay);
+        let c = Corridor::fit(xs.iter().copied(), 500e-6);
+        let (line, _) = c.whole.expect("one curve over the segment");
+        assert!(line.curve != 0.0, "seed {seed}: a line was chosen");
+        let worst = (0..=38u64)
+            .map(|k| {
+                let h = 5_200_000_000 + k * 500_000_000;
+                let host = c.to_host(relay(h) as u64).expect("mapped");
+                (host - h as i64).abs()
+            })
+            .max()
+            .unwrap_or_default();
+        assert!(worst <= 2_000, "seed {seed}: {worst} ns off");
+    }
+}
+
+#[test]
+fn a_short_straight_segment_stays_a_line() {
+    // 15 s of a relay at a constant 20 ppm, over the LAN proxy's legs and
+    // over Wi-Fi-like ones (mean queue 1 ms): a parabola would only bend
+    // to where one half's fastest legs happened to fall.
+    let relay = |h: u64| (h + 1_000_000_000_000 + h / 50_000) as i64;
+    for (queue_ns, seeds) in [(25e3, 1..=60u64), (1e6, 1..=60u64)] {
+        for seed in seeds {
+            let xs = exchanges_over(15, queue_ns, seed, relay);
+            let c = Corridor::fit(xs.iter().copied(), 500e-6);
+            let (line, _) = c.whole.expect("one curve over the segment");
+            assert_eq!(line.curve, 0.0, "queue {queue_ns} ns, seed {seed}");
+        }
+    }
+}
