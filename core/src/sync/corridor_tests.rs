@@ -211,16 +211,7 @@ fn a_clock_that_bends_within_a_window_is_fitted_with_a_parabola() {
         (h + 1_000_000_000_000 + h / 50_000) as i64 + wave.round() as i64
     };
     for seed in 1..=3u64 {
-        let mut queue = exponential(seed, 1e6);
-        let xs: Vec<[u64; 4]> = (0..300 * 8u64)
-            .map(|i| {
-                let h = 5_000_000_000 + i * 125_000_000;
-                let d1 = 500_000 + queue();
-                let d2 = 500_000 + queue();
-                let t2 = relay(h + d1) as u64;
-                [h, t2, t2 + 10_000, h + d1 + 10_000 + d2]
-            })
-            .collect();
+        let xs = exchanges_over(300, 8, WIFI, seed, relay);
         let c = Corridor::fit(xs.iter().copied(), 500e-6);
         assert!(
             c.lines.iter().all(|(_, l)| l.curve != 0.0),
@@ -257,26 +248,32 @@ fn exponential(seed: u64, mean_ns: f64) -> impl FnMut() -> u64 {
     }
 }
 
-/// Exchanges at 10 Hz over `secs` from host 5 s of a relay whose `h`
-/// (host minus relay) is `relay(host)`, legs 90 µs plus an exponential
-/// queue of mean `queue_ns` (the real-socket harness's LAN proxy: 25 µs).
+/// Exchanges at `hz` over `secs` from host 5 s of a relay whose time is
+/// `relay(host)`, legs `base_ns` plus an exponential queue of mean
+/// `queue_ns` (the real-socket harness's LAN proxy: 90 µs + 25 µs;
+/// Wi-Fi: 500 µs + 1 ms).
 fn exchanges_over(
     secs: u64,
-    queue_ns: f64,
+    hz: u64,
+    (base_ns, queue_ns): (u64, f64),
     seed: u64,
     relay: impl Fn(u64) -> i64,
 ) -> Vec<[u64; 4]> {
     let mut queue = exponential(seed, queue_ns);
-    (0..secs * 10)
+    (0..secs * hz)
         .map(|i| {
-            let h = 5_000_000_000 + i * 100_000_000;
-            let d1 = 90_000 + queue();
-            let d2 = 90_000 + queue();
+            let h = 5_000_000_000 + i * (1_000_000_000 / hz);
+            let d1 = base_ns + queue();
+            let d2 = base_ns + queue();
             let t2 = relay(h + d1) as u64;
             [h, t2, t2 + 10_000, h + d1 + 10_000 + d2]
         })
         .collect()
 }
+
+/// The real-socket harness's LAN proxy legs, and Wi-Fi-like ones.
+const LAN: (u64, f64) = (90_000, 25e3);
+const WIFI: (u64, f64) = (500_000, 1e6);
 
 #[test]
 fn a_short_segment_that_bends_is_fitted_with_a_parabola() {
@@ -291,7 +288,7 @@ fn a_short_segment_that_bends_is_fitted_with_a_parabola() {
         (h + 1_000_000_000_000 + h / 50_000) as i64 + wave.round() as i64
     };
     for seed in 1..=3u64 {
-        let xs = exchanges_over(20, 25e3, seed, relay);
+        let xs = exchanges_over(20, 10, LAN, seed, relay);
         let c = Corridor::fit(xs.iter().copied(), 500e-6);
         let (line, _) = c.whole.expect("one curve over the segment");
         assert!(line.curve != 0.0, "seed {seed}: a line was chosen");
@@ -313,12 +310,12 @@ fn a_short_straight_segment_stays_a_line() {
     // over Wi-Fi-like ones (mean queue 1 ms): a parabola would only bend
     // to where one half's fastest legs happened to fall.
     let relay = |h: u64| (h + 1_000_000_000_000 + h / 50_000) as i64;
-    for (queue_ns, seeds) in [(25e3, 1..=60u64), (1e6, 1..=60u64)] {
-        for seed in seeds {
-            let xs = exchanges_over(15, queue_ns, seed, relay);
+    for link in [LAN, WIFI] {
+        for seed in 1..=60u64 {
+            let xs = exchanges_over(15, 10, link, seed, relay);
             let c = Corridor::fit(xs.iter().copied(), 500e-6);
             let (line, _) = c.whole.expect("one curve over the segment");
-            assert_eq!(line.curve, 0.0, "queue {queue_ns} ns, seed {seed}");
+            assert_eq!(line.curve, 0.0, "legs {link:?}, seed {seed}");
         }
     }
 }
