@@ -70,12 +70,16 @@ pub(super) fn parabola_predicts_better(
 /// The legs fitted on and the legs held out in fold `fold`: every
 /// [`FOLDS`]-th leg from the `fold`-th is held out.
 fn split(legs: &[Leg], fold: usize) -> (Vec<Leg>, Vec<Leg>) {
-    let (held, fit): (Vec<(usize, &Leg)>, Vec<(usize, &Leg)>) = legs
-        .iter()
-        .enumerate()
-        .partition(|(i, _)| i % FOLDS == fold);
-    let legs_of = |v: Vec<(usize, &Leg)>| v.into_iter().map(|(_, l)| *l).collect();
-    (legs_of(fit), legs_of(held))
+    let mut fit = Vec::with_capacity(legs.len());
+    let mut held = Vec::with_capacity(legs.len() / FOLDS + 1);
+    for (i, leg) in legs.iter().enumerate() {
+        if i % FOLDS == fold {
+            held.push(*leg);
+        } else {
+            fit.push(*leg);
+        }
+    }
+    (fit, held)
 }
 
 /// The width of the corridor `curve` (moved up or down freely) leaves
