@@ -24,8 +24,9 @@
 //!   (32 or 64 s in a segment where that window does clearly better, see
 //!   [`choose_window`]), so a mapping never reaches across more than that;
 //!   the caller gives one segment (no step or suspend inside). A segment
-//!   shorter than two half-widths is one window: one line over all its
-//!   legs, from its first leg to its last.
+//!   shorter than two half-widths is one window: one curve over all its
+//!   legs, from its first leg to its last (a line, or a parabola where
+//!   legs held out from the fit show it bends: `held_out`).
 //! - **Deterministic.** Same legs in, same lines out (no randomness, a
 //!   fixed number of search steps).
 //! - **Bounded.** One line per [`GRID_NS`] of the segment's span within
@@ -159,11 +160,16 @@ impl Corridor {
                 surrounded,
                 whole: enough
                     .then(|| {
+                        let line = widest(&lower, &upper, mid, base_ns, max, false)?;
                         // A long one may bend within its span (the
                         // wander of a real crystal over 15 s).
-                        let curved = last - first >= MIN_CURVE_SPAN_NS
-                            && parabola_predicts_better(&lower, &upper, mid, base_ns, max);
-                        widest(&lower, &upper, mid, base_ns, max, curved)
+                        if last - first >= MIN_CURVE_SPAN_NS
+                            && parabola_predicts_better(&lower, &upper, &line, base_ns, max)
+                        {
+                            widest(&lower, &upper, mid, base_ns, max, true)
+                        } else {
+                            Some(line)
+                        }
                     })
                     .flatten()
                     .map(|line| (line, last)),

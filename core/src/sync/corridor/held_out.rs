@@ -35,16 +35,18 @@ const MUST_FAVOUR: usize = 3;
 /// relay (5 ppm over 60 s) 4.3-157; the one at 4.3 is given up.
 const MUST_WIN_BY: f64 = 6.0;
 
-/// Whether a parabola at `at` describes the legs better than a line, by
-/// four-fold cross-validation over the legs taken in turn (see the module
-/// doc). False when a fold is too small to fit.
+/// Whether a parabola describes the legs better than `line`, the line
+/// over all of them, by four-fold cross-validation over the legs taken in
+/// turn (see the module doc); the fits are centred where `line` is. False
+/// when a fold is too small to fit.
 pub(super) fn parabola_predicts_better(
     lower: &[Leg],
     upper: &[Leg],
-    at: u64,
+    line: &Line,
     base_ns: i128,
     max: f64,
 ) -> bool {
+    let at = line.relay_ns;
     let mut favoured = 0;
     let mut gained = 0.0;
     for fold in 0..FOLDS {
@@ -61,7 +63,7 @@ pub(super) fn parabola_predicts_better(
         favoured += usize::from(gain > 0.0);
         gained += gain;
     }
-    let Some(spread) = fastest_spread(lower, upper, at, base_ns, max) else {
+    let Some(spread) = fastest_spread(lower, upper, line, base_ns) else {
         return false;
     };
     favoured >= MUST_FAVOUR && gained > MUST_WIN_BY * spread
@@ -94,10 +96,10 @@ fn width_left(curve: &Line, lower: &[Leg], upper: &[Leg], base_ns: i128) -> f64 
 /// How much the fastest leg of each kind among half the legs scatters
 /// (ns), summed over both kinds: with exponential queueing of mean q the
 /// fastest of n legs is late by q / n on average, with that spread too;
-/// q is read from the median lateness (q ln 2) against the line over all
-/// legs. None when that line cannot be fitted.
-fn fastest_spread(lower: &[Leg], upper: &[Leg], at: u64, base_ns: i128, max: f64) -> Option<f64> {
-    let line = widest(lower, upper, at, base_ns, max, false)?;
+/// q is read from the median lateness (q ln 2) against `line`, the line
+/// over all legs. A scale for the folds' gains ([`MUST_WIN_BY`] was set
+/// against it), not their exact noise. None when it is not finite.
+fn fastest_spread(lower: &[Leg], upper: &[Leg], line: &Line, base_ns: i128) -> Option<f64> {
     let lateness = |legs: &[Leg], sign: f64| {
         let mut late: Vec<f64> = legs
             .iter()
