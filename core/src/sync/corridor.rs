@@ -23,7 +23,10 @@
 //! - **Local.** A grid point's line rests on the legs within 16 s of it
 //!   (32 or 64 s in a segment where that window does clearly better, see
 //!   [`choose_window`]), so a mapping never reaches across more than that;
-//!   the caller gives one segment (no step or suspend inside). A segment
+//!   the caller gives one segment (no step or suspend inside). A gap
+//!   without lines (no legs for more than a window) is crossed by the
+//!   cubic through its edge lines' points along the slopes of a window
+//!   of legs either side (`gap`). A segment
 //!   shorter than two half-widths is one window: one curve over all its
 //!   legs, from its first leg to its last (a line, or a parabola where
 //!   legs held out from the fit show it bends: `held_out`).
@@ -46,8 +49,10 @@ pub const GRID_NS: u64 = 1_000_000_000;
 /// them on each side of the point).
 const MIN_LEGS: usize = 4;
 
+mod gap;
 mod geometry;
 mod held_out;
+use gap::{EdgeSlopes, across, edge_slopes};
 use geometry::golden_max_in;
 pub(crate) use geometry::{Side, golden_max, hull};
 use held_out::parabola_predicts_better;
@@ -121,6 +126,8 @@ pub struct Corridor {
     /// A segment within one window: the one line over all its legs, and
     /// the relay time of its last leg (see [`Corridor::fit`]).
     whole: Option<(Line, u64)>,
+    /// The slopes either side of each gap between `lines` (see [`gap`]).
+    edges: Vec<EdgeSlopes>,
     /// The first and last grid points with `MIN_LEGS / 2` legs of each
     /// kind at or before them and after them (`from > to`: none).
     surrounded: (u64, u64),
@@ -157,6 +164,7 @@ impl Corridor {
                 first_ns: first,
                 points: 0,
                 lines: Vec::new(),
+                edges: Vec::new(),
                 surrounded,
                 whole: enough
                     .then(|| {
@@ -196,12 +204,20 @@ impl Corridor {
                 }
                 Some((k, widest(lo, up, at, base_ns, max, shape.curved)?))
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // Each side of a gap over a whole window's width of its own legs.
+        let edges = edge_slopes(
+            &lines,
+            (&lower, &upper),
+            (first, GRID_NS, half.saturating_mul(2)),
+            |lo, up, at| widest(lo, up, at, base_ns, max, shape.curved),
+        );
         Self {
             base_ns,
             first_ns: first,
             points,
             lines,
+            edges,
             whole: None,
             surrounded,
         }
@@ -241,8 +257,12 @@ impl Corridor {
             }
             (Some((kb, here)), _) if kb == k && since % GRID_NS == 0 => here.at(relay_ns),
             // A gap in the samples (a partition): the points of the lines
-            // on its edges, joined.
-            (Some((_, before)), Some((_, after))) => chord(&before, &after, relay_ns),
+            // on its edges, joined along the slopes either side.
+            (Some((_, before)), Some((k_after, after))) => {
+                let i = self.edges.partition_point(|e| e.after < k_after);
+                let edges = self.edges.get(i).filter(|e| e.after == k_after);
+                across(&before, &after, edges, relay_ns)
+            }
             _ => return None,
         };
         let host = relay_ns as i128 + self.base_ns + h.round() as i128;
@@ -301,17 +321,6 @@ fn span(at: u64, half: u64, first: u64, last: u64) -> (u64, u64) {
     } else {
         (at - half, at + half)
     }
-}
-
-/// The straight line from `a`'s point to `b`'s, at `relay_ns` (between
-/// them). Their slopes are left out: fitted from windows half empty,
-/// they are noisier than the clock's bend over the gap (the simulator's
-/// 60 s partition: p99 1.0-2.5 µs joined straight, 1.2-3.4 µs by the
-/// cubic through the slopes).
-fn chord(a: &Line, b: &Line, relay_ns: u64) -> f64 {
-    let span = (b.relay_ns - a.relay_ns) as f64;
-    let s = (relay_ns - a.relay_ns) as f64 / span;
-    (1.0 - s) * a.h_ns + s * b.h_ns
 }
 
 /// The window half-width and shape for a segment. Of [`WINDOWS_NS`], the

@@ -321,3 +321,66 @@ fn a_short_straight_segment_stays_a_line() {
         }
     }
 }
+
+/// Exchanges of `exchanges_over` at 8 Hz over 220 s of the LAN proxy's
+/// legs, less those sent within the 60 s partition from host 100 s.
+fn partitioned(seed: u64, relay: impl Fn(u64) -> i64) -> Vec<[u64; 4]> {
+    let gap = 100_000_000_000..160_000_000_000;
+    let mut xs = exchanges_over(220, 8, LAN, seed, relay);
+    xs.retain(|x| !gap.contains(&x[0]));
+    xs
+}
+
+/// The worst error (ns) over the partition of `partitioned`, every 0.5 s.
+fn worst_in_the_gap(c: &Corridor, relay: impl Fn(u64) -> i64) -> i64 {
+    (0..=120u64)
+        .map(|k| {
+            let h = 100_000_000_000 + k * 500_000_000;
+            let host = c.to_host(relay(h) as u64).expect("mapped across the gap");
+            (host - h as i64).abs()
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_gap_is_crossed_along_the_slopes_either_side() {
+    // 20 ppm plus a 1 ppm sinusoid of period 600 s whose frequency
+    // changes fastest across a 60 s partition (0.63 ppm over it): the
+    // straight join of its edges is off by 4.4-5.2 µs in its middle (seeds
+    // 1-8). Each side's slope, put where its legs' middle is, gives back
+    // the bend.
+    let amplitude = 1e-6 * 600e9 / std::f64::consts::TAU;
+    let relay = |h: u64| {
+        let phase = std::f64::consts::TAU * (h as f64 - 130e9) / 600e9;
+        let wave = -amplitude * phase.cos();
+        (h + 1_000_000_000_000 + h / 50_000) as i64 + wave.round() as i64
+    };
+    for seed in 1..=8u64 {
+        let c = Corridor::fit(partitioned(seed, relay).into_iter(), 500e-6);
+        let worst = worst_in_the_gap(&c, relay);
+        assert!(worst <= 1_500, "seed {seed}: {worst} ns off in the gap");
+    }
+}
+
+#[test]
+fn a_gap_in_a_straight_clock_stays_straight() {
+    // The same partition of a clock at a constant 20 ppm: the slopes
+    // either side are the join's own up to their noise, which bends it
+    // by little (the error itself, up to 1.6 µs, is the edge points').
+    let relay = |h: u64| (h + 1_000_000_000_000 + h / 50_000) as i64;
+    for seed in 1..=10u64 {
+        let c = Corridor::fit(partitioned(seed, relay).into_iter(), 500e-6);
+        let gaps: Vec<_> = c.lines.windows(2).filter(|p| p[1].0 > p[0].0 + 1).collect();
+        assert!(!gaps.is_empty(), "seed {seed}: no gap");
+        for pair in gaps {
+            let ((_, a), (k, b)) = (pair[0], pair[1]);
+            let edges = c.edges.iter().find(|e| e.after == k);
+            assert!(edges.is_some(), "seed {seed}: no slopes for the gap");
+            for t in (a.relay_ns..b.relay_ns).step_by(250_000_000) {
+                let bend = gap::across(&a, &b, edges, t) - gap::across(&a, &b, None, t);
+                assert!(bend.abs() <= 150.0, "seed {seed}: bent by {bend} ns");
+            }
+        }
+    }
+}
