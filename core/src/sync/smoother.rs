@@ -44,7 +44,7 @@
 
 use super::corridor::Corridor;
 use candidates::Candidates;
-use sides::{agrees, combine, envelope, interval, mature, side, spanning};
+use sides::{agrees, combine, envelope, interval, mature, midway, side, spanning};
 
 mod candidates;
 mod hidden_steps;
@@ -523,15 +523,23 @@ impl Segment {
                 // last second), a young side's sigma is no measure.
                 let corridor = self.corridor.to_host(relay_ns).filter(|&c| agrees(c, f, b));
                 // Beyond a segment's outer grid points with legs either
-                // side a full side wins over the line, which only a
-                // segment fitted as one line has there: it can sit at an
-                // end of the narrow interval a full side leaves (a refined
-                // capture's p99 bound 77 -> 106 µs in 1 of 5 runs of
-                // tests/tests/refine_capture.rs).
-                let point = if !self.corridor.surrounds(relay_ns) {
-                    mature(f, b).or(corridor)
-                } else {
+                // side only a segment fitted as one curve has a line. There
+                // a full side facing a young one and the curve are both
+                // estimates off in ways nothing here tells apart: the side's
+                // regression lags a wandering clock (the first second after
+                // a step, 10-18 µs off on real captures), the curve misses
+                // a bend beyond its shape at its ends (12 µs in one). Their
+                // mean halves the worse one's error. (The curve alone can
+                // sit at an end of the narrow interval a full side leaves:
+                // a refined capture's p99 bound 77 -> 106 µs in 1 of 5 runs
+                // of tests/tests/refine_capture.rs.)
+                let point = if self.corridor.surrounds(relay_ns) {
                     corridor.or_else(|| mature(f, b))
+                } else {
+                    match (mature(f, b), corridor) {
+                        (Some(side), Some(curve)) => Some(midway(side, curve)),
+                        (side, curve) => side.or(curve),
+                    }
                 };
                 Some(envelope(combine(f, b), point))
             }

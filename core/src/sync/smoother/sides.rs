@@ -87,6 +87,12 @@ pub(super) fn mature(f: Side, b: Side) -> Option<i64> {
     }
 }
 
+/// The host time halfway between `a` and `b` (no overflow: it lies
+/// between them).
+pub(super) fn midway(a: i64, b: i64) -> i64 {
+    ((i128::from(a) + i128::from(b)) / 2) as i64
+}
+
 /// Samples a side's fit must rest on before its sigma is weighed against
 /// the other side's (a probe burst and a few seconds of probes).
 const MATURE_SAMPLES: u32 = 32;
