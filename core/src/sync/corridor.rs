@@ -26,10 +26,10 @@
 //!   the caller gives one segment (no step or suspend inside). A gap
 //!   without lines (no legs for more than a window) is crossed by the
 //!   cubic through its edge lines' points along the slopes of a window
-//!   of legs either side (`gap`). A segment
-//!   shorter than two half-widths is one window: one curve over all its
-//!   legs, from its first leg to its last (a line, or a parabola where
-//!   legs held out from the fit show it bends: `held_out`).
+//!   of legs either side (`gap`). A segment shorter than two half-widths
+//!   is one window: one curve over all its legs, from its first leg to
+//!   its last (a line, or a parabola where legs held out from the fit
+//!   show it bends: `held_out`).
 //! - **Deterministic.** Same legs in, same lines out (no randomness, a
 //!   fixed number of search steps).
 //! - **Bounded.** One line per [`GRID_NS`] of the segment's span within
@@ -396,11 +396,7 @@ fn disagreement(
             continue;
         }
         let side = |from: u64, to: u64| {
-            let lo = window(lower, from, to);
-            let up = window(upper, from, to);
-            if lo.len() < MIN_LEGS || up.len() < MIN_LEGS {
-                return None;
-            }
+            let (lo, up) = windows_with_enough(lower, upper, from, to)?;
             widest(lo, up, at, base_ns, max, false)
         };
         if let (Some(a), Some(b)) = (side(at - half, at), side(at, at + half)) {
@@ -453,6 +449,19 @@ fn window(legs: &[Leg], from: u64, to: u64) -> &[Leg] {
     let start = legs.partition_point(|l| l.relay_ns < from);
     let end = legs.partition_point(|l| l.relay_ns <= to);
     &legs[start..end]
+}
+
+/// The legs of each kind with relay time in `[from, to]`, None when
+/// either kind has fewer than [`MIN_LEGS`] there.
+fn windows_with_enough<'a>(
+    lower: &'a [Leg],
+    upper: &'a [Leg],
+    from: u64,
+    to: u64,
+) -> Option<(&'a [Leg], &'a [Leg])> {
+    let lo = window(lower, from, to);
+    let up = window(upper, from, to);
+    (lo.len() >= MIN_LEGS && up.len() >= MIN_LEGS).then_some((lo, up))
 }
 
 /// The line at `at` (a parabola when `curved`) that maximises its smallest

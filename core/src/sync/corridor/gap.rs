@@ -18,7 +18,7 @@
 //! without a fitted slope on both sides the join stays straight; the
 //! points of the edge lines are kept (the bend is 0 at both).
 
-use super::{Leg, Line, MIN_LEGS, window};
+use super::{Leg, Line, windows_with_enough};
 
 /// A slope fitted on one side of a gap, and the relay time it holds at.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,11 +47,7 @@ pub(super) fn edge_slopes(
     fit: impl Fn(&[Leg], &[Leg], u64) -> Option<Line>,
 ) -> Vec<EdgeSlopes> {
     let slope = |from: u64, to: u64, at: u64| {
-        let lo = window(lower, from, to);
-        let up = window(upper, from, to);
-        if lo.len() < MIN_LEGS || up.len() < MIN_LEGS {
-            return None;
-        }
+        let (lo, up) = windows_with_enough(lower, upper, from, to)?;
         let line = fit(lo, up, at)?;
         // A line's slope is the mean over its legs: the clock's at
         // their middle. A parabola's is its own at the point.
