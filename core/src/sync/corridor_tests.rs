@@ -384,3 +384,64 @@ fn a_gap_in_a_straight_clock_stays_straight() {
         }
     }
 }
+
+/// Points (relay time, offset) of one side's legs.
+type LegPoints = Vec<(f64, f64)>;
+
+/// The legs of `xs` as the live estimator fits them: (relay time, offset
+/// minus half the round trip) below the line, plus half above it.
+fn leg_points(xs: &[[u64; 4]]) -> (LegPoints, LegPoints) {
+    let at = |x: &[u64; 4]| (x[1] as f64 + x[2] as f64) / 2.0 - xs[0][1] as f64;
+    let offset =
+        |x: &[u64; 4]| ((x[1] as f64 - x[0] as f64) + (x[2] as f64 - x[3] as f64)) / 2.0 - 1e12;
+    let delay = |x: &[u64; 4]| (x[3] as f64 - x[0] as f64) - (x[2] as f64 - x[1] as f64);
+    let side = |sign: f64| {
+        xs.iter()
+            .map(|x| (at(x), offset(x) + sign * delay(x) / 2.0))
+            .collect()
+    };
+    (side(-1.0), side(1.0))
+}
+
+#[test]
+fn a_sharp_floor_keeps_the_fastest_legs_line() {
+    // Exponential queueing (the LAN and Wi-Fi legs above): the fastest leg
+    // of each side is the best estimate, and the steady slope is not used.
+    for seed in 1..=6u64 {
+        for legs in [LAN, WIFI] {
+            let xs = exchanges_over(60, 8, legs, seed, |h| h as i64 + 1_000_000_000_000);
+            let (lower, upper) = leg_points(&xs);
+            let slopes = (-20e-6, 20e-6);
+            assert_eq!(
+                steady_midline(&lower, &upper, slopes),
+                midline(&lower, &upper, slopes),
+                "seed {seed}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_soft_floor_chooses_the_slope_by_the_fastest_few_legs() {
+    // Legs whose fastest values thin out towards the floor (the sum of
+    // four exponentials): the steady slope is used.
+    for seed in 1..=6u64 {
+        let mut queue = exponential(seed, 8e3);
+        let xs: Vec<[u64; 4]> = (0..480u64)
+            .map(|i| {
+                let h = 5_000_000_000 + i * 50_000_000;
+                let d1 = 100_000 + (0..4).map(|_| queue()).sum::<u64>();
+                let d2 = 100_000 + (0..4).map(|_| queue()).sum::<u64>();
+                let t2 = h + d1 + 1_000_000_000_000;
+                [h, t2, t2 + 10_000, h + d1 + 10_000 + d2]
+            })
+            .collect();
+        let (lower, upper) = leg_points(&xs);
+        let slopes = (-20e-6, 20e-6);
+        assert_ne!(
+            steady_midline(&lower, &upper, slopes),
+            midline(&lower, &upper, slopes),
+            "seed {seed}"
+        );
+    }
+}

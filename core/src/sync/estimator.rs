@@ -41,7 +41,9 @@
 //!    same window (`crate::sync::corridor`'s midline between the fastest
 //!    request legs and the fastest reply legs), which needs each leg to be
 //!    fast once among many instead of both legs of one exchange at once
-//!    (on Wi-Fi-like queueing 3-5x smaller errors).
+//!    (on Wi-Fi-like queueing 3-5x smaller errors); where the legs'
+//!    floor is soft its slope is chosen by the fastest few legs of each
+//!    side (`steady_midline`: one fast leg no longer tilts it).
 //! 5. **Hard bound.** The frequency lies in an interval computed from pairs
 //!    of low-delay samples (a coarse convex hull), widened by a wander
 //!    allowance; the bound at the reference is the smallest, over the

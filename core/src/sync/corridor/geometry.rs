@@ -4,7 +4,7 @@
 
 /// Golden-section steps of the slope search: the interval shrinks by
 /// 0.618 per step, from 2x the crystal tolerance to far below 1e-15.
-const SEARCH_STEPS: usize = 90;
+pub(super) const SEARCH_STEPS: usize = 90;
 
 /// Where the concave `f` is highest within `range`: a golden-section
 /// search of [`SEARCH_STEPS`] steps (the interval shrinks by 0.618 per
@@ -14,11 +14,18 @@ pub(crate) fn golden_max(f: impl Fn(f64) -> f64, range: (f64, f64)) -> f64 {
 }
 
 /// [`golden_max`] in `steps` steps.
-pub(super) fn golden_max_in(
+pub(super) fn golden_max_in(f: impl Fn(f64) -> f64, range: (f64, f64), steps: usize) -> f64 {
+    let (a, b) = golden_bracket(f, range, steps);
+    (a + b) / 2.0
+}
+
+/// The bracket `steps` golden-section steps leave around the top of the
+/// concave `f` within `range` (it shrinks by 0.618 per step).
+pub(super) fn golden_bracket(
     f: impl Fn(f64) -> f64,
     (mut a, mut b): (f64, f64),
     steps: usize,
-) -> f64 {
+) -> (f64, f64) {
     let ratio = (5f64.sqrt() - 1.0) / 2.0;
     let mut c = b - ratio * (b - a);
     let mut d = a + ratio * (b - a);
@@ -34,7 +41,7 @@ pub(super) fn golden_max_in(
             fd = f(d);
         }
     }
-    (a + b) / 2.0
+    (a, b)
 }
 
 /// Which convex hull of a point set [`hull`] keeps.
