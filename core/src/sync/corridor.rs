@@ -530,24 +530,30 @@ pub(crate) fn midline(
     // points per step instead of every leg's.
     let lower = &hull(lower, Side::Upper);
     let upper = &hull(upper, Side::Lower);
-    // For a slope: (highest lower intercept, lowest upper intercept).
-    let edges = |slope: f64| {
-        let floor = lower
-            .iter()
-            .map(|&(x, y)| y - slope * x)
-            .fold(f64::NEG_INFINITY, f64::max);
-        let ceiling = upper
-            .iter()
-            .map(|&(x, y)| y - slope * x)
-            .fold(f64::INFINITY, f64::min);
-        (floor, ceiling)
-    };
     let width = |slope: f64| {
-        let (floor, ceiling) = edges(slope);
+        let (floor, ceiling) = edges(lower, upper, slope);
         ceiling - floor
     };
-    let slope = golden_max(width, slopes);
-    let (floor, ceiling) = edges(slope);
+    middle_at(lower, upper, golden_max(width, slopes))
+}
+
+/// For a slope: (highest lower intercept, lowest upper intercept).
+fn edges(lower: &[(f64, f64)], upper: &[(f64, f64)], slope: f64) -> (f64, f64) {
+    let floor = lower
+        .iter()
+        .map(|&(x, y)| y - slope * x)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let ceiling = upper
+        .iter()
+        .map(|&(x, y)| y - slope * x)
+        .fold(f64::INFINITY, f64::min);
+    (floor, ceiling)
+}
+
+/// The line of `slope` midway between `lower`'s highest and `upper`'s
+/// lowest intercept, as [`midline`] returns it.
+fn middle_at(lower: &[(f64, f64)], upper: &[(f64, f64)], slope: f64) -> Option<(f64, f64, f64)> {
+    let (floor, ceiling) = edges(lower, upper, slope);
     let value = (floor + ceiling) / 2.0;
     value.is_finite().then_some((value, slope, ceiling - floor))
 }

@@ -29,7 +29,7 @@
 //! search, and only where the floor is soft.
 
 use super::geometry::{SEARCH_STEPS, golden_bracket};
-use super::midline;
+use super::{middle_at, midline};
 
 /// The legs per side that choose the slope where the floor is soft, as a
 /// share of the window's legs (the real-socket captures of
@@ -134,17 +134,7 @@ pub(crate) fn steady_midline(
         };
         range = golden_bracket(width, range, ROUND_STEPS);
     }
-    let slope = (range.0 + range.1) / 2.0;
-    let floor = lower
-        .iter()
-        .map(|&(x, y)| y - slope * x)
-        .fold(f64::NEG_INFINITY, f64::max);
-    let ceiling = upper
-        .iter()
-        .map(|&(x, y)| y - slope * x)
-        .fold(f64::INFINITY, f64::min);
-    let value = (floor + ceiling) / 2.0;
-    value.is_finite().then_some((value, slope, ceiling - floor))
+    middle_at(lower, upper, (range.0 + range.1) / 2.0)
 }
 
 /// Search steps between two prunings of the candidate legs.
