@@ -9,12 +9,12 @@ pub(super) const SEARCH_STEPS: usize = 90;
 /// Where the concave `f` is highest within `range`: a golden-section
 /// search of [`SEARCH_STEPS`] steps (the interval shrinks by 0.618 per
 /// step).
-pub(crate) fn golden_max(f: impl Fn(f64) -> f64, range: (f64, f64)) -> f64 {
+pub(crate) fn golden_max(f: impl FnMut(f64) -> f64, range: (f64, f64)) -> f64 {
     golden_max_in(f, range, SEARCH_STEPS)
 }
 
 /// [`golden_max`] in `steps` steps.
-pub(super) fn golden_max_in(f: impl Fn(f64) -> f64, range: (f64, f64), steps: usize) -> f64 {
+pub(super) fn golden_max_in(f: impl FnMut(f64) -> f64, range: (f64, f64), steps: usize) -> f64 {
     let (a, b) = golden_bracket(f, range, steps);
     (a + b) / 2.0
 }
@@ -22,7 +22,7 @@ pub(super) fn golden_max_in(f: impl Fn(f64) -> f64, range: (f64, f64), steps: us
 /// The bracket `steps` golden-section steps leave around the top of the
 /// concave `f` within `range` (it shrinks by 0.618 per step).
 pub(super) fn golden_bracket(
-    f: impl Fn(f64) -> f64,
+    mut f: impl FnMut(f64) -> f64,
     (mut a, mut b): (f64, f64),
     steps: usize,
 ) -> (f64, f64) {

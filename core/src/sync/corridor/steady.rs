@@ -126,11 +126,9 @@ pub(crate) fn steady_midline(
     for _ in 0..SEARCH_STEPS.div_ceil(ROUND_STEPS) {
         keep_candidates(&mut ceilings, range, k, &mut scratch);
         keep_candidates(&mut floors, range, k, &mut scratch);
-        let scratch = std::cell::RefCell::new(&mut scratch);
         let width = |slope: f64| {
-            let mut v = scratch.borrow_mut();
-            mean_of_smallest(&ceilings, slope, k, &mut v)
-                + mean_of_smallest(&floors, slope, k, &mut v)
+            mean_of_smallest(&ceilings, slope, k, &mut scratch)
+                + mean_of_smallest(&floors, slope, k, &mut scratch)
         };
         range = golden_bracket(width, range, ROUND_STEPS);
     }
