@@ -3,7 +3,7 @@
 //! hard frequency interval from sample pairs, and the hard bound.
 
 use super::{EstimatorConfig, Sample};
-use crate::sync::corridor::steady_midline;
+use crate::sync::corridor::{SOFT, steady_midline};
 
 /// What the estimator knows about the frequency before this window.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -194,16 +194,17 @@ pub(super) fn fit(window: &[Sample], prior: FreqPrior, config: &EstimatorConfig)
         (lo, hi) if lo.is_finite() && hi.is_finite() && lo <= hi => (lo, hi),
         _ => (-max, max),
     };
-    let envelope = steady_midline(&legs(-1.0), &legs(1.0), slopes).map(|(value, slope, _)| {
-        let slope = slope.clamp(slopes.0, slopes.1);
-        let dev = (slope - freq_lo).max(freq_hi - slope).max(0.0);
-        EnvelopeLine {
-            offset_ns: base + value.round() as i128,
-            freq: slope,
-            bound_ns: bound_of(value, slope, dev),
-            freq_dev: dev,
-        }
-    });
+    let envelope =
+        steady_midline(&legs(-1.0), &legs(1.0), slopes, SOFT).map(|(value, slope, _)| {
+            let slope = slope.clamp(slopes.0, slopes.1);
+            let dev = (slope - freq_lo).max(freq_hi - slope).max(0.0);
+            EnvelopeLine {
+                offset_ns: base + value.round() as i128,
+                freq: slope,
+                bound_ns: bound_of(value, slope, dev),
+                freq_dev: dev,
+            }
+        });
 
     Some(Fit {
         ref_relay_ns,

@@ -53,7 +53,7 @@ pub(super) fn parabola_predicts_better(
         let (lower_fit, lower_held) = split(lower, fold);
         let (upper_fit, upper_held) = split(upper, fold);
         let width = |curved: bool| {
-            widest(&lower_fit, &upper_fit, at, base_ns, max, curved)
+            widest(&lower_fit, &upper_fit, at, base_ns, max, curved, false)
                 .map(|curve| width_left(&curve, &lower_held, &upper_held, base_ns))
         };
         let (Some(line), Some(parabola)) = (width(false), width(true)) else {

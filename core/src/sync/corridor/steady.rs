@@ -41,13 +41,24 @@ const STEADY_SHARE: f64 = 0.04;
 const SLICES: usize = 8;
 
 /// How many times later than an exponential floor's the slices' fastest
-/// legs must be for the floor to count as soft: an exponential floor
-/// gives about 1 (the slices' fastest are exponential of that mean), the
-/// real-socket LAN proxy 1-6.
-const SOFT: f64 = 2.0;
+/// legs must be for the floor to count as soft in the live line: an
+/// exponential floor gives about 1 (the slices' fastest are exponential
+/// of that mean), the real-socket LAN proxy 1-6.
+pub(crate) const SOFT: f64 = 2.0;
+
+/// The same for the final mapping's lines (`super::Corridor`), which are
+/// read at their window's middle, where the slope moves the value only
+/// through the binding legs' distance from it: there a floor only a
+/// little blurred (the simulator's LAN legs, exponential queueing plus a
+/// uniform +-2 µs: 1-3 in 32 s windows) is better served by the single
+/// fastest legs (with [`SOFT`] the 1800 s `suspend-30s` final p99 went
+/// 0.78 / 0.99 -> 0.90 / 1.32 µs, VM/pareto 1.23 / 1.16 -> 1.36 / 1.47),
+/// while the real LAN proxy's legs give mostly 3-7 (12 kept captures).
+pub(crate) const SOFT_FINAL: f64 = 4.0;
 
 /// How many legs per side choose the slope: [`STEADY_SHARE`] of them where
-/// the floor is soft, else 1. Judged against the single-leg line
+/// the floor is soft (the slices' fastest legs `soft` times later than an
+/// exponential floor's or more), else 1. Judged against the single-leg line
 /// (`midline`'s value, slope and width): each leg's lateness is its
 /// distance past that line's edge on its own side; with exponential
 /// queueing of median lateness `m`, the fastest of a slice's `n` legs is
@@ -58,6 +69,7 @@ fn steady_count(
     lower: &[(f64, f64)],
     upper: &[(f64, f64)],
     (value, slope, width): (f64, f64, f64),
+    soft: f64,
 ) -> usize {
     let n = lower.len().min(upper.len());
     let most = ((n as f64 * STEADY_SHARE).round() as usize).max(1);
@@ -95,7 +107,7 @@ fn steady_count(
     let mean_fastest = sum / seen as f64;
     let per_slice = (lateness.len() as f64 / (2 * SLICES) as f64).max(1.0);
     let exponential = median / std::f64::consts::LN_2 / per_slice;
-    if mean_fastest >= SOFT * exponential {
+    if mean_fastest >= soft * exponential {
         most
     } else {
         1
@@ -105,15 +117,17 @@ fn steady_count(
 /// The line `y = value + slope * x` midway between the highest of `lower`
 /// and the lowest of `upper` at the slope in `slopes` where the mean of
 /// the `k` lowest upper intercepts minus the mean of the `k` highest lower
-/// ones is largest: its value at x = 0, its slope and the single-leg
-/// width there. None when either set is empty.
+/// ones is largest (`k` from [`steady_count`] with the threshold `soft`):
+/// its value at x = 0, its slope and the single-leg width there. None
+/// when either set is empty.
 pub(crate) fn steady_midline(
     lower: &[(f64, f64)],
     upper: &[(f64, f64)],
     slopes: (f64, f64),
+    soft: f64,
 ) -> Option<(f64, f64, f64)> {
     let sharp = midline(lower, upper, slopes)?;
-    let k = steady_count(lower, upper, sharp);
+    let k = steady_count(lower, upper, sharp, soft);
     if k == 1 {
         return Some(sharp);
     }
