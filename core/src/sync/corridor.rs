@@ -477,12 +477,11 @@ fn windows_with_enough<'a>(
 /// the legs' floor is clearly soft, the slope (at that curvature) lies
 /// midway between that one and the one the fastest few legs of each side
 /// choose ([`steady_midline`] at [`steady::SOFT_FINAL`]): for the lines a
-/// mapping is read from. The
-/// window choice, the gap's edge slopes and the parabola's held-out test
-/// keep the single fastest legs: with the steady slope in the window
-/// choice too, the k fastest legs' steadier lines made the widest window
-/// win on a wandering clock, whose bend then showed (`lan-20ppm` seed 11,
-/// 300 s: final p99 0.54 -> 1.76 µs).
+/// mapping is read from. The window choice, the gap's edge slopes and the
+/// parabola's held-out test keep the single fastest legs: with the steady
+/// slope in the window choice too, the k fastest legs' steadier lines
+/// made the widest window win on a wandering clock, whose bend then
+/// showed (`lan-20ppm` seed 11, 300 s: final p99 0.54 -> 1.76 µs).
 fn widest(
     lower: &[Leg],
     upper: &[Leg],
