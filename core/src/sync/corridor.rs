@@ -516,15 +516,14 @@ fn widest(
     };
     let (lower, upper) = (unbent(&lower, curve), unbent(&upper, curve));
     let sharp = midline(&lower, &upper, (-max, max))?;
-    let soft = steady
-        .then(|| steady_midline(&lower, &upper, (-max, max), steady::SOFT_FINAL))
-        .flatten()
-        .filter(|line| *line != sharp);
+    let leaning = steady
+        .then(|| steady::steady_slope(&lower, &upper, (-max, max), sharp, steady::SOFT_FINAL))
+        .flatten();
     // Midway between the two slopes: their errors are partly independent
     // (on real captures either alone was off by tenths of a ppm now and
     // then where the other was not).
-    let (h_ns, slope, _) = match soft {
-        Some(line) => middle_at(&lower, &upper, (line.1 + sharp.1) / 2.0)?,
+    let (h_ns, slope, _) = match leaning {
+        Some(slope) => middle_at(&lower, &upper, (slope + sharp.1) / 2.0)?,
         None => sharp,
     };
     Some(Line {

@@ -115,11 +115,9 @@ fn steady_count(
 }
 
 /// The line `y = value + slope * x` midway between the highest of `lower`
-/// and the lowest of `upper` at the slope in `slopes` where the mean of
-/// the `k` lowest upper intercepts minus the mean of the `k` highest lower
-/// ones is largest (`k` from [`steady_count`] with the threshold `soft`):
-/// its value at x = 0, its slope and the single-leg width there. None
-/// when either set is empty.
+/// and the lowest of `upper`: at [`steady_slope`] where the floor is soft
+/// (threshold `soft`), else [`midline`]'s. Its value at x = 0, its slope
+/// and the single-leg width there; None when either set is empty.
 pub(crate) fn steady_midline(
     lower: &[(f64, f64)],
     upper: &[(f64, f64)],
@@ -127,9 +125,27 @@ pub(crate) fn steady_midline(
     soft: f64,
 ) -> Option<(f64, f64, f64)> {
     let sharp = midline(lower, upper, slopes)?;
+    match steady_slope(lower, upper, slopes, sharp, soft) {
+        Some(slope) => middle_at(lower, upper, slope),
+        None => Some(sharp),
+    }
+}
+
+/// The slope in `slopes` where the mean of the `k` lowest upper
+/// intercepts minus the mean of the `k` highest lower ones is largest,
+/// `k` from [`steady_count`] against `sharp` ([`midline`]'s line) with the
+/// threshold `soft`; None where the floor is sharp (`k` = 1: `sharp`'s
+/// own slope is the one).
+pub(crate) fn steady_slope(
+    lower: &[(f64, f64)],
+    upper: &[(f64, f64)],
+    slopes: (f64, f64),
+    sharp: (f64, f64, f64),
+    soft: f64,
+) -> Option<f64> {
     let k = steady_count(lower, upper, sharp, soft);
     if k == 1 {
-        return Some(sharp);
+        return None;
     }
     // Ceilings as they are, floors negated: both sides then want their k
     // smallest intercepts.
@@ -146,7 +162,7 @@ pub(crate) fn steady_midline(
         };
         range = golden_bracket(width, range, ROUND_STEPS);
     }
-    middle_at(lower, upper, (range.0 + range.1) / 2.0)
+    Some((range.0 + range.1) / 2.0)
 }
 
 /// Search steps between two prunings of the candidate legs.
