@@ -158,6 +158,12 @@ impl Scheduler {
 
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
+        // The release thread checks the flag and starts waiting while it
+        // holds the queue's lock: taking the lock once here means it has
+        // either not checked yet (and sees the flag) or already waits (and
+        // gets the notify). Without it a notify between the two was lost
+        // and the proxy's drop waited forever (seen once in CI).
+        drop(self.shared.queue.lock());
         self.shared.wake.notify_one();
     }
 }
