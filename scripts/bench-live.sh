@@ -9,7 +9,10 @@
 #      (tests/examples/tcp_baseline.rs), and the durable write rate of the
 #      work directory's disk (the daemon acks only what it has fdatasync'ed);
 #   2. four synthetic relays into tracesyncd, small packets (~64 B):
-#      packets/s end to end;
+#      packets/s end to end, once per offered rate of BENCH_SMALL_RATE
+#      (per relay, comma-separated; default 300000,500000,750000, that is
+#      1.2, 2 and 3 M/s in all): the headline is the rate that delivered
+#      most, the others on a line of their own;
 #   3. the same with large packets (synthetic size=4096): MB/s and its ratio
 #      to raw TCP and to the durable disk rate. Relays' spools live on their
 #      own filesystem (a tmpfs, 256 MiB each), as on the phones and VMs they
@@ -25,7 +28,7 @@
 # Phases 2-4 run once per mode (mutual TLS, then plaintext).
 #
 #   scripts/bench-live.sh
-#   BENCH_SECS=20 BENCH_SMALL_RATE=1000000 scripts/bench-live.sh
+#   BENCH_SECS=20 BENCH_SMALL_RATE=400000,1000000 scripts/bench-live.sh
 #   BENCH_MODES=tls scripts/bench-live.sh    # modes, in order: any of tls,plain
 #                                            # (default tls,plain); BENCH_TLS=1
 #                                            # means tls, BENCH_TLS=0 plain
@@ -64,7 +67,7 @@ cd "$(dirname "$0")/.."
 
 SECS=${BENCH_SECS:-10}
 WARMUP=${BENCH_WARMUP_SECS:-3}
-SMALL_RATE=${BENCH_SMALL_RATE:-400000}
+SMALL_RATE=${BENCH_SMALL_RATE:-300000,500000,750000}
 LARGE_RATE=${BENCH_LARGE_RATE:-40000}
 RELAYS=${BENCH_RELAYS:-4}
 # The shipped merge window: configs/daemon.toml's [merge] window-ms.
@@ -344,12 +347,26 @@ for m in ${MODES//,/ }; do
         ;;
     esac
     if want small; then
-        echo "$m: $RELAYS relays, small packets, offered ${SMALL_RATE}/s each" >&2
-        phase "$m-small" "synthetic:$SMALL_RATE,size=64"
-        R[$m.small_pps]=$pps R[$m.small_bpp]=$bpp R[$m.small_rss]=$rss_mib
-        R[$m.small_relay_rss]=$relay_rss_mib
-        R[$m.small_cpu]=$cpu_us_pkt R[$m.small_cpu_mb]=$cpu_ms_mb
-        R[$m.small_rcpu]=$rcpu_us_pkt R[$m.small_rcpu_mb]=$rcpu_ms_mb
+        # One phase per offered rate; the headline is the one that
+        # delivered most. Offered more than the box sustains, the relays'
+        # generators and spools take CPU from the daemon on these two
+        # cores and fewer packets arrive, so one rate alone understates
+        # or overstates what the daemon can take.
+        best=-1 sweep=""
+        for rate in ${SMALL_RATE//,/ }; do
+            echo "$m: $RELAYS relays, small packets, offered ${rate}/s each" >&2
+            phase "$m-small-$rate" "synthetic:$rate,size=64"
+            sweep+="$(python3 -c "print(f'{$rate * $RELAYS / 1e6:.1f} M -> {float(\"$pps\") / 1e6:.2f} M')"), "
+            if python3 -c "import sys; sys.exit(0 if float('$pps') > float('$best') else 1)"; then
+                best=$pps
+                R[$m.small_pps]=$pps R[$m.small_bpp]=$bpp R[$m.small_rss]=$rss_mib
+                R[$m.small_relay_rss]=$relay_rss_mib
+                R[$m.small_cpu]=$cpu_us_pkt R[$m.small_cpu_mb]=$cpu_ms_mb
+                R[$m.small_rcpu]=$rcpu_us_pkt R[$m.small_rcpu_mb]=$rcpu_ms_mb
+                R[$m.small_offered]=$((rate * RELAYS))
+            fi
+        done
+        R[$m.small_sweep]=${sweep%, }
     fi
     if want large; then
         echo "$m: $RELAYS relays, 4 KiB packets, offered ${LARGE_RATE}/s each, spools in $SPOOL_BASE" >&2
@@ -418,7 +435,8 @@ box: raw loopback TCP, 4 KiB writes: ${tcp_mbps} MB/s; durable disk writes (fdat
 $header target |
 $rule---|
 EOF
-row "$RELAYS relays, small packets: packets/s" ">= 3 M/s" "%s (~%s B)" small_pps small_bpp
+row "$RELAYS relays, small packets: packets/s (most delivered)" ">= 3 M/s" "%s (~%s B, offered %s/s)" small_pps small_bpp small_offered
+row "... by offered rate (all relays): offered -> delivered packets/s" "" "%s" small_sweep
 row "$RELAYS relays, 4 KiB packets: MB/s" "" "%s (%s pkt/s)" large_mbps large_pps
 row "4 KiB: share of raw TCP / of durable disk" ">= 60% of TCP" "%s%% / %s%%" tcp_ratio disk_ratio
 row "the same, spools on the output's disk" "(relays' disks are other machines')" "%s MB/s = %s%%" shared_mbps shared_ratio
