@@ -261,6 +261,8 @@ pub struct SyncUpdate {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn round_i64_rounds_halves_away_from_zero() {
         for x in [
@@ -272,7 +274,7 @@ mod tests {
             4503599627370497.0,
             -0.0,
         ] {
-            assert_eq!(super::round_i64(x), x.round() as i64, "{x}");
+            assert_eq!(round_i64(x), x.round() as i64, "{x}");
         }
     }
 
@@ -284,7 +286,7 @@ mod tests {
             proptest::strategy::Strategy::prop_map(i64::MIN..i64::MAX, |v| v as f64 + 0.5),
             proptest::num::f64::ANY,
         ]) {
-            proptest::prop_assert_eq!(super::round_i64(x), x.round() as i64);
+            proptest::prop_assert_eq!(round_i64(x), x.round() as i64);
         }
 
         #[test]
@@ -294,11 +296,9 @@ mod tests {
             proptest::strategy::Strategy::prop_map(0u64..u64::MAX, |v| v as f64),
             proptest::num::f64::POSITIVE | proptest::num::f64::ZERO,
         ]) {
-            proptest::prop_assert_eq!(super::ceil_u64(x), x.ceil() as u64);
+            proptest::prop_assert_eq!(ceil_u64(x), x.ceil() as u64);
         }
     }
-
-    use super::*;
 
     #[test]
     fn to_host_applies_offset_and_frequency() {
