@@ -316,3 +316,47 @@ fn the_pending_bytes_and_the_commit_in_flight_keep_their_room() {
     w.commit().expect("commit");
     assert_eq!(recovered_after_crash(w, dir.path()).1, len);
 }
+
+/// Bytes of `path` resident in the page cache (`fincore`, util-linux).
+fn resident_bytes(path: &Path) -> u64 {
+    let out = std::process::Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--raw", "--output", "RES"])
+        .arg(path)
+        .output()
+        .expect("fincore (util-linux) runs");
+    assert!(out.status.success(), "fincore: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("fincore prints a byte count")
+}
+
+/// Bytes a commit made durable leave the page cache once the next commit
+/// is durable; the newest commit's stay for readers following the file.
+#[test]
+fn durable_bytes_leave_the_page_cache_one_commit_later() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kind = nix::sys::statfs::statfs(dir.path()).expect("statfs");
+    if kind.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC {
+        // tmpfs pages are the file itself: nothing to drop.
+        eprintln!("skipped: the temporary directory is a tmpfs");
+        return;
+    }
+    let (mut w, _) = open(dir.path());
+    write(&mut w, 0..100_000);
+    w.commit().expect("first commit");
+    let first = w.current.committed_len;
+    write(&mut w, 100_000..200_000);
+    w.commit().expect("second commit");
+    let len = w.current.committed_len;
+    assert!(
+        first > 1 << 20 && len > first + (1 << 20),
+        "{first} then {len}"
+    );
+    let resident = resident_bytes(w.current_path());
+    // Pages straddling `first` may stay: one page of slack.
+    assert!(
+        resident <= len - first + 4096,
+        "{resident} bytes cached of {len}, {first} of them durable before the last commit"
+    );
+}
