@@ -23,6 +23,7 @@
 //! - [`status`]: the daemon's status report.
 
 pub mod clock;
+mod hash;
 pub mod jsonl;
 pub mod live;
 pub mod preamble;

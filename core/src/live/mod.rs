@@ -129,7 +129,6 @@ mod emit;
 mod epochs;
 pub mod estimate;
 mod fifo;
-mod hash;
 mod hold;
 mod ingest;
 mod machines;

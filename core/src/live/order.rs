@@ -8,8 +8,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::fifo::Fifo;
-use super::hash::IdMap;
 use super::packet::OutPacket;
+use crate::hash::IdMap;
 
 /// Identifies a stream within the core.
 pub type StreamId = u32;

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::scan::{PacketFields, Stamp, StampSuffix, defaults_timestamp_clock_id};
 
-use super::hash::IdMap;
 use super::order::StreamId;
 use super::recovered::{RecoveredSequence, RecoveredStream};
 use super::relays::RecoveredClocks;
 use super::stamp::OWN_SEQUENCE_ID;
+use crate::hash::IdMap;
 
 /// (relay instance, relay sequence).
 pub(super) type StreamKey = (u64, u32);

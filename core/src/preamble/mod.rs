@@ -6,12 +6,11 @@
 //! a perfetto tail's first packets (the control socket). Sans-IO and
 //! bounded by [`PreambleLimits`].
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 use tracesync_protocol::incremental::{IncrementalClocks, reanchor};
 use tracesync_protocol::scan::{self, Fields, PacketFields, field};
 
+use crate::hash::IdMap;
 use crate::live::{RecoveredSequence, Role, Stamped};
 
 /// TrackDescriptor (TracePacket field 60): producers re-emit descriptors
@@ -135,22 +134,22 @@ pub struct PreambleCounters {
 pub struct PreambleState {
     limits: PreambleLimits,
     order: u64,
-    system_info: HashMap<u32, Entry>,
-    snapshots: HashMap<(u32, u32), Entry>,
-    sync_points: HashMap<u32, Entry>,
+    system_info: IdMap<u32, Entry>,
+    snapshots: IdMap<(u32, u32), Entry>,
+    sync_points: IdMap<u32, Entry>,
     /// Latest sync-quality sample per (sequence, track uuid).
-    quality: HashMap<(u32, u64), (u32, Entry)>,
-    sequences: HashMap<u32, SequenceState>,
+    quality: IdMap<(u32, u64), (u32, Entry)>,
+    sequences: IdMap<u32, SequenceState>,
     incremental_bytes: usize,
     counters: PreambleCounters,
     /// Incremental clocks by sequence (sequences whose latest snapshot
     /// defines one).
-    incremental_clocks: HashMap<u32, IncrementalClocks>,
+    incremental_clocks: IdMap<u32, IncrementalClocks>,
 }
 
 /// Removes the entry written least recently if `map` is over `max` keys.
 fn forget_oldest<K: Copy + Eq + std::hash::Hash, V>(
-    map: &mut HashMap<K, V>,
+    map: &mut IdMap<K, V>,
     max: usize,
     order: impl Fn(&V) -> u64,
 ) -> Option<V> {

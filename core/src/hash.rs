@@ -1,7 +1,8 @@
-//! A fast hasher for the core's small integer keys (stream, relay, slot):
-//! SipHash's DoS resistance buys nothing here (keys are ids the core and
-//! relays allocate, and a relay can only slow its own lookups) and costs a
-//! measurable share of the per-packet time.
+//! A fast hasher for the core's small integer keys (stream, relay, slot;
+//! the preamble's output sequences and machines): SipHash's DoS resistance
+//! buys nothing here (keys are ids the core and relays allocate, and a
+//! relay can only slow its own lookups) and costs a measurable share of
+//! the per-packet time.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
