@@ -40,6 +40,7 @@ impl<T> Fifo<T> {
         self.len == 0
     }
 
+    #[inline(always)]
     pub fn push_back(&mut self, item: T) {
         match self.chunks.back_mut() {
             Some(last) if last.len() < CHUNK => {
@@ -64,6 +65,7 @@ impl<T> Fifo<T> {
         self.chunks.front().and_then(VecDeque::front)
     }
 
+    #[inline(always)]
     pub fn pop_front(&mut self) -> Option<T> {
         let first = self.chunks.front_mut()?;
         let item = first.pop_front()?;

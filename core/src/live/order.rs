@@ -45,6 +45,7 @@ pub struct Order {
 }
 
 impl Order {
+    #[inline(always)]
     pub fn push(&mut self, stream: StreamId, item: Queued) {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
@@ -63,6 +64,7 @@ impl Order {
     }
 
     /// Removes the earliest head if its time is <= `limit`.
+    #[inline(always)]
     pub fn pop_through(&mut self, limit: i64) -> Option<Queued> {
         if self.peek_ts()? > limit {
             return None;
@@ -71,6 +73,7 @@ impl Order {
     }
 
     /// Removes the earliest head.
+    #[inline(always)]
     pub fn pop(&mut self) -> Option<Queued> {
         let Reverse((_, _, stream)) = self.heap.pop()?;
         let queue = self.streams.get_mut(&stream)?;

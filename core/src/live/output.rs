@@ -27,16 +27,19 @@ impl Output {
     }
 
     /// Queues a resolved packet on its stream.
+    #[inline(always)]
     pub fn push(&mut self, stream: StreamId, item: Queued) {
         self.order.push(stream, item);
     }
 
     /// The earliest queued packet if its time is <= `limit`.
+    #[inline(always)]
     pub fn pop_through(&mut self, limit: i64) -> Option<Queued> {
         self.order.pop_through(limit)
     }
 
     /// The earliest queued packet.
+    #[inline(always)]
     pub fn pop(&mut self) -> Option<Queued> {
         self.order.pop()
     }
