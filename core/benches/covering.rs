@@ -59,7 +59,7 @@ fn arrival_mapping(bencher: Bencher) {
 
 #[divan::bench(sample_count = 200, sample_size = 10_000)]
 fn write_time_check(bencher: Bencher) {
-    let (ring, arrival) = setup();
+    let (mut ring, arrival) = setup();
     let mut i = 0;
     bencher.bench_local(|| {
         let c = black_box(relay_ns(&mut i));

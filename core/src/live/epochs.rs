@@ -113,7 +113,7 @@ impl EarlierEstimates {
 /// (BOOTTIME-MONOTONIC at the packet; None when unknown). `relay_ns` is the
 /// packet's relay BOOTTIME.
 pub fn check_mapping(
-    covering: &CoveringEstimates,
+    covering: &mut CoveringEstimates,
     bmm: Option<i64>,
     relay_ns: u64,
     provisional: Mapping,

@@ -264,7 +264,7 @@ impl Relay {
         self.batches.packet_done(seq);
         let c = relay_boottime.and_then(|c| u64::try_from(c).ok())?;
         let bmm = self.clocks.epoch_at(c as i64);
-        Some(check_mapping(&self.covering, bmm, c, provisional))
+        Some(check_mapping(&mut self.covering, bmm, c, provisional))
     }
 
     /// Remembers what is done at commit point `point`.

@@ -28,6 +28,11 @@ pub struct CoveringEstimates {
     max_entries: usize,
     /// Entries pushed and kept so far: the sequence number of the next one.
     pushed: u64,
+    /// Sequence number of the entry the last [`Self::from`] started at:
+    /// packets are checked in time order, so the next one starts there or
+    /// just after it, and a search of the whole queue per packet is
+    /// rarely needed.
+    last_found: u64,
 }
 
 /// One estimate of [`CoveringEstimates`] and its sequence number (how many
@@ -48,6 +53,7 @@ impl CoveringEstimates {
             retain_ns,
             max_entries: max_entries.max(1),
             pushed: 0,
+            last_found: 0,
         }
     }
 
@@ -78,12 +84,28 @@ impl CoveringEstimates {
 
     /// The estimates from the one made right after the first sample at or
     /// after relay time `relay_ns` on, oldest first (empty if no sample
-    /// that new was checked yet).
-    pub fn from(&self, relay_ns: u64) -> impl Iterator<Item = Covering<'_>> {
-        let i = self
-            .entries
-            .partition_point(|e| e.covered_through_relay_ns < relay_ns);
-        let first = self.pushed - (self.entries.len() - i) as u64;
+    /// that new was checked yet). Looks first where the last call started
+    /// and just after it (hence `&mut`), then searches.
+    pub fn from(&mut self, relay_ns: u64) -> impl Iterator<Item = Covering<'_>> {
+        let len = self.entries.len();
+        let oldest = self.pushed - len as u64;
+        let starts_at = |i: usize| {
+            (i == 0 || self.entries[i - 1].covered_through_relay_ns < relay_ns)
+                && (i == len || self.entries[i].covered_through_relay_ns >= relay_ns)
+        };
+        let hint = usize::try_from(self.last_found.saturating_sub(oldest))
+            .unwrap_or(len)
+            .min(len);
+        let i = if starts_at(hint) {
+            hint
+        } else if hint < len && starts_at(hint + 1) {
+            hint + 1
+        } else {
+            self.entries
+                .partition_point(|e| e.covered_through_relay_ns < relay_ns)
+        };
+        self.last_found = oldest + i as u64;
+        let first = self.pushed - (len - i) as u64;
         self.entries
             .range(i..)
             .zip(first..)
@@ -92,6 +114,15 @@ impl CoveringEstimates {
 
     pub fn clear(&mut self) {
         self.entries.clear();
+    }
+
+    /// [`Self::from`]'s first entry found by a search of the whole queue.
+    #[cfg(test)]
+    fn searched_from(&self, relay_ns: u64) -> Option<u64> {
+        let i = self
+            .entries
+            .partition_point(|e| e.covered_through_relay_ns < relay_ns);
+        (i < self.entries.len()).then(|| self.pushed - (self.entries.len() - i) as u64)
     }
 }
 
@@ -242,6 +273,36 @@ mod tests {
         ring.push(&estimate(9, 1_450, 5));
         // Age: 300 and 400 are older than 1450 - 1000.
         assert_eq!(ring.from(0).next().unwrap().estimate.offset_ns, 5);
+    }
+
+    proptest::proptest! {
+        /// The search that starts where the last one did finds what a
+        /// search of the whole queue finds, whatever the order of the
+        /// queries and however the queue moved in between.
+        #[test]
+        fn from_starts_where_a_whole_search_would(
+            steps in proptest::collection::vec((0u64..300, proptest::bool::ANY, 0u64..4_000), 1..200),
+            retain in 100u64..2_000,
+            max_entries in 1usize..20,
+        ) {
+            let mut ring = CoveringEstimates::new(retain, max_entries);
+            let mut through = 0;
+            for (advance, push, v) in steps {
+                through += advance;
+                // Mostly near the newest, as packets come; some anywhere.
+                let query = if v % 4 == 0 { v } else { through.saturating_sub(v % 600) };
+                if push {
+                    let _ = ring.push(&estimate(0, through, 1));
+                }
+                let want = ring.searched_from(query);
+                let got: Vec<u64> = ring.from(query).map(|c| c.sequence).collect();
+                proptest::prop_assert_eq!(got.first().copied(), want);
+                proptest::prop_assert_eq!(
+                    got.len() as u64,
+                    want.map_or(0, |w| ring.pushed - w)
+                );
+            }
+        }
     }
 
     #[test]
