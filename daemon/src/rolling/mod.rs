@@ -182,6 +182,9 @@ struct Current {
     path: PathBuf,
     file: File,
     start: SystemTime,
+    /// `start` plus the age limit (None past the calendar's end): checked
+    /// per packet, so the sum is kept, not the age taken each time.
+    old_at: Option<SystemTime>,
     /// Framed packets past `committed_len`, kept until a commit makes them
     /// durable: after a failed write or fsync they are written again, since
     /// the kernel may have dropped dirty pages it could not write back.
@@ -381,6 +384,7 @@ impl RollingWriter {
             path,
             file,
             start: now,
+            old_at: now.checked_add(config.max_file_age),
             pending: Vec::new(),
             flushed: 0,
             suspect: false,
@@ -412,6 +416,7 @@ impl RollingWriter {
     ) {
         self.config.max_file_bytes = max_file_bytes;
         self.config.max_file_age = max_file_age;
+        self.current.old_at = self.current.start.checked_add(max_file_age);
         self.config.retain_bytes = retain_bytes;
         self.config.retain_age = retain_age;
     }

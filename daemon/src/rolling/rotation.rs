@@ -13,9 +13,7 @@ use super::{
 impl RollingWriter {
     pub(super) fn should_rotate(&self, now: SystemTime) -> bool {
         let c = &self.current;
-        let old = now
-            .duration_since(c.start)
-            .is_ok_and(|age| age >= self.config.max_file_age);
+        let old = c.old_at.is_some_and(|at| now >= at);
         // A file gets at least one packet, however small the limits.
         c.data_packets > 0 && (c.entry.bytes >= self.config.max_file_bytes || old)
     }
