@@ -662,6 +662,16 @@ fn new_limits_apply_to_the_running_writer() {
     w.commit().expect("commit");
     assert!(w.stats().rotations > 0, "no rotation after the new limit");
     assert!(rolled_files(dir.path()).len() > 2);
+    // A reload of the age limit: the open file is as old as the new limit
+    // allows, so the next write starts another.
+    w.set_limits(u64::MAX, Duration::from_secs(600), u64::MAX, Duration::ZERO);
+    w.write(&event(5, 2, 1, 1), at(3)).expect("write");
+    let rotations = w.stats().rotations;
+    w.write(&event(5, 2, 2, 1), at(300)).expect("write");
+    assert_eq!(w.stats().rotations, rotations, "younger than 600 s");
+    w.set_limits(u64::MAX, Duration::from_secs(60), u64::MAX, Duration::ZERO);
+    w.write(&event(5, 2, 3, 1), at(300)).expect("write");
+    assert_eq!(w.stats().rotations, rotations + 1, "older than the new 60 s");
 }
 
 #[test]
