@@ -9,9 +9,10 @@ use tracesync_protocol::scan::field;
 
 use super::core::LiveCore;
 use super::machines::reason;
-use super::order::{Queued, StreamId};
+use super::order::StreamId;
 use super::packet::{OutPacket, Role};
 use super::quality::Before;
+use super::queued::{Parts, Queued};
 use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
 use super::types::RelaySlot;
 use crate::sync::covering::Mapping;
@@ -114,30 +115,44 @@ impl LiveCore {
         }
     }
 
-    fn emit(&mut self, q: Queued, out: &mut Vec<OutPacket>) {
-        let Queued {
-            mut packet,
-            relay_boottime,
-            batch,
-        } = q;
-        let raw_id = packet.machine_raw_id;
+    fn emit(&mut self, mut q: Queued, out: &mut Vec<OutPacket>) {
+        let raw_id = q.machine_raw_id;
+        let relay_boottime = q.relay_boottime();
+        // What its stream says of every packet. The daemon's own packets
+        // have none; a relayed packet always has (a stream with packets
+        // queued is never forgotten), else it is labelled by machine and
+        // output sequence.
+        let (relay, src) = match self.streams.labels(q.stream) {
+            Some(labels) => (Some(labels.key), Arc::clone(&labels.src)),
+            None if q.relayed().is_none() => (
+                None,
+                self.machines
+                    .name(raw_id)
+                    .unwrap_or_else(|| Arc::from("host")),
+            ),
+            None => (None, self.machines.src_label(raw_id, q.seq())),
+        };
         let mut refinement = None;
-        if let (Some(b), Some(o)) = (batch, packet.origin)
-            && let Some(relay) = self.relays.get_mut(o.relay_instance)
+        if let (Some(r), Some((instance, _))) = (q.relayed(), relay)
+            && let Some(relay) = self.relays.get_mut(instance)
         {
             let provisional = Mapping {
-                host_ns: packet.ts,
-                bound_ns: packet.err_ns,
+                host_ns: q.ts,
+                bound_ns: q.err_ns,
             };
-            if let Some((checked, how)) = relay.packet_written(b, relay_boottime, provisional) {
-                packet.ts = checked.host_ns;
-                packet.err_ns = checked.bound_ns;
+            if let Some((checked, how)) = relay.packet_written(r.batch, relay_boottime, provisional)
+            {
+                q.ts = checked.host_ns;
+                q.err_ns = checked.bound_ns;
                 refinement = Some(how);
             }
         }
+        // The machine name is set below, from its row.
+        let mut packet = q.unpack(relay, src, None);
         let late = self.output.written(packet.ts, packet.bytes.len());
         // One machine lookup per packet (the sync point included).
         let machine = self.machines.row(raw_id);
+        packet.machine_name = machine.name().cloned();
         machine.wrote(packet.bytes.len(), packet.err_ns, late, refinement);
         // A RemoteClockSync for the packet's machine before it, if the
         // machine has none yet or its offset at the packet's relay time
@@ -188,29 +203,20 @@ impl LiveCore {
     }
 
     fn push_host(&mut self, ts: i64, now: u64, bytes: Bytes, role: Role, data_field: u32) {
-        let name = self.machines.name(0);
-        let src: Arc<str> = Arc::from(name.as_deref().unwrap_or("host"));
-        self.output.push(
-            HOST_STREAM,
-            Queued {
-                packet: OutPacket {
-                    ts,
-                    machine_raw_id: 0,
-                    machine_name: name,
-                    seq: OWN_SEQUENCE_ID,
-                    clock: BOOTTIME,
-                    clock_ts: now,
-                    err_ns: 0,
-                    data_field: Some(data_field),
-                    src,
-                    role,
-                    origin: None,
-                    bytes: bytes.into(),
-                },
-                relay_boottime: None,
-                batch: None,
-            },
-        );
+        self.output.push(Queued::pack(Parts {
+            stream: HOST_STREAM,
+            ts,
+            err_ns: 0,
+            clock: BOOTTIME,
+            clock_ts: now,
+            machine_raw_id: 0,
+            seq: OWN_SEQUENCE_ID,
+            data_field: Some(data_field),
+            role,
+            bytes: bytes.into(),
+            relayed: None,
+            relay_boottime: None,
+        }));
     }
 }
 

@@ -16,7 +16,6 @@
 //! all, and the frame is freed with the batch.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use tracesync_protocol::clock_ids::BOOTTIME;
@@ -29,8 +28,8 @@ use super::core::LiveCore;
 use super::estimate::SyncEstimate;
 use super::hold::Verdict;
 use super::machines::reason;
-use super::order::Queued;
-use super::packet::{Origin, OutPacket, Role, Stamped};
+use super::packet::{Role, Stamped};
+use super::queued::{Parts, Queued, Relayed};
 use super::relay::Resolution;
 use super::staging::Staged;
 use super::stamp::{relayed_stamp, split_relayed, stamp_relayed};
@@ -262,7 +261,6 @@ impl LiveCore {
         };
         let raw_id = stream.raw_id();
         let out_seq = stream.out_seq();
-        let name = self.machines.name(raw_id);
         let has_ts = fields.timestamp.is_some();
         let stamp_clock = (has_ts && m.stamp_clock).then_some(m.clock);
         let role = Role::of(fields);
@@ -281,6 +279,7 @@ impl LiveCore {
                 // A data packet that is no slice: the rest of its batch,
                 // written alike, likely is none either.
                 let data_room = (role == Role::Data).then_some(bytes.len() + STAMP_GROWTH);
+                let name = self.machines.name(raw_id);
                 let stamped = staged.stamp(data_room, |buf| {
                     stamp_relayed(
                         bytes,
@@ -305,35 +304,29 @@ impl LiveCore {
             .relays
             .get(m.key.0)
             .and_then(|r| r.estimate_at(boottime).copied());
-        let packet = OutPacket {
+        let queued = Queued::pack(Parts {
+            stream: stream.id(),
             ts,
-            machine_raw_id: raw_id,
-            machine_name: name,
-            seq: out_seq,
-            clock: if has_ts { m.clock } else { 0 },
-            clock_ts: fields.timestamp.unwrap_or(0),
             err_ns: match (estimate, boottime) {
                 (Some(e), Some(c)) => extrapolated_bound(&e, c.max(0) as u64),
                 _ => 0,
             },
+            clock: if has_ts { m.clock } else { 0 },
+            clock_ts: fields.timestamp.unwrap_or(0),
+            machine_raw_id: raw_id,
+            seq: out_seq,
             data_field: fields.data_field,
-            src: Arc::clone(stream.src()),
             role,
-            origin: Some(Origin {
-                relay_instance: m.key.0,
-                relay_sequence: m.key.1,
-                index: m.index,
-            }),
             bytes: stamped,
-        };
-        let queued = Queued {
-            packet,
+            relayed: Some(Relayed {
+                index: m.index,
+                batch: m.batch,
+            }),
             relay_boottime: boottime,
-            batch: Some(m.batch),
-        };
+        });
         match range {
-            None => staged.push_slice(stream.id(), queued),
-            Some(range) => staged.push_stamped(stream.id(), queued, range),
+            None => staged.push_slice(queued),
+            Some(range) => staged.push_stamped(queued, range),
         }
     }
 
@@ -341,7 +334,7 @@ impl LiveCore {
     /// [`Staged::queue`]).
     fn queue_staged(&mut self, staged: &mut Staged, frame_len: Option<usize>) {
         let output = &mut self.output;
-        staged.queue(frame_len, |stream, queued| output.push(stream, queued));
+        staged.queue(frame_len, |queued| output.push(queued));
     }
 
     /// Queues a packet behind its relay's unresolvable ones. When the queue

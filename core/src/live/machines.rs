@@ -66,6 +66,10 @@ pub(super) struct Machine {
 }
 
 impl Machine {
+    pub fn name(&self) -> Option<&Arc<str>> {
+        self.name.as_ref()
+    }
+
     /// The estimate shown for it (the latest).
     pub fn estimate(&self) -> Option<&SyncEstimate> {
         self.estimate.as_ref()

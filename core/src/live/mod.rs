@@ -136,6 +136,7 @@ mod order;
 mod output;
 pub mod packet;
 mod quality;
+mod queued;
 mod recovered;
 mod relay;
 mod relays;

@@ -8,22 +8,11 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::fifo::Fifo;
-use super::packet::OutPacket;
+use super::queued::Queued;
 use crate::hash::IdMap;
 
 /// Identifies a stream within the core.
 pub type StreamId = u32;
-
-/// A resolved packet waiting for the watermark.
-#[derive(Debug)]
-pub struct Queued {
-    pub packet: OutPacket,
-    /// The packet's time on its relay's BOOTTIME (for sync points).
-    pub relay_boottime: Option<i64>,
-    /// The relay batch it came in (of the relay in `packet.origin`), so
-    /// emitting it counts towards that batch's acknowledgement.
-    pub batch: Option<u64>,
-}
 
 /// Memory a queued packet takes besides its bytes (its entry in the stream
 /// queue): counted in [`Order::bytes`], so the queue's bound holds for
@@ -46,14 +35,15 @@ pub struct Order {
 
 impl Order {
     #[inline(always)]
-    pub fn push(&mut self, stream: StreamId, item: Queued) {
+    pub fn push(&mut self, item: Queued) {
+        let stream = item.stream;
         let arrival = self.next_arrival;
         self.next_arrival += 1;
-        self.bytes += item.packet.bytes.len() + ENTRY_OVERHEAD;
+        self.bytes += item.bytes.len() + ENTRY_OVERHEAD;
         self.len += 1;
         let queue = self.streams.entry(stream).or_default();
         if queue.is_empty() {
-            self.heap.push(Reverse((item.packet.ts, arrival, stream)));
+            self.heap.push(Reverse((item.ts, arrival, stream)));
         }
         queue.push_back((arrival, item));
     }
@@ -79,9 +69,9 @@ impl Order {
         let queue = self.streams.get_mut(&stream)?;
         let (_, item) = queue.pop_front()?;
         if let Some((arrival, next)) = queue.front() {
-            self.heap.push(Reverse((next.packet.ts, *arrival, stream)));
+            self.heap.push(Reverse((next.ts, *arrival, stream)));
         }
-        self.bytes -= item.packet.bytes.len() + ENTRY_OVERHEAD;
+        self.bytes -= item.bytes.len() + ENTRY_OVERHEAD;
         self.len -= 1;
         Some(item)
     }
@@ -123,26 +113,23 @@ mod tests {
     use super::*;
     use crate::live::fifo::CHUNK;
     use crate::live::packet::Role;
+    use crate::live::queued::Parts;
 
     fn queued(ts: i64, len: usize) -> Queued {
-        Queued {
-            packet: OutPacket {
-                ts,
-                machine_raw_id: 1,
-                machine_name: None,
-                seq: 2,
-                clock: 0,
-                clock_ts: 0,
-                err_ns: 0,
-                data_field: None,
-                src: std::sync::Arc::from("test"),
-                role: Role::Data,
-                origin: None,
-                bytes: vec![0u8; len].into(),
-            },
+        Queued::pack(Parts {
+            stream: 0,
+            ts,
+            err_ns: 0,
+            clock: 0,
+            clock_ts: 0,
+            machine_raw_id: 1,
+            seq: 2,
+            data_field: None,
+            role: Role::Data,
+            bytes: vec![0u8; len].into(),
+            relayed: None,
             relay_boottime: None,
-            batch: None,
-        }
+        })
     }
 
     #[test]
@@ -150,7 +137,7 @@ mod tests {
         let mut order = Order::default();
         let burst = 100_000;
         for ts in 0..burst {
-            order.push(0, queued(ts, 10));
+            order.push(queued(ts, 10));
         }
         assert_eq!(order.bytes(), burst as usize * (10 + ENTRY_OVERHEAD));
         assert!(order.capacity() >= burst as usize);
@@ -160,7 +147,7 @@ mod tests {
         let mut expected = 0;
         while order.len() > 10 {
             let q = order.pop().expect("queued");
-            assert_eq!(q.packet.ts, expected);
+            assert_eq!(q.ts, expected);
             expected += 1;
             let bound = order.len() + 2 * CHUNK;
             assert!(

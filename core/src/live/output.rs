@@ -2,7 +2,8 @@
 //! written (what is late), the host's own packets' schedule, and the
 //! counters of what came in and was written.
 
-use super::order::{Order, Queued, StreamId};
+use super::order::{Order, StreamId};
+use super::queued::Queued;
 use super::types::LiveStats;
 
 #[derive(Debug, Default)]
@@ -28,8 +29,8 @@ impl Output {
 
     /// Queues a resolved packet on its stream.
     #[inline(always)]
-    pub fn push(&mut self, stream: StreamId, item: Queued) {
-        self.order.push(stream, item);
+    pub fn push(&mut self, item: Queued) {
+        self.order.push(item);
     }
 
     /// The earliest queued packet if its time is <= `limit`.

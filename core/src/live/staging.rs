@@ -7,8 +7,8 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use super::order::{Queued, StreamId};
 use super::packet::Role;
+use super::queued::Queued;
 
 /// A staged batch buffer with more unused room than 1/this of its length
 /// is shrunk before its packets are queued; a frame whose sliced packets
@@ -59,7 +59,7 @@ impl IngestScratch {
 #[derive(Debug, Default)]
 pub(super) struct Staged {
     buf: Vec<u8>,
-    packets: Vec<(StreamId, Queued, Option<Range<usize>>)>,
+    packets: Vec<(Queued, Option<Range<usize>>)>,
     /// Stamped length of the packets staged as slices.
     sliced: usize,
     /// About the bytes the rest of the batch would take in `buf`.
@@ -78,9 +78,9 @@ impl Staged {
     }
 
     /// Stages a packet stamped as a slice of its frame.
-    pub fn push_slice(&mut self, stream: StreamId, queued: Queued) {
-        self.sliced += queued.packet.bytes.len();
-        self.packets.push((stream, queued, None));
+    pub fn push_slice(&mut self, queued: Queued) {
+        self.sliced += queued.bytes.len();
+        self.packets.push((queued, None));
     }
 
     /// Stamps a packet into the buffer with `write`: its range there, or
@@ -108,8 +108,8 @@ impl Staged {
     }
 
     /// Stages a packet stamped into the buffer at `range`.
-    pub fn push_stamped(&mut self, stream: StreamId, queued: Queued, range: Range<usize>) {
-        self.packets.push((stream, queued, Some(range)));
+    pub fn push_stamped(&mut self, queued: Queued, range: Range<usize>) {
+        self.packets.push((queued, Some(range)));
     }
 
     /// So many packets are staged that they should be queued now (a retry
@@ -122,7 +122,7 @@ impl Staged {
     /// Queues the staged packets with `push`. `frame_len`: the length of
     /// the frame the sliced ones are slices of (None: each is a slice of a
     /// copy of its own, a pending packet's).
-    pub fn queue(&mut self, frame_len: Option<usize>, mut push: impl FnMut(StreamId, Queued)) {
+    pub fn queue(&mut self, frame_len: Option<usize>, mut push: impl FnMut(Queued)) {
         let sliced = std::mem::take(&mut self.sliced);
         if self.packets.is_empty() {
             self.buf.clear();
@@ -136,14 +136,14 @@ impl Staged {
             let heads: usize = self
                 .packets
                 .iter()
-                .filter(|(_, _, r)| r.is_none())
-                .map(|(_, q, _)| q.packet.bytes.head().len())
+                .filter(|(_, r)| r.is_none())
+                .map(|(q, _)| q.bytes.head().len())
                 .sum();
             self.buf.reserve(heads);
-            for (_, queued, range) in &mut self.packets {
+            for (queued, range) in &mut self.packets {
                 if range.is_none() {
                     let start = self.buf.len();
-                    self.buf.extend_from_slice(queued.packet.bytes.head());
+                    self.buf.extend_from_slice(queued.bytes.head());
                     *range = Some(start..self.buf.len());
                 }
             }
@@ -151,16 +151,16 @@ impl Staged {
         if self
             .packets
             .iter()
-            .all(|(_, q, r)| r.is_none() || q.packet.role != Role::Data)
+            .all(|(q, r)| r.is_none() || q.role != Role::Data)
         {
             // No packet keeps a slice of the buffer: it is kept for the
             // next batch.
-            for (stream, mut queued, range) in self.packets.drain(..) {
+            for (mut queued, range) in self.packets.drain(..) {
                 if let Some(range) = range {
                     let head = Bytes::copy_from_slice(&self.buf[range]);
-                    queued.packet.bytes = queued.packet.bytes.with_head(head);
+                    queued.bytes = queued.bytes.with_head(head);
                 }
-                push(stream, queued);
+                push(queued);
             }
             self.buf.clear();
             if self.buf.capacity() > STAGED_BUF_KEEP {
@@ -178,7 +178,7 @@ impl Staged {
 
     /// Queues the staged packets, those in the staging buffer as slices of
     /// it (data) or copies (the roles kept for preambles).
-    fn queue_from_buffer(&mut self, mut push: impl FnMut(StreamId, Queued)) {
+    fn queue_from_buffer(&mut self, mut push: impl FnMut(Queued)) {
         let mut buf = std::mem::take(&mut self.buf);
         // The queued slices keep the whole allocation alive, and the queue
         // counts only their bytes: no unused room behind them (packets of
@@ -187,9 +187,9 @@ impl Staged {
             buf.shrink_to_fit();
         }
         let buf = Bytes::from(buf);
-        for (stream, mut queued, range) in self.packets.drain(..) {
+        for (mut queued, range) in self.packets.drain(..) {
             if let Some(range) = range {
-                let head = if queued.packet.role == Role::Data {
+                let head = if queued.role == Role::Data {
                     buf.slice(range)
                 } else {
                     // Kept for file preambles and tail subscribers long
@@ -198,9 +198,9 @@ impl Staged {
                     Bytes::copy_from_slice(&buf[range])
                 };
                 // The tail of a slice copied above, else none.
-                queued.packet.bytes = queued.packet.bytes.with_head(head);
+                queued.bytes = queued.bytes.with_head(head);
             }
-            push(stream, queued);
+            push(queued);
         }
     }
 }

@@ -17,6 +17,15 @@ use crate::hash::IdMap;
 /// (relay instance, relay sequence).
 pub(super) type StreamKey = (u64, u32);
 
+/// What a stream says of every packet of it (read when one is written).
+#[derive(Debug)]
+pub(super) struct Labels {
+    /// (relay instance, relay sequence).
+    pub key: StreamKey,
+    /// `src` of jsonl and the tail.
+    pub src: Arc<str>,
+}
+
 /// One stream: a relay sequence of one relay instance.
 #[derive(Debug)]
 pub(super) struct Stream {
@@ -31,7 +40,6 @@ pub(super) struct Stream {
     last: Option<(i64, Option<i64>)>,
     /// Packets of this stream in its relay's pending queue.
     pending: u32,
-    src: Arc<str>,
     /// The fields a stamp appends, for packets without and with a clock id
     /// of their own, and the stamp they were made for: built once, not per
     /// packet (packets of both kinds alternate within a sequence).
@@ -50,10 +58,6 @@ impl Stream {
     /// The machine its packets are stamped with.
     pub fn raw_id(&self) -> u32 {
         self.raw_id
-    }
-
-    pub fn src(&self) -> &Arc<str> {
-        &self.src
     }
 
     /// Takes packet `index` unless it is at or below one accepted or
@@ -146,6 +150,9 @@ fn allocate_out_seq(next: &mut u32) -> u32 {
 #[derive(Debug)]
 pub(super) struct Streams {
     by_key: IdMap<StreamKey, Stream>,
+    /// What each stream in `by_key` says of its packets, by its id (queued
+    /// packets name their stream by id): its key and `src` label.
+    labels: IdMap<StreamId, Labels>,
     next_id: StreamId,
     next_out_seq: u32,
 }
@@ -162,6 +169,7 @@ impl Streams {
     ) -> (Self, RecoveredClocks) {
         let mut this = Self {
             by_key: IdMap::default(),
+            labels: IdMap::default(),
             next_id: 0,
             next_out_seq: next_out_seq.max(OWN_SEQUENCE_ID + 1),
         };
@@ -181,6 +189,13 @@ impl Streams {
                 );
             }
             let id = allocate_id(&mut this.next_id);
+            this.labels.insert(
+                id,
+                Labels {
+                    key: (s.relay_instance, s.relay_sequence),
+                    src: Arc::from(format!("{}/{}", s.machine_raw_id, s.relay_sequence)),
+                },
+            );
             this.by_key.insert(
                 (s.relay_instance, s.relay_sequence),
                 Stream {
@@ -191,7 +206,6 @@ impl Streams {
                     default_clock: state.default_clock,
                     last: None,
                     pending: 0,
-                    src: Arc::from(format!("{}/{}", s.machine_raw_id, s.relay_sequence)),
                     suffixes: [None, None],
                 },
             );
@@ -212,19 +226,25 @@ impl Streams {
             Entry::Occupied(stream) => Some(stream.into_mut()),
             Entry::Vacant(vacant) => {
                 let src = open()?;
+                let id = allocate_id(&mut self.next_id);
+                self.labels.insert(id, Labels { key, src });
                 Some(vacant.insert(Stream {
-                    id: allocate_id(&mut self.next_id),
+                    id,
                     out_seq: allocate_out_seq(&mut self.next_out_seq),
                     raw_id,
                     written: None,
                     default_clock: None,
                     last: None,
                     pending: 0,
-                    src,
                     suffixes: [None, None],
                 }))
             }
         }
+    }
+
+    /// What the stream of id `id` says of its packets.
+    pub fn labels(&self, id: StreamId) -> Option<&Labels> {
+        self.labels.get(&id)
     }
 
     pub fn get(&self, key: &StreamKey) -> Option<&Stream> {
@@ -249,9 +269,10 @@ impl Streams {
 
     /// The streams of `instance` are labelled with machine name `name`.
     pub fn name_machine(&mut self, instance: u64, name: &str) {
-        for ((i, seq), stream) in self.by_key.iter_mut() {
-            if *i == instance {
-                stream.src = Arc::from(format!("{name}/{seq}"));
+        for labels in self.labels.values_mut() {
+            let (i, seq) = labels.key;
+            if i == instance {
+                labels.src = Arc::from(format!("{name}/{seq}"));
             }
         }
     }
@@ -259,8 +280,14 @@ impl Streams {
     /// Forgets the streams of `instance` that `forget` agrees to (given
     /// their ids: those with nothing queued).
     pub fn forget(&mut self, instance: u64, mut forget: impl FnMut(StreamId) -> bool) {
-        self.by_key
-            .retain(|k, s| !(k.0 == instance && forget(s.id)));
+        let labels = &mut self.labels;
+        self.by_key.retain(|k, s| {
+            let gone = k.0 == instance && forget(s.id);
+            if gone {
+                labels.remove(&s.id);
+            }
+            !gone
+        });
     }
 
     /// Whether any stream is stamped with machine `raw_id`.
