@@ -671,7 +671,11 @@ fn new_limits_apply_to_the_running_writer() {
     assert_eq!(w.stats().rotations, rotations, "younger than 600 s");
     w.set_limits(u64::MAX, Duration::from_secs(60), u64::MAX, Duration::ZERO);
     w.write(&event(5, 2, 3, 1), at(300)).expect("write");
-    assert_eq!(w.stats().rotations, rotations + 1, "older than the new 60 s");
+    assert_eq!(
+        w.stats().rotations,
+        rotations + 1,
+        "older than the new 60 s"
+    );
 }
 
 #[test]
