@@ -211,6 +211,11 @@ pub struct MergeConfig {
     /// Per relay: packets waiting for a resolvable clock before the relay is paused.
     #[serde(deserialize_with = "pending_packets")]
     pub pending_packets: u64,
+    /// All relays: resolved packets waiting for the window, counted as
+    /// their bytes plus each queue entry; past it the oldest are written
+    /// before the window has passed.
+    #[serde(deserialize_with = "queue_bytes")]
+    pub queue_bytes: u64,
 }
 
 impl Default for MergeConfig {
@@ -218,6 +223,7 @@ impl Default for MergeConfig {
         Self {
             window_ms: 500,
             pending_packets: 100_000,
+            queue_bytes: 64 << 20,
         }
     }
 }
@@ -282,6 +288,9 @@ fn check_commit_interval_ms(v: u64) -> Result<(), String> {
 }
 fn check_pending_packets(v: u64) -> Result<(), String> {
     check_range(v, 1_000, 10_000_000, "pending packets per relay")
+}
+fn check_queue_bytes(v: u64) -> Result<(), String> {
+    check_range(v, 8 << 20, 64 << 30, "merge queue bytes")
 }
 fn check_max_relays(v: u64) -> Result<(), String> {
     check_range(v, 1, 65_536, "max relays")
@@ -352,6 +361,7 @@ checked_fields! {
     window_ms => check_window_ms,
     commit_interval_ms => check_commit_interval_ms,
     pending_packets => check_pending_packets,
+    queue_bytes => check_queue_bytes,
     max_relays => check_max_relays,
     hello_timeout_ms => check_hello_timeout_ms,
     max_frame_bytes => check_max_frame_bytes,

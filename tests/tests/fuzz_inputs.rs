@@ -246,6 +246,7 @@ fn daemon_config() {
             "fsync",
             "window-ms",
             "pending-packets",
+            "queue-bytes",
             "max-relays",
             "hello-timeout-ms",
             "max-frame-bytes",

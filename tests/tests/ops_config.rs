@@ -126,8 +126,8 @@ fn daemon_unknown_key_is_one_exact_line() {
     assert_eq!(
         line,
         format!(
-            "tracesyncd: {}:3:1: unknown field `no-such-key`, expected `window-ms` or \
-             `pending-packets`",
+            "tracesyncd: {}:3:1: unknown field `no-such-key`, expected one of `window-ms`, \
+             `pending-packets`, `queue-bytes`",
             file.display()
         )
     );

@@ -48,6 +48,7 @@ fn values_are_read() {
         fsync = false
         [merge]
         window-ms = 250
+        queue-bytes = 268435456
         [limits]
         max-relays = 3
         [log]
@@ -70,6 +71,7 @@ fn values_are_read() {
     assert_eq!(config.output.rotate_bytes, 0);
     assert!(!config.output.fsync);
     assert_eq!(config.merge.window_ms, 250);
+    assert_eq!(config.merge.queue_bytes, 256 << 20);
     assert_eq!(config.limits.max_relays, 3);
     assert_eq!(config.log.level, LogLevel::Debug);
     // Untouched keys keep their defaults.
@@ -114,6 +116,12 @@ fn out_of_range_value_is_reported_at_the_value() {
     assert!(err.message.contains("max relays"), "{err}");
     let err = parse("[output]\ncommit-interval-ms = 0\n").expect_err("zero interval");
     assert_eq!(err.position.map(|p| p.0), Some(2), "{err}");
+    let err = parse("[merge]\nqueue-bytes = 1048576\n").expect_err("1 MiB queue");
+    assert_eq!(err.position, Some((2, 15)), "{err}");
+    assert_eq!(
+        err.message,
+        "merge queue bytes must be in 8388608..=68719476736, got 1048576"
+    );
     let err = parse("[log]\nlevel = \"loud\"\n").expect_err("bad level");
     assert_eq!(err.position.map(|p| p.0), Some(2), "{err}");
 }

@@ -522,6 +522,7 @@ fn live_config(config: &DaemonConfig) -> LiveConfig {
     LiveConfig {
         merge_window_ns: config.merge.window_ms.saturating_mul(1_000_000),
         pending_max_packets: usize::try_from(config.merge.pending_packets).unwrap_or(usize::MAX),
+        queue_max_bytes: usize::try_from(config.merge.queue_bytes).unwrap_or(usize::MAX),
         host_name: host_name(),
         max_sequences_per_relay: usize::try_from(config.limits.max_sequences_per_relay)
             .unwrap_or(usize::MAX),
@@ -533,4 +534,25 @@ fn live_config(config: &DaemonConfig) -> LiveConfig {
 fn host_name() -> Option<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
     Some(name.trim().to_owned()).filter(|n| !n.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_keys_reach_the_live_core() {
+        let mut config = DaemonConfig::default();
+        config.merge.window_ms = 250;
+        config.merge.queue_bytes = 256 << 20;
+        let live = live_config(&config);
+        assert_eq!(live.merge_window_ns, 250_000_000);
+        assert_eq!(live.queue_max_bytes, 256 << 20);
+        // The default is the core's own.
+        let shipped = live_config(&DaemonConfig::default());
+        assert_eq!(
+            shipped.queue_max_bytes,
+            LiveConfig::default().queue_max_bytes
+        );
+    }
 }
