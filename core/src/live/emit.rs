@@ -147,12 +147,11 @@ impl LiveCore {
                 refinement = Some(how);
             }
         }
-        // The machine name is set below, from its row.
-        let mut packet = q.unpack(relay, src, None);
-        let late = self.output.written(packet.ts, packet.bytes.len());
-        // One machine lookup per packet (the sync point included).
+        // One machine lookup per packet (its name and the sync point
+        // included).
         let machine = self.machines.row(raw_id);
-        packet.machine_name = machine.name().cloned();
+        let packet = q.unpack(relay, src, machine.name().cloned());
+        let late = self.output.written(packet.ts, packet.bytes.len());
         machine.wrote(packet.bytes.len(), packet.err_ns, late, refinement);
         // A RemoteClockSync for the packet's machine before it, if the
         // machine has none yet or its offset at the packet's relay time
