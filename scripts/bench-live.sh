@@ -52,8 +52,10 @@
 #
 # Besides the rates, each end-to-end phase reports the daemon's CPU time
 # (utime+stime from /proc/PID/stat over the measured interval) per packet
-# and per MB, the same summed over the relays, and the daemon's peak RSS
-# (VmHWM over the whole phase): unlike the rates, CPU per packet and per MB
+# and per MB, the same summed over the relays, the daemon's ingest thread
+# alone (per packet, and how much of a core it took: with small packets it
+# is the daemon's ceiling), and the daemon's peak RSS (VmHWM over the
+# whole phase): unlike the rates, CPU per packet and per MB
 # hardly depend on what else runs on the machine, so they compare builds on
 # a busy box. Each run prints the load average at its start and end.
 #
@@ -251,6 +253,17 @@ cpu_ticks() { # utime + stime of a pid (fields 14, 15 of /proc/PID/stat)
     sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
 }
 
+ingest_cpu_ticks() { # utime + stime of the daemon's ingest thread (the ceiling)
+    local t
+    for t in /proc/"$1"/task/*; do
+        if [ "$(cat "$t/comm" 2>/dev/null)" = tracesync-inges ]; then
+            sed 's/.*) //' "$t/stat" | awk '{print $12 + $13}'
+            return
+        fi
+    done
+    echo 0
+}
+
 relays_cpu_ticks() { # cpu_ticks summed over the relays
     local sum=0 p
     for p in "${relay_pids[@]}"; do sum=$((sum + $(cpu_ticks "$p"))); done
@@ -271,11 +284,13 @@ phase() { # $1 label, $2 source spec
     fi
     read -r p0 b0 < <(status)
     c0=$(cpu_ticks "$daemon_pid")
+    i0=$(ingest_cpu_ticks "$daemon_pid")
     r0=$(relays_cpu_ticks)
     t0=$(date +%s.%N)
     sleep "$SECS"
     read -r p1 b1 < <(status)
     c1=$(cpu_ticks "$daemon_pid")
+    i1=$(ingest_cpu_ticks "$daemon_pid")
     r1=$(relays_cpu_ticks)
     t1=$(date +%s.%N)
     rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$daemon_pid/status")
@@ -299,16 +314,18 @@ phase() { # $1 label, $2 source spec
     # slower (4 KiB: 199-295 against 388-507 MB/s, either mode).
     rm -rf "$work/$1/out"
     sync
-    read -r pps mbps bpp rss_mib cpu_us_pkt cpu_ms_mb rcpu_us_pkt rcpu_ms_mb < <(python3 -c "
+    read -r pps mbps bpp rss_mib cpu_us_pkt cpu_ms_mb rcpu_us_pkt rcpu_ms_mb icpu_us_pkt ibusy < <(python3 -c "
 dt = $t1 - $t0
 p, b = $p1 - $p0, $b1 - $b0
 cpu = ($c1 - $c0) / $(getconf CLK_TCK)
 rcpu = ($r1 - $r0) / $(getconf CLK_TCK)
+icpu = ($i1 - $i0) / $(getconf CLK_TCK)
 # Nothing delivered in the interval (relays still waiting for their first
 # sync estimate on a busy box): no per-packet figures (nan), not a division by 0.
 per = lambda x, n, scale: round(x / n * scale, 3) if n else float('nan')
 print(round(p / dt), round(b / dt / 1e6, 1), round(b / p) if p else 'nan', round($rss_kib / 1024, 1),
-      per(cpu, p, 1e6), per(cpu, b, 1e9), per(rcpu, p, 1e6), per(rcpu, b, 1e9))")
+      per(cpu, p, 1e6), per(cpu, b, 1e9), per(rcpu, p, 1e6), per(rcpu, b, 1e9),
+      per(icpu, p, 1e6), round(icpu / dt * 100, 1))")
     if [ "$pps" = 0 ]; then
         echo "phase $1: no packet delivered in the ${SECS}s measured; try BENCH_WARMUP_SECS=10" >&2
     fi
@@ -369,6 +386,7 @@ for m in ${MODES//,/ }; do
                 R[$m.small_relay_rss]=$relay_rss_mib
                 R[$m.small_cpu]=$cpu_us_pkt R[$m.small_cpu_mb]=$cpu_ms_mb
                 R[$m.small_rcpu]=$rcpu_us_pkt R[$m.small_rcpu_mb]=$rcpu_ms_mb
+                R[$m.small_icpu]=$icpu_us_pkt R[$m.small_ibusy]=$ibusy
                 R[$m.small_offered]=$((rate * RELAYS))
             fi
         done
@@ -449,6 +467,7 @@ row "the same, spools on the output's disk" "(relays' disks are other machines')
 row "daemon peak RSS (VmHWM) small / 4 KiB" "<= 192 MiB" "%s / %s MiB" small_rss large_rss
 row "largest relay's peak RSS small / 4 KiB" "" "%s / %s MiB" small_relay_rss large_relay_rss
 row "daemon CPU, small packets" "" "%s us/pkt, %s ms/MB" small_cpu small_cpu_mb
+row "... of it the ingest thread (one core at most), small packets" "" "%s us/pkt, %s%% of a core" small_icpu small_ibusy
 row "daemon CPU, 4 KiB packets" "" "%s ms/MB, %s us/pkt" large_cpu large_cpu_pkt
 row "relays' CPU (summed), small packets" "" "%s us/pkt, %s ms/MB" small_rcpu small_rcpu_mb
 row "relays' CPU (summed), 4 KiB packets" "" "%s ms/MB, %s us/pkt" large_rcpu large_rcpu_pkt
