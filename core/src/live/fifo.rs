@@ -65,6 +65,13 @@ impl<T> Fifo<T> {
         self.chunks.front().and_then(VecDeque::front)
     }
 
+    /// The item after the front one.
+    #[inline(always)]
+    pub fn second(&self) -> Option<&T> {
+        let first = self.chunks.front()?;
+        first.get(1).or_else(|| self.chunks.get(1)?.front())
+    }
+
     #[inline(always)]
     pub fn pop_front(&mut self) -> Option<T> {
         let first = self.chunks.front_mut()?;
@@ -127,6 +134,23 @@ mod tests {
         assert_eq!(next_out, next_in);
         assert!(fifo.is_empty());
         assert_eq!(fifo.capacity(), 0, "an empty queue keeps no room");
+    }
+
+    #[test]
+    fn the_second_item_is_found_across_chunks() {
+        let mut fifo = Fifo::default();
+        assert_eq!(fifo.second(), None);
+        fifo.push_back(0usize);
+        assert_eq!(fifo.second(), None, "one item");
+        for i in 1..CHUNK + 3 {
+            fifo.push_back(i);
+        }
+        // Front at CHUNK - 1: the second item is the next chunk's first.
+        for expected in 0..CHUNK + 2 {
+            assert_eq!(fifo.second(), Some(&(expected + 1)));
+            assert_eq!(fifo.pop_front(), Some(expected));
+        }
+        assert_eq!(fifo.second(), None);
     }
 
     #[test]

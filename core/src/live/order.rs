@@ -70,6 +70,13 @@ impl Order {
         let (_, item) = queue.pop_front()?;
         if let Some((arrival, next)) = queue.front() {
             self.heap.push(Reverse((next.ts, *arrival, stream)));
+            // The stream's next pops come dozens of pops later: start
+            // loading what they read now (the queue is far larger than
+            // the caches; these loads were the drain's stalls).
+            next.warm_bytes();
+            if let Some((_, after)) = queue.second() {
+                after.warm();
+            }
         }
         self.bytes -= item.bytes.len() + ENTRY_OVERHEAD;
         self.len -= 1;

@@ -68,6 +68,23 @@ pub struct Queued {
 }
 
 impl Queued {
+    /// Asks the CPU to load the entry's cache lines (a hint, no effect
+    /// on what the program does).
+    #[inline(always)]
+    pub fn warm(&self) {
+        mem_prefetch::prefetch_read_data::<_, 3>(&self.ts);
+        mem_prefetch::prefetch_read_data::<_, 3>(&self.flags);
+        mem_prefetch::prefetch_read_data::<_, 3>(&self.stream);
+    }
+
+    /// The same for the first bytes of the packet.
+    #[inline(always)]
+    pub fn warm_bytes(&self) {
+        if let Some(first) = self.bytes.head().first() {
+            mem_prefetch::prefetch_read_data::<_, 3>(first);
+        }
+    }
+
     pub fn pack(p: Parts) -> Self {
         let flag = |on: bool, f: u8| if on { f } else { 0 };
         let relayed = p.relayed.unwrap_or(Relayed { index: 0, batch: 0 });
