@@ -261,7 +261,7 @@ ingest_cpu_ticks() { # utime + stime of the daemon's ingest thread (the ceiling)
             return
         fi
     done
-    echo 0
+    echo nan # renamed thread: no figure rather than a wrong one
 }
 
 relays_cpu_ticks() { # cpu_ticks summed over the relays
@@ -319,13 +319,13 @@ dt = $t1 - $t0
 p, b = $p1 - $p0, $b1 - $b0
 cpu = ($c1 - $c0) / $(getconf CLK_TCK)
 rcpu = ($r1 - $r0) / $(getconf CLK_TCK)
-icpu = ($i1 - $i0) / $(getconf CLK_TCK)
+icpu = (float('$i1') - float('$i0')) / $(getconf CLK_TCK)
 # Nothing delivered in the interval (relays still waiting for their first
 # sync estimate on a busy box): no per-packet figures (nan), not a division by 0.
 per = lambda x, n, scale: round(x / n * scale, 3) if n else float('nan')
 print(round(p / dt), round(b / dt / 1e6, 1), round(b / p) if p else 'nan', round($rss_kib / 1024, 1),
       per(cpu, p, 1e6), per(cpu, b, 1e9), per(rcpu, p, 1e6), per(rcpu, b, 1e9),
-      per(icpu, p, 1e6), round(icpu / dt * 100, 1))")
+      per(icpu, p, 1e6), round(icpu / dt * 100, 1) if icpu == icpu else icpu)")
     if [ "$pps" = 0 ]; then
         echo "phase $1: no packet delivered in the ${SECS}s measured; try BENCH_WARMUP_SECS=10" >&2
     fi
