@@ -169,15 +169,16 @@ impl LiveCore {
         if raw_id != 0 {
             // The sync-quality tracks (`quality.rs`): the values the core
             // used, and a bound in force that covers this packet.
-            let estimate = machine.estimate().copied();
+            let last_offset = machine.last_offset();
+            let (quality, estimate) = machine.tracks_and_estimate();
             let before = Before {
                 packet: &packet,
                 client: relay_boottime.and_then(|c| u64::try_from(c).ok()),
                 sync_point: sync_point.map(|(c, h)| (c, (i128::from(c) - i128::from(h)) as i64)),
-                last_offset: machine.last_offset(),
-                estimate: estimate.as_ref(),
+                last_offset,
+                estimate,
             };
-            machine.quality.before(&mut self.quality_seqs, &before, out);
+            quality.before(&mut self.quality_seqs, &before, out);
         }
         out.push(packet);
     }

@@ -20,7 +20,7 @@ use std::collections::{HashSet, VecDeque};
 use bytes::Bytes;
 use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
-use tracesync_protocol::scan::{PacketFields, scan_packet};
+use tracesync_protocol::scan::{PacketFields, scan_packet, scan_packet_into};
 use tracesync_protocol::wire;
 
 use super::acks::BatchSeq;
@@ -170,10 +170,12 @@ impl LiveCore {
     /// changed.
     fn ingest(&mut self, mut m: Meta, bytes: Bytes, raw_id: u32, staged: &mut Staged) -> bool {
         let instance = m.key.0;
-        let Ok(fields) = scan_packet(&bytes) else {
+        // Scanned in place: a returned value is copied once more.
+        let mut fields = PacketFields::default();
+        if scan_packet_into(&bytes, &mut fields).is_err() {
             self.machines.count(raw_id, reason::MALFORMED, 1);
             return false;
-        };
+        }
         m.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
         let (relays, machines) = (&mut self.relays, &self.machines);
         let limit = self.config.max_sequences_per_relay;

@@ -70,9 +70,10 @@ impl Machine {
         self.name.as_ref()
     }
 
-    /// The estimate shown for it (the latest).
-    pub fn estimate(&self) -> Option<&SyncEstimate> {
-        self.estimate.as_ref()
+    /// Its sync-quality tracks, and beside them the estimate shown for it
+    /// (the latest), which they read: a borrow, not a copy per packet.
+    pub fn tracks_and_estimate(&mut self) -> (&mut MachineTracks, Option<&SyncEstimate>) {
+        (&mut self.quality, self.estimate.as_ref())
     }
 
     /// The offset (relay BOOTTIME minus host time) of its last sync point.

@@ -15,7 +15,7 @@ mod stamp;
 
 pub use fields::{FieldValue, Fields, RawField, ScanError};
 pub use kind::{Kind, data_field_name};
-pub use packet::{PacketFields, defaults_timestamp_clock_id, scan_packet};
+pub use packet::{PacketFields, defaults_timestamp_clock_id, scan_packet, scan_packet_into};
 pub use stamp::{
     STAMP_MOVED_MAX, STAMP_SUFFIX_MAX, Stamp, StampLayout, StampSuffix, StampTail, stamp_by_layout,
     stamp_into, stamp_scanned, stamp_split, stamp_split_by_layout, stamp_split_with_suffix,

@@ -53,11 +53,26 @@ impl PacketFields<'_> {
 
 /// Reads the top-level fields tracesync acts on. Never allocates.
 ///
+/// Inlined, so the fields are written where the caller keeps them: as a
+/// returned value (~200 bytes) they were copied once more per packet, by a
+/// `memcpy` call that was 6% of `tracesync merge`'s CPU with small packets.
+/// Where the copy into the caller's variable stays, per packet on a hot
+/// path, [`scan_packet_into`] writes into the caller's own.
+#[inline]
+pub fn scan_packet(packet: &[u8]) -> Result<PacketFields<'_>, ScanError> {
+    let mut out = PacketFields::default();
+    scan_packet_into(packet, &mut out)?;
+    Ok(out)
+}
+
+/// [`scan_packet`] into `out`, which must hold the defaults
+/// (`PacketFields::default()`); on error `out` holds the fields before the
+/// malformed one.
+///
 /// The hot path of the data plane: a hand-rolled loop over the fields
 /// (same results and errors as walking [`Fields`]), with wire types tested
 /// by plain branches, which predict better than a jump table.
-pub fn scan_packet(packet: &[u8]) -> Result<PacketFields<'_>, ScanError> {
-    let mut out = PacketFields::default();
+pub fn scan_packet_into<'a>(packet: &'a [u8], out: &mut PacketFields<'a>) -> Result<(), ScanError> {
     let mut pos = 0;
     while let Some(rest) = packet.get(pos..).filter(|r| !r.is_empty()) {
         let fail = |error| ScanError { offset: pos, error };
@@ -94,7 +109,7 @@ pub fn scan_packet(packet: &[u8]) -> Result<PacketFields<'_>, ScanError> {
         }
         out.stamp_layout.note(number, start, pos);
     }
-    Ok(out)
+    Ok(())
 }
 
 impl<'a> PacketFields<'a> {

@@ -46,6 +46,19 @@ fn scan_reads_top_level_fields() {
 }
 
 #[test]
+fn scan_into_keeps_the_fields_before_a_malformed_one() {
+    let mut bytes = packet().encode_to_vec();
+    // Field 1's varint tag with its value cut off.
+    bytes.push(0x08);
+    let mut f = PacketFields::default();
+    let e = scan_packet_into(&bytes, &mut f).unwrap_err();
+    assert_eq!(e.offset, bytes.len() - 1);
+    assert_eq!(f.timestamp, Some(123_456_789));
+    assert_eq!(f.machine_id, Some(3));
+    assert_eq!(scan_packet(&bytes).unwrap_err(), e);
+}
+
+#[test]
 fn scan_empty_and_unknown_payload() {
     assert_eq!(scan_packet(&[]).unwrap(), PacketFields::default());
     let mut b = Vec::new();
