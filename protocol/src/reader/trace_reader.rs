@@ -196,6 +196,7 @@ impl TraceReader {
         Ok(())
     }
 
+    #[inline]
     pub(super) fn packet_at(&self, loc: Loc) -> Packet<'_> {
         match loc {
             Loc::Buf { start, end, offset } => Packet {
@@ -218,6 +219,7 @@ impl TraceReader {
     }
 
     /// Finds the next packet, consuming its record.
+    #[inline]
     pub(super) fn advance(&mut self) -> Result<Option<Loc>, ReadError> {
         self.last = None;
         let loc = self.advance_inner()?;
@@ -225,6 +227,7 @@ impl TraceReader {
         Ok(loc)
     }
 
+    #[inline]
     fn advance_inner(&mut self) -> Result<Option<Loc>, ReadError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
