@@ -13,7 +13,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::scan::{
-    Kind, Stamp, StampSuffix, StampTail, stamp_by_layout, stamp_split_with_suffix,
+    Kind, Stamp, StampSuffix, StampTail, stamp_by_layout, stamp_split_with_suffix_into,
 };
 
 use super::feed::{OpenError, PacketFeed, PacketScan};
@@ -152,7 +152,9 @@ pub struct InputStream<'a> {
     /// The current head packet: its stamped bytes are the feed's current
     /// packet up to `split`'s length and then its tail, else `body`.
     pub head: Option<Head>,
-    split: Option<(usize, StampTail)>,
+    split: Option<usize>,
+    /// The tail of a split head packet (written in place, not returned).
+    tail: StampTail,
     body: Vec<u8>,
 }
 
@@ -182,6 +184,7 @@ impl<'a> InputStream<'a> {
             last_ts: i64::MIN,
             head: None,
             split: None,
+            tail: StampTail::default(),
             body: Vec::new(),
         })
     }
@@ -189,8 +192,8 @@ impl<'a> InputStream<'a> {
     /// The stamped bytes of the head packet.
     pub fn body(&self) -> Body<'_> {
         let current = self.feed.as_ref().and_then(|f| f.current());
-        match (self.split.as_ref(), current) {
-            (Some((n, tail)), Some((bytes, _))) => Body::Split(&bytes[..*n], tail.as_slice()),
+        match (self.split, current) {
+            (Some(n), Some((bytes, _))) => Body::Split(&bytes[..n], self.tail.as_slice()),
             _ => Body::Whole(&self.body),
         }
     }
@@ -249,9 +252,9 @@ impl<'a> InputStream<'a> {
                         suffix: StampSuffix::new(&stamp, layout.has_clock_id),
                     });
                 }
-                self.split = cached
-                    .as_ref()
-                    .and_then(|c| stamp_split_with_suffix(bytes, layout, &stamp, &c.suffix));
+                self.split = cached.as_ref().and_then(|c| {
+                    stamp_split_with_suffix_into(bytes, layout, &stamp, &c.suffix, &mut self.tail)
+                });
                 if self.split.is_none() {
                     self.body.clear();
                     if stamp_by_layout(bytes, layout, &stamp, &mut self.body).is_err() {

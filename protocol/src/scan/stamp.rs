@@ -134,7 +134,7 @@ pub const STAMP_MOVED_MAX: usize = 12;
 /// Bytes that follow a packet's kept prefix once stamped, held inline (no
 /// allocation): kept bytes from after a replaced field, then the fields
 /// the stamp appends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StampTail {
     buf: [u8; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX],
     len: u8,
@@ -152,18 +152,21 @@ impl StampTail {
     /// `suffix`, copied whole (a fixed size: no call to memcpy).
     #[inline]
     fn join(moved: [&[u8]; 2], suffix: &StampSuffix) -> Self {
-        let mut s = Self {
-            buf: [0; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX],
-            len: 0,
-        };
+        let mut s = Self::default();
+        s.fill(moved, suffix);
+        s
+    }
+
+    /// [`Self::join`] in place.
+    #[inline]
+    fn fill(&mut self, moved: [&[u8]; 2], suffix: &StampSuffix) {
         let mut at = 0;
         for m in moved.into_iter().filter(|m| !m.is_empty()) {
-            s.buf[at..at + m.len()].copy_from_slice(m);
+            self.buf[at..at + m.len()].copy_from_slice(m);
             at += m.len();
         }
-        s.buf[at..at + STAMP_SUFFIX_MAX].copy_from_slice(&suffix.buf);
-        s.len = (at + usize::from(suffix.len)) as u8;
-        s
+        self.buf[at..at + STAMP_SUFFIX_MAX].copy_from_slice(&suffix.buf);
+        self.len = (at + usize::from(suffix.len)) as u8;
     }
 
     pub fn as_slice(&self) -> &[u8] {
@@ -261,6 +264,8 @@ pub fn stamp_split_by_layout(
 
 /// [`stamp_split_by_layout`] with the fields the stamp appends built
 /// beforehand: `suffix` must be `StampSuffix::new(stamp, layout.has_clock_id)`.
+/// Inlined, so the tail is built where the caller keeps it.
+#[inline]
 pub fn stamp_split_with_suffix(
     packet: &[u8],
     layout: &StampLayout,
@@ -270,6 +275,25 @@ pub fn stamp_split_with_suffix(
     debug_assert_eq!(*suffix, StampSuffix::new(stamp, layout.has_clock_id));
     let (head, moved) = split_moved(packet, layout, stamp)?;
     Some((head, StampTail::join(moved, suffix)))
+}
+
+/// [`stamp_split_with_suffix`] with the tail written into `tail`, where
+/// the caller keeps it; returns the kept prefix's length. A tail returned
+/// was built on the stack and copied: its bytes, stored at a variable
+/// offset, were read back whole before the stores could be forwarded (a
+/// stall on most packets of a merge).
+#[inline]
+pub fn stamp_split_with_suffix_into(
+    packet: &[u8],
+    layout: &StampLayout,
+    stamp: &Stamp,
+    suffix: &StampSuffix,
+    tail: &mut StampTail,
+) -> Option<usize> {
+    debug_assert_eq!(*suffix, StampSuffix::new(stamp, layout.has_clock_id));
+    let (head, moved) = split_moved(packet, layout, stamp)?;
+    tail.fill(moved, suffix);
+    Some(head)
 }
 
 /// The kept prefix's length and the kept bytes moved after it, for
