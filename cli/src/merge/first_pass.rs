@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use prost::Message;
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::reader::FileReadError;
-use tracesync_protocol::scan::scan_packet;
+use tracesync_protocol::scan::{PacketFields, scan_packet_into};
 
 use super::inputs::InputSource;
 use super::packets::{InputReader, bundle_of, open_reader};
@@ -110,68 +110,36 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
     // Most packets repeat the previous one's machine id: skip the set insert.
     let mut last_embedded = None;
     loop {
-        let read = match reader.next_packet() {
-            Ok(Some(packet)) => {
-                let scanned = scan_packet(packet.bytes);
-                match bundle_of(&packet, &scanned) {
-                    // Its inner packets come next, as the expanding reader
-                    // yields them; the bundle itself is not a packet.
-                    Some(range) => reader.expand_last(range).map(|()| None),
-                    None => Ok(Some((packet.offset, scanned))),
-                }
-            }
+        let packet = match reader.next_packet() {
+            Ok(Some(packet)) => packet,
             Ok(None) => break,
-            Err(e) => Err(e),
-        };
-        let (offset, scanned) = match read {
-            Ok(Some(p)) => p,
-            Ok(None) => continue,
-            Err(FileReadError::Io(e)) => {
-                scan.faults.push(fault(
-                    None,
-                    format!("read error: {e}; the rest of this input is skipped"),
-                    true,
-                ));
-                break;
-            }
-            Err(FileReadError::Format(e)) => {
-                // `e` displays as "byte offset N: ..."; the fault prints the
-                // offset itself, so only the kind goes into the message
-                // (else the line says "byte offset N: byte offset N: ...").
-                let broken = if scan.packets == 0 && e.offset == 0 {
-                    // Nothing readable from its first byte on.
-                    fault(
-                        None,
-                        format!(
-                            "not a Perfetto trace (byte offset 0: {}); give a trace file \
-                             (plain, gzip, .zip or .tar), or remove the input",
-                            e.kind
-                        ),
-                        true,
-                    )
-                } else {
-                    fault(
-                        Some(e.offset),
-                        format!("{}; the rest of this input is skipped", e.kind),
-                        true,
-                    )
-                };
-                scan.faults.push(broken);
-                break;
-            }
-        };
-        scan.packets += 1;
-        let fields = match scanned {
-            Ok(f) => f,
             Err(e) => {
-                scan.faults.push(fault(
-                    Some(offset),
-                    format!("malformed packet ({e}); packet skipped"),
-                    false,
-                ));
-                continue;
+                scan.faults.push(read_fault(source, &scan, e));
+                break;
             }
         };
+        // Scanned in place: a returned scan is copied once more.
+        let mut fields = PacketFields::default();
+        let scanned = scan_packet_into(packet.bytes, &mut fields);
+        if let Some(range) = bundle_of(&packet, scanned.is_ok().then_some(&fields)) {
+            // Its inner packets come next, as the expanding reader yields
+            // them; the bundle itself is not a packet.
+            if let Err(e) = reader.expand_last(range) {
+                scan.faults.push(read_fault(source, &scan, e));
+                break;
+            }
+            continue;
+        }
+        let offset = packet.offset;
+        scan.packets += 1;
+        if let Err(e) = scanned {
+            scan.faults.push(fault(
+                Some(offset),
+                format!("malformed packet ({e}); packet skipped"),
+                false,
+            ));
+            continue;
+        }
         let embedded = fields.machine_id.unwrap_or(0);
         if scan.first_id.is_none() && fields.data_field != Some(SYNCHRONIZATION_MARKER) {
             scan.first_id = Some(embedded);
@@ -242,6 +210,39 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
         }
     }
     scan
+}
+
+/// The fault that ends the read of an input: an I/O error, or framing
+/// that cannot be followed (at its byte offset).
+fn read_fault(source: &InputSource, scan: &FileScan, e: FileReadError) -> InputFault {
+    let fault = |offset, message: String| InputFault {
+        display: source.display.clone(),
+        offset,
+        message,
+        fatal: true,
+    };
+    match e {
+        FileReadError::Io(e) => fault(
+            None,
+            format!("read error: {e}; the rest of this input is skipped"),
+        ),
+        // `e` displays as "byte offset N: ..."; the fault prints the
+        // offset itself, so only the kind goes into the message (else the
+        // line says "byte offset N: byte offset N: ...").
+        FileReadError::Format(e) if scan.packets == 0 && e.offset == 0 => fault(
+            // Nothing readable from its first byte on.
+            None,
+            format!(
+                "not a Perfetto trace (byte offset 0: {}); give a trace file \
+                 (plain, gzip, .zip or .tar), or remove the input",
+                e.kind
+            ),
+        ),
+        FileReadError::Format(e) => fault(
+            Some(e.offset),
+            format!("{}; the rest of this input is skipped", e.kind),
+        ),
+    }
 }
 
 impl FileScan {

@@ -7,7 +7,7 @@
 use std::io::{self, Read};
 
 use tracesync_protocol::reader::{Packet, TraceFile, TraceReader, bundle_range};
-use tracesync_protocol::scan::{PacketFields, ScanError};
+use tracesync_protocol::scan::PacketFields;
 
 use super::inputs::InputSource;
 
@@ -22,20 +22,20 @@ pub fn open_reader(source: &InputSource) -> io::Result<InputReader> {
 
 /// The bundle of `packet` that the expanding reader would expand, as a
 /// byte range of the packet: the scan's `compressed_packets` if the scan
-/// succeeded, else the reader's own walk (which accepts some packets the
+/// succeeded (`scan` is its fields), else the reader's own walk (which accepts some packets the
 /// scan rejects). None for packets of a bundle (bundles do not nest).
 pub fn bundle_of(
     packet: &Packet<'_>,
-    scan: &Result<PacketFields<'_>, ScanError>,
+    scan: Option<&PacketFields<'_>>,
 ) -> Option<(usize, usize)> {
     if packet.in_bundle {
         return None;
     }
     match scan {
-        Ok(fields) => fields.compressed_packets.map(|c| {
+        Some(fields) => fields.compressed_packets.map(|c| {
             let start = c.as_ptr() as usize - packet.bytes.as_ptr() as usize;
             (start, start + c.len())
         }),
-        Err(_) => bundle_range(packet.bytes),
+        None => bundle_range(packet.bytes),
     }
 }

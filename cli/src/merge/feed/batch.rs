@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tracesync_protocol::scan::{
-    Kind, PacketFields, StampLayout, defaults_timestamp_clock_id, scan_packet,
+    Kind, PacketFields, StampLayout, defaults_timestamp_clock_id, scan_packet_into,
 };
 
 use super::super::inputs::InputSource;
@@ -261,8 +261,12 @@ impl Scanner {
         }
         // Until the end, or a fault the first pass reported.
         while let Ok(Some(packet)) = reader.next_packet() {
-            let scanned = scan_packet(packet.bytes);
-            if let Some(range) = bundle_of(&packet, &scanned) {
+            // Scanned in place: a returned scan is copied once more.
+            let mut fields = PacketFields::default();
+            let scanned = scan_packet_into(packet.bytes, &mut fields)
+                .is_ok()
+                .then_some(&fields);
+            if let Some(range) = bundle_of(&packet, scanned) {
                 if reader.expand_last(range).is_err() {
                     break;
                 }
@@ -271,13 +275,13 @@ impl Scanner {
             let bytes = packet.bytes;
             // The scan built where it goes: moving it costs per packet.
             if batch.is_full_for(bytes.len()) {
-                self.pending = Some(scanned.ok().map(|f| PacketScan::new(bytes, &f)));
+                self.pending = Some(scanned.map(|f| PacketScan::new(bytes, f)));
                 return true;
             }
             if bytes.len() > batch.limits.bytes && !admit_large() {
                 return false;
             }
-            batch.push(bytes, scanned.ok().map(|f| PacketScan::new(bytes, &f)));
+            batch.push(bytes, scanned.map(|f| PacketScan::new(bytes, f)));
         }
         self.reader = None;
         false
