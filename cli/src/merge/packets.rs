@@ -22,12 +22,10 @@ pub fn open_reader(source: &InputSource) -> io::Result<InputReader> {
 
 /// The bundle of `packet` that the expanding reader would expand, as a
 /// byte range of the packet: the scan's `compressed_packets` if the scan
-/// succeeded (`scan` is its fields), else the reader's own walk (which accepts some packets the
-/// scan rejects). None for packets of a bundle (bundles do not nest).
-pub fn bundle_of(
-    packet: &Packet<'_>,
-    scan: Option<&PacketFields<'_>>,
-) -> Option<(usize, usize)> {
+/// succeeded (`scan` is its fields), else the reader's own walk (which
+/// accepts some packets the scan rejects). None for packets of a bundle
+/// (bundles do not nest).
+pub fn bundle_of(packet: &Packet<'_>, scan: Option<&PacketFields<'_>>) -> Option<(usize, usize)> {
     if packet.in_bundle {
         return None;
     }
