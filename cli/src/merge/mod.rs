@@ -360,9 +360,11 @@ fn write_merged(
     while let Some(mut top) = heap.peek_mut() {
         let Reverse((_, i)) = *top;
         let stream = &mut streams[i];
-        let head = stream.head.expect("queued streams have a head");
+        // Borrowed, not copied out of the stream: the head was stored
+        // field by field just before.
+        let head = stream.head.as_ref().expect("queued streams have a head");
         writer
-            .packet(&head, stream.body(), &src_json[i], ctx.machines, ctx.stats)
+            .packet(head, stream.body(), &src_json[i], ctx.machines, ctx.stats)
             .map_err(MergeError::Write)?;
         stream.advance(&mut ctx);
         match stream.head {
