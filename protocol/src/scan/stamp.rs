@@ -264,17 +264,17 @@ pub fn stamp_split_by_layout(
 
 /// [`stamp_split_by_layout`] with the fields the stamp appends built
 /// beforehand: `suffix` must be `StampSuffix::new(stamp, layout.has_clock_id)`.
-/// Inlined, so the tail is built where the caller keeps it.
-#[inline]
+/// Returns the tail; [`stamp_split_with_suffix_into`] writes it where the
+/// caller keeps it.
 pub fn stamp_split_with_suffix(
     packet: &[u8],
     layout: &StampLayout,
     stamp: &Stamp,
     suffix: &StampSuffix,
 ) -> Option<(usize, StampTail)> {
-    debug_assert_eq!(*suffix, StampSuffix::new(stamp, layout.has_clock_id));
-    let (head, moved) = split_moved(packet, layout, stamp)?;
-    Some((head, StampTail::join(moved, suffix)))
+    let mut tail = StampTail::default();
+    let head = stamp_split_with_suffix_into(packet, layout, stamp, suffix, &mut tail)?;
+    Some((head, tail))
 }
 
 /// [`stamp_split_with_suffix`] with the tail written into `tail`, where
