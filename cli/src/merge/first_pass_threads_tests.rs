@@ -123,18 +123,26 @@ fn a_broken_file_cut_into_pieces_fails_where_it_fails_whole() {
 }
 
 #[test]
-fn small_large_record_gzip_and_empty_inputs_are_scanned_whole() {
+fn small_gzip_and_empty_inputs_and_large_records_are_scanned_whole() {
     let dir = tempfile::tempdir().unwrap();
     let small = source_of(dir.path(), "small", &trace()[..1500]);
     assert_eq!(cuts(0, &small, 4, 1024), [Work::Whole(0)]);
-    // Records of 2 KiB: the walk would cost more than the cut saves.
-    let mut big = Vec::new();
-    for i in 0..200 {
-        let mut p = packet(i);
-        wire::put_len_field(&mut p, 11, &[0; 2048]);
-        record(&mut big, &p);
-    }
-    let big = source_of(dir.path(), "big", &big);
+    // Records of 2 KiB are cut (a window holds ~128 of them), and give the
+    // whole file's scan; of 32 KiB (8 per window), no guess: whole.
+    let sized = |name: &str, bytes: usize| {
+        let mut t = Vec::new();
+        for i in 0..200 {
+            let mut p = packet(i);
+            wire::put_len_field(&mut p, 11, &vec![0; bytes]);
+            record(&mut t, &p);
+        }
+        source_of(dir.path(), name, &t)
+    };
+    let medium = sized("medium", 2048);
+    assert_eq!(cuts(0, &medium, 4, 1024).len(), 4);
+    let (cut, whole) = both(&medium);
+    assert_eq!((whole.packets, cut), (200, whole));
+    let big = sized("big", 32 << 10);
     assert_eq!(cuts(0, &big, 4, 1024), [Work::Whole(0)]);
     let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
     gz.write_all(&trace()).unwrap();
@@ -170,4 +178,76 @@ fn shares_follow_the_bytes() {
     assert_eq!(shares(&[0, 0], 4), [1, 1], "archive members: no length");
     assert_eq!(shares(&[u64::MAX, u64::MAX], 2), [1, 1]);
     assert_eq!(shares(&[], 2), Vec::<usize>::new());
+}
+
+#[test]
+fn cuts_that_are_no_record_starts_are_read_on_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = trace();
+    let source = source_of(dir.path(), "t.pftrace", &t);
+    let whole = scan_input(&source);
+    let len = t.len() as u64;
+    let piece = |from, to| Work::Piece { input: 0, from, to };
+    // Cuts inside records (a byte past a start is never one), then at true
+    // starts guessed from windows, one of them broken at the second cut.
+    for offsets in [
+        vec![1],
+        vec![len / 3 + 1, len / 2, len - 2],
+        vec![len / 4, len / 2],
+    ] {
+        let mut work = Vec::new();
+        let mut from = 0;
+        for &cut in &offsets {
+            work.push(piece(from, Some(cut)));
+            from = cut;
+        }
+        work.push(piece(from, None));
+        assert_eq!(
+            scan_work(std::slice::from_ref(&source), &work, 3),
+            std::slice::from_ref(&whole),
+            "{offsets:?}"
+        );
+    }
+}
+
+#[test]
+fn a_guess_inside_a_packet_that_frames_as_records_is_read_on() {
+    // A large packet whose bytes are 4000 records of their own sits where
+    // the second piece's window begins: the guess is inside it.
+    let mut inner = Vec::new();
+    for _ in 0..4000 {
+        record(&mut inner, &[0x08, 0x01]);
+    }
+    let mut t = Vec::new();
+    for i in 0..1500 {
+        record(&mut t, &packet(i));
+    }
+    let target = t.len() as u64;
+    let mut decoy = Vec::new();
+    wire::put_len_field(&mut decoy, 900, &inner);
+    record(&mut t, &decoy);
+    let decoy_end = t.len() as u64;
+    for i in 1500..3000 {
+        record(&mut t, &packet(i));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let source = source_of(dir.path(), "t.pftrace", &t);
+    // Past the decoy's record, field and length headers.
+    let guess = guess_record_start(&source, target + 8).unwrap();
+    assert!(guess < decoy_end, "the guess lies inside the decoy packet");
+    let work = [
+        Work::Piece {
+            input: 0,
+            from: 0,
+            to: Some(guess),
+        },
+        Work::Piece {
+            input: 0,
+            from: guess,
+            to: None,
+        },
+    ];
+    let whole = scan_input(&source);
+    assert!(whole.faults.is_empty(), "{:?}", whole.faults);
+    assert_eq!(scan_work(std::slice::from_ref(&source), &work, 2), [whole]);
 }

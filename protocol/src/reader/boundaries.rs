@@ -1,132 +1,78 @@
-//! Record boundaries of a plain (not gzip'd) Trace stream, found by walking
-//! the record headers alone: a piece of a file read from one of them (with
-//! [`TraceReader::set_position`] and [`TraceFile::plain`]) yields the
-//! packets, offsets and errors the whole file's reader yields for the same
-//! bytes, so pieces of one file can be read on threads of their own.
+//! Record starts in the middle of a plain (not gzip'd) Trace stream,
+//! guessed from a window of its bytes, so pieces of one file can be read
+//! on threads of their own without walking every record header before
+//! the cut.
+//!
+//! A guess is only a guess: a packet's own bytes can frame as records
+//! too. It is confirmed by the piece before it: a piece read from a true
+//! record start (with [`TraceReader::set_position`] and
+//! [`TraceFile::plain`]) that ends without an error at the guess ends on a
+//! record boundary, so the piece after it yields the packets, offsets and
+//! errors the whole file's reader yields for the same bytes. A piece that
+//! ends in an error is read again to the end of the stream instead.
 //!
 //! [`TraceReader::set_position`]: super::TraceReader::set_position
 //! [`TraceFile::plain`]: super::TraceFile::plain
 
-use std::io::{self, Read};
-
 use super::framing::{Header, record_header};
 
-/// Bytes read per call.
-const CHUNK: usize = 1 << 20;
+/// Records that must frame back to back from a guessed start (and reach
+/// the window's end) before it is taken.
+const MIN_CHAIN: u64 = 16;
 
-/// The longest record header: two 10-byte varints.
-const MAX_HEADER: usize = 20;
-
-/// The first record start at or after each of `targets` (ascending), for
-/// the stream `r` read from its first byte, with the reader's framing and
-/// packet limit `max_packet_size`. The walk stops at the first record it
-/// cannot frame and at the end of input; the boundaries found before are
-/// returned, each strictly inside the stream (a record header begins
-/// there) and strictly ascending.
-pub fn record_boundaries<R: Read + ?Sized>(
-    r: &mut R,
-    targets: &[u64],
-    max_packet_size: usize,
-) -> io::Result<Vec<u64>> {
-    let mut window = Window::new();
-    let mut found: Vec<u64> = Vec::with_capacity(targets.len());
-    // Offset of the next record header.
-    let mut pos = 0u64;
-    for &target in targets {
-        loop {
-            let avail = window.at(r, pos)?;
-            if avail.is_empty() {
-                return Ok(found);
-            }
-            if pos >= target {
-                if found.last().is_none_or(|&b| b < pos) {
-                    found.push(pos);
-                }
-                break;
-            }
-            match record_header(avail, max_packet_size) {
-                Ok(Header::Complete(h, len)) => pos = pos.saturating_add(h as u64 + len),
-                // A header cut by the end of input, or one the reader
-                // fails on: the piece holding it reports it.
-                Ok(Header::Incomplete) | Err(_) => return Ok(found),
-            }
+/// A guess at a record start in `window`, bytes read from inside a
+/// stream: a chain of records with the reader's framing and packet limit
+/// `max_packet_size` that runs back to back to the window's end (the last
+/// may run past it) is found from the first offset that has one, and the
+/// guess is its first record start at or after a quarter of the window,
+/// with at least [`MIN_CHAIN`] records after it. None if there is none.
+///
+/// Why not the chain's first start: a packet's own bytes often frame for
+/// a record or two that lands on a true record start (a byte 0x0a, then a
+/// length reaching the next packet), and from there the chains are one.
+/// A quarter of the window later they have merged: only a framing of its
+/// own all along the window (as no real trace holds) would still differ.
+///
+/// Linear in the window: an offset a failed chain passed through is not
+/// tried again (its own chain would fail the same way).
+pub fn likely_record_start(window: &[u8], max_packet_size: usize) -> Option<usize> {
+    let settled = window.len() / 4;
+    let mut failed = vec![false; window.len()];
+    let mut chain = Vec::new();
+    for start in 0..settled {
+        if failed[start] {
+            continue;
         }
-    }
-    Ok(found)
-}
-
-/// How many whole records `bytes` (a stream's first bytes) begins with,
-/// and how many bytes they take: the mean record size of a sample.
-pub fn leading_records(bytes: &[u8], max_packet_size: usize) -> (u64, u64) {
-    let (mut records, mut pos) = (0u64, 0usize);
-    while let Ok(Header::Complete(h, len)) = record_header(&bytes[pos..], max_packet_size) {
-        let end = (pos + h).saturating_add(len as usize);
-        if end > bytes.len() {
-            break;
-        }
-        records += 1;
-        pos = end;
-    }
-    (records, pos as u64)
-}
-
-/// The bytes of the stream from `base` on, read as needed:
-/// `buf[..len]` (the rest is room, zeroed once).
-struct Window {
-    buf: Vec<u8>,
-    len: usize,
-    base: u64,
-    eof: bool,
-}
-
-impl Window {
-    fn new() -> Self {
-        Self {
-            buf: vec![0; CHUNK],
-            len: 0,
-            base: 0,
-            eof: false,
-        }
-    }
-
-    /// The buffered bytes from stream offset `pos` (never before `base`)
-    /// on: at least a whole record header's worth unless the stream ends
-    /// first (empty at or past its end). Bytes before `pos` are dropped
-    /// when more are read.
-    fn at<R: Read + ?Sized>(&mut self, r: &mut R, pos: u64) -> io::Result<&[u8]> {
-        loop {
-            let end = self.base + self.len as u64;
-            if pos.saturating_add(MAX_HEADER as u64) <= end || (self.eof && pos >= self.base) {
-                let from = (pos - self.base).min(self.len as u64) as usize;
-                return Ok(&self.buf[from..self.len]);
+        chain.clear();
+        let mut pos = start;
+        let reaches_end = loop {
+            if pos >= window.len() {
+                break true;
             }
-            if pos >= end {
-                // Past everything read (a large record's body): drop it all.
-                self.len = 0;
-                self.base = end;
-            } else {
-                let from = (pos - self.base) as usize;
-                self.buf.copy_within(from..self.len, 0);
-                self.len -= from;
-                self.base = pos;
+            if failed[pos] {
+                break false;
             }
-            self.fill(r)?;
-        }
-    }
-
-    fn fill<R: Read + ?Sized>(&mut self, r: &mut R) -> io::Result<()> {
-        loop {
-            match r.read(&mut self.buf[self.len..]) {
-                Ok(n) => {
-                    self.len += n;
-                    self.eof = n == 0;
-                    return Ok(());
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            chain.push(pos);
+            match record_header(&window[pos..], max_packet_size) {
+                Ok(Header::Complete(h, len)) => pos = (pos + h).saturating_add(len as usize),
+                Ok(Header::Incomplete) => break true,
+                Err(_) => break false,
             }
+        };
+        if !reaches_end {
+            for &p in &chain {
+                failed[p] = true;
+            }
+            continue;
         }
+        // The last start ends past the window (or is a cut header) unless
+        // the chain ends exactly at the window's end.
+        let whole = chain.len() - usize::from(pos != window.len());
+        let first = chain.partition_point(|&p| p < settled);
+        let enough = whole.saturating_sub(first) as u64 >= MIN_CHAIN;
+        return enough.then(|| chain[first]);
     }
+    None
 }
 
 #[cfg(test)]

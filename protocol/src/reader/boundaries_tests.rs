@@ -1,5 +1,7 @@
-//! Tests of [`record_boundaries`]: pieces read from its boundaries give
-//! what the whole stream's reader gives.
+//! Tests of [`likely_record_start`], and of the rule that makes any cut
+//! safe: pieces read from cuts, each confirmed by the piece before it
+//! ending cleanly there (else read again to the end), give what the whole
+//! stream's reader gives.
 
 use super::super::{FileReadError, TraceFile, TraceReader};
 use super::*;
@@ -29,33 +31,28 @@ fn read_piece(stream: &[u8], from: usize, to: usize, max: usize) -> Read {
     }
 }
 
-/// The pieces between `boundaries`, read one by one and joined; a piece
-/// that ends in an error ends the stream, as in the whole reader.
-fn read_pieces(stream: &[u8], boundaries: &[u64], max: usize) -> Read {
-    let mut cuts = vec![0usize];
-    cuts.extend(boundaries.iter().map(|&b| b as usize));
-    cuts.push(stream.len());
+/// The pieces between `cuts` (any offsets, ascending), read one by one
+/// and joined; a piece that ends in an error is read again from its start
+/// to the end of the stream, and that ends the stream: a cut is confirmed
+/// only by the piece before it ending there without an error.
+fn read_pieces(stream: &[u8], cuts: &[u64], max: usize) -> Read {
+    let mut bounds = vec![0usize];
+    bounds.extend(cuts.iter().map(|&b| b as usize));
+    bounds.push(stream.len());
     let mut all = Vec::new();
-    for w in cuts.windows(2) {
+    for w in bounds.windows(2) {
         let (got, err) = read_piece(stream, w[0], w[1], max);
+        if err.is_some() && w[1] < stream.len() {
+            let (got, err) = read_piece(stream, w[0], stream.len(), max);
+            all.extend(got);
+            return (all, err);
+        }
         all.extend(got);
         if err.is_some() {
             return (all, err);
         }
     }
     (all, None)
-}
-
-/// One byte per read: every header straddles a refill.
-struct Trickle<'a>(&'a [u8]);
-
-impl std::io::Read for Trickle<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = buf.len().min(self.0.len()).min(1);
-        buf[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        Ok(n)
-    }
 }
 
 fn frame(sizes: &[usize]) -> (Vec<u8>, Vec<u64>) {
@@ -68,67 +65,72 @@ fn frame(sizes: &[usize]) -> (Vec<u8>, Vec<u64>) {
     (out, starts)
 }
 
-#[test]
-fn boundaries_are_the_first_record_starts_at_or_after_the_targets() {
-    // A 3 MiB record (longer than a read) among small ones.
-    let (stream, starts) = frame(&[5, 0, 200, 3 << 20, 1, 70_000, 9]);
-    let max = 4 << 20;
-    let targets = [0, 1, 7, 300, 400, starts[4], starts[6] + 1];
-    let got = record_boundaries(&mut &stream[..], &targets, max).unwrap();
-    // 0 gives 0, 1 the next start (7, the second record's); 300, 400 and
-    // the fifth record's start give that start (the 3 MiB record's end,
-    // kept once); past the last record, none.
-    assert_eq!(got, [0, starts[1], starts[4]]);
-    let trickled = record_boundaries(&mut Trickle(&stream), &targets, max).unwrap();
-    assert_eq!(trickled, got);
-    assert_eq!(read_pieces(&stream, &got, max), read_whole(&stream, max));
+/// A stream of TracePacket-like records: timestamp, sequence id and a
+/// small payload, as a trace of track events is.
+fn packets(n: u64) -> (Vec<u8>, Vec<u64>) {
+    let mut out = Vec::new();
+    let mut starts = Vec::new();
+    for i in 0..n {
+        let mut p = Vec::new();
+        wire::put_varint_field(&mut p, 8, 1_000_000_000 + i * 997);
+        wire::put_varint_field(&mut p, 10, 1 + i % 8);
+        let payload: Vec<u8> = (0..(i % 40) as u8).collect();
+        wire::put_len_field(&mut p, 11, &payload);
+        starts.push(out.len() as u64);
+        wire::put_trace_packet(&mut out, &p);
+    }
+    (out, starts)
 }
 
 #[test]
-fn the_walk_stops_before_a_record_it_cannot_frame() {
-    let (mut stream, starts) = frame(&[10, 20, 30]);
-    let bad = stream.len() as u64;
-    stream.extend_from_slice(&[0x12, 0x01, 0x00]); // field 2: not a packet
-    stream.extend(frame(&[40]).0);
-    // A record starts at `bad`: its piece reports it; the walk ends there.
-    let got = record_boundaries(&mut &stream[..], &[5, 40, bad + 1], 1 << 20).unwrap();
-    assert_eq!(got, [starts[1], bad]);
-    let whole = read_whole(&stream, 1 << 20);
-    assert!(
-        whole
-            .1
-            .as_deref()
-            .unwrap()
-            .contains(&format!("byte offset {bad}"))
-    );
-    assert_eq!(read_pieces(&stream, &got, 1 << 20), whole);
+fn a_guess_among_small_packets_is_a_record_start_a_quarter_in() {
+    let (stream, starts) = packets(5_000);
+    for from in (0..stream.len() - 4096).step_by(1013) {
+        let window = &stream[from..from + 4096];
+        let guess = likely_record_start(window, 1 << 20).map(|g| (from + g) as u64);
+        let next = starts.iter().copied().find(|&s| s >= (from + 1024) as u64);
+        assert_eq!(guess, next, "window at {from}");
+    }
 }
 
 #[test]
-fn a_truncated_tail_and_a_too_large_packet_end_the_walk() {
-    let (stream, starts) = frame(&[10, 20, 30]);
-    let cut = &stream[..stream.len() - 5];
-    let got = record_boundaries(&mut &cut[..], &[1, starts[2] + 1], 1 << 20).unwrap();
-    assert_eq!(got, [starts[1]]);
-    assert_eq!(read_pieces(cut, &got, 1 << 20), read_whole(cut, 1 << 20));
-    // A limit of 25 bytes: the third record is refused where it starts.
-    let got = record_boundaries(&mut &stream[..], &[1, starts[2] + 1], 25).unwrap();
-    assert_eq!(got, [starts[1]]);
-    let whole = read_whole(&stream, 25);
-    assert!(whole.1.is_some());
-    assert_eq!(read_pieces(&stream, &got, 25), whole);
-}
-
-#[test]
-fn leading_records_counts_whole_records_only() {
-    let (stream, starts) = frame(&[5, 0, 200, 9]);
-    assert_eq!(leading_records(&stream, 1 << 20), (4, stream.len() as u64));
+fn no_guess_without_enough_records_or_in_bytes_that_do_not_frame() {
+    let (stream, starts) = frame(&[5; 24]);
+    // 24 records of 7 bytes: 18 start at or after a quarter of them, 16 of
+    // them fewer bytes later.
     assert_eq!(
-        leading_records(&stream[..starts[3] as usize + 3], 1 << 20),
-        (3, starts[3])
+        likely_record_start(&stream, 1 << 20),
+        Some(starts[6] as usize)
     );
-    assert_eq!(leading_records(&[0x12, 0], 1 << 20), (0, 0));
-    assert_eq!(leading_records(&[], 1 << 20), (0, 0));
+    assert_eq!(likely_record_start(&stream[7 * 6..], 1 << 20), None);
+    assert_eq!(likely_record_start(&[0u8; 4096], 1 << 20), None);
+    assert_eq!(likely_record_start(&[], 1 << 20), None);
+    // Records over the packet limit do not frame.
+    let (big, _) = frame(&[300; 40]);
+    assert_eq!(likely_record_start(&big, 100), None);
+}
+
+#[test]
+fn a_false_guess_is_caught_by_the_piece_before_it() {
+    // A packet whose bytes frame as 40 records of their own: a window
+    // starting inside it guesses a start that is not one.
+    let mut inner = Vec::new();
+    for _ in 0..40 {
+        wire::put_trace_packet(&mut inner, &[0x08, 0x01]);
+    }
+    let mut stream = Vec::new();
+    wire::put_trace_packet(&mut stream, &[0x08, 0x05]);
+    wire::put_trace_packet(&mut stream, &inner);
+    let after = stream.len();
+    let inside = after - inner.len();
+    stream.extend(packets(30).0);
+    // The window is short, so a quarter of it still lies inside.
+    let window = &stream[inside..after + 60];
+    let guess = inside + likely_record_start(window, 1 << 20).unwrap();
+    assert!(guess < after, "the guess lies inside the outer packet");
+    let whole = read_whole(&stream, 1 << 20);
+    assert_eq!(whole.0.len(), 32);
+    assert_eq!(read_pieces(&stream, &[guess as u64], 1 << 20), whole);
 }
 
 #[test]
@@ -142,9 +144,10 @@ fn a_position_is_only_set_before_input() {
 
 proptest! {
     #[test]
-    fn pieces_read_alone_give_the_whole_stream(
+    fn pieces_read_from_any_cuts_give_the_whole_stream(
         sizes in proptest::collection::vec(0usize..300, 0..60),
-        targets in proptest::collection::vec(0u64..20_000, 0..6),
+        cuts in proptest::collection::vec(0u64..20_000, 0..6),
+        guessed in proptest::collection::vec(0u64..20_000, 0..3),
         damage in proptest::option::of((0usize..20_000, any::<u8>())),
         cut in 0usize..200,
         max in prop_oneof![Just(1usize << 20), 100usize..400],
@@ -157,12 +160,19 @@ proptest! {
             stream[at] = byte;
         }
         stream.truncate(stream.len().saturating_sub(cut % 3 * cut));
-        let mut targets = targets;
-        targets.sort_unstable();
-        let got = record_boundaries(&mut Trickle(&stream), &targets, max).unwrap();
-        prop_assert!(got.windows(2).all(|w| w[0] < w[1]));
-        prop_assert!(got.iter().all(|&b| (b as usize) < stream.len()));
-        prop_assert_eq!(&got, &record_boundaries(&mut &stream[..], &targets, max).unwrap());
-        prop_assert_eq!(read_pieces(&stream, &got, max), read_whole(&stream, max));
+        let len = stream.len() as u64;
+        // Any offsets, and guesses from windows: either may be no record
+        // start (the packets' own bytes are 0..60 repeated, some 0x0a).
+        let mut cuts: Vec<u64> = cuts.into_iter().filter(|&c| c > 0 && c < len).collect();
+        for g in guessed.into_iter().filter(|&g| g < len) {
+            let window = &stream[g as usize..(g as usize + 2048).min(stream.len())];
+            if let Some(p) = likely_record_start(window, max) {
+                cuts.push(g + p as u64);
+            }
+        }
+        cuts.retain(|&c| c > 0 && c < len);
+        cuts.sort_unstable();
+        cuts.dedup();
+        prop_assert_eq!(read_pieces(&stream, &cuts, max), read_whole(&stream, max));
     }
 }

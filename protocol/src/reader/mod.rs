@@ -8,7 +8,7 @@
 //! (decompressed) Trace stream.
 //!
 //! The record headers are read by `framing`; the errors are in `error`;
-//! `boundaries` finds record starts for reading one file in pieces.
+//! `boundaries` guesses record starts for reading one file in pieces.
 
 mod boundaries;
 mod bundle;
@@ -17,7 +17,7 @@ mod framing;
 mod trace_file;
 mod trace_reader;
 
-pub use boundaries::{leading_records, record_boundaries};
+pub use boundaries::likely_record_start;
 pub use bundle::bundle_range;
 pub use error::{BundleError, ReadError, ReadErrorKind};
 pub use trace_file::{FileReadError, TraceFile};

@@ -81,10 +81,10 @@ impl TraceReader {
     }
 
     /// Counts stream offsets from `offset`: for a reader given a stream
-    /// from a record boundary on (see [`record_boundaries`]). Only before
+    /// from a record boundary on (see [`likely_record_start`]). Only before
     /// any input was pushed; ignored after.
     ///
-    /// [`record_boundaries`]: super::record_boundaries
+    /// [`likely_record_start`]: super::likely_record_start
     pub fn set_position(&mut self, offset: u64) {
         if self.offset == 0 && self.end == 0 && self.failed.is_none() {
             self.offset = offset;
