@@ -16,6 +16,7 @@
 //! all, and the frame is freed with the batch.
 
 use std::collections::{HashSet, VecDeque};
+use std::ops::Range;
 
 use bytes::Bytes;
 use tracesync_protocol::clock_ids::BOOTTIME;
@@ -32,7 +33,7 @@ use super::packet::{Role, Stamped};
 use super::queued::{Parts, Queued, Relayed};
 use super::relay::Resolution;
 use super::staging::Staged;
-use super::stamp::{relayed_stamp, split_relayed, stamp_relayed};
+use super::stamp::{relayed_split, relayed_stamp, stamp_relayed};
 use super::streams::{Stream, StreamKey};
 use super::types::{RelaySlot, SessionError};
 
@@ -60,6 +61,14 @@ pub(super) struct Meta {
 pub(super) struct PendingPacket {
     pub meta: Meta,
     pub bytes: Bytes,
+}
+
+/// Where a staged packet's stamped bytes are: a slice of its frame (the
+/// kept prefix's length and the bytes moved after it; its stream's suffix
+/// follows), or a range of the staging buffer.
+enum Placed<'p> {
+    Slice(usize, [&'p [u8]; 2]),
+    Buffer(Range<usize>),
 }
 
 impl PendingPacket {
@@ -268,15 +277,16 @@ impl LiveCore {
         let role = Role::of(fields);
         // Only data packets: the others are kept for preambles long after
         // their frame is written and must not pin it.
-        let sliced = (role == Role::Data)
-            .then(|| {
-                let stamp = relayed_stamp(raw_id, out_seq, stamp_clock);
-                let suffix = stream.suffix(&stamp, fields.stamp_layout.has_clock_id);
-                split_relayed(bytes, fields, &stamp, suffix)
-            })
-            .flatten();
-        let (stamped, range) = match sliced {
-            Some(stamped) => (stamped, None),
+        let stamp = relayed_stamp(raw_id, out_seq, stamp_clock);
+        let has_clock_id = fields.stamp_layout.has_clock_id;
+        // The suffix is the stream's, read where it is (a copy read back at
+        // once stalled): here for its length, below to set the packet.
+        let split = (role == Role::Data)
+            .then(|| relayed_split(bytes, fields, &stamp))
+            .flatten()
+            .filter(|(_, moved)| Stamped::tail_fits(*moved, stream.suffix(&stamp, has_clock_id)));
+        let placed = match split {
+            Some((kept, moved)) => Placed::Slice(kept, moved),
             None => {
                 // A data packet that is no slice: the rest of its batch,
                 // written alike, likely is none either.
@@ -297,7 +307,7 @@ impl LiveCore {
                     self.dropped(m, reason::MALFORMED);
                     return;
                 };
-                (Stamped::default(), Some(range))
+                Placed::Buffer(range)
             }
         };
         stream.set_last(ts, boottime);
@@ -319,16 +329,20 @@ impl LiveCore {
             seq: out_seq,
             data_field: fields.data_field,
             role,
-            bytes: stamped,
+            // Set where it is staged (below).
+            bytes: Stamped::default(),
             relayed: Some(Relayed {
                 index: m.index,
                 batch: m.batch,
             }),
             relay_boottime: boottime,
         });
-        match range {
-            None => staged.push_slice(queued),
-            Some(range) => staged.push_stamped(queued, range),
+        match placed {
+            Placed::Slice(kept, moved) => staged.push_slice(queued, |stamped| {
+                let suffix = stream.suffix(&stamp, has_clock_id);
+                stamped.set_split(bytes.slice(..kept), moved, suffix);
+            }),
+            Placed::Buffer(range) => staged.push_stamped(queued, range),
         }
     }
 

@@ -2,7 +2,7 @@
 //! tail subscribers.
 
 use bytes::Bytes;
-use tracesync_protocol::scan::{self, PacketFields, ScanError};
+use tracesync_protocol::scan::{self, PacketFields, ScanError, StampSuffix};
 use tracesync_protocol::wire;
 
 /// TracePacket.track_descriptor.
@@ -122,15 +122,34 @@ pub struct Stamped {
 pub const TAIL_MAX: usize = 15;
 
 impl Stamped {
-    /// `head` followed by `tail`; None if `tail` is longer than [`TAIL_MAX`].
-    pub fn split(head: Bytes, tail: &[u8]) -> Option<Self> {
-        let mut s = Self {
-            head,
-            tail_len: u8::try_from(tail.len()).ok()?,
-            tail: [0; TAIL_MAX],
-        };
-        s.tail.get_mut(..tail.len())?.copy_from_slice(tail);
-        Some(s)
+    /// Whether a tail of `moved` then `suffix` fits inline.
+    pub fn tail_fits(moved: [&[u8]; 2], suffix: &StampSuffix) -> bool {
+        moved[0].len() + moved[1].len() + suffix.as_slice().len() <= TAIL_MAX
+    }
+
+    /// Makes this `head` followed by `moved` and `suffix`, the tail written
+    /// where this is: built elsewhere and copied in, its bytes were read
+    /// back before their stores could be forwarded (a stall on most
+    /// packets of the live core). False, unchanged, if it does not fit
+    /// ([`Self::tail_fits`]).
+    #[inline]
+    pub fn set_split(&mut self, head: Bytes, moved: [&[u8]; 2], suffix: &StampSuffix) -> bool {
+        if !Self::tail_fits(moved, suffix) {
+            return false;
+        }
+        let mut at = 0;
+        for m in moved.into_iter().filter(|m| !m.is_empty()) {
+            self.tail[at..at + m.len()].copy_from_slice(m);
+            at += m.len();
+        }
+        // Most packets move nothing: the suffix is copied at a fixed size.
+        if at > 0 || !suffix.copy_padded(&mut self.tail) {
+            let bytes = suffix.as_slice();
+            self.tail[at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        self.tail_len = (at + suffix.as_slice().len()) as u8;
+        self.head = head;
+        true
     }
 
     /// The same tail after a new head (the same bytes elsewhere).
@@ -235,7 +254,12 @@ impl std::fmt::Debug for Stamped {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracesync_protocol::scan::scan_packet;
+    use proptest::prelude::*;
+    use tracesync_protocol::scan::{Stamp, scan_packet, stamp_scanned, stamp_split_moved};
+
+    fn no_suffix() -> StampSuffix {
+        StampSuffix::new(&Stamp::default(), false)
+    }
 
     #[test]
     fn stamped_reads_as_its_joined_bytes() {
@@ -247,10 +271,9 @@ mod tests {
         wire::put_varint_field(&mut tail, 98, 7);
         wire::put_varint_field(&mut tail, 58, 6);
         let joined = [&head[..], &tail[..]].concat();
-        for s in [
-            Stamped::split(Bytes::from(head.clone()), &tail).expect("fits"),
-            Stamped::from(joined.clone()),
-        ] {
+        let mut split = Stamped::default();
+        assert!(split.set_split(Bytes::from(head.clone()), [&tail, &[]], &no_suffix()));
+        for s in [split, Stamped::from(joined.clone())] {
             assert_eq!(s.len(), joined.len());
             assert_eq!(s.to_vec(), joined);
             assert_eq!(s.to_bytes(), joined);
@@ -269,8 +292,54 @@ mod tests {
                 want
             );
         }
-        assert!(Stamped::split(Bytes::new(), &[0; TAIL_MAX + 1]).is_none());
+        let long = [0; TAIL_MAX + 1];
+        assert!(!Stamped::default().set_split(Bytes::new(), [&long, &[]], &no_suffix()));
         // Kept small: one per queued packet.
         assert_eq!(std::mem::size_of::<Stamped>(), 48);
+    }
+
+    proptest! {
+        /// Set in place over whatever a reused entry held, a split packet
+        /// is the packet stamped by copying.
+        #[test]
+        fn a_split_set_in_place_is_the_stamped_packet(
+            fields in proptest::collection::vec((0usize..6, 0u64..100_000), 0..8),
+            seq in 1u32..70_000,
+            machine in 0u32..300,
+            clock in proptest::option::of(1u32..200),
+            before in proptest::collection::vec(any::<u8>(), 0..TAIL_MAX),
+        ) {
+            let mut packet = Vec::new();
+            for (kind, v) in fields {
+                match kind {
+                    0 => wire::put_varint_field(&mut packet, 8, v),
+                    1 => wire::put_varint_field(&mut packet, 10, v),
+                    2 => wire::put_varint_field(&mut packet, 98, v),
+                    3 => wire::put_varint_field(&mut packet, 58, v),
+                    4 => wire::put_varint_field(&mut packet, 13, v),
+                    _ => wire::put_len_field(&mut packet, 11, &v.to_le_bytes()[..(v % 9) as usize]),
+                }
+            }
+            let scanned = scan_packet(&packet).expect("well formed");
+            let stamp = Stamp {
+                machine_id: Some(machine),
+                trusted_packet_sequence_id: Some(seq),
+                default_timestamp_clock_id: clock,
+                strip_trusted: false,
+            };
+            let mut want = Vec::new();
+            stamp_scanned(&packet, &scanned, &stamp, &mut want).expect("stamps");
+            let suffix = StampSuffix::new(&stamp, scanned.stamp_layout.has_clock_id);
+            let mut reused = Stamped::default();
+            prop_assert!(reused.set_split(Bytes::new(), [&before, &[]], &no_suffix()));
+            let bytes = Bytes::from(packet.clone());
+            if let Some((kept, moved)) = stamp_split_moved(&packet, &scanned.stamp_layout, &stamp) {
+                let fits = Stamped::tail_fits(moved, &suffix);
+                prop_assert_eq!(reused.set_split(bytes.slice(..kept), moved, &suffix), fits);
+                if fits {
+                    prop_assert_eq!(reused.to_vec(), want);
+                }
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use super::packet::Role;
+use super::packet::{Role, Stamped};
 use super::queued::Queued;
 
 /// A staged batch buffer with more unused room than 1/this of its length
@@ -77,10 +77,14 @@ impl Staged {
         self.left = self.left.saturating_sub(bytes);
     }
 
-    /// Stages a packet stamped as a slice of its frame.
-    pub fn push_slice(&mut self, queued: Queued) {
-        self.sliced += queued.bytes.len();
+    /// Stages a packet stamped as a slice of its frame, its bytes set by
+    /// `set` where they are staged.
+    pub fn push_slice(&mut self, queued: Queued, set: impl FnOnce(&mut Stamped)) {
         self.packets.push((queued, None));
+        if let Some((staged, _)) = self.packets.last_mut() {
+            set(&mut staged.bytes);
+            self.sliced += staged.bytes.len();
+        }
     }
 
     /// Stamps a packet into the buffer with `write`: its range there, or

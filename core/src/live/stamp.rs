@@ -8,12 +8,9 @@ use tracesync_protocol::perfetto::clock_snapshot::Clock;
 use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
 use tracesync_protocol::perfetto::{ClockSnapshot, SystemInfo, TracePacket};
 use tracesync_protocol::scan::{
-    Fields, PacketFields, ScanError, Stamp, StampSuffix, field, stamp_scanned,
-    stamp_split_with_suffix,
+    Fields, PacketFields, ScanError, Stamp, field, stamp_scanned, stamp_split_moved,
 };
 use tracesync_protocol::wire;
-
-use super::packet::Stamped;
 
 /// Output sequence id of the packets the daemon makes itself (host
 /// snapshots and SystemInfo, sync points); relay streams get ids from 2.
@@ -57,25 +54,22 @@ pub fn relayed_stamp(machine_id: u32, out_seq: u32, clock: Option<u32>) -> Stamp
     }
 }
 
-/// [`stamp_relayed`] without a copy: the stamped packet as a slice of
-/// `packet` with the stamped fields after it, where that is what it is
-/// (see [`tracesync_protocol::scan::stamp_split`]; a SystemInfo is
-/// rewritten, so it is not).
-///
-/// `suffix` is the fields `stamp` appends ([`relayed_stamp`]'s, kept by
-/// the packet's stream: built per packet it was 3% of the daemon's CPU
-/// with small packets).
-pub fn split_relayed(
-    packet: &Bytes,
+/// Where [`stamp_relayed`] needs no copy of `packet`: the length of the
+/// prefix the stamped packet keeps and the bytes moved after it (see
+/// [`tracesync_protocol::scan::stamp_split_moved`]; the fields `stamp`
+/// appends come last). None for a SystemInfo (its name is rewritten) or a
+/// packet that does not split. The caller writes the tail where it keeps
+/// the packet ([`Stamped::set_split`](super::packet::Stamped::set_split), with the suffix its stream keeps:
+/// built per packet it was 3% of the daemon's CPU with small packets).
+pub fn relayed_split<'p>(
+    packet: &'p [u8],
     fields: &PacketFields<'_>,
     stamp: &Stamp,
-    suffix: &StampSuffix,
-) -> Option<Stamped> {
+) -> Option<(usize, [&'p [u8]; 2])> {
     if fields.system_info.is_some() {
         return None;
     }
-    let (kept, tail) = stamp_split_with_suffix(packet, &fields.stamp_layout, stamp, suffix)?;
-    Stamped::split(packet.slice(..kept), tail.as_slice())
+    stamp_split_moved(packet, &fields.stamp_layout, stamp)
 }
 
 /// Re-writes the SystemInfo field (45) with `machine_name` appended: a

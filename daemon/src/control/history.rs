@@ -68,7 +68,7 @@ impl History {
         let mut at = 0;
         for packet in kept {
             let len = packet.bytes.len();
-            let own = Stamped::split(buffer.slice(at..at + len), &[]).unwrap_or_default();
+            let own = Stamped::from(buffer.slice(at..at + len));
             at += len;
             // Field by field: a clone would take and drop a reference to
             // the frame the packet's bytes are in.
@@ -119,12 +119,10 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracesync_protocol::scan::{Stamp, StampSuffix};
 
     fn packet(ts: i64, size: usize) -> OutPacket {
-        with_bytes(
-            ts,
-            Stamped::split(Bytes::from(vec![0u8; size]), &[]).unwrap_or_default(),
-        )
+        with_bytes(ts, Stamped::from(Bytes::from(vec![0u8; size])))
     }
 
     fn with_bytes(ts: i64, bytes: Stamped) -> OutPacket {
@@ -170,10 +168,10 @@ mod tests {
     #[test]
     fn a_held_packet_owns_its_bytes() {
         let frame = Bytes::from(vec![7u8; 1000]);
-        let p = with_bytes(
-            0,
-            Stamped::split(frame.slice(10..20), &[1, 2]).unwrap_or_default(),
-        );
+        let mut split = Stamped::default();
+        let no_suffix = StampSuffix::new(&Stamp::default(), false);
+        assert!(split.set_split(frame.slice(10..20), [&[1, 2], &[]], &no_suffix));
+        let p = with_bytes(0, split);
         let mut h = History::default();
         h.extend(&[p.clone(), p.clone()]);
         let held = h.snapshot();

@@ -210,6 +210,22 @@ impl StampSuffix {
         &self.buf[..usize::from(self.len)]
     }
 
+    /// Copies the suffix to the start of `dest`, followed by what lies
+    /// after it in its buffer up to `dest`'s length: a copy of a fixed
+    /// size where `dest` has one (no call to memcpy), not of the suffix's
+    /// own length. False, nothing copied, if the suffix does not fit or
+    /// `dest` is longer than [`STAMP_SUFFIX_MAX`].
+    #[inline]
+    pub fn copy_padded(&self, dest: &mut [u8]) -> bool {
+        match self.buf.get(..dest.len()) {
+            Some(src) if usize::from(self.len) <= dest.len() => {
+                dest.copy_from_slice(src);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Varints of at most 32 bits after a tag: within `buf` by construction.
     fn put_varint(&mut self, mut v: u64) {
         while v >= 0x80 {
@@ -258,7 +274,7 @@ pub fn stamp_split_by_layout(
     layout: &StampLayout,
     stamp: &Stamp,
 ) -> Option<(usize, StampTail)> {
-    let (head, moved) = split_moved(packet, layout, stamp)?;
+    let (head, moved) = stamp_split_moved(packet, layout, stamp)?;
     Some((head, StampTail::new(moved, stamp, layout.has_clock_id)))
 }
 
@@ -291,15 +307,18 @@ pub fn stamp_split_with_suffix_into(
     tail: &mut StampTail,
 ) -> Option<usize> {
     debug_assert_eq!(*suffix, StampSuffix::new(stamp, layout.has_clock_id));
-    let (head, moved) = split_moved(packet, layout, stamp)?;
+    let (head, moved) = stamp_split_moved(packet, layout, stamp)?;
     tail.fill(moved, suffix);
     Some(head)
 }
 
-/// The kept prefix's length and the kept bytes moved after it, for
-/// [`stamp_split`]; None where it does not split.
+/// The kept prefix's length and the kept bytes moved after it (at most
+/// [`STAMP_MOVED_MAX`] of them, in two pieces), for [`stamp_split`]: the
+/// stamped packet is the prefix, the moved bytes, then the fields the
+/// stamp appends. None where it does not split. For a caller that builds
+/// the tail where it keeps it.
 #[inline]
-fn split_moved<'p>(
+pub fn stamp_split_moved<'p>(
     packet: &'p [u8],
     layout: &StampLayout,
     stamp: &Stamp,
