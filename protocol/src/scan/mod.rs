@@ -19,7 +19,7 @@ pub use packet::{PacketFields, defaults_timestamp_clock_id, scan_packet, scan_pa
 pub use stamp::{
     STAMP_MOVED_MAX, STAMP_SUFFIX_MAX, Stamp, StampLayout, StampSuffix, StampTail, stamp_by_layout,
     stamp_into, stamp_scanned, stamp_split, stamp_split_by_layout, stamp_split_moved,
-    stamp_split_with_suffix, stamp_split_with_suffix_into,
+    stamp_split_with_suffix_into,
 };
 
 /// TracePacket field numbers tracesync reads or writes.

@@ -279,25 +279,12 @@ pub fn stamp_split_by_layout(
 }
 
 /// [`stamp_split_by_layout`] with the fields the stamp appends built
-/// beforehand: `suffix` must be `StampSuffix::new(stamp, layout.has_clock_id)`.
-/// Returns the tail; [`stamp_split_with_suffix_into`] writes it where the
-/// caller keeps it.
-pub fn stamp_split_with_suffix(
-    packet: &[u8],
-    layout: &StampLayout,
-    stamp: &Stamp,
-    suffix: &StampSuffix,
-) -> Option<(usize, StampTail)> {
-    let mut tail = StampTail::default();
-    let head = stamp_split_with_suffix_into(packet, layout, stamp, suffix, &mut tail)?;
-    Some((head, tail))
-}
-
-/// [`stamp_split_with_suffix`] with the tail written into `tail`, where
-/// the caller keeps it; returns the kept prefix's length. A tail returned
-/// was built on the stack and copied: its bytes, stored at a variable
-/// offset, were read back whole before the stores could be forwarded (a
-/// stall on most packets of a merge).
+/// beforehand (`suffix` must be `StampSuffix::new(stamp,
+/// layout.has_clock_id)`) and the tail written into `tail`, where the
+/// caller keeps it; returns the kept prefix's length. A tail returned was
+/// built on the stack and copied: its bytes, stored at a variable offset,
+/// were read back whole before the stores could be forwarded (a stall on
+/// most packets of a merge).
 #[inline]
 pub fn stamp_split_with_suffix_into(
     packet: &[u8],

@@ -381,7 +381,9 @@ fn split_with_a_prebuilt_suffix_is_stamp_split() {
                 strip_trusted: false,
             };
             let suffix = StampSuffix::new(&stamp, layout.has_clock_id);
-            let got = stamp_split_with_suffix(&p, layout, &stamp, &suffix);
+            let mut tail = StampTail::default();
+            let got = stamp_split_with_suffix_into(&p, layout, &stamp, &suffix, &mut tail)
+                .map(|head| (head, tail));
             assert_eq!(got, stamp_split(&p, &fields, &stamp), "{p:?} {stamp:?}");
             split += usize::from(got.is_some());
         }
