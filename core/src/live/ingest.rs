@@ -21,7 +21,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
-use tracesync_protocol::scan::{PacketFields, scan_packet, scan_packet_into};
+use tracesync_protocol::scan::{PacketFields, StampSuffix, scan_packet, scan_packet_into};
 use tracesync_protocol::wire;
 
 use super::acks::BatchSeq;
@@ -340,6 +340,7 @@ impl LiveCore {
         match placed {
             Placed::Slice(kept, moved) => staged.push_slice(queued, |stamped| {
                 let suffix = stream.suffix(&stamp, has_clock_id);
+                debug_assert_eq!(*suffix, StampSuffix::new(&stamp, has_clock_id));
                 stamped.set_split(bytes.slice(..kept), moved, suffix);
             }),
             Placed::Buffer(range) => staged.push_stamped(queued, range),
