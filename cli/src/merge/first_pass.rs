@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use prost::Message;
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::reader::FileReadError;
-use tracesync_protocol::scan::{PacketFields, scan_packet_into};
+use tracesync_protocol::scan::{FieldSink, ScanError, field, is_metadata_field, walk_fields_into};
 
 use super::inputs::InputSource;
 use super::packets::{InputReader, bundle_of, open_reader};
@@ -87,6 +87,66 @@ pub struct FileScan {
 /// TracePacket field number of `synchronization_marker`.
 const SYNCHRONIZATION_MARKER: u32 = 36;
 
+/// What the first pass reads of a packet: the scan's walk over its
+/// top-level fields ([`walk_fields_into`]: the same packets malformed, at
+/// the same offsets), keeping only these, each as
+/// [`tracesync_protocol::scan::PacketFields`] has it (the last of a
+/// repeated field; the payload, the first field that is no metadata).
+#[derive(Default)]
+struct KeptFields<'a> {
+    machine_id: Option<u32>,
+    sequence_id: Option<u32>,
+    data_field: Option<u32>,
+    clock_snapshot: Option<&'a [u8]>,
+    remote_clock_sync: Option<&'a [u8]>,
+    system_info: Option<&'a [u8]>,
+    compressed_packets: Option<&'a [u8]>,
+}
+
+impl<'a> KeptFields<'a> {
+    fn scan(&mut self, packet: &'a [u8]) -> Result<(), ScanError> {
+        walk_fields_into(packet, self)
+    }
+
+    #[inline(always)]
+    fn payload(&mut self, number: u32) {
+        if self.data_field.is_none() && !is_metadata_field(number) {
+            self.data_field = Some(number);
+        }
+    }
+}
+
+impl<'a> FieldSink<'a> for KeptFields<'a> {
+    #[inline(always)]
+    fn varint(&mut self, number: u32, value: u64) {
+        match number {
+            field::TRUSTED_PACKET_SEQUENCE_ID => self.sequence_id = Some(value as u32),
+            field::MACHINE_ID => self.machine_id = Some(value as u32),
+            _ => self.payload(number),
+        }
+    }
+
+    #[inline(always)]
+    fn len(&mut self, number: u32, bytes: &'a [u8]) {
+        match number {
+            field::CLOCK_SNAPSHOT => self.clock_snapshot = Some(bytes),
+            field::SYSTEM_INFO => self.system_info = Some(bytes),
+            field::REMOTE_CLOCK_SYNC => self.remote_clock_sync = Some(bytes),
+            field::COMPRESSED_PACKETS => self.compressed_packets = Some(bytes),
+            _ => {}
+        }
+        self.payload(number);
+    }
+
+    #[inline(always)]
+    fn fixed(&mut self, number: u32) {
+        self.payload(number);
+    }
+
+    #[inline(always)]
+    fn span(&mut self, _: u32, _: usize, _: usize) {}
+}
+
 /// Reads one input from its start; never fails: problems become faults.
 pub fn scan_input(source: &InputSource) -> FileScan {
     let mut scan = match open_reader(source) {
@@ -118,10 +178,10 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
                 break;
             }
         };
-        // Scanned in place: a returned scan is copied once more.
-        let mut fields = PacketFields::default();
-        let scanned = scan_packet_into(packet.bytes, &mut fields);
-        if let Some(range) = bundle_of(&packet, scanned.is_ok().then_some(&fields)) {
+        let mut fields = KeptFields::default();
+        let scanned = fields.scan(packet.bytes);
+        let bundle = scanned.is_ok().then_some(fields.compressed_packets);
+        if let Some(range) = bundle_of(&packet, bundle) {
             // Its inner packets come next, as the expanding reader yields
             // them; the bundle itself is not a packet.
             if let Err(e) = reader.expand_last(range) {
@@ -148,7 +208,7 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
             scan.ids.insert(embedded);
             last_embedded = Some(embedded);
         }
-        let seq = fields.trusted_packet_sequence_id.unwrap_or(0);
+        let seq = fields.sequence_id.unwrap_or(0);
         if let Some(bytes) = fields.clock_snapshot {
             match ClockSnapshot::decode(bytes) {
                 Ok(snapshot) => {
@@ -341,6 +401,84 @@ pub fn remote_sync_offset(rounds: &[SyncRound], clock: u32) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use tracesync_protocol::scan::{PacketFields, scan_packet_into};
+    use tracesync_protocol::wire;
+
+    /// Packets of the fields the first pass keeps and others, repeated
+    /// and in any order, some cut short or with a byte changed.
+    fn packet() -> impl Strategy<Value = Vec<u8>> {
+        let numbers = prop_oneof![
+            Just(6u32),
+            Just(8),
+            Just(10),
+            Just(11),
+            Just(36),
+            Just(45),
+            Just(50),
+            Just(58),
+            Just(97),
+            Just(98),
+            1u32..130,
+        ];
+        let field = (
+            numbers,
+            0u8..4,
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..12),
+        );
+        (
+            proptest::collection::vec(field, 0..10),
+            proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+            0usize..3,
+        )
+            .prop_map(|(fields, damage, cut)| {
+                let mut p = Vec::new();
+                for (number, kind, v, bytes) in fields {
+                    match kind {
+                        0 => wire::put_varint_field(&mut p, number, v),
+                        1 => wire::put_len_field(&mut p, number, &bytes),
+                        2 => {
+                            wire::put_varint(&mut p, u64::from(number) << 3 | 1);
+                            p.extend_from_slice(&v.to_le_bytes());
+                        }
+                        _ => {
+                            wire::put_varint(&mut p, u64::from(number) << 3 | 5);
+                            p.extend_from_slice(&v.to_le_bytes()[..4]);
+                        }
+                    }
+                }
+                if let Some((at, byte)) = damage
+                    && !p.is_empty()
+                {
+                    let at = at.index(p.len());
+                    p[at] = byte;
+                }
+                p.truncate(p.len().saturating_sub(cut));
+                p
+            })
+    }
+
+    proptest! {
+        /// The first pass's fields are the scan's: same errors, and the
+        /// same values of what it keeps.
+        #[test]
+        fn kept_fields_are_the_scans(p in packet()) {
+            let mut kept = KeptFields::default();
+            let mut all = PacketFields::default();
+            let got = kept.scan(&p);
+            prop_assert_eq!(&got, &scan_packet_into(&p, &mut all));
+            if got.is_ok() {
+                prop_assert_eq!(kept.machine_id, all.machine_id);
+                prop_assert_eq!(kept.sequence_id, all.trusted_packet_sequence_id);
+                prop_assert_eq!(kept.data_field, all.data_field);
+                prop_assert_eq!(kept.clock_snapshot, all.clock_snapshot);
+                prop_assert_eq!(kept.remote_clock_sync, all.remote_clock_sync);
+                prop_assert_eq!(kept.system_info, all.system_info);
+                prop_assert_eq!(kept.compressed_packets, all.compressed_packets);
+            }
+        }
+    }
 
     fn round(client: &[(u32, u64)], host: &[(u32, u64)]) -> SyncRound {
         SyncRound {

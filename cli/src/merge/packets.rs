@@ -7,7 +7,6 @@
 use std::io::{self, Read};
 
 use tracesync_protocol::reader::{Packet, TraceFile, TraceReader, bundle_range};
-use tracesync_protocol::scan::PacketFields;
 
 use super::inputs::InputSource;
 
@@ -22,15 +21,15 @@ pub fn open_reader(source: &InputSource) -> io::Result<InputReader> {
 
 /// The bundle of `packet` that the expanding reader would expand, as a
 /// byte range of the packet: the scan's `compressed_packets` if the scan
-/// succeeded (`scan` is its fields), else the reader's own walk (which
+/// succeeded (`scanned` is Some of it), else the reader's own walk (which
 /// accepts some packets the scan rejects). None for packets of a bundle
 /// (bundles do not nest).
-pub fn bundle_of(packet: &Packet<'_>, scan: Option<&PacketFields<'_>>) -> Option<(usize, usize)> {
+pub fn bundle_of(packet: &Packet<'_>, scanned: Option<Option<&[u8]>>) -> Option<(usize, usize)> {
     if packet.in_bundle {
         return None;
     }
-    match scan {
-        Some(fields) => fields.compressed_packets.map(|c| {
+    match scanned {
+        Some(compressed) => compressed.map(|c| {
             let start = c.as_ptr() as usize - packet.bytes.as_ptr() as usize;
             (start, start + c.len())
         }),

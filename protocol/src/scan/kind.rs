@@ -86,7 +86,7 @@ pub const fn data_field_name(field_number: u32) -> Option<&'static str> {
 }
 
 /// Top-level fields that are packet metadata, not the `data` payload.
-pub(super) const fn is_metadata_field(n: u32) -> bool {
+pub const fn is_metadata_field(n: u32) -> bool {
     matches!(
         n,
         field::TRUSTED_UID

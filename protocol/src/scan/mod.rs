@@ -14,8 +14,11 @@ mod packet;
 mod stamp;
 
 pub use fields::{FieldValue, Fields, RawField, ScanError};
-pub use kind::{Kind, data_field_name};
-pub use packet::{PacketFields, defaults_timestamp_clock_id, scan_packet, scan_packet_into};
+pub use kind::{Kind, data_field_name, is_metadata_field};
+pub use packet::{
+    FieldSink, PacketFields, defaults_timestamp_clock_id, scan_packet, scan_packet_into,
+    walk_fields_into,
+};
 pub use stamp::{
     STAMP_MOVED_MAX, STAMP_SUFFIX_MAX, Stamp, StampLayout, StampSuffix, StampTail, stamp_by_layout,
     stamp_into, stamp_scanned, stamp_split, stamp_split_by_layout, stamp_split_moved,

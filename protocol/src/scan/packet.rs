@@ -68,11 +68,36 @@ pub fn scan_packet(packet: &[u8]) -> Result<PacketFields<'_>, ScanError> {
 /// [`scan_packet`] into `out`, which must hold the defaults
 /// (`PacketFields::default()`); on error `out` holds the fields before the
 /// malformed one.
+pub fn scan_packet_into<'a>(packet: &'a [u8], out: &mut PacketFields<'a>) -> Result<(), ScanError> {
+    walk_fields_into(packet, out)
+}
+
+/// What a walk over a packet's top-level fields ([`walk_fields_into`])
+/// keeps of them: [`PacketFields`] what tracesync acts on; a caller that
+/// needs less keeps less, with the same walk, so the same packets are
+/// malformed, at the same offsets.
+pub trait FieldSink<'a> {
+    /// A varint field (wire type 0) and its value.
+    fn varint(&mut self, number: u32, value: u64);
+    /// A length-delimited field (wire type 2) and its bytes.
+    fn len(&mut self, number: u32, bytes: &'a [u8]);
+    /// A fixed-width field (wire types 1 and 5).
+    fn fixed(&mut self, number: u32);
+    /// The field just read lies at `start..end` of the packet.
+    fn span(&mut self, number: u32, start: usize, end: usize);
+}
+
+/// Walks `packet`'s top-level fields into `out`, stopping at the first
+/// malformed one.
 ///
 /// The hot path of the data plane: a hand-rolled loop over the fields
 /// (same results and errors as walking [`Fields`]), with wire types tested
 /// by plain branches, which predict better than a jump table.
-pub fn scan_packet_into<'a>(packet: &'a [u8], out: &mut PacketFields<'a>) -> Result<(), ScanError> {
+#[inline]
+pub fn walk_fields_into<'a, S: FieldSink<'a>>(
+    packet: &'a [u8],
+    out: &mut S,
+) -> Result<(), ScanError> {
     let mut pos = 0;
     while let Some(rest) = packet.get(pos..).filter(|r| !r.is_empty()) {
         let fail = |error| ScanError { offset: pos, error };
@@ -87,7 +112,7 @@ pub fn scan_packet_into<'a>(packet: &'a [u8], out: &mut PacketFields<'a>) -> Res
         if wire_type == 0 {
             let (v, m) = wire::decode_varint(body).map_err(fail)?;
             pos += n + m;
-            out.varint_field(number, v);
+            out.varint(number, v);
         } else if wire_type == 2 {
             let (len, m) = wire::decode_varint(body).map_err(fail)?;
             let value = &body[m..];
@@ -96,20 +121,42 @@ pub fn scan_packet_into<'a>(packet: &'a [u8], out: &mut PacketFields<'a>) -> Res
                 return Err(fail(WireError::LengthPastEnd { len, available }));
             }
             pos += n + m + len as usize;
-            out.len_field(number, &value[..len as usize]);
+            out.len(number, &value[..len as usize]);
         } else if wire_type == 1 || wire_type == 5 {
             let size = if wire_type == 1 { 8 } else { 4 };
             if body.len() < size {
                 return Err(fail(WireError::Truncated));
             }
             pos += n + size;
-            out.other_field(number);
+            out.fixed(number);
         } else {
             return Err(fail(WireError::BadWireType(wire_type)));
         }
-        out.stamp_layout.note(number, start, pos);
+        out.span(number, start, pos);
     }
     Ok(())
+}
+
+impl<'a> FieldSink<'a> for PacketFields<'a> {
+    #[inline(always)]
+    fn varint(&mut self, number: u32, value: u64) {
+        self.varint_field(number, value);
+    }
+
+    #[inline(always)]
+    fn len(&mut self, number: u32, bytes: &'a [u8]) {
+        self.len_field(number, bytes);
+    }
+
+    #[inline(always)]
+    fn fixed(&mut self, number: u32) {
+        self.other_field(number);
+    }
+
+    #[inline(always)]
+    fn span(&mut self, number: u32, start: usize, end: usize) {
+        self.stamp_layout.note(number, start, end);
+    }
 }
 
 impl<'a> PacketFields<'a> {

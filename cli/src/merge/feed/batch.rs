@@ -266,7 +266,7 @@ impl Scanner {
             let scanned = scan_packet_into(packet.bytes, &mut fields)
                 .is_ok()
                 .then_some(&fields);
-            if let Some(range) = bundle_of(&packet, scanned) {
+            if let Some(range) = bundle_of(&packet, scanned.map(|f| f.compressed_packets)) {
                 if reader.expand_last(range).is_err() {
                     break;
                 }

@@ -31,7 +31,8 @@ fn read_directly(source: &InputSource) -> Vec<(Vec<u8>, bool)> {
     let mut got = Vec::new();
     while let Ok(Some(packet)) = reader.next_packet() {
         let scanned = scan_packet(packet.bytes);
-        if let Some(range) = bundle_of(&packet, scanned.as_ref().ok()) {
+        if let Some(range) = bundle_of(&packet, scanned.as_ref().ok().map(|f| f.compressed_packets))
+        {
             if reader.expand_last(range).is_err() {
                 break;
             }
