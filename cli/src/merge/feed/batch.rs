@@ -4,67 +4,12 @@
 //! needs the next packets.
 
 use std::io;
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tracesync_protocol::scan::{
-    Kind, PacketFields, StampLayout, defaults_timestamp_clock_id, scan_packet_into,
-};
-
 use super::super::inputs::InputSource;
 use super::super::packets::{InputReader, bundle_of, open_reader};
-
-/// What the second pass uses of a packet's scan, owned: byte ranges are
-/// relative to the packet's first byte.
-#[derive(Clone, Debug)]
-pub struct PacketScan {
-    pub timestamp: Option<u64>,
-    pub timestamp_clock_id: Option<u32>,
-    pub trusted_packet_sequence_id: Option<u32>,
-    pub machine_id: Option<u32>,
-    pub data_field: Option<u32>,
-    pub clears_incremental_state: bool,
-    pub has_system_info: bool,
-    /// None without `trace_packet_defaults`; else its nonzero
-    /// `timestamp_clock_id` if it has one and decodes (read here, off the
-    /// merging thread).
-    pub defaults_clock: Option<Option<u32>>,
-    pub clock_snapshot: Option<Range<u32>>,
-    pub remote_clock_sync: Option<Range<u32>>,
-    pub stamp_layout: StampLayout,
-}
-
-impl PacketScan {
-    fn new(packet: &[u8], fields: &PacketFields<'_>) -> Self {
-        let range = |b: &[u8]| {
-            let start = (b.as_ptr() as usize - packet.as_ptr() as usize) as u32;
-            start..start + b.len() as u32
-        };
-        Self {
-            timestamp: fields.timestamp,
-            timestamp_clock_id: fields.timestamp_clock_id,
-            trusted_packet_sequence_id: fields.trusted_packet_sequence_id,
-            machine_id: fields.machine_id,
-            data_field: fields.data_field,
-            clears_incremental_state: fields.clears_incremental_state(),
-            has_system_info: fields.system_info.is_some(),
-            defaults_clock: fields.trace_packet_defaults.map(|d| {
-                defaults_timestamp_clock_id(d)
-                    .ok()
-                    .flatten()
-                    .filter(|&c| c != 0)
-            }),
-            clock_snapshot: fields.clock_snapshot.map(range),
-            remote_clock_sync: fields.remote_clock_sync.map(range),
-            stamp_layout: fields.stamp_layout,
-        }
-    }
-
-    pub fn kind(&self) -> Kind {
-        Kind(self.data_field)
-    }
-}
+use super::packet_scan::PacketScan;
 
 /// A packet of the feed: its bytes and scan (None: malformed).
 pub type FedPacket<'a> = (&'a [u8], Option<&'a PacketScan>);
@@ -181,6 +126,37 @@ impl Batch {
         });
     }
 
+    /// Pushes `packet`, which fits, with its scan written where the batch
+    /// keeps it ([`PacketScan::scan_into`]); returns the packet's
+    /// `compressed_packets` bytes, or None if the scan rejects it (its
+    /// scan is then None).
+    #[inline]
+    fn push_scanned<'p>(&mut self, packet: &'p [u8]) -> Option<Option<&'p [u8]>> {
+        if self.bytes.len() + packet.len() > self.bytes.capacity() {
+            self.make_room(packet.len());
+        }
+        let start = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(packet);
+        self.entries.push(Entry {
+            start,
+            end: self.bytes.len() as u32,
+            scan: Some(PacketScan::default()),
+        });
+        let entry = self.entries.last_mut()?;
+        let scanned = entry.scan.as_mut()?.scan_into(packet);
+        if scanned.is_none() {
+            entry.scan = None;
+        }
+        scanned
+    }
+
+    /// Takes back the last packet pushed (a bundle, expanded instead).
+    fn pop(&mut self) {
+        if let Some(e) = self.entries.pop() {
+            self.bytes.truncate(e.start as usize);
+        }
+    }
+
     /// Room for a large packet, alone: for it, not twice the old room.
     #[cold]
     fn make_room(&mut self, len: usize) {
@@ -261,27 +237,37 @@ impl Scanner {
         }
         // Until the end, or a fault the first pass reported.
         while let Ok(Some(packet)) = reader.next_packet() {
-            // Scanned in place: a returned scan is copied once more.
-            let mut fields = PacketFields::default();
-            let scanned = scan_packet_into(packet.bytes, &mut fields)
-                .is_ok()
-                .then_some(&fields);
-            if let Some(range) = bundle_of(&packet, scanned.map(|f| f.compressed_packets)) {
+            let bytes = packet.bytes;
+            if batch.is_full_for(bytes.len()) || bytes.len() > batch.limits.bytes {
+                // The next batch's first packet, or a large one: its scan
+                // kept aside (once per batch at most).
+                let mut scan = PacketScan::default();
+                let scanned = scan.scan_into(bytes);
+                if let Some(range) = bundle_of(&packet, scanned) {
+                    if reader.expand_last(range).is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                let scan = scanned.is_some().then_some(scan);
+                if batch.is_full_for(bytes.len()) {
+                    self.pending = Some(scan);
+                    return true;
+                }
+                if !admit_large() {
+                    return false;
+                }
+                batch.push(bytes, scan);
+                continue;
+            }
+            let scanned = batch.push_scanned(bytes);
+            if let Some(range) = bundle_of(&packet, scanned) {
+                // Its inner packets come next, as the first pass read them.
+                batch.pop();
                 if reader.expand_last(range).is_err() {
                     break;
                 }
-                continue;
             }
-            let bytes = packet.bytes;
-            // The scan built where it goes: moving it costs per packet.
-            if batch.is_full_for(bytes.len()) {
-                self.pending = Some(scanned.map(|f| PacketScan::new(bytes, f)));
-                return true;
-            }
-            if bytes.len() > batch.limits.bytes && !admit_large() {
-                return false;
-            }
-            batch.push(bytes, scanned.map(|f| PacketScan::new(bytes, f)));
         }
         self.reader = None;
         false

@@ -38,6 +38,7 @@
 //!   for a batch, fails) and waits for it.
 
 mod batch;
+mod packet_scan;
 mod thread;
 
 use std::io;
@@ -46,7 +47,8 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 use batch::{Batch, Scanner};
-pub use batch::{FedPacket, Limits, Meter, PacketScan};
+pub use batch::{FedPacket, Limits, Meter};
+pub use packet_scan::PacketScan;
 
 use tracesync_protocol::reader::FILE_CHUNK_SIZE;
 

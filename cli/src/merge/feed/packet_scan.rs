@@ -1,0 +1,246 @@
+//! What the second pass uses of a packet's scan ([`PacketScan`]), owned,
+//! and the walk that writes it where the batch keeps it
+//! ([`PacketScan::scan_into`]).
+//!
+//! Invariant: [`PacketScan::scan_into`] gives what [`PacketScan::new`]
+//! makes of [`scan_packet`]'s fields (the same walk, so the same packets
+//! are malformed), and the same `compressed_packets`.
+
+use std::ops::Range;
+
+#[cfg(test)]
+use tracesync_protocol::scan::scan_packet;
+use tracesync_protocol::scan::{
+    FieldSink, Kind, PacketFields, SEQ_INCREMENTAL_STATE_CLEARED, StampLayout,
+    defaults_timestamp_clock_id, field, is_metadata_field, walk_fields_into,
+};
+
+/// What the second pass uses of a packet's scan, owned: byte ranges are
+/// relative to the packet's first byte.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PacketScan {
+    pub timestamp: Option<u64>,
+    pub timestamp_clock_id: Option<u32>,
+    pub trusted_packet_sequence_id: Option<u32>,
+    pub machine_id: Option<u32>,
+    pub data_field: Option<u32>,
+    pub clears_incremental_state: bool,
+    pub has_system_info: bool,
+    /// None without `trace_packet_defaults`; else its nonzero
+    /// `timestamp_clock_id` if it has one and decodes (read here, off the
+    /// merging thread).
+    pub defaults_clock: Option<Option<u32>>,
+    pub clock_snapshot: Option<Range<u32>>,
+    pub remote_clock_sync: Option<Range<u32>>,
+    pub stamp_layout: StampLayout,
+}
+
+/// Byte range of `b`, a slice of `packet`, relative to its first byte.
+fn range_in(packet: &[u8], b: &[u8]) -> Range<u32> {
+    let start = (b.as_ptr() as usize - packet.as_ptr() as usize) as u32;
+    start..start + b.len() as u32
+}
+
+/// The nonzero `timestamp_clock_id` of `trace_packet_defaults` bytes, if
+/// they decode and have one.
+fn defaults_clock(defaults: &[u8]) -> Option<u32> {
+    defaults_timestamp_clock_id(defaults)
+        .ok()
+        .flatten()
+        .filter(|&c| c != 0)
+}
+
+impl PacketScan {
+    /// Made from a full scan's fields (what [`Self::scan_into`] writes in
+    /// place).
+    pub fn new(packet: &[u8], fields: &PacketFields<'_>) -> Self {
+        Self {
+            timestamp: fields.timestamp,
+            timestamp_clock_id: fields.timestamp_clock_id,
+            trusted_packet_sequence_id: fields.trusted_packet_sequence_id,
+            machine_id: fields.machine_id,
+            data_field: fields.data_field,
+            clears_incremental_state: fields.clears_incremental_state(),
+            has_system_info: fields.system_info.is_some(),
+            defaults_clock: fields.trace_packet_defaults.map(defaults_clock),
+            clock_snapshot: fields.clock_snapshot.map(|b| range_in(packet, b)),
+            remote_clock_sync: fields.remote_clock_sync.map(|b| range_in(packet, b)),
+            stamp_layout: fields.stamp_layout,
+        }
+    }
+
+    /// Scans `packet` into `self`, which must hold the defaults: written
+    /// where the batch keeps it (a scan built elsewhere and copied in was
+    /// read back before its stores could be forwarded, a stall on most
+    /// packets). Returns the packet's `compressed_packets` bytes, or None
+    /// if the packet is malformed (then `self` holds the fields before the
+    /// malformed one).
+    #[inline]
+    pub fn scan_into<'a>(&mut self, packet: &'a [u8]) -> Option<Option<&'a [u8]>> {
+        let mut sink = Sink {
+            scan: self,
+            packet,
+            sequence_flags: 0,
+            state_cleared: false,
+            defaults: None,
+            compressed: None,
+        };
+        let walked = walk_fields_into(packet, &mut sink);
+        let Sink {
+            sequence_flags,
+            state_cleared,
+            defaults,
+            compressed,
+            ..
+        } = sink;
+        walked.ok()?;
+        self.clears_incremental_state =
+            state_cleared || sequence_flags & SEQ_INCREMENTAL_STATE_CLEARED != 0;
+        self.defaults_clock = defaults.map(defaults_clock);
+        Some(compressed)
+    }
+
+    pub fn kind(&self) -> Kind {
+        Kind(self.data_field)
+    }
+}
+
+/// The walk's view of a [`PacketScan`] being written, with what it needs
+/// only until the walk ends.
+struct Sink<'s, 'a> {
+    scan: &'s mut PacketScan,
+    packet: &'a [u8],
+    sequence_flags: u32,
+    state_cleared: bool,
+    defaults: Option<&'a [u8]>,
+    compressed: Option<&'a [u8]>,
+}
+
+impl Sink<'_, '_> {
+    /// The payload is the first field that is no metadata.
+    #[inline(always)]
+    fn payload(&mut self, number: u32) {
+        if self.scan.data_field.is_none() && !is_metadata_field(number) {
+            self.scan.data_field = Some(number);
+        }
+    }
+}
+
+impl<'a> FieldSink<'a> for Sink<'_, 'a> {
+    #[inline(always)]
+    fn varint(&mut self, number: u32, value: u64) {
+        match number {
+            field::TIMESTAMP => self.scan.timestamp = Some(value),
+            field::TRUSTED_PACKET_SEQUENCE_ID => {
+                self.scan.trusted_packet_sequence_id = Some(value as u32);
+            }
+            field::SEQUENCE_FLAGS => self.sequence_flags = value as u32,
+            field::TIMESTAMP_CLOCK_ID => self.scan.timestamp_clock_id = Some(value as u32),
+            field::INCREMENTAL_STATE_CLEARED => self.state_cleared = value != 0,
+            field::MACHINE_ID => self.scan.machine_id = Some(value as u32),
+            _ => self.payload(number),
+        }
+    }
+
+    #[inline(always)]
+    fn len(&mut self, number: u32, bytes: &'a [u8]) {
+        match number {
+            field::TRACE_PACKET_DEFAULTS => self.defaults = Some(bytes),
+            field::CLOCK_SNAPSHOT => self.scan.clock_snapshot = Some(range_in(self.packet, bytes)),
+            field::SYSTEM_INFO => self.scan.has_system_info = true,
+            field::REMOTE_CLOCK_SYNC => {
+                self.scan.remote_clock_sync = Some(range_in(self.packet, bytes));
+            }
+            field::COMPRESSED_PACKETS => self.compressed = Some(bytes),
+            _ => {}
+        }
+        self.payload(number);
+    }
+
+    #[inline(always)]
+    fn fixed(&mut self, number: u32) {
+        self.payload(number);
+    }
+
+    #[inline(always)]
+    fn span(&mut self, number: u32, start: usize, end: usize) {
+        self.scan.stamp_layout.note(number, start, end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use tracesync_protocol::wire;
+
+    /// Packets of the fields the second pass reads and others, repeated
+    /// and in any order, some with a byte changed or cut short.
+    fn packet() -> impl Strategy<Value = Vec<u8>> {
+        let numbers = prop_oneof![
+            Just(6u32),
+            Just(8),
+            Just(10),
+            Just(11),
+            Just(13),
+            Just(41),
+            Just(45),
+            Just(50),
+            Just(58),
+            Just(59),
+            Just(98),
+            1u32..130,
+        ];
+        let defaults = proptest::option::of(0u64..300).prop_map(|clock| {
+            let mut d = Vec::new();
+            if let Some(c) = clock {
+                wire::put_varint_field(&mut d, 58, c);
+            }
+            d
+        });
+        let field = (numbers, 0u8..4, any::<u64>(), defaults);
+        (
+            proptest::collection::vec(field, 0..10),
+            proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+            0usize..3,
+        )
+            .prop_map(|(fields, damage, cut)| {
+                let mut p = Vec::new();
+                for (number, kind, v, bytes) in fields {
+                    match kind {
+                        0 => wire::put_varint_field(&mut p, number, v % 4),
+                        1 => wire::put_len_field(&mut p, number, &bytes),
+                        2 => {
+                            wire::put_varint(&mut p, u64::from(number) << 3 | 1);
+                            p.extend_from_slice(&v.to_le_bytes());
+                        }
+                        _ => wire::put_varint_field(&mut p, number, v),
+                    }
+                }
+                if let Some((at, byte)) = damage
+                    && !p.is_empty()
+                {
+                    let at = at.index(p.len());
+                    p[at] = byte;
+                }
+                p.truncate(p.len().saturating_sub(cut));
+                p
+            })
+    }
+
+    proptest! {
+        /// Written in place, the scan is what the full scan makes.
+        #[test]
+        fn a_scan_in_place_is_the_full_scans(p in packet()) {
+            let mut got = PacketScan::default();
+            let compressed = got.scan_into(&p);
+            match scan_packet(&p) {
+                Ok(fields) => {
+                    prop_assert_eq!(compressed, Some(fields.compressed_packets));
+                    prop_assert_eq!(got, PacketScan::new(&p, &fields));
+                }
+                Err(_) => prop_assert_eq!(compressed, None),
+            }
+        }
+    }
+}
