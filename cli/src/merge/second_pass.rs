@@ -9,7 +9,6 @@
 
 use prost::Message;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::scan::{
@@ -69,33 +68,10 @@ struct CachedSuffix {
     suffix: StampSuffix,
 }
 
-/// Hasher of the per-packet sequence lookup, keyed by (embedded machine id,
-/// sequence id): packs the two u32s and mixes them with MurmurHash3's
-/// finalizer, a bijection, instead of SipHash (a measurable share of the
-/// per-packet cost with small packets).
-#[derive(Default)]
-struct SequenceKeyHasher(u64);
-
-impl Hasher for SequenceKeyHasher {
-    fn finish(&self) -> u64 {
-        let mut z = self.0;
-        z = (z ^ (z >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
-        z = (z ^ (z >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        z ^ (z >> 33)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (self.0 << 32) | u64::from(n);
-    }
-}
-
-type SequenceMap = HashMap<(u32, u32), SequenceState, BuildHasherDefault<SequenceKeyHasher>>;
+/// Each of an input's sequences by its number in the input
+/// ([`PacketScan::sequence`]; numbers a packet never reached the lookup
+/// with stay None).
+type SequenceMap = Vec<Option<SequenceState>>;
 
 /// Allocates output sequence ids across all inputs.
 #[derive(Debug)]
@@ -179,7 +155,7 @@ impl<'a> InputStream<'a> {
             source,
             plan,
             feed: Some(PacketFeed::open(source, packets, threaded)?),
-            sequences: SequenceMap::default(),
+            sequences: SequenceMap::new(),
             defaults: MachineDefaults::default(),
             last_ts: i64::MIN,
             head: None,
@@ -286,13 +262,15 @@ fn resolve<'s>(
     let embedded = fields.machine_id.unwrap_or(0);
     let placement = plan.machines.get(embedded)?;
     let in_seq = fields.trusted_packet_sequence_id.unwrap_or(0);
-    let state = sequences
-        .entry((embedded, in_seq))
-        .or_insert_with(|| SequenceState {
-            out_seq: ctx.sequences.allocate(),
-            default_clock: None,
-            suffixes: [None; 2],
-        });
+    let number = fields.sequence as usize;
+    if number >= sequences.len() {
+        sequences.resize(number + 1, None);
+    }
+    let state = sequences[number].get_or_insert_with(|| SequenceState {
+        out_seq: ctx.sequences.allocate(),
+        default_clock: None,
+        suffixes: [None; 2],
+    });
     if fields.clears_incremental_state {
         state.default_clock = None;
     }

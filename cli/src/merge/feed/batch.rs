@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::super::inputs::InputSource;
 use super::super::packets::{InputReader, bundle_of, open_reader};
-use super::packet_scan::PacketScan;
+use super::packet_scan::{PacketScan, SequenceIndex};
 
 /// A packet of the feed: its bytes and scan (None: malformed).
 pub type FedPacket<'a> = (&'a [u8], Option<&'a PacketScan>);
@@ -127,11 +127,15 @@ impl Batch {
     }
 
     /// Pushes `packet`, which fits, with its scan written where the batch
-    /// keeps it ([`PacketScan::scan_into`]); returns the packet's
-    /// `compressed_packets` bytes, or None if the scan rejects it (its
-    /// scan is then None).
+    /// keeps it ([`PacketScan::scan_into`], its sequence numbered by
+    /// `sequences`); returns the packet's `compressed_packets` bytes, or
+    /// None if the scan rejects it (its scan is then None).
     #[inline]
-    fn push_scanned<'p>(&mut self, packet: &'p [u8]) -> Option<Option<&'p [u8]>> {
+    fn push_scanned<'p>(
+        &mut self,
+        packet: &'p [u8],
+        sequences: &mut SequenceIndex,
+    ) -> Option<Option<&'p [u8]>> {
         if self.bytes.len() + packet.len() > self.bytes.capacity() {
             self.make_room(packet.len());
         }
@@ -143,9 +147,11 @@ impl Batch {
             scan: Some(PacketScan::default()),
         });
         let entry = self.entries.last_mut()?;
-        let scanned = entry.scan.as_mut()?.scan_into(packet);
-        if scanned.is_none() {
-            entry.scan = None;
+        let scan = entry.scan.as_mut()?;
+        let scanned = scan.scan_into(packet);
+        match scanned {
+            Some(_) => scan.sequence = sequences.number(scan),
+            None => entry.scan = None,
         }
         scanned
     }
@@ -193,6 +199,7 @@ pub struct Scanner {
     /// The scan of the reader's last packet, which did not fit in the last
     /// batch: it starts the next one.
     pending: Option<Option<PacketScan>>,
+    sequences: SequenceIndex,
 }
 
 impl Scanner {
@@ -203,6 +210,7 @@ impl Scanner {
         Ok(Self {
             reader: Some(reader),
             pending: None,
+            sequences: SequenceIndex::default(),
         })
     }
 
@@ -211,6 +219,7 @@ impl Scanner {
         Self {
             reader: None,
             pending: None,
+            sequences: SequenceIndex::default(),
         }
     }
 
@@ -249,6 +258,9 @@ impl Scanner {
                     }
                     continue;
                 }
+                if scanned.is_some() {
+                    scan.sequence = self.sequences.number(&scan);
+                }
                 let scan = scanned.is_some().then_some(scan);
                 if batch.is_full_for(bytes.len()) {
                     self.pending = Some(scan);
@@ -260,7 +272,7 @@ impl Scanner {
                 batch.push(bytes, scan);
                 continue;
             }
-            let scanned = batch.push_scanned(bytes);
+            let scanned = batch.push_scanned(bytes, &mut self.sequences);
             if let Some(range) = bundle_of(&packet, scanned) {
                 // Its inner packets come next, as the first pass read them.
                 batch.pop();
