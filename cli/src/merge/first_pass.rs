@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use prost::Message;
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::reader::FileReadError;
-use tracesync_protocol::scan::{FieldSink, ScanError, field, is_metadata_field, walk_fields_into};
+use tracesync_protocol::scan::{FieldSink, ScanError, field, note_payload, walk_fields_into};
 
 use super::inputs::InputSource;
 use super::packets::{InputReader, bundle_of, open_reader};
@@ -107,13 +107,6 @@ impl<'a> KeptFields<'a> {
     fn scan(&mut self, packet: &'a [u8]) -> Result<(), ScanError> {
         walk_fields_into(packet, self)
     }
-
-    #[inline(always)]
-    fn payload(&mut self, number: u32) {
-        if self.data_field.is_none() && !is_metadata_field(number) {
-            self.data_field = Some(number);
-        }
-    }
 }
 
 impl<'a> FieldSink<'a> for KeptFields<'a> {
@@ -122,7 +115,7 @@ impl<'a> FieldSink<'a> for KeptFields<'a> {
         match number {
             field::TRUSTED_PACKET_SEQUENCE_ID => self.sequence_id = Some(value as u32),
             field::MACHINE_ID => self.machine_id = Some(value as u32),
-            _ => self.payload(number),
+            _ => note_payload(&mut self.data_field, number),
         }
     }
 
@@ -135,16 +128,13 @@ impl<'a> FieldSink<'a> for KeptFields<'a> {
             field::COMPRESSED_PACKETS => self.compressed_packets = Some(bytes),
             _ => {}
         }
-        self.payload(number);
+        note_payload(&mut self.data_field, number);
     }
 
     #[inline(always)]
     fn fixed(&mut self, number: u32) {
-        self.payload(number);
+        note_payload(&mut self.data_field, number);
     }
-
-    #[inline(always)]
-    fn span(&mut self, _: u32, _: usize, _: usize) {}
 }
 
 /// Reads one input from its start; never fails: problems become faults.
@@ -401,69 +391,15 @@ pub fn remote_sync_offset(rounds: &[SyncRound], clock: u32) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::merge::test_traces::arbitrary_packet;
     use proptest::prelude::*;
     use tracesync_protocol::scan::{PacketFields, scan_packet_into};
-    use tracesync_protocol::wire;
-
-    /// Packets of the fields the first pass keeps and others, repeated
-    /// and in any order, some cut short or with a byte changed.
-    fn packet() -> impl Strategy<Value = Vec<u8>> {
-        let numbers = prop_oneof![
-            Just(6u32),
-            Just(8),
-            Just(10),
-            Just(11),
-            Just(36),
-            Just(45),
-            Just(50),
-            Just(58),
-            Just(97),
-            Just(98),
-            1u32..130,
-        ];
-        let field = (
-            numbers,
-            0u8..4,
-            any::<u64>(),
-            proptest::collection::vec(any::<u8>(), 0..12),
-        );
-        (
-            proptest::collection::vec(field, 0..10),
-            proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
-            0usize..3,
-        )
-            .prop_map(|(fields, damage, cut)| {
-                let mut p = Vec::new();
-                for (number, kind, v, bytes) in fields {
-                    match kind {
-                        0 => wire::put_varint_field(&mut p, number, v),
-                        1 => wire::put_len_field(&mut p, number, &bytes),
-                        2 => {
-                            wire::put_varint(&mut p, u64::from(number) << 3 | 1);
-                            p.extend_from_slice(&v.to_le_bytes());
-                        }
-                        _ => {
-                            wire::put_varint(&mut p, u64::from(number) << 3 | 5);
-                            p.extend_from_slice(&v.to_le_bytes()[..4]);
-                        }
-                    }
-                }
-                if let Some((at, byte)) = damage
-                    && !p.is_empty()
-                {
-                    let at = at.index(p.len());
-                    p[at] = byte;
-                }
-                p.truncate(p.len().saturating_sub(cut));
-                p
-            })
-    }
 
     proptest! {
         /// The first pass's fields are the scan's: same errors, and the
         /// same values of what it keeps.
         #[test]
-        fn kept_fields_are_the_scans(p in packet()) {
+        fn kept_fields_are_the_scans(p in arbitrary_packet()) {
             let mut kept = KeptFields::default();
             let mut all = PacketFields::default();
             let got = kept.scan(&p);

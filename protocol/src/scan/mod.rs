@@ -16,8 +16,8 @@ mod stamp;
 pub use fields::{FieldValue, Fields, RawField, ScanError};
 pub use kind::{Kind, data_field_name, is_metadata_field};
 pub use packet::{
-    FieldSink, PacketFields, defaults_timestamp_clock_id, scan_packet, scan_packet_into,
-    walk_fields_into,
+    FieldSink, PacketFields, defaults_timestamp_clock_id, note_payload, scan_packet,
+    scan_packet_into, walk_fields_into,
 };
 pub use stamp::{
     STAMP_MOVED_MAX, STAMP_SUFFIX_MAX, Stamp, StampLayout, StampSuffix, StampTail, stamp_by_layout,

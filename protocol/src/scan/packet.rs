@@ -83,8 +83,19 @@ pub trait FieldSink<'a> {
     fn len(&mut self, number: u32, bytes: &'a [u8]);
     /// A fixed-width field (wire types 1 and 5).
     fn fixed(&mut self, number: u32);
-    /// The field just read lies at `start..end` of the packet.
-    fn span(&mut self, number: u32, start: usize, end: usize);
+    /// The field just read lies at `start..end` of the packet (kept by
+    /// a sink that stamps: [`PacketFields::stamp_layout`]).
+    #[inline(always)]
+    fn span(&mut self, _number: u32, _start: usize, _end: usize) {}
+}
+
+/// Notes field `number` as the packet's payload if it is the first field
+/// that is no metadata (what [`PacketFields::data_field`] holds).
+#[inline(always)]
+pub fn note_payload(data_field: &mut Option<u32>, number: u32) {
+    if data_field.is_none() && !is_metadata_field(number) {
+        *data_field = Some(number);
+    }
 }
 
 /// Walks `packet`'s top-level fields into `out`, stopping at the first
@@ -194,8 +205,7 @@ impl<'a> PacketFields<'a> {
             field::TRUSTED_UID => self.has_trusted_uid = true,
             field::TRUSTED_PID => self.has_trusted_pid = true,
             field::INTERNED_DATA => self.has_interned_data = true,
-            n if !is_metadata_field(n) && self.data_field.is_none() => self.data_field = Some(n),
-            _ => {}
+            n => note_payload(&mut self.data_field, n),
         }
     }
 }

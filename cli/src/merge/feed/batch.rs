@@ -136,16 +136,7 @@ impl Batch {
         packet: &'p [u8],
         sequences: &mut SequenceIndex,
     ) -> Option<Option<&'p [u8]>> {
-        if self.bytes.len() + packet.len() > self.bytes.capacity() {
-            self.make_room(packet.len());
-        }
-        let start = self.bytes.len() as u32;
-        self.bytes.extend_from_slice(packet);
-        self.entries.push(Entry {
-            start,
-            end: self.bytes.len() as u32,
-            scan: Some(PacketScan::default()),
-        });
+        self.push(packet, Some(PacketScan::default()));
         let entry = self.entries.last_mut()?;
         let scan = entry.scan.as_mut()?;
         let scanned = scan.scan_into(packet);

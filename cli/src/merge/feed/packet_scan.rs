@@ -15,7 +15,7 @@ use std::ops::Range;
 
 use tracesync_protocol::scan::{
     FieldSink, Kind, SEQ_INCREMENTAL_STATE_CLEARED, StampLayout, defaults_timestamp_clock_id,
-    field, is_metadata_field, walk_fields_into,
+    field, note_payload, walk_fields_into,
 };
 
 /// What the second pass uses of a packet's scan, owned: byte ranges are
@@ -162,16 +162,6 @@ struct Sink<'s, 'a> {
     compressed: Option<&'a [u8]>,
 }
 
-impl Sink<'_, '_> {
-    /// The payload is the first field that is no metadata.
-    #[inline(always)]
-    fn payload(&mut self, number: u32) {
-        if self.scan.data_field.is_none() && !is_metadata_field(number) {
-            self.scan.data_field = Some(number);
-        }
-    }
-}
-
 impl<'a> FieldSink<'a> for Sink<'_, 'a> {
     #[inline(always)]
     fn varint(&mut self, number: u32, value: u64) {
@@ -184,7 +174,7 @@ impl<'a> FieldSink<'a> for Sink<'_, 'a> {
             field::TIMESTAMP_CLOCK_ID => self.scan.timestamp_clock_id = Some(value as u32),
             field::INCREMENTAL_STATE_CLEARED => self.state_cleared = value != 0,
             field::MACHINE_ID => self.scan.machine_id = Some(value as u32),
-            _ => self.payload(number),
+            _ => note_payload(&mut self.scan.data_field, number),
         }
     }
 
@@ -200,12 +190,12 @@ impl<'a> FieldSink<'a> for Sink<'_, 'a> {
             field::COMPRESSED_PACKETS => self.compressed = Some(bytes),
             _ => {}
         }
-        self.payload(number);
+        note_payload(&mut self.scan.data_field, number);
     }
 
     #[inline(always)]
     fn fixed(&mut self, number: u32) {
-        self.payload(number);
+        note_payload(&mut self.scan.data_field, number);
     }
 
     #[inline(always)]
@@ -217,9 +207,9 @@ impl<'a> FieldSink<'a> for Sink<'_, 'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::merge::test_traces::arbitrary_packet;
     use proptest::prelude::*;
     use tracesync_protocol::scan::{PacketFields, scan_packet};
-    use tracesync_protocol::wire;
 
     /// What a full scan's fields make (what `scan_into` writes in place).
     fn from_full_scan(packet: &[u8], fields: &PacketFields<'_>) -> PacketScan {
@@ -237,60 +227,6 @@ mod tests {
             stamp_layout: fields.stamp_layout,
             sequence: 0,
         }
-    }
-
-    /// Packets of the fields the second pass reads and others, repeated
-    /// and in any order, some with a byte changed or cut short.
-    fn packet() -> impl Strategy<Value = Vec<u8>> {
-        let numbers = prop_oneof![
-            Just(6u32),
-            Just(8),
-            Just(10),
-            Just(11),
-            Just(13),
-            Just(41),
-            Just(45),
-            Just(50),
-            Just(58),
-            Just(59),
-            Just(98),
-            1u32..130,
-        ];
-        let defaults = proptest::option::of(0u64..300).prop_map(|clock| {
-            let mut d = Vec::new();
-            if let Some(c) = clock {
-                wire::put_varint_field(&mut d, 58, c);
-            }
-            d
-        });
-        let field = (numbers, 0u8..4, any::<u64>(), defaults);
-        (
-            proptest::collection::vec(field, 0..10),
-            proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
-            0usize..3,
-        )
-            .prop_map(|(fields, damage, cut)| {
-                let mut p = Vec::new();
-                for (number, kind, v, bytes) in fields {
-                    match kind {
-                        0 => wire::put_varint_field(&mut p, number, v % 4),
-                        1 => wire::put_len_field(&mut p, number, &bytes),
-                        2 => {
-                            wire::put_varint(&mut p, u64::from(number) << 3 | 1);
-                            p.extend_from_slice(&v.to_le_bytes());
-                        }
-                        _ => wire::put_varint_field(&mut p, number, v),
-                    }
-                }
-                if let Some((at, byte)) = damage
-                    && !p.is_empty()
-                {
-                    let at = at.index(p.len());
-                    p[at] = byte;
-                }
-                p.truncate(p.len().saturating_sub(cut));
-                p
-            })
     }
 
     #[test]
@@ -321,7 +257,7 @@ mod tests {
     proptest! {
         /// Written in place, the scan is what the full scan makes.
         #[test]
-        fn a_scan_in_place_is_the_full_scans(p in packet()) {
+        fn a_scan_in_place_is_the_full_scans(p in arbitrary_packet()) {
             let mut got = PacketScan::default();
             let compressed = got.scan_into(&p);
             match scan_packet(&p) {
