@@ -341,7 +341,8 @@ impl LiveCore {
             Placed::Slice(kept, moved) => staged.push_slice(queued, |stamped| {
                 let suffix = stream.suffix(&stamp, has_clock_id);
                 debug_assert_eq!(*suffix, StampSuffix::new(&stamp, has_clock_id));
-                stamped.set_split(bytes.slice(..kept), moved, suffix);
+                let set = stamped.set_split(bytes.slice(..kept), moved, suffix);
+                debug_assert!(set, "the same suffix fitted above");
             }),
             Placed::Buffer(range) => staged.push_stamped(queued, range),
         }

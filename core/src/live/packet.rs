@@ -133,6 +133,7 @@ impl Stamped {
     /// packets of the live core). False, unchanged, if it does not fit
     /// ([`Self::tail_fits`]).
     #[inline]
+    #[must_use]
     pub fn set_split(&mut self, head: Bytes, moved: [&[u8]; 2], suffix: &StampSuffix) -> bool {
         if !Self::tail_fits(moved, suffix) {
             return false;
