@@ -128,27 +128,17 @@ impl Stamped {
     }
 
     /// Makes this `head` followed by `moved` and `suffix`, the tail written
-    /// where this is: built elsewhere and copied in, its bytes were read
-    /// back before their stores could be forwarded (a stall on most
-    /// packets of the live core). False, unchanged, if it does not fit
-    /// ([`Self::tail_fits`]).
+    /// where this is ([`scan::write_tail`]): built elsewhere and copied in,
+    /// its bytes were read back before their stores could be forwarded (a
+    /// stall on most packets of the live core). False, unchanged, if it
+    /// does not fit ([`Self::tail_fits`]).
     #[inline]
     #[must_use]
     pub fn set_split(&mut self, head: Bytes, moved: [&[u8]; 2], suffix: &StampSuffix) -> bool {
-        if !Self::tail_fits(moved, suffix) {
+        let Some(len) = scan::write_tail(&mut self.tail, moved, suffix) else {
             return false;
-        }
-        let mut at = 0;
-        for m in moved.into_iter().filter(|m| !m.is_empty()) {
-            self.tail[at..at + m.len()].copy_from_slice(m);
-            at += m.len();
-        }
-        // Most packets move nothing: the suffix is copied at a fixed size.
-        if at > 0 || !suffix.copy_padded(&mut self.tail) {
-            let bytes = suffix.as_slice();
-            self.tail[at..at + bytes.len()].copy_from_slice(bytes);
-        }
-        self.tail_len = (at + suffix.as_slice().len()) as u8;
+        };
+        self.tail_len = len as u8;
         self.head = head;
         true
     }

@@ -59,7 +59,7 @@ pub fn relayed_stamp(machine_id: u32, out_seq: u32, clock: Option<u32>) -> Stamp
 /// [`tracesync_protocol::scan::stamp_split_moved`]; the fields `stamp`
 /// appends come last). None for a SystemInfo (its name is rewritten) or a
 /// packet that does not split. The caller writes the tail where it keeps
-/// the packet ([`Stamped::set_split`](super::packet::Stamped::set_split), with the suffix its stream keeps:
+/// the packet (`Stamped::set_split`, with the suffix its stream keeps:
 /// built per packet it was 3% of the daemon's CPU with small packets).
 pub fn relayed_split<'p>(
     packet: &'p [u8],

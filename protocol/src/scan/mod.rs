@@ -22,7 +22,7 @@ pub use packet::{
 pub use stamp::{
     STAMP_MOVED_MAX, STAMP_SUFFIX_MAX, Stamp, StampLayout, StampSuffix, StampTail, stamp_by_layout,
     stamp_into, stamp_scanned, stamp_split, stamp_split_by_layout, stamp_split_moved,
-    stamp_split_with_suffix_into,
+    stamp_split_with_suffix_into, write_tail,
 };
 
 /// TracePacket field numbers tracesync reads or writes.

@@ -157,16 +157,12 @@ impl StampTail {
         s
     }
 
-    /// [`Self::join`] in place.
+    /// [`Self::join`] in place (`moved` and a suffix always fit).
     #[inline]
     fn fill(&mut self, moved: [&[u8]; 2], suffix: &StampSuffix) {
-        let mut at = 0;
-        for m in moved.into_iter().filter(|m| !m.is_empty()) {
-            self.buf[at..at + m.len()].copy_from_slice(m);
-            at += m.len();
+        if let Some(len) = write_tail(&mut self.buf, moved, suffix) {
+            self.len = len as u8;
         }
-        self.buf[at..at + STAMP_SUFFIX_MAX].copy_from_slice(&suffix.buf);
-        self.len = (at + usize::from(suffix.len)) as u8;
     }
 
     pub fn as_slice(&self) -> &[u8] {
@@ -210,22 +206,6 @@ impl StampSuffix {
         &self.buf[..usize::from(self.len)]
     }
 
-    /// Copies the suffix to the start of `dest`, followed by what lies
-    /// after it in its buffer up to `dest`'s length: a copy of a fixed
-    /// size where `dest` has one (no call to memcpy), not of the suffix's
-    /// own length. False, nothing copied, if the suffix does not fit or
-    /// `dest` is longer than [`STAMP_SUFFIX_MAX`].
-    #[inline]
-    pub fn copy_padded(&self, dest: &mut [u8]) -> bool {
-        match self.buf.get(..dest.len()) {
-            Some(src) if usize::from(self.len) <= dest.len() => {
-                dest.copy_from_slice(src);
-                true
-            }
-            _ => false,
-        }
-    }
-
     /// Varints of at most 32 bits after a tag: within `buf` by construction.
     fn put_varint(&mut self, mut v: u64) {
         while v >= 0x80 {
@@ -236,6 +216,35 @@ impl StampSuffix {
         self.buf[usize::from(self.len)] = v as u8;
         self.len += 1;
     }
+}
+
+/// Writes a stamped packet's tail, `moved` then `suffix`, at the start of
+/// `dest`: its length, or None, `dest` unchanged, if it does not fit. The
+/// suffix is copied at a fixed size (no call to memcpy) where `dest` has
+/// room for its whole buffer after `moved`, or where nothing is moved (as
+/// for most packets) by `dest`'s own length; else at its length.
+#[inline]
+pub fn write_tail(dest: &mut [u8], moved: [&[u8]; 2], suffix: &StampSuffix) -> Option<usize> {
+    let appended = suffix.as_slice();
+    let len = moved[0].len() + moved[1].len() + appended.len();
+    if len > dest.len() {
+        return None;
+    }
+    let mut at = 0;
+    for m in moved.into_iter().filter(|m| !m.is_empty()) {
+        dest[at..at + m.len()].copy_from_slice(m);
+        at += m.len();
+    }
+    if let Some(room) = dest.get_mut(at..at + STAMP_SUFFIX_MAX) {
+        room.copy_from_slice(&suffix.buf);
+    } else if at == 0 {
+        // Shorter than the suffix's buffer: `len <= dest.len()` fitted.
+        let whole = dest.len();
+        dest.copy_from_slice(&suffix.buf[..whole]);
+    } else {
+        dest[at..len].copy_from_slice(appended);
+    }
+    Some(len)
 }
 
 /// The byte ranges of the fields `stamp` replaces (sequence id, machine
