@@ -150,29 +150,7 @@ pub fn walk_fields_into<'a, S: FieldSink<'a>>(
 
 impl<'a> FieldSink<'a> for PacketFields<'a> {
     #[inline(always)]
-    fn varint(&mut self, number: u32, value: u64) {
-        self.varint_field(number, value);
-    }
-
-    #[inline(always)]
-    fn len(&mut self, number: u32, bytes: &'a [u8]) {
-        self.len_field(number, bytes);
-    }
-
-    #[inline(always)]
-    fn fixed(&mut self, number: u32) {
-        self.other_field(number);
-    }
-
-    #[inline(always)]
-    fn span(&mut self, number: u32, start: usize, end: usize) {
-        self.stamp_layout.note(number, start, end);
-    }
-}
-
-impl<'a> PacketFields<'a> {
-    #[inline(always)]
-    fn varint_field(&mut self, number: u32, v: u64) {
+    fn varint(&mut self, number: u32, v: u64) {
         match number {
             field::TIMESTAMP => self.timestamp = Some(v),
             field::TRUSTED_PACKET_SEQUENCE_ID => self.trusted_packet_sequence_id = Some(v as u32),
@@ -181,12 +159,12 @@ impl<'a> PacketFields<'a> {
             field::INCREMENTAL_STATE_CLEARED => self.incremental_state_cleared = v != 0,
             field::PREVIOUS_PACKET_DROPPED => self.previous_packet_dropped = v as u32,
             field::MACHINE_ID => self.machine_id = Some(v as u32),
-            _ => self.other_field(number),
+            _ => self.fixed(number),
         }
     }
 
     #[inline(always)]
-    fn len_field(&mut self, number: u32, b: &'a [u8]) {
+    fn len(&mut self, number: u32, b: &'a [u8]) {
         match number {
             field::TRACE_PACKET_DEFAULTS => self.trace_packet_defaults = Some(b),
             field::CLOCK_SNAPSHOT => self.clock_snapshot = Some(b),
@@ -195,18 +173,23 @@ impl<'a> PacketFields<'a> {
             field::COMPRESSED_PACKETS => self.compressed_packets = Some(b),
             _ => {}
         }
-        self.other_field(number);
+        self.fixed(number);
     }
 
-    /// Flags and payload kind, for any wire type.
+    /// Flags and payload kind: what any field, of any wire type, says.
     #[inline(always)]
-    fn other_field(&mut self, number: u32) {
+    fn fixed(&mut self, number: u32) {
         match number {
             field::TRUSTED_UID => self.has_trusted_uid = true,
             field::TRUSTED_PID => self.has_trusted_pid = true,
             field::INTERNED_DATA => self.has_interned_data = true,
             n => note_payload(&mut self.data_field, n),
         }
+    }
+
+    #[inline(always)]
+    fn span(&mut self, number: u32, start: usize, end: usize) {
+        self.stamp_layout.note(number, start, end);
     }
 }
 
