@@ -29,6 +29,8 @@
 //!   contradicted the other side); the samples between belong to neither.
 //!   A step below the link's queueing, which neither pass confirms, is
 //!   found by its envelopes ([`hidden_steps`]) and cut the same way.
+//!   A run of "steps" that one line holds (a slew's pieces) is one
+//!   segment again ([`short_runs`]).
 //!   A timestamp a segment's mapping places between the host times of its
 //!   neighbours' nearest samples may be in it; when several segments may
 //!   hold it (either side of a step), it gets a bound over all of them.
@@ -48,6 +50,7 @@ use sides::{agrees, combine, envelope, interval, mature, midway, side, spanning}
 
 mod candidates;
 mod hidden_steps;
+mod short_runs;
 mod sides;
 use super::{Estimator, EstimatorConfig, SyncEstimate};
 
@@ -129,9 +132,12 @@ impl Smoother {
     /// Re-estimates from `exchanges`, in the order the prober accepted them
     /// (as the live estimator was fed).
     pub fn new(config: EstimatorConfig, exchanges: &[Exchange]) -> Self {
-        let (ranges, found_steps): (Vec<_>, Vec<_>) = split(config, exchanges)
+        let parts = split(config, exchanges)
             .into_iter()
             .filter(|r| !r.0.is_empty())
+            .collect();
+        let (ranges, found_steps): (Vec<_>, Vec<_>) = short_runs::join(config, exchanges, parts)
+            .into_iter()
             .unzip();
         let mut segments: Vec<Segment> = ranges
             .iter()
@@ -305,6 +311,15 @@ fn split(
         parts.push((start..r.end, found_step));
     }
     parts
+}
+
+/// How far from zero the corridor's slopes are searched (dimensionless):
+/// twice the crystal tolerance, as a relay NTP slew (500 ppm on Linux)
+/// adds to the crystal's own error, and a line held at the tolerance
+/// misses such a clock by 20 µs a second at 20 ppm beyond it. The point
+/// only: the bound rests on the estimator's hard interval.
+pub(super) fn slope_range(config: EstimatorConfig) -> f64 {
+    2.0 * config.max_abs_freq_ppm * 1e-6
 }
 
 /// How many of the samples `gap`, between the segments `before` and
@@ -489,7 +504,7 @@ impl Segment {
             mirror_ns,
             last_send_ns: xs[xs.len() - 1].t[0],
             first_receive_ns: xs[0].t[3],
-            corridor: Corridor::fit(xs.iter().map(|x| x.t), config.max_abs_freq_ppm * 1e-6),
+            corridor: Corridor::fit(xs.iter().map(|x| x.t), slope_range(config)),
             likely_from_ns: i128::MIN,
             likely_to_ns: i128::MAX,
         }
