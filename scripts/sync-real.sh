@@ -23,6 +23,8 @@
 #   SYNC_REAL_KEEP=1 ...                           # keep logs and output dirs, and
 #                                                  # errors-RELAY.tsv and refined-errors-RELAY.tsv
 #                                                  # (each event's error over time)
+#   SYNC_REAL_SLEW_AT=20 ...                       # a fourth relay whose clock slews
+#                                                  # +500 ppm for 2 s at 20 s
 #
 # Needs root, iproute2 (ip netns) and util-linux unshare with --time. The
 # namespaces are created and deleted by the run; traffic stays inside them.
@@ -39,6 +41,9 @@ args=(--seconds "$SECS" --seed "$SEED")
 # A third relay with wander and a +200 us clock step at this second (0: none).
 STEP_AT=${SYNC_REAL_STEP_AT:-25}
 args+=(--step-at "$STEP_AT")
+# A relay whose clock slews +500 ppm for 2 s (1 ms) at this second, as an
+# NTP daemon corrects an offset (0: none, the default).
+args+=(--slew-at "${SYNC_REAL_SLEW_AT:-0}")
 if [ -n "${SYNC_REAL_KEEP:-}" ]; then
     args+=(--keep)
 fi

@@ -76,15 +76,30 @@ pub struct ClockSchedule {
     /// Steps: at this many seconds after start, every clock jumps by this
     /// many ns (negative: back).
     pub steps: Vec<(f64, i64)>,
+    /// Slews, as an NTP daemon makes them: from this many seconds after
+    /// start, for this many seconds, every clock runs this many ppm fast
+    /// (negative: slow).
+    pub slews: Vec<(f64, f64, f64)>,
 }
 
 impl ClockSchedule {
     pub fn is_empty(&self) -> bool {
-        self.wander.is_none() && self.steps.is_empty()
+        self.wander.is_none() && self.steps.is_empty() && self.slews.is_empty()
     }
 
     /// The schedule's phase (ns) `elapsed_ns` after start.
     pub fn phase_ns(&self, elapsed_ns: i64) -> f64 {
+        let mut phase = self.smooth_phase_ns(elapsed_ns);
+        for &(at_s, ns) in &self.steps {
+            if elapsed_ns as f64 >= at_s * 1e9 {
+                phase += ns as f64;
+            }
+        }
+        phase
+    }
+
+    /// The continuous part of [`Self::phase_ns`]: wander and slews.
+    fn smooth_phase_ns(&self, elapsed_ns: i64) -> f64 {
         let mut phase = 0.0;
         if let Some((ppm, period_s)) = self.wander
             && period_s > 0.0
@@ -94,10 +109,9 @@ impl ClockSchedule {
             let w = std::f64::consts::TAU / period_ns;
             phase += ppm * 1e-6 / w * (1.0 - (w * elapsed_ns as f64).cos());
         }
-        for &(at_s, ns) in &self.steps {
-            if elapsed_ns as f64 >= at_s * 1e9 {
-                phase += ns as f64;
-            }
+        for &(at_s, secs, ppm) in &self.slews {
+            let slewed_ns = (elapsed_ns as f64 - at_s * 1e9).clamp(0.0, secs * 1e9);
+            phase += ppm * 1e-6 * slewed_ns;
         }
         phase
     }
@@ -113,6 +127,31 @@ impl ClockSchedule {
             return Err(format!("{text:?}: want |PPM| <= 10000 and PERIOD_S > 0"));
         }
         Ok((a, p))
+    }
+
+    /// Parses `AT_S:SECS:PPM` (the `--clock-slew` flag).
+    pub fn parse_slew(text: &str) -> Result<(f64, f64, f64), String> {
+        let bad = || format!("{text:?}: give AT_S:SECS:PPM, e.g. 20:2:500");
+        let mut parts = text.split(':');
+        let (Some(at), Some(secs), Some(ppm), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let number = |v: &str| v.parse::<f64>().map_err(|e| format!("{v:?}: {e}"));
+        let (at, secs, ppm) = (number(at)?, number(secs)?, number(ppm)?);
+        let valid = at.is_finite()
+            && at >= 0.0
+            && secs.is_finite()
+            && secs > 0.0
+            && ppm.is_finite()
+            && ppm.abs() <= 100_000.0;
+        if !valid {
+            return Err(format!(
+                "{text:?}: want AT_S >= 0, SECS > 0 and |PPM| <= 100000"
+            ));
+        }
+        Ok((at, secs, ppm))
     }
 
     /// Parses `AT_S:NS` (the `--clock-step` flag).
@@ -177,12 +216,7 @@ impl Clock for ScheduledClock {
         // taken (within |step| after a step back two are: the later wins).
         let origin = self.base.origin_ns as i64;
         let smooth = |raw: i64| {
-            let elapsed = raw - origin;
-            let wander_only = ClockSchedule {
-                wander: self.schedule.wander,
-                steps: Vec::new(),
-            };
-            self.base.skew(raw.max(0) as u64) as f64 + wander_only.phase_ns(elapsed)
+            self.base.skew(raw.max(0) as u64) as f64 + self.schedule.smooth_phase_ns(raw - origin)
         };
         let mut steps = self.schedule.steps.clone();
         steps.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -228,7 +262,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scheduled_truth_inverts_wander_and_steps() {
+    fn scheduled_truth_inverts_wander_steps_and_slews() {
         let clock = ScheduledClock {
             base: SimulatedClock {
                 inner: SystemClock::default(),
@@ -239,6 +273,7 @@ mod tests {
             schedule: ClockSchedule {
                 wander: Some((5.0, 60.0)),
                 steps: vec![(20.0, 500_000), (40.0, -200_000)],
+                slews: vec![(60.0, 2.0, 500.0), (80.0, 4.0, -500.0)],
             },
         };
         let mut last = 0;
@@ -278,11 +313,37 @@ mod tests {
     }
 
     #[test]
+    fn a_slew_moves_the_phase_at_its_rate_for_its_length() {
+        let schedule = ClockSchedule {
+            slews: vec![(60.0, 2.0, 500.0), (80.0, 4.0, -500.0)],
+            ..ClockSchedule::default()
+        };
+        let at = |s: f64| schedule.phase_ns((s * 1e9) as i64);
+        for (s, want) in [
+            (59.0, 0.0),
+            (61.0, 500_000.0),
+            (62.0, 1_000_000.0),
+            (79.0, 1_000_000.0),
+            (82.0, 0.0),
+            (90.0, -1_000_000.0),
+        ] {
+            assert!((at(s) - want).abs() < 1e-3, "{s} s: {}", at(s));
+        }
+    }
+
+    #[test]
     fn schedule_flags_parse() {
         assert_eq!(ClockSchedule::parse_wander("2:60"), Ok((2.0, 60.0)));
         assert!(ClockSchedule::parse_wander("2").is_err());
         assert!(ClockSchedule::parse_wander("2:0").is_err());
         assert_eq!(ClockSchedule::parse_step("20:-500"), Ok((20.0, -500)));
+        assert_eq!(
+            ClockSchedule::parse_slew("20:2:-500"),
+            Ok((20.0, 2.0, -500.0))
+        );
+        assert!(ClockSchedule::parse_slew("20:0:500").is_err());
+        assert!(ClockSchedule::parse_slew("20:2").is_err());
+        assert!(ClockSchedule::parse_slew("20:2:500:1").is_err());
         assert!(ClockSchedule::parse_step("-1:5").is_err());
         assert!(ClockSchedule::default().is_empty());
     }

@@ -110,6 +110,12 @@ pub struct Flags {
     #[arg(long, value_name = "AT_S:NS", allow_hyphen_values = true,
           value_parser = ClockSchedule::parse_step)]
     pub clock_step: Vec<(f64, i64)>,
+    /// Test only: slew every clock by PPM (negative: slow) for SECS
+    /// seconds from AT_S seconds after start, as an NTP daemon does
+    /// (repeatable).
+    #[arg(long, value_name = "AT_S:SECS:PPM", allow_hyphen_values = true,
+          value_parser = ClockSchedule::parse_slew)]
+    pub clock_slew: Vec<(f64, f64, f64)>,
     /// TLS to the daemon: required or off (plaintext) [tls] mode.
     #[arg(long, value_name = "MODE")]
     pub tls: Option<TlsMode>,
@@ -369,6 +375,7 @@ impl RelayConfig {
         let clock_schedule = ClockSchedule {
             wander: flags.clock_wander,
             steps: flags.clock_step.clone(),
+            slews: flags.clock_slew.clone(),
         };
         let clock = if offset.is_some() || drift.is_some() || !clock_schedule.is_empty() {
             ClockChoice::Simulated {

@@ -29,6 +29,10 @@ struct Flags {
     /// +200 µs at this many seconds (0: no such relay).
     #[arg(long, default_value_t = 0)]
     step_at: u64,
+    /// Add a relay whose clock slews +500 ppm for 2 s (1 ms) at this many
+    /// seconds (0: no such relay).
+    #[arg(long, default_value_t = 0)]
+    slew_at: u64,
     /// Kernel receive timestamps on both probe ends: on, off, or both
     /// (each profile runs twice, userspace stamps first).
     #[arg(long, default_value = "on", value_parser = ["on", "off", "both"])]
@@ -88,6 +92,9 @@ fn main() -> ExitCode {
             if flags.step_at > 0 {
                 spec.relays
                     .push(RunSpec::wander_and_step_relay(flags.step_at));
+            }
+            if flags.slew_at > 0 {
+                spec.relays.push(RunSpec::slewing_relay(flags.slew_at));
             }
             let what = if kernel { "kernel" } else { "user" };
             eprintln!("sync-real: {p} ({what} rx stamps): {} s ...", flags.seconds);

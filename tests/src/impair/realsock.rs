@@ -167,6 +167,19 @@ impl RunSpec {
         }
     }
 
+    /// A relay whose simulated clock slews as an NTP daemon corrects 1 ms
+    /// (ntpd's and the kernel's largest rate, 500 ppm, for 2 s) from
+    /// `slew_at_s` after start (20 ppm drift, +2000 s).
+    pub fn slewing_relay(slew_at_s: u64) -> RelaySpec {
+        RelaySpec {
+            name: "r-slew".into(),
+            timens_s: 2000,
+            drift_ppm: Some(20.0),
+            rate: 200,
+            extra_args: vec!["--clock-slew".into(), format!("{slew_at_s}:2:500")],
+        }
+    }
+
     pub fn standard(profile: &str, seconds: u64, bins: Bins) -> RunSpec {
         RunSpec {
             profile: profile.into(),
