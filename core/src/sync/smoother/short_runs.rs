@@ -24,11 +24,11 @@ use std::ops::Range;
 
 use super::Exchange;
 use crate::sync::EstimatorConfig;
-use crate::sync::corridor::{Leg, golden_max, legs};
+use crate::sync::corridor::{Leg, legs, midline};
 
 /// A segment shorter than this (relay time between its first and last
 /// sample) may be joined to a neighbour.
-pub(super) const SHORT_NS: u64 = 5_000_000_000;
+const SHORT_NS: u64 = 5_000_000_000;
 
 /// Relay time of each neighbour's legs, from the boundary, that the test
 /// reads: a long segment's line bends with the clock's wander further
@@ -144,29 +144,16 @@ fn widest(exchanges: &[[u64; 4]], max_freq: f64) -> Option<Widest> {
             .collect()
     };
     let (lower, upper) = (points(&lower), points(&upper));
-    // Distances of one kind's legs from the line of `slope` through 0.
-    let levels = |pts: &[(f64, f64)], slope: f64| -> Vec<f64> {
-        pts.iter().map(|&(x, y)| y - slope * x).collect()
-    };
-    let width = |slope: f64| {
-        let floor = levels(&lower, slope)
-            .into_iter()
-            .fold(f64::NEG_INFINITY, f64::max);
-        let ceiling = levels(&upper, slope)
-            .into_iter()
-            .fold(f64::INFINITY, f64::min);
-        ceiling - floor
-    };
-    let slope = golden_max(width, (-max_freq, max_freq));
-    let two_fastest = |mut v: Vec<f64>| {
+    let (_, slope, width) = midline(&lower, &upper, (-max_freq, max_freq))?;
+    // Gap between the two legs of one kind nearest the line of `slope`
+    // (`sign` -1: the lower bounds, whose nearest are the highest).
+    let two_fastest = |pts: &[(f64, f64)], sign: f64| {
+        let mut v: Vec<f64> = pts.iter().map(|&(x, y)| sign * (y - slope * x)).collect();
         v.select_nth_unstable_by(1, f64::total_cmp);
         (v[1] - v[0]).abs()
     };
-    let noise = (two_fastest(levels(&lower, slope).iter().map(|v| -v).collect())
-        + two_fastest(levels(&upper, slope)))
-        / 2.0;
-    let width = width(slope);
-    width.is_finite().then_some(Widest { width, noise })
+    let noise = (two_fastest(&lower, -1.0) + two_fastest(&upper, 1.0)) / 2.0;
+    Some(Widest { width, noise })
 }
 
 #[cfg(test)]
