@@ -255,6 +255,28 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     // estimate's own bound excludes them; the later samples' intervals
     // (`tracesync_core::sync::covering`) cover them. Coverage gated, accuracy
     // reported.
+    let mut s = base(
+        "lan-ntp-slews",
+        secs,
+        LinkModel::symmetric(lan_leg()),
+        ntp_slews(secs),
+    );
+    // The final's LAN target holds since a slew's pieces are one segment
+    // (core/src/sync/smoother/short_runs.rs).
+    s.targets.final_p99_ns = Some(2.0 * US);
+    out.push(s);
+    // The same on Wi-Fi: each slew (1 ms) is a step to the estimator,
+    // confirmed some samples in going either way; the samples between
+    // the two passes' detections, and those of each segment near them,
+    // hold its ramp (core/src/sync/smoother/gap.rs).
+    out.push(base("wifi-ntp-slews", secs, wifi_link(), ntp_slews(secs)));
+
+    out
+}
+
+/// A 20 ppm clock that an NTP daemon slews at +-500 ppm for 2 s every
+/// 120 s from 60 s on, alternating in sign.
+fn ntp_slews(secs: f64) -> ClockModel {
     let mut clock = ppm(20.0, 1e-16);
     let mut at = 60.0;
     let mut sign = 1.0;
@@ -267,18 +289,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
         at += 120.0;
         sign = -sign;
     }
-    let mut s = base(
-        "lan-ntp-slews",
-        secs,
-        LinkModel::symmetric(lan_leg()),
-        clock,
-    );
-    // The final's LAN target holds since a slew's pieces are one segment
-    // (core/src/sync/smoother/short_runs.rs).
-    s.targets.final_p99_ns = Some(2.0 * US);
-    out.push(s);
-
-    out
+    clock
 }
 
 /// The scenario called `name`.

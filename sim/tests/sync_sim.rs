@@ -234,6 +234,11 @@ fn lan_ntp_slews() {
 }
 
 #[test]
+fn wifi_ntp_slews() {
+    check("wifi-ntp-slews");
+}
+
+#[test]
 fn same_seed_same_report() {
     let sc = scenarios::by_name("wifi", 120.0).expect("scenario exists");
     let opts = RunOptions {

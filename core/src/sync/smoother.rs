@@ -30,7 +30,9 @@
 //!   A step below the link's queueing, which neither pass confirms, is
 //!   found by its envelopes ([`hidden_steps`]) and cut the same way.
 //!   A run of "steps" that one line holds (a slew's pieces) is one
-//!   segment again ([`short_runs`]).
+//!   segment again ([`short_runs`]). A slew the estimator confirmed as
+//!   one step (a jittery link) is a ramp from one segment's line to the
+//!   next ([`slew`]), the segments fitted again without its samples.
 //!   A timestamp a segment's mapping places between the host times of its
 //!   neighbours' nearest samples may be in it; when several segments may
 //!   hold it (either side of a step), it gets a bound over all of them.
@@ -46,12 +48,16 @@
 
 use super::corridor::Corridor;
 use candidates::Candidates;
-use sides::{agrees, combine, envelope, interval, mature, midway, side, spanning};
+use gap::{Cut, place};
+use sides::{agrees, clamp, combine, envelope, interval, mature, midway, side, spanning};
+use slew::{Ramp, settle_slew};
 
 mod candidates;
+mod gap;
 mod hidden_steps;
 mod short_runs;
 mod sides;
+mod slew;
 use super::{Estimator, EstimatorConfig, SyncEstimate};
 
 /// One probe exchange as the prober saw it: t1/t4 host BOOTTIME, t2/t3
@@ -119,6 +125,8 @@ struct Segment {
     /// a step may hold is given this segment's point.
     likely_from_ns: i128,
     likely_to_ns: i128,
+    /// A slew between the segment before and this one.
+    ramp_before: Option<Ramp>,
 }
 
 /// The relay's whole capture, re-estimated.
@@ -146,44 +154,11 @@ impl Smoother {
         // The samples between two segments' detections of a step: each
         // side of the step joins its segment, so only the span between
         // two samples stays unknown.
+        let mut ranges = ranges;
         for k in 1..ranges.len() {
-            let gap = ranges[k - 1].end..ranges[k].start;
-            // Samples by cut: the last one taken before a cut of `n` (n = 0:
-            // the earlier segment's last) and the first one after it
-            // (n = gap.len(): the later segment's first).
-            let last_before = |n: usize| &exchanges[gap.start + n - 1];
-            let first_after = |n: usize| &exchanges[gap.start + n];
-            let cut = match (gap.is_empty(), found_steps[k]) {
-                (true, _) => None,
-                // A step found by its envelopes: anywhere in the gap, most
-                // likely at its middle.
-                (false, Some(at)) => Some(Cut {
-                    best: exchanges[gap.clone()]
-                        .iter()
-                        .filter(|x| x.relay_mid_ns() < at)
-                        .count(),
-                    earliest: 0,
-                    latest: gap.len(),
-                }),
-                (false, None) => place(&segments[k - 1], &segments[k], &exchanges[gap.clone()]),
-            };
-            // The step most likely lies midway between the samples either
-            // side of the best cut. With none (no sample between the two
-            // segments, or none telling a side) it lies anywhere between
-            // their edge samples: the midway point is then wrong for at
-            // most half that span, wherever the step was.
-            let (after_best, before_best) = match &cut {
-                Some(c) => (last_before(c.best), first_after(c.best)),
-                None => (last_before(0), first_after(gap.len())),
-            };
-            let step = (after_best.t[3] as i128 + before_best.t[0] as i128) / 2;
-            segments[k - 1].likely_to_ns = step;
-            segments[k].likely_from_ns = step;
-            // Only the cuts the samples cannot tell apart from the best
-            // narrow the span where either side may hold a timestamp.
-            if let Some(c) = cut {
-                segments[k - 1].last_send_ns = last_before(c.earliest).t[0];
-                segments[k].first_receive_ns = first_after(c.latest).t[3];
+            let unplaced = ranges[k - 1].end < ranges[k].start && found_steps[k].is_none();
+            if !(unplaced && settle_slew(config, &mut segments, k, exchanges, &mut ranges)) {
+                between(&mut segments, k, exchanges, &ranges, found_steps[k]);
             }
         }
         Self { config, segments }
@@ -211,13 +186,27 @@ impl Smoother {
         // it (relay times repeat across it).
         let mut found = Candidates::default();
         let mut previous: Option<&Segment> = None;
+        let mut previous_mapping: Option<Smoothed> = None;
+        // On a slew's ramp (between two neighbours: ramps are found only
+        // among the samples between a step's detections, in one epoch):
+        // the point that far along from one mapping to the other.
+        let mut on_ramp: Option<i64> = None;
         while let Some(seg) = epoch.next() {
             let from = previous.map_or(i128::MIN, |p| p.last_send_ns as i128);
             let to = epoch
                 .peek()
                 .map_or(i128::MAX, |n| n.first_receive_ns as i128);
             previous = Some(seg);
-            let Some(m) = seg.map(relay_ns) else {
+            let mapping = seg.map(relay_ns);
+            let ramp = seg.ramp_before.and_then(|r| r.share(relay_ns));
+            if let (Some(share), Some(p), Some(m)) = (ramp, previous_mapping, mapping) {
+                let along = (m.host_ns as i128 - p.host_ns as i128) as f64 * share;
+                on_ramp = Some(clamp(p.host_ns as i128 + along.round() as i128));
+                found.cover(p);
+                found.cover(m);
+            }
+            previous_mapping = mapping;
+            let Some(m) = mapping else {
                 continue;
             };
             let (lo, hi) = interval(m.host_ns, m.bound_ns);
@@ -226,7 +215,61 @@ impl Smoother {
                 found.add(m, seg.likely_from_ns <= host && host <= seg.likely_to_ns);
             }
         }
-        found.result()
+        match on_ramp {
+            Some(point) => found.result_at(point),
+            None => found.result(),
+        }
+    }
+}
+
+/// Settles the step between segment `k - 1` and segment `k` (index
+/// ranges `ranges` of `exchanges`; `found_step`: its relay time if
+/// [`hidden_steps`] found it): its likely place, and the span either
+/// side may hold.
+fn between(
+    segments: &mut [Segment],
+    k: usize,
+    exchanges: &[Exchange],
+    ranges: &[std::ops::Range<usize>],
+    found_step: Option<u64>,
+) {
+    let gap = ranges[k - 1].end..ranges[k].start;
+    // Samples by cut: the last one taken before a cut of `n` (n = 0:
+    // the earlier segment's last) and the first one after it
+    // (n = gap.len(): the later segment's first).
+    let last_before = |n: usize| &exchanges[gap.start + n - 1];
+    let first_after = |n: usize| &exchanges[gap.start + n];
+    let cut = match (gap.is_empty(), found_step) {
+        (true, _) => None,
+        // A step found by its envelopes: anywhere in the gap, most
+        // likely at its middle.
+        (false, Some(at)) => Some(Cut {
+            best: exchanges[gap.clone()]
+                .iter()
+                .filter(|x| x.relay_mid_ns() < at)
+                .count(),
+            earliest: 0,
+            latest: gap.len(),
+        }),
+        (false, None) => place(&segments[k - 1], &segments[k], &exchanges[gap.clone()]),
+    };
+    // The step most likely lies midway between the samples either
+    // side of the best cut. With none (no sample between the two
+    // segments, or none telling a side) it lies anywhere between
+    // their edge samples: the midway point is then wrong for at
+    // most half that span, wherever the step was.
+    let (after_best, before_best) = match &cut {
+        Some(c) => (last_before(c.best), first_after(c.best)),
+        None => (last_before(0), first_after(gap.len())),
+    };
+    let step = (after_best.t[3] as i128 + before_best.t[0] as i128) / 2;
+    segments[k - 1].likely_to_ns = step;
+    segments[k].likely_from_ns = step;
+    // Only the cuts the samples cannot tell apart from the best
+    // narrow the span where either side may hold a timestamp.
+    if let Some(c) = cut {
+        segments[k - 1].last_send_ns = last_before(c.earliest).t[0];
+        segments[k].first_receive_ns = first_after(c.latest).t[3];
     }
 }
 
@@ -321,69 +364,6 @@ fn split(
 pub(super) fn slope_range(config: EstimatorConfig) -> f64 {
     2.0 * config.max_abs_freq_ppm * 1e-6
 }
-
-/// How many of the samples `gap`, between the segments `before` and
-/// `after` (a step lies among them), were taken before the step: the cut
-/// that makes each side's samples most likely under its own segment's
-/// mapping. A sample weighs against a mapping by the distance of its
-/// midpoint from it, and by how far the mapping would make either leg
-/// take negative time (a step larger than a leg's delay can do that on
-/// the wrong side, whatever queueing delayed the other leg); each term is
-/// capped at the two mappings' separation, so a spiked sample counts for
-/// no more than a plain one. None when either segment maps nothing there
-/// or no sample tells them apart.
-fn place(before: &Segment, after: &Segment, gap: &[Exchange]) -> Option<Cut> {
-    let mut costs = Vec::with_capacity(gap.len());
-    for x in gap {
-        let [t1, _, _, t4] = x.t.map(i128::from);
-        let host = (t1 + t4) / 2;
-        let relay = x.relay_mid_ns();
-        let (a, b) = (before.map(relay)?.host_ns, after.map(relay)?.host_ns);
-        let cap = (a as i128 - b as i128).abs();
-        let cost = |seg: &Segment, mid: i64| -> Option<i128> {
-            let received = seg.map(x.t[1])?.host_ns as i128;
-            let replied = seg.map(x.t[2])?.host_ns as i128;
-            let negative = (t1 - received).max(0) + (replied - t4).max(0);
-            Some((mid as i128 - host).abs().min(cap) + negative.min(cap))
-        };
-        costs.push((cost(before, a)?, cost(after, b)?));
-    }
-    if costs.iter().all(|&(a, b)| a == b) {
-        return None;
-    }
-    // cost(cut) = sum of "before" costs of 0..cut + "after" costs of cut..
-    let mut totals = Vec::with_capacity(costs.len() + 1);
-    let mut total: i128 = costs.iter().map(|c| c.1).sum();
-    totals.push(total);
-    for &(a, b) in &costs {
-        total += a - b;
-        totals.push(total);
-    }
-    let (best, &least) = totals.iter().enumerate().min_by_key(|&(_, t)| *t)?;
-    // A cut within two samples' full weight of the best is as likely.
-    let margin = PLAUSIBLE_SAMPLES * costs.iter().map(|c| c.0.max(c.1)).max().unwrap_or(0);
-    let plausible = |t: &i128| *t <= least + margin;
-    let earliest = totals.iter().position(plausible).unwrap_or(best);
-    let latest = totals.iter().rposition(plausible).unwrap_or(best);
-    Some(Cut {
-        best,
-        earliest,
-        latest,
-    })
-}
-
-/// Where a step lies among the samples between two segments: the number
-/// of them taken before it, and the range of such numbers the samples
-/// cannot tell apart from it.
-struct Cut {
-    best: usize,
-    earliest: usize,
-    latest: usize,
-}
-
-/// How many samples' full weight a cut's cost may exceed the best's and
-/// still be taken as possible (each sample weighs at most the step).
-const PLAUSIBLE_SAMPLES: i128 = 2;
 
 /// Fewest samples a segment keeps when samples are left out of it.
 const MIN_SEGMENT_SAMPLES: usize = 8;
@@ -507,6 +487,7 @@ impl Segment {
             corridor: Corridor::fit(xs.iter().map(|x| x.t), slope_range(config)),
             likely_from_ns: i128::MIN,
             likely_to_ns: i128::MAX,
+            ramp_before: None,
         }
     }
 

@@ -21,7 +21,7 @@ impl Clock {
 }
 
 /// A small deterministic generator (splitmix64).
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -33,7 +33,7 @@ impl Rng {
     }
 
     /// One-way delay: `base` plus exponential queueing of mean `queue`.
-    fn delay(&mut self, base: u64, queue: f64) -> u64 {
+    pub(super) fn delay(&mut self, base: u64, queue: f64) -> u64 {
         let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
         base + (-(1.0 - u).ln() * queue) as u64
     }
@@ -88,7 +88,7 @@ fn live_errors(clock: Clock, xs: &[Exchange], hosts: &[u64]) -> Vec<f64> {
     errs
 }
 
-fn p99(mut v: Vec<f64>) -> f64 {
+pub(super) fn p99(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[(v.len() - 1) * 99 / 100]
 }

@@ -48,6 +48,18 @@ impl Candidates {
         }
     }
 
+    /// Widens the hull to `m`'s interval (a mapping that may hold the
+    /// timestamp whatever its host time).
+    pub(super) fn cover(&mut self, m: Smoothed) {
+        let (lo, hi) = interval(m.host_ns, m.bound_ns);
+        (self.lo, self.hi) = (self.lo.min(lo), self.hi.max(hi));
+    }
+
+    /// The hull of all, at `point` (inside it).
+    pub(super) fn result_at(self, point: i64) -> Option<Smoothed> {
+        (self.lo <= self.hi).then(|| spanning(self.lo, self.hi, Some(point), Sides::Straddling))
+    }
+
     /// One: its own mapping. Several (either side of a step): the hull of
     /// all, at the point of the one on its likely side when exactly one
     /// is, else the tightest one's.
