@@ -25,8 +25,12 @@
 //! - **Steps stay steps.** On the simulator's LAN and Wi-Fi step rows no
 //!   step's legs favour a ramp by more than 0.39% of the step (the
 //!   threshold is 2.5%, see docs/clock-sync-refine.md).
-//! - **Bounded.** The ramp search is cubic in the samples near the gap:
-//!   at most 120 between the segments and [`RAMP_REACH_NS`] of each.
+//! - **Bounded.** The ramp search weighs pairs of cuts among the samples
+//!   near the gap (at most 120 between the segments and
+//!   [`RAMP_REACH_SAMPLES`] within [`RAMP_REACH_NS`] of each), a pass
+//!   over the samples between each pair: ~500 pairs among every few
+//!   cuts, then those near the best pair. A ramp found costs the two
+//!   segments' fits again, once.
 
 use std::ops::Range;
 
@@ -141,29 +145,28 @@ fn slew_between(
     let (before, after) = (&ranges[k - 1], &ranges[k]);
     let mid = |i: usize| exchanges[i].relay_mid_ns();
     // At most half of either segment is searched, the rest gives the floor.
-    let reach_back = |from: usize, limit: usize, span: u64| {
+    let reach_back = |from: usize, limit: usize, span: u64, most: usize| {
         let edge = mid(from);
         (limit..from)
             .rev()
+            .take(most)
             .take_while(|&i| edge.saturating_sub(mid(i)) <= span)
             .last()
             .unwrap_or(from)
     };
-    let reach_on = |from: usize, limit: usize, span: u64| {
+    let reach_on = |from: usize, limit: usize, span: u64, most: usize| {
         let edge = mid(from);
         (from + 1..limit)
+            .take(most)
             .take_while(|&i| mid(i).saturating_sub(edge) <= span)
             .last()
             .map_or(from + 1, |i| i + 1)
     };
-    let near_start = reach_back(
-        before.end - 1,
-        before.start + before.len() / 2,
-        RAMP_REACH_NS,
-    );
-    let near_end = reach_on(after.start, after.end - after.len() / 2, RAMP_REACH_NS);
-    let floor_start = reach_back(near_start, before.start, FLOOR_NS);
-    let floor_end = reach_on(near_end.saturating_sub(1), after.end, FLOOR_NS);
+    let (reach, most) = (RAMP_REACH_NS, RAMP_REACH_SAMPLES);
+    let near_start = reach_back(before.end - 1, before.start + before.len() / 2, reach, most);
+    let near_end = reach_on(after.start, after.end - after.len() / 2, reach, most);
+    let floor_start = reach_back(near_start, before.start, FLOOR_NS, usize::MAX);
+    let floor_end = reach_on(near_end.saturating_sub(1), after.end, FLOOR_NS, usize::MAX);
     slew(
         &segments[k - 1],
         &segments[k],
@@ -174,8 +177,11 @@ fn slew_between(
 }
 
 /// How far (relay ns) into each segment the samples of a slew are
-/// searched for ...
+/// searched for, and at most how many of them (the search is cubic in
+/// its samples: a damaged sidecar's dense samples must not make it
+/// slow; the prober's 10 Hz trains and a burst give ~70 in 3 s) ...
 const RAMP_REACH_NS: u64 = 3_000_000_000;
+const RAMP_REACH_SAMPLES: usize = 96;
 /// ... and over how much further out the link's floor is taken.
 const FLOOR_NS: u64 = 10_000_000_000;
 
