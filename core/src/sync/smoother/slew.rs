@@ -30,7 +30,9 @@
 //!   [`RAMP_REACH_SAMPLES`] within [`RAMP_REACH_NS`] of each), a pass
 //!   over the samples between each pair: ~500 pairs among every few
 //!   cuts, then those near the best pair. A ramp found costs the two
-//!   segments' fits again, once.
+//!   segments' fits again, once. Only between segments of at least
+//!   [`MIN_NEIGHBOUR_NS`] each: at most one search per 10 s of capture,
+//!   however often a relay's clock steps.
 
 use std::ops::Range;
 
@@ -144,6 +146,13 @@ fn slew_between(
 ) -> Option<RampFit> {
     let (before, after) = (&ranges[k - 1], &ranges[k]);
     let mid = |i: usize| exchanges[i].relay_mid_ns();
+    // A slew lies between spans of steady clock; a relay whose clock
+    // steps every few seconds (or a sidecar that says so) is not slewing,
+    // and costs no ramp search per step.
+    let span = |r: &Range<usize>| mid(r.end - 1).saturating_sub(mid(r.start));
+    if span(before) < MIN_NEIGHBOUR_NS || span(after) < MIN_NEIGHBOUR_NS {
+        return None;
+    }
     // At most half of either segment is searched, the rest gives the floor.
     let reach_back = |from: usize, limit: usize, span: u64, most: usize| {
         let edge = mid(from);
@@ -184,6 +193,8 @@ const RAMP_REACH_NS: u64 = 3_000_000_000;
 const RAMP_REACH_SAMPLES: usize = 96;
 /// ... and over how much further out the link's floor is taken.
 const FLOOR_NS: u64 = 10_000_000_000;
+/// A segment either side of a slew spans at least this (relay ns).
+const MIN_NEIGHBOUR_NS: u64 = FLOOR_NS;
 
 /// The ramp between the segments `before` and `after` that fits the
 /// samples `near` best (the ones between them and those of each nearest
