@@ -262,7 +262,18 @@ fn between(
         Some(c) => (last_before(c.best), first_after(c.best)),
         None => (last_before(0), first_after(gap.len())),
     };
-    let step = (after_best.t[3] as i128 + before_best.t[0] as i128) / 2;
+    let midway = (after_best.t[3] as i128 + before_best.t[0] as i128) / 2;
+    // Where the two segments' lines cross between their edge samples the
+    // clock changed its rate there, not its phase (a slew's start or
+    // end): each side holds up to the crossing, where they agree.
+    let edges = (
+        last_before(0).relay_mid_ns(),
+        first_after(gap.len()).relay_mid_ns(),
+    );
+    let step = match found_step {
+        None => crossing(&segments[k - 1], &segments[k], edges).unwrap_or(midway),
+        Some(_) => midway,
+    };
     segments[k - 1].likely_to_ns = step;
     segments[k].likely_from_ns = step;
     // Only the cuts the samples cannot tell apart from the best
@@ -271,6 +282,29 @@ fn between(
         segments[k - 1].last_send_ns = last_before(c.earliest).t[0];
         segments[k].first_receive_ns = first_after(c.latest).t[3];
     }
+}
+
+/// Host time where the lines of `before` and `after` cross between relay
+/// times `edges` (their edge samples'), if they do.
+fn crossing(before: &Segment, after: &Segment, (from, to): (u64, u64)) -> Option<i128> {
+    let apart = |relay_ns: u64| -> Option<i128> {
+        Some(before.map(relay_ns)?.host_ns as i128 - after.map(relay_ns)?.host_ns as i128)
+    };
+    let first = apart(from)?;
+    if from >= to || first.signum() * apart(to)?.signum() >= 0 {
+        return None;
+    }
+    // Bisection to within a microsecond of relay time.
+    let (mut lo, mut hi) = (from, to);
+    while hi - lo > 1_000 {
+        let mid = lo + (hi - lo) / 2;
+        if apart(mid)?.signum() == first.signum() {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(before.map(lo)?.host_ns.into())
 }
 
 /// Index ranges of `exchanges`, one per segment, in order, each with the

@@ -14,16 +14,17 @@ fn relay(host_ns: u64, slew_ppm: f64) -> u64 {
     (host_ns as f64 + 7e9 + 20e-6 * since + slew_ppm * 1e-6 * slewed).round() as u64
 }
 
-/// Exchanges over 120 s on a Wi-Fi-like link (each leg 500 µs plus
-/// exponential queueing of mean 1 ms) as the prober sends them when
-/// steady: trains of two every 250 ms, the second 5 ms after the first.
-fn wifi_exchanges(slew_ppm: f64, seed: u64) -> Vec<Exchange> {
+/// Exchanges over 120 s of the clock `relay` (host ns -> relay ns) as the
+/// prober sends them when steady (trains of two every 250 ms, the second
+/// 5 ms after the first), each leg `base` plus exponential queueing of
+/// mean `queue` (ns).
+fn exchanges(relay: impl Fn(u64) -> u64, seed: u64, base: u64, queue: f64) -> Vec<Exchange> {
     let mut rng = Rng(seed);
     (0..960)
         .map(|i| {
             let h = START_NS + i / 2 * 250_000_000 + i % 2 * 5_000_000;
-            let (d1, d2) = (rng.delay(500_000, 1e6), rng.delay(500_000, 1e6));
-            let t2 = relay(h + d1, slew_ppm);
+            let (d1, d2) = (rng.delay(base, queue), rng.delay(base, queue));
+            let t2 = relay(h + d1);
             let t3 = t2 + 20_000;
             Exchange {
                 t: [h, t2, t3, h + d1 + 20_000 + d2],
@@ -33,11 +34,17 @@ fn wifi_exchanges(slew_ppm: f64, seed: u64) -> Vec<Exchange> {
         .collect()
 }
 
+/// The same on a Wi-Fi-like link: each leg 500 µs plus exponential
+/// queueing of mean 1 ms.
+fn wifi_exchanges(relay: impl Fn(u64) -> u64, seed: u64) -> Vec<Exchange> {
+    exchanges(relay, seed, 500_000, 1e6)
+}
+
 /// Errors (ns) of timestamps every 10 ms from 3 s before the slew to 5 s
 /// after it, each checked against its bound; and how many ramps the
 /// smoother found.
 fn errors_around_the_slew(slew_ppm: f64, seed: u64) -> (Vec<f64>, usize) {
-    let xs = wifi_exchanges(slew_ppm, seed);
+    let xs = wifi_exchanges(|h| relay(h, slew_ppm), seed);
     let smoother = Smoother::new(EstimatorConfig::default(), &xs);
     let ramps = smoother
         .segments
@@ -91,18 +98,7 @@ fn a_step_on_a_jittery_link_is_no_ramp() {
     // either side of it stay on their own segment's line, none on a ramp.
     for seed in 1..=6 {
         let clock = |h: u64| relay(h, 0.0) + if h >= SLEW_AT_NS { 1_000_000 } else { 0 };
-        let mut rng = Rng(seed);
-        let xs: Vec<Exchange> = (0..480)
-            .map(|i| {
-                let h = START_NS + i * 250_000_000;
-                let (d1, d2) = (rng.delay(500_000, 1e6), rng.delay(500_000, 1e6));
-                let t2 = clock(h + d1);
-                Exchange {
-                    t: [h, t2, t2 + 20_000, h + d1 + 20_000 + d2],
-                    boottime_minus_monotonic_ns: 0,
-                }
-            })
-            .collect();
+        let xs = wifi_exchanges(clock, seed);
         let smoother = Smoother::new(EstimatorConfig::default(), &xs);
         assert!(
             smoother.segments() >= 2,
@@ -112,5 +108,42 @@ fn a_step_on_a_jittery_link_is_no_ramp() {
             smoother.segments.iter().all(|s| s.ramp_before.is_none()),
             "seed {seed}: a step taken for a slew"
         );
+    }
+}
+
+#[test]
+fn a_change_of_rate_is_cut_where_the_two_lines_cross() {
+    // 20 ppm, then 120 ppm from 60 s on (no change of phase) over a LAN
+    // (90 µs + exponential 25 µs per leg): the estimator confirms it as a
+    // step some samples later going either way. Cut midway between the
+    // samples either side of the best cut, one side's line ran past the
+    // kink (worst timestamp within 1 s of it 11.8-25.2 us off, seeds 1-6);
+    // cut where the lines cross, both agree there (0.02-0.42 us).
+    let clock = |h: u64| {
+        let rate = 20e-6 * (h - START_NS) as f64 + 100e-6 * h.saturating_sub(SLEW_AT_NS) as f64;
+        (h as f64 + 7e9 + rate).round() as u64
+    };
+    for seed in 1..=6 {
+        let xs = exchanges(clock, seed, 90_000, 25_000.0);
+        let smoother = Smoother::new(EstimatorConfig::default(), &xs);
+        assert!(
+            smoother.segments() >= 2,
+            "seed {seed}: the kink was not found"
+        );
+        let worst = (SLEW_AT_NS - 1_000_000_000..SLEW_AT_NS + 1_000_000_000)
+            .step_by(1_000_000)
+            .map(|h| {
+                let m = smoother.map(clock(h), 0).expect("mapped");
+                let err = (m.host_ns - h as i64).unsigned_abs();
+                assert!(
+                    err <= m.bound_ns,
+                    "seed {seed} at {h}: {err} > {}",
+                    m.bound_ns
+                );
+                err
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(worst < 4_000, "seed {seed}: {worst} ns off near the kink");
     }
 }
