@@ -39,7 +39,9 @@
 //!   The samples between the two detections are then split where each
 //!   side sits closest to its own segment's mapping; the split narrows
 //!   the span either segment may hold only as far as no other split is
-//!   nearly as good, and picks the point (never the bound) inside it.
+//!   nearly as good, and picks the point (never the bound) inside it
+//!   (at the crossing of the two segments' lines where they cross
+//!   between their edge samples: a change of rate).
 //! - **Deterministic.** Same samples in, same mappings out.
 //! - **Bounded.** Memory is one estimate per sample and direction of the
 //!   samples given, and one line per second of the span near samples (a
