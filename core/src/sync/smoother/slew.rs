@@ -78,10 +78,11 @@ pub(super) fn settle_slew(
 ) -> bool {
     // A ramp no better than the best step (nearly every step, and the
     // kinks of a LAN slew's joined pieces) is not worth a refit.
-    let candidate = match slew_between(segments, k, exchanges, ranges) {
-        Some(fit) if fit.evidence > 0 => fit.ramp,
+    let first = match slew_between(segments, k, exchanges, ranges) {
+        Some(fit) if fit.evidence > 0 => fit,
         _ => return false,
     };
+    let candidate = first.ramp;
     let (before, after) = (ranges[k - 1].clone(), ranges[k].clone());
     let mid = |i: usize| exchanges[i].relay_mid_ns();
     let before_end = (before.start..before.end)
@@ -114,7 +115,13 @@ pub(super) fn settle_slew(
         ranges[k - 1].end = before_end;
         ranges[k].start = after_start;
     }
-    let ramp = match slew_between(segments, k, exchanges, ranges) {
+    // Without a refit the first search stands.
+    let fit = if refit {
+        slew_between(segments, k, exchanges, ranges)
+    } else {
+        Some(first)
+    };
+    let ramp = match fit {
         Some(fit) if fit.clear() => fit.ramp,
         _ => {
             if let Some((earlier, later)) = kept {
