@@ -50,7 +50,7 @@
 
 use super::corridor::Corridor;
 use candidates::Candidates;
-use gap::{Cut, place};
+use gap::between;
 use sides::{agrees, clamp, combine, envelope, interval, mature, midway, side, spanning};
 use slew::{Ramp, settle_slew};
 
@@ -222,91 +222,6 @@ impl Smoother {
             None => found.result(),
         }
     }
-}
-
-/// Settles the step between segment `k - 1` and segment `k` (index
-/// ranges `ranges` of `exchanges`; `found_step`: its relay time if
-/// [`hidden_steps`] found it): its likely place, and the span either
-/// side may hold.
-fn between(
-    segments: &mut [Segment],
-    k: usize,
-    exchanges: &[Exchange],
-    ranges: &[std::ops::Range<usize>],
-    found_step: Option<u64>,
-) {
-    let gap = ranges[k - 1].end..ranges[k].start;
-    // Samples by cut: the last one taken before a cut of `n` (n = 0:
-    // the earlier segment's last) and the first one after it
-    // (n = gap.len(): the later segment's first).
-    let last_before = |n: usize| &exchanges[gap.start + n - 1];
-    let first_after = |n: usize| &exchanges[gap.start + n];
-    let cut = match (gap.is_empty(), found_step) {
-        (true, _) => None,
-        // A step found by its envelopes: anywhere in the gap, most
-        // likely at its middle.
-        (false, Some(at)) => Some(Cut {
-            best: exchanges[gap.clone()]
-                .iter()
-                .filter(|x| x.relay_mid_ns() < at)
-                .count(),
-            earliest: 0,
-            latest: gap.len(),
-        }),
-        (false, None) => place(&segments[k - 1], &segments[k], &exchanges[gap.clone()]),
-    };
-    // The step most likely lies midway between the samples either
-    // side of the best cut. With none (no sample between the two
-    // segments, or none telling a side) it lies anywhere between
-    // their edge samples: the midway point is then wrong for at
-    // most half that span, wherever the step was.
-    let (after_best, before_best) = match &cut {
-        Some(c) => (last_before(c.best), first_after(c.best)),
-        None => (last_before(0), first_after(gap.len())),
-    };
-    let midway = (after_best.t[3] as i128 + before_best.t[0] as i128) / 2;
-    // Where the two segments' lines cross between their edge samples the
-    // clock changed its rate there, not its phase (a slew's start or
-    // end): each side holds up to the crossing, where they agree.
-    let edges = (
-        last_before(0).relay_mid_ns(),
-        first_after(gap.len()).relay_mid_ns(),
-    );
-    let step = match found_step {
-        None => crossing(&segments[k - 1], &segments[k], edges).unwrap_or(midway),
-        Some(_) => midway,
-    };
-    segments[k - 1].likely_to_ns = step;
-    segments[k].likely_from_ns = step;
-    // Only the cuts the samples cannot tell apart from the best
-    // narrow the span where either side may hold a timestamp.
-    if let Some(c) = cut {
-        segments[k - 1].last_send_ns = last_before(c.earliest).t[0];
-        segments[k].first_receive_ns = first_after(c.latest).t[3];
-    }
-}
-
-/// Host time where the lines of `before` and `after` cross between relay
-/// times `edges` (their edge samples'), if they do.
-fn crossing(before: &Segment, after: &Segment, (from, to): (u64, u64)) -> Option<i128> {
-    let apart = |relay_ns: u64| -> Option<i128> {
-        Some(before.map(relay_ns)?.host_ns as i128 - after.map(relay_ns)?.host_ns as i128)
-    };
-    let first = apart(from)?;
-    if from >= to || first.signum() * apart(to)?.signum() >= 0 {
-        return None;
-    }
-    // Bisection to within a microsecond of relay time.
-    let (mut lo, mut hi) = (from, to);
-    while hi - lo > 1_000 {
-        let mid = lo + (hi - lo) / 2;
-        if apart(mid)?.signum() == first.signum() {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Some(before.map(lo)?.host_ns.into())
 }
 
 /// Index ranges of `exchanges`, one per segment, in order, each with the

@@ -270,11 +270,13 @@ fn best_ramp(mapped: &[Mapped], floor: (i128, i128), soft: i128) -> Option<(Ramp
     if n < 2 {
         return None;
     }
-    // Cut c lies between sample c - 1 and sample c.
+    // Cut c lies between sample c - 1 and sample c; a ramp runs from one
+    // cut to a later one.
     let relay = |c: usize| mapped[c.min(n - 1)].relay_ns;
-    let cut_at = |c: usize| {
-        let (left, right) = (relay(c.saturating_sub(1)), relay(c));
-        left / 2 + right / 2 + (left % 2 + right % 2) / 2
+    let cut_at = |c: usize| u64::midpoint(relay(c.saturating_sub(1)), relay(c));
+    let ramp_between = |i: usize, j: usize| Ramp {
+        from_relay_ns: cut_at(i),
+        to_relay_ns: cut_at(j),
     };
     let raised = (floor.0 + soft, floor.1 + soft);
     // (below the raised floor, below the floor) of the samples before a
@@ -292,10 +294,7 @@ fn best_ramp(mapped: &[Mapped], floor: (i128, i128), soft: i128) -> Option<(Ramp
     // The ramp between cuts `i` and `j`: (below the raised floor, below
     // the floor) in all.
     let weigh_ramp = |i: usize, j: usize| {
-        let ramp = Ramp {
-            from_relay_ns: cut_at(i),
-            to_relay_ns: cut_at(j),
-        };
+        let ramp = ramp_between(i, j);
         let mut weight = add(before_sum[i], after_sum[j]);
         for m in &mapped[i..j] {
             let blended = m.blended(ramp.share(m.relay_ns).unwrap_or(0.5));
@@ -325,13 +324,7 @@ fn best_ramp(mapped: &[Mapped], floor: (i128, i128), soft: i128) -> Option<(Ramp
             try_cuts(&mut best, i, j);
         }
     }
-    best.map(|b| {
-        let ramp = Ramp {
-            from_relay_ns: cut_at(b.i),
-            to_relay_ns: cut_at(b.j),
-        };
-        (ramp, b.weight.1)
-    })
+    best.map(|b| (ramp_between(b.i, b.j), b.weight.1))
 }
 
 /// The best pair of cuts so far in [`best_ramp`], and its weight.
