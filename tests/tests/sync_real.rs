@@ -152,6 +152,9 @@ fn real_sockets_over_loopback_and_through_the_impairment_proxy() {
     // fixed.
     let mut spec = RunSpec::standard("wifi", SLEW_SECONDS, bins);
     spec.relays = vec![RunSpec::slewing_relay(SLEW_AT_S)];
+    // SYNC_REAL_KEEP=1 keeps this run's directory (logs, captures, each
+    // event's errors) to look into a ratio printed below.
+    spec.keep = std::env::var_os("SYNC_REAL_KEEP").is_some();
     let result = realsock::run(&spec).unwrap_or_else(|e| panic!("wifi slew: {e}"));
     check(&result, 1);
     let slew = &result.relays[0];
@@ -162,6 +165,9 @@ fn real_sockets_over_loopback_and_through_the_impairment_proxy() {
         slew.merged.p99,
         refined.p99 as f64 / slew.merged.p99.max(1) as f64
     );
+    if let Some(dir) = &result.dir {
+        eprintln!("slewed relay's run kept in {}", dir.display());
+    }
 }
 
 /// The slewing relay's run: its slew starts this many seconds in, with
