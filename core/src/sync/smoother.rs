@@ -158,8 +158,23 @@ impl Smoother {
         // two samples stays unknown.
         let mut ranges = ranges;
         for k in 1..ranges.len() {
-            let unplaced = ranges[k - 1].end < ranges[k].start && found_steps[k].is_none();
-            if !(unplaced && settle_slew(config, &mut segments, k, exchanges, &mut ranges)) {
+            // Any step within one epoch may be a slew: one the estimator
+            // confirmed (with or without samples left between its
+            // detections) or one the envelopes found inside a segment (a
+            // slew on a jittery link the estimator never confirmed).
+            let step = short_runs::same_epoch(config, exchanges, &ranges[k - 1], &ranges[k]);
+            let between_detections =
+                ranges[k - 1].end < ranges[k].start && found_steps[k].is_none();
+            let settled = step
+                && settle_slew(
+                    config,
+                    &mut segments,
+                    k,
+                    exchanges,
+                    &mut ranges,
+                    between_detections,
+                );
+            if !settled {
                 between(&mut segments, k, exchanges, &ranges, found_steps[k]);
             }
         }
@@ -190,7 +205,7 @@ impl Smoother {
         let mut previous: Option<&Segment> = None;
         let mut previous_mapping: Option<Smoothed> = None;
         // On a slew's ramp (between two neighbours: ramps are found only
-        // among the samples between a step's detections, in one epoch):
+        // where a step was, in one epoch):
         // the point that far along from one mapping to the other.
         let mut on_ramp: Option<i64> = None;
         while let Some(seg) = epoch.next() {

@@ -75,7 +75,9 @@ fn span(exchanges: &[Exchange], r: &Range<usize>) -> u64 {
     hi.saturating_sub(lo)
 }
 
-fn same_epoch(
+/// Whether ranges `a` and `b` of `xs` lie in one epoch (no suspend
+/// between them).
+pub(super) fn same_epoch(
     config: EstimatorConfig,
     xs: &[Exchange],
     a: &Range<usize>,

@@ -5,7 +5,9 @@
 //! it: the segments either side end and begin on the ramp, and the
 //! samples between them hold its middle. A step placed among them is
 //! wrong by up to the whole change for a second or more either side
-//! (Wi-Fi, 1 ms in 2 s: up to 0.8 ms).
+//! (Wi-Fi, 1 ms in 2 s: up to 0.8 ms). Where the estimator follows the
+//! slew without confirming it, the envelopes find it as a step inside
+//! one segment: the same holds there.
 //!
 //! A leg can never be faster than the link's floor (the fastest delay of
 //! the segments' own samples further out). The best step among the
@@ -14,7 +16,8 @@
 //! than the step, bar the floor's noise. So a ramp is taken where the
 //! best step puts the legs below the floor by more than a
 //! [`RAMP_EVIDENCE`]th of the segments' separation in all beyond what
-//! the best ramp does. A ramp with any such evidence is a candidate: the
+//! the best ramp does (a [`RAMP_EVIDENCE_UNSURE_STEP`]th where the step
+//! was not found between two detections). A ramp with any such evidence is a candidate: the
 //! segments are fitted again without their samples on it, and the ramp
 //! placed and tested again between the new lines.
 //!
@@ -68,13 +71,16 @@ impl Ramp {
 /// then fits clearly better than any step, each segment is taken as
 /// likely up to its end of the ramp; on it, a timestamp gets a point
 /// along it (the bound over both). If not, the segments are as they were
-/// and the caller places a step between them.
+/// and the caller places a step between them. `between_detections`: the
+/// gap is the samples between the estimator's two detections of a step
+/// (not a step found otherwise), where a ramp needs less evidence.
 pub(super) fn settle_slew(
     config: EstimatorConfig,
     segments: &mut [Segment],
     k: usize,
     exchanges: &[Exchange],
     ranges: &mut [Range<usize>],
+    between_detections: bool,
 ) -> bool {
     // A ramp no better than the best step (nearly every step, and the
     // kinks of a LAN slew's joined pieces) is not worth a refit.
@@ -122,7 +128,7 @@ pub(super) fn settle_slew(
         Some(first)
     };
     let ramp = match fit {
-        Some(fit) if fit.clear() => fit.ramp,
+        Some(fit) if fit.clear(between_detections) => fit.ramp,
         _ => {
             if let Some((earlier, later)) = kept {
                 (segments[k - 1], segments[k]) = (earlier, later);
@@ -245,14 +251,28 @@ struct RampFit {
 
 impl RampFit {
     /// Clearly better than any step: by more than a [`RAMP_EVIDENCE`]th
-    /// of the separation.
-    fn clear(&self) -> bool {
-        self.evidence > self.separation / RAMP_EVIDENCE
+    /// of the separation between the estimator's two detections of a
+    /// step, a [`RAMP_EVIDENCE_UNSURE_STEP`]th elsewhere.
+    fn clear(&self, between_detections: bool) -> bool {
+        let share = if between_detections {
+            RAMP_EVIDENCE
+        } else {
+            RAMP_EVIDENCE_UNSURE_STEP
+        };
+        self.evidence > self.separation / share
     }
 }
 
-/// See [`RampFit::clear`].
+/// See [`RampFit::clear`]. Between the estimator's two detections of a
+/// step a step's legs favour a ramp by at most 0.39% of the step (the
+/// simulator's step rows, 1800 s, seeds 1 and 2).
 const RAMP_EVIDENCE: i128 = 40;
+/// A step the envelopes found inside a segment, or one both passes
+/// confirmed at the same sample, is placed less surely: its legs favour
+/// a ramp by up to 3.2% of the step (the simulator's Wi-Fi +200 us
+/// rows), a slew's by 11% or more (real sockets; 63% or more in the
+/// tests).
+const RAMP_EVIDENCE_UNSURE_STEP: i128 = 16;
 /// A ramp is placed by the legs within this share of the segments'
 /// separation above the link's floor (see [`best_ramp`]).
 const RAMP_SOFT: i128 = 16;
