@@ -26,14 +26,16 @@
 //!   along from one segment's mapping to the other's; its bound is the
 //!   hull of both, as for a timestamp between a step's detections.
 //! - **Steps stay steps.** On the simulator's LAN and Wi-Fi step rows no
-//!   step's legs favour a ramp by more than 0.39% of the step (the
-//!   threshold is 2.5%, see docs/clock-sync-refine.md).
+//!   step's legs favour a ramp by more than 0.39% of the step between
+//!   two detections (the threshold is 2.5%), 3.2% elsewhere (6.25%; see
+//!   docs/clock-sync-refine.md).
 //! - **Bounded.** The ramp search weighs pairs of cuts among the samples
 //!   near the gap (at most 120 between the segments and
 //!   [`RAMP_REACH_SAMPLES`] within [`RAMP_REACH_NS`] of each), a pass
 //!   over the samples between each pair: ~500 pairs among every few
-//!   cuts, then those near the best pair. A ramp found costs the two
-//!   segments' fits again, once. Only between segments of at least
+//!   cuts, then those near the best pair. A ramp found, or a step not
+//!   between two detections, costs the two segments' fits again, once,
+//!   and a second search. Only between segments of at least
 //!   [`MIN_NEIGHBOUR_NS`] each: at most one search per 10 s of capture,
 //!   however often a relay's clock steps.
 
@@ -82,15 +84,24 @@ pub(super) fn settle_slew(
     ranges: &mut [Range<usize>],
     between_detections: bool,
 ) -> bool {
-    // A ramp no better than the best step (nearly every step, and the
-    // kinks of a LAN slew's joined pieces) is not worth a refit.
-    let first = match slew_between(segments, k, exchanges, ranges) {
-        Some(fit) if fit.evidence > 0 => fit,
-        _ => return false,
-    };
-    let candidate = first.ramp;
     let (before, after) = (ranges[k - 1].clone(), ranges[k].clone());
     let mid = |i: usize| exchanges[i].relay_mid_ns();
+    // A ramp no better than the best step (nearly every step, and the
+    // kinks of a LAN slew's joined pieces) is not worth a refit between
+    // two detections. Elsewhere one segment may hold the slew whole
+    // (the estimator confirmed it only at its end, or never), its line
+    // bent through it so far that no ramp beats a step: the two are
+    // fitted again without their samples within reach of the step.
+    let searched = slew_between(segments, k, exchanges, ranges);
+    let candidate = match &searched {
+        Some(fit) if fit.evidence > 0 => fit.ramp,
+        Some(_) if !between_detections => Ramp {
+            from_relay_ns: mid(before.end - 1).saturating_sub(RAMP_REACH_NS),
+            to_relay_ns: mid(after.start).saturating_add(RAMP_REACH_NS),
+        },
+        _ => return false,
+    };
+    let first = searched.filter(|fit| fit.evidence > 0);
     let before_end = (before.start..before.end)
         .rev()
         .find(|&i| mid(i) < candidate.from_relay_ns)
@@ -125,7 +136,7 @@ pub(super) fn settle_slew(
     let fit = if refit {
         slew_between(segments, k, exchanges, ranges)
     } else {
-        Some(first)
+        first
     };
     let ramp = match fit {
         Some(fit) if fit.clear(between_detections) => fit.ramp,
