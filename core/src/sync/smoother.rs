@@ -52,7 +52,7 @@ use super::corridor::Corridor;
 use candidates::Candidates;
 use gap::between;
 use sides::{agrees, clamp, combine, envelope, interval, mature, midway, side, spanning};
-use slew::{Ramp, settle_slew};
+use slew::{Ramp, StepFound, settle_slew};
 
 mod candidates;
 mod gap;
@@ -162,18 +162,15 @@ impl Smoother {
             // confirmed (with or without samples left between its
             // detections) or one the envelopes found inside a segment (a
             // slew on a jittery link the estimator never confirmed).
-            let step = short_runs::same_epoch(config, exchanges, &ranges[k - 1], &ranges[k]);
-            let between_detections =
-                ranges[k - 1].end < ranges[k].start && found_steps[k].is_none();
-            let settled = step
-                && settle_slew(
-                    config,
-                    &mut segments,
-                    k,
-                    exchanges,
-                    &mut ranges,
-                    between_detections,
-                );
+            let found = if found_steps[k].is_some() {
+                StepFound::ByEnvelopes
+            } else if ranges[k - 1].end < ranges[k].start {
+                StepFound::BetweenDetections
+            } else {
+                StepFound::AtOneSample
+            };
+            let settled = short_runs::same_epoch(config, exchanges, &ranges[k - 1], &ranges[k])
+                && settle_slew(config, &mut segments, k, exchanges, &mut ranges, found);
             if !settled {
                 between(&mut segments, k, exchanges, &ranges, found_steps[k]);
             }

@@ -17,9 +17,9 @@
 //! best step puts the legs below the floor by more than a
 //! [`RAMP_EVIDENCE`]th of the segments' separation in all beyond what
 //! the best ramp does (a [`RAMP_EVIDENCE_UNSURE_STEP`]th where the step
-//! was not found between two detections). A ramp with any such evidence is a candidate: the
-//! segments are fitted again without their samples on it, and the ramp
-//! placed and tested again between the new lines.
+//! was not found between two detections). A ramp with any such evidence
+//! is a candidate: the segments are fitted again without their samples
+//! on it, and the ramp placed and tested again between the new lines.
 //!
 //! Invariants:
 //! - **The point only.** A timestamp on the ramp gets the point that far
@@ -33,9 +33,9 @@
 //!   near the gap (at most 120 between the segments and
 //!   [`RAMP_REACH_SAMPLES`] within [`RAMP_REACH_NS`] of each), a pass
 //!   over the samples between each pair: ~500 pairs among every few
-//!   cuts, then those near the best pair. A ramp found, or a step not
-//!   between two detections, costs the two segments' fits again, once,
-//!   and a second search. Only between segments of at least
+//!   cuts, then those near the best pair. A ramp found, or a step both
+//!   passes confirmed at one sample, costs the two segments' fits
+//!   again, once, and a second search. Only between segments of at least
 //!   [`MIN_NEIGHBOUR_NS`] each: at most one search per 10 s of capture,
 //!   however often a relay's clock steps.
 
@@ -44,6 +44,19 @@ use std::ops::Range;
 use super::gap::{Mapped, cut_totals, floors, map_all};
 use super::{Exchange, MIN_SEGMENT_SAMPLES, Segment};
 use crate::sync::EstimatorConfig;
+
+/// How the step between two segments was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum StepFound {
+    /// Confirmed going either way, some samples apart: the samples
+    /// between the two detections belong to neither segment.
+    BetweenDetections,
+    /// Confirmed going either way at the same sample.
+    AtOneSample,
+    /// Found by the envelopes inside a segment (hidden below the
+    /// queueing).
+    ByEnvelopes,
+}
 
 /// A slew between two segments: relay times where the clock left the
 /// earlier segment's line and where it reached the later one's. Between
@@ -73,41 +86,40 @@ impl Ramp {
 /// then fits clearly better than any step, each segment is taken as
 /// likely up to its end of the ramp; on it, a timestamp gets a point
 /// along it (the bound over both). If not, the segments are as they were
-/// and the caller places a step between them. `between_detections`: the
-/// gap is the samples between the estimator's two detections of a step
-/// (not a step found otherwise), where a ramp needs less evidence.
+/// and the caller places a step between them. `found`: how the step
+/// between them was found.
 pub(super) fn settle_slew(
     config: EstimatorConfig,
     segments: &mut [Segment],
     k: usize,
     exchanges: &[Exchange],
     ranges: &mut [Range<usize>],
-    between_detections: bool,
+    found: StepFound,
 ) -> bool {
     let (before, after) = (ranges[k - 1].clone(), ranges[k].clone());
     let mid = |i: usize| exchanges[i].relay_mid_ns();
     // A ramp no better than the best step (nearly every step, and the
-    // kinks of a LAN slew's joined pieces) is not worth a refit between
-    // two detections. Elsewhere one segment may hold the slew whole
-    // (the estimator confirmed it only at its end, or never), its line
-    // bent through it so far that no ramp beats a step: the two are
-    // fitted again without their samples within reach of the step.
+    // kinks of a LAN slew's joined pieces) is not worth a refit. But
+    // where both passes confirmed the step at one sample, one segment
+    // may hold the slew whole (confirmed only at its end), its line bent
+    // through it so far that no ramp beats a step: the two are fitted
+    // again without their samples within reach of the step.
     let searched = slew_between(segments, k, exchanges, ranges);
-    let candidate = match &searched {
-        Some(fit) if fit.evidence > 0 => fit.ramp,
-        Some(_) if !between_detections => Ramp {
-            from_relay_ns: mid(before.end - 1).saturating_sub(RAMP_REACH_NS),
-            to_relay_ns: mid(after.start).saturating_add(RAMP_REACH_NS),
-        },
+    let (leave_from, leave_to) = match &searched {
+        Some(fit) if fit.evidence > 0 => (fit.ramp.from_relay_ns, fit.ramp.to_relay_ns),
+        Some(_) if found == StepFound::AtOneSample => (
+            mid(before.end - 1).saturating_sub(RAMP_REACH_NS),
+            mid(after.start).saturating_add(RAMP_REACH_NS),
+        ),
         _ => return false,
     };
     let first = searched.filter(|fit| fit.evidence > 0);
     let before_end = (before.start..before.end)
         .rev()
-        .find(|&i| mid(i) < candidate.from_relay_ns)
+        .find(|&i| mid(i) < leave_from)
         .map_or(before.start, |i| i + 1);
     let after_start = (after.start..after.end)
-        .find(|&i| mid(i) > candidate.to_relay_ns)
+        .find(|&i| mid(i) > leave_to)
         .unwrap_or(after.end);
     let refit = before_end - before.start >= MIN_SEGMENT_SAMPLES
         && after.end - after_start >= MIN_SEGMENT_SAMPLES
@@ -139,7 +151,7 @@ pub(super) fn settle_slew(
         first
     };
     let ramp = match fit {
-        Some(fit) if fit.clear(between_detections) => fit.ramp,
+        Some(fit) if fit.clear(found) => fit.ramp,
         _ => {
             if let Some((earlier, later)) = kept {
                 (segments[k - 1], segments[k]) = (earlier, later);
@@ -264,11 +276,10 @@ impl RampFit {
     /// Clearly better than any step: by more than a [`RAMP_EVIDENCE`]th
     /// of the separation between the estimator's two detections of a
     /// step, a [`RAMP_EVIDENCE_UNSURE_STEP`]th elsewhere.
-    fn clear(&self, between_detections: bool) -> bool {
-        let share = if between_detections {
-            RAMP_EVIDENCE
-        } else {
-            RAMP_EVIDENCE_UNSURE_STEP
+    fn clear(&self, found: StepFound) -> bool {
+        let share = match found {
+            StepFound::BetweenDetections => RAMP_EVIDENCE,
+            StepFound::AtOneSample | StepFound::ByEnvelopes => RAMP_EVIDENCE_UNSURE_STEP,
         };
         self.evidence > self.separation / share
     }

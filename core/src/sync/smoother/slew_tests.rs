@@ -5,6 +5,8 @@ use crate::sync::EstimatorConfig;
 const START_NS: u64 = 1_000_000_000_000;
 const SLEW_AT_NS: u64 = START_NS + 60_000_000_000;
 const SLEW_NS: u64 = 2_000_000_000;
+/// The prober's trains when steady: one every 250 ms.
+const STEADY_PERIOD_NS: u64 = 250_000_000;
 
 /// Relay time at host time `host_ns`: 20 ppm, and `slew_ppm` more for 2 s
 /// from 60 s on (an NTP daemon correcting `slew_ppm` µs).
@@ -19,7 +21,7 @@ fn relay(host_ns: u64, slew_ppm: f64) -> u64 {
 /// 5 ms after the first), each leg `base` plus exponential queueing of
 /// mean `queue` (ns).
 fn exchanges(relay: impl Fn(u64) -> u64, seed: u64, base: u64, queue: f64) -> Vec<Exchange> {
-    trains(relay, seed, base, queue, 250_000_000)
+    trains(relay, seed, base, queue, STEADY_PERIOD_NS)
 }
 
 /// The same with a train every `period` ns.
@@ -102,9 +104,6 @@ fn a_slew_on_a_jittery_link_is_placed_along_its_ramp() {
     assert!(found >= 10, "{found} of 12 slews found");
     assert!(p99 < 350_000.0, "p99 {p99} ns around the slews");
 }
-
-/// The prober's trains when steady: one every 250 ms.
-const STEADY_PERIOD_NS: u64 = 250_000_000;
 
 #[test]
 fn a_slew_the_estimator_never_confirms_is_placed_along_its_ramp_too() {
