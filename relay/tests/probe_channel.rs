@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracesync_core::sync::{ProberStats, Registration, SyncUpdate};
-use tracesync_daemon::sync::{ProbeSessions, spawn_prober};
+use tracesync_daemon::sync::{ProbeSessions, SyncSockets, spawn_prober};
 use tracesync_protocol::probe::{self, ProbeKey};
 use tracesync_protocol::relay::v1::{ProbeReply, probe_body::Kind};
 use tracesync_relay::clocks::{Clock, SharedClock, SimulatedClock};
@@ -49,8 +49,11 @@ struct Daemon {
 
 impl Daemon {
     async fn start() -> Self {
-        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind sync");
-        let sync_addr = socket.local_addr().expect("addr");
+        // UDP and TCP on one port number, as the daemon binds them.
+        let sockets = SyncSockets::bind("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("bind sync");
+        let sync_addr = sockets.udp.local_addr().expect("addr");
         let sessions = ProbeSessions::new();
         sessions.register(
             SESSION,
@@ -62,7 +65,7 @@ impl Daemon {
         );
         let (tx, updates) = mpsc::channel(256);
         let shutdown = CancellationToken::new();
-        let prober = spawn_prober(socket, sessions.clone(), tx, shutdown.clone());
+        let prober = spawn_prober(sockets, sessions.clone(), tx, shutdown.clone());
         Self {
             sync_addr,
             sessions,
@@ -303,12 +306,18 @@ async fn tcp_only_link(
     daemon: SocketAddr,
     stop: CancellationToken,
 ) -> (SocketAddr, UdpSocket, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let front = listener.local_addr().expect("addr");
-    // Hold the UDP port so datagrams to it are swallowed, not refused.
-    let black_hole = UdpSocket::bind(front)
-        .await
-        .expect("bind udp on the same port");
+    // Hold the UDP port so datagrams to it are swallowed, not refused; the
+    // kernel picks the TCP port alone, so its UDP twin may be taken.
+    let mut pair = None;
+    for _ in 0..32 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let front = listener.local_addr().expect("addr");
+        if let Ok(black_hole) = UdpSocket::bind(front).await {
+            pair = Some((listener, front, black_hole));
+            break;
+        }
+    }
+    let (listener, front, black_hole) = pair.expect("a port free for TCP and UDP");
     let task = tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {

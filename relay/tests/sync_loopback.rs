@@ -5,12 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tracesync_core::sync::{Registration, SyncEstimate};
-use tracesync_daemon::sync::{ProbeSessions, spawn_prober};
+use tracesync_daemon::sync::{ProbeSessions, SyncSockets, spawn_prober};
 use tracesync_relay::clocks::{Clock, SharedClock, SimulatedClock};
 use tracesync_relay::probe::{ProbeTarget, SyncConfig, SyncTransport, run_probe_responder};
 
@@ -28,10 +27,10 @@ fn truth_host(clock: &SimulatedClock, relay_ns: u64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prober_and_responder_find_the_simulated_offset() {
-    let socket = UdpSocket::bind("127.0.0.1:0")
+    let sockets = SyncSockets::bind("127.0.0.1:0".parse().expect("addr"))
         .await
-        .expect("bind sync socket");
-    let sync_addr = socket.local_addr().expect("local addr");
+        .expect("bind sync sockets");
+    let sync_addr = sockets.udp.local_addr().expect("local addr");
     let sessions = ProbeSessions::new();
     sessions.register(
         SESSION,
@@ -43,7 +42,7 @@ async fn prober_and_responder_find_the_simulated_offset() {
     );
     let (updates_tx, mut updates) = mpsc::channel(64);
     let shutdown = CancellationToken::new();
-    let prober = spawn_prober(socket, sessions.clone(), updates_tx, shutdown.clone());
+    let prober = spawn_prober(sockets, sessions.clone(), updates_tx, shutdown.clone());
 
     let simulated = SimulatedClock::new(5_000_000_000, 30.0);
     let clock: SharedClock = Arc::new(simulated);

@@ -67,17 +67,17 @@ pub fn tcp_codec() -> LengthDelimitedCodec {
         .new_codec()
 }
 
-/// Starts the prober on `socket` (bound by the server) with the default
-/// schedule, plus the TCP fallback listener on the same port number. It
-/// stops on `shutdown` or when `updates` is closed.
+/// Starts the prober on the sync port's `sockets` (bind them with
+/// [`SyncSockets::bind`], which keeps UDP and TCP on one port number) with
+/// the default schedule. It stops on `shutdown` or when `updates` is closed.
 pub fn spawn_prober(
-    socket: UdpSocket,
+    sockets: SyncSockets,
     sessions: ProbeSessions,
     updates: mpsc::Sender<SyncUpdate>,
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
     spawn_prober_with(
-        SyncSockets::beside(socket),
+        sockets,
         sessions,
         updates,
         shutdown,

@@ -66,12 +66,14 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 #[tokio::test]
 async fn probes_registered_sessions_only_and_stops_when_updates_close() {
-    let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
-    let sync_addr = socket.local_addr().expect("addr");
+    let sockets = SyncSockets::bind("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("bind");
+    let sync_addr = sockets.udp.local_addr().expect("addr");
     let relay = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
     let sessions = ProbeSessions::new();
     let (tx, rx) = mpsc::channel(8);
-    let prober = spawn_prober(socket, sessions.clone(), tx, CancellationToken::new());
+    let prober = spawn_prober(sockets, sessions.clone(), tx, CancellationToken::new());
 
     relay
         .send_to(&register_bytes(9, 1), sync_addr)
@@ -113,13 +115,15 @@ async fn probes_registered_sessions_only_and_stops_when_updates_close() {
 async fn tcp_fallback_probes_an_authenticated_connection_and_drops_others() {
     use futures_util::SinkExt;
     use tokio_util::codec::Framed;
-    let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
-    let sync_addr = socket.local_addr().expect("addr");
+    let sockets = SyncSockets::bind("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("bind");
+    let sync_addr = sockets.udp.local_addr().expect("addr");
     let sessions = ProbeSessions::new();
     sessions.register(9, registration());
     let (tx, _rx) = mpsc::channel(8);
     let shutdown = CancellationToken::new();
-    let prober = spawn_prober(socket, sessions.clone(), tx, shutdown.clone());
+    let prober = spawn_prober(sockets, sessions.clone(), tx, shutdown.clone());
 
     // A connection whose first frame is not signed with the key is closed.
     let stranger = TcpStream::connect(sync_addr).await.expect("connect");
