@@ -399,8 +399,83 @@ fn reflect(x: &Exchange, mirror: u64) -> Exchange {
     }
 }
 
+/// The estimate after each sample of `xs`, fed in order.
+fn forward_pass(config: EstimatorConfig, xs: &[Exchange]) -> Vec<Option<SyncEstimate>> {
+    let mut est = Estimator::new(config);
+    xs.iter()
+        .map(|x| {
+            let [t1, t2, t3, t4] = x.t;
+            est.add_sample(t1, t2, t3, t4, x.boottime_minus_monotonic_ns)
+                .or_else(|| est.estimate())
+        })
+        .collect()
+}
+
+/// The estimate after each sample of `xs` fed last first, in time
+/// reflected about `mirror_ns`; in the order of `xs`.
+fn backward_pass(
+    config: EstimatorConfig,
+    xs: &[Exchange],
+    mirror_ns: u64,
+) -> Vec<Option<SyncEstimate>> {
+    let mut est = Estimator::new(config);
+    let mut backward: Vec<Option<SyncEstimate>> = xs
+        .iter()
+        .rev()
+        .map(|x| {
+            let [t1, t2, t3, t4] = reflect(x, mirror_ns).t;
+            est.add_sample(t1, t2, t3, t4, x.boottime_minus_monotonic_ns)
+                .or_else(|| est.estimate())
+        })
+        .collect();
+    backward.reverse();
+    backward
+}
+
 impl Segment {
     fn estimate(config: EstimatorConfig, xs: &[Exchange]) -> Self {
+        let mirror_ns = mirror_ns(xs);
+        let forward = forward_pass(config, xs);
+        let backward = backward_pass(config, xs, mirror_ns);
+        Self::from_passes(config, xs, forward, backward, mirror_ns)
+    }
+
+    /// This segment (fitted over `xs`) fitted again without its samples
+    /// after the first `keep` (at least one). The forward estimate after a sample reads
+    /// only the samples before it, so those are kept; the backward pass
+    /// runs again.
+    fn without_end(&self, config: EstimatorConfig, xs: &[Exchange], keep: usize) -> Self {
+        debug_assert_eq!(xs.len(), self.mids.len(), "the samples it was fitted over");
+        let xs = &xs[..keep];
+        let mirror_ns = mirror_ns(xs);
+        let forward = self.forward[..keep].to_vec();
+        let backward = backward_pass(config, xs, mirror_ns);
+        Self::from_passes(config, xs, forward, backward, mirror_ns)
+    }
+
+    /// This segment (fitted over `xs`) fitted again without its first
+    /// `drop` samples (fewer than it has): the mirror of [`Self::without_end`], the backward
+    /// estimates kept where the reflection constant is the same.
+    fn without_start(&self, config: EstimatorConfig, xs: &[Exchange], drop: usize) -> Self {
+        debug_assert_eq!(xs.len(), self.mids.len(), "the samples it was fitted over");
+        let xs = &xs[drop..];
+        let mirror_ns = mirror_ns(xs);
+        let forward = forward_pass(config, xs);
+        let backward = if mirror_ns == self.mirror_ns {
+            self.backward[drop..].to_vec()
+        } else {
+            backward_pass(config, xs, mirror_ns)
+        };
+        Self::from_passes(config, xs, forward, backward, mirror_ns)
+    }
+
+    fn from_passes(
+        config: EstimatorConfig,
+        xs: &[Exchange],
+        forward: Vec<Option<SyncEstimate>>,
+        backward: Vec<Option<SyncEstimate>>,
+        mirror_ns: u64,
+    ) -> Self {
         let mids: Vec<u64> = xs.iter().map(Exchange::relay_mid_ns).collect();
         let mut prefix_max = Vec::with_capacity(mids.len());
         let mut max = 0;
@@ -414,29 +489,6 @@ impl Segment {
             min = min.min(m);
             suffix_min[i] = min;
         }
-
-        let mut est = Estimator::new(config);
-        let forward = xs
-            .iter()
-            .map(|x| {
-                let [t1, t2, t3, t4] = x.t;
-                est.add_sample(t1, t2, t3, t4, x.boottime_minus_monotonic_ns)
-                    .or_else(|| est.estimate())
-            })
-            .collect();
-
-        let mirror_ns = mirror_ns(xs);
-        let mut est = Estimator::new(config);
-        let mut backward: Vec<Option<SyncEstimate>> = xs
-            .iter()
-            .rev()
-            .map(|x| {
-                let [t1, t2, t3, t4] = reflect(x, mirror_ns).t;
-                est.add_sample(t1, t2, t3, t4, x.boottime_minus_monotonic_ns)
-                    .or_else(|| est.estimate())
-            })
-            .collect();
-        backward.reverse();
         Segment {
             boottime_minus_monotonic_ns: xs[0].boottime_minus_monotonic_ns,
             mids,

@@ -34,8 +34,9 @@
 //!   [`RAMP_REACH_SAMPLES`] within [`RAMP_REACH_NS`] of each), a pass
 //!   over the samples between each pair: ~500 pairs among every few
 //!   cuts, then those near the best pair. A ramp found, or a step both
-//!   passes confirmed at one sample, costs the two segments' fits
-//!   again, once, and a second search. Only between segments of at least
+//!   passes confirmed at one sample, costs one pass of each of the two
+//!   segments' fits again (the pass that reads the samples cut off),
+//!   once, and a second search. Only between segments of at least
 //!   [`MIN_NEIGHBOUR_NS`] each: at most one search per 10 s of capture,
 //!   however often a relay's clock steps.
 
@@ -130,13 +131,15 @@ pub(super) fn settle_slew(
         // start stays.
         let old = &segments[k - 1];
         let settled = (old.likely_from_ns, old.first_receive_ns, old.ramp_before);
-        let mut earlier = Segment::estimate(config, &exchanges[before.start..before_end]);
+        let earlier_samples = &exchanges[before.clone()];
+        let mut earlier = old.without_end(config, earlier_samples, before_end - before.start);
         (
             earlier.likely_from_ns,
             earlier.first_receive_ns,
             earlier.ramp_before,
         ) = settled;
-        let later = Segment::estimate(config, &exchanges[after_start..after.end]);
+        let later =
+            segments[k].without_start(config, &exchanges[after.clone()], after_start - after.start);
         kept = Some((
             std::mem::replace(&mut segments[k - 1], earlier),
             std::mem::replace(&mut segments[k], later),
