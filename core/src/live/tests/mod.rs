@@ -18,6 +18,7 @@ mod resolution;
 mod sessions;
 mod stalls;
 mod stamping;
+mod sync_points;
 
 const HOST_NAME: &str = "host";
 
