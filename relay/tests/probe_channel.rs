@@ -53,6 +53,7 @@ impl Daemon {
         let sockets = SyncSockets::bind("127.0.0.1:0".parse().expect("addr"))
             .await
             .expect("bind sync");
+        assert!(sockets.tcp.is_some(), "no port free for UDP and TCP");
         let sync_addr = sockets.udp.local_addr().expect("addr");
         let sessions = ProbeSessions::new();
         sessions.register(

@@ -441,9 +441,9 @@ impl Segment {
     }
 
     /// This segment (fitted over `xs`) fitted again without its samples
-    /// after the first `keep` (at least one). The forward estimate after a sample reads
-    /// only the samples before it, so those are kept; the backward pass
-    /// runs again.
+    /// after the first `keep` (at least one). The forward estimate after
+    /// a sample reads only the samples before it, so those are kept; the
+    /// backward pass runs again.
     fn without_end(&self, config: EstimatorConfig, xs: &[Exchange], keep: usize) -> Self {
         debug_assert_eq!(xs.len(), self.mids.len(), "the samples it was fitted over");
         let xs = &xs[..keep];
@@ -454,15 +454,16 @@ impl Segment {
     }
 
     /// This segment (fitted over `xs`) fitted again without its first
-    /// `drop` samples (fewer than it has): the mirror of [`Self::without_end`], the backward
-    /// estimates kept where the reflection constant is the same.
-    fn without_start(&self, config: EstimatorConfig, xs: &[Exchange], drop: usize) -> Self {
+    /// `cut` samples (fewer than it has): the mirror of
+    /// [`Self::without_end`], the backward estimates kept where the
+    /// reflection constant is the same.
+    fn without_start(&self, config: EstimatorConfig, xs: &[Exchange], cut: usize) -> Self {
         debug_assert_eq!(xs.len(), self.mids.len(), "the samples it was fitted over");
-        let xs = &xs[drop..];
+        let xs = &xs[cut..];
         let mirror_ns = mirror_ns(xs);
         let forward = forward_pass(config, xs);
         let backward = if mirror_ns == self.mirror_ns {
-            self.backward[drop..].to_vec()
+            self.backward[cut..].to_vec()
         } else {
             backward_pass(config, xs, mirror_ns)
         };

@@ -30,7 +30,7 @@ impl SyncSockets {
     }
 
     /// Adds the TCP fallback beside an already bound UDP socket.
-    pub fn beside(udp: UdpSocket) -> SyncSockets {
+    fn beside(udp: UdpSocket) -> SyncSockets {
         let tcp = match udp.local_addr().and_then(bind_tcp) {
             Ok(listener) => Some(listener),
             Err(error) => {
