@@ -332,6 +332,25 @@ async fn ack_through(relay: &mut Relay, seq: u64) {
 
 // ---- mutual TLS relays (daemon/src/tls.rs) ----
 
+/// A lab PKI in `dir` (the daemon's certificate for 127.0.0.1 and one per
+/// name in `relays`) and the daemon's mutual-TLS settings from it.
+fn required_tls(dir: &std::path::Path, relays: &[&str]) -> Option<crate::tls::DataTls> {
+    crate::tls::pki::init(dir, &["127.0.0.1".into()]).unwrap();
+    for name in relays {
+        crate::tls::pki::issue(dir, name, None).unwrap();
+    }
+    let at = |f: &str| toml::Spanned::new(0..0, dir.join(f));
+    crate::tls::TlsConfig {
+        mode: crate::tls::TlsMode::Required,
+        cert: at("daemon.crt"),
+        key: at("daemon.key"),
+        client_ca: at("ca.crt"),
+        crl: None,
+    }
+    .load()
+    .unwrap()
+}
+
 /// A TLS relay presenting `<dir>/<cert>.crt` (None: no certificate).
 async fn dial_tls(
     server: &TestServer,

@@ -334,18 +334,7 @@ async fn whole_frames_and_silence_are_not_a_frame_timeout() {
 #[tokio::test]
 async fn tls_handshakes_in_progress_hold_no_slot() {
     let dir = tempfile::tempdir().unwrap();
-    crate::tls::pki::init(dir.path(), &["127.0.0.1".into()]).unwrap();
-    crate::tls::pki::issue(dir.path(), "relay", None).unwrap();
-    let at = |f: &str| toml::Spanned::new(0..0, dir.path().join(f));
-    let tls = crate::tls::TlsConfig {
-        mode: crate::tls::TlsMode::Required,
-        cert: at("daemon.crt"),
-        key: at("daemon.key"),
-        client_ca: at("ca.crt"),
-        crl: None,
-    }
-    .load()
-    .unwrap();
+    let tls = required_tls(dir.path(), &["relay"]);
     let server = serve_with(SessionSettings { tls, ..settings(1) }, None, None).await;
     // Connections that never start their handshake, and one that finished
     // it but sends no Hello: none takes the single slot.

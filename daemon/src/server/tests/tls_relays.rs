@@ -5,20 +5,7 @@ use super::*;
 #[tokio::test]
 async fn tls_refuses_unauthenticated_relays_and_binds_identities() {
     let dir = tempfile::tempdir().unwrap();
-    crate::tls::pki::init(dir.path(), &["127.0.0.1".into()]).unwrap();
-    for name in ["relay", "other"] {
-        crate::tls::pki::issue(dir.path(), name, None).unwrap();
-    }
-    let at = |f: &str| toml::Spanned::new(0..0, dir.path().join(f));
-    let tls = crate::tls::TlsConfig {
-        mode: crate::tls::TlsMode::Required,
-        cert: at("daemon.crt"),
-        key: at("daemon.key"),
-        client_ca: at("ca.crt"),
-        crl: None,
-    }
-    .load()
-    .unwrap();
+    let tls = required_tls(dir.path(), &["relay", "other"]);
     assert!(tls.is_some());
     let server = serve_with(SessionSettings { tls, ..settings(4) }, Some("s3cret"), None).await;
 
