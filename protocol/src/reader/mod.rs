@@ -41,4 +41,6 @@ pub struct Packet<'a> {
 }
 
 #[cfg(test)]
+mod file_tests;
+#[cfg(test)]
 mod tests;

@@ -6,10 +6,10 @@ use crate::wire;
 use flate2::Compression;
 use flate2::write::{DeflateEncoder, GzEncoder, ZlibEncoder};
 use prost::Message;
-use std::io::{self, Read, Write};
+use std::io::Write;
 
 /// Packet bodies of assorted sizes: empty, 1-byte and 2-byte lengths.
-fn bodies() -> Vec<Vec<u8>> {
+pub(super) fn bodies() -> Vec<Vec<u8>> {
     (0..6u64)
         .map(|i| {
             TracePacket {
@@ -27,7 +27,7 @@ fn bodies() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn frame(bodies: &[Vec<u8>]) -> Vec<u8> {
+pub(super) fn frame(bodies: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
     for b in bodies {
         wire::put_trace_packet(&mut out, b);
@@ -36,7 +36,7 @@ fn frame(bodies: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// Offsets of each record in a framed stream.
-fn offsets(bodies: &[Vec<u8>]) -> Vec<u64> {
+pub(super) fn offsets(bodies: &[Vec<u8>]) -> Vec<u64> {
     let mut off = 0;
     bodies
         .iter()
@@ -48,7 +48,7 @@ fn offsets(bodies: &[Vec<u8>]) -> Vec<u64> {
         .collect()
 }
 
-type Got = Vec<(Vec<u8>, u64, bool)>;
+pub(super) type Got = Vec<(Vec<u8>, u64, bool)>;
 
 fn drain(r: &mut TraceReader, got: &mut Got) -> Result<(), ReadError> {
     while let Some(p) = r.next_packet()? {
@@ -97,7 +97,7 @@ fn read_caller_expanding(stream: &[u8], cuts: &[usize]) -> Result<Got, ReadError
     Ok(got)
 }
 
-fn expected(bodies: &[Vec<u8>]) -> Got {
+pub(super) fn expected(bodies: &[Vec<u8>]) -> Got {
     bodies
         .iter()
         .zip(offsets(bodies))
@@ -296,7 +296,7 @@ fn raw_deflate(b: &[u8]) -> Vec<u8> {
     e.finish().unwrap()
 }
 
-fn gzip(b: &[u8]) -> Vec<u8> {
+pub(super) fn gzip(b: &[u8]) -> Vec<u8> {
     let mut e = GzEncoder::new(Vec::new(), Compression::default());
     e.write_all(b).unwrap();
     e.finish().unwrap()
@@ -416,115 +416,6 @@ fn malformed_packet_with_field_50_is_not_a_bundle() {
     body.push(0x08);
     let got = read_chunked(&frame(std::slice::from_ref(&body)), &[]).unwrap();
     assert_eq!(got, [(body, 0, false)]);
-}
-
-/// A reader that yields one byte per call, then optionally fails.
-struct Trickle<'a>(&'a [u8], bool);
-
-impl Read for Trickle<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self.0.split_first() {
-            Some((&b, rest)) if !buf.is_empty() => {
-                buf[0] = b;
-                self.0 = rest;
-                Ok(1)
-            }
-            None if self.1 => Err(io::Error::other("disk on fire")),
-            _ => Ok(0),
-        }
-    }
-}
-
-fn read_file<R: Read>(r: R) -> Result<Got, FileReadError> {
-    let mut f = TraceFile::new(r)?;
-    let mut got = Vec::new();
-    while let Some(p) = f.next_packet()? {
-        got.push((p.bytes.to_vec(), p.offset, p.in_bundle));
-    }
-    // Stays at EOF.
-    assert!(f.next_packet()?.is_none());
-    Ok(got)
-}
-
-#[test]
-fn file_plain_and_gzip() {
-    let b = bodies();
-    let stream = frame(&b);
-    let want = expected(&b);
-    assert_eq!(read_file(&stream[..]).unwrap(), want);
-    assert_eq!(read_file(Trickle(&stream, false)).unwrap(), want);
-    let gz = gzip(&stream);
-    assert!(TraceFile::new(&gz[..]).unwrap().is_gzip());
-    assert_eq!(read_file(&gz[..]).unwrap(), want);
-    assert_eq!(read_file(Trickle(&gz, false)).unwrap(), want);
-    // Multi-member gzip: concatenated files.
-    let (first, second) = stream.split_at(offsets(&b)[3] as usize);
-    let two = [gzip(first), gzip(second)].concat();
-    assert_eq!(read_file(&two[..]).unwrap(), want);
-    assert_eq!(read_file(&[][..]).unwrap(), []);
-}
-
-#[test]
-fn file_read_in_chunks_of_any_size() {
-    let b = bodies();
-    let stream = frame(&b);
-    let want = expected(&b);
-    for chunk in [1, 3, 64, 32 << 10] {
-        for input in [stream.clone(), gzip(&stream)] {
-            let mut f = TraceFile::new(&input[..]).unwrap();
-            f.set_chunk_size(chunk);
-            let mut got = Vec::new();
-            while let Some(p) = f.next_packet().unwrap() {
-                got.push((p.bytes.to_vec(), p.offset, p.in_bundle));
-            }
-            assert_eq!(got, want, "chunk {chunk}");
-        }
-    }
-}
-
-#[test]
-fn file_errors() {
-    let b = bodies();
-    let stream = frame(&b);
-
-    // Bad gzip: magic then junk.
-    let bad = [&[0x1f, 0x8b][..], &[0x55; 64]].concat();
-    let Err(FileReadError::Format(e)) = read_file(&bad[..]) else {
-        panic!("bad gzip must be a format error");
-    };
-    assert!(matches!(e.kind, ReadErrorKind::BadGzip { .. }), "{e}");
-    assert_eq!(e.offset, 0);
-
-    // Truncated gzip: the packets before the cut are read, then an error.
-    let gz = gzip(&frame(&vec![vec![1u8; 200]; 2000]));
-    let mut f = TraceFile::new(&gz[..gz.len() - 20]).unwrap();
-    let err = loop {
-        match f.next_packet() {
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("truncated gzip read as complete"),
-            Err(e) => break e,
-        }
-    };
-    let FileReadError::Format(e) = err else {
-        panic!("{err}")
-    };
-    assert!(matches!(e.kind, ReadErrorKind::BadGzip { .. }), "{e}");
-    assert!(e.offset > 0);
-
-    // Truncated plain file.
-    let Err(FileReadError::Format(e)) = read_file(&stream[..stream.len() - 1]) else {
-        panic!("truncated file must be a format error");
-    };
-    assert!(matches!(e.kind, ReadErrorKind::LengthPastEnd { .. }));
-
-    // I/O errors stay I/O errors, gzip'd or not.
-    let gz = gzip(&stream);
-    for input in [&stream, &gz] {
-        let Err(FileReadError::Io(e)) = read_file(Trickle(input, true)) else {
-            panic!("I/O error lost");
-        };
-        assert_eq!(e.to_string(), "disk on fire");
-    }
 }
 
 proptest::proptest! {

@@ -124,7 +124,18 @@ impl<R: Read> TraceFile<R> {
     }
 
     /// The next packet; `Ok(None)` at a clean end of input.
+    #[inline(always)]
     pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, FileReadError> {
+        if let Some(loc) = self.reader.advance_plain() {
+            return Ok(Some(self.reader.packet_at(loc)));
+        }
+        self.next_packet_read()
+    }
+
+    /// [`Self::next_packet`] past the common case: reading more input,
+    /// longer headers, bundles, the end and errors.
+    #[inline(never)]
+    fn next_packet_read(&mut self) -> Result<Option<Packet<'_>>, FileReadError> {
         loop {
             if let Some(loc) = self.reader.advance().map_err(FileReadError::Format)? {
                 return Ok(Some(self.reader.packet_at(loc)));

@@ -218,6 +218,34 @@ impl TraceReader {
         e
     }
 
+    /// The next packet if it is the common case, else None (then
+    /// [`Self::advance`] decides): a whole record in the buffer behind a
+    /// one-byte length, nothing failed, no bundle being yielded or to be
+    /// expanded. Small enough to inline where packets are read one by one
+    /// (a trace of small packets spent more on the call than on the record).
+    #[inline(always)]
+    pub(super) fn advance_plain(&mut self) -> Option<Loc> {
+        if self.expand_bundles || self.failed.is_some() || self.bundle_pos < self.bundle.len() {
+            return None;
+        }
+        let avail = self.buf.get(self.start..self.end)?;
+        let [0x0a, len, ..] = *avail else {
+            return None;
+        };
+        let len = usize::from(len);
+        if len >= 0x80 || len > self.max_packet_size || avail.len() - 2 < len {
+            return None;
+        }
+        let offset = self.offset;
+        let start = self.start + 2;
+        let end = start + len;
+        self.start = end;
+        self.offset += 2 + len as u64;
+        let loc = Loc::Buf { start, end, offset };
+        self.last = Some(loc);
+        Some(loc)
+    }
+
     /// Finds the next packet, consuming its record.
     #[inline]
     pub(super) fn advance(&mut self) -> Result<Option<Loc>, ReadError> {
