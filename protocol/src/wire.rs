@@ -88,6 +88,35 @@ fn decode_varint_multi(buf: &[u8]) -> Result<(u64, usize), WireError> {
     Err(WireError::Truncated)
 }
 
+/// The length of the varint at the start of `buf`, with
+/// [`decode_varint`]'s errors, without assembling its value: for a field
+/// whose value the reader does not keep (a timestamp's 6-8 bytes).
+#[inline(always)]
+pub fn skip_varint(buf: &[u8]) -> Result<usize, WireError> {
+    if let Some(&b) = buf.first()
+        && b < 0x80
+    {
+        return Ok(1);
+    }
+    if let Some(bytes) = buf.first_chunk::<10>() {
+        let word = u64::from_le_bytes([
+            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+        ]);
+        let stops = !word & 0x8080_8080_8080_8080;
+        if stops != 0 {
+            return Ok(stops.trailing_zeros() as usize / 8 + 1);
+        }
+        if bytes[8] < 0x80 {
+            return Ok(9);
+        }
+        if bytes[9] < 0x80 {
+            return Ok(10);
+        }
+        return Err(WireError::VarintTooLong);
+    }
+    decode_varint_multi(buf).map(|(_, len)| len)
+}
+
 /// Number of bytes `v` takes as a varint.
 #[inline]
 pub const fn varint_len(v: u64) -> usize {
@@ -189,5 +218,22 @@ mod tests {
         }
         let mut pos = 3;
         assert_eq!(read_varint(&[1, 2], &mut pos), Err(WireError::Truncated));
+    }
+
+    proptest::proptest! {
+        /// Skipping a varint reads as many bytes, and fails alike, as
+        /// decoding it: at every length, with or without bytes after it.
+        #[test]
+        fn skip_varint_is_decode_varint_without_the_value(
+            bytes in proptest::collection::vec(
+                proptest::sample::select(vec![0x00u8, 0x01, 0x7f, 0x80, 0x81, 0xff]),
+                0..14,
+            ),
+        ) {
+            proptest::prop_assert_eq!(
+                skip_varint(&bytes),
+                decode_varint(&bytes).map(|(_, len)| len)
+            );
+        }
     }
 }

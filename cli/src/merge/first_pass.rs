@@ -94,6 +94,9 @@ const SYNCHRONIZATION_MARKER: u32 = 36;
 /// repeated field; the payload, the first field that is no metadata).
 #[derive(Default)]
 struct KeptFields<'a> {
+    /// Whether the payload is wanted: only until the input's first packet
+    /// that is no synchronization marker (`FileScan::first_id`).
+    payload_wanted: bool,
     machine_id: Option<u32>,
     sequence_id: Option<u32>,
     data_field: Option<u32>,
@@ -109,14 +112,32 @@ impl<'a> KeptFields<'a> {
     }
 }
 
+impl KeptFields<'_> {
+    #[inline(always)]
+    fn note_payload(&mut self, number: u32) {
+        if self.payload_wanted {
+            note_payload(&mut self.data_field, number);
+        }
+    }
+}
+
 impl<'a> FieldSink<'a> for KeptFields<'a> {
     #[inline(always)]
     fn varint(&mut self, number: u32, value: u64) {
         match number {
             field::TRUSTED_PACKET_SEQUENCE_ID => self.sequence_id = Some(value as u32),
             field::MACHINE_ID => self.machine_id = Some(value as u32),
-            _ => note_payload(&mut self.data_field, number),
+            _ => self.note_payload(number),
         }
+    }
+
+    /// Only the ids' values are kept (a timestamp's bytes are skipped).
+    #[inline(always)]
+    fn wants_value(&self, number: u32) -> bool {
+        matches!(
+            number,
+            field::TRUSTED_PACKET_SEQUENCE_ID | field::MACHINE_ID
+        )
     }
 
     #[inline(always)]
@@ -128,12 +149,12 @@ impl<'a> FieldSink<'a> for KeptFields<'a> {
             field::COMPRESSED_PACKETS => self.compressed_packets = Some(bytes),
             _ => {}
         }
-        note_payload(&mut self.data_field, number);
+        self.note_payload(number);
     }
 
     #[inline(always)]
     fn fixed(&mut self, number: u32) {
-        note_payload(&mut self.data_field, number);
+        self.note_payload(number);
     }
 }
 
@@ -168,7 +189,10 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
                 break;
             }
         };
-        let mut fields = KeptFields::default();
+        let mut fields = KeptFields {
+            payload_wanted: scan.first_id.is_none(),
+            ..KeptFields::default()
+        };
         let scanned = fields.scan(packet.bytes);
         let bundle = scanned.is_ok().then_some(fields.compressed_packets);
         if let Some(range) = bundle_of(&packet, bundle) {
@@ -397,10 +421,13 @@ mod tests {
 
     proptest! {
         /// The first pass's fields are the scan's: same errors, and the
-        /// same values of what it keeps.
+        /// same values of what it keeps (the payload while it is wanted).
         #[test]
         fn kept_fields_are_the_scans(p in arbitrary_packet()) {
-            let mut kept = KeptFields::default();
+            let mut kept = KeptFields {
+                payload_wanted: true,
+                ..KeptFields::default()
+            };
             let mut all = PacketFields::default();
             let got = kept.scan(&p);
             prop_assert_eq!(&got, &scan_packet_into(&p, &mut all));

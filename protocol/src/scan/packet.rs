@@ -79,6 +79,14 @@ pub fn scan_packet_into<'a>(packet: &'a [u8], out: &mut PacketFields<'a>) -> Res
 pub trait FieldSink<'a> {
     /// A varint field (wire type 0) and its value.
     fn varint(&mut self, number: u32, value: u64);
+    /// Whether [`Self::varint`] needs the value of varint field `number`;
+    /// the walk only skips the others (their length read, the same errors)
+    /// and calls [`Self::fixed`] for them instead: a sink that keeps few
+    /// values saves decoding the rest.
+    #[inline(always)]
+    fn wants_value(&self, _number: u32) -> bool {
+        true
+    }
     /// A length-delimited field (wire type 2) and its bytes.
     fn len(&mut self, number: u32, bytes: &'a [u8]);
     /// A fixed-width field (wire types 1 and 5).
@@ -121,9 +129,14 @@ pub fn walk_fields_into<'a, S: FieldSink<'a>>(
         let wire_type = (tag & 7) as u8;
         let start = pos;
         if wire_type == 0 {
-            let (v, m) = wire::decode_varint(body).map_err(fail)?;
-            pos += n + m;
-            out.varint(number, v);
+            if out.wants_value(number) {
+                let (v, m) = wire::decode_varint(body).map_err(fail)?;
+                pos += n + m;
+                out.varint(number, v);
+            } else {
+                pos += n + wire::skip_varint(body).map_err(fail)?;
+                out.fixed(number);
+            }
         } else if wire_type == 2 {
             let (len, m) = wire::decode_varint(body).map_err(fail)?;
             let value = &body[m..];

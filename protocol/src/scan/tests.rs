@@ -390,3 +390,53 @@ fn split_with_a_prebuilt_suffix_is_stamp_split() {
     }
     assert!(split > 20, "{split}");
 }
+
+/// Records what a walk reports: each field's number, its span and, for a
+/// varint whose value it asked for, the value.
+#[derive(Default)]
+struct Calls {
+    wants_values: bool,
+    seen: Vec<(u32, usize, usize, Option<u64>)>,
+    value: Option<u64>,
+}
+
+impl FieldSink<'_> for Calls {
+    fn varint(&mut self, _number: u32, value: u64) {
+        self.value = Some(value);
+    }
+    fn wants_value(&self, _number: u32) -> bool {
+        self.wants_values
+    }
+    fn len(&mut self, _number: u32, _bytes: &[u8]) {}
+    fn fixed(&mut self, _number: u32) {}
+    fn span(&mut self, number: u32, start: usize, end: usize) {
+        let value = self.value.take();
+        self.seen.push((number, start, end, value));
+    }
+}
+
+proptest::proptest! {
+    /// A sink that skips the varints' values sees the same fields at the
+    /// same spans, and the same error at the same offset, as one that
+    /// takes them: only whether a value was decoded differs.
+    #[test]
+    fn a_walk_that_skips_values_reads_the_same_fields(
+        bytes in proptest::collection::vec(
+            proptest::sample::select(vec![
+                0x00u8, 0x01, 0x08, 0x10, 0x12, 0x0a, 0x7f, 0x80, 0x81, 0xff, 0x03, 0x05, 0x0d,
+            ]),
+            0..40,
+        ),
+    ) {
+        let mut taking = Calls { wants_values: true, ..Calls::default() };
+        let mut skipping = Calls::default();
+        let took = walk_fields_into(&bytes, &mut taking);
+        let skipped = walk_fields_into(&bytes, &mut skipping);
+        proptest::prop_assert_eq!(took, skipped);
+        let strip = |seen: &[(u32, usize, usize, Option<u64>)]| -> Vec<(u32, usize, usize)> {
+            seen.iter().map(|&(n, s, e, _)| (n, s, e)).collect()
+        };
+        proptest::prop_assert_eq!(strip(&taking.seen), strip(&skipping.seen));
+        proptest::prop_assert!(skipping.seen.iter().all(|c| c.3.is_none()));
+    }
+}
