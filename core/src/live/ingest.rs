@@ -26,12 +26,11 @@ use tracesync_protocol::wire;
 
 use super::acks::BatchSeq;
 use super::core::LiveCore;
-use super::estimate::SyncEstimate;
 use super::hold::Verdict;
 use super::machines::reason;
 use super::packet::{Role, Stamped};
 use super::queued::{Parts, Queued, Relayed};
-use super::relay::Resolution;
+use super::relay::{Resolution, Resolved};
 use super::staging::Staged;
 use super::stamp::{relayed_split, relayed_stamp, stamp_relayed};
 use super::streams::{Stream, StreamKey};
@@ -234,8 +233,8 @@ impl LiveCore {
             relay.resolve(last, fields.timestamp, &m)
         };
         match resolution {
-            Resolution::Ready { ts, boottime } => {
-                self.stage(&m, &bytes, &fields, ts, boottime, staged);
+            Resolution::Ready(resolved) => {
+                self.stage(&m, &bytes, &fields, resolved, staged);
             }
             Resolution::NoPath | Resolution::NoSync => {
                 // A copy: the packet is a slice of its relay's whole frame,
@@ -263,10 +262,14 @@ impl LiveCore {
         m: &Meta,
         bytes: &Bytes,
         fields: &PacketFields<'_>,
-        ts: i64,
-        boottime: Option<i64>,
+        resolved: Resolved,
         staged: &mut Staged,
     ) {
+        let Resolved {
+            ts,
+            boottime,
+            bound_ns,
+        } = resolved;
         let Some(stream) = self.streams.get_mut(&m.key) else {
             return;
         };
@@ -311,18 +314,12 @@ impl LiveCore {
             }
         };
         stream.set_last(ts, boottime);
-        // The bound of the estimate the packet was mapped with (its epoch's).
-        let estimate = self
-            .relays
-            .get(m.key.0)
-            .and_then(|r| r.estimate_at(boottime).copied());
         let queued = Queued::pack(Parts {
             stream: stream.id(),
             ts,
-            err_ns: match (estimate, boottime) {
-                (Some(e), Some(c)) => extrapolated_bound(&e, c.max(0) as u64),
-                _ => 0,
-            },
+            // The bound of the estimate the packet was mapped with (its
+            // epoch's), from its resolution.
+            err_ns: bound_ns,
             clock: if has_ts { m.clock } else { 0 },
             clock_ts: fields.timestamp.unwrap_or(0),
             machine_raw_id: raw_id,
@@ -422,8 +419,8 @@ impl LiveCore {
                 stream.pending_removed();
             }
             match resolution {
-                Resolution::Ready { ts, boottime } => {
-                    self.stage(&m, &p.bytes, &fields, ts, boottime, &mut staged);
+                Resolution::Ready(resolved) => {
+                    self.stage(&m, &p.bytes, &fields, resolved, &mut staged);
                     // Queued in slices: a long pending queue is not staged
                     // (and its staging room kept) all at once.
                     if staged.is_full() {
@@ -440,11 +437,4 @@ impl LiveCore {
             relay.restore_pending(kept, kept_bytes);
         }
     }
-}
-
-/// The estimate's hard bound carried from its reference to relay BOOTTIME
-/// `c`: the estimator's own frequency bound and wander allowance
-/// ([`SyncEstimate::bound_at`]), not a flat drift assumption.
-fn extrapolated_bound(e: &SyncEstimate, c: u64) -> u64 {
-    e.bound_at(c)
 }

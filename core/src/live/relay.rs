@@ -23,16 +23,25 @@ use crate::sync::covering::{CoveringEstimates, Mapping, Refinement};
 #[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Resolution {
-    /// Host time and relay BOOTTIME (None if placed by arrival time).
-    Ready {
-        ts: i64,
-        boottime: Option<i64>,
-    },
+    Ready(Resolved),
     /// The clock has no path to the relay's BOOTTIME yet.
     NoPath,
     /// The relay has no sync estimate yet.
     NoSync,
     Drop(&'static str),
+}
+
+/// Where a packet goes on the host timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Resolved {
+    /// Host time.
+    pub ts: i64,
+    /// Relay BOOTTIME (None if placed by arrival time).
+    pub boottime: Option<i64>,
+    /// The hard bound of the estimate it was mapped with, carried to that
+    /// BOOTTIME ([`SyncEstimate::bound_at`]: the estimator's frequency
+    /// bound and wander allowance; 0 without a BOOTTIME or an estimate).
+    pub bound_ns: u64,
 }
 
 /// A connection of a relay instance accepted: its slot, and what it
@@ -314,12 +323,22 @@ impl Relay {
                 Err(_) => Resolution::NoPath,
             },
             None => match (last, m.fallback_boottime) {
-                (Some((ts, boottime)), _) => Resolution::Ready { ts, boottime },
+                (Some((ts, boottime)), _) => Resolution::Ready(Resolved {
+                    ts,
+                    boottime,
+                    bound_ns: boottime
+                        .and_then(|c| {
+                            let e = self.estimate_at(Some(c))?;
+                            Some(e.bound_at(c.max(0) as u64))
+                        })
+                        .unwrap_or(0),
+                }),
                 (None, Some(b)) => self.to_host(i64::try_from(b).unwrap_or(i64::MAX)),
-                (None, None) => Resolution::Ready {
+                (None, None) => Resolution::Ready(Resolved {
                     ts: i64::try_from(m.arrival).unwrap_or(i64::MAX),
                     boottime: None,
-                },
+                    bound_ns: 0,
+                }),
             },
         }
     }
@@ -331,14 +350,20 @@ impl Relay {
             return Resolution::NoSync;
         };
         // Negative relay BOOTTIME cannot be a time on it: dropped as Perfetto would.
-        let ts = u64::try_from(boottime).map_or(-1, |b| e.to_host(b));
+        let Ok(b) = u64::try_from(boottime) else {
+            return Resolution::Drop(reason::NEGATIVE);
+        };
+        let ts = e.to_host(b);
         if ts < 0 {
             return Resolution::Drop(reason::NEGATIVE);
         }
-        Resolution::Ready {
+        // Read here, where the estimate is at hand: staging the packet
+        // would look it up again.
+        Resolution::Ready(Resolved {
             ts,
             boottime: Some(boottime),
-        }
+            bound_ns: e.bound_at(b),
+        })
     }
 
     /// The estimate a packet at relay BOOTTIME `boottime` maps with: its
