@@ -47,6 +47,24 @@ fn two_relays_with_different_offsets_resolve_to_exact_host_times() {
 }
 
 #[test]
+fn a_packet_without_a_timestamp_takes_its_streams_time_and_bound() {
+    let mut core = core();
+    let a = synced_relay(&mut core, 10, 1, 1_000_000);
+    let mut untimed = event(2, 0);
+    untimed.timestamp = None;
+    core.batch(a, 1, 0, encode(&[event(2, 5_000_000), untimed]), None, 0)
+        .unwrap();
+    let mut out = Vec::new();
+    core.flush_all(&mut out);
+    let got: Vec<(i64, u64)> = relayed(&out).iter().map(|p| (p.ts, p.err_ns)).collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    // Placed where its stream's last packet was, with the bound of the
+    // estimate at that packet's BOOTTIME.
+    assert_eq!(got[1], got[0]);
+    assert!((40..=40 + 1_000).contains(&got[1].1), "{got:?}");
+}
+
+#[test]
 fn monotonic_packets_go_through_the_relays_snapshots() {
     let mut core = core();
     let a = synced_relay(&mut core, 10, 1, 1_000);
