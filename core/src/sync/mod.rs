@@ -206,6 +206,16 @@ fn round_i64(x: f64) -> i64 {
 /// routine on the baseline x86-64 target (no SSE4.1), twice per packet
 /// on the live path ([`SyncEstimate::bound_at`]).
 fn ceil_u64(x: f64) -> u64 {
+    // Below 2^63 through i64: a conversion of one instruction each way,
+    // where u64's takes a compare and two (the same values: truncation).
+    if (0.0..I64_LIMIT).contains(&x) {
+        let t = x as i64;
+        return if (t as f64) < x {
+            t as u64 + 1
+        } else {
+            t as u64
+        };
+    }
     // `as` truncates and saturates; above 2^53 every f64 is whole.
     let t = x as u64;
     if (t as f64) < x {
@@ -215,9 +225,17 @@ fn ceil_u64(x: f64) -> u64 {
     }
 }
 
+/// 2^63: every f64 below it (and at least 0) truncates into an i64.
+const I64_LIMIT: f64 = 9_223_372_036_854_775_808.0;
+
 /// `to - from` (ns) as f64, without an i128 -> f64 conversion (a slow
 /// software routine on the per-packet path).
 pub(crate) fn signed_distance(from: u64, to: u64) -> f64 {
+    // Both below 2^63 (relay times are): the difference fits an i64,
+    // whose conversion is one instruction and rounds alike.
+    if let (Ok(from), Ok(to)) = (i64::try_from(from), i64::try_from(to)) {
+        return (to - from) as f64;
+    }
     let d = to.abs_diff(from) as f64;
     if to >= from { d } else { -d }
 }
@@ -297,6 +315,22 @@ mod tests {
             proptest::num::f64::POSITIVE | proptest::num::f64::ZERO,
         ]) {
             proptest::prop_assert_eq!(ceil_u64(x), x.ceil() as u64);
+        }
+
+        /// The same f64 as the exact difference rounded once, either side
+        /// of 2^63 and of each other.
+        #[test]
+        fn signed_distance_is_the_difference_rounded(
+            from in proptest::prop_oneof![0u64..1 << 40, (1u64 << 63) - 8..(1 << 63) + 8, proptest::num::u64::ANY],
+            to in proptest::prop_oneof![0u64..1 << 40, (1u64 << 63) - 8..(1 << 63) + 8, proptest::num::u64::ANY],
+        ) {
+            let exact = i128::from(to) - i128::from(from);
+            let rounded = if exact < 0 {
+                -(exact.unsigned_abs() as f64)
+            } else {
+                exact as u128 as f64
+            };
+            proptest::prop_assert_eq!(signed_distance(from, to), rounded);
         }
     }
 
