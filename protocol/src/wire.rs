@@ -53,10 +53,7 @@ fn decode_varint_multi(buf: &[u8]) -> Result<(u64, usize), WireError> {
     if let Some(bytes) = buf.first_chunk::<10>() {
         // Branch-free for up to 8 bytes: locate the first byte without the
         // continuation bit, then pack the 7-bit groups together.
-        let word = u64::from_le_bytes([
-            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-        ]);
-        let stops = !word & 0x8080_8080_8080_8080;
+        let (word, stops) = word_and_stops(bytes);
         let low = |w: u64| {
             let x = w & 0x7f7f_7f7f_7f7f_7f7f;
             let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
@@ -88,6 +85,16 @@ fn decode_varint_multi(buf: &[u8]) -> Result<(u64, usize), WireError> {
     Err(WireError::Truncated)
 }
 
+/// The first 8 bytes of a varint's 10 as a little-endian word, and the
+/// high bit of each byte that ends a varint (no continuation bit) set.
+#[inline(always)]
+fn word_and_stops(bytes: &[u8; 10]) -> (u64, u64) {
+    let word = u64::from_le_bytes([
+        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+    ]);
+    (word, !word & 0x8080_8080_8080_8080)
+}
+
 /// The length of the varint at the start of `buf`, with
 /// [`decode_varint`]'s errors, without assembling its value: for a field
 /// whose value the reader does not keep (a timestamp's 6-8 bytes).
@@ -99,10 +106,7 @@ pub fn skip_varint(buf: &[u8]) -> Result<usize, WireError> {
         return Ok(1);
     }
     if let Some(bytes) = buf.first_chunk::<10>() {
-        let word = u64::from_le_bytes([
-            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-        ]);
-        let stops = !word & 0x8080_8080_8080_8080;
+        let (_, stops) = word_and_stops(bytes);
         if stops != 0 {
             return Ok(stops.trailing_zeros() as usize / 8 + 1);
         }
