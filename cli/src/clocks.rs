@@ -47,10 +47,14 @@ pub fn print(prepared: Prepared, json: bool) -> std::io::Result<()> {
                 .get(&(node.machine, node.scope))
                 .copied()
                 .unwrap_or("");
-            let ts = if plan.timeline.graph().is_incremental(*node) || *value < 0 {
+            // Edges hold ns; a conversion starts from the clock's raw
+            // units (an exact multiple: the ns were made from them).
+            let graph = plan.timeline.graph();
+            let ts = if graph.is_incremental(*node) || *value < 0 {
                 None
             } else {
-                plan.timeline.to_trace_time(*node, *value as u64).ok()
+                let raw = *value / graph.unit_ns(*node).max(1);
+                plan.timeline.to_trace_time(*node, raw as u64).ok()
             };
             let origin = format!("{:?}", edge.origin).to_lowercase();
             let name = builtin_name(node.clock);

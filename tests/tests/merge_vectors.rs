@@ -524,3 +524,50 @@ fn undecodable_snapshot_is_counted() {
     let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     assert_eq!(stats["invalid_clock_snapshots"], 1, "{stats}");
 }
+
+/// `tracesync clocks`: the clocks of one snapshot were read at one instant,
+/// so every row of a snapshot has the same trace time, whatever the unit
+/// its clock counts in (the table's `clock_value` is in ns). Incremental
+/// clocks have none.
+#[test]
+fn clocks_rows_of_one_snapshot_share_their_trace_time() {
+    use build::SnapshotClockSpec as C;
+    let dir = tempfile::tempdir().unwrap();
+    let base = build::clock_snapshot_ext(1, &[C::ns(MONO, 1000), C::ns(BT, 100000)], None);
+    let s1 = build::clock_snapshot_ext(
+        1,
+        &[
+            C::ns(MONO, 10000),
+            C::ns(64, 100000),
+            C::unit(65, 100, 1000),
+            C::incremental(66, 10, 1000),
+        ],
+        None,
+    );
+    let path = write(dir.path(), "t.pftrace", &[base, s1, event(BT, 150000)]);
+    let o = tracesync_tests::run::tracesync(&["clocks", "--json", path.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows: Vec<Record> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let row = |clock: u32| {
+        rows.iter()
+            .find(|r| {
+                r["snapshot_id"] == rows.last().unwrap()["snapshot_id"] && r["clock_id"] == clock
+            })
+            .unwrap_or_else(|| panic!("no row of clock {clock} in the last snapshot: {rows:#?}"))
+    };
+    // MONOTONIC 10 000 is BOOTTIME 109 000 by the first snapshot.
+    for clock in [MONO, 64, 65] {
+        assert_eq!(row(clock)["ts"], 109000, "clock {clock}: {rows:#?}");
+    }
+    assert_eq!(row(65)["clock_value"], 100000, "in ns");
+    assert!(row(66)["ts"].is_null(), "{rows:#?}");
+}

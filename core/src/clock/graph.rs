@@ -362,6 +362,12 @@ impl ClockGraph {
             .is_some_and(|idx| self.domains[idx as usize].incremental)
     }
 
+    /// The ns one raw unit of `node` counts (1 for a clock not known).
+    pub fn unit_ns(&self, node: ClockNode) -> i64 {
+        self.known_idx(node)
+            .map_or(1, |idx| self.domains[idx as usize].unit)
+    }
+
     /// Re-anchors an incremental clock's accumulator at an absolute raw
     /// value (a two-pass merge replays snapshot positions). No-op for other
     /// clocks; saturates on overflow.
