@@ -66,6 +66,10 @@ pub fn build_plan(
             input_index(inputs, path).map(|i| FileFacts {
                 embedded_machine_ids: scans[i].ids.clone(),
                 has_clock_snapshots: scans[i].has_clock_snapshots,
+                has_remote_clock_sync: scans[i]
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, ClockEvent::RemoteSync { .. })),
                 is_archive_or_manifest: false,
             })
         })?;

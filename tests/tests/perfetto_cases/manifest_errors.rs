@@ -162,6 +162,53 @@ fn error_proto_multi_machine_machine_override() {
         .fails_with("Replace `machine` with a `machines` block");
 }
 
+/// Perfetto's check runs at the first packet of another machine
+/// (proto_trace_reader.cc `CheckManifestSingleMachine`, called when a
+/// packet carries a nonzero machine_id and when a RemoteClockSync is
+/// parsed): a file whose packets all carry one embedded id is refused too.
+#[test]
+fn error_machine_override_on_one_embedded_machine() {
+    Case::new("CheckManifestSingleMachine: every packet on machine 7")
+        .manifest(json!({"version": 1, "files": [{"path": "vm.pb", "machine": {"name": "vm"}}]}))
+        .file("vm.pb", &m7_slice("vm_slice"))
+        .merge()
+        .fails_with("'vm.pb' is a multi-machine trace (embedded machine ids 7). Replace `machine` with a `machines` block");
+}
+
+#[test]
+fn error_machine_override_on_a_remote_clock_sync() {
+    let mut relay_host = spine();
+    relay_host.push(tracesync_tests::build::remote_clock_sync(
+        9,
+        &[(50, 2), (60, 12)],
+    ));
+    Case::new("CheckManifestSingleMachine: a RemoteClockSync without machine_id")
+        .manifest(
+            json!({"version": 1, "files": [{"path": "host.pb", "machine": {"name": "host"}}]}),
+        )
+        .file("host.pb", &relay_host)
+        .merge()
+        .fails_with("(RemoteClockSync packets). Replace `machine` with a `machines` block");
+}
+
+#[test]
+fn error_pinned_clocks_on_one_embedded_machine() {
+    let mut vm: Vec<_> = solo("vm_slice");
+    for p in &mut vm {
+        p.machine_id = Some(7);
+    }
+    Case::new("CheckManifestSingleMachine: a pinned clock on machine 7's packets")
+        .manifest(json!({"version": 1, "files": [
+            {"path": "vm.pb", "clocks": {"sync_to": {"file": "app.pb", "clock": "BOOTTIME"}}},
+            {"path": "app.pb"}]}))
+        .file("vm.pb", &vm)
+        .file("app.pb", &solo("json_slice"))
+        .merge()
+        .fails_with(
+            "applies only to a single-machine file, but 'vm.pb' has embedded machine ids 7",
+        );
+}
+
 #[test]
 fn error_machine_empty() {
     with_app(

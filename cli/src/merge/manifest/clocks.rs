@@ -99,10 +99,14 @@ impl Manifest {
     ) -> Result<(), ManifestError> {
         let ckey = join(key, "clocks");
         if c.clock.is_none() {
-            if ff.is_multi_machine() {
+            if ff.has_other_machines() {
                 return Err(err(
                     ckey,
-                    "a `clocks` override without a source `clock` applies only to a single-machine file; name the clock with clocks.clock and the machine with clocks.machine",
+                    format!(
+                        "a `clocks` override without a source `clock` applies only to a single-machine file, but '{}' has {}; name the clock with clocks.clock and the machine with clocks.machine",
+                        e.path,
+                        ff.other_machines()
+                    ),
                 ));
             }
             if ff.has_clock_snapshots {

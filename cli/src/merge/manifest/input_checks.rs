@@ -12,12 +12,41 @@ pub struct FileFacts {
     /// Distinct `TracePacket.machine_id` values seen, 0 for packets without one.
     pub embedded_machine_ids: BTreeSet<u32>,
     pub has_clock_snapshots: bool,
+    /// Whether a packet carries a RemoteClockSync (a host's record of
+    /// another machine's clocks).
+    pub has_remote_clock_sync: bool,
     pub is_archive_or_manifest: bool,
 }
 
 impl FileFacts {
     pub(super) fn is_multi_machine(&self) -> bool {
         self.embedded_machine_ids.len() > 1
+    }
+
+    /// Whether anything in the file is of a machine other than its own:
+    /// a packet with a nonzero machine id, or a RemoteClockSync. Perfetto
+    /// refuses a `machine` override, and a `clocks` override that pins a
+    /// clockless file, at the first such packet (its
+    /// CheckManifestSingleMachine), even when every packet carries the
+    /// same nonzero id.
+    pub(super) fn has_other_machines(&self) -> bool {
+        self.has_remote_clock_sync || self.embedded_machine_ids.iter().any(|&id| id != 0)
+    }
+
+    /// What [`Self::has_other_machines`] found, for a message.
+    pub(super) fn other_machines(&self) -> String {
+        let ids = self.embedded_machine_ids.iter().any(|&id| id != 0);
+        match (ids, self.has_remote_clock_sync) {
+            (true, false) => format!(
+                "embedded machine ids {}",
+                list_ids(&self.embedded_machine_ids)
+            ),
+            (true, true) => format!(
+                "embedded machine ids {}, RemoteClockSync packets",
+                list_ids(&self.embedded_machine_ids)
+            ),
+            _ => "RemoteClockSync packets".to_owned(),
+        }
     }
 }
 
@@ -119,13 +148,13 @@ impl Manifest {
                     "overrides are not supported for trace files which are themselves archives or perfetto_manifest files",
                 ));
             }
-            if e.machine.is_some() && ff.is_multi_machine() {
+            if e.machine.is_some() && ff.has_other_machines() {
                 return Err(err(
                     join(&key, "machine"),
                     format!(
-                        "'{}' is a multi-machine trace (embedded machine ids {}). Replace `machine` with a `machines` block",
+                        "'{}' is a multi-machine trace ({}). Replace `machine` with a `machines` block",
                         e.path,
-                        list_ids(&ff.embedded_machine_ids)
+                        ff.other_machines()
                     ),
                 ));
             }

@@ -384,6 +384,7 @@ fn facts(ids: &[u32], snapshots: bool) -> FileFacts {
     FileFacts {
         embedded_machine_ids: ids.iter().copied().collect(),
         has_clock_snapshots: snapshots,
+        has_remote_clock_sync: false,
         is_archive_or_manifest: false,
     }
 }
@@ -482,7 +483,45 @@ fn input_check_errors() {
         (
             r#""files": [{"path": "a"}, {"path": "b", "machines": [{"id": 7, "name": "v"}], "clocks": {"machine": "v", "sync_to": {"file": "a"}}}]"#,
             vec![("a", single()), ("b", facts(&[0, 7], false))],
-            "perfetto_manifest: files[1].clocks: a `clocks` override without a source `clock` applies only to a single-machine file; name the clock with clocks.clock and the machine with clocks.machine",
+            "perfetto_manifest: files[1].clocks: a `clocks` override without a source `clock` applies only to a single-machine file, but 'b' has embedded machine ids 0, 7; name the clock with clocks.clock and the machine with clocks.machine",
+        ),
+        // Perfetto refuses these at the first packet of another machine even
+        // when all of them carry one id (CheckManifestSingleMachine, its
+        // trace_manifest tests test_error_proto_multi_machine_*).
+        (
+            r#""files": [{"path": "a"}, {"path": "b", "clocks": {"sync_to": {"file": "a"}}}]"#,
+            vec![("a", single()), ("b", facts(&[7], false))],
+            "perfetto_manifest: files[1].clocks: a `clocks` override without a source `clock` applies only to a single-machine file, but 'b' has embedded machine ids 7; name the clock with clocks.clock and the machine with clocks.machine",
+        ),
+        (
+            r#""files": [{"path": "a", "machine": {"name": "x"}}]"#,
+            vec![("a", facts(&[7], true))],
+            "perfetto_manifest: files[0].machine: 'a' is a multi-machine trace (embedded machine ids 7). Replace `machine` with a `machines` block",
+        ),
+        (
+            r#""files": [{"path": "a", "machine": {"name": "x"}}]"#,
+            vec![(
+                "a",
+                FileFacts {
+                    has_remote_clock_sync: true,
+                    ..single()
+                },
+            )],
+            "perfetto_manifest: files[0].machine: 'a' is a multi-machine trace (RemoteClockSync packets). Replace `machine` with a `machines` block",
+        ),
+        (
+            r#""files": [{"path": "a"}, {"path": "b", "clocks": {"sync_to": {"file": "a"}}}]"#,
+            vec![
+                ("a", single()),
+                (
+                    "b",
+                    FileFacts {
+                        has_remote_clock_sync: true,
+                        ..facts(&[0, 7], false)
+                    },
+                ),
+            ],
+            "perfetto_manifest: files[1].clocks: a `clocks` override without a source `clock` applies only to a single-machine file, but 'b' has embedded machine ids 0, 7, RemoteClockSync packets; name the clock with clocks.clock and the machine with clocks.machine",
         ),
         (
             r#""files": [{"path": "a"}, {"path": "b", "machines": [{"id": 7, "name": "v"}], "clocks": {"clock": "BOOTTIME", "sync_to": {"file": "a"}}}]"#,
