@@ -159,6 +159,9 @@ pub fn prepare(
     if let Some(m) = &manifest {
         m.check_containers(&expanded.containers)
             .map_err(manifest_error)?;
+        if let Some(notice) = attributes_not_carried(m, &expanded.manifest) {
+            report(&notice);
+        }
     }
     if let Some(e) = expanded.multiple_manifests() {
         return Err(e.into());
@@ -192,6 +195,29 @@ pub fn prepare(
         undecodable_snapshots,
         readable_inputs,
         packets: scans.iter().map(|s| s.packets).collect(),
+    })
+}
+
+/// The manifest's `attributes` annotate an archive; the trace processor
+/// shows them as `manifest_attribute.*` metadata only when it reads the
+/// manifest itself, and a protobuf trace has no field it reads as such:
+/// the user learns they stay behind (a notice, not a fault: nothing of
+/// the traces is lost, and `--strict` does not refuse the merge).
+fn attributes_not_carried(m: &Manifest, source: &Option<(String, String)>) -> Option<InputFault> {
+    if m.attributes.is_empty() {
+        return None;
+    }
+    let names: Vec<&str> = m.attributes.iter().map(|(k, _)| k.as_str()).collect();
+    Some(InputFault {
+        display: source
+            .as_ref()
+            .map_or_else(|| "manifest".into(), |(n, _)| n.clone()),
+        offset: None,
+        message: format!(
+            "attributes ({}) are not carried into the merged trace (a protobuf trace has no field for them); keep the manifest beside it",
+            names.join(", ")
+        ),
+        fatal: false,
     })
 }
 

@@ -358,3 +358,33 @@ fn error_source_machine_unknown() {
         .merge()
         .fails_with("clocks: machine 'ghost' is not a machine declared by file 'a.pb'");
 }
+
+#[test]
+fn error_attributes_bad_value() {
+    with_app(
+        "test_error_attributes_bad_value",
+        json!({"version": 1, "attributes": {"flags": ["a", "b"]}}),
+    )
+    .merge()
+    .fails_with("perfetto_manifest: attributes: 'flags' must be a string or an integer");
+}
+
+/// `test_attributes`: Perfetto lists them as `manifest_attribute.*`
+/// metadata when it reads the manifest; a merged protobuf trace cannot
+/// carry them, so the merge says so on one line and goes on.
+#[test]
+fn attributes_are_accepted_and_said_to_stay_behind() {
+    let m = with_app(
+        "test_attributes",
+        json!({"version": 1, "attributes": {"benchmark": "startup", "run_id": 42}}),
+    )
+    .merge()
+    .ok();
+    let notices: Vec<&str> = m
+        .stderr
+        .lines()
+        .filter(|l| l.contains("attributes (benchmark, run_id) are not carried"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{}", m.stderr);
+    assert_eq!(m.slices.len(), 1, "the trace is merged: {:?}", m.slices);
+}

@@ -222,7 +222,7 @@ fn parse_attributes(v: &Value) -> Result<Vec<(String, AttributeValue)>, Manifest
     let mut out = Vec::with_capacity(o.len());
     for (k, val) in o {
         if k.is_empty() {
-            return Err(err("attributes", "attributes: keys must be non-empty"));
+            return Err(err("attributes", "keys must be non-empty"));
         }
         let value = match val {
             Value::String(s) => AttributeValue::Str(s.clone()),
@@ -231,13 +231,13 @@ fn parse_attributes(v: &Value) -> Result<Vec<(String, AttributeValue)>, Manifest
                 Int::Yes(_) | Int::Big(_) => {
                     return Err(err(
                         "attributes",
-                        format!("attributes: '{k}' is out of the 64-bit integer range"),
+                        format!("'{k}' is out of the 64-bit integer range"),
                     ));
                 }
                 Int::No => {
                     return Err(err(
                         "attributes",
-                        format!("attributes: '{k}' must be a string or an integer"),
+                        format!("'{k}' must be a string or an integer"),
                     ));
                 }
             },

@@ -341,19 +341,19 @@ fn parse_errors() {
         ),
         (
             &wrap(r#""attributes": {"a": 1.5}"#),
-            "perfetto_manifest: attributes: attributes: 'a' must be a string or an integer",
+            "perfetto_manifest: attributes: 'a' must be a string or an integer",
         ),
         (
             &wrap(r#""attributes": {"a": true}"#),
-            "perfetto_manifest: attributes: attributes: 'a' must be a string or an integer",
+            "perfetto_manifest: attributes: 'a' must be a string or an integer",
         ),
         (
             &wrap(r#""attributes": {"a": 18446744073709551615}"#),
-            "perfetto_manifest: attributes: attributes: 'a' is out of the 64-bit integer range",
+            "perfetto_manifest: attributes: 'a' is out of the 64-bit integer range",
         ),
         (
             &wrap(r#""attributes": {"": "x"}"#),
-            "perfetto_manifest: attributes: attributes: keys must be non-empty",
+            "perfetto_manifest: attributes: keys must be non-empty",
         ),
     ];
     for (json, want) in cases {
