@@ -571,3 +571,26 @@ fn clocks_rows_of_one_snapshot_share_their_trace_time() {
     assert_eq!(row(65)["clock_value"], 100000, "in ns");
     assert!(row(66)["ts"].is_null(), "{rows:#?}");
 }
+
+/// ProtoTraceReaderTest.DeferredClockSnapshotSequenceScopedClock: the only
+/// snapshot comes after the packet on its sequence clock; the packet is
+/// placed with it and nothing counts as an unknown source clock.
+#[test]
+fn deferred_clock_snapshot_sequence_scoped_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = [
+        event(64, 1000),
+        build::on_sequence(build::clock_snapshot(&[(64, 10), (BT, 10000)]), 1),
+    ];
+    let path = write(dir.path(), "t.pftrace", &p);
+    let stats = dir.path().join("stats.json");
+    let (r, code, stderr) = merge_jsonl(&[&path], &["--stats", stats.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(ts_of(&r, 64, 1000), Some(1000 - 10 + 10000));
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(
+        stats["clock_sync_failure_unknown_source_clock"], 0,
+        "{stats}"
+    );
+}

@@ -220,3 +220,46 @@ fn relay_endpoint_clock_sync() {
     );
     expect(&m, BT, &[(400, 1200)]);
 }
+
+#[test]
+fn remote_clock_sync_valid() {
+    // Offsets (10000 + 25000)/2 - 120000 and 25000 - (120000 + 135000)/2:
+    // both -102500, so client BOOTTIME 0 is trace time 102500.
+    let rounds: [Round; 2] = [
+        (&[(BT, 10000)], &[(BT, 120000)]),
+        (&[(BT, 25000)], &[(BT, 135000)]),
+    ];
+    let m = offset_case("ProtoTraceReaderTest.RemoteClockSync_Valid", &rounds, 30000);
+    expect(&m, BT, &[(30000, 30000 + 102500)]);
+}
+
+#[test]
+fn remote_clock_sync_per_machine_offsets() {
+    // Two remote machines, each with its own sync (client bases 10000 and
+    // 50000 against the same host times): offsets -102500 and -62500, kept
+    // apart.
+    let sync = |base: u64| {
+        let rounds: [Round; 2] = [
+            (&[(BT, base)], &[(BT, 120000)]),
+            (&[(BT, base + 15000)], &[(BT, 135000)]),
+        ];
+        remote_sync(&rounds)
+    };
+    let mut p = vec![snap(&[(BT, 1)]), track(1, 1)];
+    p.push(on(7, sync(10000)));
+    p.push(on(8, sync(50000)));
+    for (machine, seq, at) in [(7, 2, 30000), (8, 3, 80000)] {
+        p.push(on(machine, track(seq, seq as u64)));
+        p.push(on(machine, snap(&[(BT, at), (MONO, at)])));
+        p.push(on(
+            machine,
+            instant(seq, seq as u64, Some(BT), at, &format!("m{machine}")),
+        ));
+    }
+    let m = merged(
+        Case::new("ProtoTraceReaderTest.RemoteClockSync_PerMachineOffsets").file("relay.pb", &p),
+    );
+    let (a, b) = (m.slice("m7"), m.slice("m8"));
+    assert_eq!((a.ts, a.raw_id), (30000 + 102500, 7));
+    assert_eq!((b.ts, b.raw_id), (80000 + 62500, 8));
+}
