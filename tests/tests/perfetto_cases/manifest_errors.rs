@@ -123,7 +123,7 @@ fn error_proto_multi_clock() {
         .file("spine.pb", &spine())
         .file("app.pb", &solo("json_slice"))
         .merge()
-        .fails_with("emits clock snapshots");
+        .fails_with("clock overrides require the trace to use a single clock");
 }
 
 #[test]
@@ -137,7 +137,7 @@ fn error_proto_multi_machine_clock_override() {
         .file("spine.pb", &multi)
         .file("app.pb", &solo("json_slice"))
         .merge()
-        .fails_with("applies only to a single-machine file");
+        .fails_with("a `clocks` override applies only to a single-machine file");
 }
 
 #[test]
@@ -205,7 +205,7 @@ fn error_pinned_clocks_on_one_embedded_machine() {
         .file("app.pb", &solo("json_slice"))
         .merge()
         .fails_with(
-            "applies only to a single-machine file, but 'vm.pb' has embedded machine ids 7",
+            "applies only to a single-machine file when it names no source `clock`, but 'vm.pb' has embedded machine ids 7",
         );
 }
 

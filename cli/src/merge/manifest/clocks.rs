@@ -103,7 +103,7 @@ impl Manifest {
                 return Err(err(
                     ckey,
                     format!(
-                        "a `clocks` override without a source `clock` applies only to a single-machine file, but '{}' has {}; name the clock with clocks.clock and the machine with clocks.machine",
+                        "a `clocks` override applies only to a single-machine file when it names no source `clock`, but '{}' has {}; name the clock with clocks.clock and the machine with clocks.machine",
                         e.path,
                         ff.other_machines()
                     ),
@@ -113,7 +113,7 @@ impl Manifest {
                 return Err(err(
                     ckey,
                     format!(
-                        "a `clocks` override without a source `clock` pins a clockless file, but '{}' emits clock snapshots; name which of its clocks to relate with clocks.clock",
+                        "clock overrides require the trace to use a single clock when they name no source `clock`, but '{}' emits clock snapshots; name which of its clocks to relate with clocks.clock",
                         e.path
                     ),
                 ));

@@ -478,12 +478,12 @@ fn input_check_errors() {
         (
             r#""files": [{"path": "a"}, {"path": "b", "clocks": {"sync_to": {"file": "a"}}}]"#,
             vec![("a", single()), ("b", single())],
-            "perfetto_manifest: files[1].clocks: a `clocks` override without a source `clock` pins a clockless file, but 'b' emits clock snapshots; name which of its clocks to relate with clocks.clock",
+            "perfetto_manifest: files[1].clocks: clock overrides require the trace to use a single clock when they name no source `clock`, but 'b' emits clock snapshots; name which of its clocks to relate with clocks.clock",
         ),
         (
             r#""files": [{"path": "a"}, {"path": "b", "machines": [{"id": 7, "name": "v"}], "clocks": {"machine": "v", "sync_to": {"file": "a"}}}]"#,
             vec![("a", single()), ("b", facts(&[0, 7], false))],
-            "perfetto_manifest: files[1].clocks: a `clocks` override without a source `clock` applies only to a single-machine file, but 'b' has embedded machine ids 0, 7; name the clock with clocks.clock and the machine with clocks.machine",
+            "perfetto_manifest: files[1].clocks: a `clocks` override applies only to a single-machine file when it names no source `clock`, but 'b' has embedded machine ids 0, 7; name the clock with clocks.clock and the machine with clocks.machine",
         ),
         // Perfetto refuses these at the first packet of another machine even
         // when all of them carry one id (CheckManifestSingleMachine, its
@@ -491,7 +491,7 @@ fn input_check_errors() {
         (
             r#""files": [{"path": "a"}, {"path": "b", "clocks": {"sync_to": {"file": "a"}}}]"#,
             vec![("a", single()), ("b", facts(&[7], false))],
-            "perfetto_manifest: files[1].clocks: a `clocks` override without a source `clock` applies only to a single-machine file, but 'b' has embedded machine ids 7; name the clock with clocks.clock and the machine with clocks.machine",
+            "perfetto_manifest: files[1].clocks: a `clocks` override applies only to a single-machine file when it names no source `clock`, but 'b' has embedded machine ids 7; name the clock with clocks.clock and the machine with clocks.machine",
         ),
         (
             r#""files": [{"path": "a", "machine": {"name": "x"}}]"#,
@@ -521,7 +521,7 @@ fn input_check_errors() {
                     },
                 ),
             ],
-            "perfetto_manifest: files[1].clocks: a `clocks` override without a source `clock` applies only to a single-machine file, but 'b' has embedded machine ids 0, 7, RemoteClockSync packets; name the clock with clocks.clock and the machine with clocks.machine",
+            "perfetto_manifest: files[1].clocks: a `clocks` override applies only to a single-machine file when it names no source `clock`, but 'b' has embedded machine ids 0, 7, RemoteClockSync packets; name the clock with clocks.clock and the machine with clocks.machine",
         ),
         (
             r#""files": [{"path": "a"}, {"path": "b", "machines": [{"id": 7, "name": "v"}], "clocks": {"clock": "BOOTTIME", "sync_to": {"file": "a"}}}]"#,
