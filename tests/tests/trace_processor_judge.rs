@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC};
+use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC, REALTIME};
 use tracesync_tests::build::{
     clock_snapshot, encode_trace, instant, on_machine, on_sequence, slice_begin, slice_end,
     system_info, track_descriptor,
@@ -131,4 +131,85 @@ fn judge_reports_bad_sql() {
     std::fs::write(&trace, encode_trace(&[])).unwrap();
     let err = tp::query(&trace, &["SELECT 1", "SELECT nope FROM nowhere"]).unwrap_err();
     assert!(err.contains("nowhere"), "{err}");
+}
+
+/// `tracesync clocks` lists what the trace processor's `clock_snapshot`
+/// table holds for the same file: per snapshot and clock, the value (ns)
+/// and its trace time, for clocks counting in other units too.
+#[test]
+fn clocks_command_agrees_with_the_clock_snapshot_table() {
+    use tracesync_tests::build::{SnapshotClockSpec as C, clock_snapshot_ext};
+    if !tp::require_or_skip("clocks_command_agrees_with_the_clock_snapshot_table") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sequence_clock = vec![
+        clock_snapshot_ext(
+            SEQ,
+            &[C::ns(MONOTONIC, 1000), C::ns(BOOTTIME, 100_000)],
+            None,
+        ),
+        clock_snapshot_ext(
+            SEQ,
+            &[C::ns(MONOTONIC, 10_000), C::unit(64, 100, 1000)],
+            None,
+        ),
+        instant(150_000, BOOTTIME, SEQ, TRACK, "e"),
+    ];
+    // tables/tests.py test_clock_snapshot_table_multiplier: REALTIME 42 in
+    // units of 10 ns at BOOTTIME 0 (TO_REALTIME(0) is 420 there).
+    let realtime_units = vec![clock_snapshot_ext(
+        SEQ,
+        &[C::unit(REALTIME, 42, 10), C::ns(BOOTTIME, 0)],
+        None,
+    )];
+    for (name, packets) in [("sequence", sequence_clock), ("realtime", realtime_units)] {
+        let path = dir.path().join(format!("{name}.pftrace"));
+        std::fs::write(&path, encode_trace(&packets)).unwrap();
+        let (mut ours, mut theirs) = (clocks_rows(&path), table_rows(&path));
+        ours.sort();
+        theirs.sort();
+        assert_eq!(
+            ours, theirs,
+            "{name}: tracesync clocks against clock_snapshot"
+        );
+    }
+}
+
+/// (clock id, value, trace time) of every row of the trace processor's
+/// `clock_snapshot` table.
+fn table_rows(path: &Path) -> Vec<(i64, i64, i64)> {
+    let sql = "SELECT clock_id, clock_value, ts FROM clock_snapshot";
+    tp::query(path, &[sql]).expect("trace processor")[0]
+        .rows
+        .iter()
+        .map(|r| {
+            let v = |i: usize| tp::as_i64(&r[i]).unwrap();
+            (v(0), v(1), v(2))
+        })
+        .collect()
+}
+
+/// The same of every row of `tracesync clocks --json`.
+fn clocks_rows(path: &Path) -> Vec<(i64, i64, i64)> {
+    let o = tracesync_tests::run::tracesync(&["clocks", "--json", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|r| {
+            // The table names a sequence-scoped clock (64-127) by sequence
+            // and id in one number, `seq << 32 | id`; ours has a `seq` column.
+            let id = r["clock_id"].as_i64().unwrap();
+            let id = if (64..128).contains(&id) {
+                (r["seq"].as_i64().unwrap() << 32) | id
+            } else {
+                id
+            };
+            let ts = r["ts"].as_i64().unwrap_or(i64::MIN);
+            (id, r["clock_value"].as_i64().unwrap(), ts)
+        })
+        .collect()
 }
