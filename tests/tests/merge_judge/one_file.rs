@@ -155,3 +155,101 @@ fn relay_recorded_file_with_remote_clock_sync() {
     }
     assert_eq!(j.names.get(&7).map(String::as_str), Some("machine-7"));
 }
+
+/// tables/tests.py `test_machine`: a host SystemInfo and one of machine
+/// 2420838448 with Android fields (some not in tracesync's own proto: the
+/// merge keeps a SystemInfo's bytes as they are). The merged trace's
+/// `machine` table is the input's, and what Perfetto's test expects.
+#[test]
+fn machine_table_of_two_system_infos() {
+    use tracesync_protocol::perfetto::{SystemInfo, Utsname};
+    if !tp::require_or_skip("machine_table_of_two_system_infos") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let info = |sysname: &str, version: &str, release: &str, extra: &[u8], build: Option<&str>| {
+        let mut bytes = SystemInfo {
+            utsname: Some(Utsname {
+                sysname: Some(sysname.into()),
+                version: Some(version.into()),
+                release: Some(release.into()),
+                machine: Some("x86_64".into()),
+            }),
+            android_build_fingerprint: build.map(Into::into),
+            num_cpus: Some(if build.is_some() { 8 } else { 4 }),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        bytes.extend_from_slice(extra);
+        bytes
+    };
+    // android_device_manufacturer (14) "Android", android_soc_model (9),
+    // android_sdk_version (5) 33: fields tracesync's proto does not name.
+    let mut android = Vec::new();
+    prost::encoding::string::encode(14, &"Android".to_owned(), &mut android);
+    prost::encoding::string::encode(9, &"some_soc_model".to_owned(), &mut android);
+    prost::encoding::uint64::encode(5, &33, &mut android);
+    // TracePacket: system_info (45), trusted_packet_sequence_id (10), and
+    // machine_id (98) for the second.
+    let packet = |info: Vec<u8>, machine: Option<u32>| {
+        let mut p = Vec::new();
+        prost::encoding::bytes::encode(45, &info, &mut p);
+        prost::encoding::uint32::encode(10, &1, &mut p);
+        if let Some(m) = machine {
+            prost::encoding::uint32::encode(98, &m, &mut p);
+        }
+        p
+    };
+    let mut trace = Vec::new();
+    for p in [
+        packet(info("Darwin", "Foobar", "22.6.0", &[], None), None),
+        packet(
+            info(
+                "Linux",
+                "#1 SMP PREEMPT Wed Apr  2 01:42:00 UTC 2025",
+                "6.6.82-android15-8-g1a7680db913a-ab13304129",
+                &android,
+                Some("android_test_fingerprint"),
+            ),
+            Some(2_420_838_448),
+        ),
+    ] {
+        prost::encoding::bytes::encode(1, &p, &mut trace);
+    }
+    let input = d.join("machines.pftrace");
+    std::fs::write(&input, &trace).unwrap();
+    let out = d.join("merged.pftrace");
+    merge_to(&out, &[&input], &[]);
+    let sql = "SELECT raw_id, sysname, release, version, arch, num_cpus, \
+               android_build_fingerprint, android_device_manufacturer, android_sdk_version \
+               FROM machine ORDER BY raw_id";
+    let table = |path: &Path| {
+        tp::query(path, &[sql]).expect("trace processor")[0]
+            .rows
+            .clone()
+    };
+    let merged = table(&out);
+    assert_eq!(
+        merged,
+        table(&input),
+        "the merged trace's machine table is the input's"
+    );
+    let expected = serde_json::json!([
+        [
+            0, "Darwin", "22.6.0", "Foobar", "x86_64", 4, null, null, null
+        ],
+        [
+            2_420_838_448_u64,
+            "Linux",
+            "6.6.82-android15-8-g1a7680db913a-ab13304129",
+            "#1 SMP PREEMPT Wed Apr  2 01:42:00 UTC 2025",
+            "x86_64",
+            8,
+            "android_test_fingerprint",
+            "Android",
+            33
+        ]
+    ]);
+    assert_eq!(serde_json::Value::from(merged), expected);
+}
