@@ -130,6 +130,9 @@ pub struct Prepared {
     pub readable_inputs: usize,
     /// Packets of each input (the first pass's count).
     pub packets: Vec<u64>,
+    /// What a merge of these inputs leaves behind (manifest attributes),
+    /// for `merge` to say; not faults.
+    pub notices: Vec<InputFault>,
 }
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
@@ -159,9 +162,6 @@ pub fn prepare(
     if let Some(m) = &manifest {
         m.check_containers(&expanded.containers)
             .map_err(manifest_error)?;
-        if let Some(notice) = attributes_not_carried(m, &expanded.manifest) {
-            report(&notice);
-        }
     }
     if let Some(e) = expanded.multiple_manifests() {
         return Err(e.into());
@@ -188,7 +188,13 @@ pub fn prepare(
     .map_err(manifest_error)?;
     let undecodable_snapshots = scans.iter().map(|s| s.invalid_snapshot_packets).sum();
     let readable_inputs = scans.iter().filter(|s| s.packets > 0).count();
+    let notices = manifest
+        .as_ref()
+        .and_then(|m| attributes_not_carried(m, &expanded.manifest))
+        .into_iter()
+        .collect();
     Ok(Prepared {
+        notices,
         inputs: expanded.traces,
         plan,
         faults,
@@ -201,8 +207,8 @@ pub fn prepare(
 /// The manifest's `attributes` annotate an archive; the trace processor
 /// shows them as `manifest_attribute.*` metadata only when it reads the
 /// manifest itself, and a protobuf trace has no field it reads as such:
-/// the user learns they stay behind (a notice, not a fault: nothing of
-/// the traces is lost, and `--strict` does not refuse the merge).
+/// a merge says they stay behind (a notice, not a fault: nothing of the
+/// traces is lost, and `--strict` does not refuse the merge).
 fn attributes_not_carried(m: &Manifest, source: &Option<(String, String)>) -> Option<InputFault> {
     if m.attributes.is_empty() {
         return None;
@@ -243,6 +249,7 @@ pub(crate) fn merge_with_scan_threads(
         undecodable_snapshots,
         readable_inputs,
         packets,
+        notices,
     } = prepare(
         &opts.inputs,
         opts.manifest.as_deref(),
@@ -250,6 +257,9 @@ pub(crate) fn merge_with_scan_threads(
         opts.strict,
         report,
     )?;
+    for notice in &notices {
+        report(notice);
+    }
     if readable_inputs == 0 && !faults.is_empty() {
         // Each input failed (and was reported): nothing to merge, no output.
         let mut bad: Vec<String> = faults.iter().map(|f| f.display.clone()).collect();

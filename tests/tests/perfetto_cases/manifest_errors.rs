@@ -388,3 +388,30 @@ fn attributes_are_accepted_and_said_to_stay_behind() {
     assert_eq!(notices.len(), 1, "{}", m.stderr);
     assert_eq!(m.slices.len(), 1, "the trace is merged: {:?}", m.slices);
 }
+
+/// `tracesync clocks` writes no trace: it says nothing of the attributes.
+#[test]
+fn attributes_notice_is_the_merges_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("app.pb");
+    std::fs::write(
+        &trace,
+        tracesync_tests::build::encode_trace(&solo("json_slice")),
+    )
+    .unwrap();
+    let manifest = dir.path().join("perfetto_manifest.json");
+    let text = json!({"perfetto_manifest": {"version": 1, "attributes": {"run_id": 42}}});
+    std::fs::write(&manifest, text.to_string()).unwrap();
+    let o = tracesync_tests::run::tracesync(&[
+        "clocks",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
