@@ -170,21 +170,30 @@ fn tv5_equal_values_are_not_regressions() {
     assert_eq!(ts_of(&r, MONOC, 55), Some(110));
 }
 
+/// TV-6's snapshots: MONOTONIC against BOOTTIME, then on sequence 1 clock
+/// 64 in ns, 65 in µs and 66 incremental in µs against MONOTONIC.
+fn tv6_snapshots() -> [Packet; 2] {
+    use build::SnapshotClockSpec as C;
+    [
+        build::clock_snapshot_ext(1, &[C::ns(MONO, 1000), C::ns(BT, 100000)], None),
+        build::clock_snapshot_ext(
+            1,
+            &[
+                C::ns(MONO, 10000),
+                C::ns(64, 100000),
+                C::unit(65, 100, 1000),
+                C::incremental(66, 10, 1000),
+            ],
+            None,
+        ),
+    ]
+}
+
 #[test]
 fn tv6_sequence_scoped_and_incremental_clocks() {
     use build::SnapshotClockSpec as C;
-    let base = build::clock_snapshot_ext(1, &[C::ns(MONO, 1000), C::ns(BT, 100000)], None);
     // a=(seq1,64) ns; b=(seq1,65) µs; c=(seq1,66) µs incremental; d=(seq2,64) µs incremental.
-    let s1 = build::clock_snapshot_ext(
-        1,
-        &[
-            C::ns(MONO, 10000),
-            C::ns(64, 100000),
-            C::unit(65, 100, 1000),
-            C::incremental(66, 10, 1000),
-        ],
-        None,
-    );
+    let [base, s1] = tv6_snapshots();
     let mut p = vec![base, s1, event_on(1, 64, 150000), event_on(1, 65, 150)];
     // c deltas 1, 1, 1, 2 -> 11, 12, 13, 15 µs on MONO -> BT.
     for d in [1, 1, 1, 2] {
@@ -531,19 +540,8 @@ fn undecodable_snapshot_is_counted() {
 /// clocks have none.
 #[test]
 fn clocks_rows_of_one_snapshot_share_their_trace_time() {
-    use build::SnapshotClockSpec as C;
     let dir = tempfile::tempdir().unwrap();
-    let base = build::clock_snapshot_ext(1, &[C::ns(MONO, 1000), C::ns(BT, 100000)], None);
-    let s1 = build::clock_snapshot_ext(
-        1,
-        &[
-            C::ns(MONO, 10000),
-            C::ns(64, 100000),
-            C::unit(65, 100, 1000),
-            C::incremental(66, 10, 1000),
-        ],
-        None,
-    );
+    let [base, s1] = tv6_snapshots();
     let path = write(dir.path(), "t.pftrace", &[base, s1, event(BT, 150000)]);
     let o = tracesync_tests::run::tracesync(&["clocks", "--json", path.to_str().unwrap()]);
     assert_eq!(

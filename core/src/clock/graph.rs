@@ -28,8 +28,6 @@ use super::ClockNode;
 mod cache;
 mod convert;
 #[cfg(test)]
-mod later_vectors;
-#[cfg(test)]
 mod tests;
 
 use cache::ConversionCache;

@@ -6,6 +6,8 @@ use tracesync_protocol::clock_ids::{
     BOOTTIME, MONOTONIC, MONOTONIC_COARSE, MONOTONIC_RAW, REALTIME,
 };
 
+mod later_vectors;
+
 const RT: ClockNode = ClockNode::new(0, 0, 0, REALTIME);
 const MONO: ClockNode = ClockNode::new(0, 0, 0, MONOTONIC);
 const MONOC: ClockNode = ClockNode::new(0, 0, 0, MONOTONIC_COARSE);

@@ -4,29 +4,6 @@
 //! randomised snapshot series. Each test is named after Perfetto's.
 
 use super::*;
-use tracesync_protocol::clock_ids::{
-    BOOTTIME, MONOTONIC, MONOTONIC_COARSE, MONOTONIC_RAW, REALTIME,
-};
-
-const RT: ClockNode = ClockNode::new(0, 0, 0, REALTIME);
-const MONO: ClockNode = ClockNode::new(0, 0, 0, MONOTONIC);
-const MONOC: ClockNode = ClockNode::new(0, 0, 0, MONOTONIC_COARSE);
-const RAW: ClockNode = ClockNode::new(0, 0, 0, MONOTONIC_RAW);
-const BT: ClockNode = ClockNode::new(0, 0, 0, BOOTTIME);
-
-fn graph() -> ClockGraph {
-    let mut g = ClockGraph::new();
-    g.set_trace_time_clock(BT);
-    g
-}
-
-fn snap(g: &mut ClockGraph, clocks: &[(ClockNode, u64)]) {
-    let clocks: Vec<_> = clocks
-        .iter()
-        .map(|&(n, v)| SnapshotClock::ns(n, v))
-        .collect();
-    g.add_snapshot(&clocks, EdgeOrigin::Snapshot).unwrap();
-}
 
 fn convert(g: &mut ClockGraph, src: ClockNode, v: i64, dst: ClockNode) -> i64 {
     g.convert(src, v as u64, dst)
@@ -35,7 +12,7 @@ fn convert(g: &mut ClockGraph, src: ClockNode, v: i64, dst: ClockNode) -> i64 {
 
 #[test]
 fn chained_resolution_hard() {
-    let mut g = graph();
+    let mut g = trace_graph();
     // MONOTONIC_COARSE = MONOTONIC_RAW - 1; MONOTONIC = MONOTONIC_COARSE - 50.
     snap(&mut g, &[(RAW, 10), (MONOC, 9)]);
     snap(&mut g, &[(MONOC, 100), (MONO, 50)]);
@@ -65,7 +42,7 @@ fn chained_resolution_hard() {
 
 #[test]
 fn three_hop_conversion() {
-    let mut g = graph();
+    let mut g = trace_graph();
     // REALTIME -> MONOTONIC_RAW -> MONOTONIC -> BOOTTIME.
     snap(&mut g, &[(RT, 1000), (RAW, 100)]);
     snap(&mut g, &[(RAW, 200), (MONO, 3000)]);
@@ -118,7 +95,7 @@ fn cached_equals_walked(g: &mut ClockGraph, rnd: &mut MinStd, pairs: &[(ClockNod
 
 #[test]
 fn cache_doesnt_affect_results() {
-    let mut g = graph();
+    let mut g = trace_graph();
     let mut rnd = MinStd(1);
     let (mut mono, mut boot, mut raw) = (0, 0, 0);
     for _ in 0..1000 {
@@ -138,7 +115,7 @@ fn cache_doesnt_affect_results() {
 
 #[test]
 fn cache_doesnt_affect_results_two_step() {
-    let mut g = graph();
+    let mut g = trace_graph();
     let mut rnd = MinStd(1);
     let (mut raw, mut mono, mut boot) = (0, 0, 0);
     for _ in 0..1000 {
