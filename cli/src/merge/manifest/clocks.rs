@@ -99,13 +99,12 @@ impl Manifest {
     ) -> Result<(), ManifestError> {
         let ckey = join(key, "clocks");
         if c.clock.is_none() {
-            if ff.has_other_machines() {
+            if let Some(others) = ff.other_machines() {
                 return Err(err(
                     ckey,
                     format!(
-                        "a `clocks` override applies only to a single-machine file when it names no source `clock`, but '{}' has {}; name the clock with clocks.clock and the machine with clocks.machine",
-                        e.path,
-                        ff.other_machines()
+                        "a `clocks` override applies only to a single-machine file when it names no source `clock`, but '{}' has {others}; name the clock with clocks.clock and the machine with clocks.machine",
+                        e.path
                     ),
                 ));
             }

@@ -23,30 +23,28 @@ impl FileFacts {
         self.embedded_machine_ids.len() > 1
     }
 
-    /// Whether anything in the file is of a machine other than its own:
-    /// a packet with a nonzero machine id, or a RemoteClockSync. Perfetto
-    /// refuses a `machine` override, and a `clocks` override that pins a
-    /// clockless file, at the first such packet (its
-    /// CheckManifestSingleMachine), even when every packet carries the
-    /// same nonzero id.
-    pub(super) fn has_other_machines(&self) -> bool {
-        self.has_remote_clock_sync || self.embedded_machine_ids.iter().any(|&id| id != 0)
-    }
-
-    /// What [`Self::has_other_machines`] found, for a message.
-    pub(super) fn other_machines(&self) -> String {
-        let ids = self.embedded_machine_ids.iter().any(|&id| id != 0);
-        match (ids, self.has_remote_clock_sync) {
-            (true, false) => format!(
-                "embedded machine ids {}",
-                list_ids(&self.embedded_machine_ids)
-            ),
-            (true, true) => format!(
-                "embedded machine ids {}, RemoteClockSync packets",
-                list_ids(&self.embedded_machine_ids)
-            ),
-            _ => "RemoteClockSync packets".to_owned(),
-        }
+    /// What in the file is of a machine other than its own, for a
+    /// message: packets with a nonzero machine id, RemoteClockSync packets
+    /// (None if neither). Perfetto refuses a `machine` override, and a
+    /// `clocks` override that pins a clockless file, at the first such
+    /// packet (its CheckManifestSingleMachine), even when every packet
+    /// carries the same nonzero id.
+    pub(super) fn other_machines(&self) -> Option<String> {
+        let ids = self
+            .embedded_machine_ids
+            .iter()
+            .any(|&id| id != 0)
+            .then(|| {
+                format!(
+                    "embedded machine ids {}",
+                    list_ids(&self.embedded_machine_ids)
+                )
+            });
+        let sync = self
+            .has_remote_clock_sync
+            .then_some("RemoteClockSync packets".to_owned());
+        let found: Vec<String> = ids.into_iter().chain(sync).collect();
+        (!found.is_empty()).then(|| found.join(", "))
     }
 }
 
@@ -148,13 +146,14 @@ impl Manifest {
                     "overrides are not supported for trace files which are themselves archives or perfetto_manifest files",
                 ));
             }
-            if e.machine.is_some() && ff.has_other_machines() {
+            if e.machine.is_some()
+                && let Some(others) = ff.other_machines()
+            {
                 return Err(err(
                     join(&key, "machine"),
                     format!(
-                        "'{}' is a multi-machine trace ({}). Replace `machine` with a `machines` block",
-                        e.path,
-                        ff.other_machines()
+                        "'{}' is a multi-machine trace ({others}). Replace `machine` with a `machines` block",
+                        e.path
                     ),
                 ));
             }
