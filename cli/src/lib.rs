@@ -196,6 +196,17 @@ pub fn main() -> ExitCode {
             machine_per_file,
             inputs,
         } => {
+            // A capture directory (as `merge DIR` reads it): its rolled files.
+            let inputs = match merge::capture::detect(&inputs) {
+                Ok(Some(capture)) if capture.dir.is_some() => {
+                    capture.files.into_iter().map(|f| f.path).collect()
+                }
+                Err(e) => {
+                    eprintln!("tracesync: error: {e}");
+                    return ExitCode::from(e.code);
+                }
+                _ => inputs,
+            };
             match prepare(
                 &inputs,
                 manifest.as_deref(),

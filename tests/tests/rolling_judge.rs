@@ -246,3 +246,33 @@ fn every_rolled_file_opens_alone_in_trace_processor() {
         judge(f);
     }
 }
+
+/// `tracesync clocks DIR` reads a capture directory as `merge DIR` does:
+/// the same rows as its rolled files named one by one.
+#[test]
+fn clocks_of_a_capture_dir_are_its_rolled_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = RollingConfig {
+        max_file_bytes: 12 << 10,
+        retain_age: Duration::ZERO,
+        ..RollingConfig::new(dir.path())
+    };
+    let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let (mut w, _) = RollingWriter::open_at(config, now).expect("open");
+    feed(&mut w, 0, 300, now);
+    w.close().expect("close");
+    let files = rolled(dir.path());
+    assert!(files.len() >= 2, "{files:?}");
+    let clocks = |inputs: &[&Path]| {
+        let mut args = vec!["clocks", "--json"];
+        args.extend(inputs.iter().map(|p| p.to_str().unwrap()));
+        let o = tracesync_tests::run::tracesync(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {stderr}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let by_dir = clocks(&[dir.path()]);
+    let named: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    assert!(by_dir.lines().count() > 0);
+    assert_eq!(by_dir, clocks(&named));
+}
