@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use tracesync_daemon::control::{TailFormat, TimeMode};
+use tracesync_core::control::{TailFormat, TimeMode};
 
 use crate::connect::DEFAULT_CONTROL;
 use crate::merge::output::Format;

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use tracesync_capture::names::writing_order;
 
 use hdrhistogram::Histogram;
 use prost::Message;
@@ -134,13 +135,15 @@ pub fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, CheckError> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "pftrace"))
         .collect();
-    files.sort_by_key(|p| {
-        // tracesync-<stamp>-<seq>.pftrace: order by seq.
-        p.file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|s| s.rsplit('-').next())
-            .and_then(|s| s.parse::<u64>().ok())
-            .unwrap_or(u64::MAX)
+    let name = |p: &PathBuf| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    files.sort_by_cached_key(|p| {
+        let name = name(p);
+        (writing_order(&name).0, name)
     });
     Ok(files)
 }

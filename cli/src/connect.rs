@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use tracesync_common::exit;
-use tracesync_daemon::control::Request;
+use tracesync_core::control::Request;
 
 /// Where `tracesyncd` listens by default.
 pub const DEFAULT_CONTROL: &str = "/run/tracesync/control.sock";

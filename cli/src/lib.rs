@@ -32,7 +32,7 @@ use tracesync_common::exit;
 use args::{Cli, Command, PkiCommand};
 use connect::{DEFAULT_CONTROL, Target};
 use merge::{MergeOptions, merge, prepare};
-use tracesync_daemon::control::TailFormat;
+use tracesync_core::control::TailFormat;
 
 pub fn main() -> ExitCode {
     let cli = match exit::parse_args::<Cli>() {

@@ -11,7 +11,7 @@ use super::connect::{self, Target};
 use crate::merge::window::TimeSpec;
 use crate::tail_dir::{TailOptions, known_list};
 use tracesync_common::exit;
-use tracesync_daemon::control::{HISTORY_PACKETS, NOTICE_FIELD, Request, Since, TailFormat};
+use tracesync_core::control::{HISTORY_PACKETS, NOTICE_FIELD, Request, Since, TailFormat};
 
 /// Follows the daemon's stream until it ends.
 pub fn run_socket(target: &Target, opts: TailOptions) -> u8 {
@@ -215,7 +215,7 @@ impl PerfettoFraming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracesync_daemon::control::request::lag_notice_record;
+    use tracesync_core::control::lag_notice_record;
 
     #[test]
     fn framing_passes_packets_and_stops_at_the_notice() {

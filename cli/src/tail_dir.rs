@@ -14,9 +14,9 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use tracesync_common::exit;
+use tracesync_core::control::wall_minus_boot_of;
+use tracesync_core::control::{MachineFilter, PacketFormatter, TailFormat, TimeMode};
 use tracesync_core::live::OutPacket;
-use tracesync_daemon::control::format::wall_minus_boot_of;
-use tracesync_daemon::control::{MachineFilter, PacketFormatter, TailFormat, TimeMode};
 use tracesync_protocol::reader::TraceReader;
 use tracesync_protocol::scan::scan_packet;
 

@@ -21,8 +21,11 @@
 //!   packet (`tracesync refine`).
 //! - [`jsonl`]: the jsonl record of a resolved packet.
 //! - [`status`]: the daemon's status report.
+//! - [`control`]: the control socket's requests, and how a tail shows a
+//!   packet (text or jsonl), live or read back from the files.
 
 pub mod clock;
+pub mod control;
 mod hash;
 pub mod jsonl;
 pub mod live;

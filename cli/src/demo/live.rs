@@ -15,8 +15,8 @@ use nix::unistd::Pid;
 
 use crate::check::{self, CheckReport};
 use crate::connect::{self, Target};
+use tracesync_core::control::Request;
 use tracesync_core::status::StatusReport;
-use tracesync_daemon::control::Request;
 
 #[derive(Clone, Debug)]
 pub struct LiveDemoOptions {

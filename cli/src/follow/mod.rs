@@ -1,5 +1,5 @@
 //! `tracesync tail DIR`: follows the daemon's rolling files as they grow and
-//! rotate (DESIGN.md §4).
+//! rotate (the capture directory's format: `tracesync_capture`).
 //!
 //! It starts at the beginning of the newest file, or of the file it is
 //! given (`tail -n`/`--since`, cli/src/tail_dir.rs; a preamble makes every
@@ -24,6 +24,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tracesync_capture::index::Index;
+use tracesync_capture::names::writing_order;
 use tracesync_protocol::reader::TraceReader;
 
 use resolve::{FileResolver, SeenPackets};
@@ -46,8 +48,9 @@ pub struct Listing {
     pub preamble_packets: HashMap<String, u64>,
 }
 
-/// Lists `dir`: `*.pftrace` files and the names index.jsonl mentions (an
-/// unreadable or partly written index line is ignored).
+/// Lists `dir`: `*.pftrace` files and the files index.jsonl names (an
+/// index line that does not parse, or names a file outside `dir`, is
+/// ignored).
 pub fn list(dir: &Path) -> io::Result<Listing> {
     let mut files = HashSet::new();
     for entry in std::fs::read_dir(dir)? {
@@ -60,49 +63,30 @@ pub fn list(dir: &Path) -> io::Result<Listing> {
     }
     let mut complete = HashSet::new();
     let mut preamble_packets = HashMap::new();
-    match std::fs::read_to_string(dir.join("index.jsonl")) {
-        Ok(index) => {
-            for line in index.lines() {
-                let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
-                    continue;
-                };
-                let Some(name) = entry.get("name").and_then(|n| n.as_str()) else {
-                    continue;
-                };
-                // Only plain names: the index must not point outside DIR.
-                if name.contains('/') || name.starts_with('.') {
-                    continue;
-                }
-                if let Some(n) = entry.get("preamble_packets").and_then(|p| p.as_u64()) {
-                    preamble_packets.insert(name.to_owned(), n);
-                }
-                if entry.get("complete").and_then(|c| c.as_bool()) == Some(true) {
-                    complete.insert(name.to_owned());
-                } else {
-                    // An index line rewritten later may clear the mark.
-                    complete.remove(name);
-                }
-                if dir.join(name).exists() {
-                    files.insert(name.to_owned());
-                }
-            }
+    for entry in Index::read(dir)?.entries {
+        if !entry.is_plain_name() {
+            continue;
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+        if let Some(n) = entry.preamble_packets {
+            preamble_packets.insert(entry.name.clone(), n);
+        }
+        if entry.complete {
+            complete.insert(entry.name.clone());
+        } else {
+            // An index line rewritten later may clear the mark.
+            complete.remove(&entry.name);
+        }
+        if dir.join(&entry.name).exists() {
+            files.insert(entry.name);
+        }
     }
     let mut files: Vec<String> = files.into_iter().collect();
-    files.sort_by(|a, b| (file_seq(a), a).cmp(&(file_seq(b), b)));
+    files.sort_by(|a, b| writing_order(a).cmp(&writing_order(b)));
     Ok(Listing {
         files,
         complete,
         preamble_packets,
     })
-}
-
-/// The `<seq>` of `tracesync-<start>-<seq>.pftrace`, if the name has one.
-fn file_seq(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(".pftrace")?;
-    stem.rsplit('-').next()?.parse().ok()
 }
 
 #[derive(Debug)]
@@ -328,7 +312,7 @@ impl DirFollower {
             None => listing
                 .files
                 .iter()
-                .filter(|f| (file_seq(f), *f) > (file_seq(&cur.name), &cur.name))
+                .filter(|f| writing_order(f) > writing_order(&cur.name))
                 .collect(),
         };
         let settled = cur.broken || cur.eof_at == Some(len) || listing.complete.contains(&cur.name);

@@ -6,18 +6,14 @@
 //! of a sequence the journal does not name keeps its file's name.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracesync_capture::journal::read_dir_journal;
 use tracesync_core::live::{OWN_SEQUENCE_ID, OutPacket};
 use tracesync_core::sync_quality::is_quality_seq;
-use tracesync_daemon::rolling::{JOURNAL_NAME, parse_journal};
 
-/// The journal is read back at most this much (a corrupt or hostile one
-/// is cut there; what it holds is only a naming).
-const MAX_JOURNAL_BYTES: u64 = 256 << 20;
 /// An unknown sequence reads the journal again at most this often.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
 /// Labels cached at most (then the cache starts afresh).
@@ -36,13 +32,10 @@ impl SourceLabels {
     /// Reads `dir`'s journal (a missing or unreadable one names nothing).
     pub fn load(&mut self, dir: &Path) {
         self.loaded_at = Some(Instant::now());
-        let mut bytes = Vec::new();
-        let read = std::fs::File::open(dir.join(JOURNAL_NAME))
-            .and_then(|f| f.take(MAX_JOURNAL_BYTES).read_to_end(&mut bytes));
-        if read.is_err() {
+        let Ok(Some(journal)) = read_dir_journal(dir) else {
             return;
-        }
-        for s in parse_journal(&bytes).streams.into_values() {
+        };
+        for s in journal.streams.into_values() {
             self.relay_sequence.insert(s.out_seq, s.relay_sequence);
         }
     }

@@ -14,12 +14,14 @@
 //! `src` from the directory's journal as `tail DIR` names them
 //! (`crate::follow::sources`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tracesync_capture::index::Index;
+use tracesync_capture::names;
 use tracesync_common::exit;
 use tracesync_core::live::{OutPacket, Role};
 use tracesync_protocol::reader::{FileReadError, TraceFile};
@@ -65,19 +67,6 @@ impl CaptureError {
     }
 }
 
-/// Whether `name` is a rolled file's name (`tracesync-<start>-<seq>.pftrace`).
-pub fn is_rolled_name(name: &str) -> bool {
-    let Some(stem) = name
-        .strip_prefix("tracesync-")
-        .and_then(|s| s.strip_suffix(".pftrace"))
-    else {
-        return false;
-    };
-    let mut parts = stem.rsplitn(2, '-');
-    let seq = parts.next().unwrap_or("");
-    parts.next().is_some() && seq.len() >= 6 && seq.bytes().all(|b| b.is_ascii_digit())
-}
-
 /// The capture `inputs` name: one directory, or rolled files only. None
 /// for any other inputs (an ordinary merge).
 pub fn detect(inputs: &[PathBuf]) -> Result<Option<Capture>, CaptureError> {
@@ -91,7 +80,7 @@ pub fn detect(inputs: &[PathBuf]) -> Result<Option<Capture>, CaptureError> {
             p.is_file()
                 && p.file_name()
                     .and_then(|n| n.to_str())
-                    .is_some_and(is_rolled_name)
+                    .is_some_and(names::is_rolled)
         });
     if !rolled {
         return Ok(None);
@@ -105,16 +94,10 @@ pub fn detect(inputs: &[PathBuf]) -> Result<Option<Capture>, CaptureError> {
                 .unwrap_or("")
                 .to_owned();
             let index = p.parent().map(read_index).unwrap_or_default();
-            let (preamble_packets, last_ts) = index.get(&name).copied().unwrap_or_default();
-            CaptureFile {
-                path: p.clone(),
-                name,
-                preamble_packets,
-                last_ts,
-            }
+            CaptureFile::new(p.clone(), name, &index)
         })
         .collect();
-    files.sort_by(|a, b| (file_seq(&a.name), &a.name).cmp(&(file_seq(&b.name), &b.name)));
+    files.sort_by(|a, b| names::writing_order(&a.name).cmp(&names::writing_order(&b.name)));
     files.dedup_by(|a, b| a.path == b.path);
     let dir = inputs
         .first()
@@ -122,17 +105,9 @@ pub fn detect(inputs: &[PathBuf]) -> Result<Option<Capture>, CaptureError> {
         .map(Path::to_path_buf);
     let names = dir
         .as_deref()
-        .map(|d| read_index_with_names(d).1)
+        .map(|d| read_index(d).machine_names())
         .unwrap_or_default();
     Ok(Some(Capture { files, names, dir }))
-}
-
-fn file_seq(name: &str) -> Option<u64> {
-    name.strip_suffix(".pftrace")?
-        .rsplit('-')
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// The capture in directory `dir`.
@@ -148,7 +123,7 @@ pub fn from_dir(dir: &Path) -> Result<Capture, CaptureError> {
     let rolled: Vec<String> = listing
         .files
         .into_iter()
-        .filter(|name| is_rolled_name(name))
+        .filter(|name| names::is_rolled(name))
         .collect();
     if rolled.is_empty() {
         return Err(CaptureError::new(
@@ -159,71 +134,34 @@ pub fn from_dir(dir: &Path) -> Result<Capture, CaptureError> {
             ),
         ));
     }
-    let (index, names) = read_index_with_names(dir);
+    let index = read_index(dir);
     let files = rolled
         .into_iter()
-        .map(|name| {
-            let (preamble_packets, last_ts) = index.get(&name).copied().unwrap_or_default();
-            CaptureFile {
-                path: dir.join(&name),
-                name,
-                preamble_packets,
-                last_ts,
-            }
-        })
+        .map(|name| CaptureFile::new(dir.join(&name), name, &index))
         .collect();
     Ok(Capture {
         files,
-        names,
+        names: index.machine_names(),
         dir: Some(dir.to_path_buf()),
     })
 }
 
-/// index.jsonl of `dir`: per file name, its preamble packets and last_ts
-/// (lines that do not parse are skipped, as `tail DIR` does).
-fn read_index(dir: &Path) -> HashMap<String, (Option<u64>, Option<i64>)> {
-    read_index_with_names(dir).0
+/// index.jsonl of `dir`; an unreadable one is empty, as `tail DIR` takes it
+/// (the files are still read, their preambles told by content).
+fn read_index(dir: &Path) -> Index {
+    Index::read(dir).unwrap_or_default()
 }
 
-type IndexFacts = (
-    HashMap<String, (Option<u64>, Option<i64>)>,
-    Vec<(u32, String)>,
-);
-
-fn read_index_with_names(dir: &Path) -> IndexFacts {
-    let mut out = HashMap::new();
-    let mut names = Vec::new();
-    let Ok(text) = std::fs::read_to_string(dir.join("index.jsonl")) else {
-        return (out, names);
-    };
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let Some(name) = v.get("name").and_then(|n| n.as_str()) else {
-            continue;
-        };
-        let preamble = v.get("preamble_packets").and_then(|p| p.as_u64());
-        let last = v.get("last_ts").and_then(|p| p.as_i64());
-        out.insert(name.to_owned(), (preamble, last));
-        for m in v
-            .get("machines")
-            .and_then(|m| m.as_array())
-            .into_iter()
-            .flatten()
-        {
-            if let (Some(id), Some(n)) = (
-                m.get("raw_id")
-                    .and_then(|i| i.as_u64())
-                    .and_then(|i| u32::try_from(i).ok()),
-                m.get("name").and_then(|n| n.as_str()),
-            ) && !names.iter().any(|(i, _)| *i == id)
-            {
-                names.push((id, n.to_owned()));
-            }
+impl CaptureFile {
+    fn new(path: PathBuf, name: String, index: &Index) -> Self {
+        let entry = index.entry(&name);
+        Self {
+            path,
+            preamble_packets: entry.and_then(|e| e.preamble_packets),
+            last_ts: entry.and_then(|e| e.last_ts),
+            name,
         }
     }
-    (out, names)
 }
 
 impl Capture {
@@ -420,19 +358,5 @@ impl<'a> CapturePackets<'a> {
         };
         self.in_replay = later && file.preamble_packets.is_none();
         Ok(true)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rolled_names() {
-        assert!(is_rolled_name("tracesync-20231114T221320Z-000001.pftrace"));
-        assert!(is_rolled_name("tracesync-20231114T221320Z-1234567.pftrace"));
-        assert!(!is_rolled_name("tracesync-20231114T221320Z-01.pftrace"));
-        assert!(!is_rolled_name("trace.pftrace"));
-        assert!(!is_rolled_name("tracesync-x-000001.pftrace.sync.jsonl"));
     }
 }

@@ -11,9 +11,9 @@ use std::path::Path;
 
 use serde::Serialize;
 use tracesync_common::exit;
+use tracesync_core::control::{MachineFilter, PacketFormatter, TailFormat};
 use tracesync_core::live::Role;
 use tracesync_core::preamble::{PreambleLimits, PreambleState};
-use tracesync_daemon::control::{MachineFilter, PacketFormatter, TailFormat};
 use tracesync_protocol::wire;
 
 use super::capture::{Capture, CaptureError, CapturePackets};

@@ -29,8 +29,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use tracesync_capture::lock;
 use tracesync_common::exit;
-use tracesync_daemon::server::output_lock;
 
 use crate::merge::capture::{CaptureError, from_dir};
 use rewrite::{MachineFigures, Rewriter};
@@ -118,7 +118,7 @@ fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), C
             },
         });
     }
-    if let Some(pid) = output_lock::holder(dir) {
+    if let Some(pid) = lock::holder(dir) {
         let holder = pid.map_or("a running tracesyncd".to_owned(), |p| {
             format!("tracesyncd pid {p}")
         });

@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use tracesync_capture::index::{self, Index, IndexEntry};
+use tracesync_capture::journal::{self, read_dir_journal};
+use tracesync_capture::names::{INDEX_NAME, JOURNAL_NAME};
+use tracesync_capture::sidecar::sidecar_name;
 use tracesync_common::exit;
-use tracesync_daemon::rolling::{
-    INDEX_NAME, IndexEntry, JOURNAL_NAME, SYNC_SIDECAR_SUFFIX, compacted_journal, parse_journal,
-};
 
 use super::rewrite::FileOut;
 use crate::merge::capture::{Capture, CaptureError};
@@ -95,25 +96,24 @@ impl Staging {
             code: exit::IOERR,
         };
         for f in &capture.files {
-            let sidecar = format!("{}{SYNC_SIDECAR_SUFFIX}", f.name);
+            let sidecar = sidecar_name(&f.name);
             let from = self.dir.join(&sidecar);
             if from.is_file() {
                 std::fs::copy(&from, self.temp.join(&sidecar)).map_err(|e| io_err(&from, e))?;
             }
         }
-        let index = self.index(capture, written);
-        write_synced(&self.temp.join(INDEX_NAME), index.as_bytes())
+        let index = index::encode(&self.index(capture, written))
+            .map_err(|e| io_err(&self.temp.join(INDEX_NAME), std::io::Error::other(e)))?;
+        write_synced(&self.temp.join(INDEX_NAME), &index)
             .map_err(|e| io_err(&self.temp.join(INDEX_NAME), e))?;
         if let (Some(last), Some(out)) = (capture.files.last(), written.last())
-            && let Ok(bytes) = std::fs::read(self.dir.join(JOURNAL_NAME))
+            && let Ok(Some(state)) = read_dir_journal(&self.dir)
+            && state.records > 0
         {
-            let state = parse_journal(&bytes);
-            if state.records > 0 {
-                let journal = compacted_journal(&state, &last.name, out.bytes)
-                    .map_err(|e| io_err(&self.dir.join(JOURNAL_NAME), e))?;
-                write_synced(&self.temp.join(JOURNAL_NAME), &journal)
-                    .map_err(|e| io_err(&self.temp.join(JOURNAL_NAME), e))?;
-            }
+            let journal = journal::compacted(&state, &last.name, out.bytes)
+                .map_err(|e| io_err(&self.dir.join(JOURNAL_NAME), e))?;
+            write_synced(&self.temp.join(JOURNAL_NAME), &journal)
+                .map_err(|e| io_err(&self.temp.join(JOURNAL_NAME), e))?;
         }
         sync_dir(&self.temp).map_err(|e| io_err(&self.temp, e))?;
         if self.out.is_dir() {
@@ -134,16 +134,14 @@ impl Staging {
 
     /// index.jsonl of the refined files: DIR's lines with the new lengths,
     /// preamble and trace times; a line made for a file DIR's index lacked.
-    fn index(&self, capture: &Capture, written: &[FileOut]) -> String {
-        let mut old: HashMap<String, IndexEntry> = HashMap::new();
-        if let Ok(text) = std::fs::read_to_string(self.dir.join(INDEX_NAME)) {
-            for line in text.lines() {
-                if let Ok(e) = serde_json::from_str::<IndexEntry>(line) {
-                    old.insert(e.name.clone(), e);
-                }
-            }
-        }
-        let mut out = String::new();
+    fn index(&self, capture: &Capture, written: &[FileOut]) -> Vec<IndexEntry> {
+        let mut old: HashMap<String, IndexEntry> = Index::read(&self.dir)
+            .unwrap_or_default()
+            .entries
+            .into_iter()
+            .map(|e| (e.name.clone(), e))
+            .collect();
+        let mut out = Vec::new();
         for (f, w) in capture.files.iter().zip(written) {
             let mut e = old
                 .remove(&f.name)
@@ -151,12 +149,11 @@ impl Staging {
             e.bytes = w.bytes;
             e.packets = w.packets;
             e.preamble_bytes = w.preamble_bytes;
-            e.preamble_packets = w.preamble_packets;
+            e.preamble_packets = Some(w.preamble_packets);
             e.first_ts = w.first_ts;
             e.last_ts = w.last_ts;
             e.complete = true;
-            out.push_str(&serde_json::to_string(&e).expect("index entry serializes"));
-            out.push('\n');
+            out.push(e);
         }
         out
     }

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 
+use tracesync_capture::sidecar;
 use tracesync_core::refine::Placement;
 use tracesync_core::sync::EstimatorConfig;
 use tracesync_core::sync::smoother::{Exchange, Sides, Smoother};
@@ -61,9 +61,7 @@ pub fn read_exchanges(
     let mut counts = SidecarCounts::default();
     let mut total = 0usize;
     for f in &capture.files {
-        let mut name = f.path.as_os_str().to_owned();
-        name.push(".sync.jsonl");
-        let path = Path::new(&name);
+        let path = &sidecar::sidecar_path(&f.path);
         let Ok(file) = std::fs::File::open(path) else {
             continue;
         };
@@ -96,7 +94,7 @@ pub fn read_exchanges(
 }
 
 fn parse_line(line: &[u8]) -> Option<(u32, Exchange)> {
-    let s: tracesync_core::sync::ProbeSample = serde_json::from_slice(line).ok()?;
+    let s = sidecar::parse_line(line)?;
     let t = [s.t1, s.t2, s.t3, s.t4];
     // An exchange: the reply after the probe on both clocks.
     if s.t1 > s.t4 || s.t2 > s.t3 || s.machine_raw_id == 0 {

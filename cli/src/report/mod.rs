@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
+use tracesync_capture::sidecar;
 use tracesync_common::exit;
 use tracesync_core::live::Role;
 use tracesync_core::sync_quality::{QualityTrack, read_sample};
@@ -87,19 +88,11 @@ const LATE_SLACK_NS: i64 = 2_000;
 fn probe_samples(capture: &Capture) -> BTreeMap<u32, u64> {
     let mut out = BTreeMap::new();
     for f in &capture.files {
-        let mut name = f.path.as_os_str().to_owned();
-        name.push(".sync.jsonl");
-        let Ok(text) = std::fs::read_to_string(&name) else {
+        let Ok(text) = std::fs::read(sidecar::sidecar_path(&f.path)) else {
             continue;
         };
-        for line in text.lines() {
-            let id = serde_json::from_str::<serde_json::Value>(line)
-                .ok()
-                .and_then(|v| v.get("machine_raw_id")?.as_u64())
-                .and_then(|id| u32::try_from(id).ok());
-            if let Some(id) = id {
-                *out.entry(id).or_default() += 1;
-            }
+        for sample in text.split(|&b| b == b'\n').filter_map(sidecar::parse_line) {
+            *out.entry(sample.machine_raw_id).or_default() += 1;
         }
     }
     out

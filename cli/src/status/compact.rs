@@ -2,8 +2,8 @@
 //! columns (like `chronyc sources`), then the problems only, each wrapped
 //! to 80 columns. `-v` adds the legend ([`LEGEND`]) and the full table.
 
+use tracesync_core::control::human_ns;
 use tracesync_core::status::{MachineStatus, StatusReport};
-use tracesync_daemon::control::format::human_ns;
 
 use super::{aligned, name, problems};
 

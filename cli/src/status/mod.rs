@@ -6,10 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::connect::{self, Target};
 use tracesync_common::exit;
+use tracesync_core::control::Request;
+use tracesync_core::control::human_ns;
 use tracesync_core::status::{MachineStatus, StatusReport};
 use tracesync_core::sync::sessions::MachineSync;
-use tracesync_daemon::control::Request;
-use tracesync_daemon::control::format::human_ns;
 use tracesync_protocol::text::escape_control;
 
 /// Longest status line accepted.

@@ -23,8 +23,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracesync_core::live::{OutPacket, Stamped};
 
-/// Packets held at most.
-pub const HISTORY_PACKETS: usize = 4096;
+pub use tracesync_core::control::HISTORY_PACKETS;
 /// Packet bytes held at most.
 pub const HISTORY_BYTES: usize = 4 << 20;
 

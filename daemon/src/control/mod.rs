@@ -12,9 +12,7 @@
 //! text and jsonl streams get a notice and go on, a perfetto stream is ended
 //! (a gap cannot be spliced into a trace honestly), see [`server`].
 
-pub mod format;
 pub mod history;
-pub mod request;
 pub mod server;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,9 +22,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracesync_core::live::OutPacket;
 use tracesync_core::status::StatusReport;
 
-pub use format::{MachineFilter, PacketFormatter};
-pub use history::{HISTORY_BYTES, HISTORY_PACKETS, History};
-pub use request::{NOTICE_FIELD, Request, Since, TailFormat, TimeMode};
+pub use history::{HISTORY_BYTES, History};
 pub use server::{MAX_CLIENTS, bind_unix, serve, serve_tcp};
 
 /// Broadcast capacity [`ControlHub::new`] is usually given: a subscriber

@@ -20,9 +20,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::ControlHub;
-use super::format::{MachineFilter, PacketFormatter};
-use super::request::{MAX_REQUEST_BYTES, Request, Since, TailFormat, error_line};
 use tracesync_common::clock::{boottime_ns, realtime_ns};
+use tracesync_core::control::{
+    MAX_REQUEST_BYTES, MachineFilter, PacketFormatter, Request, Since, TailFormat, error_line,
+};
 use tracesync_core::live::OutPacket;
 use tracesync_core::status::StatusReport;
 
@@ -371,7 +372,7 @@ fn machine_names(report: &StatusReport) -> std::collections::HashMap<u32, Option
 #[cfg(test)]
 mod history_tests {
     use super::*;
-    use crate::control::TimeMode;
+    use tracesync_core::control::TimeMode;
     use tracesync_core::live::{Role, Stamped};
 
     fn packet(ts: i64, machine: u32) -> Arc<OutPacket> {

@@ -13,6 +13,7 @@ use tracesync_protocol::scan::field;
 use tracesync_protocol::wire;
 
 use super::*;
+use tracesync_core::control::{TailFormat, lag_notice_record};
 use tracesync_core::live::{OutPacket, Role};
 use tracesync_core::status::{MachineStatus, StatusReport};
 
@@ -433,7 +434,7 @@ async fn perfetto_tail_ends_with_a_notice_when_it_lags() {
         .await
         .expect("the daemon ends the stream")
         .expect("read");
-    assert_eq!(bytes, request::lag_notice_record(96));
+    assert_eq!(bytes, lag_notice_record(96));
     f.stop().await;
 }
 
@@ -478,7 +479,7 @@ async fn tcp_listener_speaks_the_same_protocol() {
 
 #[test]
 fn text_tail_lines_escape_control_characters_in_names() {
-    use super::format::{MachineFilter, PacketFormatter};
+    use tracesync_core::control::{MachineFilter, PacketFormatter};
     let packet = out_packet(1_000, 9, Some("vm\n1\u{1b}[31m"), 3, Role::Data);
     let mut formatter = PacketFormatter::new(TailFormat::Text, MachineFilter::new(&[]));
     let mut out = Vec::new();

@@ -40,10 +40,11 @@ use std::sync::Arc;
 use std::path::PathBuf;
 
 use super::files::{self, Links};
-use super::index::{self, IndexEntry};
-use super::journal::JournalRecord;
+use super::index;
 use super::write_path::BUF_BYTES;
 use super::{INDEX_NAME, JOURNAL_COMPACT_BYTES, Lost, RollingWriter, Span, at, full_record};
+use tracesync_capture::index::IndexEntry;
+use tracesync_capture::journal::JournalRecord;
 
 /// Called from the sync thread when a commit finished.
 pub type CommitWaker = Arc<dyn Fn() + Send + Sync>;

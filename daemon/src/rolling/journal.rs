@@ -1,140 +1,24 @@
-//! The commit journal: after each commit, the current file's durable length
-//! and the de-duplication state of the streams that changed, as
-//! crc32-checked records. Compacted to one full record on rotation.
-//!
-//! Layout: the magic `TSJRNL1\n`, then records of `u32 LE payload length`,
-//! `u32 LE crc32 of the payload`, payload (one JSON [`JournalRecord`]).
-//! Reading stops at the first torn or corrupt record: everything before it
-//! was fsynced before the commit that wrote it returned.
+//! The commit journal as the daemon writes it: opened (compacted to one
+//! full record), appended to after each commit, read back at start
+//! without following a link. Its format is `tracesync_capture::journal`.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use tracesync_capture::journal::{self, JournalRecord, JournalState, MAGIC, RecoveredStream};
 
-use super::RecoveredStream;
 use super::files::{self, Links};
-
-const MAGIC: &[u8; 8] = b"TSJRNL1\n";
-/// Records longer than this are treated as corrupt.
-const MAX_RECORD_BYTES: u32 = 64 << 20;
-
-/// One commit (or a compaction, `full`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct JournalRecord {
-    /// Name of the trace file being written.
-    pub file: String,
-    /// Its durable length in bytes.
-    pub len: u64,
-    /// Smallest output sequence id not yet used.
-    pub next_out_seq: u32,
-    /// Whether `streams` is the whole state (else: the streams changed since
-    /// the previous record).
-    pub full: bool,
-    pub streams: Vec<RecoveredStream>,
-}
-
-/// The state the journal's valid records add up to.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct JournalState {
-    pub file: Option<String>,
-    pub len: u64,
-    pub next_out_seq: u32,
-    /// By (relay instance, relay sequence).
-    pub streams: BTreeMap<(u64, u32), RecoveredStream>,
-    pub records: u64,
-    /// Bytes after the last valid record (a torn or corrupt tail).
-    pub ignored_bytes: u64,
-}
-
-impl JournalState {
-    fn apply(&mut self, r: JournalRecord) {
-        if r.full {
-            self.streams.clear();
-        }
-        for s in r.streams {
-            self.streams.insert((s.relay_instance, s.relay_sequence), s);
-        }
-        self.file = Some(r.file);
-        self.len = r.len;
-        self.next_out_seq = r.next_out_seq;
-        self.records += 1;
-    }
-}
 
 /// Reads a journal; `None` if there is none. A link at `path` is not
 /// followed: an error.
 pub fn read(path: &Path) -> io::Result<Option<JournalState>> {
-    let mut bytes = Vec::new();
     match files::open_existing(path, false) {
-        Ok(f) => f
-            .take(u64::from(MAX_RECORD_BYTES) * 4)
-            .read_to_end(&mut bytes)?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    Ok(Some(parse(&bytes)))
-}
-
-/// The state of a journal's bytes, up to the first bad record.
-pub fn parse(bytes: &[u8]) -> JournalState {
-    let mut state = JournalState::default();
-    let Some(mut rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
-        state.ignored_bytes = bytes.len() as u64;
-        return state;
-    };
-    while let Some(record) = next_record(&mut rest) {
-        state.apply(record);
+        Ok(f) => journal::read_from(f).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
-    state.ignored_bytes = rest.len() as u64;
-    state
-}
-
-/// Takes one valid record off the front of `rest`.
-fn next_record(rest: &mut &[u8]) -> Option<JournalRecord> {
-    let (header, body) = rest.split_first_chunk::<8>()?;
-    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-    if len > MAX_RECORD_BYTES {
-        return None;
-    }
-    let payload = body.get(..len as usize)?;
-    if crc32fast::hash(payload) != crc {
-        return None;
-    }
-    let record = serde_json::from_slice(payload).ok()?;
-    *rest = &body[len as usize..];
-    Some(record)
-}
-
-fn encode(record: &JournalRecord, out: &mut Vec<u8>) -> io::Result<()> {
-    let payload = serde_json::to_vec(record).map_err(io::Error::other)?;
-    let len = u32::try_from(payload.len())
-        .ok()
-        .filter(|&l| l <= MAX_RECORD_BYTES)
-        .ok_or_else(|| io::Error::other("journal record too large"))?;
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
-    Ok(())
-}
-
-/// A whole journal of one full record: `state`'s streams, naming `file`
-/// at durable length `len` (a capture rewritten elsewhere, e.g. by
-/// `tracesync refine`, keeps its sources and its recovery point).
-pub fn compacted(state: &JournalState, file: &str, len: u64) -> io::Result<Vec<u8>> {
-    let record = JournalRecord {
-        file: file.to_owned(),
-        len,
-        next_out_seq: state.next_out_seq,
-        full: true,
-        streams: state.streams.values().cloned().collect(),
-    };
-    let mut out = MAGIC.to_vec();
-    encode(&record, &mut out)?;
-    Ok(out)
 }
 
 /// Fsyncs a directory, so renames and new files in it are durable.
@@ -172,7 +56,7 @@ impl Journal {
         links: &Links,
     ) -> io::Result<Self> {
         let mut bytes = MAGIC.to_vec();
-        encode(record, &mut bytes)?;
+        journal::encode(record, &mut bytes)?;
         let tmp = path.with_extension("tmp");
         // The handle is opened on the temporary file and kept: after the
         // rename it is the journal, so nothing can fail past the rename.
@@ -246,7 +130,7 @@ impl Journal {
             self.dirty = false;
         }
         let mut bytes = Vec::new();
-        encode(record, &mut bytes)?;
+        journal::encode(record, &mut bytes)?;
         // Until the append is known whole, a partial record may be there.
         self.dirty = true;
         self.appending.clone_from(&record.streams);
@@ -348,7 +232,7 @@ mod tests {
         let mut bytes = std::fs::read(&path).expect("read");
         let last = bytes.len() - 3;
         bytes[last] ^= 0x20;
-        let state = parse(&bytes);
+        let state = journal::parse(&bytes);
         assert_eq!((state.len, state.records), (20, 2));
         assert_eq!(state.ignored_bytes, bytes.len() as u64 - good);
         assert_eq!(state.streams[&(1, 2)].written_through, 5);
@@ -356,7 +240,7 @@ mod tests {
         // Every torn length reads as the records wholly before the cut.
         let whole = std::fs::read(&path).expect("read");
         for cut in 0..whole.len() {
-            let state = parse(&whole[..cut]);
+            let state = journal::parse(&whole[..cut]);
             let whole_records = ends.iter().filter(|&&end| end <= cut as u64).count();
             assert_eq!(state.records, whole_records as u64, "cut at {cut}");
         }

@@ -16,7 +16,6 @@ mod commit;
 mod files;
 mod index;
 mod journal;
-mod naming;
 mod recover;
 mod reopen;
 mod rotation;
@@ -37,14 +36,14 @@ use tracesync_protocol::wire;
 
 pub use commit::CommitWaker;
 pub use files::{LinkRefused, Vanished, is_vanished};
-pub use index::{INDEX_NAME, IndexEntry, IndexMachine};
-pub use journal::{JournalState, compacted as compacted_journal, parse as parse_journal};
-pub use naming::{SYNC_SIDECAR_SUFFIX, utc_stamp};
-pub use recover::JOURNAL_NAME;
 pub use tracesync_core::preamble::{PreambleLimits, role_of};
 
 use files::{Found, Links};
-use journal::{Journal, JournalRecord};
+use journal::Journal;
+use tracesync_capture::index::{IndexEntry, IndexMachine};
+use tracesync_capture::journal::JournalRecord;
+use tracesync_capture::names::{INDEX_NAME, JOURNAL_NAME, RolledName};
+use tracesync_capture::sidecar::sidecar_name;
 use tracesync_core::live::{Recovered, RecoveredStream};
 use writer_writeback::Writeback;
 
@@ -273,7 +272,7 @@ impl RollingWriter {
             next_out_seq: found.next_out_seq,
             sync_floors: found.preamble.sync_floors(),
             sequences: found.preamble.recovered_sequences(),
-            names: recover::machine_names(&found.entries),
+            names: tracesync_capture::index::machine_names(&found.entries),
         };
         let preamble = found.preamble.packets();
         let opened = Self::start_file(&config, &links, now, found.next_file_seq, &preamble)
@@ -286,7 +285,7 @@ impl RollingWriter {
             });
         let (current, journal, seq) = opened.map_err(|source| RollingError::Io {
             action: "start",
-            path: dir.join(naming::file_name(now, found.next_file_seq)),
+            path: dir.join(RolledName::new(now, found.next_file_seq).to_string()),
             source,
         })?;
         let stats = RollingStats {
@@ -340,9 +339,9 @@ impl RollingWriter {
     ) -> io::Result<(Current, u64)> {
         let mut skipped = 0;
         let (name, path, mut file) = loop {
-            let name = naming::file_name(now, seq);
+            let name = RolledName::new(now, seq).to_string();
             let path = config.dir.join(&name);
-            let sidecar = config.dir.join(naming::sidecar_name(&name));
+            let sidecar = config.dir.join(sidecar_name(&name));
             let is_link = |p: &Path| files::look(p).is_ok_and(|f| f == Found::Link);
             let link = if is_link(&sidecar) {
                 Some(sidecar)
@@ -392,7 +391,7 @@ impl RollingWriter {
             machines: BTreeMap::new(),
             entry: IndexEntry {
                 preamble_bytes: len,
-                preamble_packets: preamble.len() as u64,
+                preamble_packets: Some(preamble.len() as u64),
                 packets: preamble.len() as u64,
                 complete: false,
                 ..IndexEntry::found(name, len)

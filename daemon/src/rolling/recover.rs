@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use tracesync_protocol::reader::{FileReadError, TraceFile};
 
 use super::files::{self, Links};
-use super::index::{self, IndexEntry};
-use super::journal::{self, JournalState};
-use super::naming;
+use super::index;
+use super::journal;
 use super::{RecoveredStream, RollingError};
+use tracesync_capture::index::IndexEntry;
+use tracesync_capture::journal::JournalState;
+use tracesync_capture::names::{INDEX_NAME, JOURNAL_NAME, RolledName};
+use tracesync_capture::sidecar::sidecar_name;
 use tracesync_core::preamble::{PreambleLimits, PreambleState};
-
-/// Name of the journal in the output directory.
-pub const JOURNAL_NAME: &str = "journal";
 
 /// The directory's state before the writer starts a new file.
 #[derive(Debug)]
@@ -51,7 +51,7 @@ fn list(dir: &Path, links: &Links) -> Result<Vec<(u64, String, u64)>, RollingErr
         let Some(name) = e.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        let Some((_, seq)) = naming::parse_file_name(&name) else {
+        let Some(RolledName { seq, .. }) = RolledName::parse(&name) else {
             continue;
         };
         // Not following a link (lstat).
@@ -73,7 +73,7 @@ fn list(dir: &Path, links: &Links) -> Result<Vec<(u64, String, u64)>, RollingErr
 fn remove_with_sidecar(dir: &Path, name: &str) -> Result<(), RollingError> {
     let path = dir.join(name);
     std::fs::remove_file(&path).map_err(io_err("remove", &path))?;
-    let sidecar = dir.join(naming::sidecar_name(name));
+    let sidecar = dir.join(sidecar_name(name));
     match std::fs::remove_file(&sidecar) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("remove", &sidecar)(e)),
         _ => Ok(()),
@@ -123,7 +123,7 @@ fn truncate_and_read(
 /// Reads the directory, recovers the last file from the journal. Links
 /// are never followed (a link at the journal's name is an error).
 pub fn scan(dir: &Path, limits: PreambleLimits, links: &Links) -> Result<Found, RollingError> {
-    let index_path = dir.join(index::INDEX_NAME);
+    let index_path = dir.join(INDEX_NAME);
     let (indexed, bad_index_lines) =
         index::load(&index_path, links).map_err(io_err("read", &index_path))?;
     let mut indexed: HashMap<String, IndexEntry> =
@@ -157,7 +157,7 @@ pub fn scan(dir: &Path, limits: PreambleLimits, links: &Links) -> Result<Found, 
         ..
     } = journal
     {
-        let last_seq = naming::parse_file_name(&last).map_or(0, |(_, seq)| seq);
+        let last_seq = RolledName::parse(&last).map_or(0, |n| n.seq);
         // Files after the journal's were started by a rotation that never
         // got to its journal record: they hold only a preamble.
         for (_, name, _) in files.iter().filter(|f| f.0 > last_seq) {
@@ -191,18 +191,4 @@ pub fn scan(dir: &Path, limits: PreambleLimits, links: &Links) -> Result<Found, 
         })
         .collect();
     Ok(found)
-}
-
-/// Machine names the index gives, by raw id; a later file's name wins (a
-/// machine keeps its name, so they agree unless the index was edited).
-pub fn machine_names(entries: &[IndexEntry]) -> Vec<(u32, String)> {
-    let mut names = BTreeMap::new();
-    for entry in entries {
-        for m in &entry.machines {
-            if let Some(name) = &m.name {
-                names.insert(m.raw_id, name.clone());
-            }
-        }
-    }
-    names.into_iter().collect()
 }

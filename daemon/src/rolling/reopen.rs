@@ -31,8 +31,9 @@ use tracesync_core::preamble::PreambleState;
 use tracesync_protocol::reader::{FileReadError, TraceFile};
 
 use super::files::{self, Found, Vanished};
-use super::journal::{self, Journal, JournalRecord};
+use super::journal::{self, Journal};
 use super::{JOURNAL_NAME, Lost, RollingWriter, Seen, at};
+use tracesync_capture::journal::JournalRecord;
 
 impl RollingWriter {
     /// Notes that the current file (or the journal) is no longer at its

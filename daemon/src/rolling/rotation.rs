@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use super::journal::Journal;
 use super::write_path::BUF_BYTES;
 use super::{
-    INDEX_NAME, Lost, RollingWriter, at, files, finish_entry, full_record, index, machines, naming,
+    INDEX_NAME, Lost, RollingWriter, at, files, finish_entry, full_record, index, machines,
 };
 
 impl RollingWriter {
@@ -71,13 +71,14 @@ impl RollingWriter {
 
     /// Deletes expired complete files and their sidecars.
     pub(super) fn apply_retention(&mut self, now: SystemTime) {
-        let limits = index::Retention {
+        let limits = tracesync_capture::index::Retention {
             max_bytes: self.config.retain_bytes,
             max_age: self.config.retain_age,
         };
         let mut all = self.done.clone();
         all.push(self.current.entry.clone());
-        let expired = index::expired(&all, &self.current.entry.name, limits, now);
+        let expired =
+            tracesync_capture::index::expired(&all, &self.current.entry.name, limits, now);
         for name in expired {
             let path = self.config.dir.join(&name);
             match std::fs::remove_file(&path) {
@@ -89,7 +90,11 @@ impl RollingWriter {
                     continue;
                 }
             }
-            let _ = std::fs::remove_file(self.config.dir.join(naming::sidecar_name(&name)));
+            let _ = std::fs::remove_file(
+                self.config
+                    .dir
+                    .join(tracesync_capture::sidecar::sidecar_name(&name)),
+            );
             if let Some(i) = self.done.iter().position(|e| e.name == name) {
                 let e = self.done.remove(i);
                 self.stats.files_deleted += 1;

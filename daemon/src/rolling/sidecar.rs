@@ -3,19 +3,17 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use serde::Serialize;
-
 use super::files::{self, Found};
-use super::{RollingWriter, at, naming};
+use super::{RollingWriter, at};
+use tracesync_capture::sidecar::{self, ProbeSample, sidecar_name};
 
 impl RollingWriter {
-    /// Appends raw probe samples, one JSON object a line, to the current
-    /// file's `.sync.jsonl` sidecar.
-    pub fn write_sync_samples<T: Serialize>(&mut self, samples: &[T]) -> io::Result<()> {
+    /// Appends raw probe samples, one a line, to the current file's
+    /// `.sync.jsonl` sidecar.
+    pub fn write_sync_samples(&mut self, samples: &[ProbeSample]) -> io::Result<()> {
         let mut lines = Vec::new();
         for s in samples {
-            serde_json::to_writer(&mut lines, s).map_err(io::Error::other)?;
-            lines.push(b'\n');
+            sidecar::encode_line(s, &mut lines).map_err(io::Error::other)?;
         }
         let path = self.sidecar_path();
         let c = &mut self.current;
@@ -45,8 +43,6 @@ impl RollingWriter {
     }
 
     fn sidecar_path(&self) -> PathBuf {
-        self.config
-            .dir
-            .join(naming::sidecar_name(&self.current.entry.name))
+        self.config.dir.join(sidecar_name(&self.current.entry.name))
     }
 }

@@ -16,6 +16,7 @@ use tracesync_protocol::scan;
 
 use super::write_path::write_from;
 use super::*;
+use tracesync_capture::sidecar::{ProbeSample, SIDECAR_SUFFIX, parse_line};
 use tracesync_core::live::{Origin, OutPacket, Role};
 
 mod disk_failures;
@@ -246,7 +247,7 @@ fn rotation_by_size_makes_self_contained_files() {
     assert_eq!(w.stats().rotations, files.len() as u64 - 1);
     for (i, name) in files.iter().enumerate() {
         assert_self_contained(&dir.path().join(name), i == 0);
-        let (_, seq) = naming::parse_file_name(name).expect("rolled name");
+        let seq = RolledName::parse(name).expect("rolled name").seq;
         assert_eq!(seq, i as u64 + 1);
     }
     // The replayed state is the state, not a second copy of the event.
@@ -306,7 +307,7 @@ fn rotation_by_time_and_index_lines() {
         assert_eq!(e.machines[1].name.as_deref(), Some("m5"));
     }
     assert_eq!(index[0].preamble_bytes, 0);
-    assert!(index[1].preamble_packets >= 5);
+    assert!(index[1].preamble_packets >= Some(5));
     // Events 0..=9 (ts 1000..) in the first file, the machine packets at 0..20.
     assert_eq!((index[0].first_ts, index[0].last_ts), (Some(0), Some(1009)));
     assert_eq!(
@@ -333,9 +334,8 @@ fn retention_deletes_oldest_files_and_sidecars() {
         ..config(dir.path())
     };
     let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
-    w.write_sync_samples(&[serde_json::json!({"t1": 1})])
-        .expect("samples");
-    let first = naming::sidecar_name(&rolled_files(dir.path())[0]);
+    w.write_sync_samples(&[sample(1)]).expect("samples");
+    let first = sidecar_name(&rolled_files(dir.path())[0]);
     assert!(dir.path().join(&first).exists());
     write_mixed(&mut w, 800, |_| at(1));
     w.commit().expect("commit");
@@ -348,7 +348,7 @@ fn retention_deletes_oldest_files_and_sidecars() {
     );
     // The survivors are the newest files, and they fit the limit but for the
     // file being written.
-    let (_, oldest_kept) = naming::parse_file_name(&files[0]).expect("name");
+    let oldest_kept = RolledName::parse(&files[0]).expect("name").seq;
     assert_eq!(oldest_kept, stats.files_deleted + 1);
     let sizes: Vec<u64> = files
         .iter()
@@ -393,21 +393,30 @@ fn sync_samples_go_to_the_current_files_sidecar() {
         ..config(dir.path())
     };
     let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
-    #[derive(serde::Serialize)]
-    struct Sample {
-        t1: u64,
-    }
-    w.write_sync_samples(&[Sample { t1: 1 }, Sample { t1: 2 }])
+    w.write_sync_samples(&[sample(1), sample(2)])
         .expect("samples");
     let first = w.current_path().to_path_buf();
     w.write(&event(5, 2, 0, 1), at(0)).expect("write");
     w.write(&event(5, 2, 1, 2), at(2)).expect("write");
-    w.write_sync_samples(&[Sample { t1: 3 }]).expect("samples");
+    w.write_sync_samples(&[sample(3)]).expect("samples");
     let sidecar = |p: &Path| {
-        std::fs::read_to_string(format!("{}{SYNC_SIDECAR_SUFFIX}", p.display())).expect("read")
+        std::fs::read_to_string(format!("{}{SIDECAR_SUFFIX}", p.display())).expect("read")
     };
-    assert_eq!(sidecar(&first), "{\"t1\":1}\n{\"t1\":2}\n");
-    assert_eq!(sidecar(w.current_path()), "{\"t1\":3}\n");
+    let t1s = |text: String| -> Vec<u64> {
+        text.lines()
+            .map(|l| parse_line(l.as_bytes()).expect("a sample line").t1)
+            .collect()
+    };
+    assert_eq!(t1s(sidecar(&first)), [1, 2]);
+    assert_eq!(t1s(sidecar(w.current_path())), [3]);
+}
+
+/// A probe sample told apart by its send time.
+pub(super) fn sample(t1: u64) -> ProbeSample {
+    ProbeSample {
+        t1,
+        ..ProbeSample::default()
+    }
 }
 
 #[test]

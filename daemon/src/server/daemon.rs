@@ -160,8 +160,8 @@ async fn run_daemon(
         .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot install signal handlers".into(), &e))?;
     // Before the sockets: a second daemon on this directory is named as
     // such even when its ports are taken too.
-    let output_lock = super::output_lock::lock(&config.output.dir)
-        .map_err(|e| Fatal::new(e.exit_code(), e.to_string()))?;
+    let output_lock = tracesync_capture::lock::lock(&config.output.dir)
+        .map_err(|e| Fatal::new(lock_exit_code(&e), e.to_string()))?;
     let data = listener::bind_data(config.listen.data).map_err(|e| {
         Fatal::io(
             exit::UNAVAILABLE,
@@ -534,6 +534,16 @@ fn live_config(config: &DaemonConfig) -> LiveConfig {
 fn host_name() -> Option<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
     Some(name.trim().to_owned()).filter(|n| !n.is_empty())
+}
+
+/// A held lock is 75 (try again once the holder stopped), a permission
+/// problem 77, anything else 73.
+fn lock_exit_code(e: &tracesync_capture::lock::LockError) -> u8 {
+    match e {
+        tracesync_capture::lock::LockError::Held { .. } => exit::TEMPFAIL,
+        e if e.is_permission() => exit::NOPERM,
+        tracesync_capture::lock::LockError::Io { .. } => exit::CANTCREAT,
+    }
 }
 
 #[cfg(test)]

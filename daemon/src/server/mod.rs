@@ -28,7 +28,6 @@ pub mod events;
 pub mod handshake;
 pub mod ingest;
 pub mod listener;
-pub mod output_lock;
 pub mod preauth;
 pub mod run;
 pub mod session;

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use tracesync_capture::names::RolledName;
+use tracesync_capture::sidecar::sidecar_name;
 use tracesync_tests::faults::{self, Cluster, ClusterOpts, Rng};
 use tracesync_tests::live::DaemonOpts;
 
@@ -227,10 +229,7 @@ fn symlinks_planted_in_the_output_directory_are_never_followed() {
     for second in 0..WINDOW_S {
         let start = now + Duration::from_secs(second);
         for next in seq + 1..=seq + 3 {
-            let name = format!(
-                "tracesync-{}-{next:06}.pftrace.sync.jsonl",
-                tracesync_daemon::rolling::utc_stamp(start)
-            );
+            let name = sidecar_name(&RolledName::new(start, next).to_string());
             let link = out.join(name);
             if std::os::unix::fs::symlink(&sidecar_target, &link).is_ok() {
                 planted.push(link);

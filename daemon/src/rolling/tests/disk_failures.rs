@@ -83,7 +83,7 @@ fn a_failed_rotation_takes_nothing_and_is_retried() {
     let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
     w.write(&event(5, 2, 0, 1), at(0)).expect("write");
     // Something already has the next file's name: the rotation cannot start.
-    let blocker = dir.path().join(naming::file_name(at(20), 2));
+    let blocker = dir.path().join(RolledName::new(at(20), 2).to_string());
     std::fs::write(&blocker, b"x").expect("write");
     let e = w
         .write(&event(5, 2, 1, 2), at(20))

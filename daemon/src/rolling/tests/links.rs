@@ -84,18 +84,18 @@ fn links_at_the_next_data_file_and_sidecar_names_are_skipped() {
     let (mut w, _) = RollingWriter::open_at(cfg, at(0)).expect("open");
     w.write(&event(5, 2, 0, 1), at(0)).expect("write");
     // The next rotation (at 20 s) would take number 2, else 3.
-    let second = dir.path().join(naming::file_name(at(20), 2));
-    let third = naming::file_name(at(20), 3);
+    let second = dir.path().join(RolledName::new(at(20), 2).to_string());
+    let third = RolledName::new(at(20), 3).to_string();
     target.link_at(&second);
-    target.link_at(&dir.path().join(naming::sidecar_name(&third)));
+    target.link_at(&dir.path().join(sidecar_name(&third)));
     w.write(&event(5, 2, 1, 2), at(20)).expect("write rotates");
     assert!(
-        w.current_path().ends_with(naming::file_name(at(20), 4)),
+        w.current_path()
+            .ends_with(RolledName::new(at(20), 4).to_string()),
         "{}",
         w.current_path().display()
     );
-    w.write_sync_samples(&[serde_json::json!({"t1": 1})])
-        .expect("samples");
+    w.write_sync_samples(&[sample(1)]).expect("samples");
     w.close().expect("close");
     target.assert_untouched();
     assert!(is_link(&second));
@@ -103,11 +103,17 @@ fn links_at_the_next_data_file_and_sidecar_names_are_skipped() {
     let names: Vec<&str> = index.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(
         names,
-        [naming::file_name(at(0), 1), naming::file_name(at(20), 4)]
+        [
+            RolledName::new(at(0), 1).to_string(),
+            RolledName::new(at(20), 4).to_string()
+        ]
     );
     // Restarted: the links are not taken for files, numbering goes on.
     let (w, _) = RollingWriter::open_at(config(dir.path()), at(30)).expect("reopen");
-    assert!(w.current_path().ends_with(naming::file_name(at(30), 5)));
+    assert!(
+        w.current_path()
+            .ends_with(RolledName::new(at(30), 5).to_string())
+    );
     assert_eq!(w.index().len(), 3);
     target.assert_untouched();
 }
@@ -117,11 +123,11 @@ fn a_link_at_the_sidecar_is_never_followed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let target = Target::new();
     let (mut w, _) = RollingWriter::open_at(config(dir.path()), at(0)).expect("open");
-    let sidecar = format!("{}{SYNC_SIDECAR_SUFFIX}", w.current_path().display());
+    let sidecar = format!("{}{SIDECAR_SUFFIX}", w.current_path().display());
     target.link_at(Path::new(&sidecar));
     for _ in 0..2 {
         let e = w
-            .write_sync_samples(&[serde_json::json!({"t1": 1})])
+            .write_sync_samples(&[sample(1)])
             .expect_err("the sidecar name is a link");
         assert!(e.to_string().contains("symbolic link"), "{e}");
     }

@@ -80,7 +80,7 @@ fn an_output_directory_renamed_away_fails_the_commit_and_goes_on_in_a_new_one() 
     // The preamble is the state as of the last commit (the clear that was
     // committed), not of the last packet written.
     let packets = read_packets(&path);
-    let preamble = w.index()[0].preamble_packets as usize;
+    let preamble = w.index()[0].preamble_packets.expect("counted") as usize;
     let replayed_names: Vec<String> = packets[..preamble]
         .iter()
         .filter_map(|p| p.interned_data.as_ref())
@@ -102,7 +102,7 @@ fn an_output_directory_renamed_away_fails_the_commit_and_goes_on_in_a_new_one() 
     assert_eq!(index[0].machines.len(), 1);
     // The old directory keeps what was committed there.
     assert_eq!(
-        event_indexes(&moved.join(naming::file_name(at(0), 1)))[..5],
+        event_indexes(&moved.join(RolledName::new(at(0), 1).to_string()))[..5],
         [0, 1, 2, 3, 4]
     );
     // Restarted on the new directory: it resumes after event 9.
@@ -164,7 +164,7 @@ fn a_removed_output_directory_is_made_again_with_its_mode() {
     w.close().expect("close");
     // Event 2 in the file made again, 3 in the one it rotated to.
     let mut files = rolled_files(&dir);
-    files.sort_by_key(|f| naming::parse_file_name(f).map(|(_, seq)| seq));
+    files.sort_by_key(|f| RolledName::parse(f).map(|n| n.seq));
     let events: Vec<Vec<u64>> = files.iter().map(|f| event_indexes(&dir.join(f))).collect();
     assert_eq!(events, [vec![2], vec![3]], "{files:?}");
     for f in &files {

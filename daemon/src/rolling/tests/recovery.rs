@@ -57,7 +57,7 @@ fn crash_recovery_keeps_exactly_the_committed_packets() {
     let index = w.index();
     assert!(index[0].complete && !index[1].complete);
     assert_eq!(index[0].bytes, committed_len);
-    assert_eq!(index[1].preamble_packets, preamble.len() as u64);
+    assert_eq!(index[1].preamble_packets, Some(preamble.len() as u64));
 }
 
 #[test]
@@ -129,7 +129,7 @@ fn unfinished_rotation_leaves_no_orphan() {
     w.commit().expect("commit");
     drop(w);
     // A rotation that crashed after creating its file, before the journal.
-    let orphan = naming::file_name(at(3), 2);
+    let orphan = RolledName::new(at(3), 2).to_string();
     std::fs::write(dir.path().join(&orphan), b"").expect("write");
     let (w, recovered) = RollingWriter::open_at(config(dir.path()), at(4)).expect("reopen");
     assert_eq!(recovered.streams.len(), 1);

@@ -7,6 +7,9 @@ use tracesync_protocol::wire;
 /// Longest request line the daemon reads.
 pub const MAX_REQUEST_BYTES: usize = 64 << 10;
 
+/// Packets the daemon holds at most for a new tail's `-n`/`--since`.
+pub const HISTORY_PACKETS: usize = 4096;
+
 /// One JSON line from the client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
@@ -35,7 +38,8 @@ pub enum Request {
 }
 
 /// How a text line shows a packet's time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum TimeMode {
     /// UTC wall clock, RFC 3339 with microseconds (journalctl -o
@@ -62,7 +66,8 @@ pub enum Since {
     AgoNs(u64),
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum TailFormat {
     /// One human-readable line per packet.

@@ -18,7 +18,7 @@ use tracesync_protocol::scan::field;
 use tracesync_protocol::wire;
 
 fn tracesync(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tracesync"));
+    let mut c = Command::new(tracesync_tests::run::bin("tracesync"));
     c.args(args);
     c
 }

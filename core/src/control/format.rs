@@ -9,8 +9,8 @@ use tracesync_protocol::scan::Kind;
 use tracesync_protocol::text::{Escaped, escape_control};
 
 use super::request::{TailFormat, TimeMode, lag_notice_record};
-use tracesync_core::jsonl::{JsonlRecord, json_name, write_jsonl_record};
-use tracesync_core::live::OutPacket;
+use crate::jsonl::{JsonlRecord, json_name, write_jsonl_record};
+use crate::live::OutPacket;
 
 /// Which machines a subscriber wants: a name, a raw id in decimal, or
 /// `host` for an unnamed machine 0. Empty: every machine.

@@ -1,6 +1,6 @@
-//! One daemon per output directory: `tracesyncd` holds an exclusive
-//! `flock` on `LOCK_FILE` in `[output] dir` for as long as it runs, with its
-//! pid written in the file. A second daemon on the same directory fails at
+//! One daemon per capture directory: `tracesyncd` holds an exclusive
+//! `flock` on [`LOCK_NAME`] in `[output] dir` for as long as it runs, with
+//! its pid written in the file. A second daemon on the same directory fails at
 //! once with the holder's pid instead of recovering the first one's relays
 //! and writing files beside it.
 //!
@@ -16,9 +16,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-/// The lock file's name in the output directory (rolled-file scans,
-/// retention and `tail DIR` ignore it: it is not a rolled-file name).
-pub const LOCK_FILE: &str = "tracesyncd.lock";
+use crate::names::LOCK_NAME;
 
 /// The held lock; dropping it releases it.
 #[derive(Debug)]
@@ -66,24 +64,16 @@ impl std::fmt::Display for LockError {
 }
 
 impl LockError {
-    /// Permission problems are 77; a held lock is 75 (try again once the
-    /// holder stopped); other errors 73.
-    pub fn exit_code(&self) -> u8 {
-        use tracesync_common::exit;
-        match self {
-            LockError::Held { .. } => exit::TEMPFAIL,
-            LockError::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied => {
-                exit::NOPERM
-            }
-            LockError::Io { .. } => exit::CANTCREAT,
-        }
+    /// Whether the lock was refused for lack of permission.
+    pub fn is_permission(&self) -> bool {
+        matches!(self, LockError::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied)
     }
 }
 
 /// Makes `dir` if missing (0755 less the umask, as the writer would) and
 /// takes its lock without waiting; writes this process's pid into it.
 pub fn lock(dir: &Path) -> Result<OutputLock, LockError> {
-    let path = dir.join(LOCK_FILE);
+    let path = dir.join(LOCK_NAME);
     let io_error = |source| LockError::Io {
         path: path.clone(),
         source,
@@ -125,7 +115,7 @@ pub fn holder(dir: &Path) -> Option<Option<u32>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-        .open(dir.join(LOCK_FILE))
+        .open(dir.join(LOCK_NAME))
         .ok()?;
     match Flock::lock(file, FlockArg::LockSharedNonblock) {
         Ok(_) => None,
@@ -150,7 +140,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         let first = lock(&out).expect("first lock");
-        let text = std::fs::read_to_string(out.join(LOCK_FILE)).unwrap();
+        let text = std::fs::read_to_string(out.join(LOCK_NAME)).unwrap();
         assert_eq!(text, format!("{}\n", std::process::id()));
         // flock locks belong to the open file: a second open in this same
         // process conflicts like another process would.
@@ -160,7 +150,7 @@ mod tests {
             message.contains(&format!("in use by tracesyncd pid {}", std::process::id())),
             "{message}"
         );
-        assert_eq!(second.exit_code(), tracesync_common::exit::TEMPFAIL);
+        assert!(matches!(second, LockError::Held { .. }));
         assert_eq!(holder(&out), Some(Some(std::process::id())));
         drop(first);
         assert_eq!(holder(&out), None);
@@ -172,7 +162,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("target");
         std::fs::write(&target, "keep").unwrap();
-        std::os::unix::fs::symlink(&target, dir.path().join(LOCK_FILE)).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(LOCK_NAME)).unwrap();
         let error = lock(dir.path()).expect_err("symlink");
         assert!(matches!(error, LockError::Io { .. }), "{error}");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
