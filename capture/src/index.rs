@@ -263,7 +263,11 @@ mod tests {
         );
         text.push_str("{not json\n\n{\"machines\":[]}\n");
         let index = Index::parse(&text);
-        assert_eq!((index.entries.len(), index.bad_lines), (2, 2), "no name: bad");
+        assert_eq!(
+            (index.entries.len(), index.bad_lines),
+            (2, 2),
+            "no name: bad"
+        );
         // A reader takes what a line has.
         let minimal = Index::parse("{\"name\":\"a.pftrace\",\"complete\":true}");
         assert_eq!(minimal.entries[0].preamble_packets, None);

@@ -19,7 +19,6 @@ pub mod corridor;
 pub mod covering;
 pub mod estimator;
 pub mod prober;
-mod prober_session;
 pub mod sessions;
 pub mod smoother;
 

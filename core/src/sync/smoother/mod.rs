@@ -563,5 +563,4 @@ impl Segment {
 }
 
 #[cfg(test)]
-#[path = "smoother_tests.rs"]
 mod tests;

@@ -542,5 +542,4 @@ async fn bind_for(daemon: SocketAddr, shutdown: &CancellationToken) -> Option<Ud
 }
 
 #[cfg(test)]
-#[path = "probe_tests.rs"]
 mod tests;

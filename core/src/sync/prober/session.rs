@@ -4,9 +4,9 @@
 
 use tracesync_protocol::probe::ReplayWindow;
 
-use super::prober::{ProberConfig, Route};
-use super::sessions::{SessionCounters, SyncState};
-use super::{Estimator, Registration, SyncEstimate};
+use super::config::{ProberConfig, Route};
+use crate::sync::sessions::{SessionCounters, SyncState};
+use crate::sync::{Estimator, Registration, SyncEstimate};
 
 /// One session the prober is probing: its estimator and its cadence.
 #[derive(Debug)]

@@ -7,8 +7,8 @@
 use tracesync_protocol::probe::{self, OpenError, ReplayWindow};
 use tracesync_protocol::relay::v1::{ProbeDatagram, ProbeReply, probe_body::Kind};
 
+use super::session::{ActiveSession, Verdict, judge};
 use super::{Outstanding, ProberCore, Route};
-use crate::sync::prober_session::{ActiveSession, Verdict, judge};
 use crate::sync::sessions::SessionCounters;
 use crate::sync::{Estimator, ProbeSample, SyncUpdate};
 

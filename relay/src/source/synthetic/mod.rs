@@ -111,5 +111,4 @@ pub(crate) async fn run(
 }
 
 #[cfg(test)]
-#[path = "synthetic_tests.rs"]
 mod tests;

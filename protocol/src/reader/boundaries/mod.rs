@@ -76,5 +76,4 @@ pub fn likely_record_start(window: &[u8], max_packet_size: usize) -> Option<usiz
 }
 
 #[cfg(test)]
-#[path = "boundaries_tests.rs"]
 mod tests;

@@ -358,5 +358,4 @@ pub fn file_id(path: &Path) -> std::io::Result<FileId> {
 }
 
 #[cfg(test)]
-#[path = "file_tests.rs"]
 mod tests;

@@ -4,10 +4,10 @@
 use super::*;
 use crate::sync::SyncUpdate;
 use crate::sync::sessions::{RouteKind, SessionSync, SyncState};
+use std::net::SocketAddr;
 use tracesync_protocol::probe::PROBE_KEY_BYTES;
 use tracesync_protocol::relay::v1::{ProbeRegister, ProbeReply};
 
-#[path = "prober_tests/schedule.rs"]
 mod schedule;
 
 const MS: u64 = 1_000_000;

@@ -34,11 +34,8 @@ use acks::AckGate;
 use tracesync_core::live::OutPacket;
 use tracesync_core::status::{OutputStatus, StatusReport};
 
-#[path = "ingest_acks.rs"]
 mod acks;
-#[path = "ingest_commit.rs"]
 mod commit;
-#[path = "ingest_status.rs"]
 mod status;
 
 /// Timers of the ingest loop.

@@ -60,11 +60,8 @@ use std::collections::VecDeque;
 
 use super::{CheckedSample, SyncEstimate};
 
-#[path = "estimator_epochs.rs"]
 mod epochs;
-#[path = "estimator_fit.rs"]
 mod fit;
-#[path = "estimator_steps.rs"]
 mod steps;
 
 use fit::{FreqPrior, fit, wander_rate};
@@ -566,5 +563,4 @@ fn finite_ns(value: f64) -> u64 {
 }
 
 #[cfg(test)]
-#[path = "estimator_tests.rs"]
 mod tests;

@@ -2,10 +2,10 @@
 //! route, checking and matching replies, one estimator per session. The
 //! tokio edge (`super::edge`) reads the clock and moves the bytes.
 //!
-//! This file holds the configuration, the sessions and the schedule (what
-//! is due, probes out, timeouts); datagrams in (authentication, registers,
-//! reply matching) are in `prober_replies.rs`, one session's cadence state
-//! and the judging of a sample in `prober_session.rs`.
+//! This file holds the sessions and the schedule (what is due, probes out,
+//! timeouts); the configuration and routes are in `config.rs`, datagrams in
+//! (authentication, registers, reply matching) in `replies.rs`, one
+//! session's cadence state and the judging of a sample in `session.rs`.
 //!
 //! Security: every datagram is signed with the session's probe key (see
 //! `tracesync_protocol::probe`). A datagram with a bad MAC, a reply whose
@@ -45,86 +45,14 @@
 //! ([`super::ProbeSessions::set_config`]).
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
 
 use tracesync_protocol::probe::{self, ProbeKey};
 use tracesync_protocol::relay::v1::{Probe, probe_body::Kind};
 
-use super::prober_session::ActiveSession;
 use super::sessions::{Registered, RouteKind, SessionSync};
-use super::{EstimatorConfig, ProberStats, Registration, SyncEstimate};
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ProberConfig {
-    /// Probes in a burst.
-    pub burst_probes: u32,
-    /// Spacing of a burst's probes (ns).
-    pub burst_interval_ns: u64,
-    /// Spacing of steady probes at start (ns).
-    pub steady_interval_ns: u64,
-    /// Fastest steady spacing (ns).
-    pub min_interval_ns: u64,
-    /// Slowest steady spacing (ns).
-    pub max_interval_ns: u64,
-    /// For this long after every burst, steady probes go out at the
-    /// fastest spacing, `min_interval_ns` (ns; 0: never).
-    pub warmup_ns: u64,
-    /// Agreeing samples in a row before the steady spacing grows by 1/4.
-    pub slow_after_agreeing: u32,
-    /// A sample with delay at most this many times the estimate's smallest
-    /// round trip counts as low delay for step detection.
-    pub step_max_delay_factor: u64,
-    /// A low-delay sample this many times farther from the estimate than
-    /// the agreement tolerance (and at least `step_min_ns`) suggests a step.
-    pub step_factor: u64,
-    pub step_min_ns: u64,
-    /// Frequency uncertainty assumed when extrapolating the estimate's bound
-    /// to a sample's time (ppm).
-    pub bound_growth_ppm: f64,
-    /// Exchanges per scheduled steady probe (1 = no follow-ups).
-    pub train_length: u32,
-    /// A probe unanswered this long after its send is forgotten and
-    /// counted as a timeout (ns).
-    pub probe_timeout_ns: u64,
-    /// Most probes awaiting a reply, over all sessions.
-    pub max_outstanding: usize,
-    pub estimator: EstimatorConfig,
-}
-
-impl Default for ProberConfig {
-    fn default() -> Self {
-        Self {
-            burst_probes: 8,
-            burst_interval_ns: 15_000_000,
-            steady_interval_ns: 250_000_000,
-            min_interval_ns: 100_000_000,
-            // 4 Hz is also the slowest: over real sockets (scripts/sync-real.sh,
-            // LAN profile) a 1 s ceiling left fewer low-delay samples and gave
-            // a 34.5 us p99 with a 21.5 us bias; a 4 Hz floor gives 5.6 us.
-            max_interval_ns: 250_000_000,
-            warmup_ns: 60_000_000_000,
-            slow_after_agreeing: 8,
-            step_max_delay_factor: 2,
-            step_factor: 8,
-            step_min_ns: 50_000,
-            bound_growth_ppm: 1.0,
-            train_length: 2,
-            // Far above any round trip worth a sample (a phone on a bad
-            // link: ~1 s); before it existed, only max_outstanding forgot.
-            probe_timeout_ns: 2_000_000_000,
-            max_outstanding: 4096,
-            estimator: EstimatorConfig::default(),
-        }
-    }
-}
-
-/// How a relay is reached: a UDP address, or a TCP probe connection the
-/// edge numbered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Route {
-    Udp(SocketAddr),
-    Tcp(u64),
-}
+use super::{ProberStats, Registration, SyncEstimate};
+pub use config::{ProberConfig, Route};
+use session::ActiveSession;
 
 /// A probe the edge should send now: [`ProberCore::prepare_probe`], stamp
 /// t1, send, [`ProberCore::probe_sent`].
@@ -469,9 +397,9 @@ impl ProberCore {
     }
 }
 
-#[path = "prober_replies.rs"]
+mod config;
 mod replies;
+mod session;
 
 #[cfg(test)]
-#[path = "prober_tests.rs"]
 mod tests;

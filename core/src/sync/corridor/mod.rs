@@ -595,5 +595,4 @@ pub(crate) fn grid_near(legs: &[Leg], first: u64, points: u64, reach: u64, step:
 }
 
 #[cfg(test)]
-#[path = "corridor_tests.rs"]
 mod tests;

@@ -233,5 +233,4 @@ fn run<T: Sync, R: Send>(work: &[T], threads: usize, f: impl Fn(&T) -> R + Sync)
 }
 
 #[cfg(test)]
-#[path = "first_pass_threads_tests.rs"]
 mod tests;

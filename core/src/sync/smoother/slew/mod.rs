@@ -384,5 +384,4 @@ struct BestCuts {
 const COARSE_CUTS: usize = 32;
 
 #[cfg(test)]
-#[path = "slew_tests.rs"]
 mod tests;

@@ -406,5 +406,4 @@ impl Session {
 }
 
 #[cfg(test)]
-#[path = "session_tests.rs"]
 mod tests;

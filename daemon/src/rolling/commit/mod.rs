@@ -534,5 +534,4 @@ impl RollingWriter {
 }
 
 #[cfg(test)]
-#[path = "commit_tests.rs"]
 mod tests;

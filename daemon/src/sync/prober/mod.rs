@@ -490,5 +490,4 @@ impl HeldUpdates {
 }
 
 #[cfg(test)]
-#[path = "prober_tests.rs"]
 mod tests;
