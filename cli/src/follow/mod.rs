@@ -1,5 +1,5 @@
 //! `tracesync tail DIR`: follows the daemon's rolling files as they grow and
-//! rotate (DESIGN.md §4).
+//! rotate (docs/format.md, "Rolling output").
 //!
 //! It starts at the beginning of the newest file, or of the file it is
 //! given (`tail -n`/`--since`, cli/src/tail_dir.rs; a preamble makes every
