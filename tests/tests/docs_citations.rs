@@ -10,6 +10,11 @@
 //! suffixes are dropped before the path is looked up. A link or a `.md`
 //! name is looked up beside its page (and, for a bare page name, in docs/
 //! and the repository root too); a top-level path from the root.
+//!
+//! The set of pages is one too: README.md's "Documentation" table links
+//! every page of docs/, the opening table of docs/architecture.md (the
+//! map) every other one, and every page says in its first lines whom it
+//! is for.
 
 use std::path::{Path, PathBuf};
 
@@ -238,6 +243,78 @@ fn every_citation_in_the_docs_names_a_file_of_the_repository() {
         dangling.join("\n")
     );
     assert!(checked > 100, "only {checked} citations found");
+}
+
+/// The docs pages a markdown table links to: the targets of links in rows
+/// (lines starting `|`) of the section under `heading` (to the next
+/// heading of that level or higher), by file name.
+fn pages_in_table(text: &str, heading: Option<&str>) -> Vec<String> {
+    let mut inside = heading.is_none();
+    let mut pages = Vec::new();
+    for line in text.lines() {
+        if let Some(h) = heading {
+            if line.starts_with('#') {
+                inside = line.trim_start_matches('#').trim() == h;
+                continue;
+            }
+        } else if line.starts_with("## ") {
+            // Without a heading: the page's opening, up to its first section.
+            break;
+        }
+        if inside && line.starts_with('|') {
+            pages.extend(link_targets(line).into_iter().filter_map(|t| {
+                Path::new(&t)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            }));
+        }
+    }
+    pages.sort();
+    pages.dedup();
+    pages
+}
+
+#[test]
+fn every_docs_page_is_in_the_readme_and_the_map_and_says_whom_it_is_for() {
+    let root = repo_root();
+    let mut docs: Vec<String> = pages(&root)
+        .iter()
+        .filter(|p| p.starts_with("docs"))
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    docs.sort();
+    let read =
+        |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let readme = pages_in_table(&read("README.md"), Some("Documentation"));
+    assert_eq!(
+        readme, docs,
+        "README.md's \"Documentation\" table must link every page of docs/, and only those"
+    );
+    // The map links every other page.
+    let others: Vec<String> = docs
+        .iter()
+        .filter(|p| *p != "architecture.md")
+        .cloned()
+        .collect();
+    let map = pages_in_table(&read("docs/architecture.md"), None);
+    assert_eq!(
+        map, others,
+        "docs/architecture.md's opening table must link every other page of docs/, and only those"
+    );
+    let unsaid: Vec<&String> = docs
+        .iter()
+        .filter(|page| {
+            let text = read(&format!("docs/{page}"));
+            !text
+                .lines()
+                .take(6)
+                .any(|l| l.contains("**For ") || l.contains("for contributors"))
+        })
+        .collect();
+    assert!(
+        unsaid.is_empty(),
+        "pages that do not say whom they are for in their first lines: {unsaid:?}"
+    );
 }
 
 #[test]
