@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Live capture benchmarks (DESIGN.md §8) at the shipped defaults, all in one
+# Live capture benchmarks (docs/performance.md) at the shipped defaults, all in one
 # run on this machine. The headline is the configuration that ships: relays
 # over mutual TLS (a lab PKI made with `tracesync pki`) and the daemon's
 # default merge window (configs/daemon.toml, 500 ms) and rotation;

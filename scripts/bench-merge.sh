@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput and peak memory of `tracesync merge` (DESIGN.md §8), measured
+# Throughput and peak memory of `tracesync merge` (docs/performance.md), measured
 # against `cat INPUTS > FILE` (a file in the same directory, so on the same
 # disk) on the same page-cache-warm inputs in the same run.
 #

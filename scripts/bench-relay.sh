@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Relay CPU per packet (DESIGN.md §8: a cheap relay leaves the cores to the
+# Relay CPU per packet (docs/performance.md: a cheap relay leaves the cores to the
 # daemon; relay CPU <= 3% of a core at 10 k packets/s).
 #
 # One relay (synthetic source, plaintext) sends into a minimal sink

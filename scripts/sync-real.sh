@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Clock-sync accuracy over real sockets (clock-sync.md §8.2 Layer B):
+# Clock-sync accuracy over real sockets (docs/clock-sync-accuracy.md):
 # tracesyncd and three relays in time namespaces with known offsets (+1000 s;
 # +5000 s with 50 ppm simulated drift; +3000 s with 20 ppm drift, 5 ppm / 60 s
 # sinusoidal wander and a +200 us step at SYNC_REAL_STEP_AT s). Wiring by

@@ -1,4 +1,5 @@
-//! sysexits(3) codes, as DESIGN.md §5 assigns them.
+//! sysexits(3) codes; docs/operations-cli.md ("Exit codes") says what each
+//! means for each binary.
 
 pub const OK: u8 = 0;
 pub const USAGE: u8 = 64;

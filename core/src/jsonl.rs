@@ -1,11 +1,11 @@
-//! The jsonl record of one resolved packet (DESIGN.md §5), shared by
+//! The jsonl record of one resolved packet (docs/format.md), shared by
 //! `merge --format jsonl` and `tail --format jsonl`.
 
 use std::fmt::Write as _;
 
 use tracesync_protocol::scan::Kind;
 
-/// One jsonl record (DESIGN.md §5), shared by `merge --format jsonl` and
+/// One jsonl record (docs/format.md), shared by `merge --format jsonl` and
 /// `tail --format jsonl`. Strings arrive already JSON-encoded (quotes
 /// included, or `null`) so callers can encode each name once, not per packet.
 #[derive(Clone, Copy, Debug)]

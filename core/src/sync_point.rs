@@ -1,5 +1,5 @@
-//! Sync points: how Perfetto sees a remote machine's alignment (DESIGN.md
-//! §2). A RemoteClockSync packet relates the machine's BOOTTIME to the
+//! Sync points: how Perfetto sees a remote machine's alignment
+//! (docs/format.md). A RemoteClockSync packet relates the machine's BOOTTIME to the
 //! host's; Perfetto reads them in stream order.
 
 use prost::Message;

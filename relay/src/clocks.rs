@@ -67,7 +67,7 @@ impl Clock for SimulatedClock {
 }
 
 /// Test-only: how a [`ScheduledClock`] departs from a constant rate, as a
-/// function of relay time since start (clock-sync.md §8.2 Layer B:
+/// function of relay time since start (docs/clock-sync-accuracy.md:
 /// `reported = raw·(1+ρ) + θ0 + Σsteps + wander(t)`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClockSchedule {

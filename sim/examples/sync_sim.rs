@@ -1,4 +1,4 @@
-//! Clock-sync simulator runner: every scenario of clock-sync.md §9.3 with
+//! Clock-sync simulator runner: every scenario of docs/clock-sync-accuracy.md with
 //! our live estimator beside the naive and Perfetto-style baselines.
 //!
 //! `cargo run --release -p tracesync-sim --example sync_sim [-- --seed N

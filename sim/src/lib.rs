@@ -11,7 +11,7 @@
 //! - [`link`]: per-direction delays (exponential / pareto queueing,
 //!   symmetric term, spikes, reordering), Gilbert-Elliott loss, partitions;
 //! - `probing`: the daemon's real prober core driven in virtual time;
-//! - [`scenarios`]: clock-sync.md §9.3 and their live targets;
+//! - [`scenarios`]: docs/clock-sync-accuracy.md's scenarios and their live targets;
 //! - [`run`](mod@run): one scenario, one seed; [`metrics`]: statistics and table.
 
 pub mod clock;

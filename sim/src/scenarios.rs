@@ -1,4 +1,4 @@
-//! The scenarios of clock-sync.md §9.3 (link profiles of §8.3) and their
+//! The scenarios of docs/clock-sync-accuracy.md ("Simulator") and their
 //! live targets.
 
 use super::clock::{ClockModel, Slew, Step, Suspend};
@@ -132,8 +132,8 @@ pub fn all(secs: f64) -> Vec<Scenario> {
         ppm(50.0, 1e-15),
     );
     s.targets.p99_ns = Some(20.0 * US);
-    // §9.3 asks for 0.1 ppm; with 10x wander the median error is ~0.1 (see
-    // docs/clock-sync-accuracy-sim.md): gated at 0.2 so the miss stays visible there.
+    // The target asks for 0.1 ppm; with 10x wander the median error is ~0.1 (see
+    // docs/clock-sync-accuracy.md): gated at 0.2 so the miss stays visible there.
     s.targets.freq_ppm = Some(0.2);
     out.push(s);
 
@@ -151,8 +151,8 @@ pub fn all(secs: f64) -> Vec<Scenario> {
         s.targets.final_p99_ns = Some(25.0 * US);
         out.push(s);
     }
-    // The real-socket run's wandering relay (docs/clock-sync-accuracy-real.md
-    // "Accuracy: real sockets"): 50 ppm plus a 5 ppm sinusoid of period 60 s.
+    // The real-socket run's wandering relay (docs/clock-sync-accuracy.md,
+    // "Real sockets"): 50 ppm plus a 5 ppm sinusoid of period 60 s.
     let mut clock = ppm(50.0, 1e-16);
     clock.sine_ppm = 5.0;
     clock.sine_period_s = 60.0;
@@ -203,7 +203,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     link.backward.base_ns = 20.0 * MS;
     link.backward.queue = Queue::Exp(8.0 * MS);
     link.loss = BurstLoss::bursty(0.02, 2.0);
-    // Optional in §9.3 (p99 <= bias + 0.3 ms): reported, gated on the bias
+    // An optional target (p99 <= bias + 0.3 ms): reported, gated on the bias
     // lying inside the bound and on coverage only.
     let mut s = base("cellular", secs, link, ppm(20.0, 1e-16));
     s.targets.bias_in_bound = true;
@@ -211,7 +211,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     s.targets.final_half_live = false;
     out.push(s);
 
-    // Not in §9.3: heavy-tailed VM-like queueing with reordering holds.
+    // Beyond the targets: heavy-tailed VM-like queueing with reordering holds.
     let mut link = LinkModel::symmetric(Leg {
         reorder_p: 0.01,
         reorder_ns: 300.0 * MS,
@@ -223,7 +223,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
     s.targets.p99_ns = Some(20.0 * US);
     out.push(s);
 
-    // Not in §9.3: unannounced relay clock steps (the relay's BOOTTIME
+    // Beyond the targets: unannounced relay clock steps (the relay's BOOTTIME
     // jumps, BOOTTIME-MONOTONIC does not) on the LAN and Wi-Fi links. Gated
     // at 100% coverage of the events a sample taken after them had checked
     // by the time they were written (see `Report::unprobed`); accuracy is
@@ -251,7 +251,7 @@ pub fn all(secs: f64) -> Vec<Scenario> {
         out.push(base(name, secs, link, clock));
     }
 
-    // Not in §9.3: relay NTP slews (+-500 ppm for 2 s, unannounced). The
+    // Beyond the targets: relay NTP slews (+-500 ppm for 2 s, unannounced). The
     // estimate's own bound excludes them; the later samples' intervals
     // (`tracesync_core::sync::covering`) cover them. Coverage gated, accuracy
     // reported.

@@ -1,5 +1,5 @@
-//! The simulator scenarios of clock-sync.md §9.3, gated at their live
-//! targets with two seeds each (never tuned to one seed: see §9.4), 300 s
+//! The simulator scenarios of docs/clock-sync-accuracy.md, gated at their live
+//! targets with two seeds each (never tuned to one seed), 300 s
 //! of virtual time each.
 
 use tracesync_sim::{Report, RunOptions, Scenario, run, scenarios, table};
@@ -10,7 +10,7 @@ use tracesync_sim::{Report, RunOptions, Scenario, run, scenarios, table};
 /// path's one-sided window keep a different ratio, and two gates failed
 /// on an unchanged build: suspend seed 11 (1.35 against a live 1.57 µs,
 /// 0.86 over 0.75) and VM/pareto seed 11 (2.82 against 5.20 µs, 0.54
-/// over 0.5). The 1800 s figures are docs/clock-sync-accuracy-sim.md's
+/// over 0.5). The 1800 s figures are docs/clock-sync-accuracy.md's
 /// table.
 const SECS: f64 = 300.0;
 
@@ -49,7 +49,7 @@ fn check(name: &str) {
             );
         }
         if t.final_half_live {
-            // Half the live p99 at 1800 s (docs/clock-sync-accuracy-sim.md's table, seeds 1
+            // Half the live p99 at 1800 s (docs/clock-sync-accuracy.md's table, seeds 1
             // and 2). In 300 s the p99 of 2000 events is the worst ~3 s of
             // the run, which a segment's first or last seconds or one run
             // of slow legs can fill. Since the prober's 10 Hz warm-up the

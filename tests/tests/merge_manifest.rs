@@ -1,5 +1,5 @@
 //! `perfetto_manifest` end to end: Perfetto's manifest vectors
-//! (reference: perfetto-facts.md §4.3, §6 TV-19, TV-22, TV-23) through
+//! (Perfetto's trace_manifest diff tests; TV-19, TV-22, TV-23 below) through
 //! `tracesync merge --format jsonl`, with the manifest given by `--manifest`,
 //! as an input, or inside a .zip/.tar archive next to the traces; and
 //! `tracesync clocks --json` showing where each edge came from.

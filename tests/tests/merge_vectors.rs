@@ -1,5 +1,5 @@
-//! The clock seed's worked examples and Perfetto's test vectors
-//! (reference: perfetto-facts.md §6), each as an end-to-end
+//! Worked examples of the clock rules (docs/clock-sync.md) and Perfetto's test
+//! vectors (its clock tracker and proto reader unit tests), each as an end-to-end
 //! `tracesync merge --format jsonl` run on a trace file built here.
 
 use std::path::{Path, PathBuf};

@@ -15,7 +15,7 @@
 //! `machines` and `clocks.sync_to`),
 //! `src/trace_processor/importers/proto/proto_trace_reader.cc` at
 //! 02603952ce0ca9a1f4728ec3153663e8b4b05e06, and the clock tracker and proto
-//! reader unit-test vectors restated in reference/perfetto-facts.md §6.
+//! reader unit tests (clock_tracker_unittest.cc, proto_trace_reader_unittest.cc).
 //! The cases that cannot apply are listed in docs/clock-sync.md.
 
 mod perfetto_cases {

@@ -1,4 +1,4 @@
-//! Clock sync over real sockets (clock-sync.md §8.2 Layer B), bounded:
+//! Clock sync over real sockets (docs/clock-sync-accuracy.md), bounded:
 //! `tracesyncd` and two relays in time namespaces with known offsets (one
 //! with 50 ppm simulated drift). Two runs, ~25 s each: the loopback profile
 //! (relays and daemon in one network namespace over `lo`, nothing in

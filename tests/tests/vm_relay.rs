@@ -1,7 +1,7 @@
 //! `scripts/vm-relay.sh` end to end: a relay in a qemu guest (software
 //! emulation) with its own kernel clocks, behind a virtual NIC, checked by
 //! numbered pings over the guest's serial port. The script's last line
-//! (DESIGN.md §9) must say nothing was lost or duplicated and every ping
+//! (docs/operations-machines.md) must say nothing was lost or duplicated and every ping
 //! event lies inside its host [send, receive] window widened by its
 //! `err_ns`; the guest run must take under two minutes and leave no
 //! namespace behind.

@@ -1,5 +1,6 @@
 //! `tracesync tail DIR`: follows the daemon's rolling files as they grow and
-//! rotate (the capture directory's format: `tracesync_capture`).
+//! rotate (docs/format.md, "Rolling output"; the directory's format is
+//! `tracesync_capture`'s).
 //!
 //! It starts at the beginning of the newest file, or of the file it is
 //! given (`tail -n`/`--since`, cli/src/tail_dir.rs; a preamble makes every

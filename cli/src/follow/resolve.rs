@@ -3,7 +3,7 @@
 //!
 //! The daemon writes a remote machine's packets with their relay clock
 //! values and tells Perfetto the mapping with RemoteClockSync sync points
-//! (DESIGN.md §2). Reading a file in order, the latest sync point of a
+//! (docs/format.md). Reading a file in order, the latest sync point of a
 //! machine gives its offset `c - h` (client BOOTTIME c, host BOOTTIME h),
 //! and a packet's trace time is its BOOTTIME value minus that offset: what
 //! Perfetto shows, and the daemon's own `ts` to within the sync-point

@@ -1,5 +1,5 @@
 //! Writers of the merged stream: a multi-machine Perfetto trace, or one
-//! jsonl record per resolved packet (DESIGN.md §5).
+//! jsonl record per resolved packet (docs/format.md).
 
 use std::io::{self, Write};
 

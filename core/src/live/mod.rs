@@ -88,7 +88,7 @@
 //!
 //! Sync points: a RemoteClockSync (Role::SyncPoint) before a relay
 //! machine's first packet and whenever its offset moved by more than
-//! `sync_threshold_ns` (DESIGN.md §2).
+//! `sync_threshold_ns` (docs/format.md, "Sync points").
 //!
 //! Acks: a batch is acknowledged once every packet of it and of all
 //! batches before it was written and committed, or dropped.

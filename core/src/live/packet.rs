@@ -8,7 +8,7 @@ use tracesync_protocol::wire;
 /// TracePacket.track_descriptor.
 const TRACK_DESCRIPTOR: u32 = 60;
 
-/// What a packet is for the rolling writer's preamble (DESIGN.md §4): the
+/// What a packet is for the rolling writer's preamble (docs/format.md): the
 /// writer replays the latest packets of these roles at the start of every
 /// file so each file opens alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

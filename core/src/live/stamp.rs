@@ -20,7 +20,7 @@ pub const OWN_SEQUENCE_ID: u32 = 1;
 const MACHINE_NAME: u32 = 17;
 
 /// Stamps a relayed packet: machine id, output sequence id, and the clock
-/// it was resolved with where it names none (DESIGN.md §2). A SystemInfo
+/// it was resolved with where it names none (docs/format.md). A SystemInfo
 /// also gets the machine's name, so Perfetto names the machine whichever
 /// SystemInfo it reads last.
 pub fn stamp_relayed(

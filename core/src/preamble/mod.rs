@@ -1,5 +1,5 @@
 //! What a trace needs before a packet in the middle of the merged stream
-//! so it opens alone (DESIGN.md §4): the latest SystemInfo per machine,
+//! so it opens alone (docs/format.md): the latest SystemInfo per machine,
 //! ClockSnapshot per (machine, sequence), sync point per machine, and each
 //! sequence's incremental state. One tracker serves every place such a
 //! start is written: each rolled file's preamble (the rolling writer) and

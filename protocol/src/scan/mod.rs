@@ -1,7 +1,7 @@
 //! Zero-copy scan of a TracePacket's top-level fields, and stamping of
 //! top-level fields into a copy of the packet's bytes.
 //!
-//! Only the fields the relay and the daemon act on are read (DESIGN.md §2);
+//! Only the fields the relay and the daemon act on are read (docs/format.md);
 //! everything else, nested timestamps included, passes through untouched.
 //!
 //! The generic walk over a message's fields is in `fields`, the scan of a

@@ -1,6 +1,6 @@
 //! Baselines of the real-socket run: the raw probe samples of the
 //! `.sync.jsonl` sidecars, and the naive and Perfetto-style offsets they
-//! give (clock-sync.md §8.2).
+//! give (docs/clock-sync-accuracy.md, "Real sockets").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! `tracesync-impair`, the userspace impairment proxy for the real-socket
-//! clock-sync runs (clock-sync.md §8.2 Layer B; netem is not available
+//! clock-sync runs (docs/clock-sync-accuracy.md; netem is not available
 //! everywhere), and the harness that runs the daemon, the proxy and relays
 //! in network and time namespaces.
 //!

@@ -1,4 +1,4 @@
-//! Seeded per-direction link models (clock-sync.md §8.2 "Link model"):
+//! Seeded per-direction link models (docs/clock-sync-accuracy.md, "Link profiles"):
 //! base delay, one-sided queueing (exponential or pareto), a small
 //! symmetric jitter term, spikes, loss and reordering. Pure functions of a
 //! seeded generator, so a seed replays the same delays.
@@ -180,7 +180,7 @@ pub struct Profile {
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 
-/// The link profiles of clock-sync.md §8.3.
+/// The link profiles of docs/clock-sync-accuracy.md.
 pub const PROFILES: &[Profile] = &[
     // Same host: the proxy adds only its own forwarding and scheduling.
     Profile {

@@ -115,7 +115,7 @@ impl Report {
             && matches!(self.tp, None | Some(Ok(_)))
     }
 
-    /// The report's lines; the last is the one DESIGN.md §9 fixes.
+    /// The report's lines; the last is the one docs/operations-machines.md shows.
     pub fn lines(&self, machine: &str) -> Vec<String> {
         let opt = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:+.3} ppm"));
         let mut out = vec![

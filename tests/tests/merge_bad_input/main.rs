@@ -1,6 +1,6 @@
 //! `tracesync merge` on bad inputs, through the real binary: every problem
 //! is one stderr line naming the file and where (byte offset, manifest key,
-//! or line:column), the exit code follows sysexits (DESIGN.md §5: 65 bad
+//! or line:column), the exit code follows sysexits (docs/operations-cli.md: 65 bad
 //! data, 66 no input, 73 cannot create output), nothing ever panics, and the
 //! good inputs next to a bad one are still merged (unless `--strict`).
 

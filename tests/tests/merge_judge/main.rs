@@ -9,7 +9,7 @@
 //! with `machine_name` (trace processor v52 has no `machine.name`).
 //!
 //! Scenarios also pin a few expected values (Perfetto's vectors TV-21 and
-//! TV-23, reference/perfetto-facts.md §6), so a merge that is wrong in both
+//! TV-23, as tests/tests/merge_vectors.rs builds them), so a merge that is wrong in both
 //! outputs the same way still fails.
 
 use std::collections::BTreeMap;

@@ -140,7 +140,7 @@ fn relay_recorded_file_with_remote_clock_sync() {
     let input = relay_recorded(d, "relay.pftrace", 0);
     let j = judge(d, "b", &[&input], &[]);
     // Trace processor v52 leaves a remote packet without clock id in trace
-    // time, unshifted (DESIGN.md §2); tracesync places it on its machine's
+    // time, unshifted (docs/format.md); tracesync places it on its machine's
     // BOOTTIME and stamps the clock id, so vm_default moves by design.
     assert_same_as_input(&input, &j, &["vm_default"]);
     assert_eq!(j.by_raw_id(), BTreeMap::from([(0, 0), (7, 7)]));

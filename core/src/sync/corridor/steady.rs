@@ -33,7 +33,7 @@ use super::{middle_at, midline};
 
 /// The legs per side that choose the slope where the floor is soft, as a
 /// share of the window's legs (the real-socket captures of
-/// docs/clock-sync-estimator.md: the offset relay's live error fell most
+/// docs/clock-sync-live.md: the offset relay's live error fell most
 /// at about 4% of a 512-leg window).
 const STEADY_SHARE: f64 = 0.04;
 

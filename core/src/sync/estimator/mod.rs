@@ -33,8 +33,8 @@
 //!    than ntpd-rs's Kalman filter: with gating the kept samples are few and
 //!    irregular, a regression over them has no process-noise parameter to
 //!    tune (the window length plays that role), its uncertainty comes from
-//!    the residuals themselves, and the reference simulation
-//!    (clock-sync.md §9.5, `prop_live`) meets the live targets with it. The
+//!    the residuals themselves, and the simulator
+//!    (docs/clock-sync-accuracy.md) meets the live targets with it. The
 //!    cost, O(window) per sample, is small at 4 Hz. The regression's line
 //!    and sigma judge the samples (gate, step tests: they are tuned to its
 //!    residuals); the *reported* line is the one-way envelope's over the

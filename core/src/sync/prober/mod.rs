@@ -25,7 +25,7 @@
 //!   there); the follow-up finds both ends awake, so its delay is lower;
 //! - the steady interval adapts between `min_interval_ns` and
 //!   `max_interval_ns` (by default 10 Hz and 4 Hz: it only speeds up; see
-//!   docs/clock-sync-accuracy-real.md): it grows by 1/4 after
+//!   docs/clock-sync-accuracy.md): it grows by 1/4 after
 //!   `slow_after_agreeing` samples
 //!   in a row agree with the estimate (the sample's interval
 //!   `offset ± delay/2` meets the estimate's `offset ± bound`), and halves
@@ -34,7 +34,7 @@
 //!   go at `min_interval_ns` whatever the adaptive spacing says: a young
 //!   estimate's frequency rests on few samples over a short span, and
 //!   2.5x the samples then cut the live error of 40 s simulated Wi-Fi runs
-//!   from 13-85 to 11-17 us p99 (docs/clock-sync-accuracy-sim.md
+//!   from 13-85 to 11-17 us p99 (docs/clock-sync-accuracy.md
 //!   "Warm-up: measured");
 //! - a probe not answered within `probe_timeout_ns` is forgotten and
 //!   counted as a timeout (its late reply would be a useless sample).

@@ -121,7 +121,7 @@ fn sync(job: &Job) -> Result<(), Failed> {
 /// filled the page cache, and each new write went into memory the kernel
 /// (on a VM, the host) had to find first: the daemon's 4 KiB phase over
 /// mutual TLS measured 37.8-76.4% of raw TCP from hour to hour, its copy
-/// into the page cache 22-68% of its CPU (docs/performance-tls.md). A
+/// into the page cache 22-68% of its CPU (docs/performance.md). A
 /// hint, as journald gives for its closed files: a failure changes
 /// nothing.
 fn drop_cached(data: &File, len: u64) {

@@ -1,4 +1,4 @@
-//! The real-socket accuracy run (clock-sync.md §8.2 Layer B): `tracesyncd`
+//! The real-socket accuracy run (docs/clock-sync-accuracy.md): `tracesyncd`
 //! in network namespace H, each relay in a time namespace with a known
 //! offset (optionally with the relay's simulated drift on top). How relays
 //! reach the daemon depends on the profile ([`Wiring`]):

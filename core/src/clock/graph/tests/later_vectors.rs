@@ -1,5 +1,5 @@
 //! Vectors of Perfetto's ClockTrackerTest (clock_tracker_unittest.cc, the
-//! 2026 version) that reference §6 does not carry: a harder chain with a
+//! 2026 version) beyond those in `tests.rs`: a harder chain with a
 //! clock going backwards, a three-hop path, and the cache's equivalence on
 //! randomised snapshot series. Each test is named after Perfetto's.
 

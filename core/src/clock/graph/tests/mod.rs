@@ -1,5 +1,5 @@
-//! Perfetto's clock tracker test vectors (reference §6), the design doc's
-//! worked examples, and property tests.
+//! Perfetto's clock tracker test vectors (clock_tracker_unittest.cc), worked
+//! examples of the clock rules (docs/clock-sync.md), and property tests.
 
 use super::*;
 use tracesync_protocol::clock_ids::{
