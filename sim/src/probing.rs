@@ -2,7 +2,7 @@
 //! virtual time (it is sans-IO: it takes timestamps and returns the probes
 //! due), and this module plays its edge and the relay. The relay registers
 //! (every 1 s until the first probe arrives, then every 10 s, as
-//! relay/src/probe.rs does); the core answers with its burst on first
+//! relay/src/probe/mod.rs does); the core answers with its burst on first
 //! contact, its steady trains, its adaptive rate (4-10 Hz) and the bursts it
 //! starts on a new epoch or a suspected step; every probe and reply crosses
 //! the link model; replies are signed with the session key and handed to

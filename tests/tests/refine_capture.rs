@@ -278,7 +278,7 @@ fn the_events_around_the_step_are_on_its_side_but_for_one_probe_interval() {
     // step and the middle of that span: at most half of it, wherever the
     // step was (live, which keeps the old side until the first sample
     // after, can be wrong for all of it, or lucky). A step noticed late is
-    // the simulator's case (core/src/sync/smoother_tests.rs).
+    // the simulator's case (core/src/sync/smoother/tests.rs).
     let inside = |t: &u64| (from..=to).contains(t);
     assert!(
         refined_far.iter().all(inside),

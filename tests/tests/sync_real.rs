@@ -144,7 +144,7 @@ fn real_sockets_over_loopback_and_through_the_impairment_proxy() {
     // behind the Wi-Fi profile: the same checks (every event inside the
     // live and the refined bound, refined p99 within 5 µs of live or
     // below). The refined capture places its events along a ramp
-    // (core/src/sync/smoother/slew.rs): 0.09-0.30 of live in 16 of 17
+    // (core/src/sync/smoother/slew/mod.rs): 0.09-0.30 of live in 16 of 17
     // runs here, 0.49 in one where the estimator confirmed the slew 2 s
     // after its end and the run was too short after it for a ramp's
     // neighbours (docs/clock-sync-refine.md): not gated, the ratio is

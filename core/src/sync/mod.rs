@@ -1,5 +1,5 @@
 //! Clock sync, host side, sans-IO: host-initiated four-timestamp probes
-//! (sent on the daemon's sync port by `daemon/src/sync/prober.rs`), signed with
+//! (sent on the daemon's sync port by `daemon/src/sync/prober/mod.rs`), signed with
 //! a per-session key, and the per-relay offset estimator.
 //!
 //! - [`estimator`]: samples in, a [`SyncEstimate`] (point mapping, sigma
