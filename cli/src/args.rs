@@ -117,7 +117,7 @@ pub enum Command {
         time: TimeMode,
         /// Start with the last N records (text, jsonl; at most 100000), then follow.
         #[arg(short = 'n', long = "lines", value_name = "N",
-              value_parser = clap::value_parser!(u64).range(..=crate::tail_dir::MAX_LINES))]
+              value_parser = clap::value_parser!(u64).range(..=crate::tail::MAX_LINES))]
         lines: Option<u64>,
         /// Start with the records at or after TIME (text, jsonl), then follow:
         /// trace-time ns, an RFC 3339 UTC time, or -DURATION before the end (-30s).

@@ -22,7 +22,6 @@ pub mod refine;
 pub mod report;
 pub mod status;
 mod tail;
-mod tail_dir;
 mod terminal;
 
 use std::process::ExitCode;
@@ -149,7 +148,7 @@ pub fn main() -> ExitCode {
                 );
                 return ExitCode::from(exit::USAGE);
             }
-            let opts = tail_dir::TailOptions {
+            let opts = tail::TailOptions {
                 format,
                 machines,
                 time,
@@ -166,7 +165,7 @@ pub fn main() -> ExitCode {
                 return ExitCode::from(code);
             }
             match dir {
-                Some(dir) => tail_dir::run_dir(&dir, &opts),
+                Some(dir) => tail::run_dir(&dir, &opts),
                 None => {
                     let target = Target::parse(connect.as_deref().unwrap_or(DEFAULT_CONTROL));
                     tail::run_socket(&target, opts)

@@ -22,8 +22,8 @@ use tracesync_tests::tp::repo_root;
 
 /// The top-level directories a cited path may start with.
 const TOP_DIRS: &[&str] = &[
-    "protocol", "common", "core", "daemon", "cli", "relay", "sim", "tests", "vm-guest", "scripts",
-    "configs", "systemd", "docs", "bench", "tools", ".ci",
+    "protocol", "common", "core", "capture", "daemon", "cli", "relay", "sim", "tests", "vm-guest",
+    "scripts", "configs", "systemd", "docs", "bench", "tools", ".ci",
 ];
 
 /// All-caps names that are real files, not placeholders.

@@ -3,6 +3,7 @@
 //! and the first SystemInfo per machine. Memory grows with the number of
 //! clock snapshots, never with the number of packets.
 
+use super::remote::{SyncRound, rounds_of};
 use std::collections::{BTreeMap, BTreeSet};
 
 use prost::Message;
@@ -20,13 +21,6 @@ pub struct SnapClock {
     pub value: u64,
     pub unit: u64,
     pub incremental: bool,
-}
-
-/// One client/host exchange of a RemoteClockSync packet: (clock, value) lists.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SyncRound {
-    pub client: Vec<(u32, u64)>,
-    pub host: Vec<(u32, u64)>,
 }
 
 /// A clock fact, in stream order.
@@ -264,7 +258,7 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
         if let Some(bytes) = fields.remote_clock_sync {
             match RemoteClockSync::decode(bytes) {
                 Ok(sync) => {
-                    let rounds = super::remote::rounds_of(&sync);
+                    let rounds = rounds_of(&sync);
                     scan.events
                         .push(ClockEvent::RemoteSync { embedded, rounds });
                 }
@@ -374,44 +368,6 @@ impl FileScan {
     }
 }
 
-/// Perfetto's offset estimate from one RemoteClockSync packet, for `clock`:
-/// client-minus-host, the integer mean over adjacent entry pairs less than
-/// 30 s apart on the client's BOOTTIME of two three-timestamp round trips,
-/// `(t1c + t2c)/2 - t1h` and `t2c - (t1h + t2h)/2`.
-pub fn remote_sync_offset(rounds: &[SyncRound], clock: u32) -> Option<i64> {
-    const ROUND_GAP_NS: i128 = 30_000_000_000;
-    let value = |list: &[(u32, u64)], c: u32| {
-        list.iter()
-            .find(|(id, v)| *id == c && *v != 0)
-            .map(|(_, v)| i128::from(*v))
-    };
-    let mut offsets = Vec::new();
-    for pair in rounds.windows(2) {
-        let boot = tracesync_protocol::clock_ids::BOOTTIME;
-        if let (Some(b1), Some(b2)) = (value(&pair[0].client, boot), value(&pair[1].client, boot))
-            && b2 - b1 >= ROUND_GAP_NS
-        {
-            continue;
-        }
-        let (Some(t1c), Some(t1h), Some(t2c), Some(t2h)) = (
-            value(&pair[0].client, clock),
-            value(&pair[0].host, clock),
-            value(&pair[1].client, clock),
-            value(&pair[1].host, clock),
-        ) else {
-            continue;
-        };
-        // Integer division truncating toward zero, as in C++.
-        offsets.push((t1c + t2c) / 2 - t1h);
-        offsets.push(t2c - (t1h + t2h) / 2);
-    }
-    if offsets.is_empty() {
-        return None;
-    }
-    let mean = offsets.iter().sum::<i128>() / offsets.len() as i128;
-    i64::try_from(mean).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,57 +397,5 @@ mod tests {
                 prop_assert_eq!(kept.compressed_packets, all.compressed_packets);
             }
         }
-    }
-
-    fn round(client: &[(u32, u64)], host: &[(u32, u64)]) -> SyncRound {
-        SyncRound {
-            client: client.to_vec(),
-            host: host.to_vec(),
-        }
-    }
-
-    #[test]
-    fn tv13_offsets() {
-        let e0 = round(&[(6, 10000), (1, 25000)], &[(6, 120000), (1, 135000)]);
-        let e1 = round(&[(6, 20000), (1, 35000)], &[(6, 140000), (1, 150000)]);
-        assert_eq!(
-            remote_sync_offset(&[e0.clone(), e1.clone()], 6),
-            Some(-107500)
-        );
-        assert_eq!(remote_sync_offset(&[e0, e1], 1), Some(-106250));
-    }
-
-    #[test]
-    fn tv13_above_threshold_and_multi_rounds() {
-        let e = 30_000_000_000;
-        let e0 = round(&[(6, 10000)], &[(6, 120000)]);
-        let far = round(&[(6, 20000 + e)], &[(6, 140000 + e)]);
-        assert_eq!(remote_sync_offset(&[e0.clone(), far], 6), None);
-        let rounds = [
-            e0,
-            round(&[(6, 20000)], &[(6, 140000)]),
-            round(&[(6, 30000 + e)], &[(6, 160000 + e)]),
-            round(&[(6, 45000 + e)], &[(6, 170000 + e)]),
-        ];
-        assert_eq!(remote_sync_offset(&rounds, 6), Some(-114375));
-    }
-
-    #[test]
-    fn tv13_incomplete_and_tv14_tv23() {
-        let incomplete = [
-            round(&[(6, 10000)], &[(6, 120000)]),
-            round(&[(6, 25000)], &[]),
-        ];
-        assert_eq!(remote_sync_offset(&incomplete, 6), None);
-        let tv14 = [
-            round(&[(6, 100)], &[(6, 1000)]),
-            round(&[(6, 300)], &[(6, 1200)]),
-        ];
-        assert_eq!(remote_sync_offset(&tv14, 6), Some(-800));
-        let tv23 = [
-            round(&[(6, 50e9 as u64)], &[(6, 2e9 as u64)]),
-            round(&[(6, 50e9 as u64)], &[(6, 2e9 as u64)]),
-        ];
-        assert_eq!(remote_sync_offset(&tv23, 6), Some(48_000_000_000));
     }
 }

@@ -21,10 +21,53 @@ use std::collections::HashMap;
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 
-use super::first_pass::{SyncRound, remote_sync_offset};
-
 /// TracePacket field number of `service_event`.
 pub const SERVICE_EVENT_FIELD: u32 = 69;
+
+/// One client/host exchange of a RemoteClockSync packet: (clock, value) lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncRound {
+    pub client: Vec<(u32, u64)>,
+    pub host: Vec<(u32, u64)>,
+}
+
+/// Perfetto's offset estimate from one RemoteClockSync packet, for `clock`:
+/// client-minus-host, the integer mean over adjacent entry pairs less than
+/// 30 s apart on the client's BOOTTIME of two three-timestamp round trips,
+/// `(t1c + t2c)/2 - t1h` and `t2c - (t1h + t2h)/2`.
+pub fn remote_sync_offset(rounds: &[SyncRound], clock: u32) -> Option<i64> {
+    const ROUND_GAP_NS: i128 = 30_000_000_000;
+    let value = |list: &[(u32, u64)], c: u32| {
+        list.iter()
+            .find(|(id, v)| *id == c && *v != 0)
+            .map(|(_, v)| i128::from(*v))
+    };
+    let mut offsets = Vec::new();
+    for pair in rounds.windows(2) {
+        let boot = tracesync_protocol::clock_ids::BOOTTIME;
+        if let (Some(b1), Some(b2)) = (value(&pair[0].client, boot), value(&pair[1].client, boot))
+            && b2 - b1 >= ROUND_GAP_NS
+        {
+            continue;
+        }
+        let (Some(t1c), Some(t1h), Some(t2c), Some(t2h)) = (
+            value(&pair[0].client, clock),
+            value(&pair[0].host, clock),
+            value(&pair[1].client, clock),
+            value(&pair[1].host, clock),
+        ) else {
+            continue;
+        };
+        // Integer division truncating toward zero, as in C++.
+        offsets.push((t1c + t2c) / 2 - t1h);
+        offsets.push(t2c - (t1h + t2h) / 2);
+    }
+    if offsets.is_empty() {
+        return None;
+    }
+    let mean = offsets.iter().sum::<i128>() / offsets.len() as i128;
+    i64::try_from(mean).ok()
+}
 
 /// The rounds of a RemoteClockSync as (clock, value) lists.
 pub fn rounds_of(sync: &RemoteClockSync) -> Vec<SyncRound> {
@@ -181,5 +224,50 @@ mod tests {
         assert_eq!(default_from_snapshot(None, [1, 6].into_iter()), Some(6));
         assert_eq!(default_from_snapshot(None, [6, 11].into_iter()), None);
         assert_eq!(default_from_snapshot(Some(3), [6].into_iter()), Some(3));
+    }
+
+    #[test]
+    fn tv13_offsets() {
+        let e0 = round(&[(6, 10000), (1, 25000)], &[(6, 120000), (1, 135000)]);
+        let e1 = round(&[(6, 20000), (1, 35000)], &[(6, 140000), (1, 150000)]);
+        assert_eq!(
+            remote_sync_offset(&[e0.clone(), e1.clone()], 6),
+            Some(-107500)
+        );
+        assert_eq!(remote_sync_offset(&[e0, e1], 1), Some(-106250));
+    }
+
+    #[test]
+    fn tv13_above_threshold_and_multi_rounds() {
+        let e = 30_000_000_000;
+        let e0 = round(&[(6, 10000)], &[(6, 120000)]);
+        let far = round(&[(6, 20000 + e)], &[(6, 140000 + e)]);
+        assert_eq!(remote_sync_offset(&[e0.clone(), far], 6), None);
+        let rounds = [
+            e0,
+            round(&[(6, 20000)], &[(6, 140000)]),
+            round(&[(6, 30000 + e)], &[(6, 160000 + e)]),
+            round(&[(6, 45000 + e)], &[(6, 170000 + e)]),
+        ];
+        assert_eq!(remote_sync_offset(&rounds, 6), Some(-114375));
+    }
+
+    #[test]
+    fn tv13_incomplete_and_tv14_tv23() {
+        let incomplete = [
+            round(&[(6, 10000)], &[(6, 120000)]),
+            round(&[(6, 25000)], &[]),
+        ];
+        assert_eq!(remote_sync_offset(&incomplete, 6), None);
+        let tv14 = [
+            round(&[(6, 100)], &[(6, 1000)]),
+            round(&[(6, 300)], &[(6, 1200)]),
+        ];
+        assert_eq!(remote_sync_offset(&tv14, 6), Some(-800));
+        let tv23 = [
+            round(&[(6, 50e9 as u64)], &[(6, 2e9 as u64)]),
+            round(&[(6, 50e9 as u64)], &[(6, 2e9 as u64)]),
+        ];
+        assert_eq!(remote_sync_offset(&tv23, 6), Some(48_000_000_000));
     }
 }

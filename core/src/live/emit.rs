@@ -9,12 +9,12 @@ use tracesync_protocol::scan::field;
 
 use super::core::LiveCore;
 use super::machines::reason;
-use super::order::StreamId;
 use super::packet::{OutPacket, Role};
 use super::quality::Before;
 use super::queued::{Parts, Queued};
 use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
 use super::types::RelaySlot;
+use super::types::StreamId;
 use crate::sync::covering::Mapping;
 use crate::sync_point::sync_point_packet;
 

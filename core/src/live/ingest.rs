@@ -29,38 +29,16 @@ use super::core::LiveCore;
 use super::hold::Verdict;
 use super::machines::reason;
 use super::packet::{Role, Stamped};
+use super::pending::{Meta, PendingPacket};
 use super::queued::{Parts, Queued, Relayed};
 use super::relay::{Resolution, Resolved};
 use super::staging::Staged;
 use super::stamp::{relayed_split, relayed_stamp, stamp_relayed};
-use super::streams::{Stream, StreamKey};
+use super::streams::Stream;
 use super::types::{RelaySlot, SessionError};
 
 /// Most bytes stamping adds to a packet (the fields it appends).
 const STAMP_GROWTH: usize = 20;
-
-/// What ingest learned about a packet in stream order.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Meta {
-    pub key: StreamKey,
-    pub index: u64,
-    pub batch: u64,
-    /// Clock of the timestamp, and whether to stamp it (the packet names none).
-    pub clock: u32,
-    pub stamp_clock: bool,
-    /// Relay BOOTTIME of the batch: time of a packet with no timestamp on a
-    /// stream with no earlier time.
-    pub fallback_boottime: Option<u64>,
-    /// Host BOOTTIME of arrival: the last resort for such a packet.
-    pub arrival: u64,
-}
-
-/// A packet waiting for its clock to become resolvable.
-#[derive(Debug)]
-pub(super) struct PendingPacket {
-    pub meta: Meta,
-    pub bytes: Bytes,
-}
 
 /// Where a staged packet's stamped bytes are: a slice of its frame (the
 /// kept prefix's length and the bytes moved after it; its stream's suffix
@@ -68,30 +46,6 @@ pub(super) struct PendingPacket {
 enum Placed<'p> {
     Slice(usize, [&'p [u8]; 2]),
     Buffer(Range<usize>),
-}
-
-impl PendingPacket {
-    /// Memory it holds, as counted against `pending_max_bytes`: its bytes
-    /// (a copy of its own, an allocation of its own) plus the queue entry.
-    pub(super) fn held(&self) -> usize {
-        allocated(self.bytes.len()) + std::mem::size_of::<PendingPacket>()
-    }
-}
-
-/// Heap memory of an allocation of `len` bytes: the allocator's header and
-/// rounding (16-byte chunks, 32 at least, as glibc's malloc), none for 0.
-pub(super) fn allocated(len: usize) -> usize {
-    if len == 0 {
-        0
-    } else {
-        (len + 8).next_multiple_of(16).max(32)
-    }
-}
-
-/// Size of a pending queue entry (the packet's bytes are apart).
-#[cfg(test)]
-pub(super) fn pending_entry_size() -> usize {
-    std::mem::size_of::<PendingPacket>()
 }
 
 impl LiveCore {

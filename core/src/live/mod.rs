@@ -135,6 +135,7 @@ mod machines;
 mod order;
 mod output;
 pub mod packet;
+mod pending;
 mod quality;
 mod queued;
 mod recovered;

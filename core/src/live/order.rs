@@ -9,10 +9,8 @@ use std::collections::BinaryHeap;
 
 use super::fifo::Fifo;
 use super::queued::Queued;
+use super::types::StreamId;
 use crate::hash::IdMap;
-
-/// Identifies a stream within the core.
-pub type StreamId = u32;
 
 /// Memory a queued packet takes besides its bytes (its entry in the stream
 /// queue): counted in [`Order::bytes`], so the queue's bound holds for

@@ -2,9 +2,10 @@
 //! written (what is late), the host's own packets' schedule, and the
 //! counters of what came in and was written.
 
-use super::order::{Order, StreamId};
+use super::order::Order;
 use super::queued::Queued;
 use super::types::LiveStats;
+use super::types::StreamId;
 
 #[derive(Debug, Default)]
 pub(super) struct Output {

@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use super::order::StreamId;
 use super::packet::{Origin, OutPacket, Role, Stamped};
+use super::types::StreamId;
 
 /// A relayed packet's place in its relay's stream and batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

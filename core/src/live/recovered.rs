@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::hash::IdMap;
+
 /// De-duplication state of one relay sequence, as last committed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecoveredStream {
@@ -61,3 +63,7 @@ pub struct Recovered {
     /// next Hello, and a machine keeps its name across a restart.
     pub names: Vec<(u32, String)>,
 }
+
+/// Recovered ClockSnapshot payloads per relay instance, (relay sequence,
+/// payload): fed to its clock graph when it connects.
+pub(super) type RecoveredClocks = IdMap<u64, Vec<(u32, Vec<u8>)>>;

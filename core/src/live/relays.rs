@@ -2,13 +2,10 @@
 //! is connected on which slot, the order they disconnected in (the
 //! longest-gone idle ones are forgotten first), commit points and acks.
 
+use super::recovered::RecoveredClocks;
 use super::relay::{Relay, Session};
 use super::types::{CommitPoint, HelloInfo, LiveConfig, RelaySlot, SessionError};
 use crate::hash::IdMap;
-
-/// Recovered ClockSnapshot payloads per relay instance, (relay sequence,
-/// payload): fed to its clock graph when it connects.
-pub(super) type RecoveredClocks = IdMap<u64, Vec<(u32, Vec<u8>)>>;
 
 #[derive(Debug)]
 pub(super) struct Relays {

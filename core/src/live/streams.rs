@@ -8,10 +8,9 @@ use std::sync::Arc;
 use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::scan::{PacketFields, Stamp, StampSuffix, defaults_timestamp_clock_id};
 
-use super::order::StreamId;
-use super::recovered::{RecoveredSequence, RecoveredStream};
-use super::relays::RecoveredClocks;
+use super::recovered::{RecoveredClocks, RecoveredSequence, RecoveredStream};
 use super::stamp::OWN_SEQUENCE_ID;
+use super::types::StreamId;
 use crate::hash::IdMap;
 
 /// (relay instance, relay sequence).

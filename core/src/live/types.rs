@@ -169,3 +169,6 @@ pub struct LiveStats {
     /// ordering queue hit `queue_max_bytes`.
     pub forced_by_queue_limit: u64,
 }
+
+/// Identifies a stream within the core.
+pub type StreamId = u32;

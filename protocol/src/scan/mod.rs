@@ -5,23 +5,25 @@
 //! everything else, nested timestamps included, passes through untouched.
 //!
 //! The generic walk over a message's fields is in `fields`, the scan of a
-//! packet's fields in `packet`, payload kind names in `kind`, and stamping
-//! in `stamp`.
+//! packet's fields in `packet`, payload kind names in `kind`, where the
+//! stamped fields are in `layout`, and stamping in `stamp`.
 
 mod fields;
 mod kind;
+mod layout;
 mod packet;
 mod stamp;
 
 pub use fields::{FieldValue, Fields, RawField, ScanError};
 pub use kind::{Kind, data_field_name, is_metadata_field};
+pub use layout::StampLayout;
 pub use packet::{
     FieldSink, PacketFields, defaults_timestamp_clock_id, note_payload, scan_packet,
     scan_packet_into, walk_fields_into,
 };
 pub use stamp::{
-    STAMP_MOVED_MAX, STAMP_SUFFIX_MAX, Stamp, StampLayout, StampSuffix, StampTail, stamp_by_layout,
-    stamp_into, stamp_scanned, stamp_split, stamp_split_by_layout, stamp_split_moved,
+    STAMP_MOVED_MAX, STAMP_SUFFIX_MAX, Stamp, StampSuffix, StampTail, stamp_by_layout, stamp_into,
+    stamp_scanned, stamp_split, stamp_split_by_layout, stamp_split_moved,
     stamp_split_with_suffix_into, write_tail,
 };
 

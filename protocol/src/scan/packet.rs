@@ -3,7 +3,7 @@
 
 use super::field;
 use super::kind::{Kind, is_metadata_field};
-use super::stamp::StampLayout;
+use super::layout::StampLayout;
 use super::{
     FieldValue, Fields, RawField, SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE,
     ScanError,

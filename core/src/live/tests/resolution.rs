@@ -399,7 +399,7 @@ fn a_long_pending_queue_is_released_in_order_in_slices() {
 
 #[test]
 fn pending_bytes_count_each_copy_as_allocated() {
-    use crate::live::ingest::allocated;
+    use crate::live::pending::allocated;
     assert_eq!(allocated(0), 0);
     assert_eq!(allocated(1), 32);
     // A small packet's copy costs more than its bytes.
@@ -409,7 +409,7 @@ fn pending_bytes_count_each_copy_as_allocated() {
     // counted this way.
     let packet = event(2, 1);
     let len = encode(std::slice::from_ref(&packet))[0].len();
-    let per_packet = allocated(len) + crate::live::ingest::pending_entry_size();
+    let per_packet = allocated(len) + crate::live::pending::pending_entry_size();
     let mut core = core_with(LiveConfig {
         pending_max_bytes: 3 * per_packet,
         ..config()
@@ -428,7 +428,7 @@ fn pending_bytes_count_each_copy_as_allocated() {
 
 #[test]
 fn unsynced_relays_share_one_pending_byte_bound() {
-    use crate::live::ingest::{allocated, pending_entry_size};
+    use crate::live::pending::{allocated, pending_entry_size};
     let packet = event(2, 1);
     let len = encode(std::slice::from_ref(&packet))[0].len();
     let per_packet = allocated(len) + pending_entry_size();

@@ -1,11 +1,10 @@
 //! The hand-written TrackEvent packets: their field numbers, the debug
-//! annotations, and [`Generator`]'s one-pass encoder.
+//! annotations, and the one-pass encoder of a TrackEvent packet.
 
 use tracesync_protocol::perfetto::track_event;
 use tracesync_protocol::scan::SEQ_NEEDS_INCREMENTAL_STATE;
 use tracesync_protocol::wire::{self, WireType, put_tag, put_varint, put_varint_field};
 
-use super::generator::Generator;
 use super::{ANNOTATION_N, ANNOTATION_TRUTH};
 
 /// Field numbers of the hand-written TrackEvent packets (Perfetto's).
@@ -76,50 +75,55 @@ pub(super) struct Event {
     pub(super) counter_value: Option<i64>,
 }
 
-impl Generator {
-    /// Appends one TrackEvent packet to `self.packet`, in one pass: the
-    /// TrackEvent's length is computed first, so its bytes go straight in.
-    #[inline]
-    pub(super) fn encode(&mut self, e: &Event) {
-        let varint_field_len = |field: u32, v: u64| tag_len(field) + wire::varint_len(v);
-        let annotations_len = if e.identity {
-            self.src_annotation.len()
-                + uint_annotation_len(ANNOTATION_N, e.n)
-                + uint_annotation_len(ANNOTATION_TRUTH, e.truth)
-                + self.pad_annotation.len()
-        } else {
-            0
-        };
-        let event_len = annotations_len
-            + varint_field_len(fields::EVENT_TYPE, e.kind as u64)
-            + e.name_iid
-                .map_or(0, |iid| varint_field_len(fields::EVENT_NAME_IID, iid))
-            + varint_field_len(fields::EVENT_TRACK_UUID, e.track)
-            + e.counter_value.map_or(0, |v| {
-                varint_field_len(fields::EVENT_COUNTER_VALUE, v as u64)
-            });
-        let p = &mut self.packet;
-        put_varint_field(p, fields::PACKET_TIMESTAMP, e.ts);
-        put_tag(p, fields::PACKET_TRACK_EVENT, WireType::Len);
-        put_varint(p, event_len as u64);
-        let event_start = p.len();
-        if e.identity {
-            p.extend_from_slice(&self.src_annotation);
-            put_uint_annotation(p, ANNOTATION_N, e.n);
-            put_uint_annotation(p, ANNOTATION_TRUTH, e.truth);
-            p.extend_from_slice(&self.pad_annotation);
-        }
-        put_varint_field(p, fields::EVENT_TYPE, e.kind as u64);
-        if let Some(iid) = e.name_iid {
-            put_varint_field(p, fields::EVENT_NAME_IID, iid);
-        }
-        put_varint_field(p, fields::EVENT_TRACK_UUID, e.track);
-        if let Some(v) = e.counter_value {
-            put_varint_field(p, fields::EVENT_COUNTER_VALUE, v as u64);
-        }
-        debug_assert_eq!(p.len() - event_start, event_len);
-        put_varint_field(p, fields::PACKET_SEQUENCE_ID, u64::from(e.sequence));
-        let flags = u64::from(SEQ_NEEDS_INCREMENTAL_STATE);
-        put_varint_field(p, fields::PACKET_SEQUENCE_FLAGS, flags);
+/// The annotations every identity-carrying TrackEvent of a generator
+/// repeats, encoded once: its `tracesync_src` and its padding.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Constant<'a> {
+    pub(super) src_annotation: &'a [u8],
+    pub(super) pad_annotation: &'a [u8],
+}
+
+/// Appends one TrackEvent packet to `p`, in one pass: the TrackEvent's
+/// length is computed first, so its bytes go straight in.
+#[inline]
+pub(super) fn encode_event(p: &mut Vec<u8>, e: &Event, constant: Constant<'_>) {
+    let varint_field_len = |field: u32, v: u64| tag_len(field) + wire::varint_len(v);
+    let annotations_len = if e.identity {
+        constant.src_annotation.len()
+            + uint_annotation_len(ANNOTATION_N, e.n)
+            + uint_annotation_len(ANNOTATION_TRUTH, e.truth)
+            + constant.pad_annotation.len()
+    } else {
+        0
+    };
+    let event_len = annotations_len
+        + varint_field_len(fields::EVENT_TYPE, e.kind as u64)
+        + e.name_iid
+            .map_or(0, |iid| varint_field_len(fields::EVENT_NAME_IID, iid))
+        + varint_field_len(fields::EVENT_TRACK_UUID, e.track)
+        + e.counter_value.map_or(0, |v| {
+            varint_field_len(fields::EVENT_COUNTER_VALUE, v as u64)
+        });
+    put_varint_field(p, fields::PACKET_TIMESTAMP, e.ts);
+    put_tag(p, fields::PACKET_TRACK_EVENT, WireType::Len);
+    put_varint(p, event_len as u64);
+    let event_start = p.len();
+    if e.identity {
+        p.extend_from_slice(constant.src_annotation);
+        put_uint_annotation(p, ANNOTATION_N, e.n);
+        put_uint_annotation(p, ANNOTATION_TRUTH, e.truth);
+        p.extend_from_slice(constant.pad_annotation);
     }
+    put_varint_field(p, fields::EVENT_TYPE, e.kind as u64);
+    if let Some(iid) = e.name_iid {
+        put_varint_field(p, fields::EVENT_NAME_IID, iid);
+    }
+    put_varint_field(p, fields::EVENT_TRACK_UUID, e.track);
+    if let Some(v) = e.counter_value {
+        put_varint_field(p, fields::EVENT_COUNTER_VALUE, v as u64);
+    }
+    debug_assert_eq!(p.len() - event_start, event_len);
+    put_varint_field(p, fields::PACKET_SEQUENCE_ID, u64::from(e.sequence));
+    let flags = u64::from(SEQ_NEEDS_INCREMENTAL_STATE);
+    put_varint_field(p, fields::PACKET_SEQUENCE_FLAGS, flags);
 }

@@ -11,7 +11,7 @@ use tracesync_protocol::perfetto::{
 };
 use tracesync_protocol::scan::{SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE};
 
-use super::encode::{Event, put_string_annotation};
+use super::encode::{Constant, Event, encode_event, put_string_annotation};
 use super::{ANNOTATION_PAD, ANNOTATION_SRC, CLEAR_EVERY};
 use crate::identity::fnv1a64;
 
@@ -112,6 +112,16 @@ impl Generator {
             generator.pad_to(size);
         }
         generator
+    }
+
+    /// Appends one TrackEvent packet to `self.packet`.
+    #[inline]
+    fn encode(&mut self, e: &Event) {
+        let constant = Constant {
+            src_annotation: &self.src_annotation,
+            pad_annotation: &self.pad_annotation,
+        };
+        encode_event(&mut self.packet, e, constant);
     }
 
     /// The `tracesync_n` of the next TrackEvent.

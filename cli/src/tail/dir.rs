@@ -15,7 +15,7 @@ use std::path::Path;
 
 use tracesync_common::exit;
 use tracesync_core::control::wall_minus_boot_of;
-use tracesync_core::control::{MachineFilter, PacketFormatter, TailFormat, TimeMode};
+use tracesync_core::control::{MachineFilter, PacketFormatter};
 use tracesync_core::live::OutPacket;
 use tracesync_protocol::reader::TraceReader;
 use tracesync_protocol::scan::scan_packet;
@@ -25,22 +25,12 @@ use crate::follow::{DirFollower, list};
 use crate::merge::capture::{self, Capture};
 use crate::merge::window::{self, TimeSpec};
 
-/// Most records `-n` may ask for (the records are held until caught up).
-pub const MAX_LINES: u64 = 100_000;
+use super::options::{MAX_LINES, TailOptions, known_list, unknown_machines, write_all};
+
 /// Formatted bytes collected before they are written out.
 const FLUSH_AT: usize = 256 << 10;
 /// Bytes of a file read for its first host ClockSnapshot at most.
 const RELATION_SCAN: usize = 4 << 20;
-
-/// What `tail` was asked for.
-#[derive(Clone, Debug)]
-pub struct TailOptions {
-    pub format: TailFormat,
-    pub machines: Vec<String>,
-    pub time: TimeMode,
-    pub lines: Option<u64>,
-    pub since: Option<TimeSpec>,
-}
 
 /// Follows the rolling files in `dir` until interrupted.
 pub fn run_dir(dir: &Path, opts: &TailOptions) -> u8 {
@@ -268,7 +258,7 @@ fn follow(dir: &Path, tail: &mut Tail) -> u8 {
                 return exit::IOERR;
             }
         };
-        if let Err(code) = crate::tail::write_all(&mut out, &pending) {
+        if let Err(code) = write_all(&mut out, &pending) {
             return code;
         }
         pending.clear();
@@ -303,51 +293,4 @@ fn first_host_relation(path: &Path) -> Option<i64> {
         }
     }
     None
-}
-
-/// The `--machine` values no known machine matches (by name, raw id, or
-/// `host` for machine 0).
-pub fn unknown_machines(wanted: &[String], known: &BTreeMap<u32, Option<String>>) -> Vec<String> {
-    wanted
-        .iter()
-        .filter(|w| {
-            !known.iter().any(|(raw_id, name)| {
-                name.as_deref() == Some(w.as_str())
-                    || raw_id.to_string() == **w
-                    || (*raw_id == 0 && *w == "host")
-            })
-        })
-        .cloned()
-        .collect()
-}
-
-/// `host, phone, #42` or `none yet`.
-pub fn known_list(known: &BTreeMap<u32, Option<String>>) -> String {
-    if known.is_empty() {
-        return "none yet".to_owned();
-    }
-    known
-        .iter()
-        .map(|(raw_id, name)| match (name, raw_id) {
-            (Some(n), _) => tracesync_protocol::text::escape_control(n).into_owned(),
-            (None, 0) => "host".to_owned(),
-            (None, id) => format!("#{id}"),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_machines_are_named_against_the_known_ones() {
-        let known: BTreeMap<u32, Option<String>> =
-            [(0, None), (7, Some("phone".to_owned()))].into();
-        let wanted = ["host", "phone", "7", "nosuch"].map(String::from);
-        assert_eq!(unknown_machines(&wanted, &known), vec!["nosuch".to_owned()]);
-        assert_eq!(known_list(&known), "host, phone");
-        assert_eq!(known_list(&BTreeMap::new()), "none yet");
-    }
 }

@@ -1,21 +1,21 @@
-//! `tracesync tail`: the live merged stream from the daemon, or from the
-//! rolling files of a directory.
+//! `tracesync tail` against the daemon: its live merged stream over the
+//! control socket.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::time::Duration;
 
 use tracesync_protocol::wire;
 
-use super::connect::{self, Target};
+use super::options::{self, TailOptions, known_list, write_all};
+use crate::connect::{self, Target};
 use crate::merge::window::TimeSpec;
-use crate::tail_dir::{TailOptions, known_list};
 use tracesync_common::exit;
 use tracesync_core::control::{HISTORY_PACKETS, NOTICE_FIELD, Request, Since, TailFormat};
 
 /// Follows the daemon's stream until it ends.
 pub fn run_socket(target: &Target, opts: TailOptions) -> u8 {
-    if let Some((unknown, known)) = unknown_machines(target, &opts.machines) {
+    if let Some((unknown, known)) = unknown_to_daemon(target, &opts.machines) {
         for name in unknown {
             eprintln!(
                 "tracesync: warning: the daemon knows no machine {name:?} (known: {}); showing \
@@ -106,7 +106,7 @@ pub fn run_socket(target: &Target, opts: TailOptions) -> u8 {
 /// knows. None when the report cannot be had (the tail then says why).
 type Unknown = (Vec<String>, BTreeMap<u32, Option<String>>);
 
-fn unknown_machines(target: &Target, wanted: &[String]) -> Option<Unknown> {
+fn unknown_to_daemon(target: &Target, wanted: &[String]) -> Option<Unknown> {
     if wanted.is_empty() {
         return None;
     }
@@ -128,19 +128,7 @@ fn unknown_machines(target: &Target, wanted: &[String]) -> Option<Unknown> {
         .iter()
         .map(|m| (m.raw_id, m.name.clone()))
         .collect();
-    Some((crate::tail_dir::unknown_machines(wanted, &known), known))
-}
-
-/// Writes and flushes; a closed reader (`| head`) ends the tail quietly.
-pub(crate) fn write_all(out: &mut impl Write, data: &[u8]) -> Result<(), u8> {
-    match out.write_all(data).and_then(|()| out.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(exit::OK),
-        Err(e) => {
-            eprintln!("tracesync: cannot write to standard output: {e}");
-            Err(exit::IOERR)
-        }
-    }
+    Some((options::unknown_machines(wanted, &known), known))
 }
 
 /// Splits the daemon's perfetto stream into Trace records: packet records
