@@ -32,7 +32,6 @@ use super::preauth::PreAuth;
 use super::{Counter, Shared};
 use crate::tls::{Bindings, CertIdentity, Claimed, DataStream};
 
-#[path = "session_frames.rs"]
 mod frames;
 pub(super) use frames::refuse;
 use frames::{
@@ -547,5 +546,4 @@ fn new_session_id() -> u64 {
 }
 
 #[cfg(test)]
-#[path = "session_tests.rs"]
 mod tests;
