@@ -17,7 +17,7 @@ use tracesync_protocol::text::Escaped;
 use tracing::{debug, warn};
 
 use super::{Link, WRITE_TIMEOUT};
-use crate::server::{Counter, Shared};
+use crate::server::{Counter, Failed, Refused, Shared};
 use crate::tls::DataStream;
 
 /// How long a frame may take once it has begun: its first byte (read from
@@ -177,14 +177,16 @@ pub(super) async fn read_failed<P, S: DataStream>(
         .get_ref()
         .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());
     if oversized && first {
-        shared.counters.bump(Counter::RefusedHelloTooLarge);
+        shared
+            .counters
+            .bump(Counter::Refused(Refused::HelloTooLarge));
         let reason = format!(
             "first frame larger than {MAX_HELLO_FRAME_BYTES} bytes: a Hello is far smaller; \
              relay and daemon versions must match"
         );
         refuse(link, peer, RefusalCode::HelloTooLarge, &reason).await;
     } else if oversized {
-        shared.counters.bump(Counter::FramesTooLarge);
+        shared.counters.bump(Counter::Failed(Failed::FrameTooLarge));
         let reason = format!(
             "frame larger than limits.max-frame-bytes={}; raise it on the daemon or upgrade the relay",
             shared.settings.max_frame_bytes

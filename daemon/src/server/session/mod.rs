@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 use super::engine::{ProbeRegistry, Slot};
 use super::events::{Feedback, IngestEvent, Welcomed};
 use super::preauth::PreAuth;
-use super::{Counter, Shared};
+use super::{Counter, Failed, Refused, Shared};
 use crate::tls::{Bindings, CertIdentity, Claimed, DataStream};
 
 mod frames;
@@ -67,7 +67,7 @@ async fn save_bindings(bindings: Arc<Bindings>, machine: &str) {
         Ok(Err((path, e))) => format!("cannot write {path}: {e}"),
         Err(e) => format!("the writer panicked: {e}"),
     };
-    metrics::counter!(crate::metrics::names::IDENTITY_BINDINGS_SAVE_ERRORS).increment(1);
+    crate::metrics::Event::IdentityBindingsSaveError.record();
     warn!(
         %machine,
         "identity bindings: {error}; the new binding holds until the daemon restarts (free \
@@ -160,7 +160,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     };
     let hello = match first {
         Err(_) => {
-            shared.counters.bump(Counter::HelloTimeouts);
+            shared.counters.bump(Counter::Failed(Failed::HelloTimeout));
             let reason = format!(
                 "no Hello within {} ms of connecting",
                 hello_timeout.as_millis()
@@ -176,20 +176,24 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         Ok(Some(Ok(bytes))) => match decode(&bytes) {
             Ok(v1::frame::Body::Hello(hello)) => hello,
             Ok(other) => {
-                shared.counters.bump(Counter::UnexpectedFrames);
+                shared
+                    .counters
+                    .bump(Counter::Failed(Failed::UnexpectedFrame));
                 let reason = format!("expected Hello as the first frame, got {}", kind(&other));
                 refuse(link, peer, RefusalCode::UnexpectedFrame, &reason).await;
                 return None;
             }
             Err(reason) => {
-                shared.counters.bump(Counter::MalformedFrames);
+                shared
+                    .counters
+                    .bump(Counter::Failed(Failed::MalformedFrame));
                 refuse(link, peer, RefusalCode::BadFrame, &reason).await;
                 return None;
             }
         },
     };
     if hello.protocol_version != PROTOCOL_VERSION {
-        shared.counters.bump(Counter::RefusedVersion);
+        shared.counters.bump(Counter::Refused(Refused::Version));
         let reason = format!(
             "protocol version {} is not supported (this daemon speaks {PROTOCOL_VERSION}); \
              run matching tracesync versions",
@@ -201,7 +205,9 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     // Before anything reads the strings (the allow-list, the certificate,
     // the core, logs): a name is at most 255 bytes, and so on.
     if let Err(reason) = check_hello_strings(&hello) {
-        shared.counters.bump(Counter::RefusedHelloTooLarge);
+        shared
+            .counters
+            .bump(Counter::Refused(Refused::HelloTooLarge));
         let reason = format!("{reason}; relay and daemon versions must match");
         refuse(link, peer, RefusalCode::HelloTooLarge, &reason).await;
         return None;
@@ -209,14 +215,16 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     if let Some(expected) = shared.token()
         && !tokens_match(expected.as_bytes(), hello.token.as_bytes())
     {
-        shared.counters.bump(Counter::RefusedToken);
+        shared.counters.bump(Counter::Refused(Refused::Token));
         let reason =
             "bad token: give the relay the daemon's [auth] token (--token or TRACESYNC_TOKEN)";
         refuse(link, peer, RefusalCode::BadToken, reason).await;
         return None;
     }
-    if !shared.machine_allowed(&hello.machine_name) {
-        shared.counters.bump(Counter::RefusedMachine);
+    if !crate::config::allowed(&shared.allow_machines(), &hello.machine_name) {
+        shared
+            .counters
+            .bump(Counter::Refused(Refused::MachineNotAllowed));
         let reason = format!(
             "machine {:?} is not in the daemon's [auth] allow-machines",
             hello.machine_name
@@ -236,7 +244,9 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
             });
         match claimed {
             Err(reason) => {
-                shared.counters.bump(Counter::RefusedIdentity);
+                shared
+                    .counters
+                    .bump(Counter::Refused(Refused::CertificateIdentity));
                 refuse(
                     link,
                     peer,
@@ -258,7 +268,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     // has not passed TLS and the Hello checks), and the full frame limit.
     let max_relays = shared.settings.max_relays;
     let Some(slot) = pre.authenticated() else {
-        shared.counters.bump(Counter::RefusedMaxRelays);
+        shared.counters.bump(Counter::Refused(Refused::MaxRelays));
         let reason = format!("daemon at max-relays={max_relays}; raise limits.max-relays");
         refuse(link, peer, RefusalCode::MaxRelays, &reason).await;
         return None;
@@ -290,7 +300,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     let welcomed = match answer.await {
         Ok(Ok(welcomed)) => welcomed,
         Ok(Err(refused)) => {
-            shared.counters.bump(Counter::RefusedByCore);
+            shared.counters.bump(Counter::Refused(Refused::Core));
             refuse(link, peer, refused.code, &refused.reason).await;
             return None;
         }
@@ -387,7 +397,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     let feedback = self.feedback.borrow_and_update().clone();
                     if let Some(close) = feedback.close {
                         if close.code == RefusalCode::ClosedByCore {
-                            self.shared.counters.bump(Counter::ClosedByCore);
+                            self.shared.counters.bump(Counter::Failed(Failed::ClosedByCore));
                         }
                         return End::Refuse(close.code, close.reason.to_string());
                     }
@@ -404,7 +414,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                 frame = next_frame(&mut self.link, &mut self.clock), if !paused => {
                     let bytes = match frame {
                         Err(Stalled) => {
-                            self.shared.counters.bump(Counter::FrameTimeouts);
+                            self.shared.counters.bump(Counter::Failed(Failed::FrameTimeout));
                             let limit = self.clock.limit.as_millis();
                             return End::Refuse(RefusalCode::FrameTimeout, format!(
                                 "a frame did not arrive whole within {limit} ms of its first \
@@ -423,7 +433,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     // would cost far more memory decoded than its size.
                     let packets = batch_packet_count(&bytes);
                     if packets > MAX_BATCH_PACKETS {
-                        self.shared.counters.bump(Counter::BatchesTooLarge);
+                        self.shared.counters.bump(Counter::Failed(Failed::BatchTooLarge));
                         return End::Refuse(RefusalCode::BatchTooLarge, format!(
                             "batch of more than {MAX_BATCH_PACKETS} packets; \
                              relay and daemon versions must match"
@@ -452,14 +462,14 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                             heartbeat,
                         },
                         Ok(other) => {
-                            self.shared.counters.bump(Counter::UnexpectedFrames);
+                            self.shared.counters.bump(Counter::Failed(Failed::UnexpectedFrame));
                             return End::Refuse(RefusalCode::UnexpectedFrame, format!(
                                 "unexpected {} frame after Hello; a relay sends only Batch and Heartbeat",
                                 kind(&other)
                             ));
                         }
                         Err(reason) => {
-                            self.shared.counters.bump(Counter::MalformedFrames);
+                            self.shared.counters.bump(Counter::Failed(Failed::MalformedFrame));
                             return End::Refuse(RefusalCode::BadFrame, reason);
                         }
                     };
