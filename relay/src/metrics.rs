@@ -7,6 +7,11 @@
 //! [`publish_sources`] from a timer task). Only a sent batch and an ack are
 //! counted where they happen (once per batch, never per packet). Without
 //! `[metrics] listen` no recorder is installed and every call is a no-op.
+//!
+//! Every series with a fixed label set exists from [`install`] on, at zero:
+//! the label values are enums ([`SourceDrop`], [`SpoolDrop`], [`SpoolTier`],
+//! [`AckFrame`]) that both the zero registration and the publishers
+//! iterate. The `metrics` macros are used here only (relay/clippy.toml).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,6 +84,87 @@ pub const SPECS: &[Spec] = &[
     Spec::gauge(CONNECTED, "1 while a session with the daemon is streaming"),
 ];
 
+/// Why the sources dropped packets (`reason` of [`SOURCE_DROPPED_PACKETS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceDrop {
+    Malformed,
+    Oversized,
+    SequenceOverflow,
+}
+
+impl SourceDrop {
+    pub const ALL: [SourceDrop; 3] = [
+        SourceDrop::Malformed,
+        SourceDrop::Oversized,
+        SourceDrop::SequenceOverflow,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SourceDrop::Malformed => "malformed",
+            SourceDrop::Oversized => "oversized",
+            SourceDrop::SequenceOverflow => "sequence_overflow",
+        }
+    }
+}
+
+/// Why the spool dropped packets (`reason` of [`SPOOL_DROPPED_PACKETS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpoolDrop {
+    /// In batches dropped oldest-first, the spool full.
+    Full,
+    /// Too large to spool.
+    Oversize,
+}
+
+impl SpoolDrop {
+    pub const ALL: [SpoolDrop; 2] = [SpoolDrop::Full, SpoolDrop::Oversize];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SpoolDrop::Full => "full",
+            SpoolDrop::Oversize => "oversize",
+        }
+    }
+}
+
+/// Where spooled bytes are (`tier` of [`SPOOL_BYTES`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpoolTier {
+    Memory,
+    Disk,
+}
+
+impl SpoolTier {
+    pub const ALL: [SpoolTier; 2] = [SpoolTier::Memory, SpoolTier::Disk];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SpoolTier::Memory => "memory",
+            SpoolTier::Disk => "disk",
+        }
+    }
+}
+
+/// The daemon frame that acknowledged batches never sent (`frame` of
+/// [`INVALID_ACKS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckFrame {
+    Welcome,
+    Ack,
+}
+
+impl AckFrame {
+    pub const ALL: [AckFrame; 2] = [AckFrame::Welcome, AckFrame::Ack];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            AckFrame::Welcome => "welcome",
+            AckFrame::Ack => "ack",
+        }
+    }
+}
+
 /// How often the counters are copied into the recorder.
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 
@@ -90,22 +176,19 @@ pub use tracesync_common::metrics::MetricsConfig;
 pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
     let bound = tracesync_common::metrics::install(addr, &[])?;
     tracesync_common::metrics::describe(SPECS);
+    register_fixed();
+    Ok(bound)
+}
+
+/// Every series with a fixed label set, at zero: a scrape shows them
+/// before the first event (and before the first once-a-second publish).
+fn register_fixed() {
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    for name in [
-        BATCHES_SENT,
-        SENT_BYTES,
-        BATCHES_ACKED,
-        SOURCE_REPLAY_FAILURES,
-    ] {
+    for name in [BATCHES_SENT, SENT_BYTES, BATCHES_ACKED] {
         counter!(name).absolute(0);
     }
-    for reason in ["malformed", "oversized", "sequence_overflow"] {
-        counter!(SOURCE_DROPPED_PACKETS, "reason" => reason).absolute(0);
-    }
-    for frame in ["welcome", "ack"] {
-        counter!(INVALID_ACKS, "frame" => frame).absolute(0);
-    }
-    Ok(bound)
+    publish_uplink(&Uplink::default());
+    publish_sources(&[]);
 }
 
 /// A batch went out (at the call site: once per batch).
@@ -133,41 +216,86 @@ impl UplinkMetrics {
         }
         self.last = Some(now);
         let stats = spool.stats();
-        counter!(SPOOLED_PACKETS).absolute(stats.packets_written);
-        counter!(SPOOLED_BYTES).absolute(stats.bytes_written);
-        counter!(SPOOL_DROPPED_BATCHES).absolute(stats.batches_dropped);
-        counter!(SPOOL_DROPPED_PACKETS, "reason" => "full").absolute(stats.packets_dropped);
-        counter!(SPOOL_DROPPED_PACKETS, "reason" => "oversize")
-            .absolute(stats.oversize_packets_dropped);
-        gauge!(SPOOL_BYTES, "tier" => "memory").set(spool.memory_bytes() as f64);
-        gauge!(SPOOL_BYTES, "tier" => "disk").set(spool.disk_bytes() as f64);
-        let unacked = spool.last_seq().saturating_sub(session.acked_through());
-        gauge!(UNACKED_BATCHES).set(unacked as f64);
-        counter!(RECONNECTS).absolute(session.reconnects());
-        counter!(INVALID_ACKS, "frame" => "welcome").absolute(session.invalid_welcomes());
-        counter!(INVALID_ACKS, "frame" => "ack").absolute(session.invalid_acks());
-        gauge!(CONNECTED).set(if session.is_streaming() { 1.0 } else { 0.0 });
+        publish_uplink(&Uplink {
+            spooled_packets: stats.packets_written,
+            spooled_bytes: stats.bytes_written,
+            dropped_batches: stats.batches_dropped,
+            dropped: SpoolDrop::ALL.map(|why| match why {
+                SpoolDrop::Full => stats.packets_dropped,
+                SpoolDrop::Oversize => stats.oversize_packets_dropped,
+            }),
+            bytes: SpoolTier::ALL.map(|tier| match tier {
+                SpoolTier::Memory => spool.memory_bytes() as f64,
+                SpoolTier::Disk => spool.disk_bytes() as f64,
+            }),
+            unacked: spool.last_seq().saturating_sub(session.acked_through()),
+            reconnects: session.reconnects(),
+            invalid: AckFrame::ALL.map(|frame| match frame {
+                AckFrame::Welcome => session.invalid_welcomes(),
+                AckFrame::Ack => session.invalid_acks(),
+            }),
+            connected: session.is_streaming(),
+        });
     }
+}
+
+/// The spool's and session's values of one publish.
+#[derive(Debug, Default)]
+struct Uplink {
+    spooled_packets: u64,
+    spooled_bytes: u64,
+    dropped_batches: u64,
+    /// Packets, in the order of [`SpoolDrop::ALL`].
+    dropped: [u64; SpoolDrop::ALL.len()],
+    /// In the order of [`SpoolTier::ALL`].
+    bytes: [f64; SpoolTier::ALL.len()],
+    unacked: u64,
+    reconnects: u64,
+    /// In the order of [`AckFrame::ALL`].
+    invalid: [u64; AckFrame::ALL.len()],
+    connected: bool,
+}
+
+fn publish_uplink(u: &Uplink) {
+    counter!(SPOOLED_PACKETS).absolute(u.spooled_packets);
+    counter!(SPOOLED_BYTES).absolute(u.spooled_bytes);
+    counter!(SPOOL_DROPPED_BATCHES).absolute(u.dropped_batches);
+    for (why, n) in SpoolDrop::ALL.into_iter().zip(u.dropped) {
+        counter!(SPOOL_DROPPED_PACKETS, "reason" => why.label()).absolute(n);
+    }
+    for (tier, bytes) in SpoolTier::ALL.into_iter().zip(u.bytes) {
+        gauge!(SPOOL_BYTES, "tier" => tier.label()).set(bytes);
+    }
+    gauge!(UNACKED_BATCHES).set(u.unacked as f64);
+    counter!(RECONNECTS).absolute(u.reconnects);
+    for (frame, n) in AckFrame::ALL.into_iter().zip(u.invalid) {
+        counter!(INVALID_ACKS, "frame" => frame.label()).absolute(n);
+    }
+    gauge!(CONNECTED).set(if u.connected { 1.0 } else { 0.0 });
 }
 
 /// Sums every source's counters into the recorder (call once a second).
 pub fn publish_sources(sources: &[Arc<SourceStats>]) {
-    let (mut packets, mut bytes, mut malformed, mut oversized, mut overflow) = (0, 0, 0, 0, 0);
-    let mut replay_failures = 0;
+    let (mut packets, mut bytes, mut replay_failures) = (0, 0, 0);
+    let mut dropped = [0; SourceDrop::ALL.len()];
     for s in sources {
         let s = s.snapshot();
         packets += s.packets;
         bytes += s.bytes;
-        malformed += s.malformed_packets;
-        oversized += s.oversized_packets;
-        overflow += s.sequence_overflow;
         replay_failures += s.replay_failures;
+        for (n, why) in dropped.iter_mut().zip(SourceDrop::ALL) {
+            *n += match why {
+                SourceDrop::Malformed => s.malformed_packets,
+                SourceDrop::Oversized => s.oversized_packets,
+                SourceDrop::SequenceOverflow => s.sequence_overflow,
+            };
+        }
     }
     counter!(SOURCE_PACKETS).absolute(packets);
     counter!(SOURCE_BYTES).absolute(bytes);
-    counter!(SOURCE_DROPPED_PACKETS, "reason" => "malformed").absolute(malformed);
-    counter!(SOURCE_DROPPED_PACKETS, "reason" => "oversized").absolute(oversized);
-    counter!(SOURCE_DROPPED_PACKETS, "reason" => "sequence_overflow").absolute(overflow);
+    for (why, n) in SourceDrop::ALL.into_iter().zip(dropped) {
+        counter!(SOURCE_DROPPED_PACKETS, "reason" => why.label()).absolute(n);
+    }
     counter!(SOURCE_REPLAY_FAILURES).absolute(replay_failures);
 }
 
@@ -189,6 +317,68 @@ mod tests {
             assert!(
                 doc.contains(&format!("`{name}`")),
                 "{name} is not in the spec"
+            );
+        }
+    }
+
+    /// The values docs/operations-metrics.md lists for `name`'s `label`.
+    fn documented(name: &str, label: &str) -> Vec<String> {
+        let doc = include_str!("../../docs/operations-metrics.md");
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{name}` |")))
+            .unwrap_or_else(|| panic!("{name} has no row in the spec"));
+        let cell = row.split('|').nth(4).expect("a labels cell");
+        let values = cell
+            .split_once(&format!("`{label}`:"))
+            .unwrap_or_else(|| panic!("{name}: no {label} values in {cell:?}"))
+            .1;
+        values
+            .split(',')
+            .map(|v| v.trim().trim_matches('`').to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn label_values_are_the_documented_ones_and_start_at_zero() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, register_fixed);
+        let text = handle.render();
+        let families: [(&str, &str, Vec<&str>); 4] = [
+            (
+                SOURCE_DROPPED_PACKETS,
+                "reason",
+                SourceDrop::ALL.map(SourceDrop::label).to_vec(),
+            ),
+            (
+                SPOOL_DROPPED_PACKETS,
+                "reason",
+                SpoolDrop::ALL.map(SpoolDrop::label).to_vec(),
+            ),
+            (
+                SPOOL_BYTES,
+                "tier",
+                SpoolTier::ALL.map(SpoolTier::label).to_vec(),
+            ),
+            (
+                INVALID_ACKS,
+                "frame",
+                AckFrame::ALL.map(AckFrame::label).to_vec(),
+            ),
+        ];
+        for (name, label, values) in families {
+            assert_eq!(documented(name, label), values, "{name}");
+            for value in values {
+                let line = format!("{name}{{{label}=\"{value}\"}} 0");
+                assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+            }
+        }
+        for spec in SPECS.iter().filter(|s| s.name != BUILD_INFO) {
+            assert!(
+                text.lines().any(|l| l.starts_with(spec.name)),
+                "{} in\n{text}",
+                spec.name
             );
         }
     }

@@ -96,7 +96,7 @@ pub async fn serve_tcp(listener: TcpListener, hub: ControlHub, shutdown: Cancell
 
 /// Out of file descriptors and the like: say so, back off, go on.
 async fn accept_failed(e: io::Error, shutdown: &CancellationToken) {
-    metrics::counter!(crate::metrics::names::CONTROL_ACCEPT_ERRORS).increment(1);
+    crate::metrics::Event::ControlAcceptError.record();
     tracing::warn!("control socket: accept failed: {e}; retrying in 100 ms");
     tokio::select! {
         _ = shutdown.cancelled() => {}
@@ -122,7 +122,7 @@ impl Clients {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() else {
-            metrics::counter!(crate::metrics::names::CONTROL_REFUSED).increment(1);
+            crate::metrics::Event::ControlRefused.record();
             let line = error_line(&format!(
                 "too many control clients ({MAX_CLIENTS}); close one and retry"
             ));
@@ -250,7 +250,7 @@ fn write_history(
 }
 
 async fn refuse<W: AsyncWrite + Unpin>(wr: &mut W, message: &str) -> io::Result<()> {
-    metrics::counter!(crate::metrics::names::CONTROL_BAD_REQUESTS).increment(1);
+    crate::metrics::Event::ControlBadRequest.record();
     wr.write_all(error_line(message).as_bytes()).await?;
     wr.shutdown().await
 }
@@ -338,8 +338,8 @@ where
 
 /// Writes the lag notice; returns whether the stream must end.
 fn lagged(formatter: &PacketFormatter, skipped: u64, out: &mut Vec<u8>) -> bool {
-    metrics::counter!(crate::metrics::names::TAIL_LAGGED_PACKETS).increment(skipped);
-    metrics::counter!(crate::metrics::names::TAIL_LAG_NOTICES).increment(1);
+    crate::metrics::Event::TailLaggedPackets.add(skipped);
+    crate::metrics::Event::TailLagNotice.record();
     formatter.lag_notice(skipped, out);
     formatter.format() == TailFormat::Perfetto
 }

@@ -12,10 +12,19 @@
 //! Without `[metrics] listen` no recorder is installed and every call here
 //! is a no-op of the `metrics` crate.
 //!
-//! The parts: [`names`] (every metric, with its help text), `fixed` (the series that start
-//! at zero), `ingest` ([`IngestMetrics`], the per-machine series) and
-//! `sync_series` (a machine's probe-session series).
+//! The parts: [`names`] (every metric, with its help text), [`connections`]
+//! (the relay-connection counters and their `reason` labels), [`events`]
+//! (the other counters counted where they happen), `fixed` (the series
+//! that start at zero), `ingest` ([`IngestMetrics`], the per-machine
+//! series) and `sync_series` (a machine's probe-session series).
+//!
+//! The `metrics` crate's macros are used in this module only
+//! (daemon/clippy.toml fences them elsewhere): the rest of the daemon
+//! counts through the enums and functions here, so every label value is
+//! one of a list the exporter starts at zero.
 
+pub mod connections;
+pub mod events;
 mod fixed;
 mod ingest;
 pub mod names;
@@ -25,6 +34,8 @@ use std::net::SocketAddr;
 
 use metrics::{counter, gauge};
 
+pub use connections::{Counter, Failed, Refused};
+pub use events::Event;
 pub use ingest::{IngestMetrics, OTHER_MACHINE};
 pub use tracesync_common::metrics::MetricsConfig;
 
@@ -41,6 +52,11 @@ pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
     tracesync_common::metrics::describe(names::SPECS);
     register_fixed();
     Ok(bound)
+}
+
+/// Lines of the identity bindings file ignored at start.
+pub fn record_identity_bindings_ignored_lines(lines: usize) {
+    gauge!(names::IDENTITY_BINDINGS_IGNORED_LINES).set(lines as f64);
 }
 
 /// Seconds from nanoseconds (Prometheus base unit).

@@ -6,7 +6,8 @@
 //! Conventions: `tracesync_` prefix, counters end in `_total`, units in the
 //! name in base units (`_bytes`, `_seconds`), bounded labels only:
 //! `machine` (at most `limits.max-relays` + 1 values, the rest is folded
-//! into `other`) and `reason` (a fixed list per metric, below).
+//! into `other`) and `reason` (a fixed list per metric: below, or the
+//! enums of [`super::connections`]).
 
 use tracesync_common::metrics::Spec;
 
@@ -23,11 +24,8 @@ pub const RELAYS_CONNECTED: &str = "tracesync_relays_connected";
 /// Identity bindings (docs/reliability.md "The identity rule").
 pub const IDENTITY_BINDINGS_IGNORED_LINES: &str = "tracesync_identity_bindings_ignored_lines";
 pub const IDENTITY_BINDINGS_SAVE_ERRORS: &str = "tracesync_identity_bindings_save_errors_total";
-
-/// `reason` values of [`CONNECTIONS_REFUSED`].
-pub const REFUSED_REASONS: [&str; 4] = ["max_relays", "version", "token", "core"];
-/// `reason` values of [`CONNECTIONS_FAILED`].
-pub const FAILED_REASONS: [&str; 2] = ["hello_timeout", "malformed_frame"];
+// The `reason` values of CONNECTIONS_REFUSED and CONNECTIONS_FAILED are
+// super::connections::{Refused, Failed}.
 
 // Ingest, per machine.
 pub const INGEST_PACKETS: &str = "tracesync_ingest_packets_total";

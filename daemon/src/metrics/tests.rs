@@ -333,3 +333,82 @@ fn a_machine_whose_session_ended_shows_unsynced() {
         assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
     }
 }
+
+#[test]
+fn connection_counters_have_distinct_indices_series_and_codes() {
+    let all: Vec<Counter> = Counter::all().collect();
+    assert_eq!(all.len(), Counter::COUNT);
+    let mut indices: Vec<usize> = all.iter().map(|c| c.index()).collect();
+    indices.sort_unstable();
+    assert_eq!(indices, (0..Counter::COUNT).collect::<Vec<_>>());
+    let mut series: Vec<_> = all.iter().map(|c| c.series()).collect();
+    series.sort_unstable();
+    series.dedup();
+    assert_eq!(series.len(), Counter::COUNT, "two counters share a series");
+    // A refusal code names one counter (the status report keys by it).
+    let mut codes: Vec<&str> = all
+        .iter()
+        .filter_map(|c| c.code())
+        .map(|c| c.as_str())
+        .collect();
+    let coded = codes.len();
+    codes.sort_unstable();
+    codes.dedup();
+    assert_eq!(codes.len(), coded, "two counters share a refusal code");
+}
+
+/// The `reason` values docs/operations-metrics.md lists for `name`.
+fn documented_reasons(name: &str) -> Vec<String> {
+    let doc = include_str!("../../../docs/operations-metrics.md");
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with(&format!("| `{name}` |")))
+        .unwrap_or_else(|| panic!("{name} has no row in the spec"));
+    let labels = row.split('|').nth(4).expect("a labels cell");
+    let values = labels
+        .split_once("`reason`:")
+        .unwrap_or_else(|| panic!("{name}: no reason values in {labels:?}"))
+        .1;
+    values
+        .split(',')
+        .map(|v| v.trim().trim_matches('`').to_owned())
+        .collect()
+}
+
+#[test]
+fn connection_reasons_are_the_documented_ones() {
+    let refused: Vec<&str> = Refused::ALL.iter().map(|r| r.label()).collect();
+    assert_eq!(documented_reasons(names::CONNECTIONS_REFUSED), refused);
+    let failed: Vec<&str> = Failed::ALL.iter().map(|f| f.label()).collect();
+    assert_eq!(documented_reasons(names::CONNECTIONS_FAILED), failed);
+}
+
+#[test]
+fn fixed_series_start_at_zero() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let text = metrics::with_local_recorder(&recorder, || {
+        fixed::register_fixed();
+        handle.render()
+    });
+    let mut expected: Vec<String> = Counter::all()
+        .map(|c| match c.series() {
+            (name, Some(reason)) => format!("{name}{{reason=\"{reason}\"}} 0"),
+            (name, None) => format!("{name} 0"),
+        })
+        .collect();
+    expected.extend(Event::ALL.iter().map(|e| format!("{} 0", e.metric())));
+    expected.extend(
+        [
+            names::INGEST_RECEIVED_PACKETS,
+            names::OUTPUT_COMMITS,
+            names::OUTPUT_CURRENT_FILE_SEQUENCE,
+            names::RELAYS_CONNECTED,
+            names::IDENTITY_BINDINGS_IGNORED_LINES,
+        ]
+        .map(|name| format!("{name} 0")),
+    );
+    for line in expected {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+}

@@ -247,8 +247,7 @@ async fn run_daemon(
                     .await
                     .map_err(|e| Fatal::new(exit::SOFTWARE, format!("loading panicked: {e}")))?
                     .map_err(|e| Fatal::new(exit::IOERR, e))?;
-            metrics::gauge!(crate::metrics::names::IDENTITY_BINDINGS_IGNORED_LINES)
-                .set(loaded.ignored_lines as f64);
+            crate::metrics::record_identity_bindings_ignored_lines(loaded.ignored_lines);
             if loaded.ignored_lines > 0 {
                 error!("{}", loaded.summary());
             } else {

@@ -18,7 +18,7 @@ use super::engine::ProbeRegistry;
 use super::events::IngestEvent;
 use super::handshake::HandshakeFailure;
 use super::preauth::{MAX_UNAUTHENTICATED, PreAuth, Unauthenticated};
-use super::{Counter, Shared, session};
+use super::{Counter, Failed, Shared, session};
 use crate::tls::{DataTls, Metered, TlsSocket, tls_socket};
 
 /// Dead relays (power cut, cable pulled) are noticed within about 25 s.
@@ -86,7 +86,9 @@ pub async fn accept_loop<P: ProbeRegistry>(
         }
         let (ticket, evicted) = unauthenticated.admit();
         if evicted {
-            shared.counters.bump(Counter::UnauthenticatedEvicted);
+            shared
+                .counters
+                .bump(Counter::Failed(Failed::UnauthenticatedLimit));
         }
         let pre = PreAuth {
             ticket,
@@ -137,7 +139,7 @@ async fn handshake<P>(
 ) -> Option<tokio_rustls::server::TlsStream<TlsSocket>> {
     let limit = shared.settings.hello_timeout;
     let failed = |why: String, reason: HandshakeFailure| {
-        shared.counters.bump(Counter::TlsHandshakeFailures);
+        shared.counters.bump(Counter::Failed(Failed::TlsHandshake));
         shared.counters.bump_handshake(reason);
         let fix = match reason.fix() {
             "" => String::new(),

@@ -38,8 +38,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracesync_protocol::relay::RefusalCode;
 
+pub use crate::metrics::{Counter, Failed, Refused};
 pub use engine::{Admitted, Core, Fanout, NoProbes, ProbeRegistry, Slot, Writer};
 pub use events::{ByteBudget, Credit, Feedback, IngestEvent, Welcomed};
 
@@ -131,13 +131,12 @@ impl<P> Shared<P> {
         }
     }
 
-    /// Whether a relay naming itself `machine` may connect.
-    pub fn machine_allowed(&self, machine: &str) -> bool {
-        let list = match self.allow_machines.read() {
+    /// The machine names allowed to connect (empty: all).
+    pub fn allow_machines(&self) -> Arc<[String]> {
+        match self.allow_machines.read() {
             Ok(guard) => guard.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
-        };
-        crate::config::allowed(&list, machine)
+        }
     }
 
     pub fn set_allow_machines(&self, machines: &[String]) {
@@ -149,151 +148,20 @@ impl<P> Shared<P> {
     }
 }
 
-/// Server events worth counting (also exported as metrics).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Counter {
-    ConnectionsAccepted,
-    SessionsWelcomed,
-    RefusedMaxRelays,
-    RefusedVersion,
-    RefusedToken,
-    RefusedMachine,
-    RefusedByCore,
-    HelloTimeouts,
-    /// A frame that does not decode (or holds no message).
-    MalformedFrames,
-    AcceptErrors,
-    /// A frame over `limits.max-frame-bytes`.
-    FramesTooLarge,
-    /// A frame of a kind the relay must not send now (a second Hello, a
-    /// Welcome, an Ack, ...).
-    UnexpectedFrames,
-    /// The core closed the session (a relay past a limit: unacknowledged
-    /// batches, sequences).
-    ClosedByCore,
-    /// A Batch of more than `MAX_BATCH_PACKETS` packets.
-    BatchesTooLarge,
-    /// The TLS handshake failed (no, or an untrusted, relay certificate).
-    TlsHandshakeFailures,
-    /// A certificate-authenticated relay claimed another machine.
-    RefusedIdentity,
-    /// A first frame over `MAX_HELLO_FRAME_BYTES`, or a Hello string over
-    /// its limit.
-    RefusedHelloTooLarge,
-    /// After Hello, a frame not whole within `limits.frame-timeout-ms`.
-    FrameTimeouts,
-    /// A connection still in TLS handshake or Hello closed for a newer one
-    /// (more than `MAX_UNAUTHENTICATED` at once).
-    UnauthenticatedEvicted,
-}
-
-impl Counter {
-    pub const ALL: [Counter; 19] = [
-        Counter::ConnectionsAccepted,
-        Counter::SessionsWelcomed,
-        Counter::RefusedMaxRelays,
-        Counter::RefusedVersion,
-        Counter::RefusedToken,
-        Counter::RefusedMachine,
-        Counter::RefusedByCore,
-        Counter::HelloTimeouts,
-        Counter::MalformedFrames,
-        Counter::AcceptErrors,
-        Counter::FramesTooLarge,
-        Counter::UnexpectedFrames,
-        Counter::ClosedByCore,
-        Counter::BatchesTooLarge,
-        Counter::TlsHandshakeFailures,
-        Counter::RefusedIdentity,
-        Counter::RefusedHelloTooLarge,
-        Counter::FrameTimeouts,
-        Counter::UnauthenticatedEvicted,
-    ];
-
-    /// Counters of refused or closed relay connections, by `Refused.code`.
-    pub const REFUSALS: [Counter; 14] = [
-        Counter::MalformedFrames,
-        Counter::FramesTooLarge,
-        Counter::RefusedHelloTooLarge,
-        Counter::FrameTimeouts,
-        Counter::BatchesTooLarge,
-        Counter::UnexpectedFrames,
-        Counter::HelloTimeouts,
-        Counter::RefusedVersion,
-        Counter::RefusedToken,
-        Counter::RefusedMachine,
-        Counter::RefusedIdentity,
-        Counter::RefusedByCore,
-        Counter::ClosedByCore,
-        Counter::RefusedMaxRelays,
-    ];
-
-    /// `Refused.code` of a refusal counter (None for the others).
-    pub fn code(self) -> Option<RefusalCode> {
-        Some(match self {
-            Counter::MalformedFrames => RefusalCode::BadFrame,
-            Counter::FramesTooLarge => RefusalCode::FrameTooLarge,
-            Counter::BatchesTooLarge => RefusalCode::BatchTooLarge,
-            Counter::UnexpectedFrames => RefusalCode::UnexpectedFrame,
-            Counter::HelloTimeouts => RefusalCode::NoHello,
-            Counter::RefusedVersion => RefusalCode::BadVersion,
-            Counter::RefusedToken => RefusalCode::BadToken,
-            Counter::RefusedMachine => RefusalCode::MachineNotAllowed,
-            Counter::RefusedIdentity => RefusalCode::CertificateIdentityMismatch,
-            Counter::RefusedByCore => RefusalCode::RefusedByCore,
-            Counter::ClosedByCore => RefusalCode::ClosedByCore,
-            Counter::RefusedMaxRelays => RefusalCode::MaxRelays,
-            Counter::RefusedHelloTooLarge => RefusalCode::HelloTooLarge,
-            Counter::FrameTimeouts => RefusalCode::FrameTimeout,
-            Counter::ConnectionsAccepted
-            | Counter::SessionsWelcomed
-            | Counter::AcceptErrors
-            | Counter::TlsHandshakeFailures
-            | Counter::UnauthenticatedEvicted => return None,
-        })
-    }
-
-    /// The metric (see [`crate::metrics::names`]) and its `reason` label.
-    pub fn metric(self) -> (&'static str, Option<&'static str>) {
-        use crate::metrics::names::*;
-        match self {
-            Counter::ConnectionsAccepted => (CONNECTIONS_ACCEPTED, None),
-            Counter::SessionsWelcomed => (SESSIONS_WELCOMED, None),
-            Counter::RefusedMaxRelays => (CONNECTIONS_REFUSED, Some("max_relays")),
-            Counter::RefusedVersion => (CONNECTIONS_REFUSED, Some("version")),
-            Counter::RefusedToken => (CONNECTIONS_REFUSED, Some("token")),
-            Counter::RefusedByCore => (CONNECTIONS_REFUSED, Some("core")),
-            Counter::HelloTimeouts => (CONNECTIONS_FAILED, Some("hello_timeout")),
-            Counter::MalformedFrames => (CONNECTIONS_FAILED, Some("malformed_frame")),
-            Counter::AcceptErrors => (ACCEPT_ERRORS, None),
-            Counter::RefusedMachine => (CONNECTIONS_REFUSED, Some("machine_not_allowed")),
-            Counter::RefusedIdentity => (CONNECTIONS_REFUSED, Some("certificate_identity")),
-            Counter::FramesTooLarge => (CONNECTIONS_FAILED, Some("frame_too_large")),
-            Counter::UnexpectedFrames => (CONNECTIONS_FAILED, Some("unexpected_frame")),
-            Counter::BatchesTooLarge => (CONNECTIONS_FAILED, Some("batch_too_large")),
-            Counter::ClosedByCore => (CONNECTIONS_FAILED, Some("closed_by_core")),
-            Counter::TlsHandshakeFailures => (CONNECTIONS_FAILED, Some("tls_handshake")),
-            Counter::RefusedHelloTooLarge => (CONNECTIONS_REFUSED, Some("hello_too_large")),
-            Counter::FrameTimeouts => (CONNECTIONS_FAILED, Some("frame_timeout")),
-            Counter::UnauthenticatedEvicted => (CONNECTIONS_FAILED, Some("unauthenticated_limit")),
-        }
-    }
-}
-
+/// The relay-connection counters (also exported as metrics: each
+/// [`Counter`] names its series), for the status report.
 #[derive(Debug, Default)]
 pub struct Counters {
-    values: [AtomicU64; Counter::ALL.len()],
+    /// By [`Counter::index`].
+    values: [AtomicU64; Counter::COUNT],
     /// Failed TLS handshakes by [`handshake::HandshakeFailure`].
     handshakes: [AtomicU64; handshake::HandshakeFailure::ALL.len()],
 }
 
 impl Counters {
     pub fn bump(&self, counter: Counter) {
-        self.values[counter as usize].fetch_add(1, Ordering::Relaxed);
-        match counter.metric() {
-            (name, Some(reason)) => metrics::counter!(name, "reason" => reason).increment(1),
-            (name, None) => metrics::counter!(name).increment(1),
-        }
+        self.values[counter.index()].fetch_add(1, Ordering::Relaxed);
+        counter.add(1);
     }
 
     pub fn bump_handshake(&self, reason: handshake::HandshakeFailure) {
@@ -314,19 +182,18 @@ impl Counters {
     }
 
     pub fn get(&self, counter: Counter) -> u64 {
-        self.values[counter as usize].load(Ordering::Relaxed)
+        self.values[counter.index()].load(Ordering::Relaxed)
     }
 
     /// Refused or closed relay connections by `Refused.code` (non-zero
     /// ones), for the status report.
     pub fn refusals(&self) -> std::collections::BTreeMap<String, u64> {
-        Counter::REFUSALS
-            .iter()
-            .filter_map(|&c| {
+        Counter::all()
+            .filter_map(|c| {
                 let key = match c {
                     // The wire code says who refused; the report says why
                     // (raw id 0, or one another connected relay holds).
-                    Counter::RefusedByCore => "raw_id_conflict",
+                    Counter::Refused(Refused::Core) => "raw_id_conflict",
                     _ => c.code()?.as_str(),
                 };
                 Some((key.to_owned(), self.get(c)))

@@ -11,6 +11,7 @@ use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts};
 
 use tracesync_tests::faults::peer::{http_get, logged_metrics_addr};
 
+mod at_start;
 mod logs;
 
 /// Samples of a Prometheus text page: (name{labels}, value).
@@ -122,13 +123,21 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
     );
     let s = samples(&page);
     // Bounded labels: only the fixed reasons, only known machines.
+    use tracesync_daemon::metrics::{Failed, Refused};
+    let refused = Refused::ALL.map(Refused::label);
+    let failed = Failed::ALL.map(Failed::label);
     for (series, _) in &s {
-        if series.starts_with("tracesync_connections_refused_total{") {
-            let ok = ["max_relays", "version", "token", "core"]
-                .iter()
-                .any(|r| series.contains(&format!("reason=\"{r}\"")));
-            assert!(ok, "unexpected refusal reason in {series}");
-        }
+        let reasons: &[&str] = if series.starts_with("tracesync_connections_refused_total{") {
+            &refused
+        } else if series.starts_with("tracesync_connections_failed_total{") {
+            &failed
+        } else {
+            continue;
+        };
+        let ok = reasons
+            .iter()
+            .any(|r| series.contains(&format!("reason=\"{r}\"")));
+        assert!(ok, "unexpected reason in {series}");
     }
     let error_bound = value(&s, "tracesync_sync_error_bound_seconds{machine=\"phone\"}")
         .expect("phone's error bound gauge");

@@ -60,7 +60,7 @@ where
     pub(super) fn failed(&mut self, what: &str, e: &io::Error) {
         self.summary.write_errors += 1;
         self.output.errors += 1;
-        metrics::counter!(crate::metrics::names::OUTPUT_ERRORS).increment(1);
+        crate::metrics::Event::OutputError.record();
         let first = !self.failing;
         if first {
             self.failing = true;

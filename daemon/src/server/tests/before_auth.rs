@@ -1,4 +1,4 @@
-//! Before authentication (server/preauth.rs, session.rs): limits on the
+//! Before authentication (server/preauth.rs, session/): limits on the
 //! first frame, hello strings, idle and trickling connections.
 
 use super::*;
@@ -79,8 +79,8 @@ async fn a_first_frame_over_the_hello_limit_is_refused_before_its_body_is_read()
         );
     }
     let counters = &server.running.shared.counters;
-    assert_eq!(counters.get(Counter::RefusedHelloTooLarge), 2);
-    assert_eq!(counters.get(Counter::FramesTooLarge), 0);
+    assert_eq!(counters.get(Counter::Refused(Refused::HelloTooLarge)), 2);
+    assert_eq!(counters.get(Counter::Failed(Failed::FrameTooLarge)), 0);
     assert_eq!(
         counters.refusals().get("hello_too_large").copied(),
         Some(2),
@@ -132,11 +132,18 @@ async fn hello_strings_over_their_limits_are_refused_with_hello_too_large() {
                 .running
                 .shared
                 .counters
-                .get(Counter::RefusedHelloTooLarge),
+                .get(Counter::Refused(Refused::HelloTooLarge)),
             n as u64 + 1
         );
     }
-    assert_eq!(server.running.shared.counters.get(Counter::RefusedToken), 0);
+    assert_eq!(
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::Refused(Refused::Token)),
+        0
+    );
     // At every limit: welcomed.
     let mut relay = dial(&server).await;
     send(
@@ -179,7 +186,7 @@ async fn idle_connections_hold_no_relay_slot() {
             .running
             .shared
             .counters
-            .get(Counter::RefusedMaxRelays),
+            .get(Counter::Refused(Refused::MaxRelays)),
         0
     );
     // The third Hello finds both slots taken.
@@ -206,7 +213,12 @@ async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in
     for _ in 0..MAX_UNAUTHENTICATED + extra {
         idle.push(raw(&server).await);
     }
-    counted(&server, Counter::UnauthenticatedEvicted, extra as u64).await;
+    counted(
+        &server,
+        Counter::Failed(Failed::UnauthenticatedLimit),
+        extra as u64,
+    )
+    .await;
     // The oldest were closed (no frame: they never said Hello).
     for stream in &mut idle[..extra] {
         let frames = frames_until_closed(stream, Duration::from_secs(5)).await;
@@ -222,11 +234,15 @@ async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in
             .running
             .shared
             .counters
-            .get(Counter::UnauthenticatedEvicted),
+            .get(Counter::Failed(Failed::UnauthenticatedLimit)),
         extra as u64 + 1
     );
     assert_eq!(
-        server.running.shared.counters.get(Counter::HelloTimeouts),
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::Failed(Failed::HelloTimeout)),
         0
     );
 }
@@ -282,7 +298,11 @@ async fn a_trickled_frame_is_closed_at_the_frame_timeout() {
         "closed after {took:?}"
     );
     assert_eq!(
-        server.running.shared.counters.get(Counter::FrameTimeouts),
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::Failed(Failed::FrameTimeout)),
         1
     );
     assert_eq!(
@@ -326,7 +346,11 @@ async fn whole_frames_and_silence_are_not_a_frame_timeout() {
     }
     ack_through(&mut relay, 4).await;
     assert_eq!(
-        server.running.shared.counters.get(Counter::FrameTimeouts),
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::Failed(Failed::FrameTimeout)),
         0
     );
 }
@@ -354,7 +378,7 @@ async fn tls_handshakes_in_progress_hold_no_slot() {
             .running
             .shared
             .counters
-            .get(Counter::RefusedMaxRelays),
+            .get(Counter::Refused(Refused::MaxRelays)),
         0
     );
     server.shutdown.cancel();

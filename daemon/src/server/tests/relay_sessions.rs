@@ -21,7 +21,14 @@ async fn bad_token_is_refused_with_the_reason() {
     let reason = refused_reason(&mut relay).await;
     assert!(reason.starts_with("bad token"), "{reason}");
     assert!(!reason.contains("s3cret"), "never echo the token: {reason}");
-    assert_eq!(server.running.shared.counters.get(Counter::RefusedToken), 1);
+    assert_eq!(
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::Refused(Refused::Token)),
+        1
+    );
 }
 
 #[tokio::test]
@@ -37,7 +44,11 @@ async fn allow_machines_refuses_other_names_and_a_reload_applies_to_the_next_con
     assert!(reason.contains("\"phone\""), "{reason}");
     assert!(reason.contains("allow-machines"), "{reason}");
     assert_eq!(
-        server.running.shared.counters.get(Counter::RefusedMachine),
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::Refused(Refused::MachineNotAllowed)),
         1
     );
     // An empty list (the default) allows every machine again.
@@ -124,7 +135,7 @@ async fn max_relays_is_enforced_and_a_freed_place_is_reused() {
             .running
             .shared
             .counters
-            .get(Counter::RefusedMaxRelays),
+            .get(Counter::Refused(Refused::MaxRelays)),
         1
     );
     drop(first);
@@ -153,7 +164,11 @@ async fn malformed_frame_is_refused_without_hurting_another_session() {
     let reason = refused_reason(&mut bad).await;
     assert!(reason.starts_with("malformed frame"), "{reason}");
     assert_eq!(
-        server.running.shared.counters.get(Counter::MalformedFrames),
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::Failed(Failed::MalformedFrame)),
         1
     );
     send(&mut good, batch(1, &[b"packet"])).await;

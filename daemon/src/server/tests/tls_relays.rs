@@ -13,7 +13,7 @@ async fn tls_refuses_unauthenticated_relays_and_binds_identities() {
     let mut plain = dial(&server).await;
     let _ = send_on(&mut plain, hello("s3cret", "relay")).await;
     assert!(recv(&mut plain).await.is_none());
-    counted(&server, Counter::TlsHandshakeFailures, 1).await;
+    counted(&server, Counter::Failed(Failed::TlsHandshake), 1).await;
 
     // No certificate: our half of the TLS 1.3 handshake completes, then the
     // daemon's alert ends the connection before any frame.
@@ -24,7 +24,7 @@ async fn tls_refuses_unauthenticated_relays_and_binds_identities() {
         matches!(answer, Ok(None) | Err(_)) && !matches!(&answer, Err(e) if e.contains("5 s")),
         "{answer:?}"
     );
-    counted(&server, Counter::TlsHandshakeFailures, 2).await;
+    counted(&server, Counter::Failed(Failed::TlsHandshake), 2).await;
 
     // A valid certificate for "other" claiming "relay": refused, counted.
     let mut impostor = dial_tls(&server, dir.path(), Some("other")).await.unwrap();
@@ -43,7 +43,11 @@ async fn tls_refuses_unauthenticated_relays_and_binds_identities() {
         other => panic!("expected Refused, got {other:?}"),
     }
     assert_eq!(
-        server.running.shared.counters.get(Counter::RefusedIdentity),
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::Refused(Refused::CertificateIdentity)),
         1
     );
 
@@ -86,7 +90,11 @@ async fn tls_refuses_unauthenticated_relays_and_binds_identities() {
         other => panic!("expected Refused, got {other:?}"),
     }
     assert_eq!(
-        server.running.shared.counters.get(Counter::RefusedIdentity),
+        server
+            .running
+            .shared
+            .counters
+            .get(Counter::Refused(Refused::CertificateIdentity)),
         2
     );
     server.shutdown.cancel();

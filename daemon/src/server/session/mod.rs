@@ -1,6 +1,8 @@
-//! One relay connection: Hello, checks, Welcome, then frames to the ingest
-//! loop and acks back, until the peer leaves, a frame is bad, or the daemon
-//! stops.
+//! One relay connection: Hello, its checks ([`admission`], no IO), Welcome,
+//! then frames to the ingest loop and acks back, until the peer leaves, a
+//! frame is bad, or the daemon stops. A refusal of the session's own names
+//! its counter ([`Counter`]), which gives its `Refused.code` too; what the
+//! core refuses or closes carries the core's code.
 //!
 //! Before the Hello is accepted the connection is unauthenticated: its
 //! frame limit is `MAX_HELLO_FRAME_BYTES` (so no buffer larger than that
@@ -20,24 +22,22 @@ use futures_util::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::time::{timeout, timeout_at};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
-use tracesync_protocol::relay::{
-    MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, PROTOCOL_VERSION, check_hello_strings, v1,
-};
+use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, PROTOCOL_VERSION, v1};
 use tracesync_protocol::text::Escaped;
 use tracing::{debug, info, warn};
 
 use super::engine::{ProbeRegistry, Slot};
 use super::events::{Feedback, IngestEvent, Welcomed};
 use super::preauth::PreAuth;
-use super::{Counter, Shared};
-use crate::tls::{Bindings, CertIdentity, Claimed, DataStream};
+use super::{Counter, Failed, Refused, Shared};
+use crate::tls::{Bindings, DataStream};
 
-#[path = "session_frames.rs"]
+pub mod admission;
 mod frames;
 pub(super) use frames::refuse;
 use frames::{
     FrameClock, Stalled, batch_packet_count, decode, decode_frame, kind, next_frame, read_failed,
-    send,
+    refuse_counted, send,
 };
 
 /// Plain TCP or TLS ([`DataStream`]).
@@ -68,7 +68,7 @@ async fn save_bindings(bindings: Arc<Bindings>, machine: &str) {
         Ok(Err((path, e))) => format!("cannot write {path}: {e}"),
         Err(e) => format!("the writer panicked: {e}"),
     };
-    metrics::counter!(crate::metrics::names::IDENTITY_BINDINGS_SAVE_ERRORS).increment(1);
+    crate::metrics::Event::IdentityBindingsSaveError.record();
     warn!(
         %machine,
         "identity bindings: {error}; the new binding holds until the daemon restarts (free \
@@ -142,10 +142,10 @@ struct Hello {
     slot: OwnedSemaphorePermit,
 }
 
-/// Reads Hello, checks it, takes a `max-relays` slot, asks the core, sends
-/// Welcome. None: refused or gone (already answered), or closed for a
-/// newer connection at the unauthenticated limit (counted by the accept
-/// loop).
+/// Reads Hello, admits it ([`admission::admit`]), takes a `max-relays`
+/// slot, asks the core, sends Welcome. None: refused or gone (already
+/// answered), or closed for a newer connection at the unauthenticated limit
+/// (counted by the accept loop).
 async fn welcome<P: ProbeRegistry, S: DataStream>(
     link: &mut Link<S>,
     peer: SocketAddr,
@@ -154,114 +154,33 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     shared: &Shared<P>,
     pre: PreAuth,
 ) -> Option<Hello> {
-    let hello_timeout = shared.settings.hello_timeout;
-    let first = tokio::select! {
-        first = timeout_at(pre.deadline, link.next()) => first,
-        () = pre.ticket.evicted() => return None,
+    let hello = read_hello(link, peer, shared, &pre).await?;
+    let token = shared.token();
+    let allow_machines = shared.allow_machines();
+    let context = admission::Context {
+        token: token.as_deref(),
+        allow_machines: &allow_machines,
+        peer_certificate: link.get_ref().peer_certificate(),
+        bindings: &shared.bindings,
     };
-    let hello = match first {
-        Err(_) => {
-            shared.counters.bump(Counter::HelloTimeouts);
-            let reason = format!(
-                "no Hello within {} ms of connecting",
-                hello_timeout.as_millis()
-            );
-            refuse(link, peer, RefusalCode::NoHello, &reason).await;
+    let passed = match admission::admit(&hello, &context) {
+        Ok(passed) => passed,
+        Err(refusal) => {
+            refuse_counted(link, peer, shared, refusal.why, &refusal.reason).await;
             return None;
         }
-        Ok(None) => return None,
-        Ok(Some(Err(e))) => {
-            read_failed(link, peer, e, shared, true).await;
-            return None;
-        }
-        Ok(Some(Ok(bytes))) => match decode(&bytes) {
-            Ok(v1::frame::Body::Hello(hello)) => hello,
-            Ok(other) => {
-                shared.counters.bump(Counter::UnexpectedFrames);
-                let reason = format!("expected Hello as the first frame, got {}", kind(&other));
-                refuse(link, peer, RefusalCode::UnexpectedFrame, &reason).await;
-                return None;
-            }
-            Err(reason) => {
-                shared.counters.bump(Counter::MalformedFrames);
-                refuse(link, peer, RefusalCode::BadFrame, &reason).await;
-                return None;
-            }
-        },
     };
-    if hello.protocol_version != PROTOCOL_VERSION {
-        shared.counters.bump(Counter::RefusedVersion);
-        let reason = format!(
-            "protocol version {} is not supported (this daemon speaks {PROTOCOL_VERSION}); \
-             run matching tracesync versions",
-            hello.protocol_version
-        );
-        refuse(link, peer, RefusalCode::BadVersion, &reason).await;
-        return None;
-    }
-    // Before anything reads the strings (the allow-list, the certificate,
-    // the core, logs): a name is at most 255 bytes, and so on.
-    if let Err(reason) = check_hello_strings(&hello) {
-        shared.counters.bump(Counter::RefusedHelloTooLarge);
-        let reason = format!("{reason}; relay and daemon versions must match");
-        refuse(link, peer, RefusalCode::HelloTooLarge, &reason).await;
-        return None;
-    }
-    if let Some(expected) = shared.token()
-        && !tokens_match(expected.as_bytes(), hello.token.as_bytes())
-    {
-        shared.counters.bump(Counter::RefusedToken);
-        let reason =
-            "bad token: give the relay the daemon's [auth] token (--token or TRACESYNC_TOKEN)";
-        refuse(link, peer, RefusalCode::BadToken, reason).await;
-        return None;
-    }
-    if !shared.machine_allowed(&hello.machine_name) {
-        shared.counters.bump(Counter::RefusedMachine);
-        let reason = format!(
-            "machine {:?} is not in the daemon's [auth] allow-machines",
-            hello.machine_name
-        );
-        refuse(link, peer, RefusalCode::MachineNotAllowed, &reason).await;
-        return None;
-    }
-    if let Some(der) = link.get_ref().peer_certificate() {
-        let claimed = CertIdentity::from_der(der)
-            .and_then(|id| id.check_claim(&hello.machine_name, hello.machine_raw_id))
-            .and_then(|()| {
-                shared.bindings.claim(
-                    &hello.machine_name,
-                    hello.machine_raw_id,
-                    hello.relay_instance_id,
-                )
-            });
-        match claimed {
-            Err(reason) => {
-                shared.counters.bump(Counter::RefusedIdentity);
-                refuse(
-                    link,
-                    peer,
-                    RefusalCode::CertificateIdentityMismatch,
-                    &reason,
-                )
-                .await;
-                return None;
-            }
-            // A new binding is on disk before the relay is welcomed, so a
-            // restart right after cannot hand it to another certificate.
-            Ok(Claimed::New) if shared.bindings.is_persistent() => {
-                save_bindings(shared.bindings.clone(), &hello.machine_name).await;
-            }
-            Ok(_) => {}
-        }
+    // A new binding is on disk before the relay is welcomed, so a restart
+    // right after cannot hand it to another certificate.
+    if passed.new_binding && shared.bindings.is_persistent() {
+        save_bindings(shared.bindings.clone(), &hello.machine_name).await;
     }
     // Authenticated: a max-relays slot now (never for a connection that
     // has not passed TLS and the Hello checks), and the full frame limit.
-    let max_relays = shared.settings.max_relays;
     let Some(slot) = pre.authenticated() else {
-        shared.counters.bump(Counter::RefusedMaxRelays);
+        let max_relays = shared.settings.max_relays;
         let reason = format!("daemon at max-relays={max_relays}; raise limits.max-relays");
-        refuse(link, peer, RefusalCode::MaxRelays, &reason).await;
+        refuse_counted(link, peer, shared, Refused::MaxRelays, &reason).await;
         return None;
     };
     link.codec_mut()
@@ -277,9 +196,67 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         .await;
         return None;
     };
+    let machine = hello.machine_name.clone();
+    let machine_raw_id = hello.machine_raw_id;
+    let welcomed = join(link, peer, session_id, events, shared, hello, probe_key).await?;
+    Some(Hello {
+        welcomed,
+        machine,
+        machine_raw_id,
+        probe_key,
+        slot,
+    })
+}
+
+/// The first frame, which must be a Hello within the hello timeout. None:
+/// refused (already answered), gone, or evicted.
+async fn read_hello<P, S: DataStream>(
+    link: &mut Link<S>,
+    peer: SocketAddr,
+    shared: &Shared<P>,
+    pre: &PreAuth,
+) -> Option<v1::Hello> {
+    let first = tokio::select! {
+        first = timeout_at(pre.deadline, link.next()) => first,
+        () = pre.ticket.evicted() => return None,
+    };
+    let (why, reason) = match first {
+        Ok(Some(Ok(bytes))) => match decode(&bytes) {
+            Ok(v1::frame::Body::Hello(hello)) => return Some(hello),
+            Ok(other) => (
+                Failed::UnexpectedFrame,
+                format!("expected Hello as the first frame, got {}", kind(&other)),
+            ),
+            Err(reason) => (Failed::MalformedFrame, reason),
+        },
+        Err(_) => {
+            let limit = shared.settings.hello_timeout.as_millis();
+            let reason = format!("no Hello within {limit} ms of connecting");
+            (Failed::HelloTimeout, reason)
+        }
+        Ok(None) => return None,
+        Ok(Some(Err(e))) => {
+            read_failed(link, peer, e, shared, true).await;
+            return None;
+        }
+    };
+    refuse_counted(link, peer, shared, why, &reason).await;
+    None
+}
+
+/// Hands the admitted Hello to the core and, if it takes the relay, sends
+/// Welcome. None: refused by the core (already answered) or gone.
+async fn join<P, S: DataStream>(
+    link: &mut Link<S>,
+    peer: SocketAddr,
+    session_id: u64,
+    events: &mpsc::Sender<IngestEvent>,
+    shared: &Shared<P>,
+    hello: v1::Hello,
+    probe_key: [u8; 32],
+) -> Option<Welcomed> {
     let (reply, answer) = oneshot::channel();
     let name = hello.machine_name.clone();
-    let machine_raw_id = hello.machine_raw_id;
     let connect = IngestEvent::Connect {
         session_id,
         hello,
@@ -291,7 +268,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     let welcomed = match answer.await {
         Ok(Ok(welcomed)) => welcomed,
         Ok(Err(refused)) => {
-            shared.counters.bump(Counter::RefusedByCore);
+            shared.counters.bump(Counter::Refused(Refused::Core));
             refuse(link, peer, refused.code, &refused.reason).await;
             return None;
         }
@@ -312,13 +289,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
             .await;
         return None;
     }
-    Some(Hello {
-        welcomed,
-        machine: name,
-        machine_raw_id,
-        probe_key,
-        slot,
-    })
+    Some(welcomed)
 }
 
 struct Session<'a, P, S> {
@@ -338,8 +309,12 @@ struct Session<'a, P, S> {
 enum End {
     /// The peer closed or the socket failed: nothing more to say.
     Gone,
-    /// Tell the relay why (Refused code and reason), then close.
-    Refuse(RefusalCode, String),
+    /// Count why, tell the relay (its Refused code and the reason), then
+    /// close.
+    Refuse(Failed, String),
+    /// The core closed the session: tell the relay its code and reason,
+    /// then close.
+    Closed(RefusalCode, String),
     /// Daemon shutdown: stop reading, forward the final acks, close.
     Shutdown,
     /// The ingest loop is gone or closed this session without a reason.
@@ -357,7 +332,13 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                 drop(events);
                 self.final_acks().await;
             }
-            End::Refuse(code, reason) => {
+            End::Refuse(why, reason) => {
+                refuse_counted(&mut self.link, self.peer, self.shared, why, &reason).await;
+                let _ = events
+                    .send(IngestEvent::Disconnected { slot, session_id })
+                    .await;
+            }
+            End::Closed(code, reason) => {
                 refuse(&mut self.link, self.peer, code, &reason).await;
                 let _ = events
                     .send(IngestEvent::Disconnected { slot, session_id })
@@ -388,9 +369,9 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     let feedback = self.feedback.borrow_and_update().clone();
                     if let Some(close) = feedback.close {
                         if close.code == RefusalCode::ClosedByCore {
-                            self.shared.counters.bump(Counter::ClosedByCore);
+                            self.shared.counters.bump(Counter::Failed(Failed::ClosedByCore));
                         }
-                        return End::Refuse(close.code, close.reason.to_string());
+                        return End::Closed(close.code, close.reason.to_string());
                     }
                     if paused != feedback.paused {
                         // Time not spent reading is not the relay's.
@@ -405,9 +386,8 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                 frame = next_frame(&mut self.link, &mut self.clock), if !paused => {
                     let bytes = match frame {
                         Err(Stalled) => {
-                            self.shared.counters.bump(Counter::FrameTimeouts);
                             let limit = self.clock.limit.as_millis();
-                            return End::Refuse(RefusalCode::FrameTimeout, format!(
+                            return End::Refuse(Failed::FrameTimeout, format!(
                                 "a frame did not arrive whole within {limit} ms of its first \
                                  byte (limits.frame-timeout-ms): the link is too slow or the \
                                  relay stalled"
@@ -424,8 +404,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     // would cost far more memory decoded than its size.
                     let packets = batch_packet_count(&bytes);
                     if packets > MAX_BATCH_PACKETS {
-                        self.shared.counters.bump(Counter::BatchesTooLarge);
-                        return End::Refuse(RefusalCode::BatchTooLarge, format!(
+                        return End::Refuse(Failed::BatchTooLarge, format!(
                             "batch of more than {MAX_BATCH_PACKETS} packets; \
                              relay and daemon versions must match"
                         ));
@@ -453,16 +432,12 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                             heartbeat,
                         },
                         Ok(other) => {
-                            self.shared.counters.bump(Counter::UnexpectedFrames);
-                            return End::Refuse(RefusalCode::UnexpectedFrame, format!(
+                            return End::Refuse(Failed::UnexpectedFrame, format!(
                                 "unexpected {} frame after Hello; a relay sends only Batch and Heartbeat",
                                 kind(&other)
                             ));
                         }
-                        Err(reason) => {
-                            self.shared.counters.bump(Counter::MalformedFrames);
-                            return End::Refuse(RefusalCode::BadFrame, reason);
-                        }
+                        Err(reason) => return End::Refuse(Failed::MalformedFrame, reason),
                     };
                     // Waits while the ingest loop is behind: back-pressure.
                     if events.send(event).await.is_err() {
@@ -524,16 +499,6 @@ impl<P: ProbeRegistry> Drop for Unregister<P> {
     }
 }
 
-/// Equal inputs compare in time that depends only on the expected token's
-/// length, so a relay cannot learn the token byte by byte.
-pub fn tokens_match(expected: &[u8], given: &[u8]) -> bool {
-    let mut diff = u8::from(expected.len() != given.len());
-    for (i, e) in expected.iter().enumerate() {
-        diff |= e ^ given.get(i).copied().unwrap_or(0);
-    }
-    std::hint::black_box(diff) == 0
-}
-
 /// A random non-zero session id (std's per-process random hash keys mixed
 /// with a counter and the clock; not a secret, only unique).
 fn new_session_id() -> u64 {
@@ -547,5 +512,4 @@ fn new_session_id() -> u64 {
 }
 
 #[cfg(test)]
-#[path = "session_tests.rs"]
 mod tests;

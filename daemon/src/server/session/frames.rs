@@ -17,7 +17,7 @@ use tracesync_protocol::text::Escaped;
 use tracing::{debug, warn};
 
 use super::{Link, WRITE_TIMEOUT};
-use crate::server::{Counter, Shared};
+use crate::server::{Counter, Failed, Refused, Shared};
 use crate::tls::DataStream;
 
 /// How long a frame may take once it has begun: its first byte (read from
@@ -164,6 +164,23 @@ pub(in crate::server) async fn refuse<S: DataStream>(
     }
 }
 
+/// Counts `why` and sends Refused with its code (one value gives both) and
+/// a one-line reason; the caller closes. A counter without a code is only
+/// counted: nothing is due to the relay.
+pub(super) async fn refuse_counted<P, S: DataStream>(
+    link: &mut Link<S>,
+    peer: SocketAddr,
+    shared: &Shared<P>,
+    why: impl Into<Counter>,
+    reason: &str,
+) {
+    let counter = why.into();
+    shared.counters.bump(counter);
+    if let Some(code) = counter.code() {
+        refuse(link, peer, code, reason).await;
+    }
+}
+
 /// A read error: an oversized frame is the relay's fault and gets a reason;
 /// anything else is the network's. `first`: the frame was to be the Hello.
 pub(super) async fn read_failed<P, S: DataStream>(
@@ -177,19 +194,17 @@ pub(super) async fn read_failed<P, S: DataStream>(
         .get_ref()
         .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());
     if oversized && first {
-        shared.counters.bump(Counter::RefusedHelloTooLarge);
         let reason = format!(
             "first frame larger than {MAX_HELLO_FRAME_BYTES} bytes: a Hello is far smaller; \
              relay and daemon versions must match"
         );
-        refuse(link, peer, RefusalCode::HelloTooLarge, &reason).await;
+        refuse_counted(link, peer, shared, Refused::HelloTooLarge, &reason).await;
     } else if oversized {
-        shared.counters.bump(Counter::FramesTooLarge);
         let reason = format!(
             "frame larger than limits.max-frame-bytes={}; raise it on the daemon or upgrade the relay",
             shared.settings.max_frame_bytes
         );
-        refuse(link, peer, RefusalCode::FrameTooLarge, &reason).await;
+        refuse_counted(link, peer, shared, Failed::FrameTooLarge, &reason).await;
     } else {
         debug!(%peer, "relay connection failed: {e}");
     }

@@ -1,0 +1,63 @@
+//! The whole-daemon counters without labels that are counted where the
+//! event happens (rare events: an output error, a refused control client,
+//! a lagging tail subscriber), as values: code that counts names an
+//! [`Event`], and the exporter starts every one at zero from [`Event::ALL`].
+
+use super::names::{
+    CONTROL_ACCEPT_ERRORS, CONTROL_BAD_REQUESTS, CONTROL_REFUSED, IDENTITY_BINDINGS_SAVE_ERRORS,
+    OUTPUT_ERRORS, TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS,
+};
+
+/// What is counted (one counter each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A failed output write or commit.
+    OutputError,
+    /// A failed write of the identity bindings file.
+    IdentityBindingsSaveError,
+    /// Packets a tail subscriber skipped because it lagged (added by count).
+    TailLaggedPackets,
+    /// A lag notice sent to a tail subscriber.
+    TailLagNotice,
+    /// A control client refused (too many at once).
+    ControlRefused,
+    /// A control request that did not parse.
+    ControlBadRequest,
+    /// `accept()` failed on the control socket.
+    ControlAcceptError,
+}
+
+impl Event {
+    pub const ALL: [Event; 7] = [
+        Event::OutputError,
+        Event::IdentityBindingsSaveError,
+        Event::TailLaggedPackets,
+        Event::TailLagNotice,
+        Event::ControlRefused,
+        Event::ControlBadRequest,
+        Event::ControlAcceptError,
+    ];
+
+    /// The counter's name.
+    pub fn metric(self) -> &'static str {
+        match self {
+            Event::OutputError => OUTPUT_ERRORS,
+            Event::IdentityBindingsSaveError => IDENTITY_BINDINGS_SAVE_ERRORS,
+            Event::TailLaggedPackets => TAIL_LAGGED_PACKETS,
+            Event::TailLagNotice => TAIL_LAG_NOTICES,
+            Event::ControlRefused => CONTROL_REFUSED,
+            Event::ControlBadRequest => CONTROL_BAD_REQUESTS,
+            Event::ControlAcceptError => CONTROL_ACCEPT_ERRORS,
+        }
+    }
+
+    /// Counts one.
+    pub fn record(self) {
+        self.add(1);
+    }
+
+    /// Counts `n`.
+    pub fn add(self, n: u64) {
+        metrics::counter!(self.metric()).increment(n);
+    }
+}
