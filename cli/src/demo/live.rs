@@ -220,107 +220,20 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
     fresh_dir(&output_dir)?;
     let control_path = opts.out.join("control.sock");
     let token = random_token();
-
-    let (tx, rx) = mpsc::channel();
-    let mut daemon_cmd = Command::new(&daemon_bin);
-    if let Some(addr) = opts.metrics {
-        daemon_cmd.arg(format!("--metrics-listen={addr}"));
-    }
-    let mut daemon = Proc {
-        name: "tracesyncd".into(),
-        child: daemon_cmd
-            .arg("--listen=127.0.0.1:0")
-            // Loopback only: plaintext, said explicitly (TLS is the default).
-            .arg("--tls=off")
-            .arg("--sync-listen=127.0.0.1:0")
-            .arg(format!("--control={}", control_path.display()))
-            .arg(format!("--output={}", output_dir.display()))
-            .arg(format!("--rotate-seconds={}", (opts.seconds / 3).max(2)))
-            .env("TRACESYNC_TOKEN", &token)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", daemon_bin.display()))?,
-    };
-    log_stderr(
-        &mut daemon.child,
-        &opts.out.join("tracesyncd.log"),
-        Some(tx),
-    )?;
-    let listening = rx
-        .recv_timeout(Duration::from_secs(15))
-        .ok()
-        .and_then(|line| parse_listening(&line))
-        .ok_or_else(|| {
-            format!(
-                "tracesyncd did not start; see {}",
-                opts.out.join("tracesyncd.log").display()
-            )
-        })?;
-
+    let (mut daemon, listening) =
+        start_daemon(opts, &daemon_bin, &output_dir, &control_path, &token)?;
     let machines = machines(opts.relays);
     let mut relays = Vec::new();
     for m in &machines {
-        let spool = opts.out.join(format!("spool-{}", m.name));
-        fresh_dir(&spool)?;
-        let mut child = Command::new(&relay_bin)
-            .arg(format!("--host={}", listening.data))
-            .arg("--tls=off")
-            .arg(format!("--name={}", m.name))
-            .arg(format!("--spool={}", spool.display()))
-            .arg(format!("--source=synthetic:{}", opts.rate))
-            .arg(format!("--clock-offset-ns={}", m.offset_ns))
-            .arg(format!("--clock-drift-ppm={}", m.drift_ppm))
-            .env("TRACESYNC_TOKEN", &token)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", relay_bin.display()))?;
-        log_stderr(
-            &mut child,
-            &opts.out.join(format!("relay-{}.log", m.name)),
-            None,
-        )?;
-        relays.push(Proc {
-            name: format!("relay {}", m.name),
-            child,
-        });
+        relays.push(start_relay(opts, &relay_bin, m, &listening, &token)?);
     }
-
     if let Some(addr) = opts.metrics {
         println!("metrics while it runs: curl -s http://{addr}/metrics | grep '^tracesync_'");
     }
     let control = Target::Unix(control_path);
-    let start = Instant::now();
-    let mut last_status = None;
-    let mut next_print = Instant::now() + Duration::from_secs(1);
-    while start.elapsed() < Duration::from_secs(opts.seconds) {
-        std::thread::sleep(Duration::from_millis(100));
-        if Instant::now() < next_print {
-            continue;
-        }
-        next_print += Duration::from_secs(2);
-        if let Some(report) = query_status(&control) {
-            println!("--- t = {:>4.1} s", start.elapsed().as_secs_f64());
-            print!("{}", crate::status::table(&report, unix_ms()));
-            last_status = Some(report);
-        }
-    }
-
+    let mut last_status = show_status_while_running(&control, opts.seconds);
     if let Some(page) = opts.metrics.and_then(fetch_metrics) {
-        let series: Vec<&str> = page
-            .lines()
-            .filter(|l| l.starts_with("tracesync_"))
-            .collect();
-        println!("--- metrics: {} series; ingest per machine:", series.len());
-        for line in series
-            .iter()
-            .filter(|l| l.starts_with("tracesync_ingest_packets_total"))
-        {
-            println!("{line}");
-        }
+        print_ingest_metrics(&page);
     }
     let mut problems = Vec::new();
     for relay in &mut relays {
@@ -344,6 +257,125 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
         last_status,
         output_dir,
     })
+}
+
+/// Starts `tracesyncd` on loopback ports of its choosing and waits for its
+/// startup line, which names them.
+fn start_daemon(
+    opts: &LiveDemoOptions,
+    daemon_bin: &Path,
+    output_dir: &Path,
+    control_path: &Path,
+    token: &str,
+) -> Result<(Proc, Listening), String> {
+    let (tx, rx) = mpsc::channel();
+    let mut daemon_cmd = Command::new(daemon_bin);
+    if let Some(addr) = opts.metrics {
+        daemon_cmd.arg(format!("--metrics-listen={addr}"));
+    }
+    let mut daemon = Proc {
+        name: "tracesyncd".into(),
+        child: daemon_cmd
+            .arg("--listen=127.0.0.1:0")
+            // Loopback only: plaintext, said explicitly (TLS is the default).
+            .arg("--tls=off")
+            .arg("--sync-listen=127.0.0.1:0")
+            .arg(format!("--control={}", control_path.display()))
+            .arg(format!("--output={}", output_dir.display()))
+            .arg(format!("--rotate-seconds={}", (opts.seconds / 3).max(2)))
+            .env("TRACESYNC_TOKEN", token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", daemon_bin.display()))?,
+    };
+    log_stderr(
+        &mut daemon.child,
+        &opts.out.join("tracesyncd.log"),
+        Some(tx),
+    )?;
+    let listening = rx
+        .recv_timeout(Duration::from_secs(15))
+        .ok()
+        .and_then(|line| parse_listening(&line))
+        .ok_or_else(|| {
+            format!(
+                "tracesyncd did not start; see {}",
+                opts.out.join("tracesyncd.log").display()
+            )
+        })?;
+    Ok((daemon, listening))
+}
+
+/// Starts the relay of simulated machine `m`, with a fresh spool.
+fn start_relay(
+    opts: &LiveDemoOptions,
+    relay_bin: &Path,
+    m: &DemoMachine,
+    listening: &Listening,
+    token: &str,
+) -> Result<Proc, String> {
+    let spool = opts.out.join(format!("spool-{}", m.name));
+    fresh_dir(&spool)?;
+    let mut child = Command::new(relay_bin)
+        .arg(format!("--host={}", listening.data))
+        .arg("--tls=off")
+        .arg(format!("--name={}", m.name))
+        .arg(format!("--spool={}", spool.display()))
+        .arg(format!("--source=synthetic:{}", opts.rate))
+        .arg(format!("--clock-offset-ns={}", m.offset_ns))
+        .arg(format!("--clock-drift-ppm={}", m.drift_ppm))
+        .env("TRACESYNC_TOKEN", token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", relay_bin.display()))?;
+    log_stderr(
+        &mut child,
+        &opts.out.join(format!("relay-{}.log", m.name)),
+        None,
+    )?;
+    Ok(Proc {
+        name: format!("relay {}", m.name),
+        child,
+    })
+}
+
+/// Prints the daemon's status every 2 s for `seconds`; the last report.
+fn show_status_while_running(control: &Target, seconds: u64) -> Option<StatusReport> {
+    let start = Instant::now();
+    let mut last_status = None;
+    let mut next_print = Instant::now() + Duration::from_secs(1);
+    while start.elapsed() < Duration::from_secs(seconds) {
+        std::thread::sleep(Duration::from_millis(100));
+        if Instant::now() < next_print {
+            continue;
+        }
+        next_print += Duration::from_secs(2);
+        if let Some(report) = query_status(control) {
+            println!("--- t = {:>4.1} s", start.elapsed().as_secs_f64());
+            print!("{}", crate::status::table(&report, unix_ms()));
+            last_status = Some(report);
+        }
+    }
+    last_status
+}
+
+/// How many series the metrics page has, and the per-machine ingest ones.
+fn print_ingest_metrics(page: &str) {
+    let series: Vec<&str> = page
+        .lines()
+        .filter(|l| l.starts_with("tracesync_"))
+        .collect();
+    println!("--- metrics: {} series; ingest per machine:", series.len());
+    for line in series
+        .iter()
+        .filter(|l| l.starts_with("tracesync_ingest_packets_total"))
+    {
+        println!("{line}");
+    }
 }
 
 fn unix_ms() -> u64 {

@@ -216,61 +216,8 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
             scan.ids.insert(embedded);
             last_embedded = Some(embedded);
         }
-        let seq = fields.sequence_id.unwrap_or(0);
-        if let Some(bytes) = fields.clock_snapshot {
-            match ClockSnapshot::decode(bytes) {
-                Ok(snapshot) => {
-                    scan.has_clock_snapshots = true;
-                    let primary = snapshot
-                        .primary_trace_clock
-                        .filter(|&c| c != 0)
-                        .map(|c| c as u32);
-                    if scan.primary_clock.is_none() {
-                        scan.primary_clock = primary;
-                    }
-                    let clocks = snapshot
-                        .clocks
-                        .iter()
-                        .map(|c| SnapClock {
-                            clock: c.clock_id.unwrap_or(0),
-                            value: c.timestamp.unwrap_or(0),
-                            unit: c.unit_multiplier_ns.filter(|&u| u != 0).unwrap_or(1),
-                            incremental: c.is_incremental.unwrap_or(false),
-                        })
-                        .collect();
-                    scan.events.push(ClockEvent::Snapshot {
-                        embedded,
-                        seq,
-                        clocks,
-                        primary,
-                    });
-                }
-                Err(e) => {
-                    scan.invalid_snapshot_packets += 1;
-                    scan.faults.push(fault(
-                        Some(offset),
-                        format!("undecodable ClockSnapshot ({e}); ignored"),
-                        false,
-                    ));
-                }
-            }
-        }
-        if let Some(bytes) = fields.remote_clock_sync {
-            match RemoteClockSync::decode(bytes) {
-                Ok(sync) => {
-                    let rounds = rounds_of(&sync);
-                    scan.events
-                        .push(ClockEvent::RemoteSync { embedded, rounds });
-                }
-                Err(e) => {
-                    scan.faults.push(fault(
-                        Some(offset),
-                        format!("undecodable RemoteClockSync ({e}); ignored"),
-                        false,
-                    ));
-                }
-            }
-        }
+        let malformed = |message| fault(Some(offset), message, false);
+        note_clock_facts(&mut scan, &fields, embedded, malformed);
         if let Some(bytes) = fields.system_info {
             scan.system_infos
                 .entry(embedded)
@@ -278,6 +225,68 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
         }
     }
     scan
+}
+
+/// The clock facts of one packet of machine `embedded`: its ClockSnapshot
+/// and RemoteClockSync, if any; an undecodable one is a fault `malformed`
+/// words, and is ignored.
+fn note_clock_facts(
+    scan: &mut FileScan,
+    fields: &KeptFields<'_>,
+    embedded: u32,
+    malformed: impl Fn(String) -> InputFault,
+) {
+    let seq = fields.sequence_id.unwrap_or(0);
+    if let Some(bytes) = fields.clock_snapshot {
+        match ClockSnapshot::decode(bytes) {
+            Ok(snapshot) => {
+                scan.has_clock_snapshots = true;
+                let primary = snapshot
+                    .primary_trace_clock
+                    .filter(|&c| c != 0)
+                    .map(|c| c as u32);
+                if scan.primary_clock.is_none() {
+                    scan.primary_clock = primary;
+                }
+                let clocks = snapshot
+                    .clocks
+                    .iter()
+                    .map(|c| SnapClock {
+                        clock: c.clock_id.unwrap_or(0),
+                        value: c.timestamp.unwrap_or(0),
+                        unit: c.unit_multiplier_ns.filter(|&u| u != 0).unwrap_or(1),
+                        incremental: c.is_incremental.unwrap_or(false),
+                    })
+                    .collect();
+                scan.events.push(ClockEvent::Snapshot {
+                    embedded,
+                    seq,
+                    clocks,
+                    primary,
+                });
+            }
+            Err(e) => {
+                scan.invalid_snapshot_packets += 1;
+                scan.faults.push(malformed(format!(
+                    "undecodable ClockSnapshot ({e}); ignored"
+                )));
+            }
+        }
+    }
+    if let Some(bytes) = fields.remote_clock_sync {
+        match RemoteClockSync::decode(bytes) {
+            Ok(sync) => {
+                let rounds = rounds_of(&sync);
+                scan.events
+                    .push(ClockEvent::RemoteSync { embedded, rounds });
+            }
+            Err(e) => {
+                scan.faults.push(malformed(format!(
+                    "undecodable RemoteClockSync ({e}); ignored"
+                )));
+            }
+        }
+    }
 }
 
 /// The fault that ends the read of an input: an I/O error, or framing

@@ -9,8 +9,8 @@ use super::inputs::InputSource;
 use super::machines::{
     FileMachineFacts, FileMachines, MachineTable, Placement, name_for_own_machine,
 };
-use super::manifest::{FileFacts, Manifest, ManifestError};
-use super::remote::sync_edges;
+use super::manifest::{ClockOverride, FileEntry, FileFacts, Manifest, ManifestError, TraceTime};
+use super::remote::{SyncRound, sync_edges};
 use tracesync_core::clock::timeline::{Claimant, Timeline};
 use tracesync_core::clock::{ClockNode, EdgeOrigin, SnapshotClock};
 
@@ -55,6 +55,11 @@ fn input_index(inputs: &[InputSource], path: &str) -> Option<usize> {
 }
 
 /// Builds the plan. Manifest errors that need the inputs are reported here.
+///
+/// The steps run in an order Perfetto's results depend on: trace time is
+/// claimed file by file in input order (the manifest's first), edges are
+/// added in each file's stream order, manifest overrides after every
+/// file's own edges, and default clocks placed last, in input order.
 pub fn build_plan(
     inputs: &[InputSource],
     scans: &[FileScan],
@@ -62,35 +67,102 @@ pub fn build_plan(
     machine_per_file: bool,
 ) -> Result<Plan, ManifestError> {
     if let Some(m) = manifest {
-        m.check_against_inputs(&|path| {
-            input_index(inputs, path).map(|i| FileFacts {
-                embedded_machine_ids: scans[i].ids.clone(),
-                has_clock_snapshots: scans[i].has_clock_snapshots,
-                has_remote_clock_sync: scans[i]
-                    .events
-                    .iter()
-                    .any(|e| matches!(e, ClockEvent::RemoteSync { .. })),
-                is_archive_or_manifest: false,
-            })
-        })?;
+        check_manifest(m, inputs, scans)?;
     }
     let entries: Vec<_> = inputs
         .iter()
         .map(|i| manifest.and_then(|m| m.entry_for(&i.names)))
         .collect();
-    let mut machines = MachineTable::new();
-    let mut timeline = Timeline::new();
-    let manifest_time = manifest.and_then(|m| m.trace_time.as_ref());
-    let manifest_time_file = manifest_time
-        .and_then(|t| t.file.as_deref())
-        .and_then(|p| input_index(inputs, p));
-    if let Some(tt) = manifest_time
-        && tt.file.is_none()
-    {
-        timeline.claim_trace_time(ClockNode::new(0, 0, 0, tt.clock), Claimant::Manifest);
-    }
+    let mut planner = Planner::new(inputs, manifest.and_then(|m| m.trace_time.as_ref()));
     let mut files = Vec::with_capacity(inputs.len());
     for (i, (scan, entry)) in scans.iter().zip(&entries).enumerate() {
+        let file_machines = planner.assign_machines(i, scan, *entry, machine_per_file);
+        planner.claim_trace_time(i, scan, &file_machines);
+        planner.add_clock_events(scan, &file_machines);
+        files.push(FilePlan {
+            machines: file_machines,
+            default_clock: default_clock(scan, *entry),
+        });
+    }
+    for (i, entry) in entries.iter().enumerate() {
+        if let Some(over) = entry.and_then(|e| e.clocks.as_ref()) {
+            planner.add_clock_override(over, &files[i], &files);
+        }
+    }
+    Ok(planner.finish(files))
+}
+
+/// The manifest's checks that need the inputs' facts.
+fn check_manifest(
+    m: &Manifest,
+    inputs: &[InputSource],
+    scans: &[FileScan],
+) -> Result<(), ManifestError> {
+    m.check_against_inputs(&|path| {
+        input_index(inputs, path).map(|i| FileFacts {
+            embedded_machine_ids: scans[i].ids.clone(),
+            has_clock_snapshots: scans[i].has_clock_snapshots,
+            has_remote_clock_sync: scans[i]
+                .events
+                .iter()
+                .any(|e| matches!(e, ClockEvent::RemoteSync { .. })),
+            is_archive_or_manifest: false,
+        })
+    })
+}
+
+/// Clock of a file's packets with no clock id and no sequence default: a
+/// file the manifest pins (no clock named) runs on its private clock.
+fn default_clock(scan: &FileScan, entry: Option<&FileEntry>) -> u32 {
+    let pinned = entry
+        .and_then(|e| e.clocks.as_ref())
+        .is_some_and(|c| c.clock.is_none());
+    if pinned {
+        TRACE_FILE
+    } else {
+        scan.primary_clock.unwrap_or(BOOTTIME)
+    }
+}
+
+/// What the plan is built in: the machines and the timeline, filled file by
+/// file.
+struct Planner<'a> {
+    inputs: &'a [InputSource],
+    machines: MachineTable,
+    timeline: Timeline,
+    manifest_time: Option<&'a TraceTime>,
+    /// The input the manifest's trace time names, if it names one.
+    manifest_time_file: Option<usize>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(inputs: &'a [InputSource], manifest_time: Option<&'a TraceTime>) -> Self {
+        let mut timeline = Timeline::new();
+        if let Some(tt) = manifest_time
+            && tt.file.is_none()
+        {
+            timeline.claim_trace_time(ClockNode::new(0, 0, 0, tt.clock), Claimant::Manifest);
+        }
+        Self {
+            inputs,
+            machines: MachineTable::new(),
+            timeline,
+            manifest_time,
+            manifest_time_file: manifest_time
+                .and_then(|t| t.file.as_deref())
+                .and_then(|p| input_index(inputs, p)),
+        }
+    }
+
+    /// Input `i`'s machines (embedded ids, manifest names, its own machine
+    /// with `--machine-per-file`) and their SystemInfos.
+    fn assign_machines(
+        &mut self,
+        i: usize,
+        scan: &FileScan,
+        entry: Option<&FileEntry>,
+        machine_per_file: bool,
+    ) -> FileMachines {
         let renames = entry.map(|e| e.machines.as_slice()).unwrap_or_default();
         let manifest_machine = entry.and_then(|e| e.machine.as_deref());
         let own_machine_name = (machine_per_file
@@ -99,10 +171,10 @@ pub fn build_plan(
         .then(|| {
             name_for_own_machine(
                 scan.system_infos.get(&0).map(Vec::as_slice),
-                &inputs[i].display,
+                &self.inputs[i].display,
             )
         });
-        let file_machines = machines.assign_file(
+        let file_machines = self.machines.assign_file(
             i,
             &FileMachineFacts {
                 ids: &scan.ids,
@@ -114,56 +186,65 @@ pub fn build_plan(
         );
         for (id, bytes) in &scan.system_infos {
             if let Some(p) = file_machines.get(*id) {
-                machines.note_system_info(p.machine, bytes);
+                self.machines.note_system_info(p.machine, bytes);
             }
         }
-        if let (Some(tt), Some(fi)) = (manifest_time, manifest_time_file)
+        file_machines
+    }
+
+    /// Input `i`'s claim to trace time: the manifest's clock if it names
+    /// this file, else (no manifest trace time) its snapshots'.
+    fn claim_trace_time(&mut self, i: usize, scan: &FileScan, file_machines: &FileMachines) {
+        if let (Some(tt), Some(fi)) = (self.manifest_time, self.manifest_time_file)
             && fi == i
         {
             let placement = match tt.machine.as_deref() {
-                Some(name) => find_named(&machines, &file_machines, name),
+                Some(name) => find_named(&self.machines, file_machines, name),
                 None => file_machines.base,
             };
             if let Some(p) = placement {
-                timeline.claim_trace_time(node(p, 0, tt.clock), Claimant::Manifest);
+                self.timeline
+                    .claim_trace_time(node(p, 0, tt.clock), Claimant::Manifest);
             }
         }
-        if manifest_time.is_none() {
-            // First claimant wins: an explicit primary clock, or BOOTTIME
-            // inferred from a snapshot that has it. The file's own (base)
-            // machine claims before its embedded ones, whatever the packet
-            // order: Perfetto gives a relayed machine's snapshots to that
-            // machine's own clock tracker, so they never pick trace time
-            // over the relay host's (a remote snapshot written first moved
-            // the whole merged timeline onto the remote machine's clock).
-            let snapshots = scan.events.iter().filter_map(|e| match e {
-                ClockEvent::Snapshot {
-                    embedded,
-                    clocks,
-                    primary,
-                    ..
-                } => Some((file_machines.get(*embedded)?, clocks, *primary)),
-                ClockEvent::RemoteSync { .. } => None,
+        if self.manifest_time.is_some() {
+            return;
+        }
+        // First claimant wins: an explicit primary clock, or BOOTTIME
+        // inferred from a snapshot that has it. The file's own (base)
+        // machine claims before its embedded ones, whatever the packet
+        // order: Perfetto gives a relayed machine's snapshots to that
+        // machine's own clock tracker, so they never pick trace time over
+        // the relay host's (a remote snapshot written first moved the whole
+        // merged timeline onto the remote machine's clock).
+        let snapshots = scan.events.iter().filter_map(|e| match e {
+            ClockEvent::Snapshot {
+                embedded,
+                clocks,
+                primary,
+                ..
+            } => Some((file_machines.get(*embedded)?, clocks, *primary)),
+            ClockEvent::RemoteSync { .. } => None,
+        });
+        let (own, embedded): (Vec<_>, Vec<_>) =
+            snapshots.partition(|(p, ..)| Some(*p) == file_machines.base);
+        for (p, clocks, primary) in own.into_iter().chain(embedded) {
+            let claimed = primary.or_else(|| {
+                clocks
+                    .iter()
+                    .any(|c| c.clock == BOOTTIME)
+                    .then_some(BOOTTIME)
             });
-            let (own, embedded): (Vec<_>, Vec<_>) =
-                snapshots.partition(|(p, ..)| Some(*p) == file_machines.base);
-            for (p, clocks, primary) in own.into_iter().chain(embedded) {
-                let claimed = primary.or_else(|| {
-                    clocks
-                        .iter()
-                        .any(|c| c.clock == BOOTTIME)
-                        .then_some(BOOTTIME)
-                });
-                if let Some(c) = claimed {
-                    timeline.claim_trace_time(
-                        node(p, 0, c),
-                        Claimant::Trace {
-                            source: inputs[i].display.clone(),
-                        },
-                    );
-                }
+            if let Some(c) = claimed {
+                let source = self.inputs[i].display.clone();
+                self.timeline
+                    .claim_trace_time(node(p, 0, c), Claimant::Trace { source });
             }
         }
+    }
+
+    /// The edges of a file's clock facts, in its stream order.
+    fn add_clock_events(&mut self, scan: &FileScan, file_machines: &FileMachines) {
         for event in &scan.events {
             match event {
                 ClockEvent::Snapshot {
@@ -172,88 +253,68 @@ pub fn build_plan(
                     clocks,
                     ..
                 } => {
-                    let Some(p) = file_machines.get(*embedded) else {
-                        continue;
-                    };
-                    add_edge(
-                        &mut timeline,
-                        &snapshot_clocks(p, *seq, clocks),
-                        EdgeOrigin::Snapshot,
-                    );
+                    if let Some(p) = file_machines.get(*embedded) {
+                        let clocks = snapshot_clocks(p, *seq, clocks);
+                        add_edge(&mut self.timeline, &clocks, EdgeOrigin::Snapshot);
+                    }
                 }
                 ClockEvent::RemoteSync { embedded, rounds } => {
-                    let (Some(client), Some(host)) =
+                    if let (Some(client), Some(host)) =
                         (file_machines.get(*embedded), file_machines.base)
-                    else {
-                        continue;
-                    };
-                    if client.machine == host.machine {
-                        continue;
-                    }
-                    // The client clocks stand in for the relay's own snapshots.
-                    for round in rounds {
-                        let clocks: Vec<SnapClock> = round
-                            .client
-                            .iter()
-                            .map(|&(clock, value)| SnapClock {
-                                clock,
-                                value,
-                                unit: 1,
-                                incremental: false,
-                            })
-                            .collect();
-                        if clocks.len() > 1 {
-                            add_edge(
-                                &mut timeline,
-                                &snapshot_clocks(client, 0, &clocks),
-                                EdgeOrigin::Snapshot,
-                            );
-                        }
-                    }
-                    // Every clock on both sides is related, as Perfetto
-                    // does (a sync of REALTIME alone relates the machines).
-                    for e in sync_edges(rounds) {
-                        let edge = [
-                            SnapshotClock::ns(node(client, 0, e.clock), e.client),
-                            SnapshotClock::ns(node(host, 0, e.clock), e.host),
-                        ];
-                        add_edge(&mut timeline, &edge, EdgeOrigin::Sync);
+                        && client.machine != host.machine
+                    {
+                        self.add_remote_sync(client, host, rounds);
                     }
                 }
             }
         }
-        let pinned = entry
-            .and_then(|e| e.clocks.as_ref())
-            .is_some_and(|c| c.clock.is_none());
-        let default_clock = if pinned {
-            TRACE_FILE
-        } else {
-            scan.primary_clock.unwrap_or(BOOTTIME)
-        };
-        files.push(FilePlan {
-            machines: file_machines,
-            default_clock,
-        });
     }
-    // Manifest clock overrides: "the source clock reads T when the
-    // reference clock reads T + offset_ns".
-    for (i, entry) in entries.iter().enumerate() {
-        let Some(over) = entry.and_then(|e| e.clocks.as_ref()) else {
-            continue;
-        };
-        let Some(ref_index) = input_index(inputs, &over.sync_to.file) else {
-            continue;
+
+    /// A RemoteClockSync's edges: its client clocks stand in for the
+    /// relay's own snapshots, and every clock on both sides is related, as
+    /// Perfetto does (a sync of REALTIME alone relates the machines).
+    fn add_remote_sync(&mut self, client: Placement, host: Placement, rounds: &[SyncRound]) {
+        for round in rounds {
+            let clocks: Vec<SnapClock> = round
+                .client
+                .iter()
+                .map(|&(clock, value)| SnapClock {
+                    clock,
+                    value,
+                    unit: 1,
+                    incremental: false,
+                })
+                .collect();
+            if clocks.len() > 1 {
+                let clocks = snapshot_clocks(client, 0, &clocks);
+                add_edge(&mut self.timeline, &clocks, EdgeOrigin::Snapshot);
+            }
+        }
+        for e in sync_edges(rounds) {
+            let edge = [
+                SnapshotClock::ns(node(client, 0, e.clock), e.client),
+                SnapshotClock::ns(node(host, 0, e.clock), e.host),
+            ];
+            add_edge(&mut self.timeline, &edge, EdgeOrigin::Sync);
+        }
+    }
+
+    /// A manifest clock override of `file`: "the source clock reads T when
+    /// the reference clock reads T + offset_ns".
+    fn add_clock_override(&mut self, over: &ClockOverride, file: &FilePlan, files: &[FilePlan]) {
+        let Some(ref_file) = input_index(self.inputs, &over.sync_to.file).map(|i| &files[i]) else {
+            return;
         };
         let src = match over.machine.as_deref() {
-            Some(name) => find_named(&machines, &files[i].machines, name),
-            None => files[i].machines.base,
+            Some(name) => find_named(&self.machines, &file.machines, name),
+            None => file.machines.base,
         };
         let reference = match over.sync_to.machine.as_deref() {
-            Some(name) => find_named(&machines, &files[ref_index].machines, name),
-            None => files[ref_index].machines.base,
+            Some(name) => find_named(&self.machines, &ref_file.machines, name),
+            None => ref_file.machines.base,
         };
         let (Some(src), Some(reference)) = (src, reference) else {
-            continue;
+            return;
         };
         let src_clock = over.clock.unwrap_or(TRACE_FILE);
         let ref_clock = over.sync_to.clock.unwrap_or(TRACE_FILE);
@@ -266,26 +327,29 @@ pub fn build_plan(
             SnapshotClock::ns(node(src, 0, src_clock), s),
             SnapshotClock::ns(node(reference, 0, ref_clock), r),
         ];
-        add_edge(&mut timeline, &edge, EdgeOrigin::Manifest);
+        add_edge(&mut self.timeline, &edge, EdgeOrigin::Manifest);
     }
-    machines.finalize(timeline.trace_clock().machine);
-    // Place every file's default clock, in input order, so that which
-    // assumption a clock gets does not depend on packet order.
-    for file in &files {
-        let placements = file
-            .machines
-            .base
-            .into_iter()
-            .chain(file.machines.embedded.values().copied());
-        for p in placements.collect::<Vec<_>>() {
-            timeline.place(node(p, 0, file.default_clock));
+
+    /// Places every file's default clock, in input order, so that which
+    /// assumption a clock gets does not depend on packet order.
+    fn finish(mut self, files: Vec<FilePlan>) -> Plan {
+        self.machines.finalize(self.timeline.trace_clock().machine);
+        for file in &files {
+            let placements = file
+                .machines
+                .base
+                .into_iter()
+                .chain(file.machines.embedded.values().copied());
+            for p in placements.collect::<Vec<_>>() {
+                self.timeline.place(node(p, 0, file.default_clock));
+            }
+        }
+        Plan {
+            machines: self.machines,
+            files,
+            timeline: self.timeline,
         }
     }
-    Ok(Plan {
-        machines,
-        files,
-        timeline,
-    })
 }
 
 /// Adds an edge; a rejected snapshot is counted by the graph

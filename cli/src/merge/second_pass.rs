@@ -262,22 +262,7 @@ fn resolve<'s>(
     let embedded = fields.machine_id.unwrap_or(0);
     let placement = plan.machines.get(embedded)?;
     let in_seq = fields.trusted_packet_sequence_id.unwrap_or(0);
-    let number = fields.sequence as usize;
-    if number >= sequences.len() {
-        sequences.resize(number + 1, None);
-    }
-    let state = sequences[number].get_or_insert_with(|| SequenceState {
-        out_seq: ctx.sequences.allocate(),
-        default_clock: None,
-        suffixes: [None; 2],
-    });
-    if fields.clears_incremental_state {
-        state.default_clock = None;
-    }
-    if let Some(clock) = fields.defaults_clock {
-        state.default_clock = clock;
-    }
-    let state_ref = state;
+    let state_ref = sequence_state(sequences, fields, ctx);
     let state = *state_ref;
     let is_base = plan.machines.base == Some(placement);
     if let Some(bytes) = fields.remote_clock_sync.as_ref().map(field_bytes) {
@@ -349,6 +334,65 @@ fn resolve<'s>(
         },
     };
     let clock_node = node(placement, in_seq, clock);
+    let (resolved, boottime, domain) = to_trace_time(ctx, placement, clock_node, raw);
+    let ts = match resolved {
+        Ok(ts) => ts,
+        Err(_) if fields.clock_snapshot.is_some() => {
+            // Snapshots carry clock data Perfetto needs; keep them in place.
+            return Some((in_place, state_ref));
+        }
+        Err(_) => {
+            ctx.stats.packets_dropped += 1;
+            return None;
+        }
+    };
+    *last_ts = ts;
+    let head = Head {
+        ts,
+        clock: Some((clock, raw)),
+        boottime,
+        domain,
+        ..in_place
+    };
+    Some((head, state_ref))
+}
+
+/// The output state of a packet's input sequence, allocated at its first
+/// packet; its default clock follows the packet's defaults.
+#[inline]
+fn sequence_state<'s>(
+    sequences: &'s mut SequenceMap,
+    fields: &PacketScan,
+    ctx: &mut Context<'_>,
+) -> &'s mut SequenceState {
+    let number = fields.sequence as usize;
+    if number >= sequences.len() {
+        sequences.resize(number + 1, None);
+    }
+    let state = sequences[number].get_or_insert_with(|| SequenceState {
+        out_seq: ctx.sequences.allocate(),
+        default_clock: None,
+        suffixes: [None; 2],
+    });
+    if fields.clears_incremental_state {
+        state.default_clock = None;
+    }
+    if let Some(clock) = fields.defaults_clock {
+        state.default_clock = clock;
+    }
+    state
+}
+
+/// A timestamp on `clock_node` in trace time; for a remote machine also its
+/// BOOTTIME, and that BOOTTIME in the trace clock's domain when trace time
+/// is not a BOOTTIME (what the sync points are written from).
+#[inline]
+fn to_trace_time(
+    ctx: &mut Context<'_>,
+    placement: Placement,
+    clock_node: ClockNode,
+    raw: u64,
+) -> (Result<i64, Unplaced>, Option<i64>, Option<i64>) {
     let trace_machine = ctx.timeline.trace_clock().machine;
     let (resolved, boottime) = if placement.machine == trace_machine {
         let target = ctx.timeline.trace_clock();
@@ -380,26 +424,7 @@ fn resolve<'s>(
         .ok(),
         _ => None,
     };
-    let ts = match resolved {
-        Ok(ts) => ts,
-        Err(_) if fields.clock_snapshot.is_some() => {
-            // Snapshots carry clock data Perfetto needs; keep them in place.
-            return Some((in_place, state_ref));
-        }
-        Err(_) => {
-            ctx.stats.packets_dropped += 1;
-            return None;
-        }
-    };
-    *last_ts = ts;
-    let head = Head {
-        ts,
-        clock: Some((clock, raw)),
-        boottime,
-        domain,
-        ..in_place
-    };
-    Some((head, state_ref))
+    (resolved, boottime, domain)
 }
 
 fn boot_of(placement: Placement) -> ClockNode {

@@ -4,7 +4,7 @@
 //! The JSON is walked by hand (not derived) so every error can name the key
 //! path at fault, e.g. `files[2].clocks.sync_to.file`.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::clocks::parse_clocks;
 use super::json::{Int, as_object, clock_name, integer, non_empty_str, opt_name, present};
@@ -22,6 +22,24 @@ pub fn parse_manifest(json: &str) -> Result<Manifest, ManifestError> {
     };
     let m = as_object(top, "perfetto_manifest")?;
 
+    check_version(m)?;
+    let files = parse_files(m)?;
+    let trace_time = parse_trace_time(m, &files)?;
+    check_sync_targets(&files)?;
+    let attributes = match present(m, "attributes") {
+        None => Vec::new(),
+        Some(v) => parse_attributes(v)?,
+    };
+
+    Ok(Manifest {
+        trace_time,
+        files,
+        attributes,
+    })
+}
+
+/// `version`: present, and 1.
+fn check_version(m: &Map<String, Value>) -> Result<(), ManifestError> {
     match present(m, "version") {
         None => return Err(err("", "missing required field: version")),
         Some(v) => match integer(v) {
@@ -41,7 +59,11 @@ pub fn parse_manifest(json: &str) -> Result<Manifest, ManifestError> {
             Int::No => return Err(err("version", "version must be an integer; use 1")),
         },
     }
+    Ok(())
+}
 
+/// `files`: the entries, each path listed once.
+fn parse_files(m: &Map<String, Value>) -> Result<Vec<FileEntry>, ManifestError> {
     let mut files = Vec::new();
     if let Some(v) = present(m, "files") {
         let arr = v
@@ -62,8 +84,16 @@ pub fn parse_manifest(json: &str) -> Result<Manifest, ManifestError> {
             files.push(entry);
         }
     }
-    let known = |p: &str| files.iter().any(|e| e.path == p);
+    Ok(files)
+}
 
+/// `trace_time`: its clock, and the file (and machine) it names, which
+/// `files` must list.
+fn parse_trace_time(
+    m: &Map<String, Value>,
+    files: &[FileEntry],
+) -> Result<Option<TraceTime>, ManifestError> {
+    let known = |p: &str| files.iter().any(|e| e.path == p);
     let trace_time = match present(m, "trace_time") {
         None => None,
         Some(v) => {
@@ -98,7 +128,12 @@ pub fn parse_manifest(json: &str) -> Result<Manifest, ManifestError> {
             })
         }
     };
+    Ok(trace_time)
+}
 
+/// Every `clocks.sync_to.file` names a listed file.
+fn check_sync_targets(files: &[FileEntry]) -> Result<(), ManifestError> {
+    let known = |p: &str| files.iter().any(|e| e.path == p);
     for (i, e) in files.iter().enumerate() {
         if let Some(c) = &e.clocks
             && !known(&c.sync_to.file)
@@ -112,17 +147,7 @@ pub fn parse_manifest(json: &str) -> Result<Manifest, ManifestError> {
             ));
         }
     }
-
-    let attributes = match present(m, "attributes") {
-        None => Vec::new(),
-        Some(v) => parse_attributes(v)?,
-    };
-
-    Ok(Manifest {
-        trace_time,
-        files,
-        attributes,
-    })
+    Ok(())
 }
 
 fn parse_file(v: &Value, key: &str) -> Result<FileEntry, ManifestError> {
