@@ -554,5 +554,4 @@ fn read_crl(path: &Path, bytes: &[u8]) -> Result<der::CrlFields, String> {
 }
 
 #[cfg(test)]
-#[path = "pki_tests.rs"]
 mod tests;
