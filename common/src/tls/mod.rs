@@ -4,10 +4,10 @@
 //! daemon against its CA; each presents its own certificate. Plaintext only
 //! with `mode = "off"` (both ends warn).
 
-pub mod der;
 mod group;
 pub mod pem;
 pub mod pki;
+pub mod x509;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -137,7 +137,7 @@ pub fn read_crls(
     };
     let subjects = read_certs(client_ca, TlsKey::ClientCa)?
         .iter()
-        .filter_map(|ca| der::certificate(ca.as_ref()).ok().map(|c| c.subject))
+        .filter_map(|ca| x509::certificate(ca.as_ref()).ok().map(|c| c.subject))
         .collect::<Vec<_>>();
     for (i, crl) in crls.iter().enumerate() {
         let which = if crls.len() > 1 {
@@ -145,7 +145,7 @@ pub fn read_crls(
         } else {
             path.display().to_string()
         };
-        let fields = der::crl(crl.as_ref())
+        let fields = x509::crl(crl.as_ref())
             .map_err(|e| error(format!("{which}: not a certificate revocation list: {e}")))?;
         if !subjects.contains(&fields.issuer) {
             return Err(error(format!(

@@ -21,7 +21,7 @@
 //!
 //! A refusal's reason starts with [`MISMATCH`].
 
-use tracesync_common::tls::der::{self, San};
+use tracesync_common::tls::x509::{self, San};
 
 pub use super::bindings::{BINDINGS_PER_NAME, Bindings, Claimed};
 pub use tracesync_common::tls::{URI_MACHINE, URI_MACHINE_ID};
@@ -41,7 +41,7 @@ pub struct CertIdentity {
 impl CertIdentity {
     /// Reads the names out of a DER certificate.
     pub fn from_der(der: &[u8]) -> Result<Self, String> {
-        let sans = der::subject_alt_names(der)?;
+        let sans = x509::certificate(der).map_err(|e| e.to_string())?.sans;
         let mut identity = CertIdentity::default();
         for san in sans {
             match san {

@@ -25,7 +25,7 @@ use rcgen::{
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, CertificateRevocationListDer};
 
-use super::der::{self, San};
+use super::x509::{self, San};
 use super::{URI_MACHINE, URI_MACHINE_ID};
 
 /// Days a leaf certificate is valid by default (`--days`).
@@ -301,7 +301,7 @@ pub fn stem_of(name: &str) -> String {
 /// certificate says.
 struct Ca {
     key_pem: String,
-    cert: Option<der::CertFields>,
+    cert: Option<x509::CertFields>,
 }
 
 impl Ca {
@@ -338,7 +338,7 @@ impl Ca {
         let key = KeyPair::from_pem(&self.key_pem).map_err(|e| format!("the CA key: {e}"))?;
         let params = ca_params(&key);
         let probe = params.self_signed(&key).map_err(error)?;
-        Ok(der::certificate(probe.der())?.subject)
+        Ok(x509::certificate(probe.der()).map_err(error)?.subject)
     }
 
     /// Refuses a certificate that would outlive the CA.
@@ -359,7 +359,7 @@ impl Ca {
     }
 
     /// Refuses a certificate this CA did not issue.
-    fn check_issued(&self, path: &Path, cert: &der::CertFields) -> Result<(), String> {
+    fn check_issued(&self, path: &Path, cert: &x509::CertFields) -> Result<(), String> {
         if cert.issuer != self.subject()? {
             return Err(format!(
                 "{} was not issued by this directory's CA",
@@ -371,14 +371,14 @@ impl Ca {
 }
 
 /// The first certificate of a PEM (or DER) file, read.
-fn read_cert(path: &Path, bytes: &[u8]) -> Result<der::CertFields, String> {
+fn read_cert(path: &Path, bytes: &[u8]) -> Result<x509::CertFields, String> {
     let der = if bytes.starts_with(b"-----BEGIN") {
         CertificateDer::from_pem_slice(bytes)
             .map_err(|e| format!("{}: not a PEM certificate: {e}", path.display()))?
     } else {
         CertificateDer::from(bytes.to_vec())
     };
-    der::certificate(der.as_ref()).map_err(|e| format!("{}: {e}", path.display()))
+    x509::certificate(der.as_ref()).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// `tracesync pki issue --name NAME DIR`: a relay certificate signed by
@@ -492,7 +492,7 @@ pub fn revoke(dir: &Path, name: &str) -> Result<(PathBuf, bool), String> {
             }
             crl
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => der::CrlFields::default(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => x509::CrlFields::default(),
         Err(e) => return Err(format!("cannot read {}: {e}", crl_path.display())),
     };
     let same = |a: &[u8], b: &[u8]| strip_zeros(a) == strip_zeros(b);
@@ -543,14 +543,14 @@ fn strip_zeros(bytes: &[u8]) -> &[u8] {
 }
 
 /// The first CRL of a PEM (or DER) file, read.
-fn read_crl(path: &Path, bytes: &[u8]) -> Result<der::CrlFields, String> {
+fn read_crl(path: &Path, bytes: &[u8]) -> Result<x509::CrlFields, String> {
     let der = if bytes.starts_with(b"-----BEGIN") {
         CertificateRevocationListDer::from_pem_slice(bytes)
             .map_err(|e| format!("{}: not a PEM CRL: {e}", path.display()))?
     } else {
         CertificateRevocationListDer::from(bytes.to_vec())
     };
-    der::crl(der.as_ref()).map_err(|e| format!("{}: {e}", path.display()))
+    x509::crl(der.as_ref()).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 use super::*;
 
-fn cert_of(path: &Path) -> der::CertFields {
+fn cert_of(path: &Path) -> x509::CertFields {
     read_cert(path, &std::fs::read(path).unwrap()).unwrap()
 }
 
