@@ -75,12 +75,18 @@ pub struct TlsError {
 
 /// Every certificate in a PEM file (at least one).
 pub fn read_certs(path: &Path, key: TlsKey) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    pem::certificates(path).map_err(|message| TlsError { key, message })
+    pem::certificates(path).map_err(|e| TlsError {
+        key,
+        message: e.to_string(),
+    })
 }
 
 /// The private key in a PEM file.
 pub fn read_key(path: &Path, key: TlsKey) -> Result<PrivateKeyDer<'static>, TlsError> {
-    pem::private_key(path).map_err(|message| TlsError { key, message })
+    pem::private_key(path).map_err(|e| TlsError {
+        key,
+        message: e.to_string(),
+    })
 }
 
 /// The CA certificate(s) of a PEM file as trust roots.

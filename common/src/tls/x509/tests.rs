@@ -219,6 +219,24 @@ fn sans_in_order_other_kinds_skipped_non_ascii_refused() {
 }
 
 #[test]
+fn a_second_subject_alt_name_extension_is_refused() {
+    let mut params = CertificateParams::default();
+    params.subject_alt_names = vec![dns("a")];
+    // subjectAltName again: SEQUENCE { dNSName "b" }
+    let again = rcgen::CustomExtension::from_oid_content(
+        &[2, 5, 29, 17],
+        vec![0x30, 0x03, 0x82, 0x01, b'b'],
+    );
+    params.custom_extensions = vec![again];
+    let key = KeyPair::generate().unwrap();
+    let der = params.self_signed(&key).unwrap().der().to_vec();
+    assert_eq!(
+        certificate(&der),
+        Err(X509Error::Certificate(ParserError::DuplicateExtensions))
+    );
+}
+
+#[test]
 fn crls_read_back_as_signed() {
     let mut ca_params = CertificateParams::default();
     ca_params.distinguished_name = rcgen::DistinguishedName::new();
