@@ -246,7 +246,7 @@ async fn run_daemon(
                 tokio::task::spawn_blocking(move || crate::tls::Bindings::open(&path))
                     .await
                     .map_err(|e| Fatal::new(exit::SOFTWARE, format!("loading panicked: {e}")))?
-                    .map_err(|e| Fatal::new(exit::IOERR, e))?;
+                    .map_err(|e| Fatal::new(e.exit_code(), e.to_string()))?;
             metrics::gauge!(crate::metrics::names::IDENTITY_BINDINGS_IGNORED_LINES)
                 .set(loaded.ignored_lines as f64);
             if loaded.ignored_lines > 0 {

@@ -242,7 +242,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
                     link,
                     peer,
                     RefusalCode::CertificateIdentityMismatch,
-                    &reason,
+                    &reason.to_string(),
                 )
                 .await;
                 return None;
