@@ -251,7 +251,7 @@ fn pki(command: PkiCommand) -> u8 {
         Ok(gid) => gid,
         Err(e) => {
             eprintln!("tracesync: error: pki: {e}");
-            return exit::NOUSER;
+            return e.exit_code();
         }
     };
     let result = match command {
@@ -315,7 +315,7 @@ fn pki(command: PkiCommand) -> u8 {
         }
         Err(e) => {
             eprintln!("tracesync: error: pki: {e}");
-            exit::CANTCREAT
+            e.exit_code()
         }
     }
 }

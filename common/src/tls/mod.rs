@@ -4,10 +4,10 @@
 //! daemon against its CA; each presents its own certificate. Plaintext only
 //! with `mode = "off"` (both ends warn).
 
-pub mod der;
 mod group;
 pub mod pem;
 pub mod pki;
+pub mod x509;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -75,12 +75,18 @@ pub struct TlsError {
 
 /// Every certificate in a PEM file (at least one).
 pub fn read_certs(path: &Path, key: TlsKey) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    pem::certificates(path).map_err(|message| TlsError { key, message })
+    pem::certificates(path).map_err(|e| TlsError {
+        key,
+        message: e.to_string(),
+    })
 }
 
 /// The private key in a PEM file.
 pub fn read_key(path: &Path, key: TlsKey) -> Result<PrivateKeyDer<'static>, TlsError> {
-    pem::private_key(path).map_err(|message| TlsError { key, message })
+    pem::private_key(path).map_err(|e| TlsError {
+        key,
+        message: e.to_string(),
+    })
 }
 
 /// The CA certificate(s) of a PEM file as trust roots.
@@ -137,7 +143,7 @@ pub fn read_crls(
     };
     let subjects = read_certs(client_ca, TlsKey::ClientCa)?
         .iter()
-        .filter_map(|ca| der::certificate(ca.as_ref()).ok().map(|c| c.subject))
+        .filter_map(|ca| x509::certificate(ca.as_ref()).ok().map(|c| c.subject))
         .collect::<Vec<_>>();
     for (i, crl) in crls.iter().enumerate() {
         let which = if crls.len() > 1 {
@@ -145,7 +151,7 @@ pub fn read_crls(
         } else {
             path.display().to_string()
         };
-        let fields = der::crl(crl.as_ref())
+        let fields = x509::crl(crl.as_ref())
             .map_err(|e| error(format!("{which}: not a certificate revocation list: {e}")))?;
         if !subjects.contains(&fields.issuer) {
             return Err(error(format!(

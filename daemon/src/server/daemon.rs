@@ -246,7 +246,7 @@ async fn run_daemon(
                 tokio::task::spawn_blocking(move || crate::tls::Bindings::open(&path))
                     .await
                     .map_err(|e| Fatal::new(exit::SOFTWARE, format!("loading panicked: {e}")))?
-                    .map_err(|e| Fatal::new(exit::IOERR, e))?;
+                    .map_err(|e| Fatal::new(e.exit_code(), e.to_string()))?;
             crate::metrics::record_identity_bindings_ignored_lines(loaded.ignored_lines);
             if loaded.ignored_lines > 0 {
                 error!("{}", loaded.summary());

@@ -19,15 +19,85 @@
 //!    the daemon's state directory (the output directory), so a restart
 //!    does not hand them to whoever claims first ([`super::bindings`]).
 //!
-//! A refusal's reason starts with [`MISMATCH`].
+//! A refusal's reason ([`IdentityError`]'s text) starts with [`MISMATCH`],
+//! unless the certificate itself cannot be read.
 
-use tracesync_common::tls::der::{self, San};
+use tracesync_common::tls::x509::{self, San, X509Error};
 
 pub use super::bindings::{BINDINGS_PER_NAME, Bindings, Claimed};
 pub use tracesync_common::tls::{URI_MACHINE, URI_MACHINE_ID};
 
 /// The first word of every identity refusal.
 pub const MISMATCH: &str = "certificate-identity-mismatch";
+
+/// Why a relay may not speak for the machine its Hello names: the text is
+/// the reason of the `CertificateIdentityMismatch` refusal it gets.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum IdentityError {
+    /// The certificate's fields cannot be read.
+    #[error("{0}")]
+    Certificate(#[from] X509Error),
+    /// A `tracesync:machine-id/` URI SAN that is not a decimal u32.
+    #[error("bad raw id in URI SAN {uri:?}")]
+    BadRawId { uri: String },
+    /// Rule 1: no DNS SAN and no `tracesync:machine/` URI.
+    #[error(
+        "{MISMATCH}: the relay certificate names no machine (give it a DNS SAN or a URI SAN \
+         {URI_MACHINE}<name>)"
+    )]
+    NoMachineName,
+    /// Rule 2: the Hello's name is not one of the certificate's.
+    #[error(
+        "{MISMATCH}: Hello names machine {claimed:?} but the certificate is for {}; use the \
+         certificate issued for this machine or set the relay's name to match",
+        quoted(certified)
+    )]
+    NameNotCertified {
+        claimed: String,
+        certified: Vec<String>,
+    },
+    /// Rule 3: the certificate binds raw ids, not the Hello's.
+    #[error(
+        "{MISMATCH}: Hello claims raw machine id {claimed} but the certificate binds {}",
+        listed(certified)
+    )]
+    RawIdNotCertified { claimed: u32, certified: Vec<u32> },
+    /// Rule 4: another name holds the raw id.
+    #[error(
+        "{MISMATCH}: raw machine id {raw_id} belongs to machine {holder:?} on this daemon; a \
+         certificate for {name:?} cannot send as it"
+    )]
+    RawIdHeld {
+        raw_id: u32,
+        holder: String,
+        name: String,
+    },
+    /// Rule 4: another name holds the relay instance.
+    #[error(
+        "{MISMATCH}: relay instance {instance:016x} belongs to machine {holder:?} on this \
+         daemon; a certificate for {name:?} cannot resume it"
+    )]
+    InstanceHeld {
+        instance: u64,
+        holder: String,
+        name: String,
+    },
+}
+
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn listed(ids: &[u32]) -> String {
+    ids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The identities a verified relay certificate carries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,8 +110,8 @@ pub struct CertIdentity {
 
 impl CertIdentity {
     /// Reads the names out of a DER certificate.
-    pub fn from_der(der: &[u8]) -> Result<Self, String> {
-        let sans = der::subject_alt_names(der)?;
+    pub fn from_der(der: &[u8]) -> Result<Self, IdentityError> {
+        let sans = x509::certificate(der)?.sans;
         let mut identity = CertIdentity::default();
         for san in sans {
             match san {
@@ -53,7 +123,7 @@ impl CertIdentity {
                     } else if let Some(id) = uri.strip_prefix(URI_MACHINE_ID) {
                         let id = id
                             .parse()
-                            .map_err(|_| format!("bad raw id in URI SAN {uri:?}"))?;
+                            .map_err(|_| IdentityError::BadRawId { uri: uri.clone() })?;
                         identity.raw_ids.push(id);
                     }
                 }
@@ -63,39 +133,23 @@ impl CertIdentity {
     }
 
     /// Rules 1 to 3: may this certificate say it is `name` with `raw_id`?
-    pub fn check_claim(&self, name: &str, raw_id: u32) -> Result<(), String> {
+    pub fn check_claim(&self, name: &str, raw_id: u32) -> Result<(), IdentityError> {
         if self.names.is_empty() {
-            return Err(format!(
-                "{MISMATCH}: the relay certificate names no machine (give it a DNS SAN or a \
-                 URI SAN {URI_MACHINE}<name>)"
-            ));
+            return Err(IdentityError::NoMachineName);
         }
         if !self.names.iter().any(|n| n.eq_ignore_ascii_case(name)) {
-            return Err(format!(
-                "{MISMATCH}: Hello names machine {name:?} but the certificate is for {}; \
-                 use the certificate issued for this machine or set the relay's name to match",
-                self.names_list()
-            ));
+            return Err(IdentityError::NameNotCertified {
+                claimed: name.to_owned(),
+                certified: self.names.clone(),
+            });
         }
         if !self.raw_ids.is_empty() && !self.raw_ids.contains(&raw_id) {
-            return Err(format!(
-                "{MISMATCH}: Hello claims raw machine id {raw_id} but the certificate binds {}",
-                self.raw_ids
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(IdentityError::RawIdNotCertified {
+                claimed: raw_id,
+                certified: self.raw_ids.clone(),
+            });
         }
         Ok(())
-    }
-
-    fn names_list(&self) -> String {
-        self.names
-            .iter()
-            .map(|n| format!("{n:?}"))
-            .collect::<Vec<_>>()
-            .join(", ")
     }
 }
 
@@ -138,8 +192,12 @@ mod tests {
         let id = CertIdentity::from_der(&cert(vec![])).unwrap();
         assert_eq!(id, CertIdentity::default());
         let err = id.check_claim("a", 7).unwrap_err();
-        assert!(err.starts_with(MISMATCH), "{err}");
-        assert!(err.contains("names no machine"), "{err}");
+        assert_eq!(err, IdentityError::NoMachineName);
+        assert_eq!(
+            err.to_string(),
+            "certificate-identity-mismatch: the relay certificate names no machine (give it a \
+             DNS SAN or a URI SAN tracesync:machine/<name>)"
+        );
     }
 
     #[test]
@@ -153,9 +211,18 @@ mod tests {
         ] {
             let _ = CertIdentity::from_der(bytes);
         }
-        assert!(CertIdentity::from_der(b"\x30\x05\x30\x03\x02").is_err());
+        let err = CertIdentity::from_der(b"\x30\x05\x30\x03\x02").unwrap_err();
+        assert!(matches!(err, IdentityError::Certificate(_)), "{err}");
+        assert!(
+            err.to_string().starts_with("malformed certificate: "),
+            "{err}"
+        );
         let bad_id = cert(vec![dns("a"), uri("tracesync:machine-id/x")]);
-        assert!(CertIdentity::from_der(&bad_id).is_err());
+        let err = CertIdentity::from_der(&bad_id).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bad raw id in URI SAN \"tracesync:machine-id/x\""
+        );
     }
 
     proptest::proptest! {
@@ -197,9 +264,16 @@ mod tests {
         assert!(id.check_claim("lab-b", 1).is_ok(), "ASCII case is ignored");
         assert!(id.check_claim("RELAY-A", 99).is_ok());
         let err = id.check_claim("relay-b", 1).unwrap_err();
-        assert!(err.starts_with("certificate-identity-mismatch: "), "{err}");
-        assert!(err.contains("\"relay-b\""), "{err}");
-        assert!(err.contains("\"relay-a\""), "{err}");
+        assert!(
+            matches!(&err, IdentityError::NameNotCertified { claimed, .. } if claimed == "relay-b"),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "certificate-identity-mismatch: Hello names machine \"relay-b\" but the certificate \
+             is for \"relay-a\", \"Lab-B\"; use the certificate issued for this machine or set \
+             the relay's name to match"
+        );
         assert!(id.check_claim("relay-a.example", 1).is_err());
         assert!(id.check_claim("", 1).is_err());
     }
@@ -213,7 +287,11 @@ mod tests {
         assert!(id.check_claim("a", 10).is_ok());
         assert!(id.check_claim("a", 11).is_ok());
         let err = id.check_claim("a", 12).unwrap_err();
-        assert!(err.starts_with(MISMATCH) && err.contains("12"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "certificate-identity-mismatch: Hello claims raw machine id 12 but the certificate \
+             binds 10, 11"
+        );
     }
 
     #[test]

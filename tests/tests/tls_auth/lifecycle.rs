@@ -296,7 +296,7 @@ fn a_certificate_issued_for_one_day_is_valid_now_and_not_after() {
     let after = unix_now();
     let pem = std::fs::read(pki_dir.join("tls-day.crt")).expect("tls-day.crt");
     let der = rustls_pki_types::CertificateDer::from_pem_slice(&pem).expect("PEM");
-    let cert = tracesync_common::tls::der::certificate(der.as_ref()).expect("DER");
+    let cert = tracesync_common::tls::x509::certificate(der.as_ref()).expect("DER");
     assert!(
         cert.not_before <= before - 3000,
         "back-dated for skew: {cert:?}"
@@ -309,7 +309,7 @@ fn a_certificate_issued_for_one_day_is_valid_now_and_not_after() {
     // Well short of the old rcgen default (4096).
     let ca = std::fs::read(pki_dir.join("ca.crt")).expect("ca.crt");
     let ca = rustls_pki_types::CertificateDer::from_pem_slice(&ca).expect("PEM");
-    let ca_fields = tracesync_common::tls::der::certificate(ca.as_ref()).expect("DER");
+    let ca_fields = tracesync_common::tls::x509::certificate(ca.as_ref()).expect("DER");
     assert!(ca_fields.not_after < after + 3651 * 86_400, "{ca_fields:?}");
 
     let mut roots = rustls::RootCertStore::empty();

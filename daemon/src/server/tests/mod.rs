@@ -330,7 +330,7 @@ async fn ack_through(relay: &mut Relay, seq: u64) {
     while ack(relay).await < seq {}
 }
 
-// ---- mutual TLS relays (daemon/src/tls.rs) ----
+// ---- mutual TLS relays (daemon/src/tls/) ----
 
 /// A lab PKI in `dir` (the daemon's certificate for 127.0.0.1 and one per
 /// name in `relays`) and the daemon's mutual-TLS settings from it.

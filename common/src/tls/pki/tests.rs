@@ -1,6 +1,9 @@
 use super::*;
+use crate::exit;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, CertificateRevocationListDer};
 
-fn cert_of(path: &Path) -> der::CertFields {
+fn cert_of(path: &Path) -> x509::CertFields {
     read_cert(path, &std::fs::read(path).unwrap()).unwrap()
 }
 
@@ -28,9 +31,60 @@ fn accepted_at(dir: &Path, stem: &str, unix: i64, crl: bool) -> Result<(), rustl
 fn init_refuses_to_overwrite() {
     let dir = tempfile::tempdir().unwrap();
     init(dir.path(), &["localhost".into()]).unwrap();
-    assert!(init(dir.path(), &["localhost".into()]).is_err());
+    let err = init(dir.path(), &["localhost".into()]).unwrap_err();
+    let key = dir.path().join("ca.key");
+    assert!(
+        matches!(&err, PkiError::Create { path, .. } if *path == key),
+        "{err:?}"
+    );
+    assert_eq!(err.exit_code(), exit::CANTCREAT);
+    assert_eq!(
+        err.to_string(),
+        format!("cannot create {}: File exists (os error 17)", key.display())
+    );
     issue(dir.path(), "relay-a", None).unwrap();
     assert!(dir.path().join("relay-a.crt").exists());
+}
+
+#[test]
+fn errors_say_what_to_do_and_choose_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = issue(dir.path(), "relay-a", None).unwrap_err();
+    assert!(matches!(err, PkiError::NoCa { .. }), "{err:?}");
+    assert_eq!(err.exit_code(), exit::NOINPUT);
+    assert!(
+        err.to_string()
+            .ends_with("; run `tracesync pki init` first"),
+        "{err}"
+    );
+    init(dir.path(), &["localhost".into()]).unwrap();
+    // A name that cannot be a SAN (URIs are ASCII) is the caller's to change.
+    let err = issue(dir.path(), "téléphone", None).unwrap_err();
+    assert!(matches!(err, PkiError::BadName { .. }), "{err:?}");
+    assert_eq!(err.exit_code(), exit::USAGE);
+    assert!(
+        err.to_string()
+            .starts_with("\"téléphone\" cannot be a certificate name ("),
+        "{err}"
+    );
+    // Not a certificate where one should be.
+    std::fs::write(dir.path().join("junk.crt"), b"\x30\x03\x02\x01\x01").unwrap();
+    let err = revoke(dir.path(), "junk").unwrap_err();
+    assert!(matches!(err, PkiError::Malformed { .. }), "{err:?}");
+    assert_eq!(err.exit_code(), exit::DATAERR);
+    let junk = dir.path().join("junk.crt");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: malformed certificate: ", junk.display())),
+        "{err}"
+    );
+    let err = lookup_group("no-such-group-here").unwrap_err();
+    assert_eq!(err.exit_code(), exit::NOUSER);
+    assert_eq!(
+        err.to_string(),
+        "--group no-such-group-here: no such group; create it (systemd-sysusers \
+         systemd/tracesync.sysusers makes `tracesync`) or give an existing one"
+    );
 }
 
 #[test]
@@ -73,12 +127,20 @@ fn issued_certificates_are_valid_for_the_days_asked_parsed_back_from_the_der() {
         );
     }
     // Bounds of --days.
-    assert!(issue_for(dir.path(), "c", None, 0).is_err());
+    let err = issue_for(dir.path(), "c", None, 0).unwrap_err();
+    assert!(
+        matches!(err, PkiError::DaysOutOfRange { days: 0 }),
+        "{err:?}"
+    );
+    assert_eq!(err.to_string(), "--days must be in 1..=36500, got 0");
+    assert_eq!(err.exit_code(), exit::USAGE);
     let err = issue_for(dir.path(), "c", None, MAX_DAYS + 1).unwrap_err();
-    assert!(err.contains("--days"), "{err}");
+    assert!(err.to_string().contains("--days"), "{err}");
+    assert_eq!(err.exit_code(), exit::USAGE);
     // Nothing outlives its CA.
     let err = issue_for(dir.path(), "c", None, CA_DAYS + 1).unwrap_err();
-    assert!(err.contains("the CA is valid for"), "{err}");
+    assert!(matches!(err, PkiError::OutlivesCa { .. }), "{err:?}");
+    assert!(err.to_string().contains("the CA is valid for"), "{err}");
 }
 
 #[test]
@@ -123,7 +185,8 @@ fn renew_keeps_the_names_and_the_ca_with_a_new_key() {
     assert_eq!(new.sans.len(), 3);
 
     let err = renew(dir.path(), &Holder::Relay("nobody".into()), 30).unwrap_err();
-    assert!(err.contains("cannot read"), "{err}");
+    assert!(matches!(err, PkiError::Read { .. }), "{err:?}");
+    assert!(err.to_string().starts_with("cannot read "), "{err}");
     // A certificate of another CA is not renewed by this one.
     let other = tempfile::tempdir().unwrap();
     init(other.path(), &names).unwrap();
@@ -134,7 +197,13 @@ fn renew_keeps_the_names_and_the_ca_with_a_new_key() {
     )
     .unwrap();
     let err = renew(dir.path(), &Holder::Relay("stranger".into()), 30).unwrap_err();
-    assert!(err.contains("not issued by this directory's CA"), "{err}");
+    assert!(matches!(err, PkiError::NotIssuedHere { .. }), "{err:?}");
+    assert_eq!(err.exit_code(), exit::DATAERR);
+    assert!(
+        err.to_string()
+            .ends_with(" was not issued by this directory's CA"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -172,5 +241,6 @@ fn revoke_makes_and_extends_a_crl_the_verifier_applies() {
     }
     accepted_at(dir.path(), "c", now, true).unwrap();
     let err = revoke(dir.path(), "nobody").unwrap_err();
-    assert!(err.contains("cannot read"), "{err}");
+    assert!(matches!(err, PkiError::Read { .. }), "{err:?}");
+    assert_eq!(err.exit_code(), exit::NOINPUT);
 }

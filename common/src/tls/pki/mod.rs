@@ -22,11 +22,15 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose,
     RevokedCertParams, SanType, SerialNumber,
 };
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, CertificateRevocationListDer};
 
-use super::der::{self, San};
+use super::x509::{self, San};
 use super::{URI_MACHINE, URI_MACHINE_ID};
+
+mod ca;
+mod error;
+pub use error::PkiError;
+
+use ca::{Ca, read_cert, read_crl, read_file};
 
 /// Days a leaf certificate is valid by default (`--days`).
 pub const DEFAULT_DAYS: u32 = 365;
@@ -44,10 +48,6 @@ pub const CRL_FILE: &str = "ca.crl";
 /// lab CAs never share a subject, and `issue` can rebuild it from the key).
 pub const CA_NAME: &str = "tracesync lab CA";
 
-fn error(what: impl std::fmt::Display) -> String {
-    what.to_string()
-}
-
 /// Seconds since the Unix epoch now.
 fn now_unix() -> i64 {
     SystemTime::now()
@@ -55,14 +55,14 @@ fn now_unix() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-fn at(unix: i64) -> Result<time::OffsetDateTime, String> {
-    time::OffsetDateTime::from_unix_timestamp(unix).map_err(error)
+fn at(unix: i64) -> Result<time::OffsetDateTime, PkiError> {
+    time::OffsetDateTime::from_unix_timestamp(unix).map_err(PkiError::Time)
 }
 
 /// Sets `params` valid from [`BACKDATE`] ago for `days` days from `now`.
-fn set_validity(params: &mut CertificateParams, now: i64, days: u32) -> Result<(), String> {
+fn set_validity(params: &mut CertificateParams, now: i64, days: u32) -> Result<(), PkiError> {
     if days == 0 || days > MAX_DAYS {
-        return Err(format!("--days must be in 1..={MAX_DAYS}, got {days}"));
+        return Err(PkiError::DaysOutOfRange { days });
     }
     params.not_before = at(now - BACKDATE.as_secs() as i64)?;
     params.not_after = at(now + i64::from(days) * 86_400)?;
@@ -115,16 +115,16 @@ pub struct Issued {
 }
 
 /// A new self-signed CA, valid for [`CA_DAYS`].
-pub fn new_ca() -> Result<Issued, String> {
+pub fn new_ca() -> Result<Issued, PkiError> {
     new_ca_for(CA_DAYS)
 }
 
 /// A new self-signed CA valid for `days`.
-pub fn new_ca_for(days: u32) -> Result<Issued, String> {
-    let key = KeyPair::generate().map_err(error)?;
+pub fn new_ca_for(days: u32) -> Result<Issued, PkiError> {
+    let key = KeyPair::generate().map_err(PkiError::Rcgen)?;
     let mut params = ca_params(&key);
     set_validity(&mut params, now_unix(), days)?;
-    let cert = params.self_signed(&key).map_err(error)?;
+    let cert = params.self_signed(&key).map_err(PkiError::Rcgen)?;
     Ok(Issued {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
@@ -133,7 +133,7 @@ pub fn new_ca_for(days: u32) -> Result<Issued, String> {
 
 /// The SAN for a name: an IP address, a DNS name, or else a
 /// `tracesync:machine/` URI (names DNS does not allow, e.g. with spaces).
-fn san_for(name: &str) -> Result<SanType, String> {
+fn san_for(name: &str) -> Result<SanType, PkiError> {
     if let Ok(ip) = name.parse() {
         return Ok(SanType::IpAddress(ip));
     }
@@ -142,8 +142,19 @@ fn san_for(name: &str) -> Result<SanType, String> {
     {
         return Ok(SanType::DnsName(dns));
     }
-    let uri = format!("{URI_MACHINE}{name}");
-    Ok(SanType::URI(uri.as_str().try_into().map_err(error)?))
+    uri_san(name, &format!("{URI_MACHINE}{name}"))
+}
+
+/// A URI SAN; `name` is the name it is made for (said if it cannot be).
+fn uri_san(name: &str, uri: &str) -> Result<SanType, PkiError> {
+    Ok(SanType::URI(uri.try_into().map_err(|e| bad_name(name, e))?))
+}
+
+fn bad_name(name: &str, source: rcgen::Error) -> PkiError {
+    PkiError::BadName {
+        name: name.to_owned(),
+        source,
+    }
 }
 
 fn is_dns_name(name: &str) -> bool {
@@ -162,12 +173,12 @@ fn is_dns_name(name: &str) -> bool {
 
 /// Signs a daemon (server) certificate for `names` (host names, IPs),
 /// valid for [`DEFAULT_DAYS`].
-pub fn daemon_cert(ca_key_pem: &str, names: &[String]) -> Result<Issued, String> {
+pub fn daemon_cert(ca_key_pem: &str, names: &[String]) -> Result<Issued, PkiError> {
     daemon_cert_for(ca_key_pem, names, DEFAULT_DAYS)
 }
 
 /// [`daemon_cert`] valid for `days`.
-pub fn daemon_cert_for(ca_key_pem: &str, names: &[String], days: u32) -> Result<Issued, String> {
+pub fn daemon_cert_for(ca_key_pem: &str, names: &[String], days: u32) -> Result<Issued, PkiError> {
     let sans = names.iter().map(|n| san_for(n)).collect::<Result<_, _>>()?;
     let first = names.first().map_or("tracesyncd", String::as_str);
     sign(
@@ -179,7 +190,7 @@ pub fn daemon_cert_for(ca_key_pem: &str, names: &[String], days: u32) -> Result<
 
 /// Signs a relay (client) certificate for machine `name`, optionally
 /// binding its raw machine id too, valid for [`DEFAULT_DAYS`].
-pub fn relay_cert(ca_key_pem: &str, name: &str, raw_id: Option<u32>) -> Result<Issued, String> {
+pub fn relay_cert(ca_key_pem: &str, name: &str, raw_id: Option<u32>) -> Result<Issued, PkiError> {
     relay_cert_for(ca_key_pem, name, raw_id, DEFAULT_DAYS)
 }
 
@@ -189,17 +200,15 @@ pub fn relay_cert_for(
     name: &str,
     raw_id: Option<u32>,
     days: u32,
-) -> Result<Issued, String> {
+) -> Result<Issued, PkiError> {
     // A machine name is never an IP SAN (the daemon reads DNS and URI SANs).
     let mut sans = vec![if name.parse::<std::net::IpAddr>().is_ok() {
-        let uri = format!("{URI_MACHINE}{name}");
-        SanType::URI(uri.as_str().try_into().map_err(error)?)
+        uri_san(name, &format!("{URI_MACHINE}{name}"))?
     } else {
         san_for(name)?
     }];
     if let Some(id) = raw_id {
-        let uri = format!("{URI_MACHINE_ID}{id}");
-        sans.push(SanType::URI(uri.as_str().try_into().map_err(error)?));
+        sans.push(uri_san(name, &format!("{URI_MACHINE_ID}{id}"))?);
     }
     sign(
         ca_key_pem,
@@ -209,16 +218,16 @@ pub fn relay_cert_for(
 }
 
 /// The CA's issuer, rebuilt from its key.
-fn issuer(ca_key_pem: &str) -> Result<Issuer<'static, KeyPair>, String> {
-    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(|e| format!("the CA key: {e}"))?;
+fn issuer(ca_key_pem: &str) -> Result<Issuer<'static, KeyPair>, PkiError> {
+    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(PkiError::CaKey)?;
     Ok(Issuer::new(ca_params(&ca_key), ca_key))
 }
 
-fn sign(ca_key_pem: &str, mut params: CertificateParams, days: u32) -> Result<Issued, String> {
+fn sign(ca_key_pem: &str, mut params: CertificateParams, days: u32) -> Result<Issued, PkiError> {
     let issuer = issuer(ca_key_pem)?;
     set_validity(&mut params, now_unix(), days)?;
-    let key = KeyPair::generate().map_err(error)?;
-    let cert = params.signed_by(&key, &issuer).map_err(error)?;
+    let key = KeyPair::generate().map_err(PkiError::Rcgen)?;
+    let cert = params.signed_by(&key, &issuer).map_err(PkiError::Rcgen)?;
     Ok(Issued {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
@@ -227,7 +236,7 @@ fn sign(ca_key_pem: &str, mut params: CertificateParams, days: u32) -> Result<Is
 
 /// Writes `issued` as `<dir>/<stem>.crt` and `.key` (the key mode 0600);
 /// refuses to overwrite.
-pub fn write(dir: &Path, stem: &str, issued: &Issued) -> Result<(PathBuf, PathBuf), String> {
+pub fn write(dir: &Path, stem: &str, issued: &Issued) -> Result<(PathBuf, PathBuf), PkiError> {
     let cert = dir.join(format!("{stem}.crt"));
     let key = dir.join(format!("{stem}.key"));
     write_new(&key, &issued.key_pem, 0o600)?;
@@ -235,7 +244,7 @@ pub fn write(dir: &Path, stem: &str, issued: &Issued) -> Result<(PathBuf, PathBu
     Ok((cert, key))
 }
 
-fn write_new(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+fn write_new(path: &Path, text: &str, mode: u32) -> Result<(), PkiError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
@@ -244,37 +253,48 @@ fn write_new(path: &Path, text: &str, mode: u32) -> Result<(), String> {
         .mode(mode)
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        .map_err(|source| PkiError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
     file.write_all(text.as_bytes())
         .and_then(|()| file.sync_all())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|source| PkiError::Write {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// Replaces `<dir>/<stem>.key` and `.crt` by `issued` (each atomically:
 /// temporary, fsync, rename; the key first, mode 0600).
-fn replace(dir: &Path, stem: &str, issued: &Issued) -> Result<(PathBuf, PathBuf), String> {
+fn replace(dir: &Path, stem: &str, issued: &Issued) -> Result<(PathBuf, PathBuf), PkiError> {
     let cert = dir.join(format!("{stem}.crt"));
     let key = dir.join(format!("{stem}.key"));
     for (path, text, mode) in [
         (&key, &issued.key_pem, 0o600),
         (&cert, &issued.cert_pem, 0o644),
     ] {
-        crate::files::replace(path, text.as_bytes(), mode)
-            .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
+        crate::files::replace(path, text.as_bytes(), mode).map_err(|source| PkiError::Replace {
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok((cert, key))
 }
 
 /// `tracesync pki init DIR`: a CA and a daemon certificate for
 /// `daemon_names`, valid for the defaults. Returns the files written.
-pub fn init(dir: &Path, daemon_names: &[String]) -> Result<Vec<PathBuf>, String> {
+pub fn init(dir: &Path, daemon_names: &[String]) -> Result<Vec<PathBuf>, PkiError> {
     init_for(dir, daemon_names, DEFAULT_DAYS)
 }
 
 /// `tracesync pki init [--days N] DIR`: the daemon's certificate is valid
 /// for `days`, the CA for [`CA_DAYS`] or `days` if longer.
-pub fn init_for(dir: &Path, daemon_names: &[String], days: u32) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+pub fn init_for(dir: &Path, daemon_names: &[String], days: u32) -> Result<Vec<PathBuf>, PkiError> {
+    std::fs::create_dir_all(dir).map_err(|source| PkiError::Create {
+        path: dir.to_owned(),
+        source,
+    })?;
     let ca = new_ca_for(days.max(CA_DAYS))?;
     let daemon = daemon_cert_for(&ca.key_pem, daemon_names, days)?;
     let (ca_crt, ca_key) = write(dir, "ca", &ca)?;
@@ -297,93 +317,9 @@ pub fn stem_of(name: &str) -> String {
         .collect()
 }
 
-/// The lab CA of DIR: its key (PEM) and, when `ca.crt` is there, what its
-/// certificate says.
-struct Ca {
-    key_pem: String,
-    cert: Option<der::CertFields>,
-}
-
-impl Ca {
-    fn open(dir: &Path) -> Result<Ca, String> {
-        let key_path = dir.join("ca.key");
-        let key_pem = std::fs::read_to_string(&key_path).map_err(|e| {
-            format!(
-                "cannot read {}: {e}; run `tracesync pki init` first",
-                key_path.display()
-            )
-        })?;
-        let crt = dir.join("ca.crt");
-        let cert = match std::fs::read(&crt) {
-            Ok(pem) => Some(read_cert(&crt, &pem)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(format!("cannot read {}: {e}", crt.display())),
-        };
-        let ca = Ca { key_pem, cert };
-        if let Some(cert) = &ca.cert
-            && cert.subject != ca.subject()?
-        {
-            return Err(format!(
-                "{} is not the `tracesync pki` CA of {}; issue, renew and revoke with the tools \
-                 of the CA that made it (e.g. openssl ca)",
-                crt.display(),
-                key_path.display()
-            ));
-        }
-        Ok(ca)
-    }
-
-    /// The CA's subject Name as its certificates name their issuer.
-    fn subject(&self) -> Result<Vec<u8>, String> {
-        let key = KeyPair::from_pem(&self.key_pem).map_err(|e| format!("the CA key: {e}"))?;
-        let params = ca_params(&key);
-        let probe = params.self_signed(&key).map_err(error)?;
-        Ok(der::certificate(probe.der())?.subject)
-    }
-
-    /// Refuses a certificate that would outlive the CA.
-    fn check_days(&self, dir: &Path, days: u32) -> Result<(), String> {
-        let Some(cert) = &self.cert else {
-            return Ok(());
-        };
-        let end = now_unix().saturating_add(i64::from(days) * 86_400);
-        if end > cert.not_after {
-            let left = (cert.not_after - now_unix()).max(0) / 86_400;
-            return Err(format!(
-                "{}: the CA is valid for {left} more days, less than the {days} asked; ask for \
-                 fewer --days, or make a new PKI with `tracesync pki init` in another directory",
-                dir.join("ca.crt").display()
-            ));
-        }
-        Ok(())
-    }
-
-    /// Refuses a certificate this CA did not issue.
-    fn check_issued(&self, path: &Path, cert: &der::CertFields) -> Result<(), String> {
-        if cert.issuer != self.subject()? {
-            return Err(format!(
-                "{} was not issued by this directory's CA",
-                path.display()
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// The first certificate of a PEM (or DER) file, read.
-fn read_cert(path: &Path, bytes: &[u8]) -> Result<der::CertFields, String> {
-    let der = if bytes.starts_with(b"-----BEGIN") {
-        CertificateDer::from_pem_slice(bytes)
-            .map_err(|e| format!("{}: not a PEM certificate: {e}", path.display()))?
-    } else {
-        CertificateDer::from(bytes.to_vec())
-    };
-    der::certificate(der.as_ref()).map_err(|e| format!("{}: {e}", path.display()))
-}
-
 /// `tracesync pki issue --name NAME DIR`: a relay certificate signed by
 /// `DIR/ca.key`, valid for [`DEFAULT_DAYS`].
-pub fn issue(dir: &Path, name: &str, raw_id: Option<u32>) -> Result<Vec<PathBuf>, String> {
+pub fn issue(dir: &Path, name: &str, raw_id: Option<u32>) -> Result<Vec<PathBuf>, PkiError> {
     issue_for(dir, name, raw_id, DEFAULT_DAYS)
 }
 
@@ -393,7 +329,7 @@ pub fn issue_for(
     name: &str,
     raw_id: Option<u32>,
     days: u32,
-) -> Result<Vec<PathBuf>, String> {
+) -> Result<Vec<PathBuf>, PkiError> {
     let ca = Ca::open(dir)?;
     ca.check_days(dir, days)?;
     let relay = relay_cert_for(&ca.key_pem, name, raw_id, days)?;
@@ -414,7 +350,7 @@ pub enum Holder {
 /// and certificate with the subject alternative names of the current one
 /// (machine name, raw id, daemon host names and IPs), signed by the same
 /// CA, replacing `NAME.crt`/`.key` (or `daemon.crt`/`.key`).
-pub fn renew(dir: &Path, holder: &Holder, days: u32) -> Result<Vec<PathBuf>, String> {
+pub fn renew(dir: &Path, holder: &Holder, days: u32) -> Result<Vec<PathBuf>, PkiError> {
     let ca = Ca::open(dir)?;
     ca.check_days(dir, days)?;
     let stem = match holder {
@@ -422,7 +358,7 @@ pub fn renew(dir: &Path, holder: &Holder, days: u32) -> Result<Vec<PathBuf>, Str
         Holder::Daemon => "daemon".to_owned(),
     };
     let path = dir.join(format!("{stem}.crt"));
-    let pem = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let pem = read_file(&path)?;
     let old = read_cert(&path, &pem)?;
     ca.check_issued(&path, &old)?;
     let sans = old
@@ -430,12 +366,12 @@ pub fn renew(dir: &Path, holder: &Holder, days: u32) -> Result<Vec<PathBuf>, Str
         .iter()
         .map(|san| {
             Ok(match san {
-                San::Dns(n) => SanType::DnsName(n.as_str().try_into().map_err(error)?),
-                San::Uri(u) => SanType::URI(u.as_str().try_into().map_err(error)?),
+                San::Dns(n) => SanType::DnsName(n.as_str().try_into().map_err(|e| bad_name(n, e))?),
+                San::Uri(u) => SanType::URI(u.as_str().try_into().map_err(|e| bad_name(u, e))?),
                 San::Ip(ip) => SanType::IpAddress(*ip),
             })
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, PkiError>>()?;
     let params = match holder {
         Holder::Relay(name) => {
             let names_it = old.sans.iter().any(|san| match san {
@@ -446,11 +382,10 @@ pub fn renew(dir: &Path, holder: &Holder, days: u32) -> Result<Vec<PathBuf>, Str
                 San::Ip(_) => false,
             });
             if !names_it {
-                return Err(format!(
-                    "{} does not name machine {name:?}; `tracesync pki issue --name {name}` \
-                     makes a certificate for it",
-                    path.display()
-                ));
+                return Err(PkiError::NotNamed {
+                    path,
+                    name: name.clone(),
+                });
             }
             leaf_params(name, sans, ExtendedKeyUsagePurpose::ClientAuth)
         }
@@ -474,10 +409,10 @@ pub fn renew(dir: &Path, holder: &Holder, days: u32) -> Result<Vec<PathBuf>, Str
 /// `DIR/ca.crl` (made if missing), signed by the CA, with the next CRL
 /// number; entries already there are kept. Returns the CRL's path and
 /// whether the certificate was already revoked.
-pub fn revoke(dir: &Path, name: &str) -> Result<(PathBuf, bool), String> {
+pub fn revoke(dir: &Path, name: &str) -> Result<(PathBuf, bool), PkiError> {
     let ca = Ca::open(dir)?;
     let path = dir.join(format!("{}.crt", stem_of(name)));
-    let pem = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let pem = read_file(&path)?;
     let cert = read_cert(&path, &pem)?;
     ca.check_issued(&path, &cert)?;
     let crl_path = dir.join(CRL_FILE);
@@ -485,15 +420,17 @@ pub fn revoke(dir: &Path, name: &str) -> Result<(PathBuf, bool), String> {
         Ok(bytes) => {
             let crl = read_crl(&crl_path, &bytes)?;
             if crl.issuer != ca.subject()? {
-                return Err(format!(
-                    "{} was not issued by this directory's CA; move it away to start a new one",
-                    crl_path.display()
-                ));
+                return Err(PkiError::ForeignCrl { path: crl_path });
             }
             crl
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => der::CrlFields::default(),
-        Err(e) => return Err(format!("cannot read {}: {e}", crl_path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => x509::CrlFields::default(),
+        Err(source) => {
+            return Err(PkiError::Read {
+                path: crl_path,
+                source,
+            });
+        }
     };
     let same = |a: &[u8], b: &[u8]| strip_zeros(a) == strip_zeros(b);
     let already = old.revoked.iter().any(|(s, _)| same(s, &cert.serial));
@@ -507,7 +444,7 @@ pub fn revoke(dir: &Path, name: &str) -> Result<(PathBuf, bool), String> {
         Some(bytes) => {
             let bytes = strip_zeros(bytes);
             if bytes.len() > 15 {
-                return Err(format!("{}: CRL number too large", crl_path.display()));
+                return Err(PkiError::CrlNumberTooLarge { path: crl_path });
             }
             bytes.iter().fold(0u128, |n, &b| (n << 8) | u128::from(b)) + 1
         }
@@ -527,13 +464,19 @@ pub fn revoke(dir: &Path, name: &str) -> Result<(PathBuf, bool), String> {
                     invalidity_date: None,
                 })
             })
-            .collect::<Result<_, String>>()?,
+            .collect::<Result<_, PkiError>>()?,
         key_identifier_method: KeyIdMethod::Sha256,
     };
-    let crl = params.signed_by(&issuer(&ca.key_pem)?).map_err(error)?;
-    let pem = crl.pem().map_err(error)?;
-    crate::files::replace(&crl_path, pem.as_bytes(), 0o644)
-        .map_err(|e| format!("cannot replace {}: {e}", crl_path.display()))?;
+    let crl = params
+        .signed_by(&issuer(&ca.key_pem)?)
+        .map_err(PkiError::Rcgen)?;
+    let pem = crl.pem().map_err(PkiError::Rcgen)?;
+    if let Err(source) = crate::files::replace(&crl_path, pem.as_bytes(), 0o644) {
+        return Err(PkiError::Replace {
+            path: crl_path,
+            source,
+        });
+    }
     Ok((crl_path, already))
 }
 
@@ -542,17 +485,5 @@ fn strip_zeros(bytes: &[u8]) -> &[u8] {
     &bytes[zeros..]
 }
 
-/// The first CRL of a PEM (or DER) file, read.
-fn read_crl(path: &Path, bytes: &[u8]) -> Result<der::CrlFields, String> {
-    let der = if bytes.starts_with(b"-----BEGIN") {
-        CertificateRevocationListDer::from_pem_slice(bytes)
-            .map_err(|e| format!("{}: not a PEM CRL: {e}", path.display()))?
-    } else {
-        CertificateRevocationListDer::from(bytes.to_vec())
-    };
-    der::crl(der.as_ref()).map_err(|e| format!("{}: {e}", path.display()))
-}
-
 #[cfg(test)]
-#[path = "pki_tests.rs"]
 mod tests;

@@ -37,7 +37,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::identity::MISMATCH;
+use super::identity::IdentityError;
 
 /// Raw ids and relay instances remembered per name.
 pub const BINDINGS_PER_NAME: usize = 8;
@@ -50,6 +50,55 @@ pub const CORRUPT_SUFFIX: &str = ".corrupt";
 pub const MAX_FILE_BYTES: u64 = 16 << 20;
 /// The longest machine name kept (DNS names are at most 253).
 const MAX_NAME_BYTES: usize = 255;
+
+/// The bindings file cannot be used: the daemon does not start.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot use the identity bindings {}: {source}; fix it or move it away (relays' raw ids are \
+     then bound afresh)",
+    path.display()
+)]
+pub struct BindingsFileError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+impl BindingsFileError {
+    /// The daemon's exit code: the file is there but cannot be read or
+    /// replaced.
+    pub fn exit_code(&self) -> u8 {
+        tracesync_common::exit::IOERR
+    }
+}
+
+/// Why a line of the bindings file is not a valid binding.
+#[derive(Debug, thiserror::Error)]
+enum BadLine {
+    #[error("not UTF-8")]
+    NotUtf8,
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("a name of {0} bytes")]
+    NameLength(usize),
+    #[error("machine {0:?} appears twice")]
+    Twice(String),
+    #[error("more than {BINDINGS_PER_NAME} raw ids or instances for {0:?}")]
+    TooMany(String),
+    #[error("instance {0:?} is not 16 hex digits")]
+    Instance(String),
+    #[error("raw id {raw_id} is bound to {holder:?} and {name:?}")]
+    RawIdTwice {
+        raw_id: u32,
+        holder: String,
+        name: String,
+    },
+    #[error("instance {instance:016x} is bound to {holder:?} and {name:?}")]
+    InstanceTwice {
+        instance: u64,
+        holder: String,
+        name: String,
+    },
+}
 
 /// Raw ids and relay instances bound to the name that first used them
 /// with a certificate.
@@ -143,13 +192,10 @@ impl Bindings {
     /// there from now on. Lines that are not valid bindings are ignored
     /// and counted; the file is then set aside and rewritten clean. Err:
     /// one line saying why the file cannot be used.
-    pub fn open(path: &Path) -> Result<(Bindings, Loaded), String> {
-        let unusable = |e: io::Error| {
-            format!(
-                "cannot use the identity bindings {}: {e}; fix it or move it away (relays' raw \
-                 ids are then bound afresh)",
-                path.display()
-            )
+    pub fn open(path: &Path) -> Result<(Bindings, Loaded), BindingsFileError> {
+        let unusable = |source| BindingsFileError {
+            path: path.to_path_buf(),
+            source,
         };
         let mut loaded = Loaded {
             path: path.to_path_buf(),
@@ -216,20 +262,22 @@ impl Bindings {
     }
 
     /// Binds `raw_id` and `instance` to `name`, or says who holds them.
-    pub fn claim(&self, name: &str, raw_id: u32, instance: u64) -> Result<Claimed, String> {
+    pub fn claim(&self, name: &str, raw_id: u32, instance: u64) -> Result<Claimed, IdentityError> {
         let mut table = self.lock();
         let key = name.to_ascii_lowercase();
         if let Some(holder) = table.raw_ids.get(&raw_id).filter(|h| **h != key) {
-            return Err(format!(
-                "{MISMATCH}: raw machine id {raw_id} belongs to machine {holder:?} on this \
-                 daemon; a certificate for {name:?} cannot send as it"
-            ));
+            return Err(IdentityError::RawIdHeld {
+                raw_id,
+                holder: holder.clone(),
+                name: name.to_owned(),
+            });
         }
         if let Some(holder) = table.instances.get(&instance).filter(|h| **h != key) {
-            return Err(format!(
-                "{MISMATCH}: relay instance {instance:016x} belongs to machine {holder:?} on \
-                 this daemon; a certificate for {name:?} cannot resume it"
-            ));
+            return Err(IdentityError::InstanceHeld {
+                instance,
+                holder: holder.clone(),
+                name: name.to_owned(),
+            });
         }
         let new = table.bind(&key, raw_id, instance);
         if new {
@@ -295,20 +343,18 @@ impl BindingTable {
 
     /// Adds one line of the file, or says why it is not valid (then
     /// nothing of it is added).
-    fn load_line(&mut self, line: &[u8]) -> Result<(), String> {
-        let text = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_owned())?;
-        let line: Line = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    fn load_line(&mut self, line: &[u8]) -> Result<(), BadLine> {
+        let text = std::str::from_utf8(line).map_err(|_| BadLine::NotUtf8)?;
+        let line: Line = serde_json::from_str(text)?;
         let key = line.name.to_ascii_lowercase();
         if key.is_empty() || key.len() > MAX_NAME_BYTES {
-            return Err(format!("a name of {} bytes", key.len()));
+            return Err(BadLine::NameLength(key.len()));
         }
         if self.recent.contains_key(&key) {
-            return Err(format!("machine {key:?} appears twice"));
+            return Err(BadLine::Twice(key));
         }
         if line.raw_ids.len() > BINDINGS_PER_NAME || line.instances.len() > BINDINGS_PER_NAME {
-            return Err(format!(
-                "more than {BINDINGS_PER_NAME} raw ids or instances for {key:?}"
-            ));
+            return Err(BadLine::TooMany(key));
         }
         let instances = line
             .instances
@@ -317,19 +363,25 @@ impl BindingTable {
                 (hex.len() == 16)
                     .then(|| u64::from_str_radix(hex, 16).ok())
                     .flatten()
-                    .ok_or_else(|| format!("instance {hex:?} is not 16 hex digits"))
+                    .ok_or_else(|| BadLine::Instance(hex.clone()))
             })
-            .collect::<Result<Vec<u64>, String>>()?;
+            .collect::<Result<Vec<u64>, BadLine>>()?;
         for id in &line.raw_ids {
             if let Some(holder) = self.raw_ids.get(id) {
-                return Err(format!("raw id {id} is bound to {holder:?} and {key:?}"));
+                return Err(BadLine::RawIdTwice {
+                    raw_id: *id,
+                    holder: holder.clone(),
+                    name: key,
+                });
             }
         }
         for inst in &instances {
             if let Some(holder) = self.instances.get(inst) {
-                return Err(format!(
-                    "instance {inst:016x} is bound to {holder:?} and {key:?}"
-                ));
+                return Err(BadLine::InstanceTwice {
+                    instance: *inst,
+                    holder: holder.clone(),
+                    name: key,
+                });
             }
         }
         let (ids, insts) = self.recent.entry(key.clone()).or_default();
@@ -365,168 +417,4 @@ impl BindingTable {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn raw_ids_and_instances_stay_with_their_first_name() {
-        let b = Bindings::default();
-        let _ = b.claim("a", 1, 100).unwrap();
-        let _ = b.claim("A", 1, 100).unwrap(); // same name, other case
-        let _ = b.claim("b", 2, 200).unwrap();
-        let err = b.claim("b", 1, 200).unwrap_err();
-        assert!(err.starts_with(MISMATCH) && err.contains("\"a\""), "{err}");
-        let err = b.claim("b", 3, 100).unwrap_err();
-        assert!(err.contains("relay instance"), "{err}");
-        // A refused claim binds nothing.
-        let _ = b.claim("c", 3, 300).unwrap();
-    }
-
-    #[test]
-    fn each_name_keeps_its_recent_bindings_only() {
-        let b = Bindings::default();
-        for i in 0..(BINDINGS_PER_NAME as u32 + 2) {
-            let _ = b.claim("a", i, u64::from(i)).unwrap();
-        }
-        // The two oldest were released; the newest are still held.
-        let _ = b.claim("b", 0, 0).unwrap();
-        let _ = b.claim("b", 1, 1).unwrap();
-        assert!(b.claim("b", BINDINGS_PER_NAME as u32, 50).is_err());
-    }
-
-    #[test]
-    fn bindings_are_saved_and_reloaded_after_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(BINDINGS_FILE);
-        let (b, loaded) = Bindings::open(&path).unwrap();
-        assert_eq!(loaded.names, 0);
-        assert!(b.is_persistent());
-        assert!(!path.exists(), "nothing written before a binding");
-        assert_eq!(b.claim("Relay-A", 11, 0xa1).unwrap(), Claimed::New);
-        assert_eq!(b.claim("relay-a", 11, 0xa1).unwrap(), Claimed::Held);
-        assert_eq!(b.claim("relay-b", 22, 0xb1).unwrap(), Claimed::New);
-        b.save().unwrap();
-        b.save().unwrap(); // unchanged: nothing to do
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(
-            text,
-            "{\"name\":\"relay-a\",\"raw_ids\":[11],\"instances\":[\"00000000000000a1\"]}\n\
-             {\"name\":\"relay-b\",\"raw_ids\":[22],\"instances\":[\"00000000000000b1\"]}\n"
-        );
-        drop(b);
-
-        // The restarted daemon: relay-b cannot take relay-a's raw id or
-        // instance first; relay-a keeps both.
-        let (b, loaded) = Bindings::open(&path).unwrap();
-        assert_eq!((loaded.names, loaded.ignored_lines), (2, 0));
-        assert!(
-            loaded.summary().contains("2 machine names"),
-            "{}",
-            loaded.summary()
-        );
-        let err = b.claim("relay-b", 11, 0xb2).unwrap_err();
-        assert!(
-            err.starts_with(MISMATCH) && err.contains("belongs to machine \"relay-a\""),
-            "{err}"
-        );
-        let err = b.claim("relay-b", 23, 0xa1).unwrap_err();
-        assert!(err.contains("relay instance 00000000000000a1"), "{err}");
-        assert_eq!(b.claim("relay-a", 11, 0xa1).unwrap(), Claimed::Held);
-        assert_eq!(b.claim("relay-a", 12, 0xa2).unwrap(), Claimed::New);
-        b.save().unwrap();
-        let (_, loaded) = Bindings::open(&path).unwrap();
-        assert_eq!(loaded.names, 2);
-        assert!(
-            std::fs::read_to_string(&path)
-                .unwrap()
-                .contains("\"raw_ids\":[11,12]")
-        );
-    }
-
-    #[test]
-    fn the_file_stays_bounded_per_name() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(BINDINGS_FILE);
-        let (b, _) = Bindings::open(&path).unwrap();
-        for i in 0..(BINDINGS_PER_NAME as u32 * 3) {
-            let _ = b.claim("a", i, u64::from(i)).unwrap();
-            b.save().unwrap();
-        }
-        let (b, loaded) = Bindings::open(&path).unwrap();
-        assert_eq!((loaded.names, loaded.ignored_lines), (1, 0));
-        let n = BINDINGS_PER_NAME as u32;
-        // Released ids may go to another name; the most recent may not.
-        let _ = b.claim("b", 0, 1000).unwrap();
-        assert!(b.claim("b", 3 * n - 1, 1001).is_err());
-        assert!(b.claim("b", 2 * n, 1002).is_err());
-        let _ = b.claim("b", 2 * n - 1, 1003).unwrap();
-    }
-
-    #[test]
-    fn a_corrupt_file_keeps_its_valid_lines_and_is_set_aside() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(BINDINGS_FILE);
-        let good = "{\"name\":\"a\",\"raw_ids\":[1],\"instances\":[\"0000000000000001\"]}";
-        let text = [
-            good,
-            "{\"name\":\"b\",\"raw_ids\":[2],\"instan", // torn
-            "\u{0}\u{0}garbage",
-            "{\"name\":\"c\",\"raw_ids\":[1],\"instances\":[]}", // a's raw id again
-            "{\"name\":\"a\",\"raw_ids\":[5],\"instances\":[]}", // a twice
-            "{\"name\":\"d\",\"raw_ids\":[4],\"instances\":[\"xyz\"]}",
-            "{\"name\":\"e\",\"raw_ids\":[6],\"instances\":[],\"extra\":1}",
-            "",
-            "{\"name\":\"f\",\"raw_ids\":[7],\"instances\":[\"00000000000000ff\"]}",
-        ]
-        .join("\n");
-        std::fs::write(&path, &text).unwrap();
-        let (b, loaded) = Bindings::open(&path).unwrap();
-        assert_eq!(loaded.names, 2, "a and f");
-        assert_eq!(loaded.ignored_lines, 6);
-        assert!(
-            loaded.first_bad.as_deref().unwrap().starts_with("line 2: "),
-            "{loaded:?}"
-        );
-        let line = loaded.summary();
-        assert!(!line.contains('\n'));
-        assert!(line.contains(&path.display().to_string()), "{line}");
-        assert!(line.contains("6 lines are not valid bindings"), "{line}");
-        assert!(line.contains(".corrupt"), "{line}");
-        assert!(line.contains("--raw-id"), "{line}");
-        // The damaged file is kept for the operator; a clean one replaces it.
-        let aside = dir.path().join(format!("{BINDINGS_FILE}{CORRUPT_SUFFIX}"));
-        assert_eq!(loaded.set_aside.as_deref(), Some(aside.as_path()));
-        assert_eq!(std::fs::read_to_string(&aside).unwrap(), text);
-        let (_, again) = Bindings::open(&path).unwrap();
-        assert_eq!((again.names, again.ignored_lines), (2, 0));
-        // The valid lines hold.
-        assert!(b.claim("x", 1, 99).is_err());
-        assert!(b.claim("x", 7, 98).is_err());
-        assert!(b.claim("x", 9, 0xff).is_err());
-        let _ = b.claim("x", 2, 97).unwrap();
-    }
-
-    #[test]
-    fn an_unusable_file_is_one_line_and_links_are_not_followed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(BINDINGS_FILE);
-        std::fs::create_dir(&path).unwrap();
-        let err = Bindings::open(&path).unwrap_err();
-        assert!(
-            err.contains("is a directory") && !err.contains('\n'),
-            "{err}"
-        );
-        std::fs::remove_dir(&path).unwrap();
-
-        let target = dir.path().join("elsewhere");
-        std::fs::write(
-            &target,
-            "{\"name\":\"a\",\"raw_ids\":[1],\"instances\":[]}\n",
-        )
-        .unwrap();
-        std::os::unix::fs::symlink(&target, &path).unwrap();
-        let err = Bindings::open(&path).unwrap_err();
-        assert!(err.contains("symbolic link"), "{err}");
-        assert!(err.contains(&path.display().to_string()), "{err}");
-    }
-}
+mod tests;
