@@ -9,12 +9,12 @@
 //!   follows a call down, never round.
 //!
 //! Imports are read as text: `use` trees and `super::`/`crate::` paths in
-//! code, comments and strings left out. A file imports a sibling when it
-//! names it (`super::sibling`, `crate::...::sibling`), and its folder's
-//! `mod.rs` when it names anything else there (`super::Thing`); a `mod.rs`
-//! imports a child it names in a private `use` or a path (`child::f`), not
-//! by re-exporting it (`pub use child::Thing` is the module's interface).
-//! Test code is left out: `#[cfg(test)]` modules, inline or in files.
+//! code, comments and strings left out. The entries of a folder are its
+//! files and its subfolders' `mod.rs` (sibling modules); one imports
+//! another when it names it (`super::sibling`, `crate::...::sibling`), or
+//! an item its parent re-exports from it (`pub use sibling::Thing`). The
+//! parent (`mod.rs`) is the folder's face, not one of its entries. Test
+//! code is left out: `#[cfg(test)]` modules, inline or in files.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -290,27 +290,35 @@ fn expand_use(tree: &str) -> Vec<String> {
         .collect()
 }
 
-/// The paths a file names: its private `use` trees expanded, and every
-/// `super::`, `crate::` or `self::` path in its code. Re-exports
-/// (`pub use`) are its interface, not imports.
+/// The tree of a `use` statement (`pub` or not) and the text before it
+/// (attributes, or the end of the previous item).
+fn use_tree(stmt: &str) -> Option<(&str, &str)> {
+    let at = stmt.find("use ")?;
+    let before = stmt[..at].trim_end();
+    let visibility = before
+        .rsplit(|c: char| c.is_whitespace() || c == ']' || c == '}' || c == ';')
+        .next()
+        .unwrap_or("");
+    let item_start = before.len() - visibility.len();
+    let prefix_ok = visibility.is_empty() || visibility.starts_with("pub");
+    let lead = before[..item_start].trim_end();
+    let starts_item = lead.is_empty() || lead.ends_with(']') || lead.ends_with('}');
+    (prefix_ok && starts_item).then(|| (&stmt[..item_start], stmt[at + 4..].trim_end_matches(';')))
+}
+
+/// The paths a file names: its `use` trees expanded, and every path of
+/// two or more segments in its code.
 fn named_paths(code: &str) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     let mut rest_code = String::new();
     for stmt in code.split_inclusive(';') {
-        let trimmed = stmt.trim_start();
-        let body = trimmed.find("use ").filter(|&i| {
-            let before = trimmed[..i].trim();
-            before.is_empty() || before.ends_with(']') || before.ends_with('}')
-        });
-        match body {
-            Some(i) if !trimmed[..i].trim_end().ends_with(')') && !trimmed[..i].contains("pub") => {
-                let tree = trimmed[i + 4..].trim_end_matches(';');
+        match use_tree(stmt) {
+            Some((before, tree)) => {
                 for p in expand_use(tree) {
                     paths.push(p.split("::").map(str::to_owned).collect());
                 }
-                rest_code.push_str(&trimmed[..i]);
+                rest_code.push_str(before);
             }
-            Some(i) => rest_code.push_str(&trimmed[..i]),
             None => rest_code.push_str(stmt),
         }
     }
@@ -382,13 +390,14 @@ fn resolve(from: &Module, path: &[String], children: &BTreeSet<String>) -> Optio
     Some(at)
 }
 
-/// Whether a file is a module of its own in its folder, not the folder's
-/// face (`mod.rs`, `lib.rs`, `main.rs`: a folder module declares, re-exports
-/// and often holds the type its files implement; it is the folder itself).
-fn is_plain_file(file: &Path) -> bool {
-    !file
-        .file_name()
-        .is_some_and(|n| n == "mod.rs" || n == "lib.rs" || n == "main.rs")
+/// Whether two modules are entries of one folder: children of the same
+/// module (a file, or a folder module's `mod.rs`). Their parent is the
+/// folder's face: it declares, re-exports and often holds the type its
+/// files implement, so a child naming it is no circle.
+fn siblings(a: &Module, b: &Module) -> bool {
+    !a.path.is_empty()
+        && a.path.len() == b.path.len()
+        && a.path[..a.path.len() - 1] == b.path[..b.path.len() - 1]
 }
 
 /// The circles of files importing each other inside one folder, in one
@@ -425,11 +434,7 @@ fn circles(modules: &[Module]) -> Vec<Vec<PathBuf>> {
                 continue;
             };
             let t = &modules[j];
-            if i != j
-                && is_plain_file(&m.file)
-                && is_plain_file(&t.file)
-                && m.file.parent() == t.file.parent()
-            {
+            if i != j && siblings(m, t) {
                 edges.entry(i).or_default().insert(j);
             }
         }

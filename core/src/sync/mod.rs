@@ -15,6 +15,7 @@
 //! probe receive / reply send, t4 = host BOOTTIME at reply receive. Offsets
 //! are relay minus host.
 
+pub mod config;
 pub mod corridor;
 pub mod covering;
 pub mod estimator;
@@ -24,8 +25,9 @@ pub mod smoother;
 
 use serde::{Deserialize, Serialize};
 
+pub use config::{ProberConfig, Route};
 pub use estimator::{Estimator, EstimatorConfig};
-pub use prober::{PreparedProbe, ProbeDue, ProberConfig, ProberCore, Route};
+pub use prober::{PreparedProbe, ProbeDue, ProberCore};
 pub use sessions::{ProberStats, Registration};
 
 /// A relay BOOTTIME -> host BOOTTIME mapping for one clock epoch of a relay.

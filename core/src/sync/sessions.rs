@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use tracesync_protocol::probe::PROBE_KEY_BYTES;
 
-use super::{ProberConfig, SyncEstimate};
+use super::SyncEstimate;
+use super::config::ProberConfig;
 
 /// What the prober needs to know about a registered session.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]

@@ -24,7 +24,6 @@
 
 use tracesync_common::tls::x509::{self, San, X509Error};
 
-pub use super::bindings::{BINDINGS_PER_NAME, Bindings, Claimed};
 pub use tracesync_common::tls::{URI_MACHINE, URI_MACHINE_ID};
 
 /// The first word of every identity refusal.

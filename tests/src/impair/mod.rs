@@ -19,4 +19,4 @@ pub mod proxy;
 pub mod realsock;
 pub mod refined;
 pub mod sched;
-mod table;
+mod wiring;

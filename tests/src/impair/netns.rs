@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::realsock::{DAEMON_IP, PROXY_UPSTREAM_IP, Wiring};
+use super::wiring::{DAEMON_IP, PROXY_UPSTREAM_IP, Wiring};
 
 /// Whether this machine can run it: root, `ip netns`, `unshare --time`.
 pub fn available() -> Result<(), String> {

@@ -3,7 +3,7 @@
 //! tokio edge (`super::edge`) reads the clock and moves the bytes.
 //!
 //! This file holds the sessions and the schedule (what is due, probes out,
-//! timeouts); the configuration and routes are in `config.rs`, datagrams in
+//! timeouts); the configuration and routes are in `super::config`, datagrams in
 //! (authentication, registers, reply matching) in `replies.rs`, one
 //! session's cadence state and the judging of a sample in `session.rs`.
 //!
@@ -49,9 +49,9 @@ use std::collections::{HashMap, VecDeque};
 use tracesync_protocol::probe::{self, ProbeKey};
 use tracesync_protocol::relay::v1::{Probe, probe_body::Kind};
 
+pub use super::config::{ProberConfig, Route};
 use super::sessions::{Registered, RouteKind, SessionSync};
 use super::{ProberStats, Registration, SyncEstimate};
-pub use config::{ProberConfig, Route};
 use session::ActiveSession;
 
 /// A probe the edge should send now: [`ProberCore::prepare_probe`], stamp
@@ -397,7 +397,6 @@ impl ProberCore {
     }
 }
 
-mod config;
 mod replies;
 mod session;
 

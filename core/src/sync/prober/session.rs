@@ -4,7 +4,7 @@
 
 use tracesync_protocol::probe::ReplayWindow;
 
-use super::config::{ProberConfig, Route};
+use crate::sync::config::{ProberConfig, Route};
 use crate::sync::sessions::{SessionCounters, SyncState};
 use crate::sync::{Estimator, Registration, SyncEstimate};
 

@@ -108,7 +108,10 @@ pub fn admit(hello: &v1::Hello, context: &Context) -> Result<Passed, Refusal> {
         Ok(claimed) => Ok(Passed {
             new_binding: claimed == Claimed::New,
         }),
-        Err(reason) => Err(Refusal::new(Refused::CertificateIdentity, reason.to_string())),
+        Err(reason) => Err(Refusal::new(
+            Refused::CertificateIdentity,
+            reason.to_string(),
+        )),
     }
 }
 

@@ -36,21 +36,22 @@ pub use super::baselines::{Baselines, Sample, read_samples};
 pub use super::netns::available;
 use super::netns::{Net, Proc, have_chrt, in_netns, start_tail, status};
 use super::sched::quantile;
-pub use super::table::table;
 use crate::live::output::check_output;
 
 mod results;
 mod spec;
+mod table;
 
+use super::wiring::DAEMON_IP;
+pub use super::wiring::Wiring;
 pub use results::{ErrStats, RelayResult, RunResult, rx_stamp_counts};
-pub use spec::{Bins, RelaySpec, RunSpec, Wiring};
+pub use spec::{Bins, RelaySpec, RunSpec};
+pub use table::table;
 
 const DATA_PORT: u16 = 7400;
 const SYNC_PORT: u16 = 7401;
-pub(super) const DAEMON_IP: &str = "10.201.0.1";
-pub(super) const PROXY_UPSTREAM_IP: &str = "10.201.0.2";
 
-pub(super) fn us(ns: u64) -> String {
+pub(crate) fn us(ns: u64) -> String {
     if ns >= 100_000 {
         format!("{:.0}", ns as f64 / 1e3)
     } else {

@@ -1,6 +1,6 @@
 //! The markdown table of real-socket results (µs), one row per relay.
 
-use super::realsock::{ErrStats, RunResult, us};
+use super::{ErrStats, RunResult, us};
 
 /// The markdown table of results (µs).
 pub fn table(results: &[RunResult]) -> String {
