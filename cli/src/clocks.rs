@@ -6,7 +6,11 @@ use std::io::Write;
 
 use tracesync_protocol::clock_ids::builtin_name;
 
-use crate::merge::Prepared;
+use std::path::PathBuf;
+
+use tracesync_common::exit;
+
+use crate::merge::{Prepared, capture, prepare};
 
 /// Prints the graph like Perfetto's clock_snapshot table, plus each edge's origin.
 pub fn print(prepared: Prepared, json: bool) -> std::io::Result<()> {
@@ -80,4 +84,66 @@ pub fn print(prepared: Prepared, json: bool) -> std::io::Result<()> {
         }
     }
     out.flush()
+}
+
+/// The flags and inputs of `tracesync clocks`.
+#[derive(Debug, clap::Args)]
+pub struct ClocksArgs {
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    #[arg(long)]
+    pub machine_per_file: bool,
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+}
+
+/// Runs `tracesync clocks`; its exit code.
+pub fn run(args: ClocksArgs) -> u8 {
+    let ClocksArgs {
+        json,
+        manifest,
+        machine_per_file,
+        inputs,
+    } = args;
+    // A capture directory (as `merge DIR` reads it): its rolled files.
+    let inputs = match capture::detect(&inputs) {
+        Ok(Some(capture)) if capture.dir.is_some() => {
+            capture.files.into_iter().map(|f| f.path).collect()
+        }
+        Err(e) => {
+            eprintln!("tracesync: error: {e}");
+            return e.code;
+        }
+        _ => inputs,
+    };
+    let mut report = |fault: &crate::merge::first_pass::InputFault| eprintln!("tracesync: {fault}");
+    let prepared = match prepare(
+        &inputs,
+        manifest.as_deref(),
+        machine_per_file,
+        false,
+        &mut report,
+    ) {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            eprintln!("tracesync: error: {e}");
+            return e.exit_code();
+        }
+    };
+    let code = if prepared.faults.is_empty() {
+        exit::OK
+    } else {
+        exit::DATAERR
+    };
+    match print(prepared, json) {
+        Ok(()) => code,
+        // A closed reader (`| head`) ends the listing quietly.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => code,
+        Err(e) => {
+            eprintln!("tracesync: error: cannot write: {e}");
+            exit::IOERR
+        }
+    }
 }

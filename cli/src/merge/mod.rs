@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod capture_out;
+pub mod command;
 pub mod feed;
 pub mod first_pass;
 pub mod first_pass_threads;

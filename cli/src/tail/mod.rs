@@ -1,11 +1,11 @@
 //! `tracesync tail`: the live merged stream from the daemon (`live.rs`),
 //! or the rolling files of a capture directory read back and followed
-//! (`dir.rs`); both take [`TailOptions`].
+//! (`dir.rs`); both take the options (`options.rs`) that `command.rs` makes
+//! of the command line.
 
+mod command;
 mod dir;
 mod live;
 mod options;
 
-pub use dir::run_dir;
-pub use live::run_socket;
-pub use options::{MAX_LINES, TailOptions};
+pub use command::{TailArgs, run};
