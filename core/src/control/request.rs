@@ -14,7 +14,7 @@ pub const HISTORY_PACKETS: usize = 4096;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// One [`tracesync_core::status::StatusReport`] line, then the daemon closes.
+    /// One [`StatusReport`](crate::status::StatusReport) line, then the daemon closes.
     Status,
     /// The live merged stream until the client or the daemon goes away.
     Tail {

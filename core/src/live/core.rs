@@ -1,15 +1,21 @@
 //! [`LiveCore`]: the composition of the sub-states (see the module docs of
 //! [`crate::live`]); sessions, acknowledgements and status.
 //!
-//! Ingest (batches, resolution, pending) is in `ingest.rs`, output
-//! (watermark, drain, sync points, host packets) in `emit.rs`.
+//! Every method of [`LiveCore`] is here; each lends the sub-states a step
+//! works on to its file: a batch's packets to `ingest.rs` ([`Ingest`]:
+//! de-duplication, resolution, pending), drained packets to `emit.rs`
+//! ([`Emit`]: sync points, sync-quality tracks, host packets).
 
+use bytes::Bytes;
 use tracesync_protocol::relay::v1::RelayClocks as WireClocks;
 
+use super::emit::{DRAIN_MAX_BYTES, Emit, OUT_ENTRY};
 use super::estimate::SyncEstimate;
 use super::hold::{ReadingClock, Verdict};
+use super::ingest::{BatchIn, Ingest};
 use super::machines::{Machines, reason};
 use super::output::Output;
+use super::packet::OutPacket;
 use super::recovered::Recovered;
 use super::relays::Relays;
 use super::staging::IngestScratch;
@@ -171,6 +177,44 @@ impl LiveCore {
         Ok(())
     }
 
+    /// A relay's Batch: packets `first_index..` in relay order. `now` is
+    /// host BOOTTIME. Never fails on packet contents (bad packets are
+    /// counted and dropped); fails only for a session the core does not
+    /// know or one past its unacknowledged-batch limit.
+    pub fn batch(
+        &mut self,
+        slot: RelaySlot,
+        seq: u64,
+        first_index: u64,
+        packets: Vec<Bytes>,
+        clocks: Option<WireClocks>,
+        now: u64,
+    ) -> Result<(), SessionError> {
+        let instance = self.relays.instance_of(slot)?;
+        self.latest_now = self.latest_now.max(now);
+        let reading = self.reading.at(now);
+        let batch = BatchIn {
+            seq,
+            first_index,
+            packets,
+            clocks,
+        };
+        self.ingest().batch((slot, instance), batch, now, reading)
+    }
+
+    /// The sub-states ingest works on.
+    fn ingest(&mut self) -> Ingest<'_> {
+        Ingest {
+            config: &self.config,
+            machines: &mut self.machines,
+            relays: &mut self.relays,
+            streams: &mut self.streams,
+            output: &mut self.output,
+            scratch: &mut self.scratch,
+            latest_now: self.latest_now,
+        }
+    }
+
     /// A new clock-sync estimate for the relay on `slot`: packets waiting
     /// for it are resolved.
     pub fn sync(&mut self, slot: RelaySlot, estimate: SyncEstimate) -> Result<(), SessionError> {
@@ -182,9 +226,117 @@ impl LiveCore {
                     .count(relay.raw_id(), reason::CLOCKS_REFUSED, 1);
             }
             self.machines.set_estimate(relay.raw_id(), estimate);
-            self.retry_pending(instance);
+            self.ingest().retry_pending(instance);
         }
         Ok(())
+    }
+
+    /// Packets with a time <= this may be written: the slowest connected,
+    /// synced relay's latest accepted clock on the host timeline, and host
+    /// now, minus the merge window. A relay whose accepted clock has not
+    /// kept up with the reading clock for [`LiveConfig::stall_after_ns`]
+    /// holds nothing until it does again, and refused clocks never count
+    /// (see the module docs, "Watermark"). A relay connected less than
+    /// `connect_grace_ns` ago without an estimate yet holds it at its
+    /// connect time (its first packets wait for that estimate). Other
+    /// unsynced relays and disconnected ones hold nothing: their packets
+    /// are written late if they turn out older.
+    ///
+    /// [`LiveConfig::stall_after_ns`]: super::LiveConfig::stall_after_ns
+    pub fn watermark(&self, now: u64) -> i64 {
+        let host_now = i64::try_from(now).unwrap_or(i64::MAX);
+        let reading = self.reading.at(now);
+        let slowest = self
+            .relays
+            .slowest(now, reading, &self.config)
+            .map_or(host_now, |s| s.min(host_now));
+        let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
+        slowest.saturating_sub(window)
+    }
+
+    /// Relay connections that should stop reading for now, so the relay's
+    /// spool holds the data instead of the daemon's memory:
+    /// - a relay with no sync estimate yet whose pending queue is full (its
+    ///   estimate comes from the prober, not from the stream);
+    /// - while the ordering queue holds more than half its bound, a relay
+    ///   whose latest accepted clock is more than a merge window ahead of
+    ///   the watermark: reading the relays that hold the watermark back
+    ///   first keeps the queue short and the output in order instead of
+    ///   forcing packets out early (`forced_by_queue_limit`, written late).
+    ///
+    /// The relays holding the watermark are never held back, so it always
+    /// advances; a relay that stalled holds no more, so it holds nobody
+    /// back. A relay's stall grace does not run while it is held back, and
+    /// starts again when it is read again (call this before each
+    /// [`drain`](Self::drain), as the ingest loop does).
+    #[must_use = "the connections to stop reading"]
+    pub fn held_back(&mut self, now: u64) -> Vec<RelaySlot> {
+        let crowded = self.output.queued_bytes() > self.config.queue_max_bytes / 2;
+        let watermark = self.watermark(now);
+        let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
+        let ahead_from = watermark.saturating_add(window.saturating_mul(2));
+        let reading = self.reading.at(now);
+        self.relays
+            .held_back(crowded, ahead_from, &self.config, reading)
+    }
+
+    /// Appends to `out`, in time order, every packet the watermark has
+    /// passed, with the sync points they need. `now` is host BOOTTIME.
+    ///
+    /// One call appends about [`DRAIN_MAX_BYTES`] at most (the rest stays
+    /// queued): call again until it appends nothing, writing in between,
+    /// so the drained-but-unwritten packets stay bounded too.
+    pub fn drain(&mut self, now: u64, out: &mut Vec<OutPacket>) {
+        self.latest_now = self.latest_now.max(now);
+        let reading = self.reading.drained(now);
+        let machines = &mut self.machines;
+        self.relays
+            .check_stalls(reading, self.config.stall_after_ns(), |raw_id| {
+                machines.count(raw_id, reason::CLOCK_STALLS, 1);
+            });
+        let watermark = self.watermark(now);
+        let queue_max_bytes = self.config.queue_max_bytes;
+        let mut emit = self.emit();
+        let stop_at = emit.output.bytes_out().saturating_add(DRAIN_MAX_BYTES);
+        let first = out.len();
+        while emit.output.bytes_out() + (out.len() - first) as u64 * OUT_ENTRY < stop_at
+            && let Some(q) = emit.output.pop_through(watermark)
+        {
+            emit.packet(q, out);
+        }
+        while let Some(q) = emit.output.pop_over(queue_max_bytes) {
+            emit.packet(q, out);
+        }
+    }
+
+    /// Appends everything queued, in time order (shutdown). Packets still
+    /// pending stay unacknowledged: their relays resend them next time.
+    pub fn flush_all(&mut self, out: &mut Vec<OutPacket>) {
+        let mut emit = self.emit();
+        while let Some(q) = emit.output.pop() {
+            emit.packet(q, out);
+        }
+    }
+
+    /// The host's own packets: its SystemInfo once, and a ClockSnapshot
+    /// every `host_snapshot_interval_ns`. `clocks` are the host's clocks
+    /// read together ((clock id, ns), BOOTTIME among them); `now` is host
+    /// BOOTTIME. Call it often (every tick of the ingest loop).
+    pub fn host_tick(&mut self, now: u64, clocks: &[(u32, u64)]) {
+        self.latest_now = self.latest_now.max(now);
+        self.emit().host_tick(now, clocks);
+    }
+
+    /// The sub-states the output works on.
+    fn emit(&mut self) -> Emit<'_> {
+        Emit {
+            config: &self.config,
+            machines: &mut self.machines,
+            relays: &mut self.relays,
+            streams: &self.streams,
+            output: &mut self.output,
+            quality_seqs: &mut self.quality_seqs,
+        }
     }
 
     /// Marks everything drained so far; pass it to [`Self::committed_through`]

@@ -1,5 +1,6 @@
-//! Packets out: the watermark, draining in time order, sync points, and the
-//! host's own packets.
+//! Packets out: each drained packet with the sync point and sync-quality
+//! packets it needs, and the host's own packets. The watermark and the
+//! drain loop are [`LiveCore`](super::LiveCore)'s (`core.rs`).
 
 use std::sync::Arc;
 
@@ -7,115 +8,46 @@ use bytes::Bytes;
 use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::scan::field;
 
-use super::core::LiveCore;
-use super::machines::reason;
+use super::machines::Machines;
+use super::output::Output;
 use super::packet::{OutPacket, Role};
-use super::quality::Before;
+use super::quality::{Before, QualitySequences};
 use super::queued::{Parts, Queued};
+use super::relays::Relays;
 use super::stamp::{OWN_SEQUENCE_ID, host_clock_snapshot, host_system_info};
-use super::types::RelaySlot;
+use super::streams::Streams;
+use super::types::LiveConfig;
 use super::types::StreamId;
 use crate::sync::covering::Mapping;
 use crate::sync_point::sync_point_packet;
 
-/// About how many bytes one [`LiveCore::drain`] call appends: the packets'
+/// About how many bytes one [`LiveCore::drain`](super::LiveCore::drain) call appends: the packets'
 /// bytes plus their entries in the list ([`OutPacket`]). With small packets
 /// the entries are most of it: counting the packets' bytes alone, a round
 /// of ~64 B packets listed 64 Ki entries, ~10 MiB of list.
 pub const DRAIN_MAX_BYTES: u64 = 4 << 20;
 
 /// One packet's entry in the drained list.
-const OUT_ENTRY: u64 = std::mem::size_of::<OutPacket>() as u64;
+pub(super) const OUT_ENTRY: u64 = std::mem::size_of::<OutPacket>() as u64;
 
 /// The host's own packets form one stream.
 const HOST_STREAM: StreamId = StreamId::MAX;
 
-impl LiveCore {
-    /// Packets with a time <= this may be written: the slowest connected,
-    /// synced relay's latest accepted clock on the host timeline, and host
-    /// now, minus the merge window. A relay whose accepted clock has not
-    /// kept up with the reading clock for [`LiveConfig::stall_after_ns`]
-    /// holds nothing until it does again, and refused clocks never count
-    /// (see the module docs, "Watermark"). A relay connected less than
-    /// `connect_grace_ns` ago without an estimate yet holds it at its
-    /// connect time (its first packets wait for that estimate). Other
-    /// unsynced relays and disconnected ones hold nothing: their packets
-    /// are written late if they turn out older.
-    ///
-    /// [`LiveConfig::stall_after_ns`]: super::LiveConfig::stall_after_ns
-    pub fn watermark(&self, now: u64) -> i64 {
-        let host_now = i64::try_from(now).unwrap_or(i64::MAX);
-        let reading = self.reading.at(now);
-        let slowest = self
-            .relays
-            .slowest(now, reading, &self.config)
-            .map_or(host_now, |s| s.min(host_now));
-        let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
-        slowest.saturating_sub(window)
-    }
+/// What the output works on: the core's sub-states, borrowed for one
+/// drain or host tick.
+pub(super) struct Emit<'c> {
+    pub config: &'c LiveConfig,
+    pub machines: &'c mut Machines,
+    pub relays: &'c mut Relays,
+    pub streams: &'c Streams,
+    pub output: &'c mut Output,
+    pub quality_seqs: &'c mut QualitySequences,
+}
 
-    /// Relay connections that should stop reading for now, so the relay's
-    /// spool holds the data instead of the daemon's memory:
-    /// - a relay with no sync estimate yet whose pending queue is full (its
-    ///   estimate comes from the prober, not from the stream);
-    /// - while the ordering queue holds more than half its bound, a relay
-    ///   whose latest accepted clock is more than a merge window ahead of
-    ///   the watermark: reading the relays that hold the watermark back
-    ///   first keeps the queue short and the output in order instead of
-    ///   forcing packets out early (`forced_by_queue_limit`, written late).
-    ///
-    /// The relays holding the watermark are never held back, so it always
-    /// advances; a relay that stalled holds no more, so it holds nobody
-    /// back. A relay's stall grace does not run while it is held back, and
-    /// starts again when it is read again (call this before each
-    /// [`drain`](Self::drain), as the ingest loop does).
-    #[must_use = "the connections to stop reading"]
-    pub fn held_back(&mut self, now: u64) -> Vec<RelaySlot> {
-        let crowded = self.output.queued_bytes() > self.config.queue_max_bytes / 2;
-        let watermark = self.watermark(now);
-        let window = i64::try_from(self.config.merge_window_ns).unwrap_or(i64::MAX);
-        let ahead_from = watermark.saturating_add(window.saturating_mul(2));
-        let reading = self.reading.at(now);
-        self.relays
-            .held_back(crowded, ahead_from, &self.config, reading)
-    }
-
-    /// Appends to `out`, in time order, every packet the watermark has
-    /// passed, with the sync points they need. `now` is host BOOTTIME.
-    ///
-    /// One call appends about [`DRAIN_MAX_BYTES`] at most (the rest stays
-    /// queued): call again until it appends nothing, writing in between,
-    /// so the drained-but-unwritten packets stay bounded too.
-    pub fn drain(&mut self, now: u64, out: &mut Vec<OutPacket>) {
-        self.latest_now = self.latest_now.max(now);
-        let reading = self.reading.drained(now);
-        let machines = &mut self.machines;
-        self.relays
-            .check_stalls(reading, self.config.stall_after_ns(), |raw_id| {
-                machines.count(raw_id, reason::CLOCK_STALLS, 1);
-            });
-        let watermark = self.watermark(now);
-        let stop_at = self.output.bytes_out().saturating_add(DRAIN_MAX_BYTES);
-        let first = out.len();
-        while self.output.bytes_out() + (out.len() - first) as u64 * OUT_ENTRY < stop_at
-            && let Some(q) = self.output.pop_through(watermark)
-        {
-            self.emit(q, out);
-        }
-        while let Some(q) = self.output.pop_over(self.config.queue_max_bytes) {
-            self.emit(q, out);
-        }
-    }
-
-    /// Appends everything queued, in time order (shutdown). Packets still
-    /// pending stay unacknowledged: their relays resend them next time.
-    pub fn flush_all(&mut self, out: &mut Vec<OutPacket>) {
-        while let Some(q) = self.output.pop() {
-            self.emit(q, out);
-        }
-    }
-
-    fn emit(&mut self, mut q: Queued, out: &mut Vec<OutPacket>) {
+impl Emit<'_> {
+    /// Appends `q` to `out` as the packet it is, with the sync point and
+    /// the sync-quality packets it needs before it.
+    pub(super) fn packet(&mut self, mut q: Queued, out: &mut Vec<OutPacket>) {
         let raw_id = q.machine_raw_id;
         let relay_boottime = q.relay_boottime();
         // What its stream says of every packet. The daemon's own packets
@@ -178,17 +110,14 @@ impl LiveCore {
                 last_offset,
                 estimate,
             };
-            quality.before(&mut self.quality_seqs, &before, out);
+            quality.before(self.quality_seqs, &before, out);
         }
         out.push(packet);
     }
 
-    /// The host's own packets: its SystemInfo once, and a ClockSnapshot
-    /// every `host_snapshot_interval_ns`. `clocks` are the host's clocks
-    /// read together ((clock id, ns), BOOTTIME among them); `now` is host
-    /// BOOTTIME. Call it often (every tick of the ingest loop).
-    pub fn host_tick(&mut self, now: u64, clocks: &[(u32, u64)]) {
-        self.latest_now = self.latest_now.max(now);
+    /// The host's own packets due at `now` (see
+    /// [`LiveCore::host_tick`](super::LiveCore::host_tick)).
+    pub(super) fn host_tick(&mut self, now: u64, clocks: &[(u32, u64)]) {
         let ts = i64::try_from(now).unwrap_or(i64::MAX);
         if self.output.take_host_info() {
             let name = self.config.host_name.clone();
@@ -202,6 +131,7 @@ impl LiveCore {
         }
     }
 
+    /// Queues one of the host's own packets for the watermark.
     fn push_host(&mut self, ts: i64, now: u64, bytes: Bytes, role: Role, data_field: u32) {
         self.output.push(Queued::pack(Parts {
             stream: HOST_STREAM,

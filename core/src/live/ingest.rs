@@ -25,16 +25,21 @@ use tracesync_protocol::scan::{PacketFields, StampSuffix, scan_packet, scan_pack
 use tracesync_protocol::wire;
 
 use super::acks::BatchSeq;
-use super::core::LiveCore;
 use super::hold::Verdict;
+use super::machines::Machines;
 use super::machines::reason;
+use super::output::Output;
 use super::packet::{Role, Stamped};
 use super::pending::{Meta, PendingPacket};
 use super::queued::{Parts, Queued, Relayed};
 use super::relay::{Resolution, Resolved};
+use super::relays::Relays;
+use super::staging::IngestScratch;
 use super::staging::Staged;
 use super::stamp::{relayed_split, relayed_stamp, stamp_relayed};
 use super::streams::Stream;
+use super::streams::Streams;
+use super::types::LiveConfig;
 use super::types::{RelaySlot, SessionError};
 
 /// Most bytes stamping adds to a packet (the fields it appends).
@@ -48,22 +53,46 @@ enum Placed<'p> {
     Buffer(Range<usize>),
 }
 
-impl LiveCore {
-    /// A relay's Batch: packets `first_index..` in relay order. `now` is
-    /// host BOOTTIME. Never fails on packet contents (bad packets are
-    /// counted and dropped); fails only for a session the core does not
-    /// know or one past its unacknowledged-batch limit.
-    pub fn batch(
+/// A relay's Batch frame as the core takes it.
+#[derive(Debug)]
+pub(super) struct BatchIn {
+    pub seq: u64,
+    /// Index of the first packet on its relay's stream of packets.
+    pub first_index: u64,
+    pub packets: Vec<Bytes>,
+    pub clocks: Option<WireClocks>,
+}
+
+/// What ingest works on: the core's sub-states, borrowed for one call of
+/// [`LiveCore::batch`] or a retry of pending packets.
+pub(super) struct Ingest<'c> {
+    pub config: &'c LiveConfig,
+    pub machines: &'c mut Machines,
+    pub relays: &'c mut Relays,
+    pub streams: &'c mut Streams,
+    pub output: &'c mut Output,
+    pub scratch: &'c mut IngestScratch,
+    /// The latest host BOOTTIME the core was given: how old a pending
+    /// packet is.
+    pub latest_now: u64,
+}
+
+impl Ingest<'_> {
+    /// Relay `instance`'s Batch on `slot` (see [`LiveCore::batch`](super::LiveCore::batch));
+    /// `reading` is the stall grace's clock at `now`.
+    pub(super) fn batch(
         &mut self,
-        slot: RelaySlot,
-        seq: u64,
-        first_index: u64,
-        packets: Vec<Bytes>,
-        clocks: Option<WireClocks>,
+        (slot, instance): (RelaySlot, u64),
+        batch: BatchIn,
         now: u64,
+        reading: u64,
     ) -> Result<(), SessionError> {
-        let instance = self.relays.instance_of(slot)?;
-        self.latest_now = self.latest_now.max(now);
+        let BatchIn {
+            seq,
+            first_index,
+            packets,
+            clocks,
+        } = batch;
         let limit = self.config.max_unacked_batches;
         let Some(relay) = self.relays.get_mut(instance) else {
             return Err(SessionError::UnknownSlot(slot));
@@ -76,7 +105,6 @@ impl LiveCore {
             });
         }
         let raw_id = relay.raw_id();
-        let reading = self.reading.at(now);
         if relay.saw_clocks(clocks, now, reading, self.config.stall_after_ns()) == Verdict::Refused
         {
             self.machines.count(raw_id, reason::CLOCKS_REFUSED, 1);
@@ -96,10 +124,10 @@ impl LiveCore {
             .sum();
         let mut clocks_changed = false;
         staged.expect(packets.iter().map(|p| p.len() + STAMP_GROWTH).sum());
+        self.output.packets_in(packets.len() as u64);
         for (k, bytes) in (0u64..).zip(packets) {
             // Indices past u64::MAX come only from a broken relay: wrap, no panic.
             let index = first_index.wrapping_add(k);
-            self.output.packet_in();
             let meta = Meta {
                 key: (instance, 0),
                 index,
@@ -110,7 +138,7 @@ impl LiveCore {
                 arrival: now,
             };
             let len = bytes.len();
-            clocks_changed |= self.ingest(meta, bytes, raw_id, &mut staged);
+            clocks_changed |= self.packet(meta, bytes, raw_id, &mut staged);
             staged.took(len + STAMP_GROWTH);
         }
         staged.expect(0);
@@ -130,7 +158,8 @@ impl LiveCore {
 
     /// Takes one packet of a batch; returns whether the relay's clock graph
     /// changed.
-    fn ingest(&mut self, mut m: Meta, bytes: Bytes, raw_id: u32, staged: &mut Staged) -> bool {
+    #[inline]
+    fn packet(&mut self, mut m: Meta, bytes: Bytes, raw_id: u32, staged: &mut Staged) -> bool {
         let instance = m.key.0;
         // Scanned in place: a returned value is copied once more.
         let mut fields = PacketFields::default();
@@ -139,7 +168,7 @@ impl LiveCore {
             return false;
         }
         m.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
-        let (relays, machines) = (&mut self.relays, &self.machines);
+        let (relays, machines) = (&mut *self.relays, &*self.machines);
         let limit = self.config.max_sequences_per_relay;
         let relay_sequence = m.key.1;
         let stream = self.streams.get_or_open(m.key, raw_id, || {
@@ -188,7 +217,11 @@ impl LiveCore {
         };
         match resolution {
             Resolution::Ready(resolved) => {
-                self.stage(&m, &bytes, &fields, resolved, staged);
+                if Self::stage(stream, self.machines, &m, &bytes, &fields, resolved, staged)
+                    .is_err()
+                {
+                    self.dropped(&m, reason::MALFORMED);
+                }
             }
             Resolution::NoPath | Resolution::NoSync => {
                 // A copy: the packet is a slice of its relay's whole frame,
@@ -209,24 +242,23 @@ impl LiveCore {
         }
     }
 
-    /// Stamps a resolved packet: a data packet as a slice of `bytes` where
-    /// it can be, any other into the staging buffer.
+    /// Stamps a resolved packet of `stream`: a data packet as a slice of
+    /// `bytes` where it can be, any other into the staging buffer. Err: it
+    /// could not be stamped (count it dropped).
     fn stage(
-        &mut self,
+        stream: &mut Stream,
+        machines: &Machines,
         m: &Meta,
         bytes: &Bytes,
         fields: &PacketFields<'_>,
         resolved: Resolved,
         staged: &mut Staged,
-    ) {
+    ) -> Result<(), ()> {
         let Resolved {
             ts,
             boottime,
             bound_ns,
         } = resolved;
-        let Some(stream) = self.streams.get_mut(&m.key) else {
-            return;
-        };
         let raw_id = stream.raw_id();
         let out_seq = stream.out_seq();
         let has_ts = fields.timestamp.is_some();
@@ -248,7 +280,7 @@ impl LiveCore {
                 // A data packet that is no slice: the rest of its batch,
                 // written alike, likely is none either.
                 let data_room = (role == Role::Data).then_some(bytes.len() + STAMP_GROWTH);
-                let name = self.machines.name(raw_id);
+                let name = machines.name(raw_id);
                 let stamped = staged.stamp(data_room, |buf| {
                     stamp_relayed(
                         bytes,
@@ -260,11 +292,7 @@ impl LiveCore {
                         buf,
                     )
                 });
-                let Ok(range) = stamped else {
-                    self.dropped(m, reason::MALFORMED);
-                    return;
-                };
-                Placed::Buffer(range)
+                Placed::Buffer(stamped.map_err(|_| ())?)
             }
         };
         stream.set_last(ts, boottime);
@@ -297,19 +325,20 @@ impl LiveCore {
             }),
             Placed::Buffer(range) => staged.push_stamped(queued, range),
         }
+        Ok(())
     }
 
     /// Queues the staged packets for the watermark (see
     /// [`Staged::queue`]).
     fn queue_staged(&mut self, staged: &mut Staged, frame_len: Option<usize>) {
-        let output = &mut self.output;
+        let output = &mut *self.output;
         staged.queue(frame_len, |queued| output.push(queued));
     }
 
     /// Queues a packet behind its relay's unresolvable ones. When the queue
     /// is full the oldest is dropped (see the module docs), except for a
     /// relay still waiting for its first sync estimate: its connection is
-    /// held back instead ([`LiveCore::held_back`]), and only frames already
+    /// held back instead ([`LiveCore::held_back`](super::LiveCore::held_back)), and only frames already
     /// on their way can overfill it, up to twice the bound.
     fn push_pending(&mut self, p: PendingPacket) {
         let instance = p.meta.key.0;
@@ -319,7 +348,7 @@ impl LiveCore {
         let Some(relay) = self.relays.get_mut(instance) else {
             return;
         };
-        for old in relay.push_pending(p, &self.config) {
+        for old in relay.push_pending(p, self.config) {
             if let Some(stream) = self.streams.get_mut(&old.meta.key) {
                 stream.pending_removed();
             }
@@ -369,12 +398,29 @@ impl LiveCore {
                 kept.push_back(p);
                 continue;
             }
-            if let Some(stream) = self.streams.get_mut(&m.key) {
-                stream.pending_removed();
-            }
+            let stream = self.streams.get_mut(&m.key);
+            let staged_ok = match (stream, resolution) {
+                (Some(stream), Resolution::Ready(resolved)) => {
+                    stream.pending_removed();
+                    Self::stage(
+                        stream,
+                        self.machines,
+                        &m,
+                        &p.bytes,
+                        &fields,
+                        resolved,
+                        &mut staged,
+                    )
+                }
+                (Some(stream), _) => {
+                    stream.pending_removed();
+                    Ok(())
+                }
+                (None, _) => Ok(()),
+            };
             match resolution {
-                Resolution::Ready(resolved) => {
-                    self.stage(&m, &p.bytes, &fields, resolved, &mut staged);
+                Resolution::Ready(_) if staged_ok.is_err() => self.dropped(&m, reason::MALFORMED),
+                Resolution::Ready(_) => {
                     // Queued in slices: a long pending queue is not staged
                     // (and its staging room kept) all at once.
                     if staged.is_full() {

@@ -23,9 +23,9 @@ impl Output {
         self.stats
     }
 
-    /// A relayed packet came in.
-    pub fn packet_in(&mut self) {
-        self.stats.packets_in += 1;
+    /// `n` relayed packets came in (a batch).
+    pub fn packets_in(&mut self, n: u64) {
+        self.stats.packets_in += n;
     }
 
     /// Queues a resolved packet on its stream.
