@@ -12,6 +12,30 @@ use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Uid, User};
 
+/// Why a user or a directory fails a check.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error("no such user {0:?}")]
+    NoSuchUser(String),
+    #[error("cannot look up user {name:?}: {source}")]
+    LookUp { name: String, source: nix::Error },
+    /// `key` names the setting.
+    #[error("{key}: {} exists and is not a directory", path.display())]
+    NotADirectory { key: String, path: PathBuf },
+    #[error("{key}: {}: {why}", path.display())]
+    NotWritable {
+        key: String,
+        path: PathBuf,
+        why: String,
+    },
+    #[error("{key}: {}: {} is not a directory, so it cannot be created", path.display(), ancestor.display())]
+    UnderAFile {
+        key: String,
+        path: PathBuf,
+        ancestor: PathBuf,
+    },
+}
+
 /// A user and its groups.
 #[derive(Clone, Debug)]
 pub struct Who {
@@ -34,11 +58,16 @@ impl Who {
     }
 
     /// A user by name, with its primary and supplementary groups.
-    pub fn named(name: &str) -> Result<Self, String> {
+    pub fn named(name: &str) -> Result<Self, AccessError> {
         let user = match User::from_name(name) {
             Ok(Some(user)) => user,
-            Ok(None) => return Err(format!("no such user {name:?}")),
-            Err(e) => return Err(format!("cannot look up user {name:?}: {e}")),
+            Ok(None) => return Err(AccessError::NoSuchUser(name.to_owned())),
+            Err(source) => {
+                return Err(AccessError::LookUp {
+                    name: name.to_owned(),
+                    source,
+                });
+            }
         };
         let groups = std::ffi::CString::new(name)
             .ok()
@@ -129,14 +158,18 @@ fn describe(path: &Path) -> String {
 /// directory this user can write into; else its nearest existing ancestor
 /// a directory (systemd or the daemon creates the rest). `key` names the
 /// setting in the message.
-pub fn check_dir(who: &Who, key: &str, dir: &Path) -> Result<(), String> {
+pub fn check_dir(who: &Who, key: &str, dir: &Path) -> Result<(), AccessError> {
     match std::fs::metadata(dir) {
-        Ok(meta) if !meta.is_dir() => Err(format!(
-            "{key}: {} exists and is not a directory",
-            dir.display()
-        )),
+        Ok(meta) if !meta.is_dir() => Err(AccessError::NotADirectory {
+            key: key.to_owned(),
+            path: dir.to_path_buf(),
+        }),
         Ok(_) => match who.cannot_write_into(dir) {
-            Some(why) => Err(format!("{key}: {}: {why}", dir.display())),
+            Some(why) => Err(AccessError::NotWritable {
+                key: key.to_owned(),
+                path: dir.to_path_buf(),
+                why,
+            }),
             None => Ok(()),
         },
         Err(_) => {
@@ -145,11 +178,11 @@ pub fn check_dir(who: &Who, key: &str, dir: &Path) -> Result<(), String> {
                 match std::fs::metadata(ancestor) {
                     Ok(meta) if meta.is_dir() => return Ok(()),
                     Ok(_) => {
-                        return Err(format!(
-                            "{key}: {}: {} is not a directory, so it cannot be created",
-                            dir.display(),
-                            ancestor.display()
-                        ));
+                        return Err(AccessError::UnderAFile {
+                            key: key.to_owned(),
+                            path: dir.to_path_buf(),
+                            ancestor: ancestor.to_path_buf(),
+                        });
                     }
                     Err(_) => continue,
                 }
@@ -174,7 +207,7 @@ mod tests {
         let under = file.join("out");
         let e = check_dir(&who, "[output] dir", &under).unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             format!(
                 "[output] dir: {}: {} is not a directory, so it cannot be created",
                 under.display(),
@@ -182,7 +215,11 @@ mod tests {
             )
         );
         let e = check_dir(&who, "[output] dir", &file).unwrap_err();
-        assert!(e.ends_with("exists and is not a directory"), "{e}");
+        assert!(matches!(e, AccessError::NotADirectory { .. }), "{e}");
+        assert!(
+            e.to_string().ends_with("exists and is not a directory"),
+            "{e}"
+        );
         check_dir(&who, "[output] dir", &tmp.path().join("a/b")).unwrap();
     }
 

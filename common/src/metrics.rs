@@ -22,22 +22,31 @@ pub struct MetricsConfig {
 /// name. The listener is bound when this returns; the address it is bound
 /// to is returned (port 0 asks the kernel for a free port: one is picked by
 /// binding it once, then handed to the exporter).
-pub fn install(addr: SocketAddr, buckets: &[(&str, &[f64])]) -> Result<SocketAddr, String> {
+pub fn install(addr: SocketAddr, buckets: &[(&str, &[f64])]) -> Result<SocketAddr, ExporterError> {
     let addr = if addr.port() == 0 {
         std::net::TcpListener::bind(addr)
             .and_then(|listener| listener.local_addr())
-            .map_err(|e| e.to_string())?
+            .map_err(ExporterError::FreePort)?
     } else {
         addr
     };
     let mut builder = PrometheusBuilder::new().with_http_listener(addr);
     for (name, bounds) in buckets {
-        builder = builder
-            .set_buckets_for_metric(Matcher::Full((*name).to_owned()), bounds)
-            .map_err(|e| e.to_string())?;
+        builder = builder.set_buckets_for_metric(Matcher::Full((*name).to_owned()), bounds)?;
     }
-    builder.install().map_err(|e| e.to_string())?;
+    builder.install()?;
     Ok(addr)
+}
+
+/// Why the metrics endpoint was not installed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExporterError {
+    /// Port 0 was asked for and no free port could be had.
+    #[error("{0}")]
+    FreePort(std::io::Error),
+    /// The listener could not be bound, or a recorder is installed already.
+    #[error("{0}")]
+    Install(#[from] metrics_exporter_prometheus::BuildError),
 }
 
 /// What a metric is, for its `# TYPE` line.

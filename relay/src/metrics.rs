@@ -173,7 +173,7 @@ pub use tracesync_common::metrics::MetricsConfig;
 /// Installs the global recorder and serves it on `addr` (on the current
 /// tokio runtime). The listener is bound when this returns; its address
 /// is returned (the port chosen for port 0).
-pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
+pub fn install(addr: SocketAddr) -> Result<SocketAddr, tracesync_common::metrics::ExporterError> {
     let bound = tracesync_common::metrics::install(addr, &[])?;
     tracesync_common::metrics::describe(SPECS);
     register_fixed();

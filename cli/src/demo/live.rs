@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::error::DemoError;
 use crate::check::{self, CheckReport};
 use crate::connect::{self, Target};
 use tracesync_core::control::Request;
@@ -100,6 +101,7 @@ struct Proc {
 }
 
 impl Proc {
+    /// Stops the process gracefully; what went wrong, in words, if it did.
     fn terminate(&mut self, wait: Duration) -> Result<(), String> {
         let pid = Pid::from_raw(self.child.id() as i32);
         // SIGTERM: the graceful path (flush, final commit, acks).
@@ -136,17 +138,16 @@ impl Drop for Proc {
 }
 
 /// The binaries sit next to `tracesync` (same cargo target dir or install dir).
-fn sibling_binary(name: &str) -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own path: {e}"))?;
+fn sibling_binary(name: &str) -> Result<PathBuf, DemoError> {
+    let exe = std::env::current_exe().map_err(DemoError::OwnPath)?;
     let path = exe.with_file_name(name);
     if path.is_file() {
         Ok(path)
     } else {
-        Err(format!(
-            "{} not found next to {}; build all binaries first: cargo build --release --bins",
-            name,
-            exe.display()
-        ))
+        Err(DemoError::NoBinary {
+            name: name.to_owned(),
+            beside: exe,
+        })
     }
 }
 
@@ -178,10 +179,12 @@ fn log_stderr(
     child: &mut Child,
     log: &Path,
     found: Option<mpsc::Sender<String>>,
-) -> Result<(), String> {
-    let stderr = child.stderr.take().ok_or("child has no stderr pipe")?;
-    let mut file =
-        std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+) -> Result<(), DemoError> {
+    let mut file = std::fs::File::create(log).map_err(DemoError::io("create", log))?;
+    // Spawned with a piped stderr: it is there.
+    let Some(stderr) = child.stderr.take() else {
+        return Ok(());
+    };
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let _ = writeln!(file, "{line}");
@@ -195,12 +198,11 @@ fn log_stderr(
     Ok(())
 }
 
-fn fresh_dir(path: &Path) -> Result<(), String> {
+fn fresh_dir(path: &Path) -> Result<(), DemoError> {
     if path.exists() {
-        std::fs::remove_dir_all(path)
-            .map_err(|e| format!("cannot clear {}: {e}", path.display()))?;
+        std::fs::remove_dir_all(path).map_err(DemoError::io("clear", path))?;
     }
-    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))
+    std::fs::create_dir_all(path).map_err(DemoError::io("create", path))
 }
 
 fn query_status(control: &Target) -> Option<StatusReport> {
@@ -211,11 +213,10 @@ fn query_status(control: &Target) -> Option<StatusReport> {
     serde_json::from_str(&line).ok()
 }
 
-pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
+pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, DemoError> {
     let daemon_bin = sibling_binary("tracesyncd")?;
     let relay_bin = sibling_binary("tracesync-relay")?;
-    std::fs::create_dir_all(&opts.out)
-        .map_err(|e| format!("cannot create {}: {e}", opts.out.display()))?;
+    std::fs::create_dir_all(&opts.out).map_err(DemoError::io("create", &opts.out))?;
     let output_dir = opts.out.join("output");
     fresh_dir(&output_dir)?;
     let control_path = opts.out.join("control.sock");
@@ -248,9 +249,9 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, String> {
         problems.push(e);
     }
     if !problems.is_empty() {
-        return Err(problems.join("; "));
+        return Err(DemoError::Stopping(problems));
     }
-    let check = check::check_dir(&output_dir).map_err(|e| e.to_string())?;
+    let check = check::check_dir(&output_dir)?;
     Ok(LiveDemoReport {
         machines,
         check,
@@ -267,7 +268,7 @@ fn start_daemon(
     output_dir: &Path,
     control_path: &Path,
     token: &str,
-) -> Result<(Proc, Listening), String> {
+) -> Result<(Proc, Listening), DemoError> {
     let (tx, rx) = mpsc::channel();
     let mut daemon_cmd = Command::new(daemon_bin);
     if let Some(addr) = opts.metrics {
@@ -288,7 +289,7 @@ fn start_daemon(
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", daemon_bin.display()))?,
+            .map_err(DemoError::io("start", daemon_bin))?,
     };
     log_stderr(
         &mut daemon.child,
@@ -299,11 +300,8 @@ fn start_daemon(
         .recv_timeout(Duration::from_secs(15))
         .ok()
         .and_then(|line| parse_listening(&line))
-        .ok_or_else(|| {
-            format!(
-                "tracesyncd did not start; see {}",
-                opts.out.join("tracesyncd.log").display()
-            )
+        .ok_or_else(|| DemoError::DaemonDidNotStart {
+            log: opts.out.join("tracesyncd.log"),
         })?;
     Ok((daemon, listening))
 }
@@ -315,7 +313,7 @@ fn start_relay(
     m: &DemoMachine,
     listening: &Listening,
     token: &str,
-) -> Result<Proc, String> {
+) -> Result<Proc, DemoError> {
     let spool = opts.out.join(format!("spool-{}", m.name));
     fresh_dir(&spool)?;
     let mut child = Command::new(relay_bin)
@@ -331,7 +329,7 @@ fn start_relay(
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", relay_bin.display()))?;
+        .map_err(DemoError::io("start", relay_bin))?;
     log_stderr(
         &mut child,
         &opts.out.join(format!("relay-{}.log", m.name)),

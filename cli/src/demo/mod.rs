@@ -5,6 +5,8 @@
 //! - [`offline`]: recorded traces of simulated machines merged offline
 //!   (`tracesync demo --offline`).
 
+mod error;
+pub use error::DemoError;
 pub mod live;
 pub mod offline;
 

@@ -5,6 +5,7 @@
 //! Until live capture lands, this is the main job end to end: real trace
 //! files, the real merge engine, a merged trace that opens in Perfetto UI.
 
+use super::error::DemoError;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -188,16 +189,14 @@ fn record(path: &Path, k: usize, clock: SimClock, seconds: u64) -> std::io::Resu
 }
 
 /// Records, merges, and checks the merge against the ground truth.
-pub fn run(opts: &DemoOptions) -> Result<Vec<MachineReport>, String> {
+pub fn run(opts: &DemoOptions) -> Result<Vec<MachineReport>, DemoError> {
     let inputs_dir = opts.out.join("inputs");
-    std::fs::create_dir_all(&inputs_dir)
-        .map_err(|e| format!("cannot create {}: {e}", inputs_dir.display()))?;
+    std::fs::create_dir_all(&inputs_dir).map_err(DemoError::io("create", &inputs_dir))?;
     let machines = opts.machines + 1;
     let mut inputs = Vec::new();
     for k in 0..machines {
         let path = inputs_dir.join(format!("{}.pftrace", machine_name(k)));
-        record(&path, k, sim_clock(k), opts.seconds)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        record(&path, k, sim_clock(k), opts.seconds).map_err(DemoError::io("write", &path))?;
         inputs.push(path);
     }
     let merged = opts.out.join("merged.pftrace");
@@ -212,15 +211,13 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<MachineReport>, String> {
             strict: true,
             machine_per_file: true,
         };
-        merge(&options, &mut |fault| eprintln!("tracesync: {fault}")).map_err(|e| e.to_string())?;
+        merge(&options, &mut |fault| eprintln!("tracesync: {fault}"))?;
     }
-    let text = std::fs::read_to_string(&jsonl)
-        .map_err(|e| format!("cannot read {}: {e}", jsonl.display()))?;
+    let text = std::fs::read_to_string(&jsonl).map_err(DemoError::io("read", &jsonl))?;
     let host = sim_clock(0);
     let mut errors: Vec<Vec<u64>> = vec![Vec::new(); machines];
     for line in text.lines() {
-        let record: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| format!("bad jsonl: {e}"))?;
+        let record: serde_json::Value = serde_json::from_str(line).map_err(DemoError::Jsonl)?;
         if record["kind"] != "track_event" {
             continue;
         }

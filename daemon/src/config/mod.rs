@@ -416,11 +416,12 @@ impl DaemonConfig {
     ) -> Result<(), ConfigError> {
         use tracesync_common::access::check_dir;
         let error = |message: String| ConfigError::file(file, message);
-        check_dir(who, "[output] dir", &self.output.dir).map_err(error)?;
+        let access = |e: tracesync_common::access::AccessError| error(e.to_string());
+        check_dir(who, "[output] dir", &self.output.dir).map_err(access)?;
         if let Some(parent) = self.listen.control.parent()
             && !parent.as_os_str().is_empty()
         {
-            check_dir(who, "[listen] control", parent).map_err(error)?;
+            check_dir(who, "[listen] control", parent).map_err(access)?;
         }
         if self.tls.mode != crate::tls::TlsMode::Off {
             let tls = &self.tls;

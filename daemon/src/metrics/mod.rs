@@ -44,7 +44,7 @@ use fixed::register_fixed;
 /// Installs the global recorder and serves it over HTTP on `addr` (on the
 /// current tokio runtime). The listener is bound when this returns; its
 /// address is returned (the port chosen for port 0).
-pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
+pub fn install(addr: SocketAddr) -> Result<SocketAddr, tracesync_common::metrics::ExporterError> {
     let bound = tracesync_common::metrics::install(
         addr,
         &[(names::SYNC_PROBE_RTT, &names::SYNC_PROBE_RTT_BUCKETS)],
