@@ -17,6 +17,10 @@ pub const INDEX_NAME: &str = "index.jsonl";
 pub const JOURNAL_NAME: &str = "journal";
 /// Name of the lock file the writing daemon holds.
 pub const LOCK_NAME: &str = "tracesyncd.lock";
+/// Name of the relays' identity bindings (under mutual TLS).
+pub const BINDINGS_NAME: &str = "identity-bindings.jsonl";
+/// What a trace file's name gets appended for its probe-sample sidecar.
+pub const SIDECAR_SUFFIX: &str = ".sync.jsonl";
 
 const PREFIX: &str = "tracesync-";
 const SUFFIX: &str = ".pftrace";
@@ -67,6 +71,25 @@ impl fmt::Display for RolledName {
 /// Whether `name` is a rolled trace file's name.
 pub fn is_rolled(name: &str) -> bool {
     RolledName::parse(name).is_some()
+}
+
+/// Whether `name` is one of a capture directory's own files: a rolled
+/// file, its sidecar, the index, the journal, the lock, the identity
+/// bindings, or a temporary or set-aside copy of one of them (the
+/// writer's `index.jsonl.tmp`, `journal.tmp`, ...). A directory holding
+/// anything else is not (only) a capture.
+pub fn is_capture_file(name: &str) -> bool {
+    let plain = name.strip_prefix('.').unwrap_or(name);
+    let rolled = |n: &str| is_rolled(n) || n.strip_suffix(SIDECAR_SUFFIX).is_some_and(is_rolled);
+    let fixed_or_its_copy = |fixed: &&str| {
+        plain
+            .strip_prefix(*fixed)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    };
+    rolled(name)
+        || [INDEX_NAME, JOURNAL_NAME, LOCK_NAME, BINDINGS_NAME]
+            .iter()
+            .any(fixed_or_its_copy)
 }
 
 /// The key that puts a directory's trace files in writing order: rolled
@@ -144,6 +167,33 @@ mod tests {
         ] {
             assert_eq!(RolledName::parse(bad), None, "{bad}");
             assert!(!is_rolled(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_capture_files_are_told_from_others() {
+        let rolled = RolledName::new(UNIX_EPOCH, 3).to_string();
+        for name in [
+            rolled.as_str(),
+            &format!("{rolled}.sync.jsonl"),
+            INDEX_NAME,
+            "index.jsonl.tmp",
+            JOURNAL_NAME,
+            "journal.tmp",
+            LOCK_NAME,
+            BINDINGS_NAME,
+            ".identity-bindings.jsonl.tmp",
+            "identity-bindings.jsonl.corrupt",
+        ] {
+            assert!(is_capture_file(name), "{name}");
+        }
+        for name in [
+            "phone.pftrace",
+            "notes.txt",
+            "tracesync-x-000001.pftrace",
+            "journal-old",
+        ] {
+            assert!(!is_capture_file(name), "{name}");
         }
     }
 

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 pub use tracesync_core::sync::ProbeSample;
 
-/// What a trace file's name gets appended for its sidecar.
-pub const SIDECAR_SUFFIX: &str = ".sync.jsonl";
+pub use crate::names::SIDECAR_SUFFIX;
 
 /// The sidecar's name of trace file `file_name`.
 pub fn sidecar_name(file_name: &str) -> String {

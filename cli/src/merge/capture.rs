@@ -65,6 +65,16 @@ impl CaptureError {
     fn new(code: u8, line: String) -> Self {
         Self { line, code }
     }
+
+    /// The reader of standard output went away (`| head`): nothing to say,
+    /// exit 0.
+    pub fn closed_output() -> Self {
+        Self::new(exit::OK, String::new())
+    }
+
+    pub fn is_closed_output(&self) -> bool {
+        self.code == exit::OK
+    }
 }
 
 /// The capture `inputs` name: one directory, or rolled files only. None

@@ -83,6 +83,9 @@ pub fn merge_capture(
 }
 
 fn write_err(e: io::Error) -> CaptureError {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        return CaptureError::closed_output();
+    }
     CaptureError {
         line: format!("cannot write the output: {e}"),
         code: exit::IOERR,

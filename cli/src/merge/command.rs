@@ -110,6 +110,7 @@ fn merge_traces(opts: &MergeOptions) -> u8 {
             }
             outcome.exit_code()
         }
+        Err(e) if e.is_closed_output() => exit::OK,
         // One bad input said it all on its own line.
         Err(e @ MergeError::NothingToMerge(_)) if opts.inputs.len() == 1 => e.exit_code(),
         Err(e) => {
@@ -153,6 +154,7 @@ fn merge_capture(
     };
     match super::capture_out::merge_capture(capture, Some(output), format, window, stats) {
         Ok(_) => exit::OK,
+        Err(e) if e.is_closed_output() => exit::OK,
         Err(e) => {
             eprintln!("tracesync: error: {e}");
             e.code

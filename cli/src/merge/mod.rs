@@ -105,6 +105,12 @@ pub enum MergeError {
 }
 
 impl MergeError {
+    /// The reader of standard output went away (`| head`): the merge ends
+    /// quietly, as `head`'s user asked.
+    pub fn is_closed_output(&self) -> bool {
+        matches!(self, Self::Write(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Input(e) => e.exit_code(),

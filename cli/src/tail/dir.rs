@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
 
+use tracesync_capture::names::is_capture_file;
 use tracesync_common::exit;
 use tracesync_core::control::wall_minus_boot_of;
 use tracesync_core::control::{MachineFilter, PacketFormatter};
@@ -42,6 +43,19 @@ pub fn run_dir(dir: &Path, opts: &TailOptions) -> u8 {
         return exit::NOINPUT;
     }
     let capture = capture::from_dir(dir).ok();
+    if capture.is_none()
+        && let Some(other) = first_foreign_file(dir)
+    {
+        // A mistyped directory would be waited on forever: refused, as
+        // `merge DIR` refuses it. An empty one (a daemon about to write
+        // there) is waited on, and the wait is said.
+        eprintln!(
+            "tracesync: error: {}: not a capture directory (it holds {other:?} and no rolled \
+             file tracesync-*.pftrace); give tracesyncd's [output] dir, or --connect SOCKET",
+            dir.display()
+        );
+        return exit::NOINPUT;
+    }
     let since = match (opts.since, &capture) {
         (None, _) => None,
         (Some(TimeSpec::Trace(ns)), _) => Some(ns),
@@ -271,6 +285,17 @@ fn follow(dir: &Path, tail: &mut Tail) -> u8 {
             watch.wait();
         }
     }
+}
+
+/// A file of `dir` that is none of a capture directory's own, if any.
+fn first_foreign_file(dir: &Path) -> Option<String> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| !is_capture_file(name))
+        .collect();
+    names.sort();
+    names.into_iter().next()
 }
 
 /// Host REALTIME minus BOOTTIME from the first host ClockSnapshot of the

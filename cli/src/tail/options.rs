@@ -22,17 +22,16 @@ pub struct TailOptions {
     pub since: Option<TimeSpec>,
 }
 
-/// The `--machine` values no known machine matches (by name, raw id, or
-/// `host` for machine 0).
+/// The `--machine` values no known machine matches (by name or raw id).
+/// `host` is machine 0, which every capture has: never unknown.
 pub fn unknown_machines(wanted: &[String], known: &BTreeMap<u32, Option<String>>) -> Vec<String> {
     wanted
         .iter()
         .filter(|w| {
-            !known.iter().any(|(raw_id, name)| {
-                name.as_deref() == Some(w.as_str())
-                    || raw_id.to_string() == **w
-                    || (*raw_id == 0 && *w == "host")
-            })
+            *w != "host"
+                && !known.iter().any(|(raw_id, name)| {
+                    name.as_deref() == Some(w.as_str()) || raw_id.to_string() == **w
+                })
         })
         .cloned()
         .collect()
@@ -76,6 +75,8 @@ mod tests {
             [(0, None), (7, Some("phone".to_owned()))].into();
         let wanted = ["host", "phone", "7", "nosuch"].map(String::from);
         assert_eq!(unknown_machines(&wanted, &known), vec!["nosuch".to_owned()]);
+        // Before anything is known, the host is.
+        assert!(unknown_machines(&wanted[..1], &BTreeMap::new()).is_empty());
         assert_eq!(known_list(&known), "host, phone");
         assert_eq!(known_list(&BTreeMap::new()), "none yet");
     }

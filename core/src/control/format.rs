@@ -13,7 +13,8 @@ use crate::jsonl::{JsonlRecord, json_name, write_jsonl_record};
 use crate::live::OutPacket;
 
 /// Which machines a subscriber wants: a name, a raw id in decimal, or
-/// `host` for an unnamed machine 0. Empty: every machine.
+/// `host` for machine 0 whatever its name (the host is named after its
+/// host name). Empty: every machine.
 #[derive(Clone, Debug, Default)]
 pub struct MachineFilter {
     wanted: Vec<String>,
@@ -33,7 +34,7 @@ impl MachineFilter {
         self.wanted.iter().any(|w| {
             name == Some(w.as_str())
                 || w.parse::<u32>() == Ok(raw_id)
-                || (name.is_none() && raw_id == 0 && w == "host")
+                || (raw_id == 0 && w == "host")
         })
     }
 }
@@ -303,5 +304,24 @@ pub fn human_ns(ns: u64) -> String {
         1_000..1_000_000 => format!("{:.1}us", ns as f64 / 1e3),
         1_000_000..1_000_000_000 => format!("{:.2}ms", ns as f64 / 1e6),
         _ => format!("{:.3}s", ns as f64 / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_is_machine_0_whatever_its_name() {
+        let host = MachineFilter::new(&["host".to_owned()]);
+        assert!(host.accepts(0, Some("build-server-7")), "a named host");
+        assert!(host.accepts(0, None));
+        assert!(!host.accepts(3, Some("phone")));
+        // A machine may still be named "host" by its relay: by name too.
+        assert!(host.accepts(5, Some("host")));
+        let phone = MachineFilter::new(&["phone".to_owned(), "9".to_owned()]);
+        assert!(phone.accepts(3, Some("phone")) && phone.accepts(9, None));
+        assert!(!phone.accepts(0, Some("build-server-7")));
+        assert!(MachineFilter::default().accepts(42, None), "no filter: all");
     }
 }

@@ -20,8 +20,8 @@ pub enum Request {
     Tail {
         #[serde(default)]
         format: TailFormat,
-        /// Only these machines (name, or raw id in decimal; `host` for an
-        /// unnamed machine 0). Empty: all.
+        /// Only these machines (name, or raw id in decimal; `host` for
+        /// machine 0). Empty: all.
         #[serde(default)]
         machines: Vec<String>,
         /// How text lines show time (jsonl always has `ts` in trace ns).

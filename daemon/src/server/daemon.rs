@@ -241,7 +241,10 @@ async fn run_daemon(
     let tls = match tls {
         None => None,
         Some(tls) => {
-            let path = config.output.dir.join(crate::tls::BINDINGS_FILE);
+            let path = config
+                .output
+                .dir
+                .join(tracesync_capture::names::BINDINGS_NAME);
             let (bindings, loaded) =
                 tokio::task::spawn_blocking(move || crate::tls::Bindings::open(&path))
                     .await

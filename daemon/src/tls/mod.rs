@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader, ReadBuf};
 use tokio::net::TcpStream;
 use toml::Spanned;
 
-pub use bindings::{BINDINGS_FILE, Bindings, BindingsFileError, Claimed};
+pub use bindings::{Bindings, BindingsFileError, Claimed};
 pub use identity::{CertIdentity, IdentityError, MISMATCH};
 pub use tracesync_common::tls::{DEFAULT_TLS_DIR, TlsError, TlsKey, TlsMode, read_certs, read_key};
 

@@ -2,7 +2,7 @@
 //! relay instance ids bound to the certificate name that first used them,
 //! kept across restarts.
 //!
-//! The table lives in memory and, under TLS, in [`BINDINGS_FILE`] in the
+//! The table lives in memory and, under TLS, in `identity-bindings.jsonl` in the
 //! daemon's state directory, which is the output directory: that is where
 //! the daemon's other state already lives (the commit `journal`, which a
 //! restart needs too), it is the one directory the systemd unit makes
@@ -41,8 +41,6 @@ use super::identity::IdentityError;
 
 /// Raw ids and relay instances remembered per name.
 pub const BINDINGS_PER_NAME: usize = 8;
-/// The bindings file's name in the state (output) directory.
-pub const BINDINGS_FILE: &str = "identity-bindings.jsonl";
 /// Suffix of a file set aside because some of its lines were not valid.
 pub const CORRUPT_SUFFIX: &str = ".corrupt";
 /// The most of the file read (about 50,000 names); the rest is ignored

@@ -1,5 +1,6 @@
 use super::*;
 use crate::tls::IdentityError;
+use tracesync_capture::names::BINDINGS_NAME;
 
 #[test]
 fn raw_ids_and_instances_stay_with_their_first_name() {
@@ -46,7 +47,7 @@ fn each_name_keeps_its_recent_bindings_only() {
 #[test]
 fn bindings_are_saved_and_reloaded_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(BINDINGS_FILE);
+    let path = dir.path().join(BINDINGS_NAME);
     let (b, loaded) = Bindings::open(&path).unwrap();
     assert_eq!(loaded.names, 0);
     assert!(b.is_persistent());
@@ -98,7 +99,7 @@ fn bindings_are_saved_and_reloaded_after_a_restart() {
 #[test]
 fn the_file_stays_bounded_per_name() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(BINDINGS_FILE);
+    let path = dir.path().join(BINDINGS_NAME);
     let (b, _) = Bindings::open(&path).unwrap();
     for i in 0..(BINDINGS_PER_NAME as u32 * 3) {
         let _ = b.claim("a", i, u64::from(i)).unwrap();
@@ -117,7 +118,7 @@ fn the_file_stays_bounded_per_name() {
 #[test]
 fn a_corrupt_file_keeps_its_valid_lines_and_is_set_aside() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(BINDINGS_FILE);
+    let path = dir.path().join(BINDINGS_NAME);
     let good = "{\"name\":\"a\",\"raw_ids\":[1],\"instances\":[\"0000000000000001\"]}";
     let text = [
         good,
@@ -146,7 +147,7 @@ fn a_corrupt_file_keeps_its_valid_lines_and_is_set_aside() {
     assert!(line.contains(".corrupt"), "{line}");
     assert!(line.contains("--raw-id"), "{line}");
     // The damaged file is kept for the operator; a clean one replaces it.
-    let aside = dir.path().join(format!("{BINDINGS_FILE}{CORRUPT_SUFFIX}"));
+    let aside = dir.path().join(format!("{BINDINGS_NAME}{CORRUPT_SUFFIX}"));
     assert_eq!(loaded.set_aside.as_deref(), Some(aside.as_path()));
     assert_eq!(std::fs::read_to_string(&aside).unwrap(), text);
     let (_, again) = Bindings::open(&path).unwrap();
@@ -161,7 +162,7 @@ fn a_corrupt_file_keeps_its_valid_lines_and_is_set_aside() {
 #[test]
 fn an_unusable_file_is_one_line_and_links_are_not_followed() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(BINDINGS_FILE);
+    let path = dir.path().join(BINDINGS_NAME);
     std::fs::create_dir(&path).unwrap();
     let err = Bindings::open(&path).unwrap_err().to_string();
     assert!(
