@@ -182,3 +182,122 @@ fn tail_machine_host_shows_the_hosts_packets_whatever_its_name() {
     }
     assert!(!stderr.contains("has no machine"), "{stderr}");
 }
+
+/// Processes whose command line names `dir` (the demo's children).
+fn processes_naming(dir: &Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) {
+            found.push(cmdline);
+        }
+    }
+    found
+}
+
+/// Runs a live demo, interrupts it once its status shows (`to_group`: as a
+/// terminal does, SIGINT to the whole process group; else to the demo
+/// alone), and checks it ends at once with 130, leaving nothing running.
+fn interrupt_a_demo(to_group: bool) {
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::Pid;
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("demo");
+    let mut child = Command::new(bin("tracesync"))
+        .args([
+            "demo",
+            "--seconds",
+            "120",
+            "--metrics-listen",
+            "off",
+            "--out",
+        ])
+        .arg(&out)
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn demo");
+    let pid = Pid::from_raw(child.id() as i32);
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let mut running = false;
+    while !running && stdout.read_line(&mut line).is_ok_and(|n| n > 0) {
+        running = line.starts_with("--- t =");
+        line.clear();
+    }
+    assert!(running, "the demo never showed its status");
+    // Its reader stays (a closed one stops a demo too, quietly).
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let sent = Instant::now();
+    if to_group {
+        killpg(pid, Signal::SIGINT).expect("SIGINT to the group");
+    } else {
+        kill(pid, Signal::SIGINT).expect("SIGINT to the demo");
+    }
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the demo still runs 10 s after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr);
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(!stderr.contains("cannot reach the daemon"), "{stderr}");
+    std::thread::sleep(Duration::from_millis(200));
+    let left = processes_naming(&out);
+    assert!(left.is_empty(), "still running: {left:?}");
+}
+
+#[test]
+fn a_demo_whose_reader_goes_away_stops_quietly_with_0() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("demo");
+    let out_arg = out.to_str().expect("utf-8");
+    let started = Instant::now();
+    let (code, stderr) = read_then_close(
+        &[
+            "demo",
+            "--seconds",
+            "120",
+            "--metrics-listen",
+            "off",
+            "--out",
+            out_arg,
+        ],
+        1,
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "ran on for its 120 s"
+    );
+    assert!(processes_naming(&out).is_empty());
+}
+
+#[test]
+fn ctrl_c_stops_a_demo_at_once_with_130() {
+    interrupt_a_demo(true);
+}
+
+#[test]
+fn sigint_to_the_demo_alone_stops_its_daemon_and_relays_too() {
+    interrupt_a_demo(false);
+}

@@ -29,6 +29,32 @@ pub enum DemoError {
     Merge(#[from] MergeError),
     #[error("bad jsonl: {0}")]
     Jsonl(serde_json::Error),
+    #[error("interrupted: stopped tracesyncd and the relays; what they wrote is in {}", out.display())]
+    Interrupted { out: PathBuf },
+    /// A process of the demo ended before it was stopped.
+    #[error("{name} ended by itself ({status}); see {}", log.display())]
+    Ended {
+        name: String,
+        status: std::process::ExitStatus,
+        log: PathBuf,
+    },
+    /// Standard output was closed: stopped quietly.
+    #[error("standard output closed")]
+    ReaderGone,
+    #[error("cannot watch for Ctrl-C: {0}")]
+    Signals(io::Error),
+}
+
+impl DemoError {
+    /// The exit code: 130 for Ctrl-C (as a shell gives a process that
+    /// SIGINT ended), 70 for the rest.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DemoError::Interrupted { .. } => 130,
+            DemoError::ReaderGone => tracesync_common::exit::OK,
+            _ => tracesync_common::exit::SOFTWARE,
+        }
+    }
 }
 
 impl DemoError {

@@ -14,6 +14,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::error::DemoError;
+use super::interrupt::Interrupt;
 use crate::check::{self, CheckReport};
 use crate::connect::{self, Target};
 use tracesync_core::control::Request;
@@ -98,9 +99,21 @@ pub struct LiveDemoReport {
 struct Proc {
     name: String,
     child: Child,
+    /// Where its stderr goes.
+    log: PathBuf,
 }
 
 impl Proc {
+    /// How it ended, if it ended by itself.
+    fn ended(&mut self) -> Option<DemoError> {
+        let status = self.child.try_wait().ok()??;
+        Some(DemoError::Ended {
+            name: self.name.clone(),
+            status,
+            log: self.log.clone(),
+        })
+    }
+
     /// Stops the process gracefully; what went wrong, in words, if it did.
     fn terminate(&mut self, wait: Duration) -> Result<(), String> {
         let pid = Pid::from_raw(self.child.id() as i32);
@@ -126,6 +139,23 @@ impl Proc {
             }
         }
     }
+}
+
+/// SIGTERM to every process, then SIGKILL to those still running after
+/// `wait`.
+fn stop_all(procs: &mut [&mut Proc], wait: Duration) {
+    for p in procs.iter() {
+        let _ = kill(Pid::from_raw(p.child.id() as i32), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline
+        && procs
+            .iter_mut()
+            .any(|p| matches!(p.child.try_wait(), Ok(None)))
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Drop kills and reaps what is left.
 }
 
 impl Drop for Proc {
@@ -221,6 +251,7 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, DemoError> {
     fresh_dir(&output_dir)?;
     let control_path = opts.out.join("control.sock");
     let token = random_token();
+    let interrupt = Interrupt::install().map_err(DemoError::Signals)?;
     let (mut daemon, listening) =
         start_daemon(opts, &daemon_bin, &output_dir, &control_path, &token)?;
     let machines = machines(opts.relays);
@@ -229,10 +260,31 @@ pub fn run(opts: &LiveDemoOptions) -> Result<LiveDemoReport, DemoError> {
         relays.push(start_relay(opts, &relay_bin, m, &listening, &token)?);
     }
     if let Some(addr) = opts.metrics {
-        println!("metrics while it runs: curl -s http://{addr}/metrics | grep '^tracesync_'");
+        say!("metrics while it runs: curl -s http://{addr}/metrics | grep '^tracesync_'");
     }
     let control = Target::Unix(control_path);
-    let mut last_status = show_status_while_running(&control, opts.seconds);
+    let mut watch = Watch {
+        control: &control,
+        interrupt: &interrupt,
+        last_status: None,
+    };
+    let stopped_early = watch.run(opts.seconds, &mut daemon, &mut relays);
+    let mut last_status = watch.last_status;
+    if let Some(stop) = stopped_early {
+        // All at once and briefly: what is not acknowledged stays in the
+        // relays' spools, what the daemon committed in its files; what
+        // they say on the way out is in their logs.
+        let mut all: Vec<&mut Proc> = relays.iter_mut().collect();
+        all.push(&mut daemon);
+        stop_all(&mut all, Duration::from_secs(3));
+        return Err(match stop {
+            Stop::Interrupted => DemoError::Interrupted {
+                out: opts.out.clone(),
+            },
+            Stop::ReaderGone => DemoError::ReaderGone,
+            Stop::Ended(e) => e,
+        });
+    }
     if let Some(page) = opts.metrics.and_then(fetch_metrics) {
         print_ingest_metrics(&page);
     }
@@ -276,6 +328,7 @@ fn start_daemon(
     }
     let mut daemon = Proc {
         name: "tracesyncd".into(),
+        log: opts.out.join("tracesyncd.log"),
         child: daemon_cmd
             .arg("--listen=127.0.0.1:0")
             // Loopback only: plaintext, said explicitly (TLS is the default).
@@ -291,11 +344,7 @@ fn start_daemon(
             .spawn()
             .map_err(DemoError::io("start", daemon_bin))?,
     };
-    log_stderr(
-        &mut daemon.child,
-        &opts.out.join("tracesyncd.log"),
-        Some(tx),
-    )?;
+    log_stderr(&mut daemon.child, &daemon.log, Some(tx))?;
     let listening = rx
         .recv_timeout(Duration::from_secs(15))
         .ok()
@@ -330,35 +379,69 @@ fn start_relay(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(DemoError::io("start", relay_bin))?;
-    log_stderr(
-        &mut child,
-        &opts.out.join(format!("relay-{}.log", m.name)),
-        None,
-    )?;
+    let log = opts.out.join(format!("relay-{}.log", m.name));
+    log_stderr(&mut child, &log, None)?;
     Ok(Proc {
         name: format!("relay {}", m.name),
         child,
+        log,
     })
 }
 
-/// Prints the daemon's status every 2 s for `seconds`; the last report.
-fn show_status_while_running(control: &Target, seconds: u64) -> Option<StatusReport> {
-    let start = Instant::now();
-    let mut last_status = None;
-    let mut next_print = Instant::now() + Duration::from_secs(1);
-    while start.elapsed() < Duration::from_secs(seconds) {
-        std::thread::sleep(Duration::from_millis(100));
-        if Instant::now() < next_print {
-            continue;
+/// Why a demo stops before its time.
+enum Stop {
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+    /// Standard output was closed.
+    ReaderGone,
+    /// The daemon or a relay ended by itself.
+    Ended(DemoError),
+}
+
+/// The demo while it runs: the status every 2 s, an eye on Ctrl-C and on
+/// the processes.
+struct Watch<'a> {
+    control: &'a Target,
+    interrupt: &'a Interrupt,
+    last_status: Option<StatusReport>,
+}
+
+impl Watch<'_> {
+    /// Prints the daemon's status every 2 s for `seconds`; why it stopped
+    /// early, if it did (checked every 100 ms).
+    fn run(&mut self, seconds: u64, daemon: &mut Proc, relays: &mut [Proc]) -> Option<Stop> {
+        let start = Instant::now();
+        let mut next_print = Instant::now() + Duration::from_secs(1);
+        while start.elapsed() < Duration::from_secs(seconds) {
+            std::thread::sleep(Duration::from_millis(100));
+            if self.interrupt.came() {
+                return Some(Stop::Interrupted);
+            }
+            if let Some(e) = std::iter::once(&mut *daemon)
+                .chain(relays.iter_mut())
+                .find_map(Proc::ended)
+            {
+                return Some(Stop::Ended(e));
+            }
+            if Instant::now() < next_print {
+                continue;
+            }
+            next_print += Duration::from_secs(2);
+            if let Some(report) = query_status(self.control) {
+                let shown = format!(
+                    "--- t = {:>4.1} s\n{}",
+                    start.elapsed().as_secs_f64(),
+                    crate::status::table(&report, unix_ms())
+                );
+                self.last_status = Some(report);
+                if std::io::stdout().write_all(shown.as_bytes()).is_err() {
+                    // The reader went away (`| head`): nothing to show to.
+                    return Some(Stop::ReaderGone);
+                }
+            }
         }
-        next_print += Duration::from_secs(2);
-        if let Some(report) = query_status(control) {
-            println!("--- t = {:>4.1} s", start.elapsed().as_secs_f64());
-            print!("{}", crate::status::table(&report, unix_ms()));
-            last_status = Some(report);
-        }
+        None
     }
-    last_status
 }
 
 /// How many series the metrics page has, and the per-machine ingest ones.
@@ -367,12 +450,12 @@ fn print_ingest_metrics(page: &str) {
         .lines()
         .filter(|l| l.starts_with("tracesync_"))
         .collect();
-    println!("--- metrics: {} series; ingest per machine:", series.len());
+    say!("--- metrics: {} series; ingest per machine:", series.len());
     for line in series
         .iter()
         .filter(|l| l.starts_with("tracesync_ingest_packets_total"))
     {
-        println!("{line}");
+        say!("{line}");
     }
 }
 

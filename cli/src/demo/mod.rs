@@ -5,7 +5,17 @@
 //! - [`offline`]: recorded traces of simulated machines merged offline
 //!   (`tracesync demo --offline`).
 
+/// `println!` that a closed standard output (`tracesync demo | head`)
+/// does not turn into a panic: the demo then goes on quietly.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod error;
+mod interrupt;
 pub use error::DemoError;
 pub mod live;
 pub mod offline;
@@ -20,7 +30,7 @@ pub fn run_offline(relays: usize, seconds: u64, out: PathBuf) -> u8 {
         eprintln!("tracesync: error: demo: use 1..=64 relays and 1..=3600 seconds");
         return exit::USAGE;
     }
-    println!(
+    say!(
         "tracesync demo (offline): {relays} simulated machines + host, {seconds} s each, into {}",
         out.display()
     );
@@ -31,12 +41,17 @@ pub fn run_offline(relays: usize, seconds: u64, out: PathBuf) -> u8 {
     };
     match crate::demo::offline::run(&opts) {
         Ok(reports) => {
-            println!(
+            say!(
                 "{:<8} {:>12} {:>10} {:>8} {:>14} {:>14}",
-                "machine", "offset (s)", "drift ppm", "events", "p50 err (us)", "max err (us)"
+                "machine",
+                "offset (s)",
+                "drift ppm",
+                "events",
+                "p50 err (us)",
+                "max err (us)"
             );
             for r in &reports {
-                println!(
+                say!(
                     "{:<8} {:>12.3} {:>10.1} {:>8} {:>14.3} {:>14.3}",
                     r.name,
                     r.boot_offset_s,
@@ -46,11 +61,11 @@ pub fn run_offline(relays: usize, seconds: u64, out: PathBuf) -> u8 {
                     r.max_error_ns as f64 / 1e3
                 );
             }
-            println!(
+            say!(
                 "merged trace: {} (open it in https://ui.perfetto.dev)",
                 out.join("merged.pftrace").display()
             );
-            println!(
+            say!(
                 "error = |merged ts - ground truth|; between snapshots (every 100 ms) drift is not corrected: 50 ppm -> up to 5 us"
             );
             exit::OK
@@ -75,7 +90,7 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
         eprintln!("tracesync: error: demo: use 1..=64 relays, 1..=3600 seconds and a rate > 0");
         return exit::USAGE;
     }
-    println!(
+    say!(
         "tracesync demo: tracesyncd + {relays} relays with simulated clocks on loopback, {seconds} s, into {}",
         out.display()
     );
@@ -88,12 +103,13 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
     };
     let report = match crate::demo::live::run(&opts) {
         Ok(r) => r,
+        Err(crate::demo::DemoError::ReaderGone) => return exit::OK,
         Err(e) => {
             eprintln!("tracesync: error: demo: {e}");
-            return exit::SOFTWARE;
+            return e.exit_code();
         }
     };
-    println!(
+    say!(
         "{:<10} {:>11} {:>9} {:>9} {:>8} {:>6} {:>13} {:>13} {:>15} {:>8}",
         "source",
         "offset (s)",
@@ -112,7 +128,7 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
             .sources
             .range(format!("{}/", m.name)..format!("{}0", m.name))
         {
-            println!(
+            say!(
                 "{:<10} {:>11.3} {:>9.1} {:>9} {:>8} {:>6} {:>13.1} {:>13.1} {:>15.1} {:>7.2}%",
                 src,
                 m.offset_ns as f64 / 1e9,
@@ -127,12 +143,12 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
             );
         }
     }
-    println!(
+    say!(
         "merged rolling trace: {} ({} files; open them in https://ui.perfetto.dev)",
         report.output_dir.display(),
         report.check.files.len()
     );
-    println!(
+    say!(
         "error = |time as Perfetto places it - ground truth|; bound = the error bound each packet had (its machine's error-bound track); inside = error <= bound"
     );
     // The sync-quality report beside the output.
@@ -145,7 +161,7 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
         .and_then(|c| crate::report::collect(&c))
         .and_then(|r| crate::report::draw(&r, &picture));
     match drawn {
-        Ok(()) => println!("sync quality report: {}", picture.display()),
+        Ok(()) => say!("sync quality report: {}", picture.display()),
         Err(e) => eprintln!("tracesync: warning: demo: no report: {e}"),
     }
     let lost = report.check.total_missing() + report.check.total_duplicates();
