@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::identity::MachineIdentity;
+use crate::probe::SyncConfig;
 use crate::sequences::SequenceAllocator;
 use crate::source::{self, Cursor, SourceBatch, SourceContext, SourceSpec, SourceStats};
 
@@ -87,16 +88,89 @@ fn load_config(flags: &Flags) -> Result<RelayConfig, String> {
 
 async fn run(config: RelayConfig, flags: Flags) -> u8 {
     tokio::spawn(reload_on_sighup(flags));
-    if let Some(addr) = config.metrics.listen {
-        match crate::metrics::install(addr) {
-            Ok(bound) => tracing::info!("metrics: Prometheus text on http://{bound}/metrics"),
-            Err(e) => {
-                tracing::error!("cannot serve metrics on {addr} ([metrics] listen): {e}");
-                return exit::UNAVAILABLE;
-            }
+    if let Err(code) = serve_metrics(&config) {
+        return code;
+    }
+    let clock = relay_clock(&config);
+    let identity = MachineIdentity::detect(config.name.as_deref());
+    let spool = match open_spool(&config) {
+        Ok(spool) => spool,
+        Err(code) => return code,
+    };
+    tracing::info!(
+        "relay {} (raw id {}, instance {:016x}) -> {}; spool {} resumes at batch {}",
+        identity.machine_name,
+        identity.raw_id,
+        spool.instance_id(),
+        config.host,
+        config.spool_dir.display(),
+        spool.oldest_unacked()
+    );
+
+    let sources_stop = CancellationToken::new();
+    let (tx, rx) = mpsc::channel::<SourceBatch>(SOURCE_CHANNEL);
+    let budget = source::SourceBudget::new(source::SOURCE_QUEUE_BYTES);
+    let sources = Sources {
+        clock: &clock,
+        spool: &spool,
+        machine_name: identity.machine_name.as_str().into(),
+        stop: &sources_stop,
+        budget: &budget,
+    };
+    let source_stats = sources.spawn(&config.sources, &tx);
+    if config.metrics.listen.is_some() {
+        tokio::spawn(publish_source_metrics(source_stats));
+    }
+    crate::own_packets::spawn(clock.clone(), identity.clone(), tx, sources_stop.clone());
+
+    let uplink_config = match uplink_config(&config, &identity) {
+        Ok(uplink_config) => uplink_config,
+        Err(code) => return code,
+    };
+    let wait_limit =
+        uplink_config.intake_grace + uplink_config.drain_timeout + Duration::from_secs(2);
+    let start_probe = probe_starter(clock.clone(), config.sync);
+    let uplink_stop = CancellationToken::new();
+    let uplink = tokio::spawn(uplink::run(
+        uplink_config,
+        clock,
+        spool,
+        rx,
+        move |batch: SourceBatch| {
+            budget.give_back(&batch);
+            to_incoming(batch)
+        },
+        start_probe,
+        uplink_stop.clone(),
+    ));
+
+    let Some(finished) = until_stopped(uplink, wait_limit, &sources_stop, &uplink_stop).await
+    else {
+        return exit::OK;
+    };
+    sources_stop.cancel();
+    exit_code(finished)
+}
+
+/// Serves `[metrics] listen`, if set; the exit code when it cannot.
+fn serve_metrics(config: &RelayConfig) -> Result<(), u8> {
+    let Some(addr) = config.metrics.listen else {
+        return Ok(());
+    };
+    match crate::metrics::install(addr) {
+        Ok(bound) => tracing::info!("metrics: Prometheus text on http://{bound}/metrics"),
+        Err(e) => {
+            tracing::error!("cannot serve metrics on {addr} ([metrics] listen): {e}");
+            return Err(exit::UNAVAILABLE);
         }
     }
-    let clock: SharedClock = match config.clock {
+    Ok(())
+}
+
+/// The clock the relay reads: the system's, or a simulated one (with its
+/// schedule of wander, steps and slews, if any).
+fn relay_clock(config: &RelayConfig) -> SharedClock {
+    match config.clock {
         ClockChoice::System => Arc::new(SystemClock::new()),
         ClockChoice::Simulated {
             offset_ns,
@@ -112,8 +186,12 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
             drift_ppm,
             config.clock_schedule.clone(),
         )),
-    };
-    let identity = MachineIdentity::detect(config.name.as_deref());
+    }
+}
+
+/// Opens the spool, saying what it found amiss; the exit code when it
+/// cannot.
+fn open_spool(config: &RelayConfig) -> Result<Spool, u8> {
     let mut spool_config = SpoolConfig::new(
         config.spool_dir.clone(),
         config.spool_memory_bytes,
@@ -121,61 +199,66 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         config.when_full,
     );
     spool_config.linger = config.linger;
-    let spool = match Spool::open(spool_config) {
+    match Spool::open(spool_config) {
         Ok((spool, issues)) => {
             for issue in issues {
                 tracing::warn!("spool: {issue}");
             }
-            spool
+            Ok(spool)
         }
         Err(error) => {
             tracing::error!("{error}; check --spool and its permissions");
-            return exit::CANTCREAT;
+            Err(exit::CANTCREAT)
         }
-    };
-    tracing::info!(
-        "relay {} (raw id {}, instance {:016x}) -> {}; spool {} resumes at batch {}",
-        identity.machine_name,
-        identity.raw_id,
-        spool.instance_id(),
-        config.host,
-        config.spool_dir.display(),
-        spool.oldest_unacked()
-    );
-
-    let sources_stop = CancellationToken::new();
-    let (tx, rx) = mpsc::channel::<SourceBatch>(SOURCE_CHANNEL);
-    let machine_name: Arc<str> = identity.machine_name.as_str().into();
-    let mut source_stats = Vec::new();
-    let budget = source::SourceBudget::new(source::SOURCE_QUEUE_BYTES);
-    for (position, text) in config.sources.iter().enumerate() {
-        let Ok(spec) = SourceSpec::parse(text) else {
-            continue; // Checked in load_config.
-        };
-        let index = u16::try_from(position + 1).unwrap_or(u16::MAX);
-        let resume = resume_cursor(&spool, index);
-        let ctx = SourceContext {
-            clock: clock.clone(),
-            sequences: Arc::new(SequenceAllocator::for_source(index)),
-            machine_name: machine_name.clone(),
-            shutdown: sources_stop.clone(),
-            stats: Arc::new(SourceStats::default()),
-            budget: budget.clone(),
-        };
-        source_stats.push(ctx.stats.clone());
-        source::spawn(spec, index, ctx, resume, tx.clone());
     }
-    if config.metrics.listen.is_some() {
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(crate::metrics::PUBLISH_EVERY);
-            loop {
-                every.tick().await;
-                crate::metrics::publish_sources(&source_stats);
-            }
-        });
-    }
-    crate::own_packets::spawn(clock.clone(), identity.clone(), tx, sources_stop.clone());
+}
 
+/// What every source task shares.
+struct Sources<'a> {
+    clock: &'a SharedClock,
+    spool: &'a Spool,
+    machine_name: Arc<str>,
+    stop: &'a CancellationToken,
+    budget: &'a source::SourceBudget,
+}
+
+impl Sources<'_> {
+    /// Starts a task per source, each resuming after its last spooled
+    /// packet; their counters, in order.
+    fn spawn(&self, specs: &[String], tx: &mpsc::Sender<SourceBatch>) -> Vec<Arc<SourceStats>> {
+        let mut source_stats = Vec::new();
+        for (position, text) in specs.iter().enumerate() {
+            let Ok(spec) = SourceSpec::parse(text) else {
+                continue; // Checked in load_config.
+            };
+            let index = u16::try_from(position + 1).unwrap_or(u16::MAX);
+            let resume = resume_cursor(self.spool, index);
+            let ctx = SourceContext {
+                clock: self.clock.clone(),
+                sequences: Arc::new(SequenceAllocator::for_source(index)),
+                machine_name: self.machine_name.clone(),
+                shutdown: self.stop.clone(),
+                stats: Arc::new(SourceStats::default()),
+                budget: self.budget.clone(),
+            };
+            source_stats.push(ctx.stats.clone());
+            source::spawn(spec, index, ctx, resume, tx.clone());
+        }
+        source_stats
+    }
+}
+
+/// Publishes the sources' counters to the metrics, forever.
+async fn publish_source_metrics(source_stats: Vec<Arc<SourceStats>>) {
+    let mut every = tokio::time::interval(crate::metrics::PUBLISH_EVERY);
+    loop {
+        every.tick().await;
+        crate::metrics::publish_sources(&source_stats);
+    }
+}
+
+/// The uplink's settings; the exit code when the TLS files do not load.
+fn uplink_config(config: &RelayConfig, identity: &MachineIdentity) -> Result<UplinkConfig, u8> {
     let hello = HelloInfo {
         token: config.token.clone(),
         boot_id: identity.boot_id.clone(),
@@ -190,7 +273,7 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         Ok(tls) => tls,
         Err(e) => {
             tracing::error!("tls.{}: {}", e.key.name(), e.message);
-            return exit::CONFIG;
+            return Err(exit::CONFIG);
         }
     };
     if uplink_config.tls.is_none() {
@@ -199,52 +282,51 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
              cross the network unencrypted and the daemon is not verified"
         );
     }
-    let wait_limit =
-        uplink_config.intake_grace + uplink_config.drain_timeout + Duration::from_secs(2);
-    let probe_clock = clock.clone();
-    let sync_config = config.sync;
-    let start_probe: uplink::ProbeStarter = Box::new(move |target, token| {
+    Ok(uplink_config)
+}
+
+/// Starts the probe responder of each session the uplink opens.
+fn probe_starter(clock: SharedClock, sync_config: SyncConfig) -> uplink::ProbeStarter {
+    Box::new(move |target, token| {
         tokio::spawn(crate::probe::run_probe_responder(
-            probe_clock.clone(),
+            clock.clone(),
             target,
             sync_config,
             token,
         ));
-    });
-    let uplink_stop = CancellationToken::new();
-    let mut uplink = tokio::spawn(uplink::run(
-        uplink_config,
-        clock,
-        spool,
-        rx,
-        move |batch: SourceBatch| {
-            budget.give_back(&batch);
-            to_incoming(batch)
-        },
-        start_probe,
-        uplink_stop.clone(),
-    ));
+    })
+}
 
-    let finished = tokio::select! {
-        () = shutdown_signal() => None,
-        finished = &mut uplink => Some(finished),
-    };
-    let finished = match finished {
-        Some(finished) => finished,
-        None => {
-            tracing::info!("stopping: writing the last batch and waiting for acks");
-            sources_stop.cancel();
-            uplink_stop.cancel();
-            match tokio::time::timeout(wait_limit, uplink).await {
-                Ok(finished) => finished,
-                Err(_) => {
-                    tracing::warn!("shutdown took too long; unacked batches stay spooled");
-                    return exit::OK;
-                }
-            }
-        }
-    };
+/// How the uplink task ended.
+type UplinkEnd = Result<(UplinkExit, Spool), tokio::task::JoinError>;
+
+/// Waits for the uplink to end by itself, or for SIGTERM or SIGINT: then
+/// stops the sources and the uplink and waits for it to drain, up to
+/// `wait_limit` (None when it took longer).
+async fn until_stopped(
+    mut uplink: tokio::task::JoinHandle<(UplinkExit, Spool)>,
+    wait_limit: Duration,
+    sources_stop: &CancellationToken,
+    uplink_stop: &CancellationToken,
+) -> Option<UplinkEnd> {
+    tokio::select! {
+        () = shutdown_signal() => {}
+        finished = &mut uplink => return Some(finished),
+    }
+    tracing::info!("stopping: writing the last batch and waiting for acks");
     sources_stop.cancel();
+    uplink_stop.cancel();
+    match tokio::time::timeout(wait_limit, uplink).await {
+        Ok(finished) => Some(finished),
+        Err(_) => {
+            tracing::warn!("shutdown took too long; unacked batches stay spooled");
+            None
+        }
+    }
+}
+
+/// The process's exit code for how the uplink ended, said in the log.
+fn exit_code(finished: UplinkEnd) -> u8 {
     match finished {
         Ok((UplinkExit::Drained, spool)) => {
             tracing::info!(

@@ -15,11 +15,11 @@ use tracesync_protocol::probe::{self, PROBE_KEY_BYTES, ProbeKey};
 use tracesync_protocol::relay::v1::{ProbeRegister, ProbeReply, probe_body::Kind};
 
 use super::clock::{HOST_START_NS, RelayClock};
-use super::link::{Leg, LossState};
+use super::link::{LinkModel, LossState};
 use super::rng::Rng;
 use super::scenarios::Scenario;
 use tracesync_core::sync::{
-    ProberConfig, ProberCore, ProberStats, Registration, Route, SyncEstimate,
+    ProbeDue, ProberConfig, ProberCore, ProberStats, Registration, Route, SyncEstimate,
 };
 
 /// One completed probe exchange, as the prober's estimator saw it.
@@ -70,6 +70,15 @@ struct Flight {
     what: Arrival,
 }
 
+/// The direction a packet crosses the link in.
+#[derive(Clone, Copy)]
+enum Way {
+    /// Host to relay (the link's forward leg).
+    ToRelay,
+    /// Relay to host (the backward leg).
+    ToHost,
+}
+
 fn to_ns(s: f64) -> u64 {
     (HOST_START_NS + s * 1e9).round() as u64
 }
@@ -80,157 +89,235 @@ fn to_s(ns: u64) -> f64 {
 
 /// Runs the real prober over `sc`'s link against `clock` for the whole run.
 pub(super) fn probe(sc: &Scenario, clock: &RelayClock, rng: &mut Rng) -> Probing {
-    let mut timer_rng = rng.fork(1);
-    let mut fwd_rng = rng.fork(2);
-    let mut bwd_rng = rng.fork(3);
-    let mut read_rng = rng.fork(4);
-    let mut loss_rng = rng.fork(5);
-    let (mut fwd_loss, mut bwd_loss) = (LossState::new(), LossState::new());
-    let link = &sc.link;
-    let partitioned = |a: f64, b: f64| link.partitions.iter().any(|p| a < p.1 && b >= p.0);
-    // One leg: arrival time, or None when lost or partitioned.
-    let mut cross = |leg: &Leg, rng: &mut Rng, loss: &mut LossState, from: f64| {
-        let to = from + leg.delay(rng) * 1e-9;
-        let dropped = loss.lost(&link.loss, &mut loss_rng);
-        (!dropped && !partitioned(from, to)).then_some(to)
-    };
-
-    let key = ProbeKey::new(&KEY).expect("a 32-byte key");
-    let mut core = ProberCore::new(ProberConfig::default());
-    core.set_registered(
-        HashMap::from([(
-            SESSION,
-            Registration {
-                slot: 0,
-                machine_raw_id: 1,
-                probe_key: KEY,
-            },
-        )])
-        .into(),
-    );
-    let route = Route::Udp(SocketAddr::from(([10, 0, 0, 2], 40_000)));
-
-    let mut flights: Vec<Flight> = Vec::new();
-    let mut exchanges = Vec::new();
-    let mut lost = 0;
-    let mut now = 0.0f64;
-    let mut next_register = CONNECT_S;
-    let mut register_nonce = 0u64;
-    let mut probed = false;
-    let mut due = Vec::new();
+    let mut run = ProbeRun::new(sc, clock, rng);
     loop {
-        let wake = core.next_wakeup_ns().map(|ns| {
-            if ns == 0 || to_s(ns) <= now {
-                now
-            } else {
-                to_s(ns) + timer_rng.uniform(0.0, TIMER_SLACK_S)
-            }
-        });
-        let arrival = flights
-            .iter()
-            .enumerate()
-            .min_by(|a, b| a.1.at_s.total_cmp(&b.1.at_s))
-            .map(|(i, f)| (i, f.at_s));
-        let next = [Some(next_register), wake, arrival.map(|a| a.1)]
+        let wake = run.wakeup();
+        let arrival = run.first_arrival();
+        let next = [Some(run.next_register), wake, arrival.map(|a| a.1)]
             .into_iter()
             .flatten()
             .fold(f64::INFINITY, f64::min);
         if next >= sc.secs {
             break;
         }
-        now = now.max(next);
+        run.now = run.now.max(next);
         if let Some((i, at)) = arrival
             && at <= next
         {
-            let flight = flights.swap_remove(i);
-            let t4 = clock.read_host(flight.at_s, &mut read_rng);
-            match flight.what {
-                Arrival::Register => {
-                    register_nonce += 1;
-                    let bytes = probe::seal(
-                        &key,
-                        SESSION,
-                        Kind::Register(ProbeRegister {
-                            nonce: register_nonce,
-                        }),
-                    );
-                    core.on_datagram(&bytes, route, to_ns(flight.at_s));
-                }
-                Arrival::Reply { reply, t1, at_s } => {
-                    let bytes = probe::seal(&key, SESSION, Kind::Reply(reply));
-                    core.on_datagram(&bytes, route, t4);
-                    exchanges.push(Exchange {
-                        done_s: flight.at_s,
-                        t: [t1, reply.t2_ns, reply.t3_ns, t4],
-                        bmm: reply.boottime_minus_monotonic_ns,
-                        at_s,
-                    });
-                    now += EDGE_TURNAROUND_S;
-                }
-            }
+            run.land(i);
             continue;
         }
-        if next_register <= next {
-            // The relay's register timer (it sleeps while suspended).
-            let at = next_register;
-            next_register += if probed { 10.0 } else { 1.0 };
-            if !clock.asleep(at) {
-                match cross(&link.backward, &mut bwd_rng, &mut bwd_loss, at) {
-                    Some(to) => flights.push(Flight {
-                        at_s: to,
-                        what: Arrival::Register,
+        if run.next_register <= next {
+            run.register();
+            continue;
+        }
+        run.send_due();
+    }
+    Probing {
+        exchanges: run.exchanges,
+        lost: run.lost,
+        stats: *run.core.stats(),
+        final_estimate: run.core.estimate(SESSION),
+    }
+}
+
+/// The prober's edge and the relay in virtual time: the random streams of
+/// each purpose, the packets in flight and what came of them so far.
+struct ProbeRun<'a> {
+    link: &'a LinkModel,
+    clock: &'a RelayClock,
+    timer_rng: Rng,
+    fwd_rng: Rng,
+    bwd_rng: Rng,
+    read_rng: Rng,
+    loss_rng: Rng,
+    fwd_loss: LossState,
+    bwd_loss: LossState,
+    key: ProbeKey,
+    core: ProberCore,
+    route: Route,
+    flights: Vec<Flight>,
+    exchanges: Vec<Exchange>,
+    lost: usize,
+    /// Host time (s).
+    now: f64,
+    next_register: f64,
+    register_nonce: u64,
+    /// A probe reached the relay (its register timer slows down).
+    probed: bool,
+    due: Vec<ProbeDue>,
+}
+
+impl<'a> ProbeRun<'a> {
+    fn new(sc: &'a Scenario, clock: &'a RelayClock, rng: &mut Rng) -> Self {
+        let timer_rng = rng.fork(1);
+        let fwd_rng = rng.fork(2);
+        let bwd_rng = rng.fork(3);
+        let read_rng = rng.fork(4);
+        let loss_rng = rng.fork(5);
+        let key = ProbeKey::new(&KEY).expect("a 32-byte key");
+        let mut core = ProberCore::new(ProberConfig::default());
+        core.set_registered(
+            HashMap::from([(
+                SESSION,
+                Registration {
+                    slot: 0,
+                    machine_raw_id: 1,
+                    probe_key: KEY,
+                },
+            )])
+            .into(),
+        );
+        Self {
+            link: &sc.link,
+            clock,
+            timer_rng,
+            fwd_rng,
+            bwd_rng,
+            read_rng,
+            loss_rng,
+            fwd_loss: LossState::new(),
+            bwd_loss: LossState::new(),
+            key,
+            core,
+            route: Route::Udp(SocketAddr::from(([10, 0, 0, 2], 40_000))),
+            flights: Vec::new(),
+            exchanges: Vec::new(),
+            lost: 0,
+            now: 0.0,
+            next_register: CONNECT_S,
+            register_nonce: 0,
+            probed: false,
+            due: Vec::new(),
+        }
+    }
+
+    /// When the prober's timer fires (s), late by up to the timer slack.
+    fn wakeup(&mut self) -> Option<f64> {
+        self.core.next_wakeup_ns().map(|ns| {
+            if ns == 0 || to_s(ns) <= self.now {
+                self.now
+            } else {
+                to_s(ns) + self.timer_rng.uniform(0.0, TIMER_SLACK_S)
+            }
+        })
+    }
+
+    /// The flight that lands first: its index and arrival time (s).
+    fn first_arrival(&self) -> Option<(usize, f64)> {
+        self.flights
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.at_s.total_cmp(&b.1.at_s))
+            .map(|(i, f)| (i, f.at_s))
+    }
+
+    /// One leg: arrival time, or None when lost or partitioned.
+    fn cross(&mut self, way: Way, from: f64) -> Option<f64> {
+        let (leg, rng, loss) = match way {
+            Way::ToRelay => (&self.link.forward, &mut self.fwd_rng, &mut self.fwd_loss),
+            Way::ToHost => (&self.link.backward, &mut self.bwd_rng, &mut self.bwd_loss),
+        };
+        let to = from + leg.delay(rng) * 1e-9;
+        let dropped = loss.lost(&self.link.loss, &mut self.loss_rng);
+        let partitioned = self.link.partitions.iter().any(|p| from < p.1 && to >= p.0);
+        (!dropped && !partitioned).then_some(to)
+    }
+
+    /// Hands flight `i` to the prober as the edge receives it.
+    fn land(&mut self, i: usize) {
+        let flight = self.flights.swap_remove(i);
+        let t4 = self.clock.read_host(flight.at_s, &mut self.read_rng);
+        match flight.what {
+            Arrival::Register => {
+                self.register_nonce += 1;
+                let bytes = probe::seal(
+                    &self.key,
+                    SESSION,
+                    Kind::Register(ProbeRegister {
+                        nonce: self.register_nonce,
                     }),
-                    None => lost += 1,
-                }
+                );
+                self.core
+                    .on_datagram(&bytes, self.route, to_ns(flight.at_s));
             }
-            continue;
-        }
-        // The prober's wakeup: send what is due.
-        due.clear();
-        core.poll(to_ns(now), &mut due);
-        for d in &due {
-            let Some(prepared) = core.prepare_probe(d.session_id) else {
-                continue;
-            };
-            let h1 = now;
-            let t1 = clock.read_host(h1, &mut read_rng);
-            core.probe_sent(d.session_id, prepared.nonce, t1);
-            let Some(h2) = cross(&link.forward, &mut fwd_rng, &mut fwd_loss, h1) else {
-                lost += 1;
-                continue;
-            };
-            if clock.asleep(h2) {
-                lost += 1;
-                continue;
-            }
-            probed = true;
-            let hold = link.hold_ns + fwd_rng.exponential(link.hold_exp_ns);
-            let h3 = h2 + hold * 1e-9;
-            let t2 = clock.read(h2, &mut read_rng);
-            let t3 = clock.read(h3, &mut read_rng).max(t2);
-            let reply = ProbeReply {
-                nonce: prepared.nonce,
-                t2_ns: t2,
-                t3_ns: t3,
-                boottime_minus_monotonic_ns: clock.boottime_minus_monotonic(h2),
-            };
-            match cross(&link.backward, &mut bwd_rng, &mut bwd_loss, h3) {
-                Some(h4) => flights.push(Flight {
-                    at_s: h4,
-                    what: Arrival::Reply {
-                        reply,
-                        t1,
-                        at_s: h2,
-                    },
-                }),
-                None => lost += 1,
+            Arrival::Reply { reply, t1, at_s } => {
+                let bytes = probe::seal(&self.key, SESSION, Kind::Reply(reply));
+                self.core.on_datagram(&bytes, self.route, t4);
+                self.exchanges.push(Exchange {
+                    done_s: flight.at_s,
+                    t: [t1, reply.t2_ns, reply.t3_ns, t4],
+                    bmm: reply.boottime_minus_monotonic_ns,
+                    at_s,
+                });
+                self.now += EDGE_TURNAROUND_S;
             }
         }
     }
-    Probing {
-        exchanges,
-        lost,
-        stats: *core.stats(),
-        final_estimate: core.estimate(SESSION),
+
+    /// The relay's register timer (it sleeps while suspended).
+    fn register(&mut self) {
+        let at = self.next_register;
+        self.next_register += if self.probed { 10.0 } else { 1.0 };
+        if self.clock.asleep(at) {
+            return;
+        }
+        match self.cross(Way::ToHost, at) {
+            Some(to) => self.flights.push(Flight {
+                at_s: to,
+                what: Arrival::Register,
+            }),
+            None => self.lost += 1,
+        }
+    }
+
+    /// The prober's wakeup: send what is due.
+    fn send_due(&mut self) {
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        self.core.poll(to_ns(self.now), &mut due);
+        for d in &due {
+            if let Some(prepared) = self.core.prepare_probe(d.session_id) {
+                self.send_probe(d.session_id, prepared.nonce);
+            }
+        }
+        self.due = due;
+    }
+
+    /// One probe through the link, the relay's reply and its way back.
+    fn send_probe(&mut self, session_id: u64, nonce: u64) {
+        let h1 = self.now;
+        let t1 = self.clock.read_host(h1, &mut self.read_rng);
+        self.core.probe_sent(session_id, nonce, t1);
+        let Some(h2) = self.cross(Way::ToRelay, h1) else {
+            self.lost += 1;
+            return;
+        };
+        if self.clock.asleep(h2) {
+            self.lost += 1;
+            return;
+        }
+        self.probed = true;
+        let hold = self.link.hold_ns + self.fwd_rng.exponential(self.link.hold_exp_ns);
+        let h3 = h2 + hold * 1e-9;
+        let t2 = self.clock.read(h2, &mut self.read_rng);
+        let t3 = self.clock.read(h3, &mut self.read_rng).max(t2);
+        let reply = ProbeReply {
+            nonce,
+            t2_ns: t2,
+            t3_ns: t3,
+            boottime_minus_monotonic_ns: self.clock.boottime_minus_monotonic(h2),
+        };
+        match self.cross(Way::ToHost, h3) {
+            Some(h4) => self.flights.push(Flight {
+                at_s: h4,
+                what: Arrival::Reply {
+                    reply,
+                    t1,
+                    at_s: h2,
+                },
+            }),
+            None => self.lost += 1,
+        }
     }
 }

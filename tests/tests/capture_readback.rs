@@ -10,6 +10,8 @@
 //! The capture runs once per test binary (the first test to need it), in
 //! the target's temporary directory.
 
+#![allow(clippy::too_many_lines, reason = "a test reads top to bottom")]
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

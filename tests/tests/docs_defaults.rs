@@ -9,6 +9,8 @@
 //! it overrides; and `--check-config` of the shipped configs with the TLS
 //! files given passes (the configs are the defaults the binaries accept).
 
+#![allow(clippy::too_many_lines, reason = "a test reads top to bottom")]
+
 use std::collections::BTreeMap;
 use std::process::Command;
 

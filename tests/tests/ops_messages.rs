@@ -11,6 +11,8 @@
 //!   logs the port bound; `--check-config` checks directories and files
 //!   as the service user; `pki --group`.
 
+#![allow(clippy::too_many_lines, reason = "a test reads top to bottom")]
+
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;

@@ -6,6 +6,8 @@
 //! to printed), and a restarted daemon that names a relay before its next
 //! Hello.
 
+#![allow(clippy::too_many_lines, reason = "a test reads top to bottom")]
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

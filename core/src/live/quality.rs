@@ -73,120 +73,159 @@ impl MachineTracks {
         b: &Before<'_>,
         out: &mut Vec<OutPacket>,
     ) {
-        let p = b.packet;
-        let raw_id = p.machine_raw_id;
-        let m = self;
-        if m.seq == 0 {
-            m.seq = QUALITY_SEQ_BASE + seqs.next % QUALITY_SEQ_COUNT;
+        self.allocate_seq(seqs);
+        let Some(client) = self.client_time(b) else {
+            return;
+        };
+        self.last_client = client;
+        let mut w = TrackWriter {
+            packet: b.packet,
+            seq: self.seq,
+            client,
+            out,
+        };
+        self.describe(&mut w);
+        // Epoch changes first: the values after them are the new epoch's.
+        if let Some(what) = self.epoch_change(b) {
+            let bytes = epoch_packet(b.packet.machine_raw_id, self.seq, client, what);
+            w.push(bytes, TRACK_EVENT, Role::SyncQuality);
+        }
+        if let Some((_, offset)) = b.sync_point {
+            w.counter(QualityTrack::Offset, ns_to_us(offset as f64));
+        }
+        if let Some(e) = b.estimate {
+            self.estimate_counters(e, &mut w);
+        }
+        self.error_bound(b, &mut w);
+    }
+
+    /// Gives the machine its sequence on its first packet.
+    #[inline]
+    fn allocate_seq(&mut self, seqs: &mut QualitySequences) {
+        if self.seq == 0 {
+            self.seq = QUALITY_SEQ_BASE + seqs.next % QUALITY_SEQ_COUNT;
             seqs.next = seqs.next.wrapping_add(1);
         }
+    }
+
+    /// The machine's BOOTTIME to write the samples at: the packet's own, or
+    /// its trace time carried back by the last offset; never earlier than
+    /// the last sample's, and None without one (or at 0).
+    #[inline]
+    fn client_time(&self, b: &Before<'_>) -> Option<u64> {
         let client = b
             .client
             .or_else(|| {
-                let c = i128::from(p.ts) + i128::from(b.last_offset?);
+                let c = i128::from(b.packet.ts) + i128::from(b.last_offset?);
                 u64::try_from(c).ok()
             })
-            .map(|c| c.max(m.last_client));
-        let Some(client) = client.filter(|&c| c > 0) else {
+            .map(|c| c.max(self.last_client));
+        client.filter(|&c| c > 0)
+    }
+
+    /// The track descriptors, once per machine row.
+    #[inline]
+    fn describe(&mut self, w: &mut TrackWriter<'_>) {
+        if self.described {
             return;
-        };
-        m.last_client = client;
-        let mut pushed = Vec::new();
-        let mut push = |bytes: Vec<u8>, data_field: u32, role: Role| {
-            pushed.push((bytes, data_field, role));
-        };
-        if !m.described {
-            m.described = true;
-            for (i, d) in descriptor_packets(raw_id, m.seq).into_iter().enumerate() {
-                let role = if i == 0 {
-                    Role::IncrementalStateCleared
-                } else {
-                    Role::IncrementalState
-                };
-                push(d, TRACK_DESCRIPTOR, role);
-            }
         }
-        let counter = |track, value| counter_packet(raw_id, m.seq, client, track, value);
-        // Epoch changes first: the values after them are the new epoch's.
+        self.described = true;
+        let descriptors = descriptor_packets(w.packet.machine_raw_id, self.seq);
+        for (i, d) in descriptors.into_iter().enumerate() {
+            let role = if i == 0 {
+                Role::IncrementalStateCleared
+            } else {
+                Role::IncrementalState
+            };
+            w.push(d, TRACK_DESCRIPTOR, role);
+        }
+    }
+
+    /// Notes the relay instance, the suspend offset and the sync offset of
+    /// `b`, and names the epoch change they show, if any (a suspend over a
+    /// reconnect; a step only when neither).
+    #[inline]
+    fn epoch_change(&mut self, b: &Before<'_>) -> Option<&'static str> {
+        let p = b.packet;
         let instance = p.origin.map(|o| o.relay_instance);
         let mut epoch = None;
-        if let (Some(old), Some(new)) = (m.instance, instance)
+        if let (Some(old), Some(new)) = (self.instance, instance)
             && old != new
         {
             epoch = Some("reconnect");
         }
         if instance.is_some() {
-            m.instance = instance;
+            self.instance = instance;
         }
         if let Some(e) = b.estimate {
-            if m.bmm.is_some_and(|old| {
+            if self.bmm.is_some_and(|old| {
                 old.abs_diff(e.boottime_minus_monotonic_ns) > EPOCH_JUMP_NS.unsigned_abs()
             }) {
                 epoch = Some("suspend");
             }
-            m.bmm = Some(e.boottime_minus_monotonic_ns);
+            self.bmm = Some(e.boottime_minus_monotonic_ns);
         }
         if let Some((_, offset)) = b.sync_point {
             let bound = p.err_ns;
             if epoch.is_none()
-                && let Some((old, old_bound)) = m.offset
+                && let Some((old, old_bound)) = self.offset
                 && old.abs_diff(offset) > old_bound.saturating_add(bound)
             {
                 epoch = Some("step");
             }
-            m.offset = Some((offset, bound));
+            self.offset = Some((offset, bound));
         }
-        if let Some(what) = epoch {
-            push(
-                epoch_packet(raw_id, m.seq, client, what),
-                TRACK_EVENT,
-                Role::SyncQuality,
-            );
+        epoch
+    }
+
+    /// The frequency and round-trip samples, when they changed.
+    #[inline]
+    fn estimate_counters(&mut self, e: &SyncEstimate, w: &mut TrackWriter<'_>) {
+        if self.freq_bits != Some(e.freq_ppm.to_bits()) {
+            self.freq_bits = Some(e.freq_ppm.to_bits());
+            w.counter(QualityTrack::FreqError, e.freq_ppm);
         }
-        if let Some((_, offset)) = b.sync_point {
-            let v = ns_to_us(offset as f64);
-            push(
-                counter(QualityTrack::Offset, v),
-                TRACK_EVENT,
-                Role::SyncQuality,
-            );
+        if self.rtt_ns != Some(e.rtt_ns) {
+            self.rtt_ns = Some(e.rtt_ns);
+            w.counter(QualityTrack::RoundTrip, ns_to_us(e.rtt_ns as f64));
         }
-        if let Some(e) = b.estimate {
-            if m.freq_bits != Some(e.freq_ppm.to_bits()) {
-                m.freq_bits = Some(e.freq_ppm.to_bits());
-                let v = e.freq_ppm;
-                push(
-                    counter(QualityTrack::FreqError, v),
-                    TRACK_EVENT,
-                    Role::SyncQuality,
-                );
-            }
-            if m.rtt_ns != Some(e.rtt_ns) {
-                m.rtt_ns = Some(e.rtt_ns);
-                let v = ns_to_us(e.rtt_ns as f64);
-                push(
-                    counter(QualityTrack::RoundTrip, v),
-                    TRACK_EVENT,
-                    Role::SyncQuality,
-                );
-            }
+    }
+
+    /// The bound in force must cover this packet; lowered (at a sync
+    /// point, when the estimate moved) once it is well above need.
+    #[inline]
+    fn error_bound(&mut self, b: &Before<'_>, w: &mut TrackWriter<'_>) {
+        let need = b.packet.err_ns;
+        let lower = b.sync_point.is_some() && with_headroom(need) < self.bound_ns / 8 * 7;
+        if need > self.bound_ns || self.bound_ns == 0 || lower {
+            self.bound_ns = with_headroom(need);
+            w.counter(QualityTrack::ErrorBound, ns_to_us(self.bound_ns as f64));
         }
-        // The bound in force must cover this packet; lowered (at a sync
-        // point, when the estimate moved) once it is well above need.
-        let need = p.err_ns;
-        let lower = b.sync_point.is_some() && with_headroom(need) < m.bound_ns / 8 * 7;
-        if need > m.bound_ns || m.bound_ns == 0 || lower {
-            m.bound_ns = with_headroom(need);
-            let v = ns_to_us(m.bound_ns as f64);
-            push(
-                counter(QualityTrack::ErrorBound, v),
-                TRACK_EVENT,
-                Role::SyncQuality,
-            );
-        }
-        for (bytes, data_field, role) in pushed {
-            out.push(track_packet(p, m.seq, client, bytes, data_field, role));
-        }
+    }
+}
+
+/// Appends one machine's track packets, written before `packet` on the
+/// machine's sequence `seq` at its BOOTTIME `client`.
+struct TrackWriter<'a> {
+    packet: &'a OutPacket,
+    seq: u32,
+    client: u64,
+    out: &'a mut Vec<OutPacket>,
+}
+
+impl TrackWriter<'_> {
+    #[inline]
+    fn push(&mut self, bytes: Vec<u8>, data_field: u32, role: Role) {
+        let packet = track_packet(self.packet, self.seq, self.client, bytes, data_field, role);
+        self.out.push(packet);
+    }
+
+    /// A sample of `track`.
+    #[inline]
+    fn counter(&mut self, track: QualityTrack, value: f64) {
+        let raw_id = self.packet.machine_raw_id;
+        let bytes = counter_packet(raw_id, self.seq, self.client, track, value);
+        self.push(bytes, TRACK_EVENT, Role::SyncQuality);
     }
 }
 

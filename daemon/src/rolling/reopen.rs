@@ -25,6 +25,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::time::SystemTime;
 
 use tracesync_core::preamble::PreambleState;
@@ -32,7 +33,7 @@ use tracesync_protocol::reader::{FileReadError, TraceFile};
 
 use super::files::{self, Found, Vanished};
 use super::journal::{self, Journal};
-use super::{JOURNAL_NAME, Lost, RollingWriter, Seen, at};
+use super::{Current, JOURNAL_NAME, Lost, RollingWriter, Seen, at};
 use tracesync_capture::journal::JournalRecord;
 
 impl RollingWriter {
@@ -59,36 +60,54 @@ impl RollingWriter {
         };
         self.wait_in_flight()?;
         let dir = self.config.dir.clone();
-        files::recreate_dir(&dir, self.dir_mode)
-            .map_err(at(&dir, "create the output directory"))?;
+        self.recreate_dir(&dir)?;
+        let journal_path = dir.join(JOURNAL_NAME);
+        let c = &self.current;
+        let data_there = files::still_at(&c.file, &c.path).unwrap_or(false);
+        if lost == Lost::Journal && data_there {
+            return self.new_journal(&journal_path);
+        }
+        self.new_file(&dir, &journal_path)
+    }
+
+    /// Step 1: the directory, made again if it is gone.
+    fn recreate_dir(&mut self, dir: &Path) -> io::Result<()> {
+        files::recreate_dir(dir, self.dir_mode).map_err(at(dir, "create the output directory"))?;
         if self.config.fsync
             && let Some(parent) = dir.parent()
             && let Err(e) = journal::sync_dir(parent)
         {
             tracing::debug!("cannot fsync {}: {e}", parent.display());
         }
-        self.links.set_may_remove(files::owned(&dir));
-        let journal_path = dir.join(JOURNAL_NAME);
+        self.links.set_may_remove(files::owned(dir));
+        Ok(())
+    }
+
+    /// Step 2: only the journal gone; a new one, one full record of the
+    /// committed state.
+    fn new_journal(&mut self, journal_path: &Path) -> io::Result<()> {
         let c = &self.current;
-        let data_there = files::still_at(&c.file, &c.path).unwrap_or(false);
-        if lost == Lost::Journal && data_there {
-            let record = JournalRecord {
-                file: c.entry.name.clone(),
-                len: c.committed_len,
-                next_out_seq: self.next_out_seq,
-                full: true,
-                streams: self.journal.durable_streams(),
-            };
-            self.journal = Journal::compact(&journal_path, &record, self.config.fsync, &self.links)
-                .map_err(at(&journal_path, "write"))?;
-            self.vanished = None;
-            tracing::info!(
-                "{} written anew; {} goes on",
-                journal_path.display(),
-                c.path.display()
-            );
-            return Ok(());
-        }
+        let record = JournalRecord {
+            file: c.entry.name.clone(),
+            len: c.committed_len,
+            next_out_seq: self.next_out_seq,
+            full: true,
+            streams: self.journal.durable_streams(),
+        };
+        self.journal = Journal::compact(journal_path, &record, self.config.fsync, &self.links)
+            .map_err(at(journal_path, "write"))?;
+        self.vanished = None;
+        tracing::info!(
+            "{} written anew; {} goes on",
+            journal_path.display(),
+            c.path.display()
+        );
+        Ok(())
+    }
+
+    /// Step 3: a new file starting with the committed preamble and a new
+    /// journal naming it; what was not durable goes there.
+    fn new_file(&mut self, dir: &Path, journal_path: &Path) -> io::Result<()> {
         let now = SystemTime::now().max(self.last_now);
         let preamble = self.committed_preamble().packets();
         let (next, seq) = Self::start_file(
@@ -105,17 +124,42 @@ impl RollingWriter {
             full: true,
             streams: self.journal.durable_streams(),
         };
-        match Journal::compact(&journal_path, &record, self.config.fsync, &self.links) {
+        match Journal::compact(journal_path, &record, self.config.fsync, &self.links) {
             Ok(j) => self.journal = j,
             Err(e) => {
                 let _ = std::fs::remove_file(&next.path);
-                return Err(at(&journal_path, "write")(e));
+                return Err(at(journal_path, "write")(e));
             }
         }
         self.next_file_seq = seq + 1;
         let old = std::mem::replace(&mut self.current, next);
+        self.carry_pending(old);
+        self.vanished = None;
+        let before = self.done.len();
+        self.done
+            .retain(|e| matches!(files::look(&dir.join(&e.name)), Ok(Found::File(_))));
+        self.stats.files_started += 1;
+        self.stats.packets_written += preamble.len() as u64;
+        self.stats.preamble_packets_written += preamble.len() as u64;
+        self.stats.bytes_written += self.current.committed_len;
+        self.open_writeback();
+        self.save_index();
+        tracing::info!(
+            "the output goes on in {}: the {} bytes not yet durable are written there \
+             ({} older files still in {} are indexed, {} gone)",
+            self.current.path.display(),
+            self.current.pending.len(),
+            self.done.len(),
+            dir.display(),
+            before - self.done.len()
+        );
+        Ok(())
+    }
+
+    /// What `old` had not made durable: pending again, in the current file
+    /// (with the machines seen in it).
+    fn carry_pending(&mut self, old: Current) {
         let c = &mut self.current;
-        // What was not durable: pending again, in the new file.
         let span = old.pending_span;
         c.data_packets = span.packets;
         c.entry.bytes += old.pending.len() as u64;
@@ -137,26 +181,6 @@ impl RollingWriter {
         c.pending = old.pending;
         c.flushed = 0;
         c.pending_span = span;
-        self.vanished = None;
-        let before = self.done.len();
-        self.done
-            .retain(|e| matches!(files::look(&dir.join(&e.name)), Ok(Found::File(_))));
-        self.stats.files_started += 1;
-        self.stats.packets_written += preamble.len() as u64;
-        self.stats.preamble_packets_written += preamble.len() as u64;
-        self.stats.bytes_written += self.current.committed_len;
-        self.open_writeback();
-        self.save_index();
-        tracing::info!(
-            "the output goes on in {}: the {} bytes not yet durable are written there \
-             ({} older files still in {} are indexed, {} gone)",
-            self.current.path.display(),
-            self.current.pending.len(),
-            self.done.len(),
-            dir.display(),
-            before - self.done.len()
-        );
-        Ok(())
     }
 
     /// The preamble state as of the last commit: the current file read

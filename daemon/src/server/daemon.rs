@@ -2,28 +2,30 @@
 //! systemd notification and signals.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::ingest::IngestSettings;
 use super::run::{self, Parts};
-use super::{SessionSettings, Shared, listener};
-use crate::config::{DaemonArgs, DaemonConfig, LogLevel};
+use super::signals::{Reloader, Signals};
+use super::{SessionSettings, listener};
+use crate::config::{DaemonArgs, DaemonConfig};
 use crate::control::{self, ControlHub, DEFAULT_TAIL_CAPACITY};
-use crate::reload::{self, OutputLimits};
+use crate::reload::OutputLimits;
 use crate::rolling::{RollingConfig, RollingWriter};
 use crate::sync::ProbeSessions;
 use crate::sync::SyncSockets;
 use crate::sync::prober::spawn_prober_with;
+use crate::tls::DataTls;
 use tracesync_common::exit;
-use tracesync_core::live::{LiveConfig, LiveCore};
+use tracesync_core::live::{LiveConfig, LiveCore, Recovered};
 use tracesync_core::status::StatusReport;
 
 /// Sync updates waiting for the ingest loop (the prober holds its samples
@@ -134,22 +136,6 @@ fn init_logging(config: &DaemonConfig) {
     tracesync_common::logging::init(config.log.level.as_str(), config.log.format);
 }
 
-/// The reload hook for `log.level` (SIGHUP): the one call site that changes
-/// the running log level (RUST_LOG, when set, keeps winning).
-fn set_log_level(level: LogLevel) -> Result<(), String> {
-    match tracesync_common::logging::set_level(level.as_str()) {
-        Ok(tracesync_common::logging::LevelChange::KeptEnv) => {
-            info!(
-                "SIGHUP: log.level {} ignored: RUST_LOG is set and wins",
-                level.as_str()
-            );
-            Ok(())
-        }
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 async fn run_daemon(
     config: DaemonConfig,
     config_path: Option<PathBuf>,
@@ -162,50 +148,9 @@ async fn run_daemon(
     // such even when its ports are taken too.
     let output_lock = tracesync_capture::lock::lock(&config.output.dir)
         .map_err(|e| Fatal::new(lock_exit_code(&e), e.to_string()))?;
-    let data = listener::bind_data(config.listen.data).map_err(|e| {
-        Fatal::io(
-            exit::UNAVAILABLE,
-            format!("cannot listen on {} (listen.data)", config.listen.data),
-            &e,
-        )
-    })?;
-    let sync = SyncSockets::bind(config.listen.sync).await.map_err(|e| {
-        Fatal::io(
-            exit::UNAVAILABLE,
-            format!("cannot bind {} (listen.sync)", config.listen.sync),
-            &e,
-        )
-    })?;
-    let control_path = config.listen.control.clone();
-    let control_listener = control::bind_unix(&control_path).map_err(|e| {
-        let what = format!(
-            "cannot create the control socket {} (listen.control)",
-            control_path.display()
-        );
-        Fatal::io(exit::CANTCREAT, what, &e)
-    })?;
-    let data_addr = data
-        .local_addr()
-        .map_err(|e| Fatal::io(exit::IOERR, "data socket".into(), &e))?;
-    let sync_addr = sync
-        .udp
-        .local_addr()
-        .map_err(|e| Fatal::io(exit::IOERR, "sync socket".into(), &e))?;
-    if let Some(addr) = config.metrics.listen {
-        let bound = crate::metrics::install(addr).map_err(|e| {
-            Fatal::new(
-                exit::UNAVAILABLE,
-                format!("cannot serve metrics on {addr} ([metrics] listen): {e}"),
-            )
-        })?;
-        info!("metrics: Prometheus text on http://{bound}/metrics");
-    }
-
-    let rolling = rolling_config(&config);
-    let (writer, recovered) = tokio::task::spawn_blocking(move || RollingWriter::open(rolling))
-        .await
-        .map_err(|e| Fatal::new(exit::SOFTWARE, format!("opening the output panicked: {e}")))?
-        .map_err(|e| Fatal::new(exit::CANTCREAT, format!("{e} (output.dir)")))?;
+    let sockets = Sockets::bind(&config).await?;
+    serve_metrics(&config)?;
+    let (writer, recovered) = open_output(&config).await?;
     let core = LiveCore::new(live_config(&config), recovered.clone());
 
     let shutdown = CancellationToken::new();
@@ -217,7 +162,7 @@ async fn run_daemon(
     let probes = ProbeSessions::new();
     let (sync_tx, sync_updates) = mpsc::channel(SYNC_QUEUE);
     let prober = spawn_prober_with(
-        sync,
+        sockets.sync,
         probes.clone(),
         sync_tx,
         shutdown.clone(),
@@ -225,73 +170,24 @@ async fn run_daemon(
         config.sync.kernel_rx_timestamps,
     );
     let control_task = tokio::spawn(control::serve(
-        control_listener,
+        sockets.control,
         hub.clone(),
         shutdown.clone(),
     ));
 
     let token = config.auth.required_token();
-    // Checked when the config was loaded; read again here (same files).
-    let tls = config
-        .tls
-        .load()
-        .map_err(|e| Fatal::new(exit::CONFIG, e.to_string()))?;
-    // Rule 4's bindings persist beside the journal, in the output (state)
-    // directory, opened above.
-    let tls = match tls {
-        None => None,
-        Some(tls) => {
-            let path = config
-                .output
-                .dir
-                .join(tracesync_capture::names::BINDINGS_NAME);
-            let (bindings, loaded) =
-                tokio::task::spawn_blocking(move || crate::tls::Bindings::open(&path))
-                    .await
-                    .map_err(|e| Fatal::new(exit::SOFTWARE, format!("loading panicked: {e}")))?
-                    .map_err(|e| Fatal::new(e.exit_code(), e.to_string()))?;
-            crate::metrics::record_identity_bindings_ignored_lines(loaded.ignored_lines);
-            if loaded.ignored_lines > 0 {
-                error!("{}", loaded.summary());
-            } else {
-                info!("{}", loaded.summary());
-            }
-            Some(tls.with_bindings(Arc::new(bindings)))
-        }
-    };
-    match (&tls, token) {
-        (None, None) => warn!(
-            "plaintext relay connections (tls.mode = \"off\") and no auth.token: any relay \
-             that can reach {data_addr} is accepted, and traffic is readable on the network"
-        ),
-        (None, Some(_)) => warn!(
-            "plaintext relay connections (tls.mode = \"off\"): the token and the traces cross \
-             the network unencrypted and relay identities are not verified"
-        ),
-        (Some(_), _) => info!(
-            client_ca = %config.tls.client_ca.get_ref().display(),
-            crl = %config.tls.crl.as_ref().map_or_else(|| "none".into(), |c| c.get_ref().display().to_string()),
-            "mutual TLS on relay connections; relay identities bound to certificates"
-        ),
-    }
-    let session = SessionSettings {
-        max_relays: usize::try_from(config.limits.max_relays).unwrap_or(usize::MAX),
-        hello_timeout: Duration::from_millis(config.limits.hello_timeout_ms),
-        max_frame_bytes: usize::try_from(config.limits.max_frame_bytes).unwrap_or(usize::MAX),
-        frame_timeout: Duration::from_millis(config.limits.frame_timeout_ms),
-        sync_udp_port: sync_addr.port(),
-        final_ack_timeout: Duration::from_secs(5),
-        tls,
-    };
-    let mut ingest = IngestSettings::new(Duration::from_millis(config.output.commit_interval_ms));
-    // Machine labels of the metrics: the host and every relay slot.
-    ingest.metrics_machines = session.max_relays.saturating_add(1);
-    ingest.data_addr = Some(data_addr.to_string());
-    ingest.sync_addr = Some(sync_addr.to_string());
-    ingest.probes = Some(probes.clone());
-    let probes_for_reload = probes.clone();
+    let tls = relay_tls(&config).await?;
+    say_relay_security(&config, tls.is_some(), token.is_some(), sockets.addrs.data);
+    let session = session_settings(&config, sockets.addrs.sync.port(), tls);
     let (limits_tx, limits_rx) = watch::channel(OutputLimits::from_config(&config));
-    ingest.limits = Some(limits_rx);
+    let ingest = ingest_settings(&config, &session, sockets.addrs, probes.clone(), limits_rx);
+    let reloader = Reloader {
+        running: config.clone(),
+        path: config_path,
+        args,
+        limits: limits_tx,
+        probes: probes.clone(),
+    };
     let parts = Parts {
         core,
         writer,
@@ -301,21 +197,209 @@ async fn run_daemon(
         status: status_tx,
         preamble_requests: Some(preamble_requests),
     };
-    let running = run::start(data, session, token, ingest, parts, shutdown.clone())
-        .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot start the ingest thread".into(), &e))?;
+    let running = run::start(
+        sockets.data,
+        session,
+        token,
+        ingest,
+        parts,
+        shutdown.clone(),
+    )
+    .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot start the ingest thread".into(), &e))?;
     // No await since the accept loop started: set before any Hello is read.
     running
         .shared
         .set_allow_machines(&config.auth.allow_machines);
-
-    let reloader = Reloader {
-        running: config.clone(),
-        path: config_path,
-        args,
-        limits: limits_tx,
-        probes: probes_for_reload,
-    };
     let signals = tokio::spawn(signals.handle(running.shared.clone(), reloader));
+    say_ready(&config, sockets.addrs, recovered.streams.len());
+
+    let summary = keep_alive(running.stopped(), ingest_alive).await;
+    signals.abort();
+    // The prober and control server stop on the same token.
+    let _ = tokio::time::timeout(Duration::from_secs(2), prober).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), control_task).await;
+    remove_socket(&config.listen.control);
+    let summary =
+        summary.map_err(|e| Fatal::io(exit::IOERR, "the output could not be closed".into(), &e))?;
+    info!(packets = summary.packets_written, "stopped");
+    drop(output_lock);
+    Ok(())
+}
+
+/// The daemon's sockets, bound (data, sync) or made (control).
+struct Sockets {
+    data: tokio::net::TcpListener,
+    sync: SyncSockets,
+    control: tokio::net::UnixListener,
+    addrs: Addrs,
+}
+
+/// The addresses the data and sync sockets are bound to.
+#[derive(Clone, Copy)]
+struct Addrs {
+    data: SocketAddr,
+    sync: SocketAddr,
+}
+
+impl Sockets {
+    async fn bind(config: &DaemonConfig) -> Result<Self, Fatal> {
+        let data = listener::bind_data(config.listen.data).map_err(|e| {
+            Fatal::io(
+                exit::UNAVAILABLE,
+                format!("cannot listen on {} (listen.data)", config.listen.data),
+                &e,
+            )
+        })?;
+        let sync = SyncSockets::bind(config.listen.sync).await.map_err(|e| {
+            Fatal::io(
+                exit::UNAVAILABLE,
+                format!("cannot bind {} (listen.sync)", config.listen.sync),
+                &e,
+            )
+        })?;
+        let control_path = &config.listen.control;
+        let control = control::bind_unix(control_path).map_err(|e| {
+            let what = format!(
+                "cannot create the control socket {} (listen.control)",
+                control_path.display()
+            );
+            Fatal::io(exit::CANTCREAT, what, &e)
+        })?;
+        let data_addr = data
+            .local_addr()
+            .map_err(|e| Fatal::io(exit::IOERR, "data socket".into(), &e))?;
+        let sync_addr = sync
+            .udp
+            .local_addr()
+            .map_err(|e| Fatal::io(exit::IOERR, "sync socket".into(), &e))?;
+        Ok(Self {
+            data,
+            sync,
+            control,
+            addrs: Addrs {
+                data: data_addr,
+                sync: sync_addr,
+            },
+        })
+    }
+}
+
+/// Serves `[metrics] listen`, if set.
+fn serve_metrics(config: &DaemonConfig) -> Result<(), Fatal> {
+    if let Some(addr) = config.metrics.listen {
+        let bound = crate::metrics::install(addr).map_err(|e| {
+            Fatal::new(
+                exit::UNAVAILABLE,
+                format!("cannot serve metrics on {addr} ([metrics] listen): {e}"),
+            )
+        })?;
+        info!("metrics: Prometheus text on http://{bound}/metrics");
+    }
+    Ok(())
+}
+
+/// Opens the rolling output, recovering what the last run left.
+async fn open_output(config: &DaemonConfig) -> Result<(RollingWriter, Recovered), Fatal> {
+    let rolling = rolling_config(config);
+    tokio::task::spawn_blocking(move || RollingWriter::open(rolling))
+        .await
+        .map_err(|e| Fatal::new(exit::SOFTWARE, format!("opening the output panicked: {e}")))?
+        .map_err(|e| Fatal::new(exit::CANTCREAT, format!("{e} (output.dir)")))
+}
+
+/// Mutual TLS for relay connections, unless `tls.mode` is off, with the
+/// identity bindings it keeps.
+async fn relay_tls(config: &DaemonConfig) -> Result<Option<DataTls>, Fatal> {
+    // Checked when the config was loaded; read again here (same files).
+    let tls = config
+        .tls
+        .load()
+        .map_err(|e| Fatal::new(exit::CONFIG, e.to_string()))?;
+    let Some(tls) = tls else {
+        return Ok(None);
+    };
+    // Rule 4's bindings persist beside the journal, in the output (state)
+    // directory, opened above.
+    let path = config
+        .output
+        .dir
+        .join(tracesync_capture::names::BINDINGS_NAME);
+    let (bindings, loaded) = tokio::task::spawn_blocking(move || crate::tls::Bindings::open(&path))
+        .await
+        .map_err(|e| Fatal::new(exit::SOFTWARE, format!("loading panicked: {e}")))?
+        .map_err(|e| Fatal::new(e.exit_code(), e.to_string()))?;
+    crate::metrics::record_identity_bindings_ignored_lines(loaded.ignored_lines);
+    if loaded.ignored_lines > 0 {
+        error!("{}", loaded.summary());
+    } else {
+        info!("{}", loaded.summary());
+    }
+    Ok(Some(tls.with_bindings(Arc::new(bindings))))
+}
+
+/// Says how relay connections are protected, warning when they are not.
+fn say_relay_security(config: &DaemonConfig, tls: bool, token: bool, data_addr: SocketAddr) {
+    match (tls, token) {
+        (false, false) => warn!(
+            "plaintext relay connections (tls.mode = \"off\") and no auth.token: any relay \
+             that can reach {data_addr} is accepted, and traffic is readable on the network"
+        ),
+        (false, true) => warn!(
+            "plaintext relay connections (tls.mode = \"off\"): the token and the traces cross \
+             the network unencrypted and relay identities are not verified"
+        ),
+        (true, _) => info!(
+            client_ca = %config.tls.client_ca.get_ref().display(),
+            crl = %config.tls.crl.as_ref().map_or_else(|| "none".into(), |c| c.get_ref().display().to_string()),
+            "mutual TLS on relay connections; relay identities bound to certificates"
+        ),
+    }
+}
+
+/// The ingest thread's settings: commit interval, what the status report
+/// names, and where reloaded limits come from.
+fn ingest_settings(
+    config: &DaemonConfig,
+    session: &SessionSettings,
+    addrs: Addrs,
+    probes: ProbeSessions,
+    limits: watch::Receiver<OutputLimits>,
+) -> IngestSettings {
+    IngestSettings {
+        // Machine labels of the metrics: the host and every relay slot.
+        metrics_machines: session.max_relays.saturating_add(1),
+        data_addr: Some(addrs.data.to_string()),
+        sync_addr: Some(addrs.sync.to_string()),
+        probes: Some(probes),
+        limits: Some(limits),
+        ..IngestSettings::new(Duration::from_millis(config.output.commit_interval_ms))
+    }
+}
+
+fn session_settings(
+    config: &DaemonConfig,
+    sync_udp_port: u16,
+    tls: Option<DataTls>,
+) -> SessionSettings {
+    SessionSettings {
+        max_relays: usize::try_from(config.limits.max_relays).unwrap_or(usize::MAX),
+        hello_timeout: Duration::from_millis(config.limits.hello_timeout_ms),
+        max_frame_bytes: usize::try_from(config.limits.max_frame_bytes).unwrap_or(usize::MAX),
+        frame_timeout: Duration::from_millis(config.limits.frame_timeout_ms),
+        sync_udp_port,
+        final_ack_timeout: Duration::from_secs(5),
+        tls,
+    }
+}
+
+/// The startup line, the "ready" log line and systemd's READY=1: the
+/// listeners are bound and the output is open.
+fn say_ready(config: &DaemonConfig, addrs: Addrs, recovered: usize) {
+    let Addrs {
+        data: data_addr,
+        sync: sync_addr,
+    } = addrs;
+    let control_path = &config.listen.control;
     announce(&format!(
         "tracesyncd: listening data={data_addr} sync={sync_addr} control={} output={}",
         control_path.display(),
@@ -323,7 +407,7 @@ async fn run_daemon(
     ));
     info!(
         %data_addr, %sync_addr, control = %control_path.display(), output = %config.output.dir.display(),
-        relays_recovered = recovered.streams.len(), "ready"
+        relays_recovered = recovered, "ready"
     );
     // Listeners are bound and the output is open: only now is the service ready.
     let status = format!("listening data={data_addr} sync={sync_addr}");
@@ -331,18 +415,6 @@ async fn run_daemon(
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::Status(&status),
     ]);
-
-    let summary = keep_alive(running.stopped(), ingest_alive).await;
-    signals.abort();
-    // The prober and control server stop on the same token.
-    let _ = tokio::time::timeout(Duration::from_secs(2), prober).await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), control_task).await;
-    remove_socket(&control_path);
-    let summary =
-        summary.map_err(|e| Fatal::io(exit::IOERR, "the output could not be closed".into(), &e))?;
-    info!(packets = summary.packets_written, "stopped");
-    drop(output_lock);
-    Ok(())
 }
 
 /// Waits for `stopped`; meanwhile, when systemd's watchdog is on
@@ -392,112 +464,6 @@ fn announce(line: &str) {
     let mut stderr = std::io::stderr().lock();
     let _ = writeln!(stderr, "{line}");
     let _ = stderr.flush();
-}
-
-/// SIGTERM / SIGINT: stop (drain, final commit, final acks). SIGHUP:
-/// re-read the config and apply what can change live ([`crate::reload`]).
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn install() -> std::io::Result<Self> {
-        Ok(Self {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    async fn handle<P>(mut self, shared: Arc<Shared<P>>, mut reloader: Reloader) {
-        loop {
-            tokio::select! {
-                _ = self.term.recv() => break,
-                _ = self.int.recv() => break,
-                _ = self.hup.recv() => reloader.reload(&shared),
-            }
-        }
-        info!("stopping: finishing current frames, committing, acknowledging");
-        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-        shared.shutdown.cancel();
-    }
-}
-
-/// The running config and where to push what a reload changes.
-struct Reloader {
-    running: DaemonConfig,
-    path: Option<PathBuf>,
-    args: DaemonArgs,
-    limits: watch::Sender<OutputLimits>,
-    /// The prober's registry: `[sync]` changes reach the prober through it.
-    probes: ProbeSessions,
-}
-
-impl Reloader {
-    /// Re-reads the file (flags still win), applies what can change at run
-    /// time and logs one line saying what changed and what needs a restart.
-    fn reload<P>(&mut self, shared: &Shared<P>) {
-        let Some(path) = self.path.clone() else {
-            info!("SIGHUP: started without a config file; nothing to reload");
-            return;
-        };
-        let args = DaemonArgs {
-            config: Some(path.clone()),
-            ..self.args.clone()
-        };
-        let new = match DaemonConfig::load(&args) {
-            Ok((config, _)) => config,
-            Err(e) => {
-                warn!("SIGHUP: keeping the running config: {e}");
-                return;
-            }
-        };
-        let plan = reload::plan(&self.running, &new);
-        let mut applied = new.clone();
-        if plan.log_level_changed() {
-            match set_log_level(new.log.level) {
-                Ok(()) => {}
-                Err(e) => {
-                    warn!("SIGHUP: cannot change the log level: {e}");
-                    applied.log = self.running.log.clone();
-                }
-            }
-        }
-        shared.set_token(new.auth.required_token());
-        shared.set_allow_machines(&new.auth.allow_machines);
-        if plan.output_limits_changed() {
-            self.limits.send_replace(OutputLimits::from_config(&new));
-        }
-        if plan.prober_changed() {
-            self.probes.set_config(new.sync.prober_config());
-        }
-        info!("SIGHUP: reloaded {}: {}", path.display(), plan.summary());
-        if applied.log.level != self.running.log.level {
-            tracing::debug!("log level is now {}", applied.log.level.as_str());
-        }
-        // Keys that need a restart keep their running values, so the next
-        // reload reports them again until the restart.
-        keep_restart_only(&mut applied, &self.running);
-        self.running = applied;
-    }
-}
-
-/// `applied` takes the running values of every key a reload cannot change.
-fn keep_restart_only(applied: &mut DaemonConfig, running: &DaemonConfig) {
-    let mut kept = running.clone();
-    kept.log = applied.log.clone();
-    kept.auth = applied.auth.clone();
-    kept.output.rotate_bytes = applied.output.rotate_bytes;
-    kept.output.rotate_seconds = applied.output.rotate_seconds;
-    kept.output.retain_bytes = applied.output.retain_bytes;
-    kept.output.retain_seconds = applied.output.retain_seconds;
-    kept.sync = crate::sync::config::SyncConfig {
-        sync_point_threshold_ns: running.sync.sync_point_threshold_ns,
-        ..applied.sync
-    };
-    *applied = kept;
 }
 
 fn remove_socket(path: &Path) {

@@ -31,6 +31,7 @@ pub mod listener;
 pub mod preauth;
 pub mod run;
 pub mod session;
+mod signals;
 pub mod wiring;
 
 use std::sync::atomic::{AtomicU64, Ordering};

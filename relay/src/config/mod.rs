@@ -7,13 +7,16 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Parser;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod flags;
+
+pub use flags::Flags;
+
 use crate::clocks::ClockSchedule;
 use crate::spool::WhenFull;
-use crate::tls::{RelayTls, TlsFlags, TlsKey, TlsMode, TlsSection};
+use crate::tls::{RelayTls, TlsFlags, TlsKey, TlsSection};
 
 /// File looked for when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/tracesync/relay.toml";
@@ -37,121 +40,6 @@ pub const MIN_WINDOW_BYTES: u64 = 1 << 20;
 /// Below these the spool cannot hold a few batches and would thrash.
 pub const MIN_SPOOL_MEMORY_BYTES: u64 = 64 << 10;
 pub const MIN_SPOOL_DISK_BYTES: u64 = 256 << 10;
-
-/// Command-line flags; each overrides the same key of the file.
-#[derive(Parser, Debug, Default, Clone)]
-#[command(
-    name = "tracesync-relay",
-    version,
-    about = "Streams this machine's Perfetto trace packets to a tracesync daemon"
-)]
-pub struct Flags {
-    /// Configuration file (default: /etc/tracesync/relay.toml if it exists).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Validate the configuration, print the first error as file:line:column, and exit.
-    #[arg(long)]
-    pub check_config: bool,
-    /// Print the man page tracesync-relay(8) (roff) and exit.
-    #[arg(long, hide = true)]
-    pub man: bool,
-    /// Daemon address HOST:PORT (default 127.0.0.1:7410).
-    #[arg(long, value_name = "ADDR")]
-    pub host: Option<String>,
-    /// Machine name shown in the merged trace (default: the host name).
-    #[arg(long, value_name = "NAME")]
-    pub name: Option<String>,
-    /// A trace source: file:PATH, unix:PATH, stdin, synthetic:RATE[,size=B][,seqs=N].
-    /// Repeat for several; replaces the file's list.
-    #[arg(long = "source", value_name = "SPEC")]
-    pub sources: Vec<String>,
-    /// Shared token the daemon expects.
-    #[arg(
-        long,
-        env = "TRACESYNC_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
-    pub token: Option<String>,
-    /// Spool directory (instance id, unacknowledged batches, source cursors).
-    #[arg(long, value_name = "DIR")]
-    pub spool: Option<PathBuf>,
-    /// What to do when the spool is full: block sources, or drop the oldest batches.
-    #[arg(long, value_name = "POLICY", value_parser = parse_when_full)]
-    pub when_full: Option<WhenFull>,
-    /// Memory for packets waiting to be cut into batches plus cached batches.
-    #[arg(long, value_name = "N")]
-    pub spool_memory_bytes: Option<u64>,
-    /// Disk for unacknowledged batches.
-    #[arg(long, value_name = "N")]
-    pub spool_disk_bytes: Option<u64>,
-    /// Longest a packet waits before its batch is cut (ms).
-    #[arg(long, value_name = "MS")]
-    pub linger_ms: Option<u64>,
-    /// Most bytes sent to the daemon and not yet acknowledged.
-    #[arg(long, value_name = "N")]
-    pub window_bytes: Option<u64>,
-    /// Test/demo: pose as a machine whose clocks are this far ahead (ns).
-    #[arg(long, value_name = "N", allow_hyphen_values = true)]
-    pub clock_offset_ns: Option<i64>,
-    /// Test/demo: pose as a machine whose clocks drift by this much (ppm).
-    #[arg(long, value_name = "X", allow_hyphen_values = true)]
-    pub clock_drift_ppm: Option<f64>,
-    /// How clock-sync probes travel: auto (UDP, else TCP), udp, or tcp.
-    #[arg(long, value_name = "T", value_parser = crate::probe::SyncTransport::parse)]
-    pub sync_transport: Option<crate::probe::SyncTransport>,
-    /// Test only: sinusoidal frequency wander of the simulated clock,
-    /// amplitude (ppm) and period (s).
-    #[arg(long, value_name = "PPM:PERIOD_S", allow_hyphen_values = true,
-          value_parser = ClockSchedule::parse_wander)]
-    pub clock_wander: Option<(f64, f64)>,
-    /// Test only: step every clock by NS (negative: back) AT_S seconds
-    /// after start (repeatable).
-    #[arg(long, value_name = "AT_S:NS", allow_hyphen_values = true,
-          value_parser = ClockSchedule::parse_step)]
-    pub clock_step: Vec<(f64, i64)>,
-    /// Test only: slew every clock by PPM (negative: slow) for SECS
-    /// seconds from AT_S seconds after start, as an NTP daemon does
-    /// (repeatable).
-    #[arg(long, value_name = "AT_S:SECS:PPM", allow_hyphen_values = true,
-          value_parser = ClockSchedule::parse_slew)]
-    pub clock_slew: Vec<(f64, f64, f64)>,
-    /// TLS to the daemon: required or off (plaintext) [tls] mode.
-    #[arg(long, value_name = "MODE")]
-    pub tls: Option<TlsMode>,
-    /// CA certificate(s) the daemon's certificate must chain to [tls] ca.
-    #[arg(long, value_name = "FILE")]
-    pub tls_ca: Option<PathBuf>,
-    /// This relay's certificate chain, PEM [tls] cert.
-    #[arg(long, value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// This relay's private key, PEM [tls] key.
-    #[arg(long, value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// Name the daemon's certificate must carry (default: the host of --host) [tls] server-name.
-    #[arg(long, value_name = "NAME")]
-    pub tls_server_name: Option<String>,
-    /// Serve Prometheus metrics on this TCP address [metrics] listen.
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Log format: auto (journald-friendly under systemd), text or json [log] format.
-    #[arg(long, value_name = "FORMAT")]
-    pub log_format: Option<tracesync_common::logging::LogFormat>,
-    /// Exit (78, or 77 for a certificate the daemon refuses) when a
-    /// configuration fault (plaintext against TLS, the sync port, a wrong CA
-    /// or certificate) lasted this long with no session in between
-    /// [give-up-after-seconds; default 60, 1..=86400].
-    #[arg(long, value_name = "SECONDS")]
-    pub give_up_after_seconds: Option<u64>,
-    /// Never exit on a configuration fault: keep retrying with backoff (for
-    /// units that must outlive a daemon being reconfigured) [keep-retrying].
-    #[arg(long)]
-    pub keep_retrying: bool,
-}
-
-fn parse_when_full(text: &str) -> Result<WhenFull, String> {
-    WhenFull::parse(text)
-}
 
 /// The file's keys (all optional).
 #[derive(Deserialize, Debug, Default)]
@@ -266,92 +154,19 @@ impl RelayConfig {
         text: Option<&str>,
         flags: &Flags,
     ) -> Result<Self, ConfigError> {
-        let file_path = path.unwrap_or(Path::new("<config>"));
-        let at = |span: std::ops::Range<usize>, message: String| {
-            ConfigError::at(file_path, text.unwrap_or_default(), span.start, message)
+        let place = Place {
+            file: path.unwrap_or(Path::new("<config>")),
+            text: text.unwrap_or_default(),
         };
         let file: FileConfig = match text {
-            Some(text) => tracesync_common::config::parse(text, file_path)?,
+            Some(text) => tracesync_common::config::parse(text, place.file)?,
             None => FileConfig::default(),
         };
-
-        let host = match (&flags.host, &file.host) {
-            (Some(flag), _) => {
-                check_host(flag).map_err(|message| ConfigError::flag("host", message))?
-            }
-            (None, Some(value)) => check_host(value.get_ref()).map_err(|m| at(value.span(), m))?,
-            (None, None) => format!("127.0.0.1:{}", tracesync_protocol::relay::DEFAULT_DATA_PORT),
-        };
-        let name = match (&flags.name, &file.name) {
-            (Some(flag), _) => {
-                Some(check_name(flag).map_err(|message| ConfigError::flag("name", message))?)
-            }
-            (None, Some(value)) => {
-                Some(check_name(value.get_ref()).map_err(|m| at(value.span(), m))?)
-            }
-            (None, None) => None,
-        };
-        let sources = if !flags.sources.is_empty() {
-            for spec in &flags.sources {
-                check_source(spec).map_err(|message| ConfigError::flag("source", message))?;
-            }
-            flags.sources.clone()
-        } else {
-            let mut sources = Vec::new();
-            for spec in file.sources.iter().flatten() {
-                check_source(spec.get_ref()).map_err(|m| at(spec.span(), m))?;
-                sources.push(spec.get_ref().clone());
-            }
-            sources
-        };
-        let when_full = match (flags.when_full, &file.when_full) {
-            (Some(policy), _) => policy,
-            (None, Some(value)) => {
-                WhenFull::parse(value.get_ref()).map_err(|m| at(value.span(), m))?
-            }
-            (None, None) => WhenFull::Block,
-        };
-        let spool_memory_bytes = pick_min(
-            flags.spool_memory_bytes,
-            file.spool_memory_bytes.as_ref(),
-            DEFAULT_SPOOL_MEMORY_BYTES,
-            MIN_SPOOL_MEMORY_BYTES,
-            "spool-memory-bytes",
-            &at,
-        )?;
-        let spool_disk_bytes = pick_min(
-            flags.spool_disk_bytes,
-            file.spool_disk_bytes.as_ref(),
-            DEFAULT_SPOOL_DISK_BYTES,
-            MIN_SPOOL_DISK_BYTES,
-            "spool-disk-bytes",
-            &at,
-        )?;
-        let linger_ms = pick_range(
-            flags.linger_ms,
-            file.linger_ms.as_ref(),
-            DEFAULT_LINGER_MS,
-            1..=10_000,
-            "linger-ms",
-            &at,
-        )?;
-        let window_bytes = pick_min(
-            flags.window_bytes,
-            file.window_bytes.as_ref(),
-            DEFAULT_WINDOW_BYTES,
-            MIN_WINDOW_BYTES,
-            "window-bytes",
-            &at,
-        )?;
-        let give_up_after_seconds = pick_range(
-            flags.give_up_after_seconds,
-            file.give_up_after_seconds.as_ref(),
-            DEFAULT_GIVE_UP_AFTER_SECONDS,
-            1..=86_400,
-            "give-up-after-seconds",
-            &at,
-        )?;
-        let keep_retrying = flags.keep_retrying || file.keep_retrying.unwrap_or(false);
+        // Checked in this order: the first bad value is the one reported.
+        let host = pick_host(flags, &file, place)?;
+        let name = pick_name(flags, &file, place)?;
+        let sources = pick_sources(flags, &file, place)?;
+        let limits = Limits::pick(flags, &file, place)?;
         let token = match (&flags.token, &file.token) {
             (Some(flag), _) => {
                 check_token(flag).map_err(|message| ConfigError::flag("token", message))?
@@ -361,30 +176,7 @@ impl RelayConfig {
             }
             (None, None) => String::new(),
         };
-        let offset = flags.clock_offset_ns.or(file.clock_offset_ns);
-        let drift = match (flags.clock_drift_ppm, &file.clock_drift_ppm) {
-            (Some(ppm), _) => Some(
-                check_drift(ppm)
-                    .map_err(|message| ConfigError::flag("clock-drift-ppm", message))?,
-            ),
-            (None, Some(value)) => {
-                Some(check_drift(*value.get_ref()).map_err(|m| at(value.span(), m))?)
-            }
-            (None, None) => None,
-        };
-        let clock_schedule = ClockSchedule {
-            wander: flags.clock_wander,
-            steps: flags.clock_step.clone(),
-            slews: flags.clock_slew.clone(),
-        };
-        let clock = if offset.is_some() || drift.is_some() || !clock_schedule.is_empty() {
-            ClockChoice::Simulated {
-                offset_ns: offset.unwrap_or(0),
-                drift_ppm: drift.unwrap_or(0.0),
-            }
-        } else {
-            ClockChoice::System
-        };
+        let (clock, clock_schedule) = pick_clock(flags, &file, place)?;
         let spool_dir = flags
             .spool
             .clone()
@@ -414,12 +206,12 @@ impl RelayConfig {
             sources,
             token,
             spool_dir,
-            when_full,
-            spool_memory_bytes,
-            spool_disk_bytes,
-            linger: Duration::from_millis(linger_ms),
-            window_bytes,
-            give_up_after: (!keep_retrying).then(|| Duration::from_secs(give_up_after_seconds)),
+            when_full: limits.when_full,
+            spool_memory_bytes: limits.spool_memory_bytes,
+            spool_disk_bytes: limits.spool_disk_bytes,
+            linger: Duration::from_millis(limits.linger_ms),
+            window_bytes: limits.window_bytes,
+            give_up_after: limits.give_up_after,
             clock,
             sync: {
                 let sync = file.sync.unwrap_or_default();
@@ -433,6 +225,171 @@ impl RelayConfig {
             metrics,
         })
     }
+}
+
+/// The config file's name and text, for an error at a value's place
+/// (`file:line:column`).
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Place<'_> {
+    fn at(self, span: std::ops::Range<usize>, message: String) -> ConfigError {
+        ConfigError::at(self.file, self.text, span.start, message)
+    }
+}
+
+fn pick_host(flags: &Flags, file: &FileConfig, place: Place<'_>) -> Result<String, ConfigError> {
+    Ok(match (&flags.host, &file.host) {
+        (Some(flag), _) => {
+            check_host(flag).map_err(|message| ConfigError::flag("host", message))?
+        }
+        (None, Some(value)) => {
+            check_host(value.get_ref()).map_err(|m| place.at(value.span(), m))?
+        }
+        (None, None) => format!("127.0.0.1:{}", tracesync_protocol::relay::DEFAULT_DATA_PORT),
+    })
+}
+
+fn pick_name(
+    flags: &Flags,
+    file: &FileConfig,
+    place: Place<'_>,
+) -> Result<Option<String>, ConfigError> {
+    Ok(match (&flags.name, &file.name) {
+        (Some(flag), _) => {
+            Some(check_name(flag).map_err(|message| ConfigError::flag("name", message))?)
+        }
+        (None, Some(value)) => {
+            Some(check_name(value.get_ref()).map_err(|m| place.at(value.span(), m))?)
+        }
+        (None, None) => None,
+    })
+}
+
+/// The flags' sources replace the file's list.
+fn pick_sources(
+    flags: &Flags,
+    file: &FileConfig,
+    place: Place<'_>,
+) -> Result<Vec<String>, ConfigError> {
+    if !flags.sources.is_empty() {
+        for spec in &flags.sources {
+            check_source(spec).map_err(|message| ConfigError::flag("source", message))?;
+        }
+        return Ok(flags.sources.clone());
+    }
+    let mut sources = Vec::new();
+    for spec in file.sources.iter().flatten() {
+        check_source(spec.get_ref()).map_err(|m| place.at(spec.span(), m))?;
+        sources.push(spec.get_ref().clone());
+    }
+    Ok(sources)
+}
+
+/// The spool's and the uplink's limits.
+struct Limits {
+    when_full: WhenFull,
+    spool_memory_bytes: u64,
+    spool_disk_bytes: u64,
+    linger_ms: u64,
+    window_bytes: u64,
+    give_up_after: Option<Duration>,
+}
+
+impl Limits {
+    fn pick(flags: &Flags, file: &FileConfig, place: Place<'_>) -> Result<Self, ConfigError> {
+        let when_full = match (flags.when_full, &file.when_full) {
+            (Some(policy), _) => policy,
+            (None, Some(value)) => {
+                WhenFull::parse(value.get_ref()).map_err(|m| place.at(value.span(), m))?
+            }
+            (None, None) => WhenFull::Block,
+        };
+        let spool_memory_bytes = pick_min(
+            flags.spool_memory_bytes,
+            file.spool_memory_bytes.as_ref(),
+            DEFAULT_SPOOL_MEMORY_BYTES,
+            MIN_SPOOL_MEMORY_BYTES,
+            "spool-memory-bytes",
+            place,
+        )?;
+        let spool_disk_bytes = pick_min(
+            flags.spool_disk_bytes,
+            file.spool_disk_bytes.as_ref(),
+            DEFAULT_SPOOL_DISK_BYTES,
+            MIN_SPOOL_DISK_BYTES,
+            "spool-disk-bytes",
+            place,
+        )?;
+        let linger_ms = pick_range(
+            flags.linger_ms,
+            file.linger_ms.as_ref(),
+            DEFAULT_LINGER_MS,
+            1..=10_000,
+            "linger-ms",
+            place,
+        )?;
+        let window_bytes = pick_min(
+            flags.window_bytes,
+            file.window_bytes.as_ref(),
+            DEFAULT_WINDOW_BYTES,
+            MIN_WINDOW_BYTES,
+            "window-bytes",
+            place,
+        )?;
+        let give_up_after_seconds = pick_range(
+            flags.give_up_after_seconds,
+            file.give_up_after_seconds.as_ref(),
+            DEFAULT_GIVE_UP_AFTER_SECONDS,
+            1..=86_400,
+            "give-up-after-seconds",
+            place,
+        )?;
+        let keep_retrying = flags.keep_retrying || file.keep_retrying.unwrap_or(false);
+        Ok(Self {
+            when_full,
+            spool_memory_bytes,
+            spool_disk_bytes,
+            linger_ms,
+            window_bytes,
+            give_up_after: (!keep_retrying).then(|| Duration::from_secs(give_up_after_seconds)),
+        })
+    }
+}
+
+/// The system clock, or a simulated one when any of its settings is given.
+fn pick_clock(
+    flags: &Flags,
+    file: &FileConfig,
+    place: Place<'_>,
+) -> Result<(ClockChoice, ClockSchedule), ConfigError> {
+    let offset = flags.clock_offset_ns.or(file.clock_offset_ns);
+    let drift = match (flags.clock_drift_ppm, &file.clock_drift_ppm) {
+        (Some(ppm), _) => Some(
+            check_drift(ppm).map_err(|message| ConfigError::flag("clock-drift-ppm", message))?,
+        ),
+        (None, Some(value)) => {
+            Some(check_drift(*value.get_ref()).map_err(|m| place.at(value.span(), m))?)
+        }
+        (None, None) => None,
+    };
+    let clock_schedule = ClockSchedule {
+        wander: flags.clock_wander,
+        steps: flags.clock_step.clone(),
+        slews: flags.clock_slew.clone(),
+    };
+    let clock = if offset.is_some() || drift.is_some() || !clock_schedule.is_empty() {
+        ClockChoice::Simulated {
+            offset_ns: offset.unwrap_or(0),
+            drift_ppm: drift.unwrap_or(0.0),
+        }
+    } else {
+        ClockChoice::System
+    };
+    Ok((clock, clock_schedule))
 }
 
 /// `HOST:PORT`, or `HOST` alone (the default port is added).
@@ -514,31 +471,25 @@ fn check_drift(ppm: f64) -> Result<f64, String> {
     }
 }
 
-fn pick_min<F>(
+fn pick_min(
     flag: Option<u64>,
     file: Option<&Spanned<u64>>,
     default: u64,
     min: u64,
     key: &'static str,
-    at: &F,
-) -> Result<u64, ConfigError>
-where
-    F: Fn(std::ops::Range<usize>, String) -> ConfigError,
-{
-    pick_range(flag, file, default, min..=u64::MAX, key, at)
+    place: Place<'_>,
+) -> Result<u64, ConfigError> {
+    pick_range(flag, file, default, min..=u64::MAX, key, place)
 }
 
-fn pick_range<F>(
+fn pick_range(
     flag: Option<u64>,
     file: Option<&Spanned<u64>>,
     default: u64,
     range: std::ops::RangeInclusive<u64>,
     key: &'static str,
-    at: &F,
-) -> Result<u64, ConfigError>
-where
-    F: Fn(std::ops::Range<usize>, String) -> ConfigError,
-{
+    place: Place<'_>,
+) -> Result<u64, ConfigError> {
     let message = |v: u64| {
         format!(
             "{key} = {v} is out of range; give {}..{}",
@@ -550,7 +501,7 @@ where
         (Some(v), _) if range.contains(&v) => Ok(v),
         (Some(v), _) => Err(ConfigError::flag(key, message(v))),
         (None, Some(v)) if range.contains(v.get_ref()) => Ok(*v.get_ref()),
-        (None, Some(v)) => Err(at(v.span(), message(*v.get_ref()))),
+        (None, Some(v)) => Err(place.at(v.span(), message(*v.get_ref()))),
         (None, None) => Ok(default),
     }
 }

@@ -1,6 +1,7 @@
 //! Tests of the relay configuration: file, flags, errors, shipped file.
 
 use super::*;
+use crate::tls::TlsMode;
 
 fn parse(text: &str) -> Result<RelayConfig, ConfigError> {
     RelayConfig::from_parts(Some(Path::new("relay.toml")), Some(text), &Flags::default())

@@ -7,6 +7,7 @@
 //! the last batch, syncs the spool, and waits for acks up to the drain
 //! timeout. What is still unacked then stays in the spool for next time.
 
+mod actions;
 mod connection;
 pub mod misconfig;
 
@@ -16,14 +17,12 @@ use tracesync_protocol::relay::RefusalCode;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracesync_protocol::relay::PROTOCOL_VERSION;
-use tracesync_protocol::relay::v1::{self, frame::Body};
-use tracesync_protocol::text::Escaped;
+use tracesync_protocol::relay::v1::frame::Body;
 
 pub use connection::{Connection, ConnectionEvent, FrameCodec, OutFrame, Written};
 
 use crate::clocks::SharedClock;
-use crate::session::{Action, Session, SessionConfig};
+use crate::session::{Session, SessionConfig};
 use crate::spool::{Incoming, Spool, SpoolError};
 
 /// What the relay says about itself in Hello.
@@ -164,6 +163,17 @@ struct Drain {
     flushed: bool,
 }
 
+impl Drain {
+    fn start(now: Instant, config: &UplinkConfig) -> Self {
+        Self {
+            close_intake_at: now + config.intake_grace,
+            give_up_at: now + config.drain_timeout,
+            intake_closed: false,
+            flushed: false,
+        }
+    }
+}
+
 impl Uplink {
     async fn run<M>(
         &mut self,
@@ -179,70 +189,14 @@ impl Uplink {
                 self.log_error(&error, now);
             }
             if let Some(drain) = &mut drain {
-                if !drain.intake_closed && now >= drain.close_intake_at {
-                    // Sources did not all finish: take what is queued, no more.
-                    incoming.close();
-                    drain.intake_closed = true;
-                }
-                if !intake_open && !drain.flushed {
-                    if let Err(error) = self.spool.flush_all() {
-                        tracing::error!("{error}");
-                    }
-                    drain.flushed = true;
-                }
+                self.advance_drain(drain, &mut incoming, intake_open, now);
             }
             self.drive(now);
             self.metrics.tick(now, &self.spool, &self.session);
-            if self.session.has_exited() {
-                return UplinkExit::Refused {
-                    reason: self.refusal.clone().unwrap_or_default(),
-                };
+            if let Some(exit) = self.ended(drain.as_ref(), now) {
+                return exit;
             }
-            if let (Some(run), Some(limit)) = (&self.fault, self.config.give_up_after)
-                && now >= run.since + limit
-            {
-                return UplinkExit::Misconfigured {
-                    fault: run.fault,
-                    reason: run.reason.clone(),
-                    attempts: run.attempts,
-                    seconds: limit.as_secs(),
-                };
-            }
-            if let Some(drain) = &drain
-                && drain.flushed
-            {
-                let unacked = self
-                    .spool
-                    .last_seq()
-                    .saturating_sub(self.session.acked_through());
-                if unacked == 0 {
-                    return UplinkExit::Drained;
-                }
-                if now >= drain.give_up_at {
-                    return UplinkExit::DrainTimedOut {
-                        unacked_batches: unacked,
-                    };
-                }
-            }
-            let deadline = [
-                self.session.deadline(),
-                self.spool.deadline(),
-                drain
-                    .as_ref()
-                    .filter(|d| !d.intake_closed)
-                    .map(|d| d.close_intake_at),
-                drain.as_ref().map(|d| d.give_up_at),
-                self.fault
-                    .as_ref()
-                    .zip(self.config.give_up_after)
-                    .map(|(run, limit)| run.since + limit),
-            ]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(now + Duration::from_secs(1))
-            // Never spin on a deadline that is already due.
-            .max(now + Duration::from_millis(1));
+            let deadline = self.deadline(drain.as_ref(), now);
             let draining = drain.is_some();
             let take = intake_open && (draining || self.spool.accepts());
             let written = self
@@ -252,12 +206,7 @@ impl Uplink {
                 .map(Connection::written);
             tokio::select! {
                 () = shutdown.cancelled(), if !draining => {
-                    drain = Some(Drain {
-                        close_intake_at: now + self.config.intake_grace,
-                        give_up_at: now + self.config.drain_timeout,
-                        intake_closed: false,
-                        flushed: false,
-                    });
+                    drain = Some(Drain::start(now, &self.config));
                 }
                 event = next_event(&mut self.connection) => self.on_event(event, now),
                 // Frames written: the next drive sends more if the link had
@@ -273,15 +222,94 @@ impl Uplink {
                         intake_open = false;
                         if drain.is_none() {
                             // Every source ended: send the rest, then keep serving acks.
-                            if let Err(error) = self.spool.flush_all() {
-                                tracing::error!("{error}");
-                            }
+                            self.flush_all();
                         }
                     }
                 },
                 () = tokio::time::sleep_until(deadline.into()) => {}
             }
         }
+    }
+
+    /// Closes the intake once the sources' grace is over, and writes the
+    /// last batch once the intake is empty.
+    fn advance_drain<M>(
+        &mut self,
+        drain: &mut Drain,
+        incoming: &mut mpsc::Receiver<M>,
+        intake_open: bool,
+        now: Instant,
+    ) {
+        if !drain.intake_closed && now >= drain.close_intake_at {
+            // Sources did not all finish: take what is queued, no more.
+            incoming.close();
+            drain.intake_closed = true;
+        }
+        if !intake_open && !drain.flushed {
+            self.flush_all();
+            drain.flushed = true;
+        }
+    }
+
+    fn flush_all(&mut self) {
+        if let Err(error) = self.spool.flush_all() {
+            tracing::error!("{error}");
+        }
+    }
+
+    /// How the uplink ends now, if it does: refused, misconfigured too
+    /// long, or (shutting down, the last batch written) drained or out of
+    /// time.
+    fn ended(&self, drain: Option<&Drain>, now: Instant) -> Option<UplinkExit> {
+        if self.session.has_exited() {
+            return Some(UplinkExit::Refused {
+                reason: self.refusal.clone().unwrap_or_default(),
+            });
+        }
+        if let (Some(run), Some(limit)) = (&self.fault, self.config.give_up_after)
+            && now >= run.since + limit
+        {
+            return Some(UplinkExit::Misconfigured {
+                fault: run.fault,
+                reason: run.reason.clone(),
+                attempts: run.attempts,
+                seconds: limit.as_secs(),
+            });
+        }
+        let drain = drain.filter(|d| d.flushed)?;
+        let unacked = self
+            .spool
+            .last_seq()
+            .saturating_sub(self.session.acked_through());
+        if unacked == 0 {
+            return Some(UplinkExit::Drained);
+        }
+        (now >= drain.give_up_at).then_some(UplinkExit::DrainTimedOut {
+            unacked_batches: unacked,
+        })
+    }
+
+    /// When the loop must wake next without an event: the session's,
+    /// the spool's, the drain's or the fault's next deadline.
+    fn deadline(&self, drain: Option<&Drain>, now: Instant) -> Instant {
+        [
+            self.session.deadline(),
+            self.spool.deadline(),
+            drain
+                .filter(|d| !d.intake_closed)
+                .map(|d| d.close_intake_at),
+            drain.map(|d| d.give_up_at),
+            self.fault
+                .as_ref()
+                .zip(self.config.give_up_after)
+                .map(|(run, limit)| run.since + limit),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(now + Duration::from_secs(1))
+        // Never spin on a deadline that is already due.
+        .max(now + Duration::from_millis(1))
     }
 
     /// Executes what the session wants until it wants nothing more now.
@@ -297,149 +325,6 @@ impl Uplink {
             };
             self.execute(action, now);
         }
-    }
-
-    fn execute(&mut self, action: Action, now: Instant) {
-        match action {
-            Action::Connect => {
-                // The queue holds at most a window of batches plus control frames.
-                let queue = self.config.session.window_batches + 8;
-                self.connection = Some(Connection::open(
-                    self.config.host.clone(),
-                    self.config.connect_timeout,
-                    self.config.tls.clone(),
-                    queue,
-                ));
-                self.peer = None;
-            }
-            Action::SendHello => {
-                let hello = &self.config.hello;
-                let frame = Body::Hello(v1::Hello {
-                    protocol_version: PROTOCOL_VERSION,
-                    token: hello.token.clone(),
-                    relay_instance_id: self.spool.instance_id(),
-                    boot_id: hello.boot_id.clone(),
-                    machine_name: hello.machine_name.clone(),
-                    machine_raw_id: hello.machine_raw_id,
-                    oldest_unacked_batch: self.spool.oldest_unacked(),
-                    clocks: Some(self.clocks()),
-                });
-                self.send(frame, now);
-            }
-            Action::SendBatch(seq) => {
-                let Some(batch) = self.spool.batch(seq) else {
-                    // Dropped by the spool since: nothing to send.
-                    self.session.sent(seq, 0, now);
-                    return;
-                };
-                let bytes = batch.bytes;
-                // The spool's wire-form packets go out as they are.
-                let frame =
-                    OutFrame::batch(seq, batch.first_packet_index, batch.wire, &self.clocks());
-                if self.send_out(frame, now) {
-                    self.session.sent(seq, bytes, now);
-                    crate::metrics::batch_sent(bytes);
-                }
-            }
-            Action::SendHeartbeat { last_batch_sent } => {
-                let frame = Body::Heartbeat(v1::Heartbeat {
-                    clocks: Some(self.clocks()),
-                    last_batch_sent,
-                });
-                // A full queue means the link is busy, which says as much as a
-                // heartbeat; a closed one reports itself as Lost.
-                if let Some(connection) = &self.connection
-                    && let Ok(frame) = OutFrame::encode(&v1::Frame { body: Some(frame) })
-                {
-                    connection.send(frame);
-                }
-            }
-            Action::AckSpool(through) => {
-                let acked = through
-                    .saturating_add(1)
-                    .saturating_sub(self.spool.oldest_unacked());
-                crate::metrics::batches_acked(acked);
-                if let Err(error) = self.spool.ack(through) {
-                    self.log_error(&error, now);
-                }
-            }
-            Action::StartProbe {
-                session_id,
-                sync_udp_port,
-                probe_key,
-            } => {
-                if let (Some(connection), Some(peer)) = (&self.connection, self.peer) {
-                    let target = crate::probe::ProbeTarget {
-                        daemon: SocketAddr::new(peer.ip(), sync_udp_port),
-                        session_id,
-                        probe_key,
-                    };
-                    (self.start_probe)(target, connection.token.child_token());
-                }
-            }
-            Action::Close { reason } => {
-                if !reason.is_empty() {
-                    tracing::warn!(
-                        "daemon {}: {}; reconnecting",
-                        self.config.host,
-                        Escaped(&reason)
-                    );
-                }
-                self.connection = None;
-            }
-            Action::Reject { reason } => {
-                tracing::error!(
-                    "daemon {}: {reason}; closing the connection, keeping the spool and \
-                     retrying later",
-                    self.config.host
-                );
-                self.connection = None;
-            }
-            Action::Exit { reason } => {
-                tracing::error!(
-                    "daemon {} refused this relay: {}",
-                    self.config.host,
-                    Escaped(&reason)
-                );
-                self.connection = None;
-                self.refusal = Some(reason);
-            }
-        }
-    }
-
-    /// Queues a frame; a full queue or a dead connection counts as lost.
-    fn send(&mut self, body: Body, now: Instant) -> bool {
-        self.send_out(OutFrame::encode(&v1::Frame { body: Some(body) }), now)
-    }
-
-    /// Queues an encoded frame; a frame that cannot be encoded (over the
-    /// frame limit), a full queue or a dead connection counts as lost.
-    fn send_out(&mut self, frame: std::io::Result<OutFrame>, now: Instant) -> bool {
-        let frame = match frame {
-            Ok(frame) => frame,
-            Err(e) => {
-                tracing::error!("daemon {}: cannot send: {e}", self.config.host);
-                self.connection = None;
-                self.session.connection_lost(now);
-                return false;
-            }
-        };
-        let sent = self.connection.as_ref().is_some_and(|c| c.send(frame));
-        if !sent && self.connection.as_ref().is_some_and(Connection::is_closed) {
-            // The writer ended: the reader's Lost event says why (a
-            // certificate the daemon refused, a peer that is no daemon),
-            // and reconnects then. The frame stays unacknowledged.
-            return false;
-        }
-        if !sent {
-            tracing::warn!(
-                "daemon {}: connection not writable; reconnecting",
-                self.config.host
-            );
-            self.connection = None;
-            self.session.connection_lost(now);
-        }
-        sent
     }
 
     fn on_event(&mut self, event: ConnectionEvent, now: Instant) {
@@ -525,16 +410,6 @@ impl Uplink {
         };
         for action in actions {
             self.execute(action, now);
-        }
-    }
-
-    fn clocks(&self) -> v1::RelayClocks {
-        let now = self.clock.now();
-        v1::RelayClocks {
-            boottime_ns: now.boottime,
-            monotonic_ns: now.monotonic,
-            realtime_ns: now.realtime,
-            monotonic_raw_ns: now.monotonic_raw,
         }
     }
 

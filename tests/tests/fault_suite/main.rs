@@ -32,6 +32,8 @@
 //! back: the trace processor then counts invalid_clock_snapshots),
 //! TRACESYNC_FAULT_STOP_S (default 40), TRACESYNC_FAULT_LIE_S (default 20).
 
+#![allow(clippy::too_many_lines, reason = "a test reads top to bottom")]
+
 use std::time::{Duration, Instant};
 
 use tracesync_tests::faults::{

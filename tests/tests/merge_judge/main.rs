@@ -12,6 +12,8 @@
 //! TV-23, as tests/tests/merge_vectors.rs builds them), so a merge that is wrong in both
 //! outputs the same way still fails.
 
+#![allow(clippy::too_many_lines, reason = "a test reads top to bottom")]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,8 @@
 //! (docs/operations-metrics.md `## Metrics`) with the traffic counted; the
 //! logs (SIGHUP and `[log] level`, journald and JSON shapes) in `logs`.
 
+#![allow(clippy::too_many_lines, reason = "a test reads top to bottom")]
+
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

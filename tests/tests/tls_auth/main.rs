@@ -7,6 +7,8 @@
 //! relay's packets arrive under its name, complete; plaintext warns.
 //! `lifecycle`: bindings across restarts, revocation, expiry.
 
+#![allow(clippy::too_many_lines, reason = "a test reads top to bottom")]
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

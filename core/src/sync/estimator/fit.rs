@@ -85,143 +85,240 @@ pub(super) fn wander_rate(config: &EstimatorConfig) -> f64 {
 /// Fits `window` (one epoch, oldest first, not empty).
 pub(super) fn fit(window: &[Sample], prior: FreqPrior, config: &EstimatorConfig) -> Option<Fit> {
     let newest = window.last()?;
-    let ref_relay_ns = window.iter().map(|s| s.relay_mid_ns).max()?;
-    let slack = config.timestamp_slack_ns as f64;
-
-    // Gate: the delay floor is a low quantile, not the minimum (a single
-    // too-small delay is an outlier too); keep samples near the floor.
-    let mut delays: Vec<u64> = window.iter().map(|s| s.delay_ns).collect();
-    delays.sort_unstable();
-    let floor = quantile(&delays, config.floor_quantile);
-    let resolution = config.timestamp_slack_ns;
-    let mut threshold = quantile(&delays, config.gate_quantile).max(floor + 2 * resolution);
-    threshold = threshold.max(delays[delays.len().min(3) - 1]);
-    let scale = (threshold.saturating_sub(floor) as f64).max(resolution as f64);
-
-    // Coordinates relative to the reference and to the newest offset keep
-    // f64 exact (a window spans minutes: < 2^53 ns).
-    let base = newest.offset_ns as i128;
-    let points: Vec<(f64, f64, f64)> = window
-        .iter()
-        .filter(|s| s.delay_ns <= threshold)
-        .map(|s| {
-            let x = (s.relay_mid_ns as i128 - ref_relay_ns as i128) as f64;
-            let y = (s.offset_ns as i128 - base) as f64;
-            let excess = s.delay_ns.saturating_sub(floor) as f64 / scale;
-            (x, y, 1.0 / ((1.0 + excess) * (1.0 + excess)))
-        })
-        .collect();
-    let n = points.len() as f64;
-    let weight_sum: f64 = points.iter().map(|p| p.2).sum();
-    let mean_x = points.iter().map(|p| p.0 * p.2).sum::<f64>() / weight_sum;
-    let mean_y = points.iter().map(|p| p.1 * p.2).sum::<f64>() / weight_sum;
-    let sxx: f64 = points.iter().map(|p| p.2 * (p.0 - mean_x).powi(2)).sum();
-    let sxy: f64 = points
-        .iter()
-        .map(|p| p.2 * (p.0 - mean_x) * (p.1 - mean_y))
-        .sum();
-
+    let frame = Frame {
+        window,
+        ref_relay_ns: window.iter().map(|s| s.relay_mid_ns).max()?,
+        base: newest.offset_ns as i128,
+        slack: config.timestamp_slack_ns as f64,
+    };
+    let gate = DelayGate::of(window, config);
+    let points = frame.gated_points(&gate);
+    let line = Regression::of(&points);
     // Residual spread per unit weight, floored by the gate's own width so a
     // handful of lucky samples do not claim sub-resolution precision.
-    let fitted = points.len() >= 3 && sxx > 0.0;
-    let slope_fit = if fitted { sxy / sxx } else { 0.0 };
-    let residuals: f64 = points
-        .iter()
-        .map(|p| p.2 * (p.1 - mean_y - slope_fit * (p.0 - mean_x)).powi(2))
-        .sum();
-    let spread = if points.len() > 2 {
-        (residuals / (n - 2.0)).sqrt()
-    } else {
-        0.0
-    };
-    let sigma0 = spread.max(scale / 4.0).max(resolution as f64 / 2.0);
+    let resolution = config.timestamp_slack_ns;
+    let sigma0 = line
+        .spread
+        .max(gate.scale / 4.0)
+        .max(resolution as f64 / 2.0);
 
-    // Slope: the regression's, blended with the prior by inverse variance
-    // (a short span gives a wide regression slope, so the prior dominates).
-    let (freq, freq_var) = if fitted {
-        let fit_var = sigma0 * sigma0 / sxx;
-        let precision = 1.0 / fit_var + 1.0 / prior.var;
-        (
-            (slope_fit / fit_var + prior.mean / prior.var) / precision,
-            1.0 / precision,
-        )
-    } else {
-        (prior.mean, prior.var)
-    };
     let max = config.max_abs_freq_ppm.abs() * 1e-6;
-    let freq = if freq.is_finite() {
-        freq.clamp(-max, max)
-    } else {
-        0.0
-    };
-    let offset_rel = mean_y - freq * mean_x;
-    let offset_sigma = (sigma0 * sigma0 / weight_sum + freq_var * mean_x * mean_x).sqrt();
+    let (freq, freq_var) = blended_freq(&line, sigma0, prior, max);
+    let offset_rel = line.mean_y - freq * line.mean_x;
+    let offset_sigma =
+        (sigma0 * sigma0 / line.weight_sum + freq_var * line.mean_x * line.mean_x).sqrt();
 
     // Hard frequency interval, then the hard bound at the reference.
-    let (freq_lo, freq_hi, contradiction) = freq_interval(window, ref_relay_ns, prior, config);
+    let (freq_lo, freq_hi, contradiction) =
+        freq_interval(window, frame.ref_relay_ns, prior, config);
     let freq_dev = (freq - freq_lo).max(freq_hi - freq).max(0.0);
-    // Hard for any line whose slope is within `dev` of the truth.
-    let bound_of = |offset_rel: f64, freq: f64, dev: f64| {
-        window
-            .iter()
-            .map(|s| {
-                let x = (s.relay_mid_ns as i128 - ref_relay_ns as i128) as f64;
-                let y = (s.offset_ns as i128 - base) as f64;
-                // The sample's line carried to the reference with the slope.
-                let centre = y - freq * x;
-                (offset_rel - centre).abs() + s.delay_ns as f64 / 2.0 + slack + dev * x.abs()
-            })
-            .fold(f64::INFINITY, f64::min)
-    };
-    let bound = bound_of(offset_rel, freq, freq_dev);
-    // Each sample bounds the offset from one side per leg: the relay
-    // read t2 after the host's t1 (offset <= y + delay/2) and t3 before
-    // the host's t4 (offset >= y - delay/2).
-    let legs = |sign: f64| -> Vec<(f64, f64)> {
-        window
-            .iter()
-            .map(|s| {
-                let x = (s.relay_mid_ns as i128 - ref_relay_ns as i128) as f64;
-                let y = (s.offset_ns as i128 - base) as f64 + sign * s.delay_ns as f64 / 2.0;
-                (x, y)
-            })
-            .collect()
-    };
-    // The slope searched within the hard frequency interval: early in a
-    // window (a few samples) the legs alone leave it loose, and a slope
-    // off by tens of ppm moves the mapping 0.5 s ahead by tens of µs.
-    let slopes = match (freq_lo.max(-max), freq_hi.min(max)) {
-        (lo, hi) if lo.is_finite() && hi.is_finite() && lo <= hi => (lo, hi),
-        _ => (-max, max),
-    };
-    let envelope =
-        steady_midline(&legs(-1.0), &legs(1.0), slopes, SOFT).map(|(value, slope, _)| {
-            let slope = slope.clamp(slopes.0, slopes.1);
-            let dev = (slope - freq_lo).max(freq_hi - slope).max(0.0);
-            EnvelopeLine {
-                offset_ns: base + value.round() as i128,
-                freq: slope,
-                bound_ns: bound_of(value, slope, dev),
-                freq_dev: dev,
-            }
-        });
+    let bound = frame.hard_bound(offset_rel, freq, freq_dev);
+    let envelope = frame.envelope((freq_lo, freq_hi), max);
 
     Some(Fit {
-        ref_relay_ns,
-        offset_ns: base + offset_rel.round() as i128,
+        ref_relay_ns: frame.ref_relay_ns,
+        offset_ns: frame.base + offset_rel.round() as i128,
         freq,
         freq_sigma: freq_var.sqrt(),
         offset_sigma_ns: offset_sigma,
-        spread_ns: spread,
+        spread_ns: line.spread,
         bound_ns: bound,
         freq_dev,
-        floor_delay_ns: floor,
-        gate_ns: threshold,
+        floor_delay_ns: gate.floor,
+        gate_ns: gate.threshold,
         sample_sigma_ns: sigma0,
         kept: points.len() as u32,
         envelope,
         contradiction,
     })
+}
+
+/// The delay gate of a window: samples at or below `threshold` are fitted,
+/// weighted down by their delay's excess over `floor` in units of `scale`.
+struct DelayGate {
+    floor: u64,
+    threshold: u64,
+    scale: f64,
+}
+
+impl DelayGate {
+    /// The delay floor is a low quantile, not the minimum (a single
+    /// too-small delay is an outlier too); samples near the floor are kept.
+    #[inline]
+    fn of(window: &[Sample], config: &EstimatorConfig) -> Self {
+        let mut delays: Vec<u64> = window.iter().map(|s| s.delay_ns).collect();
+        delays.sort_unstable();
+        let floor = quantile(&delays, config.floor_quantile);
+        let resolution = config.timestamp_slack_ns;
+        let mut threshold = quantile(&delays, config.gate_quantile).max(floor + 2 * resolution);
+        threshold = threshold.max(delays[delays.len().min(3) - 1]);
+        let scale = (threshold.saturating_sub(floor) as f64).max(resolution as f64);
+        Self {
+            floor,
+            threshold,
+            scale,
+        }
+    }
+
+    /// A kept sample's regression weight.
+    #[inline]
+    fn weight(&self, delay_ns: u64) -> f64 {
+        let excess = delay_ns.saturating_sub(self.floor) as f64 / self.scale;
+        1.0 / ((1.0 + excess) * (1.0 + excess))
+    }
+}
+
+/// The window's coordinates: x relative to the reference (the newest relay
+/// time), y relative to the newest offset. Both keep f64 exact (a window
+/// spans minutes: < 2^53 ns).
+struct Frame<'a> {
+    window: &'a [Sample],
+    ref_relay_ns: u64,
+    base: i128,
+    slack: f64,
+}
+
+impl Frame<'_> {
+    #[inline]
+    fn x(&self, s: &Sample) -> f64 {
+        (s.relay_mid_ns as i128 - self.ref_relay_ns as i128) as f64
+    }
+
+    #[inline]
+    fn y(&self, s: &Sample) -> f64 {
+        (s.offset_ns as i128 - self.base) as f64
+    }
+
+    /// The samples the gate keeps, as (x, y, weight).
+    #[inline]
+    fn gated_points(&self, gate: &DelayGate) -> Vec<(f64, f64, f64)> {
+        self.window
+            .iter()
+            .filter(|s| s.delay_ns <= gate.threshold)
+            .map(|s| (self.x(s), self.y(s), gate.weight(s.delay_ns)))
+            .collect()
+    }
+
+    /// Hard bound at the reference for the line through (0, `offset_rel`)
+    /// with slope `freq`, if `freq` is within `dev` of the truth.
+    #[inline]
+    fn hard_bound(&self, offset_rel: f64, freq: f64, dev: f64) -> f64 {
+        self.window
+            .iter()
+            .map(|s| {
+                let x = self.x(s);
+                let y = self.y(s);
+                // The sample's line carried to the reference with the slope.
+                let centre = y - freq * x;
+                (offset_rel - centre).abs() + s.delay_ns as f64 / 2.0 + self.slack + dev * x.abs()
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Each sample bounds the offset from one side per leg: the relay
+    /// read t2 after the host's t1 (offset <= y + delay/2, `sign` 1) and t3
+    /// before the host's t4 (offset >= y - delay/2, `sign` -1).
+    #[inline]
+    fn legs(&self, sign: f64) -> Vec<(f64, f64)> {
+        self.window
+            .iter()
+            .map(|s| (self.x(s), self.y(s) + sign * s.delay_ns as f64 / 2.0))
+            .collect()
+    }
+
+    /// The one-way envelope's line, its slope searched within the hard
+    /// frequency interval `(lo, hi)` (inside the crystal tolerance `max`):
+    /// early in a window (a few samples) the legs alone leave it loose,
+    /// and a slope off by tens of ppm moves the mapping 0.5 s ahead by
+    /// tens of µs.
+    #[inline]
+    fn envelope(&self, (freq_lo, freq_hi): (f64, f64), max: f64) -> Option<EnvelopeLine> {
+        let slopes = match (freq_lo.max(-max), freq_hi.min(max)) {
+            (lo, hi) if lo.is_finite() && hi.is_finite() && lo <= hi => (lo, hi),
+            _ => (-max, max),
+        };
+        let (value, slope, _) = steady_midline(&self.legs(-1.0), &self.legs(1.0), slopes, SOFT)?;
+        let slope = slope.clamp(slopes.0, slopes.1);
+        let dev = (slope - freq_lo).max(freq_hi - slope).max(0.0);
+        Some(EnvelopeLine {
+            offset_ns: self.base + value.round() as i128,
+            freq: slope,
+            bound_ns: self.hard_bound(value, slope, dev),
+            freq_dev: dev,
+        })
+    }
+}
+
+/// Weighted least squares over the gated points (x, y, weight).
+struct Regression {
+    weight_sum: f64,
+    mean_x: f64,
+    mean_y: f64,
+    sxx: f64,
+    /// Enough points over a span to fit a slope.
+    fitted: bool,
+    /// The fitted slope (0 when not `fitted`).
+    slope: f64,
+    /// Weighted residual spread (ns).
+    spread: f64,
+}
+
+impl Regression {
+    #[inline]
+    fn of(points: &[(f64, f64, f64)]) -> Self {
+        let n = points.len() as f64;
+        let weight_sum: f64 = points.iter().map(|p| p.2).sum();
+        let mean_x = points.iter().map(|p| p.0 * p.2).sum::<f64>() / weight_sum;
+        let mean_y = points.iter().map(|p| p.1 * p.2).sum::<f64>() / weight_sum;
+        let sxx: f64 = points.iter().map(|p| p.2 * (p.0 - mean_x).powi(2)).sum();
+        let sxy: f64 = points
+            .iter()
+            .map(|p| p.2 * (p.0 - mean_x) * (p.1 - mean_y))
+            .sum();
+        let fitted = points.len() >= 3 && sxx > 0.0;
+        let slope = if fitted { sxy / sxx } else { 0.0 };
+        let residuals: f64 = points
+            .iter()
+            .map(|p| p.2 * (p.1 - mean_y - slope * (p.0 - mean_x)).powi(2))
+            .sum();
+        let spread = if points.len() > 2 {
+            (residuals / (n - 2.0)).sqrt()
+        } else {
+            0.0
+        };
+        Self {
+            weight_sum,
+            mean_x,
+            mean_y,
+            sxx,
+            fitted,
+            slope,
+            spread,
+        }
+    }
+}
+
+/// Slope and its variance: the regression's, blended with the prior by
+/// inverse variance (a short span gives a wide regression slope, so the
+/// prior dominates); the slope clamped to the crystal tolerance `max`.
+#[inline]
+fn blended_freq(line: &Regression, sigma0: f64, prior: FreqPrior, max: f64) -> (f64, f64) {
+    let (freq, freq_var) = if line.fitted {
+        let fit_var = sigma0 * sigma0 / line.sxx;
+        let precision = 1.0 / fit_var + 1.0 / prior.var;
+        (
+            (line.slope / fit_var + prior.mean / prior.var) / precision,
+            1.0 / precision,
+        )
+    } else {
+        (prior.mean, prior.var)
+    };
+    let freq = if freq.is_finite() {
+        freq.clamp(-max, max)
+    } else {
+        0.0
+    };
+    (freq, freq_var)
 }
 
 /// Pieces of the window the hard frequency interval is built from.

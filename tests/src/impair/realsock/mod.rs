@@ -27,6 +27,7 @@
 //!   and a Perfetto-style constant (per 30 s round, the mean offset of the
 //!   previous round's samples).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -34,9 +35,9 @@ use std::time::{Duration, Instant};
 pub use super::baselines::{Baselines, Sample, read_samples};
 
 pub use super::netns::available;
-use super::netns::{Net, Proc, have_chrt, in_netns, start_tail, status};
+use super::netns::{Net, Proc, TailLog, have_chrt, in_netns, start_tail, status};
 use super::sched::quantile;
-use crate::live::output::check_output;
+use crate::live::output::{Event, OutputCheck, check_output};
 
 mod results;
 mod spec;
@@ -83,147 +84,28 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
         )
     })?;
     let net = Net::create(spec.relays.len(), wiring)?;
-    let rx_switch = spec.kernel_timestamps.map(|on| {
-        (
-            tracesync_common::rx_stamp::KERNEL_RX_TIMESTAMPS_ENV,
-            if on { "on" } else { "off" },
-        )
-    });
-
-    let mut daemon = {
-        let mut c = in_netns(&net.host, &spec.bins.daemon);
-        c.arg("--listen")
-            .arg(format!("{}:{DATA_PORT}", net.daemon_ip))
-            .arg("--sync-listen")
-            .arg(format!("{}:{SYNC_PORT}", net.daemon_ip))
-            .arg("--control")
-            .arg(&control_path)
-            .arg("--output")
-            .arg(&out_dir)
-            .arg("--token")
-            .arg(&token)
-            .args(["--tls", "off"])
-            .current_dir(&root);
-        if let Some(config) = &spec.daemon_config {
-            c.arg("--config").arg(config);
-        }
-        c.envs(rx_switch);
-        Proc::spawn(c, "tracesyncd", root.join("tracesyncd.log"))?
+    let launch = Launch {
+        spec,
+        root: &root,
+        net: &net,
+        control_path: &control_path,
+        token: &token,
+        rx_switch: spec.kernel_timestamps.map(|on| {
+            (
+                tracesync_common::rx_stamp::KERNEL_RX_TIMESTAMPS_ENV,
+                if on { "on" } else { "off" },
+            )
+        }),
     };
-    wait_for(
-        "tracesyncd's control socket",
-        Duration::from_secs(30),
-        || {
-            if let Some(s) = daemon.exited() {
-                return Err(format!("tracesyncd exited: {s}\n{}", daemon.log_tail()));
-            }
-            Ok(status(&control_path).is_ok())
-        },
-    )?;
 
+    let mut daemon = launch.daemon(&out_dir)?;
     let proxy_stats = root.join("impair-stats.json");
-    let mut proxy = match (&net.proxy, wiring.proxy_profile()) {
-        (Some(proxy_ns), Some(profile)) => {
-            // Real-time priority (bounded by the kernel's RT throttling) keeps
-            // the proxy's release thread from waiting behind other work on a
-            // busy box; without `chrt` it runs at normal priority.
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", proxy_ns]);
-            if spec.realtime_proxy && have_chrt() {
-                c.args(["chrt", "--fifo", "10"]);
-            }
-            c.arg(&spec.bins.impair);
-            c.arg("--profile")
-                .arg(profile)
-                .arg("--seed")
-                .arg(spec.seed.to_string())
-                .arg("--tcp")
-                .arg(format!("0.0.0.0:{DATA_PORT}={DAEMON_IP}:{DATA_PORT}"))
-                .arg("--udp")
-                .arg(format!("0.0.0.0:{SYNC_PORT}={DAEMON_IP}:{SYNC_PORT}"))
-                .arg("--stats")
-                .arg(&proxy_stats);
-            let mut proxy = Proc::spawn(c, "tracesync-impair", root.join("impair.log"))?;
-            wait_for(
-                "tracesync-impair's stats file",
-                Duration::from_secs(30),
-                || {
-                    if let Some(s) = proxy.exited() {
-                        return Err(format!(
-                            "tracesync-impair exited: {s}\n{}",
-                            proxy.log_tail()
-                        ));
-                    }
-                    Ok(proxy_stats.exists())
-                },
-            )?;
-            Some(proxy)
-        }
-        _ => None,
-    };
-
+    let mut proxy = launch.proxy(wiring, &proxy_stats)?;
     let (tail, tail_thread) = start_tail(&control_path)?;
     let start = host_boottime_ns();
-    let mut relays = Vec::new();
-    for (i, r) in spec.relays.iter().enumerate() {
-        let spool = root.join(format!("spool-{}", r.name));
-        std::fs::create_dir_all(&spool).map_err(|e| e.to_string())?;
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &net.relays[i], "unshare", "--time"])
-            .arg("--boottime")
-            .arg(r.timens_s.to_string())
-            .arg("--monotonic")
-            .arg(r.timens_s.to_string())
-            .arg(&spec.bins.relay)
-            .arg("--host")
-            .arg(format!("{}:{DATA_PORT}", net.relay_targets[i]))
-            .arg("--name")
-            .arg(&r.name)
-            .arg("--token")
-            .arg(&token)
-            .args(["--tls", "off"])
-            .arg("--spool")
-            .arg(&spool)
-            .arg("--source")
-            .arg(format!("synthetic:{}", r.rate))
-            .current_dir(&root);
-        c.envs(rx_switch);
-        if let Some(d) = r.drift_ppm {
-            c.arg("--clock-drift-ppm").arg(d.to_string());
-        }
-        c.args(&r.extra_args);
-        let log = root.join(format!("relay-{}.log", r.name));
-        relays.push(Proc::spawn(c, &format!("relay {}", r.name), log)?);
-    }
-    let end = Instant::now() + Duration::from_secs(spec.seconds);
-    while Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(500));
-        for r in relays.iter_mut() {
-            if let Some(s) = r.exited() {
-                return Err(format!("{} exited early: {s}\n{}", r.what, r.log_tail()));
-            }
-        }
-    }
-    let mut failures = Vec::new();
-    for r in relays.iter_mut() {
-        match r.stop() {
-            Ok(s) if s.success() => {}
-            Ok(s) => failures.push(format!("{} exit {s}\n{}", r.what, r.log_tail())),
-            Err(e) => failures.push(format!("{e}\n{}", r.log_tail())),
-        }
-    }
-    match daemon.stop() {
-        Ok(s) if s.success() => {}
-        Ok(s) => failures.push(format!("tracesyncd exit {s}\n{}", daemon.log_tail())),
-        Err(e) => failures.push(format!("{e}\n{}", daemon.log_tail())),
-    }
-    if let Some(proxy) = proxy.as_mut() {
-        let _ = proxy.stop();
-    }
-    let _ = tail_thread.join();
-    if !failures.is_empty() {
-        return Err(failures.join("\n"));
-    }
+    let mut relays = launch.relays()?;
+    watch_relays(&mut relays, Duration::from_secs(spec.seconds))?;
+    stop_all(&mut relays, &mut daemon, proxy.as_mut(), tail_thread)?;
     let proxy_json = std::fs::read_to_string(&proxy_stats)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
@@ -250,14 +132,230 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
         ),
         ..RunResult::default()
     };
+    let measure = Measure {
+        spec,
+        root: &root,
+        check: &check,
+        tail: &tail,
+        samples: &samples,
+        start,
+        warm,
+    };
     for (i, r) in spec.relays.iter().enumerate() {
         let relay_log = relays.get(i).map(|p| p.log.clone());
-        let machine = check.machine_named(&r.name);
-        let source = check.source_of(&r.name, 1);
-        let raw_id = tail.raw_ids.get(&r.name).copied();
+        result.relays.push(measure.relay(r, relay_log)?);
+    }
+    super::refined::measure(
+        &spec.bins.cli,
+        &out_dir,
+        &root.join("refined"),
+        warm,
+        spec.keep.then_some((root.as_path(), start)),
+        &mut result.relays,
+    )?;
+    drop(net);
+    if spec.keep {
+        result.dir = Some(dir.keep());
+    }
+    Ok(result)
+}
+
+/// What starting the run's processes takes: where they run and what they
+/// are told.
+struct Launch<'a> {
+    spec: &'a RunSpec,
+    root: &'a Path,
+    net: &'a Net,
+    control_path: &'a Path,
+    token: &'a str,
+    /// The kernel receive timestamps switch, when the spec sets it.
+    rx_switch: Option<(&'static str, &'static str)>,
+}
+
+impl Launch<'_> {
+    /// `tracesyncd` in H, once its control socket answers.
+    fn daemon(&self, out_dir: &Path) -> Result<Proc, String> {
+        let (spec, net) = (self.spec, self.net);
+        let mut daemon = {
+            let mut c = in_netns(&net.host, &spec.bins.daemon);
+            c.arg("--listen")
+                .arg(format!("{}:{DATA_PORT}", net.daemon_ip))
+                .arg("--sync-listen")
+                .arg(format!("{}:{SYNC_PORT}", net.daemon_ip))
+                .arg("--control")
+                .arg(self.control_path)
+                .arg("--output")
+                .arg(out_dir)
+                .arg("--token")
+                .arg(self.token)
+                .args(["--tls", "off"])
+                .current_dir(self.root);
+            if let Some(config) = &spec.daemon_config {
+                c.arg("--config").arg(config);
+            }
+            c.envs(self.rx_switch);
+            Proc::spawn(c, "tracesyncd", self.root.join("tracesyncd.log"))?
+        };
+        wait_for(
+            "tracesyncd's control socket",
+            Duration::from_secs(30),
+            || {
+                if let Some(s) = daemon.exited() {
+                    return Err(format!("tracesyncd exited: {s}\n{}", daemon.log_tail()));
+                }
+                Ok(status(self.control_path).is_ok())
+            },
+        )?;
+        Ok(daemon)
+    }
+
+    /// `tracesync-impair` in X when the wiring has one, once it wrote its
+    /// stats file.
+    fn proxy(&self, wiring: Wiring, proxy_stats: &Path) -> Result<Option<Proc>, String> {
+        let (Some(proxy_ns), Some(profile)) = (&self.net.proxy, wiring.proxy_profile()) else {
+            return Ok(None);
+        };
+        // Real-time priority (bounded by the kernel's RT throttling) keeps
+        // the proxy's release thread from waiting behind other work on a
+        // busy box; without `chrt` it runs at normal priority.
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", proxy_ns]);
+        if self.spec.realtime_proxy && have_chrt() {
+            c.args(["chrt", "--fifo", "10"]);
+        }
+        c.arg(&self.spec.bins.impair);
+        c.arg("--profile")
+            .arg(profile)
+            .arg("--seed")
+            .arg(self.spec.seed.to_string())
+            .arg("--tcp")
+            .arg(format!("0.0.0.0:{DATA_PORT}={DAEMON_IP}:{DATA_PORT}"))
+            .arg("--udp")
+            .arg(format!("0.0.0.0:{SYNC_PORT}={DAEMON_IP}:{SYNC_PORT}"))
+            .arg("--stats")
+            .arg(proxy_stats);
+        let mut proxy = Proc::spawn(c, "tracesync-impair", self.root.join("impair.log"))?;
+        wait_for(
+            "tracesync-impair's stats file",
+            Duration::from_secs(30),
+            || {
+                if let Some(s) = proxy.exited() {
+                    return Err(format!(
+                        "tracesync-impair exited: {s}\n{}",
+                        proxy.log_tail()
+                    ));
+                }
+                Ok(proxy_stats.exists())
+            },
+        )?;
+        Ok(Some(proxy))
+    }
+
+    /// Every relay, each in its namespace and its time namespace.
+    fn relays(&self) -> Result<Vec<Proc>, String> {
+        let (spec, net) = (self.spec, self.net);
+        let mut relays = Vec::new();
+        for (i, r) in spec.relays.iter().enumerate() {
+            let spool = self.root.join(format!("spool-{}", r.name));
+            std::fs::create_dir_all(&spool).map_err(|e| e.to_string())?;
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &net.relays[i], "unshare", "--time"])
+                .arg("--boottime")
+                .arg(r.timens_s.to_string())
+                .arg("--monotonic")
+                .arg(r.timens_s.to_string())
+                .arg(&spec.bins.relay)
+                .arg("--host")
+                .arg(format!("{}:{DATA_PORT}", net.relay_targets[i]))
+                .arg("--name")
+                .arg(&r.name)
+                .arg("--token")
+                .arg(self.token)
+                .args(["--tls", "off"])
+                .arg("--spool")
+                .arg(&spool)
+                .arg("--source")
+                .arg(format!("synthetic:{}", r.rate))
+                .current_dir(self.root);
+            c.envs(self.rx_switch);
+            if let Some(d) = r.drift_ppm {
+                c.arg("--clock-drift-ppm").arg(d.to_string());
+            }
+            c.args(&r.extra_args);
+            let log = self.root.join(format!("relay-{}.log", r.name));
+            relays.push(Proc::spawn(c, &format!("relay {}", r.name), log)?);
+        }
+        Ok(relays)
+    }
+}
+
+/// Lets the relays run for `run_for`; none may exit meanwhile.
+fn watch_relays(relays: &mut [Proc], run_for: Duration) -> Result<(), String> {
+    let end = Instant::now() + run_for;
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(500));
+        for r in relays.iter_mut() {
+            if let Some(s) = r.exited() {
+                return Err(format!("{} exited early: {s}\n{}", r.what, r.log_tail()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stops the relays, then the daemon (each must exit 0), then the proxy,
+/// and waits for the tail to end.
+fn stop_all(
+    relays: &mut [Proc],
+    daemon: &mut Proc,
+    proxy: Option<&mut Proc>,
+    tail_thread: std::thread::JoinHandle<()>,
+) -> Result<(), String> {
+    let mut failures = Vec::new();
+    for r in relays.iter_mut() {
+        match r.stop() {
+            Ok(s) if s.success() => {}
+            Ok(s) => failures.push(format!("{} exit {s}\n{}", r.what, r.log_tail())),
+            Err(e) => failures.push(format!("{e}\n{}", r.log_tail())),
+        }
+    }
+    match daemon.stop() {
+        Ok(s) if s.success() => {}
+        Ok(s) => failures.push(format!("tracesyncd exit {s}\n{}", daemon.log_tail())),
+        Err(e) => failures.push(format!("{e}\n{}", daemon.log_tail())),
+    }
+    if let Some(proxy) = proxy {
+        let _ = proxy.stop();
+    }
+    let _ = tail_thread.join();
+    if !failures.is_empty() {
+        return Err(failures.join("\n"));
+    }
+    Ok(())
+}
+
+/// What measuring a relay's events takes: the output as checked, the
+/// daemon's tail, the probe samples, the run's start and warm-up end (host
+/// BOOTTIME, ns).
+struct Measure<'a> {
+    spec: &'a RunSpec,
+    root: &'a Path,
+    check: &'a OutputCheck,
+    tail: &'a TailLog,
+    samples: &'a BTreeMap<u64, Vec<Sample>>,
+    start: u64,
+    warm: u64,
+}
+
+impl Measure<'_> {
+    /// Relay `r`'s figures over its events after the warm-up.
+    fn relay(&self, r: &RelaySpec, relay_log: Option<PathBuf>) -> Result<RelayResult, String> {
+        let machine = self.check.machine_named(&r.name);
+        let source = self.check.source_of(&r.name, 1);
+        let raw_id = self.tail.raw_ids.get(&r.name).copied();
         let no_samples = Vec::new();
         let relay_samples = raw_id
-            .and_then(|id| samples.get(&id))
+            .and_then(|id| self.samples.get(&id))
             .unwrap_or(&no_samples);
         let base = Baselines::new(relay_samples);
         let mut rr = RelayResult {
@@ -273,84 +371,101 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
                 .and_then(|l| rx_stamp_counts(&std::fs::read_to_string(l).unwrap_or_default())),
             ..RelayResult::default()
         };
-        let (mut merged, mut live, mut naive, mut perfetto, mut bounds) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut signed_sum: i128 = 0;
-        // With --keep, every measured event's errors over time, to see
-        // when a p99 was made (a short excursion or a steady bias).
-        let mut series = String::new();
-        let events = check
+        let mut errors = Errors::default();
+        let events = self
+            .check
             .files
             .iter()
             .flat_map(|f| f.events.iter())
             .filter(|e| Some(e.machine) == machine && !e.in_preamble);
         for e in events {
-            let truth = e.id.truth_ns;
-            if truth < warm {
-                continue;
-            }
-            let err = e.ts_host - truth as i64;
-            signed_sum += err as i128;
-            merged.push(err.unsigned_abs());
-            let live_event = tail.events.get(&(r.name.clone(), e.ts));
-            if spec.keep {
-                let (live_err, bound) = live_event
-                    .map_or((String::new(), String::new()), |&(ts, bound)| {
-                        ((ts - truth as i64).to_string(), bound.to_string())
-                    });
-                let since_start = truth.saturating_sub(start) as f64 * 1e-9;
-                series.push_str(&format!("{since_start:.3}\t{err}\t{live_err}\t{bound}\n"));
-            }
-            match live_event {
-                Some(&(ts, bound)) => {
-                    live.push((ts - truth as i64).unsigned_abs());
-                    bounds.push(bound);
-                    if err.unsigned_abs() <= bound {
-                        rr.in_bound += 1;
-                    }
-                }
-                None => rr.no_bound += 1,
-            }
-            let at = |o: Option<i64>| o.map(|o| (e.ts as i64 - o - truth as i64).unsigned_abs());
-            if let Some(v) = at(base.naive(truth)) {
-                naive.push(v);
-            }
-            if let Some(v) = at(base.perfetto(truth)) {
-                perfetto.push(v);
+            if e.id.truth_ns >= self.warm {
+                self.add(&mut errors, &mut rr, &r.name, e, &base);
             }
         }
-        if spec.keep {
-            let path = root.join(format!("errors-{}.tsv", r.name));
+        if self.spec.keep {
+            let path = self.root.join(format!("errors-{}.tsv", r.name));
             let header = "seconds\tmerged_err_ns\tlive_err_ns\tlive_bound_ns\n";
-            std::fs::write(&path, format!("{header}{series}"))
+            std::fs::write(&path, format!("{header}{}", errors.series))
                 .map_err(|e| format!("{}: {e}", path.display()))?;
         }
-        rr.measured = merged.len();
-        rr.mean_signed_ns = if merged.is_empty() {
+        errors.summarize(&mut rr);
+        Ok(rr)
+    }
+
+    /// One event of relay `name`: its merged error, the daemon's own
+    /// mapping and bound (if the tail saw it), and the baselines' errors.
+    fn add(
+        &self,
+        errors: &mut Errors,
+        rr: &mut RelayResult,
+        name: &str,
+        e: &Event,
+        base: &Baselines<'_>,
+    ) {
+        let truth = e.id.truth_ns;
+        let err = e.ts_host - truth as i64;
+        errors.signed_sum += err as i128;
+        errors.merged.push(err.unsigned_abs());
+        let live_event = self.tail.events.get(&(name.to_owned(), e.ts));
+        if self.spec.keep {
+            let (live_err, bound) = live_event
+                .map_or((String::new(), String::new()), |&(ts, bound)| {
+                    ((ts - truth as i64).to_string(), bound.to_string())
+                });
+            let since_start = truth.saturating_sub(self.start) as f64 * 1e-9;
+            errors
+                .series
+                .push_str(&format!("{since_start:.3}\t{err}\t{live_err}\t{bound}\n"));
+        }
+        match live_event {
+            Some(&(ts, bound)) => {
+                errors.live.push((ts - truth as i64).unsigned_abs());
+                errors.bounds.push(bound);
+                if err.unsigned_abs() <= bound {
+                    rr.in_bound += 1;
+                }
+            }
+            None => rr.no_bound += 1,
+        }
+        let at = |o: Option<i64>| o.map(|o| (e.ts as i64 - o - truth as i64).unsigned_abs());
+        if let Some(v) = at(base.naive(truth)) {
+            errors.naive.push(v);
+        }
+        if let Some(v) = at(base.perfetto(truth)) {
+            errors.perfetto.push(v);
+        }
+    }
+}
+
+/// One relay's errors (ns), event by event.
+#[derive(Default)]
+struct Errors {
+    merged: Vec<u64>,
+    live: Vec<u64>,
+    bounds: Vec<u64>,
+    naive: Vec<u64>,
+    perfetto: Vec<u64>,
+    signed_sum: i128,
+    /// With --keep, every measured event's errors over time, to see
+    /// when a p99 was made (a short excursion or a steady bias).
+    series: String,
+}
+
+impl Errors {
+    fn summarize(self, rr: &mut RelayResult) {
+        rr.measured = self.merged.len();
+        rr.mean_signed_ns = if self.merged.is_empty() {
             0
         } else {
-            (signed_sum / merged.len() as i128) as i64
+            (self.signed_sum / self.merged.len() as i128) as i64
         };
-        rr.merged = ErrStats::of(merged);
-        rr.live = ErrStats::of(live);
-        rr.bound_p50_ns = ErrStats::of(bounds).p50;
-        rr.naive = (!naive.is_empty()).then(|| ErrStats::of(naive));
-        rr.perfetto = (!perfetto.is_empty()).then(|| ErrStats::of(perfetto));
-        result.relays.push(rr);
+        rr.merged = ErrStats::of(self.merged);
+        rr.live = ErrStats::of(self.live);
+        rr.bound_p50_ns = ErrStats::of(self.bounds).p50;
+        rr.naive = (!self.naive.is_empty()).then(|| ErrStats::of(self.naive));
+        rr.perfetto = (!self.perfetto.is_empty()).then(|| ErrStats::of(self.perfetto));
     }
-    super::refined::measure(
-        &spec.bins.cli,
-        &out_dir,
-        &root.join("refined"),
-        warm,
-        spec.keep.then_some((root.as_path(), start)),
-        &mut result.relays,
-    )?;
-    drop(net);
-    if spec.keep {
-        result.dir = Some(dir.keep());
-    }
-    Ok(result)
 }
 
 fn wait_for(
