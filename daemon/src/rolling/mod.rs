@@ -6,30 +6,29 @@
 //! fdatasyncs run on a sync thread of its own (`commit.rs`). File layout
 //! and guarantees: docs/format.md, "Rolling output".
 //!
-//! The writer's parts: `write_path` (packets into the pending bytes,
-//! flushes, the rewrite after a failure), `rotation` (rotation, retention,
-//! the index), `reopen` (a new file after the output vanished), `sidecar`
-//! (probe samples), `commit` (commits and the sync thread), `files` (no
-//! link is ever followed; is a file still at its path).
+//! Every public method of [`RollingWriter`] is here; its parts: `current`
+//! (the file being written: packets into its pending bytes, flushes, the
+//! rewrite after a failure, its index line and probe-sample sidecar),
+//! `rotation` (rotation, retention, the index), `reopen` (a new file after
+//! the output vanished), `commit` (commits and the sync thread), `index`
+//! and `journal` (their IO), `files` (no link is ever followed; is a file
+//! still at its path). The directory's format is `tracesync_capture`'s.
 
 mod commit;
+mod current;
 mod files;
 mod index;
 mod journal;
 mod recover;
 mod reopen;
 mod rotation;
-mod sidecar;
 #[cfg(test)]
 mod tests;
-mod write_path;
 mod writer_writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tracesync_protocol::wire;
@@ -38,12 +37,15 @@ pub use commit::CommitWaker;
 pub use files::{LinkRefused, Vanished, is_vanished};
 pub use tracesync_core::preamble::{PreambleLimits, role_of};
 
+use current::{Current, FRAMING_MAX, Span};
 use files::{Found, Links};
 use journal::Journal;
-use tracesync_capture::index::{IndexEntry, IndexMachine};
+use tracesync_capture::index::IndexEntry;
 use tracesync_capture::journal::JournalRecord;
 use tracesync_capture::names::{INDEX_NAME, JOURNAL_NAME, RolledName};
+use tracesync_capture::sidecar::ProbeSample;
 use tracesync_capture::sidecar::sidecar_name;
+use tracesync_core::live::OutPacket;
 use tracesync_core::live::{Recovered, RecoveredStream};
 use writer_writeback::Writeback;
 
@@ -133,77 +135,11 @@ pub struct RollingStats {
     pub symlinks_refused: u64,
 }
 
-/// Where the packets past the last commit start and end, and how many.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Span {
-    packets: u64,
-    first_ts: Option<i64>,
-    last_ts: Option<i64>,
-}
-
-impl Span {
-    fn add(&mut self, ts: i64) {
-        self.packets += 1;
-        self.first_ts = Some(self.first_ts.map_or(ts, |t| t.min(ts)));
-        self.last_ts = Some(self.last_ts.map_or(ts, |t| t.max(ts)));
-    }
-
-    /// Both spans (`self` written first).
-    fn then(self, later: Span) -> Span {
-        let min = |a: Option<i64>, b: Option<i64>| a.into_iter().chain(b).min();
-        let max = |a: Option<i64>, b: Option<i64>| a.into_iter().chain(b).max();
-        Span {
-            packets: self.packets + later.packets,
-            first_ts: min(self.first_ts, later.first_ts),
-            last_ts: max(self.last_ts, later.last_ts),
-        }
-    }
-}
-
-/// A machine with packets in the current file.
-#[derive(Clone, Debug, Default)]
-struct Seen {
-    name: Option<Arc<str>>,
-    /// `entry.packets` after its last packet (which commit covers it).
-    last_packet: u64,
-}
-
 /// Which file was found no longer at its path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lost {
     Data,
     Journal,
-}
-
-/// The file being written.
-#[derive(Debug)]
-struct Current {
-    path: PathBuf,
-    file: File,
-    start: SystemTime,
-    /// `start` plus the age limit (None past the calendar's end): checked
-    /// per packet, so the sum is kept, not the age taken each time.
-    old_at: Option<SystemTime>,
-    /// Framed packets past `committed_len`, kept until a commit makes them
-    /// durable: after a failed write or fsync they are written again, since
-    /// the kernel may have dropped dirty pages it could not write back.
-    pending: Vec<u8>,
-    /// Bytes of `pending` handed to the OS.
-    flushed: usize,
-    /// A write or fsync failed since the last commit: the file is cut back
-    /// to `committed_len` and `pending` written again before committing.
-    suspect: bool,
-    /// Packets written after the preamble.
-    data_packets: u64,
-    machines: BTreeMap<u32, Seen>,
-    entry: IndexEntry,
-    /// Length named by the last journal record.
-    committed_len: u64,
-    /// `entry.packets` at that length.
-    committed_packets: u64,
-    /// The packets in `pending` (the commit in flight has its own).
-    pending_span: Span,
-    sidecar: Option<File>,
 }
 
 /// Adds the path to an I/O error, keeping its kind (ENOSPC stays StorageFull).
@@ -404,6 +340,92 @@ impl RollingWriter {
         Ok((current, seq))
     }
 
+    /// Writes one packet (rotating first if the size or age limit is
+    /// reached). On error the packet was not taken and nothing is torn: the
+    /// caller may retry it later.
+    pub fn write(&mut self, packet: &OutPacket, now: SystemTime) -> io::Result<()> {
+        self.last_now = self.last_now.max(now);
+        if self.vanished.is_some() {
+            // A new file first (else a rotation would start two).
+            self.reopen()?;
+        }
+        let need = packet.bytes.len() + FRAMING_MAX;
+        if self.current.needs_commit(need) {
+            // Bounds the bytes kept for a rewrite: commit early (durable
+            // sooner is always allowed; acks still follow the caller's).
+            self.commit_early(need)?;
+        } else if self.current.needs_flush() {
+            self.flush()?;
+        }
+        if self.should_rotate(now) {
+            self.rotate(now)?;
+        }
+        let len = self.current.append(packet, need);
+        self.stats.packets_written += 1;
+        self.stats.bytes_written += len;
+        self.preamble.observe_packet(
+            packet.role,
+            packet.machine_raw_id,
+            packet.seq,
+            &packet.bytes,
+        );
+        self.next_out_seq = self.next_out_seq.max(packet.seq.saturating_add(1));
+        if let Some(o) = packet.origin {
+            let key = (o.relay_instance, o.relay_sequence);
+            let s = self.streams.entry(key).or_insert(RecoveredStream {
+                out_seq: packet.seq,
+                relay_instance: o.relay_instance,
+                relay_sequence: o.relay_sequence,
+                machine_raw_id: packet.machine_raw_id,
+                written_through: o.index,
+            });
+            s.out_seq = packet.seq;
+            s.machine_raw_id = packet.machine_raw_id;
+            s.written_through = s.written_through.max(o.index);
+            self.changed.insert(key);
+        }
+        Ok(())
+    }
+
+    /// Hands the pending bytes to the OS (see [`Current::flush`]), after
+    /// making a new file if the output vanished and waiting for the commit
+    /// in flight if the file is to be cut back.
+    pub(super) fn flush(&mut self) -> io::Result<()> {
+        if self.vanished.is_some() {
+            self.reopen()?;
+        }
+        if self.current.suspect {
+            // The commit in flight may cover bytes about to be cut.
+            self.wait_in_flight()?;
+        }
+        if self.current.flush(self.writeback.as_mut())? {
+            self.stats.rewrites += 1;
+        }
+        Ok(())
+    }
+
+    /// Points the background writeback at the current file (none if it
+    /// cannot be opened again: the commits sync it all, as without).
+    pub(super) fn open_writeback(&mut self) {
+        if let Some(writeback) = &mut self.writeback
+            && let Err(e) = writeback.open(&self.current.path, &self.current.file)
+        {
+            tracing::debug!("no early writeback of {}: {e}", self.current.path.display());
+        }
+    }
+
+    /// fdatasync of the current file (if configured).
+    pub(super) fn sync_current(&mut self) -> io::Result<()> {
+        self.current.sync_data(self.config.fsync)
+    }
+
+    /// Appends raw probe samples, one a line, to the current file's
+    /// `.sync.jsonl` sidecar.
+    pub fn write_sync_samples(&mut self, samples: &[ProbeSample]) -> io::Result<()> {
+        self.current
+            .write_samples(&self.config.dir, samples, &self.links)
+    }
+
     /// New rotation and retention limits (a reload): rotation is checked
     /// before the next write, retention at the next rotation.
     pub fn set_limits(
@@ -430,7 +452,7 @@ impl RollingWriter {
             links,
             ..
         } = self;
-        finish_entry(&mut current);
+        current.finish_entry();
         done.push(current.entry);
         let path = config.dir.join(INDEX_NAME);
         index::save(&path, &done, &links).map_err(at(&path, "write"))
@@ -459,9 +481,7 @@ impl RollingWriter {
     /// The index lines as they are now (the current file last).
     pub fn index(&self) -> Vec<IndexEntry> {
         let mut all = self.done.clone();
-        let mut current = self.current.entry.clone();
-        current.machines = machines(&self.current);
-        all.push(current);
+        all.push(self.current.index_entry());
         all
     }
 
@@ -478,21 +498,6 @@ impl RollingWriter {
 
 /// Names taken by links a new file skips at most before it fails.
 const MAX_SKIPPED_NAMES: u32 = 64;
-
-fn finish_entry(c: &mut Current) {
-    c.entry.complete = true;
-    c.entry.machines = machines(c);
-}
-
-fn machines(c: &Current) -> Vec<IndexMachine> {
-    c.machines
-        .iter()
-        .map(|(&raw_id, seen)| IndexMachine {
-            raw_id,
-            name: seen.name.as_deref().map(str::to_owned),
-        })
-        .collect()
-}
 
 fn full_record(
     c: &Current,

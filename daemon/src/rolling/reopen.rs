@@ -31,9 +31,10 @@ use std::time::SystemTime;
 use tracesync_core::preamble::PreambleState;
 use tracesync_protocol::reader::{FileReadError, TraceFile};
 
+use super::current::{Current, Seen};
 use super::files::{self, Found, Vanished};
 use super::journal::{self, Journal};
-use super::{Current, JOURNAL_NAME, Lost, RollingWriter, Seen, at};
+use super::{JOURNAL_NAME, Lost, RollingWriter, at};
 use tracesync_capture::journal::JournalRecord;
 
 impl RollingWriter {

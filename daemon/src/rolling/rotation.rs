@@ -4,11 +4,9 @@
 use std::io;
 use std::time::SystemTime;
 
+use super::current::BUF_BYTES;
 use super::journal::Journal;
-use super::write_path::BUF_BYTES;
-use super::{
-    INDEX_NAME, Lost, RollingWriter, at, files, finish_entry, full_record, index, machines,
-};
+use super::{INDEX_NAME, Lost, RollingWriter, at, files, full_record, index};
 
 impl RollingWriter {
     pub(super) fn should_rotate(&self, now: SystemTime) -> bool {
@@ -56,7 +54,7 @@ impl RollingWriter {
             self.current.pending = room;
         }
         self.open_writeback();
-        finish_entry(&mut old);
+        old.finish_entry();
         self.done.push(old.entry);
         self.stats.files_started += 1;
         self.stats.rotations += 1;
@@ -115,11 +113,8 @@ impl RollingWriter {
     }
 
     pub(super) fn save_index(&mut self) {
-        let mut all = self.done.clone();
-        let mut current = self.current.entry.clone();
-        current.machines = machines(&self.current);
-        all.push(current);
         let path = self.config.dir.join(INDEX_NAME);
+        let all = self.index();
         if let Err(e) = index::save(&path, &all, &self.links) {
             // The index is a convenience: the next commit rewrites it whole.
             self.stats.index_write_errors += 1;

@@ -39,9 +39,9 @@ use std::sync::Arc;
 
 use std::path::PathBuf;
 
+use super::current::BUF_BYTES;
 use super::files::{self, Links};
 use super::index;
-use super::write_path::BUF_BYTES;
 use super::{INDEX_NAME, JOURNAL_COMPACT_BYTES, Lost, RollingWriter, Span, at, full_record};
 use tracesync_capture::index::IndexEntry;
 use tracesync_capture::journal::JournalRecord;

@@ -295,7 +295,7 @@ fn large_event(index: u64) -> OutPacket {
 
 #[test]
 fn the_pending_bytes_and_the_commit_in_flight_keep_their_room() {
-    use super::super::write_path::BUF_BYTES;
+    use super::super::current::BUF_BYTES;
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut w, _) = open(dir.path());
     // ~60 MB, past the early-commit bound many times: the room is never

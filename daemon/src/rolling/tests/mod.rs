@@ -14,7 +14,7 @@ use tracesync_protocol::perfetto::{
 use tracesync_protocol::reader::TraceFile;
 use tracesync_protocol::scan;
 
-use super::write_path::write_from;
+use super::current::write_from;
 use super::*;
 use tracesync_capture::sidecar::{ProbeSample, SIDECAR_SUFFIX, parse_line};
 use tracesync_core::live::{Origin, OutPacket, Role};
