@@ -116,4 +116,27 @@ pub struct MachineStatus {
     /// and rate (None for the host and for relays without a session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<crate::sync::sessions::MachineSync>,
+    /// Its relay's sources as its last Heartbeat reported them (none for
+    /// the host, and for relays that report none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceStatus>,
+}
+
+/// One source of a relay, as its last Heartbeat reported it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceStatus {
+    /// The source as given to the relay (`file:PATH`, `stdin`, ...).
+    pub spec: String,
+    /// `reading`, `waiting`, `ended` or `failed` (as the relay said it).
+    pub state: String,
+    /// What a person needs to know, in a line.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+impl SourceStatus {
+    /// A source reads its input (`reading`), or will once it comes.
+    pub fn is_reading(&self) -> bool {
+        self.state == "reading"
+    }
 }

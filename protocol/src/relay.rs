@@ -30,6 +30,10 @@ pub const MAX_BOOT_ID_BYTES: usize = 128;
 
 /// Longest `Hello.token`, in bytes; both configs refuse a longer token.
 pub const MAX_TOKEN_BYTES: usize = 1024;
+/// Sources of one relay the daemon keeps the states of.
+pub const MAX_SOURCES: usize = 64;
+/// Bytes of a source's spec or detail the daemon keeps.
+pub const MAX_SOURCE_TEXT_BYTES: usize = 256;
 
 /// Checks the lengths of a Hello's strings against their limits; the
 /// error names the field, its length and its limit (never its text).

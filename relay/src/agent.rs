@@ -119,14 +119,15 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
     };
     let source_stats = sources.spawn(&config.sources, &tx);
     if config.metrics.listen.is_some() {
-        tokio::spawn(publish_source_metrics(source_stats));
+        tokio::spawn(publish_source_metrics(source_stats.clone()));
     }
     crate::own_packets::spawn(clock.clone(), identity.clone(), tx, sources_stop.clone());
 
-    let uplink_config = match uplink_config(&config, &identity) {
+    let mut uplink_config = match uplink_config(&config, &identity) {
         Ok(uplink_config) => uplink_config,
         Err(code) => return code,
     };
+    uplink_config.sources = config.sources.iter().cloned().zip(source_stats).collect();
     let wait_limit =
         uplink_config.intake_grace + uplink_config.drain_timeout + Duration::from_secs(2);
     let start_probe = probe_starter(clock.clone(), config.sync);

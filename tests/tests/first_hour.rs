@@ -301,3 +301,48 @@ fn ctrl_c_stops_a_demo_at_once_with_130() {
 fn sigint_to_the_demo_alone_stops_its_daemon_and_relays_too() {
     interrupt_a_demo(false);
 }
+
+#[test]
+fn a_relay_whose_source_is_missing_says_so_in_its_log_and_in_status() {
+    use tracesync_tests::live::{Daemon, DaemonOpts, Relay, RelayOpts};
+    let mut daemon = Daemon::start(DaemonOpts::default());
+    let missing = "/nonexistent-dir-of-this-test/trace.pftrace";
+    let mut relay = Relay::start(
+        &daemon,
+        RelayOpts {
+            name: "phone".into(),
+            sources: vec![format!("file:{missing}"), "synthetic:100".into()],
+            ..RelayOpts::default()
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let shown = loop {
+        let out = Command::new(bin("tracesync"))
+            .args(["status", "--connect"])
+            .arg(&daemon.control)
+            .output()
+            .expect("tracesync status");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("source on phone") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let log = relay.log();
+    relay.stop();
+    daemon.stop();
+    // Wrapped at 80 columns: the words, not the line.
+    let words: Vec<&str> = shown.split_whitespace().collect();
+    let said = words.join(" ");
+    assert!(
+        said.contains(&format!(
+            "source on phone: file:{missing} waiting: no such file"
+        )),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("synthetic:100"),
+        "a source that reads is no problem: {shown}"
+    );
+    assert!(log.contains("no such file"), "{log}");
+}

@@ -8,7 +8,7 @@ use super::connect::{self, Target};
 use tracesync_common::exit;
 use tracesync_core::control::Request;
 use tracesync_core::control::human_ns;
-use tracesync_core::status::{MachineStatus, StatusReport};
+use tracesync_core::status::{MachineStatus, OutputStatus, StatusReport};
 use tracesync_core::sync::sessions::MachineSync;
 use tracesync_protocol::text::escape_control;
 
@@ -138,6 +138,15 @@ fn aligned<const N: usize>(
 /// relays, failed TLS handshakes, output trouble; with `verbose` also each
 /// machine's probe session and the prober's counters.
 fn problems(report: &StatusReport, verbose: bool) -> Vec<String> {
+    let mut lines = machine_problems(report, verbose);
+    peer_problems(report, verbose, &mut lines);
+    output_problems(&report.output, &mut lines);
+    lines
+}
+
+/// Per machine: drops by reason, watermark holds, sources that read
+/// nothing; with `verbose` every source and the probe session.
+fn machine_problems(report: &StatusReport, verbose: bool) -> Vec<String> {
     let mut lines = Vec::new();
     for m in &report.machines {
         let reasons: Vec<String> = m
@@ -160,11 +169,32 @@ fn problems(report: &StatusReport, verbose: bool) -> Vec<String> {
             ));
         }
     }
+    for m in &report.machines {
+        // A relay's source that reads nothing (a missing file, a closed
+        // stdin) is a problem; `-v` lists every source.
+        for src in m.sources.iter().filter(|s| verbose || !s.is_reading()) {
+            let detail = match src.detail.as_str() {
+                "" => String::new(),
+                d => format!(": {}", escape_control(d)),
+            };
+            lines.push(format!(
+                "source on {}: {} {}{detail}",
+                name(m),
+                escape_control(&src.spec),
+                escape_control(&src.state)
+            ));
+        }
+    }
     for m in report.machines.iter().filter(|_| verbose) {
         if let Some(sync) = &m.sync {
             lines.push(format!("sync on {}: {}", name(m), sync_line(sync)));
         }
     }
+    lines
+}
+
+/// The prober's counters (with `verbose`), refused relays, failed TLS handshakes.
+fn peer_problems(report: &StatusReport, verbose: bool, lines: &mut Vec<String>) {
     if let Some(p) = report.sync.as_ref().filter(|_| verbose) {
         lines.push(format!(
             "sync probes: sent={} accepted={} timeouts={} rejected: bad_mac={} replayed={} \
@@ -199,7 +229,10 @@ fn problems(report: &StatusReport, verbose: bool) -> Vec<String> {
             .collect();
         lines.push(format!("TLS handshakes failed: {}", failed.join(", ")));
     }
-    let o = &report.output;
+}
+
+/// A failing, recovered, vanished or symlinked output.
+fn output_problems(o: &OutputStatus, lines: &mut Vec<String>) {
     if o.failing {
         lines.push(format!(
             "OUTPUT NOT WRITABLE ({}); relays are not acknowledged and keep their spools; \
@@ -227,7 +260,6 @@ fn problems(report: &StatusReport, verbose: bool) -> Vec<String> {
             o.symlinks_refused
         ));
     }
-    lines
 }
 
 /// A machine's probe session in one line: state, route and rate, the

@@ -54,6 +54,7 @@ fn table_shows_every_column_and_drop_reasons() {
                         ..Default::default()
                     },
                 }),
+                sources: Vec::new(),
             },
         ],
         ..Default::default()

@@ -177,6 +177,20 @@ impl LiveCore {
         Ok(())
     }
 
+    /// The relay's sources as its Heartbeat reports them (shown in the
+    /// status of its machine).
+    pub fn sources(
+        &mut self,
+        slot: RelaySlot,
+        sources: &[tracesync_protocol::relay::v1::SourceState],
+    ) -> Result<(), SessionError> {
+        let instance = self.relays.instance_of(slot)?;
+        if let Some(relay) = self.relays.get_mut(instance) {
+            self.machines.set_sources(relay.raw_id(), sources);
+        }
+        Ok(())
+    }
+
     /// A relay's Batch: packets `first_index..` in relay order. `now` is
     /// host BOOTTIME. Never fails on packet contents (bad packets are
     /// counted and dropped); fails only for a session the core does not

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use super::estimate::SyncEstimate;
 use super::quality::MachineTracks;
 use super::types::Refusal;
-use crate::status::MachineStatus;
+use tracesync_protocol::relay::v1;
+use tracesync_protocol::relay::{MAX_SOURCE_TEXT_BYTES, MAX_SOURCES};
+
+use crate::status::{MachineStatus, SourceStatus};
 use crate::sync::covering::Refinement;
 use crate::sync_point::offset_pair;
 
@@ -61,6 +64,8 @@ pub(super) struct Machine {
     /// current file's preamble replays after a restart.
     sync_floor: u64,
     estimate: Option<SyncEstimate>,
+    /// Its relay's sources, as last reported.
+    sources: Vec<SourceStatus>,
     /// Its sync-quality tracks.
     pub quality: MachineTracks,
 }
@@ -223,6 +228,28 @@ impl Machines {
         self.row(raw_id).last_seen = Some(now);
     }
 
+    /// The sources `raw_id`'s relay reported, kept within
+    /// [`MAX_SOURCES`] and [`MAX_SOURCE_TEXT_BYTES`] (a relay chooses the
+    /// text: it costs the daemon a bounded amount).
+    pub fn set_sources(&mut self, raw_id: u32, sources: &[v1::SourceState]) {
+        let cut = |text: &str| {
+            let mut end = text.len().min(MAX_SOURCE_TEXT_BYTES);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text[..end].to_owned()
+        };
+        self.row(raw_id).sources = sources
+            .iter()
+            .take(MAX_SOURCES)
+            .map(|s| SourceStatus {
+                spec: cut(&s.spec),
+                state: cut(&s.state),
+                detail: cut(&s.detail),
+            })
+            .collect();
+    }
+
     /// The clock mapping shown for `raw_id`.
     pub fn set_estimate(&mut self, raw_id: u32, estimate: SyncEstimate) {
         self.row(raw_id).estimate = Some(estimate);
@@ -281,6 +308,7 @@ impl Machines {
                         now_unix_ms.saturating_sub(now.saturating_sub(seen) / 1_000_000)
                     }),
                     sync: None,
+                    sources: m.sources.clone(),
                 }
             })
             .collect()

@@ -193,6 +193,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
             v1::frame::Body::Heartbeat(v1::Heartbeat {
                 clocks: clocks(tracesync_common::clock::boottime_ns()),
                 last_batch_sent: 3,
+                sources: Vec::new(),
             }),
         )
         .await;

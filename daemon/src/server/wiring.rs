@@ -63,7 +63,8 @@ impl Core for LiveCore {
         heartbeat: &v1::Heartbeat,
         now_ns: u64,
     ) -> Result<(), live::SessionError> {
-        LiveCore::heartbeat(self, slot, heartbeat.clocks, now_ns)
+        LiveCore::heartbeat(self, slot, heartbeat.clocks, now_ns)?;
+        LiveCore::sources(self, slot, &heartbeat.sources)
     }
 
     fn sync(&mut self, update: &SyncUpdate) {

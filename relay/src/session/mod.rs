@@ -32,6 +32,9 @@ pub struct SessionConfig {
     pub window_bytes: usize,
     /// A heartbeat goes out after this long without sending.
     pub heartbeat_idle: Duration,
+    /// And at least this often while batches flow: it carries the
+    /// sources' states, which the daemon's status shows.
+    pub heartbeat_every: Duration,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
     /// Connecting and waiting for Welcome may take this long.
@@ -48,6 +51,7 @@ impl Default for SessionConfig {
             window_batches: 1024,
             window_bytes: crate::config::DEFAULT_WINDOW_BYTES as usize,
             heartbeat_idle: Duration::from_millis(250),
+            heartbeat_every: Duration::from_secs(2),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             hello_timeout: Duration::from_secs(10),
@@ -133,6 +137,7 @@ pub struct Session {
     /// See [`Session::set_link_full`].
     link_full: bool,
     last_send_at: Instant,
+    last_heartbeat_at: Instant,
     reconnects: u64,
 }
 
@@ -157,6 +162,7 @@ impl Session {
             in_flight_bytes: 0,
             link_full: false,
             last_send_at: now,
+            last_heartbeat_at: now,
             reconnects: 0,
         }
     }
@@ -222,6 +228,13 @@ impl Session {
                 let window_open = !self.link_full
                     && self.in_flight.len() < self.config.window_batches
                     && self.in_flight_bytes < self.config.window_bytes;
+                if now >= self.last_heartbeat_at + self.config.heartbeat_every {
+                    self.last_heartbeat_at = now;
+                    self.last_send_at = now;
+                    return Some(Action::SendHeartbeat {
+                        last_batch_sent: self.last_batch_sent,
+                    });
+                }
                 if window_open && self.next_to_send <= last_spooled {
                     let seq = self.next_to_send;
                     // u64::MAX is never a batch (the spool stops short of it).
@@ -232,6 +245,7 @@ impl Session {
                 }
                 if now >= self.last_send_at + self.config.heartbeat_idle {
                     self.last_send_at = now;
+                    self.last_heartbeat_at = now;
                     return Some(Action::SendHeartbeat {
                         last_batch_sent: self.last_batch_sent,
                     });
@@ -248,7 +262,10 @@ impl Session {
         match self.state {
             State::Idle { retry_at } => Some(retry_at),
             State::Handshake { since } => Some(since + self.config.hello_timeout),
-            State::Streaming { .. } => Some(self.last_send_at + self.config.heartbeat_idle),
+            State::Streaming { .. } => Some(
+                (self.last_send_at + self.config.heartbeat_idle)
+                    .min(self.last_heartbeat_at + self.config.heartbeat_every),
+            ),
             State::Exited => None,
         }
     }

@@ -117,6 +117,29 @@ fn heartbeat_after_idle() {
 }
 
 #[test]
+fn a_heartbeat_goes_out_every_2_s_while_batches_flow() {
+    // It carries the sources' states to the daemon's status.
+    let (mut s, t0) = welcomed(0, 1);
+    let mut heartbeats = Vec::new();
+    for step in 1..=50u32 {
+        // A batch every 100 ms: never idle.
+        let now = t0 + step * 100 * MS;
+        for action in pump(&mut s, now, u64::from(step), 10) {
+            if let Action::SendHeartbeat { .. } = action {
+                heartbeats.push(now);
+            }
+        }
+        // Acked at once, so the window never closes.
+        let _ = s.ack(u64::from(step), now);
+    }
+    assert_eq!(
+        heartbeats,
+        [t0 + 2000 * MS, t0 + 4000 * MS],
+        "{heartbeats:?}"
+    );
+}
+
+#[test]
 fn reconnect_resends_unacked_batches() {
     let (mut s, t0) = welcomed(0, 1);
     pump(&mut s, t0, 5, 10);

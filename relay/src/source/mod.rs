@@ -151,6 +151,40 @@ pub struct SourceStats {
     /// Producer connections refused (over the limit).
     pub connections_refused: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// How it is doing, for the daemon's status (Heartbeat).
+    state: Mutex<SourceState>,
+}
+
+/// How a source is doing: what `tracesync status` shows of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceState {
+    pub condition: Condition,
+    /// What a person needs to know, in a line.
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Condition {
+    /// Reading its input, or ready to (a listener, a generator).
+    #[default]
+    Reading,
+    /// Waiting for its input to appear (a file not there yet).
+    Waiting,
+    /// Its input ended (standard input closed).
+    Ended,
+    /// Stopped by an error.
+    Failed,
+}
+
+impl Condition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Condition::Reading => "reading",
+            Condition::Waiting => "waiting",
+            Condition::Ended => "ended",
+            Condition::Failed => "failed",
+        }
+    }
 }
 
 /// A copy of [`SourceStats`] at one instant.
@@ -190,6 +224,23 @@ impl SourceStats {
     /// The last error line, if any.
     pub fn last_error(&self) -> Option<String> {
         self.last_error.lock().map_or(None, |e| e.clone())
+    }
+
+    /// How the source is doing now.
+    pub fn state(&self) -> SourceState {
+        self.state
+            .lock()
+            .map_or_else(|_| SourceState::default(), |s| s.clone())
+    }
+
+    /// Sets how the source is doing (`detail`: a line for a person).
+    pub fn set_state(&self, condition: Condition, detail: impl Into<String>) {
+        if let Ok(mut state) = self.state.lock() {
+            *state = SourceState {
+                condition,
+                detail: detail.into(),
+            };
+        }
     }
 
     /// Logs `line` as a warning and keeps it as the last error.

@@ -16,6 +16,7 @@ use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::Condition;
 use super::pipeline::Pipeline;
 use super::{Cursor, SourceBatch, SourceContext, send_batch};
 
@@ -126,11 +127,16 @@ pub(crate) async fn run_stdin(
     match stdin {
         Ok(fd) => {
             let file = tokio::fs::File::from_std(std::fs::File::from(fd));
+            let stats = ctx.stats.clone();
             pump(file, label, index, ctx, tx).await;
+            stats.set_state(Condition::Ended, "standard input closed");
         }
-        Err(e) => ctx.stats.report(format!(
-            "source {index} ({label}): cannot read standard input: {e}"
-        )),
+        Err(e) => {
+            let detail = format!("cannot read standard input: {e}");
+            ctx.stats.set_state(Condition::Failed, detail.clone());
+            ctx.stats
+                .report(format!("source {index} ({label}): {detail}"));
+        }
     }
 }
 

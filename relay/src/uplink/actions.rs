@@ -29,48 +29,9 @@ impl Uplink {
                 ));
                 self.peer = None;
             }
-            Action::SendHello => {
-                let hello = &self.config.hello;
-                let frame = Body::Hello(v1::Hello {
-                    protocol_version: PROTOCOL_VERSION,
-                    token: hello.token.clone(),
-                    relay_instance_id: self.spool.instance_id(),
-                    boot_id: hello.boot_id.clone(),
-                    machine_name: hello.machine_name.clone(),
-                    machine_raw_id: hello.machine_raw_id,
-                    oldest_unacked_batch: self.spool.oldest_unacked(),
-                    clocks: Some(self.clocks()),
-                });
-                self.send(frame, now);
-            }
-            Action::SendBatch(seq) => {
-                let Some(batch) = self.spool.batch(seq) else {
-                    // Dropped by the spool since: nothing to send.
-                    self.session.sent(seq, 0, now);
-                    return;
-                };
-                let bytes = batch.bytes;
-                // The spool's wire-form packets go out as they are.
-                let frame =
-                    OutFrame::batch(seq, batch.first_packet_index, batch.wire, &self.clocks());
-                if self.send_out(frame, now) {
-                    self.session.sent(seq, bytes, now);
-                    crate::metrics::batch_sent(bytes);
-                }
-            }
-            Action::SendHeartbeat { last_batch_sent } => {
-                let frame = Body::Heartbeat(v1::Heartbeat {
-                    clocks: Some(self.clocks()),
-                    last_batch_sent,
-                });
-                // A full queue means the link is busy, which says as much as a
-                // heartbeat; a closed one reports itself as Lost.
-                if let Some(connection) = &self.connection
-                    && let Ok(frame) = OutFrame::encode(&v1::Frame { body: Some(frame) })
-                {
-                    connection.send(frame);
-                }
-            }
+            Action::SendHello => self.send_hello(now),
+            Action::SendBatch(seq) => self.send_batch(seq, now),
+            Action::SendHeartbeat { last_batch_sent } => self.send_heartbeat(last_batch_sent),
             Action::AckSpool(through) => {
                 let acked = through
                     .saturating_add(1)
@@ -124,6 +85,51 @@ impl Uplink {
         }
     }
 
+    fn send_hello(&mut self, now: Instant) {
+        let hello = &self.config.hello;
+        let frame = Body::Hello(v1::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            token: hello.token.clone(),
+            relay_instance_id: self.spool.instance_id(),
+            boot_id: hello.boot_id.clone(),
+            machine_name: hello.machine_name.clone(),
+            machine_raw_id: hello.machine_raw_id,
+            oldest_unacked_batch: self.spool.oldest_unacked(),
+            clocks: Some(self.clocks()),
+        });
+        self.send(frame, now);
+    }
+
+    fn send_batch(&mut self, seq: u64, now: Instant) {
+        let Some(batch) = self.spool.batch(seq) else {
+            // Dropped by the spool since: nothing to send.
+            self.session.sent(seq, 0, now);
+            return;
+        };
+        let bytes = batch.bytes;
+        // The spool's wire-form packets go out as they are.
+        let frame = OutFrame::batch(seq, batch.first_packet_index, batch.wire, &self.clocks());
+        if self.send_out(frame, now) {
+            self.session.sent(seq, bytes, now);
+            crate::metrics::batch_sent(bytes);
+        }
+    }
+
+    fn send_heartbeat(&mut self, last_batch_sent: u64) {
+        let frame = Body::Heartbeat(v1::Heartbeat {
+            clocks: Some(self.clocks()),
+            last_batch_sent,
+            sources: self.source_states(),
+        });
+        // A full queue means the link is busy, which says as much as a
+        // heartbeat; a closed one reports itself as Lost.
+        if let Some(connection) = &self.connection
+            && let Ok(frame) = OutFrame::encode(&v1::Frame { body: Some(frame) })
+        {
+            connection.send(frame);
+        }
+    }
+
     /// Queues a frame; a full queue or a dead connection counts as lost.
     fn send(&mut self, body: Body, now: Instant) -> bool {
         self.send_out(OutFrame::encode(&v1::Frame { body: Some(body) }), now)
@@ -157,6 +163,22 @@ impl Uplink {
             self.session.connection_lost(now);
         }
         sent
+    }
+
+    /// How each source is doing, for the daemon's status.
+    fn source_states(&self) -> Vec<v1::SourceState> {
+        self.config
+            .sources
+            .iter()
+            .map(|(spec, stats)| {
+                let state = stats.state();
+                v1::SourceState {
+                    spec: spec.clone(),
+                    state: state.condition.as_str().to_owned(),
+                    detail: state.detail,
+                }
+            })
+            .collect()
     }
 
     fn clocks(&self) -> v1::RelayClocks {

@@ -12,6 +12,7 @@ mod connection;
 pub mod misconfig;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracesync_protocol::relay::RefusalCode;
 
@@ -50,6 +51,9 @@ pub struct UplinkConfig {
     /// How long one configuration fault ([`misconfig::Misconfig`]) may
     /// last with no session before the uplink gives up; None: never.
     pub give_up_after: Option<Duration>,
+    /// The relay's sources (as given, and how each is doing), reported in
+    /// every Heartbeat.
+    pub sources: Vec<(String, Arc<crate::source::SourceStats>)>,
 }
 
 impl UplinkConfig {
@@ -65,6 +69,7 @@ impl UplinkConfig {
             give_up_after: Some(Duration::from_secs(
                 crate::config::DEFAULT_GIVE_UP_AFTER_SECONDS,
             )),
+            sources: Vec::new(),
         }
     }
 }

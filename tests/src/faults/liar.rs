@@ -119,6 +119,7 @@ impl LyingRelay {
                 let heartbeat = Body::Heartbeat(v1::Heartbeat {
                     clocks: Some(lie(opts.clock_ns)),
                     last_batch_sent: 0,
+                    sources: Vec::new(),
                 });
                 if write_frame(&mut writer, heartbeat).is_err() {
                     return;

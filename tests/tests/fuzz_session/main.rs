@@ -207,6 +207,19 @@ enum Chunk {
     Raw(Vec<u8>),
 }
 
+/// Source states as a relay (or a liar) could report them: many, long,
+/// not UTF-8 clean after a cut.
+fn sources() -> impl Strategy<Value = Vec<v1::SourceState>> {
+    prop::collection::vec(
+        (".{0,600}", ".{0,20}", ".{0,600}").prop_map(|(spec, state, detail)| v1::SourceState {
+            spec,
+            state,
+            detail,
+        }),
+        0..80,
+    )
+}
+
 fn clocks() -> impl Strategy<Value = Option<v1::RelayClocks>> {
     prop::option::of(
         (
@@ -265,10 +278,13 @@ fn body() -> impl Strategy<Value = v1::frame::Body> {
                 packets,
                 clocks,
             })),
-        2 => (clocks(), fuzz::edge_u64()).prop_map(|(clocks, last)| Body::Heartbeat(v1::Heartbeat {
-            clocks,
-            last_batch_sent: last,
-        })),
+        2 => (clocks(), fuzz::edge_u64(), sources()).prop_map(|(clocks, last, sources)| {
+            Body::Heartbeat(v1::Heartbeat {
+                clocks,
+                last_batch_sent: last,
+                sources,
+            })
+        }),
         1 => fuzz::edge_u64().prop_map(|t| Body::Ack(v1::Ack { through_batch: t })),
         1 => Just(Body::Welcome(v1::Welcome::default())),
         1 => "[ -~]{0,8}".prop_map(|r| Body::Refused(v1::Refused { reason: r, code: String::new() })),

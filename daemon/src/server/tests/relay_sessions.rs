@@ -195,6 +195,7 @@ async fn batches_are_acked_after_commit() {
         v1::frame::Body::Heartbeat(v1::Heartbeat {
             clocks: None,
             last_batch_sent: 2,
+            sources: Vec::new(),
         }),
     )
     .await;

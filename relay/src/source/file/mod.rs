@@ -17,6 +17,7 @@ use tokio::fs::File;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 
+use super::Condition;
 use super::pipeline::{Pipeline, Replay, ReplayState};
 use super::{Cursor, SourceBatch, SourceContext, send_batch};
 
@@ -152,17 +153,21 @@ impl Follower {
         let mut reported = false;
         loop {
             match File::open(&self.path).await {
-                Ok(f) => return Some(f),
+                Ok(f) => {
+                    self.ctx.stats.set_state(Condition::Reading, "");
+                    return Some(f);
+                }
                 Err(e) if !reported => {
                     reported = true;
                     if e.kind() == std::io::ErrorKind::NotFound {
-                        tracing::info!(
-                            "source {} ({}): waiting for the file to appear",
-                            self.index,
-                            self.label
-                        );
+                        let detail = "no such file; waiting for it to appear (is it the path \
+                                      the trace is written to?)";
+                        tracing::warn!("source {} ({}): {detail}", self.index, self.label);
+                        self.ctx.stats.set_state(Condition::Waiting, detail);
                     } else {
-                        self.report(format!("cannot open: {e}; retrying until it can be read"));
+                        let detail = format!("cannot open: {e}; retrying until it can be read");
+                        self.ctx.stats.set_state(Condition::Waiting, detail.clone());
+                        self.report(detail);
                     }
                 }
                 Err(_) => {}
