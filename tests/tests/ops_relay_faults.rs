@@ -5,7 +5,10 @@
 //! relay backs off (a handful of attempts, never "connected"), and exits
 //! 78 (77 for a refused certificate) after `--give-up-after-seconds`;
 //! `--keep-retrying` keeps it going. The daemon counts the failed
-//! handshakes by reason and `tracesync status` lists them in 80 columns.
+//! handshakes by reason and `tracesync status` lists them in 80 columns;
+//! a plaintext daemon names a TLS relay in its log and its status.
+
+#![allow(clippy::too_many_lines, reason = "a test reads top to bottom")]
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -200,6 +203,21 @@ fn relay_configuration_faults_are_named_and_end_in_sysexits_codes() {
     for line in text.lines() {
         assert!(line.chars().count() <= 80, "wider than 80 columns: {line}");
     }
+
+    // The plaintext daemon told its side too: the cause, the fix, a count.
+    assert!(
+        plain_daemon.log().contains(
+            "a relay with TLS on reached this plaintext daemon (tls.mode = \"off\"): give \
+             both the same mode"
+        ),
+        "{}",
+        plain_daemon.log()
+    );
+    let plain = plain_daemon.status().expect("status");
+    assert!(
+        plain["relays_refused"]["tls_relay"].as_u64().unwrap_or(0) >= 2,
+        "{plain}"
+    );
 }
 
 #[test]

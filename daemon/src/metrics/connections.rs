@@ -93,10 +93,13 @@ pub enum Failed {
     /// A connection still in TLS handshake or Hello closed for a newer one
     /// (more than `MAX_UNAUTHENTICATED` at once).
     UnauthenticatedLimit,
+    /// A TLS ClientHello on a plaintext data port: the relay has TLS on,
+    /// the daemon off.
+    TlsRelay,
 }
 
 impl Failed {
-    pub const ALL: [Failed; 9] = [
+    pub const ALL: [Failed; 10] = [
         Failed::HelloTimeout,
         Failed::MalformedFrame,
         Failed::FrameTooLarge,
@@ -106,6 +109,7 @@ impl Failed {
         Failed::TlsHandshake,
         Failed::FrameTimeout,
         Failed::UnauthenticatedLimit,
+        Failed::TlsRelay,
     ];
 
     /// The `reason` label.
@@ -120,6 +124,7 @@ impl Failed {
             Failed::TlsHandshake => "tls_handshake",
             Failed::FrameTimeout => "frame_timeout",
             Failed::UnauthenticatedLimit => "unauthenticated_limit",
+            Failed::TlsRelay => "tls_relay",
         }
     }
 
@@ -134,6 +139,9 @@ impl Failed {
             Failed::UnexpectedFrame => RefusalCode::UnexpectedFrame,
             Failed::ClosedByCore => RefusalCode::ClosedByCore,
             Failed::FrameTimeout => RefusalCode::FrameTimeout,
+            // The relay's TLS client reads no frame; that its bytes are one
+            // tells it the daemon speaks plaintext.
+            Failed::TlsRelay => RefusalCode::BadFrame,
             Failed::TlsHandshake | Failed::UnauthenticatedLimit => return None,
         })
     }
@@ -203,6 +211,18 @@ impl Counter {
             Counter::ConnectionsAccepted | Counter::SessionsWelcomed | Counter::AcceptErrors => {
                 None
             }
+        }
+    }
+
+    /// The key of the status report's `relays_refused` (None for counters
+    /// that send no refusal): the wire code, but the cause where the code
+    /// alone would mislead (a raw id another relay holds; a TLS relay at a
+    /// plaintext daemon, whose code is only what its TLS client reads).
+    pub fn report_key(self) -> Option<&'static str> {
+        match self {
+            Counter::Refused(Refused::Core) => Some("raw_id_conflict"),
+            Counter::Failed(Failed::TlsRelay) => Some("tls_relay"),
+            _ => self.code().map(RefusalCode::as_str),
         }
     }
 

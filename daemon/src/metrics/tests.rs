@@ -345,16 +345,12 @@ fn connection_counters_have_distinct_indices_series_and_codes() {
     series.sort_unstable();
     series.dedup();
     assert_eq!(series.len(), Counter::COUNT, "two counters share a series");
-    // A refusal code names one counter (the status report keys by it).
-    let mut codes: Vec<&str> = all
-        .iter()
-        .filter_map(|c| c.code())
-        .map(|c| c.as_str())
-        .collect();
-    let coded = codes.len();
-    codes.sort_unstable();
-    codes.dedup();
-    assert_eq!(codes.len(), coded, "two counters share a refusal code");
+    // A key of the status report's relays_refused names one counter.
+    let mut keys: Vec<&str> = all.iter().filter_map(|c| c.report_key()).collect();
+    let keyed = keys.len();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), keyed, "two counters share a report key");
 }
 
 /// The `reason` values docs/operations-metrics.md lists for `name`.

@@ -113,16 +113,35 @@ async fn connection<P: ProbeRegistry>(
     shared: Arc<Shared<P>>,
     pre: PreAuth,
 ) {
-    let stream = Metered::new(stream);
     match shared.settings.tls.clone() {
-        None => session::run(stream, peer, events, shared, pre).await,
+        None => {
+            if speaks_tls(&stream, &shared, &pre).await {
+                session::refuse_tls_relay(Metered::new(stream), peer, &shared).await;
+                return;
+            }
+            session::run(Metered::new(stream), peer, events, shared, pre).await;
+        }
         Some(tls) => {
-            let stream = tls_socket(stream);
+            let stream = tls_socket(Metered::new(stream));
             if let Some(stream) = handshake(&tls, stream, peer, &shared, &pre).await {
                 session::run(stream, peer, events, shared, pre).await;
             }
         }
     }
+}
+
+/// Whether the peer's first bytes are a TLS handshake record (a relay with
+/// TLS on), looked at without taking them; within the Hello's deadline.
+async fn speaks_tls<P>(stream: &TcpStream, shared: &Shared<P>, pre: &PreAuth) -> bool {
+    /// A TLS record header: handshake (22), version 3.x.
+    const TLS_HANDSHAKE: [u8; 2] = [0x16, 0x03];
+    let mut first = [0u8; 2];
+    let peeked = tokio::select! {
+        peeked = tokio::time::timeout_at(pre.deadline, stream.peek(&mut first)) => peeked,
+        () = pre.ticket.evicted() => return false,
+        () = shared.shutdown.cancelled() => return false,
+    };
+    matches!(peeked, Ok(Ok(2))) && first == TLS_HANDSHAKE
 }
 
 /// The server side of the TLS handshake, bounded by the hello timeout

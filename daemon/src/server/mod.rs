@@ -190,15 +190,7 @@ impl Counters {
     /// ones), for the status report.
     pub fn refusals(&self) -> std::collections::BTreeMap<String, u64> {
         Counter::all()
-            .filter_map(|c| {
-                let key = match c {
-                    // The wire code says who refused; the report says why
-                    // (raw id 0, or one another connected relay holds).
-                    Counter::Refused(Refused::Core) => "raw_id_conflict",
-                    _ => c.code()?.as_str(),
-                };
-                Some((key.to_owned(), self.get(c)))
-            })
+            .filter_map(|c| Some((c.report_key()?.to_owned(), self.get(c))))
             .filter(|(_, n)| *n > 0)
             .collect()
     }

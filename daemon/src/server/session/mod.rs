@@ -76,6 +76,22 @@ async fn save_bindings(bindings: Arc<Bindings>, machine: &str) {
     );
 }
 
+/// A relay with TLS on at this plaintext daemon (its first bytes are a
+/// ClientHello): counted and logged with the fix, and answered with a
+/// Refused frame, whose bytes tell the relay's TLS client that the daemon
+/// speaks plaintext.
+pub async fn refuse_tls_relay<P, S: DataStream>(stream: S, peer: SocketAddr, shared: &Shared<P>) {
+    let mut link = Framed::new(stream, codec(MAX_HELLO_FRAME_BYTES));
+    warn!(
+        %peer,
+        "a relay with TLS on reached this plaintext daemon (tls.mode = \"off\"): give both \
+         the same mode (the relay's --tls off, or the daemon's [tls] cert, key and client-ca)"
+    );
+    let reason = "this daemon speaks plaintext (tls.mode = \"off\") and the relay TLS: give \
+                  both the same mode";
+    refuse_counted(&mut link, peer, shared, Failed::TlsRelay, reason).await;
+}
+
 /// Runs one session to its end: `pre` is the connection's place among the
 /// unauthenticated, given up for a `max-relays` slot once the Hello passes.
 pub async fn run<P: ProbeRegistry, S: DataStream>(
