@@ -57,6 +57,10 @@ pub enum PkiCommand {
         /// Renew the daemon's certificate instead.
         #[arg(long)]
         daemon: bool,
+        /// With --daemon: the names the new certificate carries instead of
+        /// the current one's (host names or IPs the relays connect to).
+        #[arg(long = "daemon-name", value_name = "NAME", requires = "daemon")]
+        daemon_names: Vec<String>,
         /// Days the new certificate is valid (from an hour ago, for clock skew).
         #[arg(long, value_name = "N", default_value_t = tracesync_common::tls::pki::DEFAULT_DAYS,
               value_parser = clap::value_parser!(u32).range(1..=i64::from(tracesync_common::tls::pki::MAX_DAYS)))]
@@ -125,13 +129,16 @@ pub fn run(command: PkiCommand) -> u8 {
         PkiCommand::Renew {
             name,
             daemon,
+            daemon_names,
             days,
             dir,
             ..
         } => {
             let holder = match name {
                 Some(name) if !daemon => pki::Holder::Relay(name),
-                _ => pki::Holder::Daemon,
+                _ => pki::Holder::Daemon {
+                    names: daemon_names,
+                },
             };
             pki::renew(&dir, &holder, days)
         }

@@ -74,8 +74,8 @@ impl fmt::Display for Misconfig {
             }
             Misconfig::WrongServerName => {
                 "the daemon's certificate does not name the host connected to: give \
-                 --tls-server-name NAME (a name it carries), or reissue it with tracesync pki \
-                 init --daemon-name HOST"
+                 --tls-server-name NAME (a name it carries), or reissue it from the same CA \
+                 on the daemon's host: tracesync pki renew --daemon --daemon-name HOST DIR"
             }
             Misconfig::CertificateRefused => {
                 "the daemon refused this relay's certificate: check --tls-cert and --tls-key, \

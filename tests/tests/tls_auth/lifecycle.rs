@@ -338,6 +338,68 @@ fn a_certificate_issued_for_one_day_is_valid_now_and_not_after() {
     }
 }
 
+#[test]
+fn a_daemon_certificate_without_the_host_name_is_named_and_renewed_with_it() {
+    // The daemon's certificate names only localhost; a relay connecting to
+    // 127.0.0.1 is told so, with the command that fixes it; after
+    // `tracesync pki renew --daemon --daemon-name 127.0.0.1` it connects.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("pki");
+    let d = ca.as_os_str();
+    let run = |args: &[&str]| {
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        all.push(d);
+        tracesync(&all)
+    };
+    run(&["pki", "init", "--daemon-name", "localhost"]);
+    run(&["pki", "issue", "--name", "tls-named"]);
+    let pki = Pki {
+        _dir: tempfile::tempdir().expect("tempdir"),
+        ca: ca.clone(),
+        other: ca.clone(),
+    };
+    let daemon = Daemon::start(DaemonOpts {
+        tls: Some(pki.daemon()),
+        ..DaemonOpts::default()
+    });
+    let mut relay = Relay::start(
+        &daemon,
+        RelayOpts {
+            tls: Some(pki.relay(&ca, "tls-named")),
+            extra_args: vec!["--give-up-after-seconds".into(), "2".into()],
+            ..RelayOpts::synthetic("tls-named", RATE)
+        },
+    );
+    let exited = super::wait_exited(&mut relay, &daemon, "the relay to give up");
+    assert_eq!(exited.code(), Some(78), "{}", relay.log());
+    assert!(
+        relay.log().contains(
+            "the daemon's certificate does not name the host connected to: give \
+             --tls-server-name NAME (a name it carries), or reissue it from the same CA on the \
+             daemon's host: tracesync pki renew --daemon --daemon-name HOST DIR"
+        ),
+        "{}",
+        relay.log()
+    );
+    drop(daemon);
+
+    run(&["pki", "renew", "--daemon", "--daemon-name", "127.0.0.1"]);
+    let daemon = Daemon::start(DaemonOpts {
+        tls: Some(pki.daemon()),
+        ..DaemonOpts::default()
+    });
+    let mut relay = Relay::start(
+        &daemon,
+        RelayOpts {
+            tls: Some(pki.relay(&ca, "tls-named")),
+            ..RelayOpts::synthetic("tls-named", RATE)
+        },
+    );
+    daemon.wait_connected(&["tls-named"], WAIT);
+    let status = relay.stop();
+    assert!(status.success(), "relay exit: {status}\n{}", relay.log());
+}
+
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -342,20 +342,22 @@ pub fn issue_for(
 pub enum Holder {
     /// The relay certificate of machine NAME (`NAME.crt`).
     Relay(String),
-    /// The daemon's certificate (`daemon.crt`).
-    Daemon,
+    /// The daemon's certificate (`daemon.crt`), carrying these host names
+    /// and IPs (none given: the current certificate's).
+    Daemon { names: Vec<String> },
 }
 
-/// `tracesync pki renew --name NAME | --daemon [--days N] DIR`: a new key
-/// and certificate with the subject alternative names of the current one
-/// (machine name, raw id, daemon host names and IPs), signed by the same
-/// CA, replacing `NAME.crt`/`.key` (or `daemon.crt`/`.key`).
+/// `tracesync pki renew --name NAME | --daemon [--daemon-name HOST]...
+/// [--days N] DIR`: a new key and certificate with the subject alternative
+/// names of the current one (machine name, raw id, daemon host names and
+/// IPs) or, for the daemon, the names given, signed by the same CA,
+/// replacing `NAME.crt`/`.key` (or `daemon.crt`/`.key`).
 pub fn renew(dir: &Path, holder: &Holder, days: u32) -> Result<Vec<PathBuf>, PkiError> {
     let ca = Ca::open(dir)?;
     ca.check_days(dir, days)?;
     let stem = match holder {
         Holder::Relay(name) => stem_of(name),
-        Holder::Daemon => "daemon".to_owned(),
+        Holder::Daemon { .. } => "daemon".to_owned(),
     };
     let path = dir.join(format!("{stem}.crt"));
     let pem = read_file(&path)?;
@@ -389,7 +391,11 @@ pub fn renew(dir: &Path, holder: &Holder, days: u32) -> Result<Vec<PathBuf>, Pki
             }
             leaf_params(name, sans, ExtendedKeyUsagePurpose::ClientAuth)
         }
-        Holder::Daemon => {
+        Holder::Daemon { names } if !names.is_empty() => {
+            let sans = names.iter().map(|n| san_for(n)).collect::<Result<_, _>>()?;
+            leaf_params(&names[0], sans, ExtendedKeyUsagePurpose::ServerAuth)
+        }
+        Holder::Daemon { .. } => {
             let first = old.sans.first().map_or_else(
                 || "tracesyncd".to_owned(),
                 |san| match san {

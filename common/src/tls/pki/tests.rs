@@ -179,10 +179,23 @@ fn renew_keeps_the_names_and_the_ca_with_a_new_key() {
     assert_eq!(mode & 0o777, 0o600);
 
     let old = cert_of(&dir.path().join("daemon.crt"));
-    renew(dir.path(), &Holder::Daemon, 30).unwrap();
+    renew(dir.path(), &Holder::Daemon { names: Vec::new() }, 30).unwrap();
     let new = cert_of(&dir.path().join("daemon.crt"));
     assert_eq!(new.sans, old.sans);
     assert_eq!(new.sans.len(), 3);
+    // Reissued for another host name, by the same CA (a relay that meets
+    // a daemon certificate without the host's name is told this).
+    let moved_names = vec!["daemon.example".to_owned(), "10.1.2.3".to_owned()];
+    renew(dir.path(), &Holder::Daemon { names: moved_names }, 30).unwrap();
+    let moved = cert_of(&dir.path().join("daemon.crt"));
+    assert_eq!(moved.issuer, old.issuer);
+    assert_eq!(
+        moved.sans,
+        [
+            San::Dns("daemon.example".into()),
+            San::Ip("10.1.2.3".parse().unwrap())
+        ]
+    );
 
     let err = renew(dir.path(), &Holder::Relay("nobody".into()), 30).unwrap_err();
     assert!(matches!(err, PkiError::Read { .. }), "{err:?}");
