@@ -306,7 +306,7 @@ fn check_config_checks_directories_and_files_as_the_service_user() {
     assert_eq!(
         stderr(&out),
         format!(
-            "tracesyncd: built-in defaults: [output] dir: {}: {} is not a directory, so it \
+            "tracesyncd: --output: [output] dir: {}: {} is not a directory, so it \
              cannot be created\n",
             under.display(),
             d.join("file").display()
@@ -326,7 +326,7 @@ fn check_config_checks_directories_and_files_as_the_service_user() {
     assert_eq!(
         stderr(&out),
         format!(
-            "tracesyncd: built-in defaults: [listen] control: {} exists and is not a \
+            "tracesyncd: --control: [listen] control: {} exists and is not a \
              directory\n",
             d.join("file").display()
         )
@@ -360,7 +360,7 @@ fn check_config_checks_directories_and_files_as_the_service_user() {
     assert_eq!(
         stderr(&out),
         format!(
-            "tracesyncd: built-in defaults: [output] dir: {}: not writable by user nobody \
+            "tracesyncd: --output: [output] dir: {}: not writable by user nobody \
              (owner {}:{}, mode 0755)\n",
             owned.display(),
             meta.uid(),
@@ -393,7 +393,7 @@ fn check_config_checks_directories_and_files_as_the_service_user() {
     assert_eq!(
         stderr(&out),
         format!(
-            "tracesyncd: built-in defaults: [tls] key: {key}: not readable by user nobody \
+            "tracesyncd: --tls-key: [tls] key: {key}: not readable by user nobody \
              (owner {}:{}, mode 0600); `tracesync pki init --group GROUP` (or chgrp GROUP and \
              chmod 0640) lets a service user in GROUP read it\n",
             kmeta.uid(),

@@ -101,6 +101,22 @@ pub struct DaemonArgs {
     pub log_format: Option<tracesync_common::logging::LogFormat>,
 }
 
+impl DaemonArgs {
+    /// Whether the command line gave the path flag `flag` (`output`,
+    /// `control`, `tls-cert`, `tls-key`, `tls-client-ca`, `tls-crl`).
+    pub fn gave(&self, flag: &str) -> bool {
+        match flag {
+            "output" => self.output.is_some(),
+            "control" => self.control.is_some(),
+            "tls-cert" => self.tls_cert.is_some(),
+            "tls-key" => self.tls_key.is_some(),
+            "tls-client-ca" => self.tls_client_ca.is_some(),
+            "tls-crl" => self.tls_crl.is_some(),
+            _ => false,
+        }
+    }
+}
+
 /// The whole daemon configuration.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
@@ -413,25 +429,35 @@ impl DaemonConfig {
         &self,
         file: Option<&Path>,
         who: &tracesync_common::access::Who,
+        args: &DaemonArgs,
     ) -> Result<(), ConfigError> {
         use tracesync_common::access::check_dir;
-        let error = |message: String| ConfigError::file(file, message);
-        let access = |e: tracesync_common::access::AccessError| error(e.to_string());
-        check_dir(who, "[output] dir", &self.output.dir).map_err(access)?;
+        // Named where the path came from: its flag, else the file (or the
+        // built-in defaults).
+        let error = |flag: &'static str, message: String| {
+            if args.gave(flag) {
+                ConfigError::flag(flag, message)
+            } else {
+                ConfigError::file(file, message)
+            }
+        };
+        let access =
+            |flag| move |e: tracesync_common::access::AccessError| error(flag, e.to_string());
+        check_dir(who, "[output] dir", &self.output.dir).map_err(access("output"))?;
         if let Some(parent) = self.listen.control.parent()
             && !parent.as_os_str().is_empty()
         {
-            check_dir(who, "[listen] control", parent).map_err(access)?;
+            check_dir(who, "[listen] control", parent).map_err(access("control"))?;
         }
         if self.tls.mode != crate::tls::TlsMode::Off {
             let tls = &self.tls;
             let files = [
-                ("[tls] cert", Some(&tls.cert)),
-                ("[tls] key", Some(&tls.key)),
-                ("[tls] client-ca", Some(&tls.client_ca)),
-                ("[tls] crl", tls.crl.as_ref()),
+                ("[tls] cert", "tls-cert", Some(&tls.cert)),
+                ("[tls] key", "tls-key", Some(&tls.key)),
+                ("[tls] client-ca", "tls-client-ca", Some(&tls.client_ca)),
+                ("[tls] crl", "tls-crl", tls.crl.as_ref()),
             ];
-            for (key, path) in files {
+            for (key, flag, path) in files {
                 let Some(path) = path.map(|p| p.get_ref()) else {
                     continue;
                 };
@@ -443,7 +469,10 @@ impl DaemonConfig {
                     } else {
                         String::new()
                     };
-                    return Err(error(format!("{key}: {}: {why}{hint}", path.display())));
+                    return Err(error(
+                        flag,
+                        format!("{key}: {}: {why}{hint}", path.display()),
+                    ));
                 }
             }
         }

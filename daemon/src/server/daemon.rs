@@ -84,7 +84,7 @@ pub fn main() -> ExitCode {
                 }
             },
         };
-        if let Err(e) = config.check_paths(config_path.as_deref(), &who) {
+        if let Err(e) = config.check_paths(config_path.as_deref(), &who, &args) {
             eprintln!("tracesyncd: {e}");
             return ExitCode::from(exit::CONFIG);
         }
@@ -510,7 +510,7 @@ fn lock_exit_code(e: &tracesync_capture::lock::LockError) -> u8 {
     match e {
         tracesync_capture::lock::LockError::Held { .. } => exit::TEMPFAIL,
         e if e.is_permission() => exit::NOPERM,
-        tracesync_capture::lock::LockError::Io { .. } => exit::CANTCREAT,
+        _ => exit::CANTCREAT,
     }
 }
 
