@@ -33,6 +33,16 @@ pub enum LockError {
         path: PathBuf,
         pid: Option<u32>,
     },
+    /// `[output] dir` is there but is no directory.
+    NotADirectory {
+        dir: PathBuf,
+    },
+    /// `[output] dir` cannot be made (a parent is missing rights, or is a
+    /// file).
+    CannotCreate {
+        dir: PathBuf,
+        source: io::Error,
+    },
     Io {
         path: PathBuf,
         source: io::Error,
@@ -56,6 +66,27 @@ impl std::fmt::Display for LockError {
                     path.display()
                 )
             }
+            LockError::NotADirectory { dir } => write!(
+                f,
+                "[output] dir {} is not a directory; give a directory (--output)",
+                dir.display()
+            ),
+            LockError::CannotCreate { dir, source } => write!(
+                f,
+                "[output] dir {} cannot be created: {source}; create it (writable by the \
+                 daemon's user) or give another (--output)",
+                dir.display()
+            ),
+            LockError::Io { path, source } if source.kind() == io::ErrorKind::PermissionDenied => {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                write!(
+                    f,
+                    "[output] dir {} is not writable by this user (it cannot create {}): give \
+                     the daemon's user write access, or another dir (--output)",
+                    dir.display(),
+                    path.display()
+                )
+            }
             LockError::Io { path, source } => {
                 write!(f, "cannot lock {}: {source} ([output] dir)", path.display())
             }
@@ -66,7 +97,8 @@ impl std::fmt::Display for LockError {
 impl LockError {
     /// Whether the lock was refused for lack of permission.
     pub fn is_permission(&self) -> bool {
-        matches!(self, LockError::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied)
+        matches!(self, LockError::Io { source, .. } | LockError::CannotCreate { source, .. }
+            if source.kind() == io::ErrorKind::PermissionDenied)
     }
 }
 
@@ -78,7 +110,15 @@ pub fn lock(dir: &Path) -> Result<OutputLock, LockError> {
         path: path.clone(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(io_error)?;
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(LockError::NotADirectory {
+            dir: dir.to_path_buf(),
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|source| LockError::CannotCreate {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -155,6 +195,20 @@ mod tests {
         drop(first);
         assert_eq!(holder(&out), None);
         lock(&out).expect("lock after release");
+    }
+
+    #[test]
+    fn a_file_as_output_dir_and_one_that_cannot_be_made_name_the_real_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("out");
+        std::fs::write(&file, "x").unwrap();
+        let e = lock(&file).expect_err("a file");
+        assert!(matches!(e, LockError::NotADirectory { .. }), "{e}");
+        assert!(e.to_string().contains("is not a directory"), "{e}");
+        let e = lock(&file.join("below")).expect_err("under a file");
+        assert!(matches!(e, LockError::CannotCreate { .. }), "{e}");
+        assert!(e.to_string().contains("cannot be created"), "{e}");
+        assert!(!e.to_string().contains("cannot lock"), "{e}");
     }
 
     #[test]
