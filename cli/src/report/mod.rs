@@ -1,11 +1,17 @@
 //! `tracesync report DIR|FILES... [-o OUT.svg|OUT.png]`: how good the
 //! alignment of a capture was, per remote machine, from its sync-quality
 //! tracks (docs/format.md, "Sync-quality tracks") and its packets read back
-//! as `merge DIR` reads them: offset and its bound over time, round trip,
-//! epochs (plots, `plot.rs`), and a summary table (printed, and drawn
-//! above the plots).
+//! as `merge DIR` reads them: the offset as its residual around a line
+//! fitted per epoch (`fit.rs`) with the error bound as a band, round trip,
+//! bound, epochs (plots, `plot.rs`; their text, `pen.rs`), and a summary
+//! table (printed, and drawn above the plots; a machine without packets
+//! has no bound, "-").
 
+mod fit;
+mod pen;
 mod plot;
+#[cfg(test)]
+mod tests;
 
 pub use plot::draw;
 
@@ -33,9 +39,13 @@ pub struct MachineReport {
     pub freq_ppm: Vec<(f64, f64)>,
     /// (time s, what) of each epoch change.
     pub epochs: Vec<(f64, String)>,
-    /// Per-packet error bounds (ns) of its data packets.
-    pub bounds: Histogram<u64>,
+    /// Per-packet error bounds (ns) of its data packets (None only if the
+    /// histogram could not be made).
+    pub bounds: Option<Histogram<u64>>,
     pub packets: u64,
+    /// Its last packet (s from the capture's start): its series hold
+    /// their last value until then.
+    pub last_s: f64,
     /// Packets older than one before them in the capture (by more than
     /// the read-back times' 2 µs).
     pub late: u64,
@@ -53,28 +63,72 @@ impl MachineReport {
             rtt_us: Vec::new(),
             freq_ppm: Vec::new(),
             epochs: Vec::new(),
-            bounds: Histogram::new(3).expect("3 significant digits is valid"),
+            bounds: Histogram::new(3).ok(),
             packets: 0,
+            last_s: 0.0,
             late: 0,
             probe_samples: 0,
         }
     }
 
-    /// The summary row: samples, p50/p99/max per-packet bound, epochs, late.
-    pub fn row(&self) -> String {
-        let q = |v: f64| us(self.bounds.value_at_quantile(v));
-        format!(
-            "{:<16} {:>9} {:>9} {:>11} {:>11} {:>11} {:>7} {:>7}",
-            self.name,
-            self.packets,
-            self.probe_samples,
-            q(0.5),
-            q(0.99),
-            us(self.bounds.max()),
-            self.epochs.len(),
-            self.late,
-        )
+    /// The summary row's cells (see [`COLUMNS`]): packets, probe samples,
+    /// p50/p99/max per-packet bound ("-" with no packet), epochs, late.
+    pub fn cells(&self) -> [String; 8] {
+        let bound = |q: Option<f64>| match (&self.bounds, q) {
+            (Some(h), _) if h.is_empty() => "-".to_owned(),
+            (Some(h), Some(q)) => us(h.value_at_quantile(q)),
+            (Some(h), None) => us(h.max()),
+            (None, _) => "-".to_owned(),
+        };
+        [
+            self.name.clone(),
+            self.packets.to_string(),
+            self.probe_samples.to_string(),
+            bound(Some(0.5)),
+            bound(Some(0.99)),
+            bound(None),
+            self.epochs.len().to_string(),
+            self.late.to_string(),
+        ]
     }
+
+    /// The summary row, aligned under [`header`].
+    pub fn row(&self) -> String {
+        line(&self.cells())
+    }
+}
+
+/// The summary table's columns: title and width in characters. The first
+/// is left-aligned, the others right-aligned, one space apart.
+pub const COLUMNS: [(&str, usize); 8] = [
+    ("machine", 16),
+    ("packets", 9),
+    ("samples", 9),
+    ("p50 bound", 11),
+    ("p99 bound", 11),
+    ("max bound", 11),
+    ("epochs", 7),
+    ("late", 7),
+];
+
+/// One line of the table from its cells.
+fn line<S: AsRef<str>>(cells: &[S]) -> String {
+    let mut out = String::new();
+    for (i, (cell, (_, width))) in cells.iter().zip(COLUMNS).enumerate() {
+        let cell = cell.as_ref();
+        let text = if i == 0 {
+            format!("{cell:<width$}")
+        } else {
+            format!(" {cell:>width$}")
+        };
+        out.push_str(&text);
+    }
+    out
+}
+
+/// The table's header line.
+pub fn header() -> String {
+    line(&COLUMNS.map(|c| c.0))
 }
 
 fn us(ns: u64) -> String {
@@ -98,10 +152,6 @@ fn probe_samples(capture: &Capture) -> BTreeMap<u32, u64> {
     out
 }
 
-/// The table's header line.
-pub const HEADER: &str =
-    "machine            packets   samples  p50 bound   p99 bound   max bound  epochs    late";
-
 /// Everything a report shows.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -114,7 +164,7 @@ pub struct Report {
 impl Report {
     /// The summary table, one line per remote machine.
     pub fn table(&self) -> Vec<String> {
-        let mut lines = vec![HEADER.to_owned()];
+        let mut lines = vec![header()];
         lines.extend(self.machines.iter().map(MachineReport::row));
         lines
     }
@@ -137,6 +187,7 @@ pub fn collect(capture: &Capture) -> Result<Report, CaptureError> {
         let m = machines
             .entry(p.machine_raw_id)
             .or_insert_with(|| MachineReport::new(p.machine_raw_id));
+        m.last_s = m.last_s.max(t);
         if let Some(name) = &p.machine_name {
             m.name = name.to_string();
         }
@@ -165,7 +216,9 @@ pub fn collect(capture: &Capture) -> Result<Report, CaptureError> {
         if p.role == Role::Data && p.clock != 0 {
             m.packets += 1;
             // Auto-resizing: records any u64.
-            let _ = m.bounds.record(p.err_ns);
+            if let Some(h) = &mut m.bounds {
+                let _ = h.record(p.err_ns);
+            }
             // Read-back times are within the sync-point threshold of the
             // daemon's: only an inversion beyond it is a late packet.
             if p.ts.saturating_add(LATE_SLACK_NS) < end {
