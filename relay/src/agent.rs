@@ -98,8 +98,9 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         Err(code) => return code,
     };
     tracing::info!(
-        "relay {} (raw id {}, instance {:016x}) -> {}; spool {} resumes at batch {}",
+        "relay {} ({}, raw id {}, instance {:016x}) -> {}; spool {} resumes at batch {}",
         identity.machine_name,
+        identity.name_source.describe(),
         identity.raw_id,
         spool.instance_id(),
         config.host,

@@ -29,7 +29,8 @@ pub struct Flags {
     /// Daemon address HOST:PORT (default 127.0.0.1:7410).
     #[arg(long, value_name = "ADDR")]
     pub host: Option<String>,
-    /// Machine name shown in the merged trace (default: the host name).
+    /// Machine name shown in the merged trace (default: the host name; on
+    /// Android, MODEL-SERIAL from ro.product.model and ro.serialno).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// A trace source: file:PATH, unix:PATH, stdin, synthetic:RATE[,size=B][,seqs=N].
