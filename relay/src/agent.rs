@@ -40,6 +40,9 @@ pub fn main() -> ExitCode {
         use clap::CommandFactory;
         return exit::print_man_page(Flags::command());
     }
+    if flags.print_name {
+        return print_name(&flags);
+    }
     let config = match load_config(&flags) {
         Ok(config) => config,
         Err(line) => {
@@ -69,6 +72,24 @@ pub fn main() -> ExitCode {
         }
     };
     ExitCode::from(runtime.block_on(run(config, flags)))
+}
+
+/// `--print-name`: the machine name Hello will carry, which a relay
+/// certificate must name, found before any TLS file exists.
+fn print_name(flags: &Flags) -> ExitCode {
+    match RelayConfig::load_without_tls(flags) {
+        Ok(config) => {
+            println!(
+                "{}",
+                MachineIdentity::detect(config.name.as_deref()).machine_name
+            );
+            ExitCode::from(exit::OK)
+        }
+        Err(e) => {
+            eprintln!("tracesync-relay: {e}");
+            ExitCode::from(exit::CONFIG)
+        }
+    }
 }
 
 /// The merged configuration, sources fully parsed: one error line.

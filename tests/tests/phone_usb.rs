@@ -5,8 +5,8 @@
 //! reverse tcp:7410 tcp:7410` and `tcp:7411` give a phone its 127.0.0.1
 //! (UDP to 127.0.0.2 reaches nothing: the daemon's sync socket is bound to
 //! 127.0.0.1). The relay is given no `--name`: it runs with `ANDROID_ROOT`
-//! set and a fake `getprop` on PATH, and presents a certificate issued
-//! (`pki issue`) for the name it takes from the device, over mutual TLS.
+//! set and a fake `getprop` on PATH, says that name with `--print-name`,
+//! and presents a certificate issued (`pki issue`) for it, over mutual TLS.
 //!
 //! - Before the forward exists (connection refused) the relay says so in
 //!   one line naming `adb reverse`, keeps spooling, and does not repeat it.
@@ -153,18 +153,41 @@ fn fake_getprop(dir: &Path) {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
-/// The relay as a phone runs it: no `--name`, the host 127.0.0.1 of the
-/// phone (here 127.0.0.2), its log in `dir/relay.log`.
-fn start_phone_relay(daemon: &Daemon, pki: &TwoCaPki, dir: &Path) -> PhoneRelay {
+/// `tracesync-relay` as on a phone: `ANDROID_ROOT` set and the fake
+/// `getprop` (made in `dir/bin`) first on PATH.
+fn phone_relay_command(dir: &Path) -> Command {
     let bin_dir = dir.join("bin");
     std::fs::create_dir_all(&bin_dir).expect("bin dir");
     fake_getprop(&bin_dir);
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut paths = vec![bin_dir];
     paths.extend(std::env::split_paths(&path));
+    let mut cmd = Command::new(bin("tracesync-relay"));
+    cmd.env("ANDROID_ROOT", "/system")
+        .env("PATH", std::env::join_paths(paths).expect("PATH"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// What `tracesync-relay --print-name` says on the phone (the name to
+/// issue its certificate for), with `args` more.
+fn print_name(dir: &Path, args: &[&str]) -> String {
+    let out = phone_relay_command(dir)
+        .arg("--print-name")
+        .args(args)
+        .output()
+        .expect("tracesync-relay --print-name");
+    assert!(out.status.success(), "--print-name: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+}
+
+/// The relay as a phone runs it: no `--name`, the host 127.0.0.1 of the
+/// phone (here 127.0.0.2), its log in `dir/relay.log`.
+fn start_phone_relay(daemon: &Daemon, pki: &TwoCaPki, dir: &Path) -> PhoneRelay {
     let log = std::fs::File::create(dir.join("relay.log")).expect("relay log");
     let cert = |ext: &str| pki.path("ca", &format!("{NAME}.{ext}"));
-    let child = Command::new(bin("tracesync-relay"))
+    let child = phone_relay_command(dir)
         .arg("--host")
         .arg(format!("{PHONE_IP}:{}", daemon.data_addr.port()))
         .arg("--token")
@@ -182,10 +205,6 @@ fn start_phone_relay(daemon: &Daemon, pki: &TwoCaPki, dir: &Path) -> PhoneRelay 
         // The daemon's certificate names localhost and 127.0.0.1 (as
         // `pki init` does by default, what a phone connects to).
         .args(["--tls-server-name", "localhost", "--keep-retrying"])
-        .env("ANDROID_ROOT", "/system")
-        .env("PATH", std::env::join_paths(paths).expect("PATH"))
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .spawn()
@@ -234,6 +253,13 @@ fn route(status: &serde_json::Value) -> Option<&str> {
 #[test]
 fn a_phone_over_usb_syncs_over_tcp_and_loses_nothing_when_unplugged() {
     let dir = tempfile::tempdir().expect("tempdir");
+    // The name the relay will send, asked before any certificate exists,
+    // and its certificate issued for it.
+    assert_eq!(print_name(dir.path(), &[]), NAME);
+    assert_eq!(
+        print_name(dir.path(), &["--name", "bench-phone"]),
+        "bench-phone"
+    );
     let pki = TwoCaPki::new();
     pki::issue(&pki.path("ca", ""), NAME, None).expect("pki issue for the phone");
     let mut daemon = Daemon::start(DaemonOpts {

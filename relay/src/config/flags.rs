@@ -23,6 +23,11 @@ pub struct Flags {
     /// Validate the configuration, print the first error as file:line:column, and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Print the machine name this relay sends (--name, the file's name, else the
+    /// machine's own: its host name, or an Android device's MODEL-SERIAL) and exit:
+    /// the name its certificate must carry (tracesync pki issue --name NAME).
+    #[arg(long)]
+    pub print_name: bool,
     /// Print the man page tracesync-relay(8) (roff) and exit.
     #[arg(long, hide = true)]
     pub man: bool,
