@@ -8,7 +8,9 @@
 # (no proxy in either); every other profile (lan, wifi, asym-static,
 # asym-jitter, lan-pareto, proxy-loopback = the proxy without impairment)
 # sends all relay <-> daemon traffic (TCP data, UDP probes) through the
-# impairment proxy (tracesync-impair) in a namespace of its own. Prints a
+# impairment proxy (tracesync-impair) in a namespace of its own; "usb" (a
+# phone behind adb reverse) forwards TCP only, so the relays' probes fall
+# back to TCP. Prints a
 # markdown table: per profile and relay, |merged ts - truth| p50/p99/max
 # after a 10 s warm-up, the fraction inside the per-packet bound the daemon
 # reported, and the naive last-sample and Perfetto-style constant baselines
@@ -17,6 +19,7 @@
 #
 #   sudo scripts/sync-real.sh                      # loopback lan wifi asym-static asym-jitter
 #   sudo scripts/sync-real.sh lan wifi             # some profiles
+#   sudo scripts/sync-real.sh usb                  # adb's TCP-only link
 #   sudo scripts/sync-real.sh --kernel-timestamps both loopback lan
 #                                                  # userspace vs kernel receive stamps
 #   SYNC_REAL_SECS=60 SYNC_REAL_SEED=2 sudo scripts/sync-real.sh

@@ -40,6 +40,9 @@ pub fn main() -> ExitCode {
         use clap::CommandFactory;
         return exit::print_man_page(Flags::command());
     }
+    if flags.print_name {
+        return print_name(&flags);
+    }
     let config = match load_config(&flags) {
         Ok(config) => config,
         Err(line) => {
@@ -71,6 +74,24 @@ pub fn main() -> ExitCode {
     ExitCode::from(runtime.block_on(run(config, flags)))
 }
 
+/// `--print-name`: the machine name Hello will carry, which a relay
+/// certificate must name, found before any TLS file exists.
+fn print_name(flags: &Flags) -> ExitCode {
+    match RelayConfig::load_without_tls(flags) {
+        Ok(config) => {
+            println!(
+                "{}",
+                MachineIdentity::detect(config.name.as_deref()).machine_name
+            );
+            ExitCode::from(exit::OK)
+        }
+        Err(e) => {
+            eprintln!("tracesync-relay: {e}");
+            ExitCode::from(exit::CONFIG)
+        }
+    }
+}
+
 /// The merged configuration, sources fully parsed: one error line.
 fn load_config(flags: &Flags) -> Result<RelayConfig, String> {
     let config = RelayConfig::load(flags).map_err(|e| e.to_string())?;
@@ -98,8 +119,9 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         Err(code) => return code,
     };
     tracing::info!(
-        "relay {} (raw id {}, instance {:016x}) -> {}; spool {} resumes at batch {}",
+        "relay {} ({}, raw id {}, instance {:016x}) -> {}; spool {} resumes at batch {}",
         identity.machine_name,
+        identity.name_source.describe(),
         identity.raw_id,
         spool.instance_id(),
         config.host,

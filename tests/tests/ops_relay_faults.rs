@@ -135,8 +135,9 @@ fn relay_configuration_faults_are_named_and_end_in_sysexits_codes() {
         78,
     );
     let not_data_port = "the peer closed the connection without a word: this is not the \
-                         daemon's data port (7410 by default; is it the sync port, 7411?); \
-                         fix --host";
+                         daemon's data port (7410 by default; is it the sync port, 7411?), or a \
+                         forwarder (adb reverse, ssh -L) with no daemon behind it; fix --host, \
+                         or start tracesyncd";
     assert_fault(
         "TLS relay, sync port",
         tls_daemon.sync_addr,
@@ -247,7 +248,7 @@ fn keep_retrying_never_gives_up() {
         .read_to_string(&mut err);
     assert!(running, "the relay exited:\n{err}");
     assert!(
-        err.contains("fix --host; retrying with backoff (--keep-retrying)"),
+        err.contains("start tracesyncd; retrying with backoff (--keep-retrying)"),
         "{err}"
     );
     assert_eq!(err.matches(" ERROR ").count(), 1, "said once:\n{err}");

@@ -1,10 +1,12 @@
 //! Clock sync over real sockets (docs/clock-sync-accuracy.md), bounded:
 //! `tracesyncd` and two relays in time namespaces with known offsets (one
-//! with 50 ppm simulated drift). Two runs, ~25 s each: the loopback profile
-//! (relays and daemon in one network namespace over `lo`, nothing in
-//! between) and the LAN profile (relays in their own namespaces, everything
+//! with 50 ppm simulated drift). Three runs, ~25 s each: the loopback
+//! profile (relays and daemon in one network namespace over `lo`, nothing
+//! in between), the LAN profile (relays in their own namespaces, everything
 //! through the impairment proxy `tracesync-impair`: 90 µs each way + exp
-//! 25 µs queueing). Every event after the 10 s warm-up must lie
+//! 25 µs queueing) and the USB profile (a phone behind `adb reverse`: TCP
+//! only, so the relays' probes must fall back to TCP, 300 µs + exp 300 µs
+//! each way and 1% stalls of ~10 ms). Every event after the 10 s warm-up must lie
 //! inside the error bound the daemon reported for its packet, none lost or
 //! duplicated, and the p99 error must be sane (< 1 ms). The capture is then
 //! refined (`tracesync refine`): every event inside its refined bound and
@@ -17,7 +19,7 @@
 //! Needs root, `ip netns` and `unshare --time`; skips with the reason
 //! otherwise.
 
-use tracesync_tests::impair::realsock::{self, Bins, RunResult, RunSpec};
+use tracesync_tests::impair::realsock::{self, Bins, RunResult, RunSpec, Wiring};
 use tracesync_tests::live::bin;
 
 const SECONDS: u64 = 25;
@@ -42,8 +44,20 @@ fn check(r: &RunResult, relays: usize) {
     let table = realsock::table(std::slice::from_ref(r));
     eprintln!("{table}");
     let proxy = &r.proxy;
+    let tcp_only = Wiring::of(&r.profile).is_some_and(Wiring::tcp_only);
     if r.profile == "loopback" {
         assert!(!r.proxied, "loopback runs without the proxy");
+    } else if tcp_only {
+        // adb's link: no UDP crosses it, the probes ride the relays' TCP
+        // connections to the sync port.
+        assert!(r.proxied);
+        assert_eq!(proxy["profile"], r.profile.as_str(), "proxy stats: {proxy}");
+        assert!(
+            proxy["udp_up"]["units"] == 0
+                && proxy["tcp_down"]["units"].as_u64() > Some(100)
+                && proxy["tcp_up"]["bytes"].as_u64() > Some(10_000),
+            "probes and data must cross the proxy over TCP only: {proxy}"
+        );
     } else {
         assert!(r.proxied);
         assert_eq!(proxy["profile"], r.profile.as_str(), "proxy stats: {proxy}");
@@ -54,10 +68,11 @@ fn check(r: &RunResult, relays: usize) {
             "probes and data must cross the proxy: {proxy}"
         );
     }
-    // Kernel receive timestamps are on by default: both ends used them.
+    // Kernel receive timestamps are on by default: both ends used them
+    // (UDP only: TCP probes are stamped in userspace).
     let used = |c: Option<(u64, u64)>| c.is_some_and(|(kernel, _)| kernel > 0);
     assert!(
-        used(r.daemon_rx_stamps),
+        tcp_only || used(r.daemon_rx_stamps),
         "daemon: no kernel-stamped t4 ({:?})",
         r.daemon_rx_stamps
     );
@@ -117,10 +132,18 @@ fn check(r: &RunResult, relays: usize) {
             "{}: no probe samples in the sidecar",
             x.name
         );
+        let want_route = if tcp_only { "tcp" } else { "udp" };
+        assert_eq!(
+            x.probe_route.as_deref(),
+            Some(want_route),
+            "{}: probes via {:?}\n{table}",
+            x.name,
+            x.probe_route
+        );
         // The relay logs its counts when its UDP responder ends, which a
         // relay exiting at once may not get to: checked when logged.
         assert!(
-            x.relay_rx_stamps.is_none_or(|(kernel, _)| kernel > 0),
+            tcp_only || x.relay_rx_stamps.is_none_or(|(kernel, _)| kernel > 0),
             "{}: no kernel-stamped t2 ({:?})",
             x.name,
             x.relay_rx_stamps
@@ -135,7 +158,7 @@ fn real_sockets_over_loopback_and_through_the_impairment_proxy() {
         return;
     }
     let bins = bins();
-    for profile in ["loopback", "lan"] {
+    for profile in ["loopback", "lan", "usb"] {
         let spec = RunSpec::standard(profile, SECONDS, bins.clone());
         let result = realsock::run(&spec).unwrap_or_else(|e| panic!("{profile}: {e}"));
         check(&result, 2);

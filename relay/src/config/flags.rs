@@ -23,13 +23,19 @@ pub struct Flags {
     /// Validate the configuration, print the first error as file:line:column, and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Print the machine name this relay sends (--name, the file's name, else the
+    /// machine's own: its host name, or an Android device's MODEL-SERIAL) and exit:
+    /// the name its certificate must carry (tracesync pki issue --name NAME).
+    #[arg(long)]
+    pub print_name: bool,
     /// Print the man page tracesync-relay(8) (roff) and exit.
     #[arg(long, hide = true)]
     pub man: bool,
     /// Daemon address HOST:PORT (default 127.0.0.1:7410).
     #[arg(long, value_name = "ADDR")]
     pub host: Option<String>,
-    /// Machine name shown in the merged trace (default: the host name).
+    /// Machine name shown in the merged trace (default: the host name; on
+    /// Android, MODEL-SERIAL from ro.product.model and ro.serialno).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// A trace source: file:PATH, unix:PATH, stdin, synthetic:RATE[,size=B][,seqs=N].

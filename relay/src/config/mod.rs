@@ -106,14 +106,26 @@ pub use tracesync_common::config::ConfigError;
 impl RelayConfig {
     /// Finds and reads the file (search order above) and applies the flags.
     pub fn load(flags: &Flags) -> Result<Self, ConfigError> {
+        let (config, text) = Self::read(flags)?;
+        config.check_tls(text.as_deref())?;
+        Ok(config)
+    }
+
+    /// As [`load`](Self::load) without loading the TLS files (they may
+    /// not exist yet: `--print-name` names the certificate to make).
+    pub fn load_without_tls(flags: &Flags) -> Result<Self, ConfigError> {
+        Ok(Self::read(flags)?.0)
+    }
+
+    /// The merged configuration and the file's text.
+    fn read(flags: &Flags) -> Result<(Self, Option<String>), ConfigError> {
         let path = tracesync_common::config::find(flags.config.as_deref(), DEFAULT_CONFIG_PATH);
         let text = path
             .as_deref()
             .map(tracesync_common::config::read)
             .transpose()?;
         let config = Self::from_parts(path.as_deref(), text.as_deref(), flags)?;
-        config.check_tls(text.as_deref())?;
-        Ok(config)
+        Ok((config, text))
     }
 
     /// Loads the `[tls]` files once, so an unreadable or mismatched one is

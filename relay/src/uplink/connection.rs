@@ -24,6 +24,7 @@ use tracesync_protocol::relay::v1::{Frame, RelayClocks};
 use tracesync_protocol::wire::{self, WireType};
 
 use super::misconfig::{self, FirstBytes, Misconfig, MisconfigError};
+use super::unreachable::{self, ConnectFailure};
 use crate::tls::ClientTls;
 
 /// `Frame`s over tokio-util's length-delimited framing (4-byte big-endian
@@ -174,6 +175,11 @@ pub enum ConnectionEvent {
         peer: SocketAddr,
     },
     Frame(Frame),
+    /// No connection was made (refused, no answer, no route): the line
+    /// that says so and what to check ([`unreachable::describe`]).
+    Unreachable {
+        reason: String,
+    },
     Lost {
         reason: String,
         /// A cause retrying will not fix, if the failure showed one.
@@ -315,18 +321,16 @@ async fn run(
         () = token.cancelled() => return,
         result = tokio::time::timeout(connect_timeout, TcpStream::connect(&host)) => result,
     };
-    let stream = match stream {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            let _ = events.send(lost(format!("connect to {host}: {e}"))).await;
-            return;
-        }
-        Err(_) => {
-            let _ = events
-                .send(lost(format!(
-                    "connect to {host}: timed out after {connect_timeout:?}"
-                )))
-                .await;
+    let failure = match stream {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err(ConnectFailure::Io(e)),
+        Err(_) => Err(ConnectFailure::TimedOut(connect_timeout)),
+    };
+    let stream = match failure {
+        Ok(stream) => stream,
+        Err(failure) => {
+            let reason = unreachable::describe(&host, &failure);
+            let _ = events.send(ConnectionEvent::Unreachable { reason }).await;
             return;
         }
     };

@@ -20,7 +20,9 @@ pub enum Misconfig {
     /// A TLS relay got a relay-protocol frame back: the daemon runs plaintext.
     DaemonIsPlaintext,
     /// The peer closed before saying anything the relay protocol or TLS
-    /// would: not a tracesync data port (the sync port, most likely).
+    /// would: not a tracesync data port (the sync port, most likely), or
+    /// a forwarder whose far end refused it (`adb reverse` with the
+    /// daemon down: the phone's side accepts, then closes).
     NotDataPort,
     /// The daemon's certificate is not signed by `[tls] ca`.
     UnknownIssuer,
@@ -66,7 +68,8 @@ impl fmt::Display for Misconfig {
             }
             Misconfig::NotDataPort => {
                 "the peer closed the connection without a word: this is not the daemon's data \
-                 port (7410 by default; is it the sync port, 7411?); fix --host"
+                 port (7410 by default; is it the sync port, 7411?), or a forwarder (adb \
+                 reverse, ssh -L) with no daemon behind it; fix --host, or start tracesyncd"
             }
             Misconfig::UnknownIssuer => {
                 "the daemon's certificate is not signed by this relay's CA: give the daemon's \

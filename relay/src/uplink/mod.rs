@@ -10,6 +10,7 @@
 mod actions;
 mod connection;
 pub mod misconfig;
+pub mod unreachable;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -133,6 +134,7 @@ pub async fn run<M: Send + 'static>(
         last_error_log: None,
         refusal: None,
         fault: None,
+        outage: None,
         metrics: crate::metrics::UplinkMetrics::default(),
     };
     let exit = uplink.run(incoming, convert, shutdown).await;
@@ -157,6 +159,8 @@ struct Uplink {
     last_error_log: Option<Instant>,
     refusal: Option<String>,
     fault: Option<FaultRun>,
+    /// The daemon could not be reached since then (said once).
+    outage: Option<unreachable::Outage>,
     metrics: crate::metrics::UplinkMetrics,
 }
 
@@ -337,8 +341,19 @@ impl Uplink {
             ConnectionEvent::Connected { peer } => {
                 // Said at info once the daemon welcomes us.
                 tracing::debug!("connected to daemon {peer}");
+                if let Some(outage) = self.outage.take() {
+                    tracing::info!("{}", outage.over(&self.config.host, now));
+                }
                 self.peer = Some(peer);
                 self.session.connected(now)
+            }
+            ConnectionEvent::Unreachable { reason } => {
+                if let Some(line) = unreachable::Outage::failed(&mut self.outage, &reason, now) {
+                    tracing::warn!("{line}");
+                }
+                self.connection = None;
+                self.session.connection_lost(now);
+                Vec::new()
             }
             ConnectionEvent::Lost {
                 reason,

@@ -26,7 +26,8 @@ use tracesync_tests::impair::proxy::{Proxy, ProxyConfig};
 #[derive(Parser, Debug)]
 #[command(name = "tracesync-impair", about = "UDP/TCP link impairment proxy")]
 struct Flags {
-    /// Link profile: loopback, lan, wifi, asym-static, asym-jitter, lan-pareto.
+    /// Link profile: loopback, lan, wifi, asym-static, asym-jitter, lan-pareto,
+    /// usb (adb's link: give its ports as --tcp only).
     #[arg(long, default_value = "loopback")]
     profile: String,
     /// Seed of the link models (per direction and connection streams are

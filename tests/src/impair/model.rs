@@ -175,10 +175,23 @@ pub struct Profile {
     pub name: &'static str,
     pub down: DirectionModel,
     pub up: DirectionModel,
+    /// The link carries TCP only (as `adb reverse` does): the probes must
+    /// take the relay's TCP transport, and no UDP is forwarded.
+    pub tcp_only: bool,
 }
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
+
+/// One direction of the `usb` profile.
+const USB_LEG: DirectionModel = DirectionModel {
+    base_ns: 300 * US,
+    queue: Queueing::Exp { mean_ns: 300e3 },
+    jitter_ns: 20 * US,
+    spike_p: 0.01,
+    spike_ns: (8 * MS, 12 * MS),
+    ..DirectionModel::NONE
+};
 
 /// The link profiles of docs/clock-sync-accuracy.md.
 pub const PROFILES: &[Profile] = &[
@@ -187,6 +200,7 @@ pub const PROFILES: &[Profile] = &[
         name: "loopback",
         down: DirectionModel::NONE,
         up: DirectionModel::NONE,
+        tcp_only: false,
     },
     // Wired LAN, one switch: 90 us each way, exp 25 us per leg, a small
     // symmetric term.
@@ -200,6 +214,7 @@ pub const PROFILES: &[Profile] = &[
             jitter_ns: 2 * US,
             ..DirectionModel::queued(90 * US, Queueing::Exp { mean_ns: 25e3 })
         },
+        tcp_only: false,
     },
     // Wi-Fi: 1 ms base, exp 1 ms, 1% loss, 2% spikes of 20-150 ms (power
     // save, retries), some reordering.
@@ -225,6 +240,7 @@ pub const PROFILES: &[Profile] = &[
             reorder_p: 0.01,
             reorder_ns: 2 * MS,
         },
+        tcp_only: false,
     },
     // Static asymmetry: 1 ms out (down), 3 ms back (up), small queueing.
     // The true offset error is the 1 ms half-difference: it must lie inside
@@ -233,12 +249,14 @@ pub const PROFILES: &[Profile] = &[
         name: "asym-static",
         down: DirectionModel::queued(MS, Queueing::Exp { mean_ns: 5e3 }),
         up: DirectionModel::queued(3 * MS, Queueing::Exp { mean_ns: 5e3 }),
+        tcp_only: false,
     },
     // Asymmetric jitter: equal 1 ms bases, exp 50 us out, exp 2 ms back.
     Profile {
         name: "asym-jitter",
         down: DirectionModel::queued(MS, Queueing::Exp { mean_ns: 50e3 }),
         up: DirectionModel::queued(MS, Queueing::Exp { mean_ns: 2e6 }),
+        tcp_only: false,
     },
     // Heavy-tailed LAN variant: pareto queueing (alpha 2.5).
     Profile {
@@ -257,6 +275,18 @@ pub const PROFILES: &[Profile] = &[
                 mean_ns: 25e3,
             },
         ),
+        tcp_only: false,
+    },
+    // adb over USB (`adb reverse`): TCP only, through adb's user-space
+    // forwarders on both ends and the USB bulk transfers between them:
+    // 300 us + exp 300 us per leg (a few ms at the tail) +-20 us, and 1% of
+    // chunks held 8-12 ms (a stalled transfer: the chunks behind it on that
+    // connection wait too).
+    Profile {
+        name: "usb",
+        down: USB_LEG,
+        up: USB_LEG,
+        tcp_only: true,
     },
 ];
 
@@ -338,6 +368,40 @@ mod tests {
         assert!((1300..2300).contains(&held), "held {held}");
         let stream = delays(&model, 11, 20_000, Carrier::Stream);
         assert!(stream.iter().all(|f| *f == Fate::Deliver(1000)));
+    }
+
+    #[test]
+    fn the_usb_profile_is_tcp_only_with_hundreds_of_us_and_rare_10_ms_stalls() {
+        let usb = profile("usb").unwrap();
+        assert!(usb.tcp_only);
+        assert!(PROFILES.iter().filter(|p| p.tcp_only).count() == 1);
+        let fates = delays(&usb.up, 4, 100_000, Carrier::Stream);
+        let mut d: Vec<u64> = fates
+            .iter()
+            .map(|f| match f {
+                Fate::Deliver(d) => *d,
+                Fate::Lost => panic!("streams never lose"),
+            })
+            .collect();
+        d.sort_unstable();
+        let at = |q: f64| d[((d.len() - 1) as f64 * q) as usize];
+        assert!((400_000..700_000).contains(&at(0.5)), "p50 {}", at(0.5));
+        assert!(
+            (1_000_000..3_000_000).contains(&at(0.98)),
+            "p98 {}",
+            at(0.98)
+        );
+        let stalls = d.iter().filter(|&&x| x >= 8_000_000).count();
+        assert!((700..1300).contains(&stalls), "{stalls} stalls");
+        assert!(*d.last().unwrap() < 16_000_000);
+        assert_eq!(
+            crate::impair::wiring::Wiring::of("usb").map(crate::impair::wiring::Wiring::tcp_only),
+            Some(true)
+        );
+        assert_eq!(
+            crate::impair::wiring::Wiring::of("lan").map(crate::impair::wiring::Wiring::tcp_only),
+            Some(false)
+        );
     }
 
     #[test]

@@ -426,6 +426,7 @@ mod tests {
             name: "test",
             up,
             down,
+            tcp_only: false,
         }
     }
 

@@ -52,4 +52,12 @@ impl Wiring {
             _ => None,
         }
     }
+
+    /// Whether the relays reach the daemon over TCP only (the proxy's
+    /// profile says so): probes take the relay's TCP transport.
+    pub fn tcp_only(self) -> bool {
+        self.proxy_profile()
+            .and_then(crate::impair::model::profile)
+            .is_some_and(|p| p.tcp_only)
+    }
 }

@@ -11,7 +11,9 @@
 //!   and to every Ri; relays reach the daemon only through the proxy (data
 //!   over TCP, probes over UDP), so every probe and every byte of trace
 //!   data crosses the modelled link. `proxy-loopback` is the proxy with no
-//!   impairment (its own forwarding only).
+//!   impairment (its own forwarding only). A TCP-only profile (`usb`, the
+//!   `adb reverse` of a phone) forwards the sync port as TCP and no UDP:
+//!   the relays' probes must fall back to their TCP transport.
 //!
 //! After the run every synthetic event of the rolled output is compared
 //! with its ground truth (`tracesync_truth_ns`, exact: time-namespace
@@ -105,6 +107,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
     let start = host_boottime_ns();
     let mut relays = launch.relays()?;
     watch_relays(&mut relays, Duration::from_secs(spec.seconds))?;
+    let routes = probe_routes(&control_path);
     stop_all(&mut relays, &mut daemon, proxy.as_mut(), tail_thread)?;
     let proxy_json = std::fs::read_to_string(&proxy_stats)
         .ok()
@@ -143,7 +146,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, String> {
     };
     for (i, r) in spec.relays.iter().enumerate() {
         let relay_log = relays.get(i).map(|p| p.log.clone());
-        result.relays.push(measure.relay(r, relay_log)?);
+        let mut relay = measure.relay(r, relay_log)?;
+        relay.probe_route = routes.get(&r.name).cloned();
+        result.relays.push(relay);
     }
     super::refined::measure(
         &spec.bins.cli,
@@ -224,13 +229,17 @@ impl Launch<'_> {
             c.args(["chrt", "--fifo", "10"]);
         }
         c.arg(&self.spec.bins.impair);
+        // A TCP-only link (adb's) forwards the sync port as TCP and no UDP
+        // at all: the relays' UDP probes go nowhere, as through `adb
+        // reverse`, and they must fall back to their TCP transport.
+        let sync_forward = if wiring.tcp_only() { "--tcp" } else { "--udp" };
         c.arg("--profile")
             .arg(profile)
             .arg("--seed")
             .arg(self.spec.seed.to_string())
             .arg("--tcp")
             .arg(format!("0.0.0.0:{DATA_PORT}={DAEMON_IP}:{DATA_PORT}"))
-            .arg("--udp")
+            .arg(sync_forward)
             .arg(format!("0.0.0.0:{SYNC_PORT}={DAEMON_IP}:{SYNC_PORT}"))
             .arg("--stats")
             .arg(proxy_stats);
@@ -287,6 +296,24 @@ impl Launch<'_> {
         }
         Ok(relays)
     }
+}
+
+/// The route each machine's probes take at the end of the run (`udp`,
+/// `tcp`), by name, from the daemon's status; empty if it does not answer.
+fn probe_routes(control: &Path) -> BTreeMap<String, String> {
+    let Ok(report) = status(control) else {
+        return BTreeMap::new();
+    };
+    report["machines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            let name = m["name"].as_str()?;
+            let route = m["sync"]["route"].as_str()?;
+            Some((name.to_owned(), route.to_owned()))
+        })
+        .collect()
 }
 
 /// Lets the relays run for `run_for`; none may exit meanwhile.

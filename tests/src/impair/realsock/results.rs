@@ -57,6 +57,9 @@ pub struct RelayResult {
     /// The relay's UDP probes: (t2 from the kernel, stamped in userspace
     /// instead), from its log; None when it logged none.
     pub relay_rx_stamps: Option<(u64, u64)>,
+    /// The transport its probes took at the end (`udp`, `tcp`), as the
+    /// daemon's status said; None when it had none.
+    pub probe_route: Option<String>,
 }
 
 impl RelayResult {

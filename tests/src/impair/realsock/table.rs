@@ -5,11 +5,11 @@ use super::{ErrStats, RunResult, us};
 /// The markdown table of results (µs).
 pub fn table(results: &[RunResult]) -> String {
     let mut s = String::from(
-        "| profile | rx stamps | relay | events | merged p50 / p99 / max (µs) | live p99 (µs) | bias (µs) \
+        "| profile | rx stamps | probes | relay | events | merged p50 / p99 / max (µs) | live p99 (µs) | bias (µs) \
          | in bound | bound p50 (µs) | naive p50 / p99 / max (µs) | Perfetto-style p50 / p99 / max (µs) \
          | lost / dup | kernel-stamped t4 / t2 | proxy release late p50 / p99 / max (µs) \
          | refined p50 / p99 / max (µs) | refined in bound |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
         let late = &r.proxy["release_late_ns"];
@@ -39,8 +39,9 @@ pub fn table(results: &[RunResult]) -> String {
             relay.push(')');
             let base = |b: &Option<ErrStats>| b.map_or_else(|| "n/a".into(), |b| b.cells());
             s.push_str(&format!(
-                "| {} | {stamps} | {relay} | {} | {} | {} | {:.1} | {:.2}%{} | {} | {} | {} | {} / {} | {} / {} | {late_cells} | {} | {} |\n",
+                "| {} | {stamps} | {} | {relay} | {} | {} | {} | {:.1} | {:.2}%{} | {} | {} | {} | {} / {} | {} / {} | {late_cells} | {} | {} |\n",
                 r.profile,
+                x.probe_route.as_deref().unwrap_or("-"),
                 x.measured,
                 x.merged.cells(),
                 us(x.live.p99),

@@ -4,9 +4,17 @@
 //! Perfetto's host derives a relayed machine's id from a hint string (the
 //! relay's boot id): FNV-1a-64 of the hint, low 32 bits, 0 mapped to 1.
 //! tracesync does the same, so one kernel is one machine; a relay given an
-//! explicit name other than the host name hashes "<boot_id>/<name>" instead,
-//! so several named relays on one kernel (time namespaces, the demo) are
-//! distinct machines.
+//! explicit name other than the machine's own hashes "<boot_id>/<name>"
+//! instead, so several named relays on one kernel (time namespaces, the
+//! demo) are distinct machines.
+//!
+//! The machine's own name is the host name, except on Android, where every
+//! phone is `localhost` and the name comes from the device's properties
+//! ([`device`]).
+
+pub mod device;
+
+pub use device::NameSource;
 
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 const HOSTNAME_PATH: &str = "/proc/sys/kernel/hostname";
@@ -18,6 +26,8 @@ pub struct MachineIdentity {
     /// kernel has none.
     pub boot_id: String,
     pub machine_name: String,
+    /// Where `machine_name` came from.
+    pub name_source: NameSource,
     /// Perfetto raw machine id: never 0 (0 is the host).
     pub raw_id: u32,
     /// The string `raw_id` is the hash of.
@@ -25,31 +35,44 @@ pub struct MachineIdentity {
 }
 
 impl MachineIdentity {
-    /// Reads the boot id and host name of this kernel. `name` overrides the
-    /// machine name (the relay's `--name`).
+    /// Reads the boot id and the machine's own name (an Android device's
+    /// properties, else the host name). `name` overrides the machine name
+    /// (the relay's `--name`); the device is not asked then.
     pub fn detect(name: Option<&str>) -> Self {
-        let hostname = read_hostname();
         let boot_id = std::fs::read_to_string(BOOT_ID_PATH)
             .ok()
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
             .unwrap_or_else(pseudo_boot_id);
-        Self::from_parts(boot_id, &hostname, name)
+        if let Some(name) = name.filter(|n| !n.trim().is_empty()) {
+            return Self::from_parts(boot_id, &read_hostname(), Some(name));
+        }
+        let from_device = device::detect_getprop()
+            .and_then(|getprop| device::device_name(|key| device::read_property(&getprop, key)));
+        match from_device {
+            Some(own) => Self {
+                name_source: NameSource::DeviceProperties,
+                ..Self::from_parts(boot_id, &own, None)
+            },
+            None => Self::from_parts(boot_id, &read_hostname(), None),
+        }
     }
 
-    /// The identity for a given boot id and host name (pure).
-    pub fn from_parts(boot_id: String, hostname: &str, name: Option<&str>) -> Self {
+    /// The identity for a given boot id and the machine's own name (pure):
+    /// `name` other than `own_name` is an explicit name.
+    pub fn from_parts(boot_id: String, own_name: &str, name: Option<&str>) -> Self {
         let explicit = name
             .map(str::trim)
-            .filter(|n| !n.is_empty() && *n != hostname);
-        let (machine_name, hint) = match explicit {
-            Some(n) => (n.to_owned(), format!("{boot_id}/{n}")),
-            None => (hostname.to_owned(), boot_id.clone()),
+            .filter(|n| !n.is_empty() && *n != own_name);
+        let (machine_name, hint, name_source) = match explicit {
+            Some(n) => (n.to_owned(), format!("{boot_id}/{n}"), NameSource::Given),
+            None => (own_name.to_owned(), boot_id.clone(), NameSource::HostName),
         };
         Self {
             raw_id: raw_machine_id(&hint),
             boot_id,
             machine_name,
+            name_source,
             hint,
         }
     }
@@ -108,54 +131,4 @@ fn pseudo_boot_id() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fnv1a64_known_vectors() {
-        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
-    }
-
-    #[test]
-    fn raw_id_is_low_32_bits_never_zero() {
-        assert_eq!(raw_machine_id("a"), 0x8601_ec8c);
-        assert_eq!(raw_machine_id("foobar"), 0xf739_67e8);
-        assert_ne!(raw_machine_id(""), 0);
-    }
-
-    #[test]
-    fn host_name_hashes_the_boot_id_alone() {
-        let boot = "0f0e0d0c-1111-2222-3333-444455556666".to_owned();
-        let id = MachineIdentity::from_parts(boot.clone(), "box", None);
-        assert_eq!(id.machine_name, "box");
-        assert_eq!(id.hint, boot);
-        assert_eq!(id.raw_id, raw_machine_id(&boot));
-        // Naming the relay after its host changes nothing.
-        assert_eq!(
-            MachineIdentity::from_parts(boot.clone(), "box", Some("box")),
-            id
-        );
-    }
-
-    #[test]
-    fn explicit_names_are_distinct_machines_on_one_kernel() {
-        let boot = "b00t".to_owned();
-        let a = MachineIdentity::from_parts(boot.clone(), "box", Some("phone-a"));
-        let b = MachineIdentity::from_parts(boot.clone(), "box", Some("phone-b"));
-        assert_eq!(a.hint, "b00t/phone-a");
-        assert_eq!(a.machine_name, "phone-a");
-        assert_eq!(a.raw_id, raw_machine_id("b00t/phone-a"));
-        assert_ne!(a.raw_id, b.raw_id);
-    }
-
-    #[test]
-    fn detect_reads_this_kernel() {
-        let id = MachineIdentity::detect(None);
-        assert!(!id.boot_id.is_empty());
-        assert!(!id.machine_name.is_empty());
-        assert_ne!(id.raw_id, 0);
-        assert_eq!(MachineIdentity::detect(None), id, "stable within one boot");
-    }
-}
+mod tests;
