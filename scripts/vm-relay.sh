@@ -51,7 +51,9 @@ die() { say "$2"; exit "$1"; }
 [[ $(id -u) == 0 ]] || die 77 "needs root (ip netns, apt-get); run it with sudo"
 
 # --- packages ----------------------------------------------------------------
-kernel() { ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1; }
+# Only an x86_64 kernel boots this PC guest; an arm64 kernel installed beside
+# it (scripts/setup-arm64.sh) sorts after amd64 and must not be picked.
+kernel() { ls /boot/vmlinuz-* 2>/dev/null | grep -v -- '-arm64$' | sort -V | tail -1; }
 static_busybox() { [[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1; }
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
