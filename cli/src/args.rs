@@ -41,7 +41,7 @@ pub enum Command {
         #[arg(short = 'o', long = "output", value_name = "OUTDIR")]
         output: Option<PathBuf>,
         /// Write the counters and per-machine figures as JSON to this file.
-        #[arg(long)]
+        #[arg(long, value_name = "FILE")]
         stats: Option<PathBuf>,
         /// tracesyncd's output directory, after the daemon stopped.
         #[arg(value_name = "DIR")]
@@ -52,16 +52,16 @@ pub enum Command {
     /// against ground truth that opens in Perfetto UI.
     Demo {
         /// Relays (simulated machines) besides the host.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, value_name = "N", default_value_t = 3)]
         relays: usize,
         /// Seconds of live capture.
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, value_name = "S", default_value_t = 10)]
         seconds: u64,
         /// Directory for the rolling output, spools and logs.
-        #[arg(long, default_value = "tracesync-demo")]
+        #[arg(long, value_name = "DIR", default_value = "tracesync-demo")]
         out: PathBuf,
         /// Synthetic packets per second per relay.
-        #[arg(long, default_value_t = 2000)]
+        #[arg(long, value_name = "N", default_value_t = 2000)]
         rate: u32,
         /// Serve the daemon's Prometheus metrics here ("off": none). When the
         /// default port is busy another free loopback port is used.
@@ -78,7 +78,7 @@ pub enum Command {
     Status {
         /// The daemon's control socket, or HOST:PORT where it is forwarded
         /// (tracesyncd listens on the Unix socket only; e.g. ssh -L or socat).
-        #[arg(long, value_name = "SOCKET|ADDR", default_value = DEFAULT_CONTROL)]
+        #[arg(long, value_name = "SOCKET|HOST:PORT", default_value = DEFAULT_CONTROL)]
         connect: String,
         /// The report as JSON.
         #[arg(long)]
@@ -100,9 +100,13 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page tracesync(1) (roff) to standard output.
-    #[command(hide = true)]
-    Man,
+    /// Print the man page tracesync(1) (roff) to standard output, or with
+    /// --dir write it and one page per command (tracesync-merge.1, ...).
+    Man {
+        /// Write every page into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// List every edge of the clock graph of the given inputs, with its origin.
     Clocks(ClocksArgs),
 }

@@ -60,7 +60,7 @@ pub fn print(prepared: Prepared, json: bool) -> std::io::Result<()> {
                 let raw = *value / graph.unit_ns(*node).max(1);
                 plan.timeline.to_trace_time(*node, raw as u64).ok()
             };
-            let origin = format!("{:?}", edge.origin).to_lowercase();
+            let origin = edge.origin.name();
             let name = builtin_name(node.clock);
             if json {
                 let row = serde_json::json!({
@@ -89,13 +89,17 @@ pub fn print(prepared: Prepared, json: bool) -> std::io::Result<()> {
 /// The flags and inputs of `tracesync clocks`.
 #[derive(Debug, clap::Args)]
 pub struct ClocksArgs {
+    /// One JSON object per edge instead of the table.
     #[arg(long)]
     pub json: bool,
-    #[arg(long)]
+    /// A perfetto_manifest JSON file (version 1), as merge applies it.
+    #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
+    /// Give each input that would go to the host machine a machine of its own (as merge).
     #[arg(long)]
     pub machine_per_file: bool,
-    #[arg(required = true)]
+    /// The inputs of a merge, or a capture directory.
+    #[arg(required = true, value_name = "INPUT|DIR")]
     pub inputs: Vec<PathBuf>,
 }
 

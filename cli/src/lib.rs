@@ -75,9 +75,12 @@ pub fn main() -> ExitCode {
             clap_complete::generate(shell, &mut command, "tracesync", &mut out);
             exit::OK
         }
-        Command::Man => {
+        Command::Man { dir } => {
             use clap::CommandFactory;
-            return exit::print_man_page(Cli::command());
+            return match dir {
+                None => exit::print_man_page(Cli::command()),
+                Some(dir) => exit::write_man_pages(Cli::command(), &dir),
+            };
         }
         Command::Clocks(args) => clocks::run(args),
     };

@@ -29,7 +29,8 @@ pub fn parse_args<T: clap::Parser>() -> Result<T, std::process::ExitCode> {
 /// (scripts/package.sh installs them). Written to standard output.
 pub fn print_man_page(command: clap::Command) -> std::process::ExitCode {
     let mut page = Vec::new();
-    let written = clap_mangen::Man::new(command)
+    // The help subcommand gets no page of its own, so the page names none.
+    let written = clap_mangen::Man::new(command.disable_help_subcommand(true))
         .render(&mut page)
         .and_then(|()| std::io::Write::write_all(&mut std::io::stdout().lock(), &page));
     match written {
@@ -37,6 +38,25 @@ pub fn print_man_page(command: clap::Command) -> std::process::ExitCode {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::ExitCode::from(OK),
         Err(e) => {
             eprintln!("cannot write the man page: {e}");
+            std::process::ExitCode::from(IOERR)
+        }
+    }
+}
+
+/// Writes `command`'s man page and one per subcommand (`NAME-SUB.1`, the
+/// pages the main page refers to) into `dir`, creating it. The exit code.
+pub fn write_man_pages(command: clap::Command, dir: &std::path::Path) -> std::process::ExitCode {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!(
+            "cannot create {}: {e}; give a writable --dir",
+            dir.display()
+        );
+        return std::process::ExitCode::from(CANTCREAT);
+    }
+    match clap_mangen::generate_to(command, dir) {
+        Ok(()) => std::process::ExitCode::from(OK),
+        Err(e) => {
+            eprintln!("cannot write the man pages into {}: {e}", dir.display());
             std::process::ExitCode::from(IOERR)
         }
     }

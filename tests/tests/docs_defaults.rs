@@ -336,7 +336,7 @@ fn every_flag_the_configs_and_docs_name_is_in_help() {
             "tracesync",
             vec!["status"],
             "-v, --verbose",
-            "tracesync status [--connect SOCKET] [-v]",
+            "tracesync status [--connect SOCKET|HOST:PORT] [--json] [-v]",
         ),
         (
             "tracesync",

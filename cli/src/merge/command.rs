@@ -17,15 +17,20 @@ use crate::terminal;
 #[derive(Debug, clap::Args)]
 pub struct MergeArgs {
     /// A perfetto_manifest JSON file (version 1).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
     /// Output file, or - for standard output.
-    #[arg(short = 'o', long = "output", default_value = "-")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "OUT|-",
+        default_value = "-"
+    )]
     pub output: PathBuf,
     #[arg(long, value_enum, default_value_t = Format::Perfetto)]
     pub format: Format,
     /// Write counters (Perfetto's stat names) as JSON to this file.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
     /// Fail on any bad input or any packet with no place on the timeline.
     #[arg(long)]
@@ -42,7 +47,7 @@ pub struct MergeArgs {
     pub until: Option<String>,
     /// Input traces, or a rolling output directory (DIR), or rolled files
     /// of one capture (read back as one).
-    #[arg(required = true, value_name = "INPUTS|DIR")]
+    #[arg(required = true, value_name = "INPUT|DIR")]
     pub inputs: Vec<PathBuf>,
 }
 

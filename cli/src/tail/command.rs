@@ -19,7 +19,7 @@ pub struct TailArgs {
     /// The daemon's control socket, or HOST:PORT where it is forwarded
     /// (tracesyncd listens on the Unix socket only; e.g. ssh -L or socat)
     /// [default: /run/tracesync/control.sock].
-    #[arg(long, value_name = "SOCKET|ADDR", conflicts_with = "dir")]
+    #[arg(long, value_name = "SOCKET|HOST:PORT", conflicts_with = "dir")]
     pub connect: Option<String>,
     #[arg(long, value_enum, default_value_t = TailFormat::Text)]
     pub format: TailFormat,

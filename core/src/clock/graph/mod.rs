@@ -73,6 +73,28 @@ pub enum EdgeOrigin {
     SameDomain,
 }
 
+impl EdgeOrigin {
+    /// Every origin, in the order `tracesync clocks` documents them.
+    pub const ALL: [EdgeOrigin; 5] = [
+        EdgeOrigin::Snapshot,
+        EdgeOrigin::Sync,
+        EdgeOrigin::Manifest,
+        EdgeOrigin::Rendezvous,
+        EdgeOrigin::SameDomain,
+    ];
+
+    /// The name `tracesync clocks` prints (and its docs spell).
+    pub fn name(self) -> &'static str {
+        match self {
+            EdgeOrigin::Snapshot => "snapshot",
+            EdgeOrigin::Sync => "sync",
+            EdgeOrigin::Manifest => "manifest",
+            EdgeOrigin::Rendezvous => "rendezvous",
+            EdgeOrigin::SameDomain => "same-domain",
+        }
+    }
+}
+
 pub type SnapshotId = u32;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
