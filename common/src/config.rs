@@ -95,9 +95,17 @@ pub fn find(explicit: Option<&Path>, default: &str) -> Option<PathBuf> {
 /// The file's text.
 pub fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            // The shipped units run as user tracesync; an installed config
+            // is root's until its group is set (the tmpfiles.d entry does).
+            "; the service user needs group read: `systemd-tmpfiles --create tracesync.conf` \
+             (or chgrp tracesync and chmod 0640 the file)"
+        } else {
+            "; check the path and its permissions"
+        };
         ConfigError::file(
             Some(path),
-            format!("cannot read the config file: {e}; check the path and its permissions"),
+            format!("cannot read the config file: {e}{hint}"),
         )
     })
 }

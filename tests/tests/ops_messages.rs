@@ -367,6 +367,36 @@ fn check_config_checks_directories_and_files_as_the_service_user() {
             meta.gid()
         )
     );
+    // The config file itself, installed 0640 root:root as the package
+    // tree has it before systemd-tmpfiles gives it the service group.
+    let config = d.join("daemon.toml");
+    std::fs::copy(
+        tracesync_tests::tp::repo_root().join("configs/daemon.toml"),
+        &config,
+    )
+    .expect("copy the shipped config");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let cmeta = std::fs::metadata(&config).expect("stat");
+    let out = check(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--tls",
+        "off",
+        "--check-user",
+        "nobody",
+    ]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "tracesyncd: {}: the config file is not readable by user nobody (owner {}:{}, \
+             mode 0640); `systemd-tmpfiles --create tracesync.conf` (or chgrp tracesync and \
+             chmod 0640 the file) lets the service user read it\n",
+            config.display(),
+            cmeta.uid(),
+            cmeta.gid()
+        )
+    );
     let pki = Pki::new();
     std::fs::set_permissions(pki.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let writable = d.join("w");

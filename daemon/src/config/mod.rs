@@ -443,6 +443,19 @@ impl DaemonConfig {
         };
         let access =
             |flag| move |e: tracesync_common::access::AccessError| error(flag, e.to_string());
+        // The service reads its config as its own user, not as the root who
+        // installed it.
+        if let Some(path) = file
+            && let Some(why) = who.cannot_read(path)
+        {
+            return Err(ConfigError::file(
+                Some(path),
+                format!(
+                    "the config file is {why}; `systemd-tmpfiles --create tracesync.conf` \
+                     (or chgrp tracesync and chmod 0640 the file) lets the service user read it"
+                ),
+            ));
+        }
         check_dir(who, "[output] dir", &self.output.dir).map_err(access("output"))?;
         if let Some(parent) = self.listen.control.parent()
             && !parent.as_os_str().is_empty()
