@@ -20,7 +20,7 @@ pub use error::DemoError;
 pub mod live;
 pub mod offline;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tracesync_common::exit;
 
@@ -144,10 +144,11 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
         }
     }
     say!(
-        "merged rolling trace: {} ({} files; open them in https://ui.perfetto.dev)",
+        "rolling capture: {} ({} files, each opens alone)",
         report.output_dir.display(),
         report.check.files.len()
     );
+    write_merged(&report.output_dir);
     say!(
         "error = |time as Perfetto places it - ground truth|; bound = the error bound each packet had (its machine's error-bound track); inside = error <= bound"
     );
@@ -175,4 +176,30 @@ pub fn run_live(relays: usize, seconds: u64, out: PathBuf, rate: u32, metrics_li
         return exit::SOFTWARE;
     }
     exit::OK
+}
+
+/// The one file a user wants to open: the capture in `output_dir` read
+/// back as one, written beside it as merged.pftrace.
+fn write_merged(output_dir: &Path) {
+    let merged = output_dir
+        .parent()
+        .unwrap_or(output_dir)
+        .join("merged.pftrace");
+    let merge = crate::merge::command::MergeArgs {
+        manifest: None,
+        output: merged.clone(),
+        format: crate::merge::output::Format::Perfetto,
+        stats: None,
+        strict: false,
+        machine_per_file: false,
+        since: None,
+        until: None,
+        inputs: vec![output_dir.to_path_buf()],
+    };
+    if crate::merge::command::run(merge) == exit::OK {
+        say!(
+            "merged trace: {} (the capture read back as one; open it in https://ui.perfetto.dev)",
+            merged.display()
+        );
+    }
 }
