@@ -40,10 +40,10 @@ ARM64_CARGO=${ARM64_CARGO:-/usr/bin/cargo}
 ARM64_RUSTC=${ARM64_RUSTC:-/usr/bin/rustc}
 # The doc tests need the same compiler's rustdoc (rustup's has no arm64 std).
 ARM64_RUSTDOC=${ARM64_RUSTDOC:-$(dirname "$ARM64_RUSTC")/rustdoc}
-crates=(-p tracesync-protocol -p tracesync-relay)
+crates=(tracesync-protocol tracesync-relay)
 while (( $# )); do
   case "$1" in
-    --short) crates=(-p tracesync-protocol); shift ;;
+    --short) crates=(tracesync-protocol); shift ;;
     -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "test-arm64.sh: unknown argument $1" >&2; exit 64 ;;
   esac
@@ -61,9 +61,13 @@ if [[ -n $missing ]]; then
   exit 69
 fi
 
-skip=(--skip runs_at_rate_and_resumes_from_its_cursor
-  --skip follows_a_file_across_a_drop_a_sigterm_and_a_restart
-  --skip sighup_applies_the_log_level_and_keeps_the_relay_running)
+skip=(--skip runs_at_rate_and_resumes_from_its_cursor)
+# The relay's test targets but its binary tests, which run on their own.
+relay_targets=(--lib --bins)
+for t in relay/tests/*.rs; do
+  t=$(basename "$t" .rs)
+  [[ $t == relay_binary ]] || relay_targets+=(--test "$t")
+done
 binary_tests=0
 if [[ " ${crates[*]} " == *" tracesync-relay "* ]]; then
   if grep -qs '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64; then
@@ -82,11 +86,17 @@ export RUSTC=$ARM64_RUSTC RUSTDOC=$ARM64_RUSTDOC TRACESYNC_KERNEL_RX_TIMESTAMPS=
   RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static"
 status=0
 SECONDS=0
-"$ARM64_CARGO" test --target "$TARGET" "${crates[@]}" --no-fail-fast -- "${skip[@]}" 2>&1 \
-  | tee "$log" || status=$?
+arm64_test() { # cargo test arguments, then the test binaries' own after --
+  "$ARM64_CARGO" test --target "$TARGET" --no-fail-fast "$@" 2>&1 | tee -a "$log" \
+    || status=$?
+}
+arm64_test -p tracesync-protocol -- "${skip[@]}"
+if [[ " ${crates[*]} " == *" tracesync-relay "* ]]; then
+  arm64_test -p tracesync-relay "${relay_targets[@]}" -- "${skip[@]}"
+  arm64_test -p tracesync-relay --doc
+fi
 if (( binary_tests )); then
-  "$ARM64_CARGO" test --target "$TARGET" -p tracesync-relay --test relay_binary \
-    -- --test-threads=1 2>&1 | tee -a "$log" || status=$?
+  arm64_test -p tracesync-relay --test relay_binary -- --test-threads=1
 fi
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "arm64: %d passed, %d failed", p, f }' "$log"
