@@ -15,7 +15,7 @@
 #
 #   sudo scripts/setup-arm64.sh          # idempotent; prints what it has
 #   sudo scripts/setup-arm64.sh --no-vm  # only what builds and tests the relay
-#                                        # (no qemu-system-arm, no arm64 kernel: CI)
+#                                        # (no qemu-system-arm, no arm64 kernel)
 #
 # Exit 0 when everything is there; 77 when not root and something is
 # missing; 69 when a package cannot be installed; 64 bad usage.

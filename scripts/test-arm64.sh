@@ -7,7 +7,7 @@
 # (crt-static), so no arm64 C library or loader is needed to run them.
 #
 #   scripts/test-arm64.sh             # tracesync-protocol and tracesync-relay
-#   scripts/test-arm64.sh --short     # tracesync-protocol only (what CI runs)
+#   scripts/test-arm64.sh --short     # tracesync-protocol only (12.5 min from cold)
 #
 # Ends with one line over all test binaries: "arm64: N passed, M failed".
 # Exit 0 when nothing failed; 69 when the arm64 toolchain is missing
