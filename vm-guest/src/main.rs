@@ -9,11 +9,16 @@
 //!   `A <n> <boottime_ns>`;
 //! - at `Q` it exits 0.
 //!
+//! The line is a UART (x86_64's ttyS1) or a virtio serial port (aarch64's
+//! `virt` machine has one UART, its console); the port reads end-of-file
+//! while the host has no end of it open, which is waited out.
+//!
 //! The host stamps each ping's send and receive times in its own BOOTTIME,
 //! so the guest's stamp lies inside that window: after the merge, the
 //! event's resolved time must too, widened by its error bound.
 //!
 //!   tracesync-vm-guest --serial /dev/ttyS1 --socket /run/vm-ping.sock
+//!   tracesync-vm-guest --serial /dev/vport1p1 --socket /run/vm-ping.sock
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
@@ -41,6 +46,10 @@ struct Flags {
     /// How long to wait for the relay's socket to appear (s).
     #[arg(long, default_value_t = 30)]
     connect_timeout: u64,
+    /// How long the serial line may have no host end (a virtio port
+    /// between the host's commands) before the program gives up (s).
+    #[arg(long, default_value_t = 30)]
+    reconnect_timeout: u64,
 }
 
 /// Perfetto's `TracePacket.SequenceFlags`.
@@ -71,9 +80,31 @@ fn run(flags: &Flags) -> Result<(), (u8, String)> {
     let mut relay = connect(flags)?;
     let io = |e: std::io::Error| (74, format!("{}: {e}", flags.serial.display()));
     reply.write_all(b"R\n").map_err(io)?;
-    let mut first = true;
-    for (offset, line) in BufReader::new(serial).lines().enumerate() {
-        let line = line.map_err(io)?;
+    let mut serial = BufReader::new(serial);
+    let (mut line, mut number, mut first) = (String::new(), 0usize, true);
+    let mut closed_since: Option<Instant> = None;
+    loop {
+        line.clear();
+        if serial.read_line(&mut line).map_err(io)? == 0 {
+            // A virtio serial port reads end-of-file while no host end is
+            // connected (the host's `ping` and `quit` connect one after
+            // the other); a UART never does. Wait for the host to return.
+            let since = *closed_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(flags.reconnect_timeout) {
+                return Err((
+                    65,
+                    format!(
+                        "{}: closed before `Q` (no host end for {} s)",
+                        flags.serial.display(),
+                        flags.reconnect_timeout
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        closed_since = None;
+        number += 1;
         let line = line.trim();
         if line == "Q" {
             return Ok(());
@@ -81,9 +112,8 @@ fn run(flags: &Flags) -> Result<(), (u8, String)> {
         let Some(n) = line.strip_prefix("P ").and_then(|n| n.parse::<u64>().ok()) else {
             // Line noise before the host's first ping is skipped, not fatal.
             eprintln!(
-                "tracesync-vm-guest: {} line {}: {line:?} is not `P <n>` or `Q`; skipped",
+                "tracesync-vm-guest: {} line {number}: {line:?} is not `P <n>` or `Q`; skipped",
                 flags.serial.display(),
-                offset + 1
             );
             continue;
         };
@@ -96,7 +126,6 @@ fn run(flags: &Flags) -> Result<(), (u8, String)> {
             .write_all(format!("A {n} {stamp}\n").as_bytes())
             .map_err(io)?;
     }
-    Err((65, format!("{}: closed before `Q`", flags.serial.display())))
 }
 
 /// Connects to the relay's socket, waiting for the relay to bind it.

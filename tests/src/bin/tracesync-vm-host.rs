@@ -3,13 +3,13 @@
 //!   tracesync-vm-host ping --socket PING.sock --count 150 --interval-ms 100 --log pings.jsonl
 //!   tracesync-vm-host quit --socket PING.sock
 //!   tracesync-vm-host check --dir OUT --merged merged.jsonl --pings pings.jsonl \
-//!       --live live.jsonl --status status.json --machine tracesync-vm
+//!       --live live.jsonl --status status.json --machine tracesync-vm --arch x86_64
 //!
 //! `ping` sends numbered pings over the guest's serial port (qemu wires it
 //! to a unix socket) and logs host send/receive BOOTTIME and the guest's
 //! stamp of each; `quit` tells the guest program to stop; `check` prints
 //! the run's figures, ending with
-//! `vm-relay: packets N lost L dup D; causality K/K inside; drift X ppm`,
+//! `vm-relay: arch ARCH; packets N lost L dup D; causality K/K inside; drift X ppm`,
 //! and exits 0 only if nothing was lost or duplicated and every ping event
 //! lies inside its window (1 otherwise; sysexits for bad input).
 
@@ -68,6 +68,10 @@ enum Command {
         status: Option<PathBuf>,
         #[arg(long)]
         machine: String,
+        /// The guest's architecture (`uname -m`), which its SystemInfo
+        /// must name and the last line names.
+        #[arg(long)]
+        arch: String,
         /// Skip loading the rolled files in the trace processor.
         #[arg(long)]
         no_trace_processor: bool,
@@ -137,6 +141,7 @@ fn run(command: Command) -> Result<ExitCode, (u8, String)> {
             live,
             status,
             machine,
+            arch,
             no_trace_processor,
         } => {
             let pings = read_pings(&pings)?;
@@ -166,6 +171,7 @@ fn run(command: Command) -> Result<ExitCode, (u8, String)> {
                 pings,
                 status,
                 machine,
+                arch,
                 trace_processor,
             };
             let report = check(&inputs);

@@ -30,6 +30,9 @@ pub struct Inputs {
     pub status: Option<serde_json::Value>,
     /// The guest's machine name (its host name, sent in its SystemInfo).
     pub machine: String,
+    /// The guest's architecture (`uname -m`: x86_64, aarch64); its
+    /// SystemInfo must say the same.
+    pub arch: String,
     /// Load every rolled file in the trace processor.
     pub trace_processor: bool,
 }
@@ -52,6 +55,8 @@ struct Live {
 /// The figures of one run.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
+    /// The architecture the run was asked for (the last line names it).
+    pub arch: String,
     pub guest_raw_id: Option<u32>,
     /// Guest packets in the merged output (every kind).
     pub guest_packets: u64,
@@ -179,7 +184,8 @@ impl Report {
             out.push(format!("vm-relay: problem: {p}"));
         }
         out.push(format!(
-            "vm-relay: packets {} lost {} dup {}; causality {}/{} inside; drift {} ppm",
+            "vm-relay: arch {}; packets {} lost {} dup {}; causality {}/{} inside; drift {} ppm",
+            self.arch,
             self.packets(),
             self.lost(),
             self.duplicated(),
@@ -194,6 +200,7 @@ impl Report {
 /// Checks a finished run.
 pub fn check(inputs: &Inputs) -> Report {
     let mut r = Report {
+        arch: inputs.arch.clone(),
         pings_sent: inputs.pings.len() as u64,
         ..Report::default()
     };
@@ -231,6 +238,7 @@ pub fn check(inputs: &Inputs) -> Report {
             guest,
             r.pings_found,
             &inputs.machine,
+            &inputs.arch,
         ));
     }
     r
@@ -473,17 +481,20 @@ fn probe_samples(dir: &Path, guest: u32) -> Result<Vec<(f64, u64, f64)>, String>
 /// synthetic slices where the checker placed them); the guest must be a
 /// machine of its own with its kernel's SystemInfo, named by it (the
 /// checker reads `machine_name`; v52's machine table has no name column),
-/// and every ping event a `vm-ping` slice.
+/// of the architecture the run asked for (its `arch`, from the guest
+/// kernel's `uname -m`), and every ping event a `vm-ping` slice.
 fn trace_processor(
     output: &OutputCheck,
     guest: u32,
     pings: u64,
     name: &str,
+    arch: &str,
 ) -> Result<String, String> {
     let judged = judge::judge_all(output)?;
-    let machine = format!("SELECT sysname, release, num_cpus FROM machine WHERE raw_id = {guest}");
+    let machine =
+        format!("SELECT sysname, release, num_cpus, arch FROM machine WHERE raw_id = {guest}");
     let slices = "SELECT COUNT(*) FROM slice WHERE name = 'vm-ping'";
-    let (mut uname, mut ping_slices) = (None, 0);
+    let (mut uname, mut guest_arch, mut ping_slices) = (None, None, 0);
     for scan in &output.files {
         let res = tp::query(&scan.path, &[&machine, slices])?;
         if let Some(row) = res[0].rows.first() {
@@ -494,6 +505,7 @@ fn trace_processor(
                 text(&row[1]),
                 tp::as_i64(&row[2]).unwrap_or(0)
             ));
+            guest_arch.get_or_insert(text(&row[3]));
         }
         ping_slices += res[1]
             .rows
@@ -504,6 +516,12 @@ fn trace_processor(
     let Some(uname) = uname else {
         return Err(format!("no machine row with the guest's raw id {guest}"));
     };
+    if guest_arch.as_deref() != Some(arch) {
+        return Err(format!(
+            "the guest's machine row says arch {}, the run asked for {arch}",
+            guest_arch.as_deref().unwrap_or("null")
+        ));
+    }
     if u64::try_from(ping_slices).ok() != Some(pings) {
         return Err(format!(
             "{ping_slices} vm-ping slices for {pings} ping events"
@@ -511,79 +529,10 @@ fn trace_processor(
     }
     Ok(format!(
         "{} rolled files load with no error stats; the guest {name:?} is machine raw id {guest} \
-         ({uname}); {ping_slices} vm-ping slices",
+         ({uname}, {arch}); {ping_slices} vm-ping slices",
         judged.len()
     ))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ping(n: u64, send_ns: u64, recv_ns: u64) -> Ping {
-        Ping {
-            n,
-            send_ns,
-            recv_ns,
-            guest_ns: 5_000_000 + send_ns,
-        }
-    }
-
-    #[test]
-    fn an_event_counts_only_inside_its_window_widened_by_its_bound() {
-        let pings = [
-            ping(0, 1_000, 2_000),
-            ping(1, 10_000, 11_000),
-            ping(2, 20_000, 21_000),
-            ping(3, 30_000, 31_000),
-        ];
-        let found: BTreeMap<u64, Found> = [
-            // Inside the window itself.
-            (
-                0,
-                Found {
-                    ts: 1_500,
-                    err_ns: Some(10),
-                    copies: 1,
-                },
-            ),
-            // 100 ns before send, bound 100: inside.
-            (
-                1,
-                Found {
-                    ts: 9_900,
-                    err_ns: Some(100),
-                    copies: 1,
-                },
-            ),
-            // 101 ns after receive, bound 100: outside.
-            (
-                2,
-                Found {
-                    ts: 21_101,
-                    err_ns: Some(100),
-                    copies: 2,
-                },
-            ),
-        ]
-        .into();
-        let mut r = Report {
-            pings_sent: 4,
-            ..Report::default()
-        };
-        causality(&pings, &found, &BTreeMap::new(), &mut r);
-        assert_eq!((r.inside, r.pings_found, r.pings_duplicated), (2, 3, 1));
-        assert_eq!(r.inside_bare, 1);
-        assert_eq!(r.outside, vec![(2, 1_101, -101, 100)]);
-        assert_eq!(r.window_ns, vec![1_000; 4]);
-        assert_eq!(r.err_ns, vec![10, 100, 100]);
-        // The missing ping is lost; the second copy is a duplicate.
-        assert_eq!((r.lost(), r.duplicated()), (1, 1));
-        assert!(!r.passed());
-        let last = r.lines("vm").pop().unwrap();
-        assert_eq!(
-            last,
-            "vm-relay: packets 3 lost 1 dup 1; causality 2/4 inside; drift nan ppm"
-        );
-    }
-}
+mod tests;
