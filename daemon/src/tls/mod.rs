@@ -19,6 +19,7 @@ pub use tracesync_common::tls::pki;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -168,16 +169,31 @@ pub fn tls_socket<S: AsyncRead + Unpin>(stream: Metered<S>) -> TlsSocket<S> {
 }
 
 /// A stream that counts the bytes read from it (the session's frame
-/// timeout sees a frame begin by them).
+/// timeout sees a frame begin by them; the unauthenticated table sees a
+/// handshake progress by them).
 #[derive(Debug)]
 pub struct Metered<S> {
     inner: S,
     received: u64,
+    /// Where the count is also published, for others to read.
+    reported: Option<Arc<AtomicU64>>,
 }
 
 impl<S> Metered<S> {
     pub fn new(inner: S) -> Self {
-        Self { inner, received: 0 }
+        Self {
+            inner,
+            received: 0,
+            reported: None,
+        }
+    }
+
+    /// The same, publishing the count to `progress` after every read.
+    pub fn reporting(inner: S, progress: Arc<AtomicU64>) -> Self {
+        Self {
+            reported: Some(progress),
+            ..Self::new(inner)
+        }
     }
 }
 
@@ -192,6 +208,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         let read = buf.filled().len().saturating_sub(before);
         this.received = this.received.saturating_add(read as u64);
+        if let Some(progress) = &this.reported {
+            progress.store(this.received, std::sync::atomic::Ordering::Relaxed);
+        }
         polled
     }
 }

@@ -14,9 +14,10 @@ use prost::Message;
 use tokio::time::{Sleep, timeout};
 use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, RefusalCode, v1};
 use tracesync_protocol::text::Escaped;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::{Link, WRITE_TIMEOUT};
+use crate::server::fault_log::PEER_FAULTS;
 use crate::server::{Counter, Failed, Refused, Shared};
 use crate::tls::DataStream;
 
@@ -154,7 +155,9 @@ pub(in crate::server) async fn refuse<S: DataStream>(
     code: RefusalCode,
     reason: &str,
 ) {
-    warn!(%peer, %code, "refusing relay: {}", Escaped(reason));
+    if let Some(suppressed) = PEER_FAULTS.admit(code.as_str()) {
+        warn!(%peer, %code, "refusing relay: {}{suppressed}", Escaped(reason));
+    }
     let refused = v1::frame::Body::Refused(v1::Refused {
         reason: reason.to_owned(),
         code: code.as_str().to_owned(),
@@ -176,8 +179,14 @@ pub(super) async fn refuse_counted<P, S: DataStream>(
 ) {
     let counter = why.into();
     shared.counters.bump(counter);
-    if let Some(code) = counter.code() {
-        refuse(link, peer, code, reason).await;
+    match counter.code() {
+        Some(code) => refuse(link, peer, code, reason).await,
+        None => {
+            let label = counter.series().1.unwrap_or("closed");
+            if let Some(suppressed) = PEER_FAULTS.admit(label) {
+                info!(%peer, "closing relay connection: {}{suppressed}", Escaped(reason));
+            }
+        }
     }
 }
 

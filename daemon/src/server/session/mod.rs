@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use super::engine::{ProbeRegistry, Slot};
 use super::events::{Feedback, IngestEvent, Welcomed};
+use super::fault_log::PEER_FAULTS;
 use super::preauth::PreAuth;
 use super::{Counter, Failed, Refused, Shared};
 use crate::tls::{Bindings, DataStream};
@@ -82,11 +83,14 @@ async fn save_bindings(bindings: Arc<Bindings>, machine: &str) {
 /// speaks plaintext.
 pub async fn refuse_tls_relay<P, S: DataStream>(stream: S, peer: SocketAddr, shared: &Shared<P>) {
     let mut link = Framed::new(stream, codec(MAX_HELLO_FRAME_BYTES));
-    warn!(
-        %peer,
-        "a relay with TLS on reached this plaintext daemon (tls.mode = \"off\"): give both \
-         the same mode (the relay's --tls off, or the daemon's [tls] cert, key and client-ca)"
-    );
+    if let Some(suppressed) = PEER_FAULTS.admit(Failed::TlsRelay.label()) {
+        warn!(
+            %peer,
+            "a relay with TLS on reached this plaintext daemon (tls.mode = \"off\"): give both \
+             the same mode (the relay's --tls off, or the daemon's [tls] cert, key and \
+             client-ca){suppressed}"
+        );
+    }
     let reason = "this daemon speaks plaintext (tls.mode = \"off\") and the relay TLS: give \
                   both the same mode";
     refuse_counted(&mut link, peer, shared, Failed::TlsRelay, reason).await;
@@ -375,9 +379,26 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
 
     async fn main_loop(&mut self, events: &mpsc::Sender<IngestEvent>) -> End {
         let mut paused = false;
+        let idle_limit = self.shared.settings.idle_timeout;
+        let idle = tokio::time::sleep(idle_limit);
+        tokio::pin!(idle);
+        // Bytes read when the idle clock last restarted.
+        let mut idle_mark = self.link.get_ref().bytes_received();
         loop {
             tokio::select! {
                 () = self.shared.shutdown.cancelled() => return End::Shutdown,
+                // Time not spent reading (paused) is not the relay's.
+                () = &mut idle, if !paused => {
+                    let received = self.link.get_ref().bytes_received();
+                    if received == idle_mark {
+                        return End::Refuse(Failed::IdleTimeout, format!(
+                            "nothing received for {} ms after Hello (limits.idle-timeout-ms)",
+                            idle_limit.as_millis()
+                        ));
+                    }
+                    idle_mark = received;
+                    idle.as_mut().reset(tokio::time::Instant::now() + idle_limit);
+                }
                 changed = self.feedback.changed() => {
                     if changed.is_err() {
                         return End::Dropped;
@@ -392,6 +413,8 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     if paused != feedback.paused {
                         // Time not spent reading is not the relay's.
                         self.clock.restart(&self.link);
+                        idle_mark = self.link.get_ref().bytes_received();
+                        idle.as_mut().reset(tokio::time::Instant::now() + idle_limit);
                     }
                     paused = feedback.paused;
                     if let Err(end) = self.ack(feedback.acked_through_batch).await {

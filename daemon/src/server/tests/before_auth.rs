@@ -197,8 +197,9 @@ async fn idle_connections_hold_no_relay_slot() {
 }
 
 #[tokio::test]
-async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in() {
-    use super::preauth::MAX_UNAUTHENTICATED;
+async fn past_the_unauthenticated_limit_the_oldest_idle_are_closed_and_a_relay_gets_in() {
+    // Every connection here comes from 127.0.0.1: the per-source limit.
+    use super::preauth::MAX_UNAUTHENTICATED_PER_SOURCE as LIMIT;
     let server = serve_with(
         SessionSettings {
             hello_timeout: Duration::from_secs(30),
@@ -210,12 +211,12 @@ async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in
     .await;
     let extra = 20;
     let mut idle = Vec::new();
-    for _ in 0..MAX_UNAUTHENTICATED + extra {
+    for _ in 0..LIMIT + extra {
         idle.push(raw(&server).await);
     }
     counted(
         &server,
-        Counter::Failed(Failed::UnauthenticatedLimit),
+        Counter::Failed(Failed::UnauthenticatedPerSource),
         extra as u64,
     )
     .await;
@@ -225,7 +226,8 @@ async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in
         assert!(frames.is_empty(), "{frames:?}");
     }
     // A relay now: its connection closes the oldest idle one, and it is
-    // welcomed at its first attempt (long before the idle ones time out).
+    // welcomed at its first attempt (long before the idle ones time out):
+    // once its Hello's bytes are read, newer idle connections go first.
     let started = std::time::Instant::now();
     let (_relay, _) = welcomed(&server, "").await;
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -234,7 +236,7 @@ async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in
             .running
             .shared
             .counters
-            .get(Counter::Failed(Failed::UnauthenticatedLimit)),
+            .get(Counter::Failed(Failed::UnauthenticatedPerSource)),
         extra as u64 + 1
     );
     assert_eq!(
