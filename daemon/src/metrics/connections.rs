@@ -99,13 +99,16 @@ pub enum Failed {
     /// After Hello, nothing received (no batch, heartbeat or byte) for
     /// `limits.idle-timeout-ms`.
     IdleTimeout,
+    /// Closed to keep the partial frames of all peers within
+    /// `PEER_BYTES` (it was unauthenticated, or held the largest).
+    PeerBytes,
     /// A TLS ClientHello on a plaintext data port: the relay has TLS on,
     /// the daemon off.
     TlsRelay,
 }
 
 impl Failed {
-    pub const ALL: [Failed; 12] = [
+    pub const ALL: [Failed; 13] = [
         Failed::HelloTimeout,
         Failed::MalformedFrame,
         Failed::FrameTooLarge,
@@ -117,6 +120,7 @@ impl Failed {
         Failed::UnauthenticatedLimit,
         Failed::UnauthenticatedPerSource,
         Failed::IdleTimeout,
+        Failed::PeerBytes,
         Failed::TlsRelay,
     ];
 
@@ -134,6 +138,7 @@ impl Failed {
             Failed::UnauthenticatedLimit => "unauthenticated_limit",
             Failed::UnauthenticatedPerSource => "unauthenticated_per_source",
             Failed::IdleTimeout => "idle_timeout",
+            Failed::PeerBytes => "peer_bytes",
             Failed::TlsRelay => "tls_relay",
         }
     }
@@ -156,7 +161,8 @@ impl Failed {
             Failed::TlsHandshake
             | Failed::UnauthenticatedLimit
             | Failed::UnauthenticatedPerSource
-            | Failed::IdleTimeout => return None,
+            | Failed::IdleTimeout
+            | Failed::PeerBytes => return None,
         })
     }
 }
@@ -237,6 +243,7 @@ impl Counter {
             Counter::Refused(Refused::Core) => Some("raw_id_conflict"),
             Counter::Failed(Failed::TlsRelay) => Some("tls_relay"),
             Counter::Failed(Failed::IdleTimeout) => Some("idle_timeout"),
+            Counter::Failed(Failed::PeerBytes) => Some("peer_bytes"),
             _ => self.code().map(RefusalCode::as_str),
         }
     }

@@ -94,6 +94,9 @@ pub struct Shared<P> {
     pub bindings: Arc<crate::tls::Bindings>,
     /// Bytes the session -> ingest channel may hold ([`INGEST_QUEUE_BYTES`]).
     pub ingest_bytes: ByteBudget,
+    /// Bytes of partial frames all sessions may hold
+    /// ([`session::peer_bytes::PEER_BYTES`]).
+    pub peer_bytes: Arc<session::peer_bytes::PeerBytes>,
     /// Replaced on reload (SIGHUP).
     token: RwLock<Option<Arc<str>>>,
     /// Machine names allowed to connect (empty: all); replaced on reload.
@@ -118,6 +121,7 @@ impl<P> Shared<P> {
             shutdown,
             bindings,
             ingest_bytes: ByteBudget::new(INGEST_QUEUE_BYTES),
+            peer_bytes: session::peer_bytes::PeerBytes::new(session::peer_bytes::PEER_BYTES),
             token: RwLock::new(token.map(Arc::from)),
             allow_machines: RwLock::new(Arc::from(Vec::new())),
         }

@@ -218,16 +218,18 @@ fn partial_4_mib_frames_after_hello_keep_the_daemon_small() {
     let sent: usize = writers.into_iter().map(|w| w.join().unwrap_or(0)).sum();
     std::thread::sleep(Duration::from_secs(1));
     let after = rss(&daemon);
+    let peak = peer::memory_kib(daemon.pid().expect("daemon running")).map_or(0, |m| m.0);
     let status = daemon.status().unwrap_or_default();
     eprintln!(
         "hostile-peers: {TEST}: {SESSIONS} sessions each sending a {:.1} MiB frame but its last \
          byte ({:.1} MiB written in all): daemon VmRSS {:.1} MiB before, {:.1} MiB after \
-         (+{:.1} MiB); relays_refused {}",
+         (+{:.1} MiB; VmHWM {:.1} MiB); relays_refused {}",
         FRAME as f64 / f64::from(1 << 20),
         sent as f64 / f64::from(1 << 20),
         mib(before),
         mib(after),
         mib(after.saturating_sub(before)),
+        mib(peak),
         status["relays_refused"]
     );
     assert!(

@@ -16,6 +16,7 @@ use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, Refusa
 use tracesync_protocol::text::Escaped;
 use tracing::{debug, info, warn};
 
+use super::peer_bytes::Account;
 use super::{Link, WRITE_TIMEOUT};
 use crate::server::fault_log::PEER_FAULTS;
 use crate::server::{Counter, Failed, Refused, Shared};
@@ -52,15 +53,74 @@ impl FrameClock {
     }
 }
 
+/// After Hello, how long a session may receive nothing at all (not a
+/// byte: a frame trickling in is the frame clock's). Time the session does
+/// not read (paused) does not count: the caller restarts it on resuming.
+pub(super) struct IdleClock {
+    limit: Duration,
+    /// Bytes read from the socket when the clock last restarted.
+    mark: u64,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl IdleClock {
+    pub(super) fn new<S: DataStream>(limit: Duration, link: &Link<S>) -> Self {
+        Self {
+            limit,
+            mark: link.get_ref().bytes_received(),
+            deadline: Box::pin(tokio::time::sleep(limit)),
+        }
+    }
+
+    pub(super) fn restart<S: DataStream>(&mut self, link: &Link<S>) {
+        self.mark = link.get_ref().bytes_received();
+        let at = tokio::time::Instant::now() + self.limit;
+        self.deadline.as_mut().reset(at);
+    }
+
+    /// Completes when the limit has passed since the last restart.
+    pub(super) async fn elapsed(&mut self) {
+        self.deadline.as_mut().await;
+    }
+
+    /// After [`IdleClock::elapsed`]: Err (the reason) if nothing arrived
+    /// meanwhile, else restarted.
+    pub(super) fn check<S: DataStream>(&mut self, link: &Link<S>) -> Result<(), String> {
+        if link.get_ref().bytes_received() == self.mark {
+            return Err(format!(
+                "nothing received for {} ms after Hello (limits.idle-timeout-ms)",
+                self.limit.as_millis()
+            ));
+        }
+        self.restart(link);
+        Ok(())
+    }
+}
+
 pub(super) type Read = Option<std::io::Result<BytesMut>>;
 
-/// The next frame (or the end of the stream), under the frame clock.
+/// The next frame (or the end of the stream), its bytes counted in the
+/// peers' budget as they arrive.
+pub(super) async fn next_counted<S: DataStream>(link: &mut Link<S>, account: &Account) -> Read {
+    std::future::poll_fn(|cx| {
+        let polled = link.poll_next_unpin(cx);
+        account.set(link.read_buffer().len());
+        polled
+    })
+    .await
+}
+
+/// The next frame (or the end of the stream), under the frame clock, its
+/// bytes counted in the peers' budget as they arrive.
 pub(super) async fn next_frame<S: DataStream>(
     link: &mut Link<S>,
     clock: &mut FrameClock,
+    account: &Account,
 ) -> Result<Read, Stalled> {
     std::future::poll_fn(|cx| {
-        if let Poll::Ready(read) = link.poll_next_unpin(cx) {
+        let polled = link.poll_next_unpin(cx);
+        account.set(link.read_buffer().len());
+        if let Poll::Ready(read) = polled {
             clock.restart(link);
             return Poll::Ready(Ok(read));
         }

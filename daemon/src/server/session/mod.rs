@@ -18,7 +18,6 @@ use std::time::Duration;
 use tracesync_protocol::relay::RefusalCode;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::time::{timeout, timeout_at};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
@@ -32,13 +31,15 @@ use super::fault_log::PEER_FAULTS;
 use super::preauth::PreAuth;
 use super::{Counter, Failed, Refused, Shared};
 use crate::tls::{Bindings, DataStream};
+use peer_bytes::{Account, PEER_BYTES};
 
 pub mod admission;
 mod frames;
+pub mod peer_bytes;
 pub(super) use frames::refuse;
 use frames::{
-    FrameClock, Stalled, batch_packet_count, decode, decode_frame, kind, next_frame, read_failed,
-    refuse_counted, send,
+    FrameClock, IdleClock, Stalled, batch_packet_count, decode, decode_frame, kind, next_counted,
+    next_frame, read_failed, refuse_counted, send,
 };
 
 /// Plain TCP or TLS ([`DataStream`]).
@@ -107,8 +108,9 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
 ) {
     let mut link = Framed::new(stream, codec(MAX_HELLO_FRAME_BYTES));
     let session_id = new_session_id();
+    let account = shared.peer_bytes.open();
     let welcomed = tokio::select! {
-        w = welcome(&mut link, peer, session_id, &events, &shared, pre) => w,
+        w = welcome(&mut link, peer, session_id, &events, &shared, pre, &account) => w,
         () = shared.shutdown.cancelled() => None,
     };
     let Some(Hello {
@@ -135,10 +137,12 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
         "relay {} (raw id {machine_raw_id}) connected",
         Escaped(&machine)
     );
+    account.authenticated();
     let clock = FrameClock::new(shared.settings.frame_timeout, &link);
     let session = Session {
         link,
         clock,
+        account,
         peer,
         machine,
         slot,
@@ -173,8 +177,9 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     events: &mpsc::Sender<IngestEvent>,
     shared: &Shared<P>,
     pre: PreAuth,
+    account: &Account,
 ) -> Option<Hello> {
-    let hello = read_hello(link, peer, shared, &pre).await?;
+    let hello = read_hello(link, peer, shared, &pre, account).await?;
     let token = shared.token();
     let allow_machines = shared.allow_machines();
     let context = admission::Context {
@@ -235,10 +240,15 @@ async fn read_hello<P, S: DataStream>(
     peer: SocketAddr,
     shared: &Shared<P>,
     pre: &PreAuth,
+    account: &Account,
 ) -> Option<v1::Hello> {
     let first = tokio::select! {
-        first = timeout_at(pre.deadline, link.next()) => first,
+        first = timeout_at(pre.deadline, next_counted(link, account)) => first,
         () = pre.ticket.evicted() => return None,
+        () = account.closed() => {
+            shared.counters.bump(Counter::Failed(Failed::PeerBytes));
+            return None;
+        }
     };
     let (why, reason) = match first {
         Ok(Some(Ok(bytes))) => match decode(&bytes) {
@@ -315,6 +325,8 @@ async fn join<P, S: DataStream>(
 struct Session<'a, P, S> {
     link: Link<S>,
     clock: FrameClock,
+    /// The bytes of its partial frame, in the peers' budget.
+    account: Account,
     peer: SocketAddr,
     /// The relay's machine name (Hello), for the log.
     machine: String,
@@ -379,25 +391,15 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
 
     async fn main_loop(&mut self, events: &mpsc::Sender<IngestEvent>) -> End {
         let mut paused = false;
-        let idle_limit = self.shared.settings.idle_timeout;
-        let idle = tokio::time::sleep(idle_limit);
-        tokio::pin!(idle);
-        // Bytes read when the idle clock last restarted.
-        let mut idle_mark = self.link.get_ref().bytes_received();
+        let mut idle = IdleClock::new(self.shared.settings.idle_timeout, &self.link);
         loop {
             tokio::select! {
                 () = self.shared.shutdown.cancelled() => return End::Shutdown,
                 // Time not spent reading (paused) is not the relay's.
-                () = &mut idle, if !paused => {
-                    let received = self.link.get_ref().bytes_received();
-                    if received == idle_mark {
-                        return End::Refuse(Failed::IdleTimeout, format!(
-                            "nothing received for {} ms after Hello (limits.idle-timeout-ms)",
-                            idle_limit.as_millis()
-                        ));
+                () = idle.elapsed(), if !paused => {
+                    if let Err(reason) = idle.check(&self.link) {
+                        return End::Refuse(Failed::IdleTimeout, reason);
                     }
-                    idle_mark = received;
-                    idle.as_mut().reset(tokio::time::Instant::now() + idle_limit);
                 }
                 changed = self.feedback.changed() => {
                     if changed.is_err() {
@@ -413,8 +415,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     if paused != feedback.paused {
                         // Time not spent reading is not the relay's.
                         self.clock.restart(&self.link);
-                        idle_mark = self.link.get_ref().bytes_received();
-                        idle.as_mut().reset(tokio::time::Instant::now() + idle_limit);
+                        idle.restart(&self.link);
                     }
                     paused = feedback.paused;
                     if let Err(end) = self.ack(feedback.acked_through_batch).await {
@@ -422,7 +423,13 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     }
                 }
                 // Held back: TCP pushes back to the relay's spool.
-                frame = next_frame(&mut self.link, &mut self.clock), if !paused => {
+                () = self.account.closed() => {
+                    return End::Refuse(Failed::PeerBytes, format!(
+                        "partial frames of all peers over {} MiB; this one held the most",
+                        PEER_BYTES >> 20
+                    ));
+                }
+                frame = next_frame(&mut self.link, &mut self.clock, &self.account), if !paused => {
                     let bytes = match frame {
                         Err(Stalled) => {
                             let limit = self.clock.limit.as_millis();
