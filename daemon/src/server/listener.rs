@@ -121,19 +121,23 @@ async fn connection<P: ProbeRegistry>(
     shared: Arc<Shared<P>>,
     pre: PreAuth,
 ) {
+    let account = Arc::new(shared.peer_bytes.open());
     match shared.settings.tls.clone() {
         None => {
             if speaks_tls(&stream, &shared, &pre).await {
                 session::refuse_tls_relay(Metered::new(stream), peer, &shared).await;
                 return;
             }
-            let stream = Metered::reporting(stream, pre.ticket.progress());
-            session::run(stream, peer, events, shared, pre).await;
+            let stream =
+                Metered::reporting(stream, pre.ticket.progress()).counted_in(account.clone());
+            session::run(stream, peer, events, shared, pre, account).await;
         }
         Some(tls) => {
-            let stream = tls_socket(Metered::reporting(stream, pre.ticket.progress()));
+            let socket =
+                Metered::reporting(stream, pre.ticket.progress()).counted_in(account.clone());
+            let stream = tls_socket(socket);
             if let Some(stream) = handshake(&tls, stream, peer, &shared, &pre).await {
-                session::run(stream, peer, events, shared, pre).await;
+                session::run(stream, peer, events, shared, pre, account).await;
             }
         }
     }

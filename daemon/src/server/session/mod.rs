@@ -98,17 +98,18 @@ pub async fn refuse_tls_relay<P, S: DataStream>(stream: S, peer: SocketAddr, sha
 }
 
 /// Runs one session to its end: `pre` is the connection's place among the
-/// unauthenticated, given up for a `max-relays` slot once the Hello passes.
+/// unauthenticated, given up for a `max-relays` slot once the Hello passes;
+/// `account` its share of the peers' byte budget (its socket counts in it).
 pub async fn run<P: ProbeRegistry, S: DataStream>(
     stream: S,
     peer: SocketAddr,
     events: mpsc::Sender<IngestEvent>,
     shared: Arc<Shared<P>>,
     pre: PreAuth,
+    account: Arc<Account>,
 ) {
     let mut link = Framed::new(stream, codec(MAX_HELLO_FRAME_BYTES));
     let session_id = new_session_id();
-    let account = shared.peer_bytes.open();
     let welcomed = tokio::select! {
         w = welcome(&mut link, peer, session_id, &events, &shared, pre, &account) => w,
         () = shared.shutdown.cancelled() => None,
@@ -265,6 +266,10 @@ async fn read_hello<P, S: DataStream>(
             (Failed::HelloTimeout, reason)
         }
         Ok(None) => return None,
+        Ok(Some(Err(_))) if account.is_closed() => {
+            shared.counters.bump(Counter::Failed(Failed::PeerBytes));
+            return None;
+        }
         Ok(Some(Err(e))) => {
             read_failed(link, peer, e, shared, true).await;
             return None;
@@ -326,7 +331,7 @@ struct Session<'a, P, S> {
     link: Link<S>,
     clock: FrameClock,
     /// The bytes of its partial frame, in the peers' budget.
-    account: Account,
+    account: Arc<Account>,
     peer: SocketAddr,
     /// The relay's machine name (Hello), for the log.
     machine: String,
@@ -424,10 +429,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                 }
                 // Held back: TCP pushes back to the relay's spool.
                 () = self.account.closed() => {
-                    return End::Refuse(Failed::PeerBytes, format!(
-                        "partial frames of all peers over {} MiB; this one held the most",
-                        PEER_BYTES >> 20
-                    ));
+                    return End::Refuse(Failed::PeerBytes, peer_bytes_reason());
                 }
                 frame = next_frame(&mut self.link, &mut self.clock, &self.account), if !paused => {
                     let bytes = match frame {
@@ -440,6 +442,9 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                             ));
                         }
                         Ok(None) => return End::Gone,
+                        Ok(Some(Err(_))) if self.account.is_closed() => {
+                            return End::Refuse(Failed::PeerBytes, peer_bytes_reason());
+                        }
                         Ok(Some(Err(e))) => {
                             read_failed(&mut self.link, self.peer, e, self.shared, false).await;
                             return End::Gone;
@@ -530,6 +535,13 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
             warn!(peer = %self.peer, "no final ack within {} ms; closing", limit.as_millis());
         }
     }
+}
+
+fn peer_bytes_reason() -> String {
+    format!(
+        "partial frames of all peers over {} MiB; this session held the most",
+        PEER_BYTES >> 20
+    )
 }
 
 /// Unregisters the session from the prober when the session ends, however

@@ -3,9 +3,11 @@
 //! `limits.max-frame-bytes` each). Whole frames go on to the ingest queue,
 //! which has its own budget (`INGEST_QUEUE_BYTES`). Invariants:
 //!
-//! - Every session reports the bytes buffered for its next frame after
-//!   every read ([`Account::set`]); the sum over all sessions is what the
-//!   budget bounds. Bytes announced by a length prefix but not sent are not
+//! - Every session counts the bytes it reads from its socket as they are
+//!   read ([`Account::add`], in [`crate::tls::Metered`]), and the bytes
+//!   buffered for its next frame after every frame read ([`Account::set`]);
+//!   the sum over all sessions is what the budget bounds. A session closed
+//!   for the budget reads nothing more: its socket's reads fail. Bytes announced by a length prefix but not sent are not
 //!   counted (nor resident: the buffer's pages are touched only as bytes
 //!   arrive).
 //! - When the sum passes [`PEER_BYTES`], holders are closed until it is
@@ -137,6 +139,27 @@ impl Account {
         };
         inner.total = inner.total - before + held;
         inner.shed(limit);
+    }
+
+    /// `bytes` more read from the socket (counted at once, before they
+    /// reach a frame buffer: [`Account::set`] then gives the exact count).
+    pub fn add(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let held = {
+            let inner = self.registry.lock();
+            match inner.holders.get(&self.id) {
+                Some(holder) => holder.held.saturating_add(bytes),
+                None => return,
+            }
+        };
+        self.set(held);
+    }
+
+    /// Whether the session was closed for the budget.
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
     }
 
     /// The Hello passed: no longer among the first to be closed.
