@@ -56,12 +56,18 @@ impl FrameClock {
 /// After Hello, how long a session may receive nothing at all (not a
 /// byte: a frame trickling in is the frame clock's). Time the session does
 /// not read (paused) does not count: the caller restarts it on resuming.
+/// Nor does the daemon's own stop: a deadline noticed more than
+/// [`IDLE_LATE_SLACK`] late (the daemon was stopped or starved, and what
+/// the relay sent meanwhile is still unread) restarts the clock.
 pub(super) struct IdleClock {
     limit: Duration,
     /// Bytes read from the socket when the clock last restarted.
     mark: u64,
     deadline: Pin<Box<Sleep>>,
 }
+
+/// How late an idle deadline may be noticed and still count.
+const IDLE_LATE_SLACK: Duration = Duration::from_secs(1);
 
 impl IdleClock {
     pub(super) fn new<S: DataStream>(limit: Duration, link: &Link<S>) -> Self {
@@ -86,7 +92,8 @@ impl IdleClock {
     /// After [`IdleClock::elapsed`]: Err (the reason) if nothing arrived
     /// meanwhile, else restarted.
     pub(super) fn check<S: DataStream>(&mut self, link: &Link<S>) -> Result<(), String> {
-        if link.get_ref().bytes_received() == self.mark {
+        let late = tokio::time::Instant::now().saturating_duration_since(self.deadline.deadline());
+        if link.get_ref().bytes_received() == self.mark && late <= IDLE_LATE_SLACK {
             return Err(format!(
                 "nothing received for {} ms after Hello (limits.idle-timeout-ms)",
                 self.limit.as_millis()

@@ -385,3 +385,29 @@ async fn tls_handshakes_in_progress_hold_no_slot() {
     );
     server.shutdown.cancel();
 }
+
+#[tokio::test]
+async fn a_silent_session_is_closed_at_the_idle_limit_and_a_talking_one_is_not() {
+    let server = serve_with(
+        SessionSettings {
+            idle_timeout: Duration::from_millis(400),
+            ..settings(4)
+        },
+        None,
+        None,
+    )
+    .await;
+    let (mut talking, _) = welcomed(&server, "").await;
+    let (mut silent, _) = welcomed(&server, "").await;
+    // Frames spaced at half the limit, for three limits.
+    for seq in 1..=6 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        send(&mut talking, batch(seq, &[b"p"])).await;
+        ack_through(&mut talking, seq).await;
+    }
+    counted(&server, Counter::Failed(Failed::IdleTimeout), 1).await;
+    // The silent one got no frame, only the close.
+    assert!(recv(&mut silent).await.is_none());
+    send(&mut talking, batch(7, &[b"p"])).await;
+    ack_through(&mut talking, 7).await;
+}
