@@ -260,6 +260,11 @@ pub struct LimitsConfig {
     /// time (a relay trickling bytes is closed with a reason).
     #[serde(deserialize_with = "frame_timeout_ms")]
     pub frame_timeout_ms: u64,
+    /// After Hello, a relay that sends nothing (no batch, heartbeat or
+    /// byte) for this long is closed; relays send a heartbeat at least
+    /// every 2 s.
+    #[serde(deserialize_with = "idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
     /// Sequences one relay instance may open; a packet on one more is
     /// dropped and the connection closed with a reason.
     #[serde(deserialize_with = "max_sequences_per_relay")]
@@ -273,6 +278,7 @@ impl Default for LimitsConfig {
             hello_timeout_ms: 5000,
             max_frame_bytes: MAX_FRAME_BYTES as u64,
             frame_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
             max_sequences_per_relay: 16_384,
         }
     }
@@ -321,6 +327,11 @@ fn check_max_frame_bytes(v: u64) -> Result<(), String> {
 
 fn check_frame_timeout_ms(v: u64) -> Result<(), String> {
     check_range(v, 1_000, 600_000, "frame timeout (ms)")
+}
+
+fn check_idle_timeout_ms(v: u64) -> Result<(), String> {
+    // Above a relay's 2 s heartbeat interval with room for a slow link.
+    check_range(v, 5_000, 3_600_000, "idle timeout (ms)")
 }
 
 fn check_max_sequences_per_relay(v: u64) -> Result<(), String> {
@@ -382,6 +393,7 @@ checked_fields! {
     hello_timeout_ms => check_hello_timeout_ms,
     max_frame_bytes => check_max_frame_bytes,
     frame_timeout_ms => check_frame_timeout_ms,
+    idle_timeout_ms => check_idle_timeout_ms,
     max_sequences_per_relay => check_max_sequences_per_relay,
 }
 

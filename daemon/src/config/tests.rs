@@ -378,3 +378,15 @@ fn a_crl_that_cannot_be_used_is_an_error_at_its_key() {
         "{err}"
     );
 }
+
+#[test]
+fn the_idle_timeout_leaves_room_for_heartbeats() {
+    assert_eq!(DaemonConfig::default().limits.idle_timeout_ms, 60_000);
+    let config = parse("[limits]\nidle-timeout-ms = 5000\n").expect("config");
+    assert_eq!(config.limits.idle_timeout_ms, 5000);
+    // A relay heartbeats at least every 2 s: a limit near that is refused.
+    let err = parse("[limits]\nidle-timeout-ms = 4999\n").expect_err("too short");
+    assert_eq!(err.position.map(|p| p.0), Some(2), "{err}");
+    assert!(err.message.contains("idle timeout"), "{err}");
+    assert!(parse("[limits]\nidle-timeout-ms = 3600001\n").is_err());
+}

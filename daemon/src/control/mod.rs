@@ -14,6 +14,7 @@
 
 pub mod history;
 pub mod server;
+pub mod waiting;
 
 use std::sync::{Arc, Mutex, PoisonError};
 

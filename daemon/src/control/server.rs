@@ -5,8 +5,11 @@
 //! the broadcast channel, and a task that falls more than the channel's
 //! capacity behind is told how many packets it lost (text/jsonl: a notice
 //! line, then the stream goes on; perfetto: a notice record, then the
-//! stream ends). At most [`MAX_CLIENTS`] clients at once; each formats at
-//! most [`MAX_PENDING_BYTES`] before writing them out.
+//! stream ends). At most [`MAX_CLIENTS`] tail clients at once; each formats
+//! at most [`MAX_PENDING_BYTES`] before writing them out. Clients that have
+//! not sent their request yet are bounded apart ([`super::waiting`]: the
+//! oldest idle one goes for a new one), and a status request holds no tail
+//! place: idle or tailing clients never keep `tracesync status` out.
 
 use std::io;
 use std::path::Path;
@@ -20,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::ControlHub;
+use super::waiting::{MAX_WAITING, Place, Waiting};
 use tracesync_common::clock::{boottime_ns, realtime_ns};
 use tracesync_core::control::{
     MAX_REQUEST_BYTES, MachineFilter, PacketFormatter, Request, Since, TailFormat, error_line,
@@ -27,7 +31,7 @@ use tracesync_core::control::{
 use tracesync_core::live::OutPacket;
 use tracesync_core::status::StatusReport;
 
-/// Control clients served at once; more are refused with an error line.
+/// Tail clients served at once; more are refused with an error line.
 pub const MAX_CLIENTS: usize = 64;
 /// Formatted bytes a client task collects before writing them out.
 pub const MAX_PENDING_BYTES: usize = 64 << 10;
@@ -35,6 +39,9 @@ pub const MAX_PENDING_BYTES: usize = 64 << 10;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a refusal may take to write.
 const REFUSAL_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long a status answer may take to write (a client that does not
+/// read must not hold its task forever).
+const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Binds the control socket at `path`: creates its directory, replaces a
 /// stale socket file nobody listens on, refuses to replace a live one.
@@ -105,7 +112,9 @@ async fn accept_failed(e: io::Error, shutdown: &CancellationToken) {
 }
 
 struct Clients {
+    /// Tail places.
     slots: Arc<Semaphore>,
+    waiting: Arc<Waiting>,
     tasks: TaskTracker,
 }
 
@@ -113,30 +122,24 @@ impl Clients {
     fn new() -> Self {
         Self {
             slots: Arc::new(Semaphore::new(MAX_CLIENTS)),
+            waiting: Waiting::new(MAX_WAITING),
             tasks: TaskTracker::new(),
         }
     }
 
-    async fn start<S>(&self, mut stream: S, hub: &ControlHub, shutdown: &CancellationToken)
+    async fn start<S>(&self, stream: S, hub: &ControlHub, shutdown: &CancellationToken)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() else {
-            crate::metrics::Event::ControlRefused.record();
-            let line = error_line(&format!(
-                "too many control clients ({MAX_CLIENTS}); close one and retry"
-            ));
-            let _ = tokio::time::timeout(REFUSAL_TIMEOUT, stream.write_all(line.as_bytes())).await;
-            return;
-        };
+        let place = self.waiting.admit();
         let hub = hub.clone();
         let shutdown = shutdown.clone();
+        let slots = Arc::clone(&self.slots);
         self.tasks.spawn(async move {
-            if let Err(e) = client(stream, hub, shutdown).await {
+            if let Err(e) = client(stream, hub, shutdown, place, slots).await {
                 // A client going away mid-stream is normal.
                 tracing::debug!("control client: {e}");
             }
-            drop(permit);
         });
     }
 
@@ -146,7 +149,13 @@ impl Clients {
     }
 }
 
-async fn client<S>(stream: S, hub: ControlHub, shutdown: CancellationToken) -> io::Result<()>
+async fn client<S>(
+    stream: S,
+    hub: ControlHub,
+    shutdown: CancellationToken,
+    place: Place,
+    slots: Arc<Semaphore>,
+) -> io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -157,8 +166,10 @@ where
     let read = limited.read_line(&mut line);
     let read = tokio::select! {
         _ = shutdown.cancelled() => return Ok(()),
+        () = place.closed() => return Ok(()),
         r = tokio::time::timeout(REQUEST_TIMEOUT, read) => r,
     };
+    drop(place);
     let request = match read {
         Err(_) => return refuse(&mut wr, "no request within 10 s").await,
         Ok(Err(e)) => return Err(e),
@@ -180,8 +191,13 @@ where
             let report = Arc::clone(&hub.status.borrow());
             let mut out = serde_json::to_vec(&*report).map_err(io::Error::other)?;
             out.push(b'\n');
-            wr.write_all(&out).await?;
-            wr.shutdown().await
+            let answer = async {
+                wr.write_all(&out).await?;
+                wr.shutdown().await
+            };
+            tokio::time::timeout(STATUS_WRITE_TIMEOUT, answer)
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "status not read"))?
         }
         Request::Tail {
             format,
@@ -190,6 +206,14 @@ where
             lines,
             since,
         } => {
+            let Ok(_permit) = slots.try_acquire_owned() else {
+                crate::metrics::Event::ControlRefused.record();
+                let line = error_line(&format!(
+                    "too many control clients ({MAX_CLIENTS} tails); close one and retry"
+                ));
+                let _ = tokio::time::timeout(REFUSAL_TIMEOUT, wr.write_all(line.as_bytes())).await;
+                return Ok(());
+            };
             if format == TailFormat::Perfetto && (lines.is_some() || since.is_some()) {
                 return refuse(
                     &mut wr,

@@ -446,14 +446,56 @@ async fn clients_beyond_the_limit_are_refused() {
         held.push(f.request("{\"cmd\":\"tail\"}\n").await);
     }
     f.subscribers(MAX_CLIENTS).await;
-    let s = f.request("{\"cmd\":\"status\"}\n").await;
+    let s = f.request("{\"cmd\":\"tail\"}\n").await;
     let lines = read_lines(s, 1).await;
     assert!(
         lines[0].contains("too many control clients"),
         "{}",
         lines[0]
     );
+    // A status request takes no tail place: still answered.
+    let s = f.request("{\"cmd\":\"status\"}\n").await;
+    let lines = read_lines(s, 1).await;
+    let got: StatusReport = serde_json::from_str(&lines[0]).expect("a status line");
+    assert_eq!(got, report());
     drop(held);
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn idle_clients_never_keep_status_out() {
+    use super::waiting::MAX_WAITING;
+    let f = start(16).await;
+    // Twice as many clients as may wait, none sending a request.
+    let mut idle = Vec::new();
+    for _ in 0..2 * MAX_WAITING {
+        idle.push(UnixStream::connect(&f.path).await.expect("connect"));
+    }
+    let started = std::time::Instant::now();
+    for _ in 0..10 {
+        let s = f.request("{\"cmd\":\"status\"}\n").await;
+        let lines = read_lines(s, 1).await;
+        let got: StatusReport = serde_json::from_str(&lines[0]).expect("a status line");
+        assert_eq!(got, report());
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // The oldest idle clients were closed (EOF), the newest are still open.
+    let mut buf = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(5), idle[0].read(&mut buf))
+        .await
+        .expect("the oldest idle client is closed");
+    assert!(matches!(closed, Ok(0)), "{closed:?}");
+    let newest = idle.last_mut().expect("idle clients");
+    let open = tokio::time::timeout(Duration::from_millis(200), newest.read(&mut buf)).await;
+    assert!(
+        open.is_err(),
+        "the newest idle client still waits: {open:?}"
+    );
+    drop(idle);
     f.stop().await;
 }
 

@@ -93,13 +93,22 @@ pub enum Failed {
     /// A connection still in TLS handshake or Hello closed for a newer one
     /// (more than `MAX_UNAUTHENTICATED` at once).
     UnauthenticatedLimit,
+    /// The same, for a newer one from the same source (more than
+    /// `MAX_UNAUTHENTICATED_PER_SOURCE` from one address or IPv6 /64).
+    UnauthenticatedPerSource,
+    /// After Hello, nothing received (no batch, heartbeat or byte) for
+    /// `limits.idle-timeout-ms`.
+    IdleTimeout,
+    /// Closed to keep the partial frames of all peers within
+    /// `PEER_BYTES` (it was unauthenticated, or held the largest).
+    PeerBytes,
     /// A TLS ClientHello on a plaintext data port: the relay has TLS on,
     /// the daemon off.
     TlsRelay,
 }
 
 impl Failed {
-    pub const ALL: [Failed; 10] = [
+    pub const ALL: [Failed; 13] = [
         Failed::HelloTimeout,
         Failed::MalformedFrame,
         Failed::FrameTooLarge,
@@ -109,6 +118,9 @@ impl Failed {
         Failed::TlsHandshake,
         Failed::FrameTimeout,
         Failed::UnauthenticatedLimit,
+        Failed::UnauthenticatedPerSource,
+        Failed::IdleTimeout,
+        Failed::PeerBytes,
         Failed::TlsRelay,
     ];
 
@@ -124,6 +136,9 @@ impl Failed {
             Failed::TlsHandshake => "tls_handshake",
             Failed::FrameTimeout => "frame_timeout",
             Failed::UnauthenticatedLimit => "unauthenticated_limit",
+            Failed::UnauthenticatedPerSource => "unauthenticated_per_source",
+            Failed::IdleTimeout => "idle_timeout",
+            Failed::PeerBytes => "peer_bytes",
             Failed::TlsRelay => "tls_relay",
         }
     }
@@ -142,7 +157,12 @@ impl Failed {
             // The relay's TLS client reads no frame; that its bytes are one
             // tells it the daemon speaks plaintext.
             Failed::TlsRelay => RefusalCode::BadFrame,
-            Failed::TlsHandshake | Failed::UnauthenticatedLimit => return None,
+            // Nothing came to answer, or the idle relay would not read it.
+            Failed::TlsHandshake
+            | Failed::UnauthenticatedLimit
+            | Failed::UnauthenticatedPerSource
+            | Failed::IdleTimeout
+            | Failed::PeerBytes => return None,
         })
     }
 }
@@ -222,6 +242,8 @@ impl Counter {
         match self {
             Counter::Refused(Refused::Core) => Some("raw_id_conflict"),
             Counter::Failed(Failed::TlsRelay) => Some("tls_relay"),
+            Counter::Failed(Failed::IdleTimeout) => Some("idle_timeout"),
+            Counter::Failed(Failed::PeerBytes) => Some("peer_bytes"),
             _ => self.code().map(RefusalCode::as_str),
         }
     }

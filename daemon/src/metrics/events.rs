@@ -4,8 +4,8 @@
 //! [`Event`], and the exporter starts every one at zero from [`Event::ALL`].
 
 use super::names::{
-    CONTROL_ACCEPT_ERRORS, CONTROL_BAD_REQUESTS, CONTROL_REFUSED, IDENTITY_BINDINGS_SAVE_ERRORS,
-    OUTPUT_ERRORS, TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS,
+    CONTROL_ACCEPT_ERRORS, CONTROL_BAD_REQUESTS, CONTROL_IDLE_CLOSED, CONTROL_REFUSED,
+    IDENTITY_BINDINGS_SAVE_ERRORS, OUTPUT_ERRORS, TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS,
 };
 
 /// What is counted (one counter each).
@@ -21,6 +21,8 @@ pub enum Event {
     TailLagNotice,
     /// A control client refused (too many at once).
     ControlRefused,
+    /// A control client closed before its request, for a newer one.
+    ControlIdleClosed,
     /// A control request that did not parse.
     ControlBadRequest,
     /// `accept()` failed on the control socket.
@@ -28,12 +30,13 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 7] = [
+    pub const ALL: [Event; 8] = [
         Event::OutputError,
         Event::IdentityBindingsSaveError,
         Event::TailLaggedPackets,
         Event::TailLagNotice,
         Event::ControlRefused,
+        Event::ControlIdleClosed,
         Event::ControlBadRequest,
         Event::ControlAcceptError,
     ];
@@ -46,6 +49,7 @@ impl Event {
             Event::TailLaggedPackets => TAIL_LAGGED_PACKETS,
             Event::TailLagNotice => TAIL_LAG_NOTICES,
             Event::ControlRefused => CONTROL_REFUSED,
+            Event::ControlIdleClosed => CONTROL_IDLE_CLOSED,
             Event::ControlBadRequest => CONTROL_BAD_REQUESTS,
             Event::ControlAcceptError => CONTROL_ACCEPT_ERRORS,
         }

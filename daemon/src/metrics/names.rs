@@ -117,6 +117,7 @@ pub const TAIL_SUBSCRIBERS: &str = "tracesync_tail_subscribers";
 pub const TAIL_LAGGED_PACKETS: &str = "tracesync_tail_lagged_packets_total";
 pub const TAIL_LAG_NOTICES: &str = "tracesync_tail_lag_notices_total";
 pub const CONTROL_REFUSED: &str = "tracesync_control_refused_total";
+pub const CONTROL_IDLE_CLOSED: &str = "tracesync_control_idle_closed_total";
 pub const CONTROL_BAD_REQUESTS: &str = "tracesync_control_bad_requests_total";
 pub const CONTROL_ACCEPT_ERRORS: &str = "tracesync_control_accept_errors_total";
 
@@ -306,6 +307,10 @@ pub const SPECS: &[Spec] = &[
     ),
     Spec::counter(TAIL_LAG_NOTICES, "Lag notices sent to tail subscribers"),
     Spec::counter(CONTROL_REFUSED, "Control clients refused (too many)"),
+    Spec::counter(
+        CONTROL_IDLE_CLOSED,
+        "Control clients closed before their request, for a newer one",
+    ),
     Spec::counter(CONTROL_BAD_REQUESTS, "Control requests that did not parse"),
     Spec::counter(
         CONTROL_ACCEPT_ERRORS,

@@ -386,6 +386,7 @@ fn session_settings(
         hello_timeout: Duration::from_millis(config.limits.hello_timeout_ms),
         max_frame_bytes: usize::try_from(config.limits.max_frame_bytes).unwrap_or(usize::MAX),
         frame_timeout: Duration::from_millis(config.limits.frame_timeout_ms),
+        idle_timeout: Duration::from_millis(config.limits.idle_timeout_ms),
         sync_udp_port,
         final_ack_timeout: Duration::from_secs(5),
         tls,

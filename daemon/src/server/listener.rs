@@ -1,7 +1,8 @@
 //! Binding the data socket and accepting relay connections. A connection
 //! is unauthenticated until its TLS handshake and Hello pass (at most
-//! [`MAX_UNAUTHENTICATED`] at once, see [`preauth`](super::preauth)); only
-//! then does it take one of the `limits.max-relays` slots.
+//! [`MAX_UNAUTHENTICATED`] at once, fewer per source, see
+//! [`preauth`](super::preauth)); only then does it take one of the
+//! `limits.max-relays` slots.
 
 use std::io;
 use std::net::SocketAddr;
@@ -16,8 +17,11 @@ use tracing::{debug, warn};
 
 use super::engine::ProbeRegistry;
 use super::events::IngestEvent;
+use super::fault_log::PEER_FAULTS;
 use super::handshake::HandshakeFailure;
-use super::preauth::{MAX_UNAUTHENTICATED, PreAuth, Unauthenticated};
+use super::preauth::{
+    Eviction, MAX_UNAUTHENTICATED, MAX_UNAUTHENTICATED_PER_SOURCE, PreAuth, Unauthenticated,
+};
 use super::{Counter, Failed, Shared, session};
 use crate::tls::{DataTls, Metered, TlsSocket, tls_socket};
 
@@ -56,7 +60,7 @@ pub async fn accept_loop<P: ProbeRegistry>(
     tracker: TaskTracker,
 ) {
     let slots = Arc::new(Semaphore::new(shared.settings.max_relays));
-    let unauthenticated = Unauthenticated::new(MAX_UNAUTHENTICATED);
+    let unauthenticated = Unauthenticated::new(MAX_UNAUTHENTICATED, MAX_UNAUTHENTICATED_PER_SOURCE);
     let mut backoff = Duration::from_millis(10);
     loop {
         let accepted = tokio::select! {
@@ -84,11 +88,15 @@ pub async fn accept_loop<P: ProbeRegistry>(
         if let Err(e) = tune(&stream) {
             debug!(%peer, "cannot set TCP options: {e}");
         }
-        let (ticket, evicted) = unauthenticated.admit();
-        if evicted {
-            shared
+        let (ticket, evicted) = unauthenticated.admit(peer.ip());
+        match evicted {
+            Some(Eviction::Limit) => shared
                 .counters
-                .bump(Counter::Failed(Failed::UnauthenticatedLimit));
+                .bump(Counter::Failed(Failed::UnauthenticatedLimit)),
+            Some(Eviction::PerSource) => shared
+                .counters
+                .bump(Counter::Failed(Failed::UnauthenticatedPerSource)),
+            None => {}
         }
         let pre = PreAuth {
             ticket,
@@ -113,18 +121,23 @@ async fn connection<P: ProbeRegistry>(
     shared: Arc<Shared<P>>,
     pre: PreAuth,
 ) {
+    let account = Arc::new(shared.peer_bytes.open());
     match shared.settings.tls.clone() {
         None => {
             if speaks_tls(&stream, &shared, &pre).await {
                 session::refuse_tls_relay(Metered::new(stream), peer, &shared).await;
                 return;
             }
-            session::run(Metered::new(stream), peer, events, shared, pre).await;
+            let stream =
+                Metered::reporting(stream, pre.ticket.progress()).counted_in(account.clone());
+            session::run(stream, peer, events, shared, pre, account).await;
         }
         Some(tls) => {
-            let stream = tls_socket(Metered::new(stream));
+            let socket =
+                Metered::reporting(stream, pre.ticket.progress()).counted_in(account.clone());
+            let stream = tls_socket(socket);
             if let Some(stream) = handshake(&tls, stream, peer, &shared, &pre).await {
-                session::run(stream, peer, events, shared, pre).await;
+                session::run(stream, peer, events, shared, pre, account).await;
             }
         }
     }
@@ -160,11 +173,18 @@ async fn handshake<P>(
     let failed = |why: String, reason: HandshakeFailure| {
         shared.counters.bump(Counter::Failed(Failed::TlsHandshake));
         shared.counters.bump_handshake(reason);
+        let Some(suppressed) = PEER_FAULTS.admit(reason.as_str()) else {
+            return;
+        };
         let fix = match reason.fix() {
             "" => String::new(),
             fix => format!("; {fix}"),
         };
-        warn!(%peer, "TLS handshake with relay failed ({}): {why}{fix}", reason.as_str());
+        warn!(
+            %peer,
+            "TLS handshake with relay failed ({}): {why}{fix}{suppressed}",
+            reason.as_str()
+        );
     };
     let accepted = tokio::select! {
         accepted = tokio::time::timeout_at(pre.deadline, tls.acceptor.accept(stream)) => accepted,

@@ -4,7 +4,8 @@
 //! Tasks and channels:
 //! - accept loop ([`listener::accept_loop`]): one per data listener; at
 //!   most [`preauth::MAX_UNAUTHENTICATED`] connections in TLS handshake or
-//!   Hello at once (one more closes the oldest of them), each within the
+//!   Hello at once, fewer per source (one more closes the one of its source,
+//!   or of the heaviest source, that has sent the least), each within the
 //!   hello timeout; a connection takes one of the `limits.max-relays`
 //!   slots (a [`tokio::sync::Semaphore`]) only once its Hello is accepted,
 //!   and is refused with a reason when none is free.
@@ -12,6 +13,8 @@
 //!   checks, Welcome, then frames become [`IngestEvent`]s on one bounded `mpsc`
 //!   (a full channel stops the session reading: back-pressure to the relay
 //!   through TCP); acks come back on a per-session `watch` ([`Feedback`]).
+//!   A session that receives nothing for `limits.idle-timeout-ms` is
+//!   closed.
 //! - ingest loop ([`ingest`]): a dedicated thread, because the rolling
 //!   writer blocks (write, fdatasync). It owns the live core and the
 //!   writer, drains every 10 ms, commits every `output.commit-interval-ms`
@@ -25,6 +28,7 @@
 pub mod daemon;
 pub mod engine;
 pub mod events;
+pub mod fault_log;
 pub mod handshake;
 pub mod ingest;
 pub mod listener;
@@ -67,6 +71,9 @@ pub struct SessionSettings {
     pub max_frame_bytes: usize,
     /// After Hello, a frame that has begun must be whole within this.
     pub frame_timeout: Duration,
+    /// After Hello, a session that receives nothing (not a byte) for this
+    /// long is closed (`idle_timeout`).
+    pub idle_timeout: Duration,
     /// Sent in Welcome (0: no UDP probes).
     pub sync_udp_port: u16,
     /// On shutdown, how long a session waits for the final ack.
@@ -87,6 +94,9 @@ pub struct Shared<P> {
     pub bindings: Arc<crate::tls::Bindings>,
     /// Bytes the session -> ingest channel may hold ([`INGEST_QUEUE_BYTES`]).
     pub ingest_bytes: ByteBudget,
+    /// Bytes of partial frames all sessions may hold
+    /// ([`session::peer_bytes::PEER_BYTES`]).
+    pub peer_bytes: Arc<session::peer_bytes::PeerBytes>,
     /// Replaced on reload (SIGHUP).
     token: RwLock<Option<Arc<str>>>,
     /// Machine names allowed to connect (empty: all); replaced on reload.
@@ -111,6 +121,7 @@ impl<P> Shared<P> {
             shutdown,
             bindings,
             ingest_bytes: ByteBudget::new(INGEST_QUEUE_BYTES),
+            peer_bytes: session::peer_bytes::PeerBytes::new(session::peer_bytes::PEER_BYTES),
             token: RwLock::new(token.map(Arc::from)),
             allow_machines: RwLock::new(Arc::from(Vec::new())),
         }

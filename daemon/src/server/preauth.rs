@@ -1,14 +1,29 @@
 //! Connections not authenticated yet: the TLS handshake or the Hello is in
-//! progress. They cost the daemon little (a 64 KiB Hello frame limit, TLS
-//! buffers) and hold no `max-relays` slot, but there are at most
-//! [`MAX_UNAUTHENTICATED`] of them: one more closes the oldest (counted as
-//! `unauthenticated_limit`). Closing the oldest rather than refusing the
-//! newest means a flood of idle connections cannot keep a relay out: a
-//! relay's connection is only closed if more than the limit of newer ones
-//! arrive during its own handshake. Each must finish within the hello
-//! timeout (handshake and Hello together).
+//! progress. They hold no `max-relays` slot and each must finish within
+//! the hello timeout (handshake and Hello together), but a flood of them
+//! must not starve the handshakes of relays. Invariants:
+//!
+//! - At most [`MAX_UNAUTHENTICATED`] wait at once, and at most
+//!   [`MAX_UNAUTHENTICATED_PER_SOURCE`] from one source (an IPv4 address, an
+//!   IPv6 /64: what one host can hold without effort).
+//! - A new connection is always admitted. When its source is at its limit,
+//!   one of that source's own connections is closed
+//!   (`unauthenticated_per_source`); when the whole table is full, one of
+//!   the heaviest source's (`unauthenticated_limit`). A flood from one
+//!   source therefore never closes another source's handshakes.
+//! - The one closed is the one that has made the least progress (bytes
+//!   read from its socket), the oldest among equals: a connection that has
+//!   sent nothing since it was accepted goes before any handshake under way,
+//!   and a relay's new connection lives as long as the limit divided by the
+//!   flood's rate (128 ms at 1,000 connections/s from its own address)
+//!   before its first bytes protect it.
+//!
+//! Closing rather than refusing the newest: a table of idle connections
+//! held open would otherwise keep every relay out until they time out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,57 +32,152 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 /// Connections in TLS handshake or Hello at once.
-pub const MAX_UNAUTHENTICATED: usize = 128;
+pub const MAX_UNAUTHENTICATED: usize = 256;
 
-/// At most one warning per this long about connections closed at the limit.
+/// Connections in TLS handshake or Hello at once from one source.
+pub const MAX_UNAUTHENTICATED_PER_SOURCE: usize = 128;
+
+/// At most one warning per this long about connections closed at a limit.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// The connections waiting for authentication, oldest first.
+/// Where connections come from, for the per-source limit: an IPv4 address
+/// (an IPv4-mapped IPv6 address counts as its IPv4 address), or an IPv6
+/// /64 (one host can pick any address within its /64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Source(IpAddr);
+
+impl Source {
+    pub fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => Source(IpAddr::V4(v4)),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Source(IpAddr::V4(v4)),
+                None => {
+                    let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                    Source(IpAddr::V6(Ipv6Addr::from(prefix)))
+                }
+            },
+        }
+    }
+}
+
+/// Which limit closed a connection to admit a new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    /// The table was full: one of the heaviest source's was closed.
+    Limit,
+    /// The new connection's source was at its own limit: one of its own.
+    PerSource,
+}
+
+impl Eviction {
+    fn as_str(self) -> &'static str {
+        match self {
+            Eviction::Limit => "all sources",
+            Eviction::PerSource => "one source",
+        }
+    }
+}
+
+/// The connections waiting for authentication.
 #[derive(Debug)]
 pub struct Unauthenticated {
     limit: usize,
+    per_source: usize,
     inner: Mutex<Inner>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     next_id: u64,
-    waiting: BTreeMap<u64, CancellationToken>,
-    /// Closed at the limit since the last warning.
+    /// By admission order (oldest first).
+    waiting: BTreeMap<u64, Waiting>,
+    sources: HashMap<Source, usize>,
+    /// Closed at a limit since the last warning.
     unreported: u64,
     last_warning: Option<Instant>,
 }
 
+#[derive(Debug)]
+struct Waiting {
+    source: Source,
+    /// Bytes read from the connection's socket so far.
+    progress: Arc<AtomicU64>,
+    closed: CancellationToken,
+}
+
+impl Inner {
+    /// The connection of `source` to close: least progress, then oldest.
+    fn victim(&self, source: Source) -> Option<u64> {
+        self.waiting
+            .iter()
+            .filter(|(_, w)| w.source == source)
+            .min_by_key(|(id, w)| (w.progress.load(Ordering::Relaxed), **id))
+            .map(|(id, _)| *id)
+    }
+
+    fn heaviest_source(&self) -> Option<Source> {
+        self.sources
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(source, _)| *source)
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Waiting> {
+        let waiting = self.waiting.remove(&id)?;
+        if let Some(n) = self.sources.get_mut(&waiting.source) {
+            *n -= 1;
+            if *n == 0 {
+                self.sources.remove(&waiting.source);
+            }
+        }
+        Some(waiting)
+    }
+}
+
 impl Unauthenticated {
-    pub fn new(limit: usize) -> Arc<Self> {
+    pub fn new(limit: usize, per_source: usize) -> Arc<Self> {
         Arc::new(Self {
             limit: limit.max(1),
+            per_source: per_source.clamp(1, limit.max(1)),
             inner: Mutex::default(),
         })
     }
 
-    /// Registers a new connection. At the limit the oldest waiting one is
-    /// closed first (its [`Ticket::evicted`] completes); returns whether
-    /// one was.
-    pub fn admit(self: &Arc<Self>) -> (Ticket, bool) {
+    /// Registers a new connection from `peer`, closing one waiting
+    /// connection first if a limit is reached (see the module doc); returns
+    /// which limit closed one, if any.
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> (Ticket, Option<Eviction>) {
+        let source = Source::of(peer);
         let mut inner = self.lock();
-        let mut evicted = false;
-        while inner.waiting.len() >= self.limit {
-            let Some((_, oldest)) = inner.waiting.pop_first() else {
-                break;
-            };
-            oldest.cancel();
-            evicted = true;
+        let mut evicted = None;
+        let from_source = inner.sources.get(&source).copied().unwrap_or(0);
+        let (victim_source, why) = if from_source >= self.per_source {
+            (Some(source), Eviction::PerSource)
+        } else if inner.waiting.len() >= self.limit {
+            (inner.heaviest_source(), Eviction::Limit)
+        } else {
+            (None, Eviction::Limit)
+        };
+        if let Some(id) = victim_source.and_then(|s| inner.victim(s))
+            && let Some(closed) = inner.remove(id)
+        {
+            closed.closed.cancel();
+            evicted = Some(why);
         }
-        if evicted {
+        if let Some(why) = evicted {
             inner.unreported += 1;
             let now = Instant::now();
             if inner.last_warning.is_none_or(|t| now >= t + WARN_EVERY) {
                 warn!(
-                    "{} connection(s) closed before authentication: more than {} connections \
-                     were in TLS handshake or Hello at once (a flood of idle connections?); \
-                     the oldest go first",
-                    inner.unreported, self.limit
+                    "{} connection(s) closed before authentication: more than {} (all \
+                     sources) or {} (one source) connections were in TLS handshake or Hello \
+                     at once, last at the limit of {} (a flood of idle connections?); those \
+                     that sent the least go first",
+                    inner.unreported,
+                    self.limit,
+                    self.per_source,
+                    why.as_str()
                 );
                 inner.unreported = 0;
                 inner.last_warning = Some(now);
@@ -75,13 +185,23 @@ impl Unauthenticated {
         }
         let id = inner.next_id;
         inner.next_id += 1;
-        let token = CancellationToken::new();
-        inner.waiting.insert(id, token.clone());
+        let closed = CancellationToken::new();
+        let progress = Arc::new(AtomicU64::new(0));
+        inner.waiting.insert(
+            id,
+            Waiting {
+                source,
+                progress: progress.clone(),
+                closed: closed.clone(),
+            },
+        );
+        *inner.sources.entry(source).or_default() += 1;
         drop(inner);
         let ticket = Ticket {
             id,
             registry: Arc::clone(self),
-            evicted: token,
+            progress,
+            evicted: closed,
         };
         (ticket, evicted)
     }
@@ -108,6 +228,7 @@ impl Unauthenticated {
 pub struct Ticket {
     id: u64,
     registry: Arc<Unauthenticated>,
+    progress: Arc<AtomicU64>,
     evicted: CancellationToken,
 }
 
@@ -116,11 +237,17 @@ impl Ticket {
     pub async fn evicted(&self) {
         self.evicted.cancelled().await;
     }
+
+    /// Where the connection's socket reports the bytes read from it
+    /// ([`crate::tls::Metered::reporting`]): its progress.
+    pub fn progress(&self) -> Arc<AtomicU64> {
+        self.progress.clone()
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.registry.lock().waiting.remove(&self.id);
+        self.registry.lock().remove(self.id);
     }
 }
 
@@ -146,37 +273,100 @@ impl PreAuth {
 mod tests {
     use super::*;
 
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
+
+    fn closed(t: &Ticket) -> bool {
+        t.evicted.is_cancelled()
+    }
+
     #[tokio::test]
-    async fn the_oldest_is_closed_at_the_limit_and_a_dropped_ticket_frees_its_place() {
-        let registry = Unauthenticated::new(3);
-        let (a, evicted) = registry.admit();
-        assert!(!evicted);
-        let (b, _) = registry.admit();
-        let (c, _) = registry.admit();
+    async fn the_oldest_idle_is_closed_at_the_limit_and_a_dropped_ticket_frees_its_place() {
+        let registry = Unauthenticated::new(3, 3);
+        let (a, evicted) = registry.admit(A);
+        assert!(evicted.is_none());
+        let (b, _) = registry.admit(A);
+        let (c, _) = registry.admit(A);
         assert_eq!(registry.len(), 3);
-        let (d, evicted) = registry.admit();
-        assert!(evicted, "one over the limit closes one");
+        let (d, evicted) = registry.admit(A);
+        assert_eq!(
+            evicted,
+            Some(Eviction::PerSource),
+            "one over the limit closes one"
+        );
         a.evicted().await;
-        assert!(!b.evicted.is_cancelled() && !c.evicted.is_cancelled());
+        assert!(!closed(&b) && !closed(&c));
         assert_eq!(registry.len(), 3);
         // A connection that got authenticated (or ended) leaves room.
         drop(c);
         assert_eq!(registry.len(), 2);
-        let (_e, evicted) = registry.admit();
-        assert!(!evicted);
-        assert!(!b.evicted.is_cancelled() && !d.evicted.is_cancelled());
+        let (_e, evicted) = registry.admit(A);
+        assert!(evicted.is_none());
+        assert!(!closed(&b) && !closed(&d));
         drop(a);
         assert_eq!(registry.len(), 3, "the evicted one was already gone");
         drop((b, d));
         assert_eq!(registry.len(), 1);
     }
 
+    #[test]
+    fn a_handshake_under_way_outlives_idle_connections_however_old() {
+        let registry = Unauthenticated::new(4, 4);
+        let (relay, _) = registry.admit(A);
+        relay.progress().store(517, Ordering::Relaxed); // its ClientHello
+        let idle: Vec<_> = (0..100).map(|_| registry.admit(A).0).collect();
+        assert!(!closed(&relay), "bytes read protect it");
+        assert_eq!(idle.iter().filter(|t| !closed(t)).count(), 3);
+        // Among connections that sent something, the one that sent least goes.
+        let (more, _) = registry.admit(A);
+        more.progress().store(2_000, Ordering::Relaxed);
+        for t in &idle {
+            t.progress().store(1, Ordering::Relaxed);
+        }
+        let (_newest, _) = registry.admit(A);
+        let (_newest2, _) = registry.admit(A);
+        assert!(!closed(&relay) && !closed(&more));
+    }
+
+    #[test]
+    fn a_flood_from_one_source_never_closes_another_sources_connections() {
+        let registry = Unauthenticated::new(8, 6);
+        let (relay, _) = registry.admit(B);
+        let mut evictions = Vec::new();
+        let flood: Vec<_> = (0..1_000)
+            .map(|_| {
+                let (t, why) = registry.admit(A);
+                evictions.extend(why);
+                t
+            })
+            .collect();
+        assert!(!closed(&relay), "B's connection stays");
+        assert_eq!(flood.iter().filter(|t| !closed(t)).count(), 6);
+        assert!(evictions.iter().all(|&e| e == Eviction::PerSource));
+        // A full table closes one of the heaviest source's, not B's.
+        let others: Vec<_> = (0..1).map(|_| registry.admit(B).0).collect();
+        assert_eq!(registry.len(), 8);
+        let (_c, why) = registry.admit(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 3)));
+        assert_eq!(why, Some(Eviction::Limit));
+        assert!(!closed(&relay) && others.iter().all(|t| !closed(t)));
+        assert_eq!(flood.iter().filter(|t| !closed(t)).count(), 5);
+    }
+
+    #[test]
+    fn sources_are_ipv4_addresses_and_ipv6_64s() {
+        let v6 = |s: &str| Source::of(s.parse().expect("address"));
+        assert_eq!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:ffff::9"));
+        assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:3::1"));
+        assert_eq!(v6("::ffff:10.0.0.1"), Source::of(A));
+        assert_ne!(Source::of(A), Source::of(B));
+    }
+
     #[tokio::test]
     async fn a_slot_is_taken_only_when_authenticated() {
         let slots = Arc::new(Semaphore::new(1));
-        let registry = Unauthenticated::new(8);
+        let registry = Unauthenticated::new(8, 8);
         let pre = |registry: &Arc<Unauthenticated>| PreAuth {
-            ticket: registry.admit().0,
+            ticket: registry.admit(A).0,
             deadline: tokio::time::Instant::now(),
             slots: slots.clone(),
         };

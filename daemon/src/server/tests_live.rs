@@ -122,6 +122,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
         hello_timeout: Duration::from_secs(5),
         max_frame_bytes: MAX_FRAME_BYTES,
         frame_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(60),
         sync_udp_port: 0,
         final_ack_timeout: Duration::from_secs(5),
         tls: None,

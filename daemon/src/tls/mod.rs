@@ -19,6 +19,9 @@ pub use tracesync_common::tls::pki;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use crate::server::session::peer_bytes::Account;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -167,17 +170,48 @@ pub fn tls_socket<S: AsyncRead + Unpin>(stream: Metered<S>) -> TlsSocket<S> {
     BufReader::with_capacity(TLS_READ_AHEAD, stream)
 }
 
+/// Bytes a [`Metered`] stream counted in a budget reads at once.
+const BUDGET_READ_CHUNK: usize = 64 << 10;
+
 /// A stream that counts the bytes read from it (the session's frame
-/// timeout sees a frame begin by them).
+/// timeout sees a frame begin by them; the unauthenticated table sees a
+/// handshake progress by them).
 #[derive(Debug)]
 pub struct Metered<S> {
     inner: S,
     received: u64,
+    /// Where the count is also published, for others to read.
+    reported: Option<Arc<AtomicU64>>,
+    /// The peers' byte budget this connection's reads are counted in; once
+    /// it closed the connection, reads fail.
+    budget: Option<Arc<Account>>,
 }
 
 impl<S> Metered<S> {
     pub fn new(inner: S) -> Self {
-        Self { inner, received: 0 }
+        Self {
+            inner,
+            received: 0,
+            reported: None,
+            budget: None,
+        }
+    }
+
+    /// The same, its reads counted in `budget` (and failing once the
+    /// budget closed it).
+    pub fn counted_in(self, budget: Arc<Account>) -> Self {
+        Self {
+            budget: Some(budget),
+            ..self
+        }
+    }
+
+    /// The same, publishing the count to `progress` after every read.
+    pub fn reporting(inner: S, progress: Arc<AtomicU64>) -> Self {
+        Self {
+            reported: Some(progress),
+            ..Self::new(inner)
+        }
     }
 }
 
@@ -188,10 +222,35 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        let read = buf.filled().len().saturating_sub(before);
+        let (polled, read) = match &this.budget {
+            None => {
+                let before = buf.filled().len();
+                let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+                (polled, buf.filled().len().saturating_sub(before))
+            }
+            Some(budget) if budget.is_closed() => {
+                return Poll::Ready(Err(std::io::Error::other(
+                    "closed: the partial frames of all peers are over the daemon's budget",
+                )));
+            }
+            // At most a chunk per read, so that the budget sees the bytes
+            // before more are read (a socket may hold megabytes).
+            Some(_) => {
+                let want = buf.remaining().min(BUDGET_READ_CHUNK);
+                let mut chunk = ReadBuf::new(buf.initialize_unfilled_to(want));
+                let polled = Pin::new(&mut this.inner).poll_read(cx, &mut chunk);
+                let read = chunk.filled().len();
+                buf.advance(read);
+                (polled, read)
+            }
+        };
         this.received = this.received.saturating_add(read as u64);
+        if let Some(progress) = &this.reported {
+            progress.store(this.received, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(budget) = &this.budget {
+            budget.add(read);
+        }
         polled
     }
 }

@@ -6,6 +6,7 @@
 //!
 //! - [`rng`]: [`Rng`], seeded from `TRACESYNC_FAULT_SEED` or the clock.
 //! - [`disk`]: [`SmallDisk`], a tmpfs of a given size only the daemon sees.
+//! - [`flood`]: [`Flood`], idle TCP connections opened at a steady rate.
 //! - [`forward`]: [`Forwarder`], a userspace TCP hop with partition / cut.
 //! - [`tally`]: [`Tally`] (faults by kind) and [`Counts`] (by identity).
 //! - [`cluster`]: [`Cluster`], a daemon and synthetic relays driven through
@@ -17,6 +18,7 @@
 
 pub mod cluster;
 pub mod disk;
+pub mod flood;
 pub mod forward;
 pub mod liar;
 pub mod peer;
@@ -25,6 +27,7 @@ pub mod tally;
 
 pub use cluster::{Cluster, ClusterOpts};
 pub use disk::SmallDisk;
+pub use flood::Flood;
 pub use forward::Forwarder;
 pub use liar::{LiarOpts, LyingRelay};
 pub use rng::Rng;

@@ -415,5 +415,7 @@ fn a_relay_lying_about_its_clock_does_not_stop_the_others() {
     c.finish(TEST, seed, true);
 }
 
+mod flood;
 mod hostile;
 mod output;
+mod resources;

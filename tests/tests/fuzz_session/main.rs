@@ -78,6 +78,7 @@ async fn serve(config: LiveConfig) -> Server {
         hello_timeout: Duration::from_secs(2),
         max_frame_bytes: MAX_FRAME_BYTES,
         frame_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(60),
         sync_udp_port: 0,
         final_ack_timeout: Duration::from_secs(2),
         tls: None,

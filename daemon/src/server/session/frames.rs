@@ -14,9 +14,11 @@ use prost::Message;
 use tokio::time::{Sleep, timeout};
 use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, RefusalCode, v1};
 use tracesync_protocol::text::Escaped;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
+use super::peer_bytes::Account;
 use super::{Link, WRITE_TIMEOUT};
+use crate::server::fault_log::PEER_FAULTS;
 use crate::server::{Counter, Failed, Refused, Shared};
 use crate::tls::DataStream;
 
@@ -51,15 +53,81 @@ impl FrameClock {
     }
 }
 
+/// After Hello, how long a session may receive nothing at all (not a
+/// byte: a frame trickling in is the frame clock's). Time the session does
+/// not read (paused) does not count: the caller restarts it on resuming.
+/// Nor does the daemon's own stop: a deadline noticed more than
+/// [`IDLE_LATE_SLACK`] late (the daemon was stopped or starved, and what
+/// the relay sent meanwhile is still unread) restarts the clock.
+pub(super) struct IdleClock {
+    limit: Duration,
+    /// Bytes read from the socket when the clock last restarted.
+    mark: u64,
+    deadline: Pin<Box<Sleep>>,
+}
+
+/// How late an idle deadline may be noticed and still count.
+const IDLE_LATE_SLACK: Duration = Duration::from_secs(1);
+
+impl IdleClock {
+    pub(super) fn new<S: DataStream>(limit: Duration, link: &Link<S>) -> Self {
+        Self {
+            limit,
+            mark: link.get_ref().bytes_received(),
+            deadline: Box::pin(tokio::time::sleep(limit)),
+        }
+    }
+
+    pub(super) fn restart<S: DataStream>(&mut self, link: &Link<S>) {
+        self.mark = link.get_ref().bytes_received();
+        let at = tokio::time::Instant::now() + self.limit;
+        self.deadline.as_mut().reset(at);
+    }
+
+    /// Completes when the limit has passed since the last restart.
+    pub(super) async fn elapsed(&mut self) {
+        self.deadline.as_mut().await;
+    }
+
+    /// After [`IdleClock::elapsed`]: Err (the reason) if nothing arrived
+    /// meanwhile, else restarted.
+    pub(super) fn check<S: DataStream>(&mut self, link: &Link<S>) -> Result<(), String> {
+        let late = tokio::time::Instant::now().saturating_duration_since(self.deadline.deadline());
+        if link.get_ref().bytes_received() == self.mark && late <= IDLE_LATE_SLACK {
+            return Err(format!(
+                "nothing received for {} ms after Hello (limits.idle-timeout-ms)",
+                self.limit.as_millis()
+            ));
+        }
+        self.restart(link);
+        Ok(())
+    }
+}
+
 pub(super) type Read = Option<std::io::Result<BytesMut>>;
 
-/// The next frame (or the end of the stream), under the frame clock.
+/// The next frame (or the end of the stream), its bytes counted in the
+/// peers' budget as they arrive.
+pub(super) async fn next_counted<S: DataStream>(link: &mut Link<S>, account: &Account) -> Read {
+    std::future::poll_fn(|cx| {
+        let polled = link.poll_next_unpin(cx);
+        account.set(link.read_buffer().len());
+        polled
+    })
+    .await
+}
+
+/// The next frame (or the end of the stream), under the frame clock, its
+/// bytes counted in the peers' budget as they arrive.
 pub(super) async fn next_frame<S: DataStream>(
     link: &mut Link<S>,
     clock: &mut FrameClock,
+    account: &Account,
 ) -> Result<Read, Stalled> {
     std::future::poll_fn(|cx| {
-        if let Poll::Ready(read) = link.poll_next_unpin(cx) {
+        let polled = link.poll_next_unpin(cx);
+        account.set(link.read_buffer().len());
+        if let Poll::Ready(read) = polled {
             clock.restart(link);
             return Poll::Ready(Ok(read));
         }
@@ -154,7 +222,9 @@ pub(in crate::server) async fn refuse<S: DataStream>(
     code: RefusalCode,
     reason: &str,
 ) {
-    warn!(%peer, %code, "refusing relay: {}", Escaped(reason));
+    if let Some(suppressed) = PEER_FAULTS.admit(code.as_str()) {
+        warn!(%peer, %code, "refusing relay: {}{suppressed}", Escaped(reason));
+    }
     let refused = v1::frame::Body::Refused(v1::Refused {
         reason: reason.to_owned(),
         code: code.as_str().to_owned(),
@@ -176,8 +246,14 @@ pub(super) async fn refuse_counted<P, S: DataStream>(
 ) {
     let counter = why.into();
     shared.counters.bump(counter);
-    if let Some(code) = counter.code() {
-        refuse(link, peer, code, reason).await;
+    match counter.code() {
+        Some(code) => refuse(link, peer, code, reason).await,
+        None => {
+            let label = counter.series().1.unwrap_or("closed");
+            if let Some(suppressed) = PEER_FAULTS.admit(label) {
+                info!(%peer, "closing relay connection: {}{suppressed}", Escaped(reason));
+            }
+        }
     }
 }
 

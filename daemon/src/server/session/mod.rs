@@ -18,7 +18,6 @@ use std::time::Duration;
 use tracesync_protocol::relay::RefusalCode;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::time::{timeout, timeout_at};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
@@ -28,16 +27,19 @@ use tracing::{debug, info, warn};
 
 use super::engine::{ProbeRegistry, Slot};
 use super::events::{Feedback, IngestEvent, Welcomed};
+use super::fault_log::PEER_FAULTS;
 use super::preauth::PreAuth;
 use super::{Counter, Failed, Refused, Shared};
 use crate::tls::{Bindings, DataStream};
+use peer_bytes::{Account, PEER_BYTES};
 
 pub mod admission;
 mod frames;
+pub mod peer_bytes;
 pub(super) use frames::refuse;
 use frames::{
-    FrameClock, Stalled, batch_packet_count, decode, decode_frame, kind, next_frame, read_failed,
-    refuse_counted, send,
+    FrameClock, IdleClock, Stalled, batch_packet_count, decode, decode_frame, kind, next_counted,
+    next_frame, read_failed, refuse_counted, send,
 };
 
 /// Plain TCP or TLS ([`DataStream`]).
@@ -82,29 +84,34 @@ async fn save_bindings(bindings: Arc<Bindings>, machine: &str) {
 /// speaks plaintext.
 pub async fn refuse_tls_relay<P, S: DataStream>(stream: S, peer: SocketAddr, shared: &Shared<P>) {
     let mut link = Framed::new(stream, codec(MAX_HELLO_FRAME_BYTES));
-    warn!(
-        %peer,
-        "a relay with TLS on reached this plaintext daemon (tls.mode = \"off\"): give both \
-         the same mode (the relay's --tls off, or the daemon's [tls] cert, key and client-ca)"
-    );
+    if let Some(suppressed) = PEER_FAULTS.admit(Failed::TlsRelay.label()) {
+        warn!(
+            %peer,
+            "a relay with TLS on reached this plaintext daemon (tls.mode = \"off\"): give both \
+             the same mode (the relay's --tls off, or the daemon's [tls] cert, key and \
+             client-ca){suppressed}"
+        );
+    }
     let reason = "this daemon speaks plaintext (tls.mode = \"off\") and the relay TLS: give \
                   both the same mode";
     refuse_counted(&mut link, peer, shared, Failed::TlsRelay, reason).await;
 }
 
 /// Runs one session to its end: `pre` is the connection's place among the
-/// unauthenticated, given up for a `max-relays` slot once the Hello passes.
+/// unauthenticated, given up for a `max-relays` slot once the Hello passes;
+/// `account` its share of the peers' byte budget (its socket counts in it).
 pub async fn run<P: ProbeRegistry, S: DataStream>(
     stream: S,
     peer: SocketAddr,
     events: mpsc::Sender<IngestEvent>,
     shared: Arc<Shared<P>>,
     pre: PreAuth,
+    account: Arc<Account>,
 ) {
     let mut link = Framed::new(stream, codec(MAX_HELLO_FRAME_BYTES));
     let session_id = new_session_id();
     let welcomed = tokio::select! {
-        w = welcome(&mut link, peer, session_id, &events, &shared, pre) => w,
+        w = welcome(&mut link, peer, session_id, &events, &shared, pre, &account) => w,
         () = shared.shutdown.cancelled() => None,
     };
     let Some(Hello {
@@ -131,10 +138,12 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
         "relay {} (raw id {machine_raw_id}) connected",
         Escaped(&machine)
     );
+    account.authenticated();
     let clock = FrameClock::new(shared.settings.frame_timeout, &link);
     let session = Session {
         link,
         clock,
+        account,
         peer,
         machine,
         slot,
@@ -169,8 +178,9 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     events: &mpsc::Sender<IngestEvent>,
     shared: &Shared<P>,
     pre: PreAuth,
+    account: &Account,
 ) -> Option<Hello> {
-    let hello = read_hello(link, peer, shared, &pre).await?;
+    let hello = read_hello(link, peer, shared, &pre, account).await?;
     let token = shared.token();
     let allow_machines = shared.allow_machines();
     let context = admission::Context {
@@ -231,10 +241,15 @@ async fn read_hello<P, S: DataStream>(
     peer: SocketAddr,
     shared: &Shared<P>,
     pre: &PreAuth,
+    account: &Account,
 ) -> Option<v1::Hello> {
     let first = tokio::select! {
-        first = timeout_at(pre.deadline, link.next()) => first,
+        first = timeout_at(pre.deadline, next_counted(link, account)) => first,
         () = pre.ticket.evicted() => return None,
+        () = account.closed() => {
+            shared.counters.bump(Counter::Failed(Failed::PeerBytes));
+            return None;
+        }
     };
     let (why, reason) = match first {
         Ok(Some(Ok(bytes))) => match decode(&bytes) {
@@ -251,6 +266,10 @@ async fn read_hello<P, S: DataStream>(
             (Failed::HelloTimeout, reason)
         }
         Ok(None) => return None,
+        Ok(Some(Err(_))) if account.is_closed() => {
+            shared.counters.bump(Counter::Failed(Failed::PeerBytes));
+            return None;
+        }
         Ok(Some(Err(e))) => {
             read_failed(link, peer, e, shared, true).await;
             return None;
@@ -311,6 +330,8 @@ async fn join<P, S: DataStream>(
 struct Session<'a, P, S> {
     link: Link<S>,
     clock: FrameClock,
+    /// The bytes of its partial frame, in the peers' budget.
+    account: Arc<Account>,
     peer: SocketAddr,
     /// The relay's machine name (Hello), for the log.
     machine: String,
@@ -375,9 +396,16 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
 
     async fn main_loop(&mut self, events: &mpsc::Sender<IngestEvent>) -> End {
         let mut paused = false;
+        let mut idle = IdleClock::new(self.shared.settings.idle_timeout, &self.link);
         loop {
             tokio::select! {
                 () = self.shared.shutdown.cancelled() => return End::Shutdown,
+                // Time not spent reading (paused) is not the relay's.
+                () = idle.elapsed(), if !paused => {
+                    if let Err(reason) = idle.check(&self.link) {
+                        return End::Refuse(Failed::IdleTimeout, reason);
+                    }
+                }
                 changed = self.feedback.changed() => {
                     if changed.is_err() {
                         return End::Dropped;
@@ -392,6 +420,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     if paused != feedback.paused {
                         // Time not spent reading is not the relay's.
                         self.clock.restart(&self.link);
+                        idle.restart(&self.link);
                     }
                     paused = feedback.paused;
                     if let Err(end) = self.ack(feedback.acked_through_batch).await {
@@ -399,7 +428,10 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     }
                 }
                 // Held back: TCP pushes back to the relay's spool.
-                frame = next_frame(&mut self.link, &mut self.clock), if !paused => {
+                () = self.account.closed() => {
+                    return End::Refuse(Failed::PeerBytes, peer_bytes_reason());
+                }
+                frame = next_frame(&mut self.link, &mut self.clock, &self.account), if !paused => {
                     let bytes = match frame {
                         Err(Stalled) => {
                             let limit = self.clock.limit.as_millis();
@@ -410,6 +442,9 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                             ));
                         }
                         Ok(None) => return End::Gone,
+                        Ok(Some(Err(_))) if self.account.is_closed() => {
+                            return End::Refuse(Failed::PeerBytes, peer_bytes_reason());
+                        }
                         Ok(Some(Err(e))) => {
                             read_failed(&mut self.link, self.peer, e, self.shared, false).await;
                             return End::Gone;
@@ -500,6 +535,13 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
             warn!(peer = %self.peer, "no final ack within {} ms; closing", limit.as_millis());
         }
     }
+}
+
+fn peer_bytes_reason() -> String {
+    format!(
+        "partial frames of all peers over {} MiB; this session held the most",
+        PEER_BYTES >> 20
+    )
 }
 
 /// Unregisters the session from the prober when the session ends, however

@@ -197,8 +197,9 @@ async fn idle_connections_hold_no_relay_slot() {
 }
 
 #[tokio::test]
-async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in() {
-    use super::preauth::MAX_UNAUTHENTICATED;
+async fn past_the_unauthenticated_limit_the_oldest_idle_are_closed_and_a_relay_gets_in() {
+    // Every connection here comes from 127.0.0.1: the per-source limit.
+    use super::preauth::MAX_UNAUTHENTICATED_PER_SOURCE as LIMIT;
     let server = serve_with(
         SessionSettings {
             hello_timeout: Duration::from_secs(30),
@@ -210,12 +211,12 @@ async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in
     .await;
     let extra = 20;
     let mut idle = Vec::new();
-    for _ in 0..MAX_UNAUTHENTICATED + extra {
+    for _ in 0..LIMIT + extra {
         idle.push(raw(&server).await);
     }
     counted(
         &server,
-        Counter::Failed(Failed::UnauthenticatedLimit),
+        Counter::Failed(Failed::UnauthenticatedPerSource),
         extra as u64,
     )
     .await;
@@ -225,7 +226,8 @@ async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in
         assert!(frames.is_empty(), "{frames:?}");
     }
     // A relay now: its connection closes the oldest idle one, and it is
-    // welcomed at its first attempt (long before the idle ones time out).
+    // welcomed at its first attempt (long before the idle ones time out):
+    // once its Hello's bytes are read, newer idle connections go first.
     let started = std::time::Instant::now();
     let (_relay, _) = welcomed(&server, "").await;
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -234,7 +236,7 @@ async fn past_the_unauthenticated_limit_the_oldest_is_closed_and_a_relay_gets_in
             .running
             .shared
             .counters
-            .get(Counter::Failed(Failed::UnauthenticatedLimit)),
+            .get(Counter::Failed(Failed::UnauthenticatedPerSource)),
         extra as u64 + 1
     );
     assert_eq!(
@@ -382,4 +384,30 @@ async fn tls_handshakes_in_progress_hold_no_slot() {
         0
     );
     server.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_silent_session_is_closed_at_the_idle_limit_and_a_talking_one_is_not() {
+    let server = serve_with(
+        SessionSettings {
+            idle_timeout: Duration::from_millis(400),
+            ..settings(4)
+        },
+        None,
+        None,
+    )
+    .await;
+    let (mut talking, _) = welcomed(&server, "").await;
+    let (mut silent, _) = welcomed(&server, "").await;
+    // Frames spaced at half the limit, for three limits.
+    for seq in 1..=6 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        send(&mut talking, batch(seq, &[b"p"])).await;
+        ack_through(&mut talking, seq).await;
+    }
+    counted(&server, Counter::Failed(Failed::IdleTimeout), 1).await;
+    // The silent one got no frame, only the close.
+    assert!(recv(&mut silent).await.is_none());
+    send(&mut talking, batch(7, &[b"p"])).await;
+    ack_through(&mut talking, 7).await;
 }

@@ -209,6 +209,7 @@ fn settings(max_relays: usize) -> SessionSettings {
         hello_timeout: Duration::from_millis(300),
         max_frame_bytes: MAX_FRAME_BYTES,
         frame_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(60),
         sync_udp_port: 7411,
         final_ack_timeout: Duration::from_secs(5),
         tls: None,
