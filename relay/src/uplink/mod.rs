@@ -276,6 +276,7 @@ impl Uplink {
             });
         }
         if let (Some(run), Some(limit)) = (&self.fault, self.config.give_up_after)
+            && !run.fault.can_pass()
             && now >= run.since + limit
         {
             return Some(UplinkExit::Misconfigured {
@@ -310,6 +311,7 @@ impl Uplink {
             drain.map(|d| d.give_up_at),
             self.fault
                 .as_ref()
+                .filter(|run| !run.fault.can_pass())
                 .zip(self.config.give_up_after)
                 .map(|(run, limit)| run.since + limit),
         ]
@@ -434,7 +436,8 @@ impl Uplink {
     }
 
     /// A configuration fault: said once (with its fix) when it starts,
-    /// counted while it repeats; the session backs off meanwhile.
+    /// counted while it repeats; the session backs off meanwhile. One that
+    /// can pass ([`misconfig::Misconfig::can_pass`]) never ends the relay.
     fn misconfigured(&mut self, fault: misconfig::Misconfig, reason: String, now: Instant) {
         if let Some(run) = &mut self.fault
             && run.fault == fault
@@ -444,6 +447,8 @@ impl Uplink {
             return;
         }
         let until = match self.config.give_up_after {
+            // Said once per change of fault; the relay never exits for it.
+            _ if fault.can_pass() => "retrying with backoff for as long as it lasts".to_owned(),
             Some(limit) => format!(
                 "retrying with backoff, exiting {} in {} s unless fixed",
                 fault.exit_code(),
