@@ -12,8 +12,9 @@
 //! with jitter; the next Welcome says where to resume.
 //!
 //! The daemon's word is checked before it frees anything: a Welcome or Ack
-//! may only acknowledge batches this relay instance sent in this run or
-//! had spooled before it started (an earlier run may have sent those).
+//! may only acknowledge batches this relay instance ever sent, in this run
+//! or an earlier one (the spool keeps the highest sent across restarts;
+//! batches spooled while no daemon was reachable were never sent).
 //! Anything beyond is a daemon that lies (another service on the port, a
 //! daemon whose output was lost or replaced, a bug): the connection is
 //! closed ([`Action::Reject`], counted), the spool keeps everything, and
@@ -126,9 +127,9 @@ pub struct Session {
     last_batch_sent: u64,
     /// The highest batch sent in this run, on any connection.
     highest_sent: u64,
-    /// The newest batch spooled before this run started (an earlier run
-    /// may have sent it): with `highest_sent`, the most a daemon may ack.
-    spooled_before: u64,
+    /// The highest batch earlier runs sent: with `highest_sent`, the most
+    /// a daemon may ack.
+    sent_before: u64,
     /// Welcomes and Acks that acknowledged batches never sent.
     invalid_welcomes: u64,
     invalid_acks: u64,
@@ -143,9 +144,9 @@ pub struct Session {
 
 impl Session {
     /// A session that connects at once. `seed` drives the backoff jitter;
-    /// `spooled_before` is the spool's last seq when this run opened it
-    /// (batches an earlier run may have sent).
-    pub fn new(config: SessionConfig, now: Instant, seed: u64, spooled_before: u64) -> Self {
+    /// `sent_before` is the highest batch earlier runs of this relay
+    /// instance sent (the spool's `sent_through`).
+    pub fn new(config: SessionConfig, now: Instant, seed: u64, sent_before: u64) -> Self {
         Self {
             backoff: config.backoff_min,
             config,
@@ -155,7 +156,7 @@ impl Session {
             next_to_send: 1,
             last_batch_sent: 0,
             highest_sent: 0,
-            spooled_before,
+            sent_before,
             invalid_welcomes: 0,
             invalid_acks: 0,
             in_flight: VecDeque::new(),
@@ -203,10 +204,10 @@ impl Session {
         self.invalid_acks
     }
 
-    /// The most a daemon may acknowledge: what this run sent, or what was
-    /// spooled before it started.
+    /// The most a daemon may acknowledge: what this run or an earlier one
+    /// sent.
     fn ack_limit(&self) -> u64 {
-        self.spooled_before
+        self.sent_before
             .max(self.highest_sent)
             .max(self.acked_through)
     }
@@ -307,10 +308,10 @@ impl Session {
             self.invalid_welcomes += 1;
             let reason = format!(
                 "Welcome acknowledges batch {acked_through}, but this relay instance sent at \
-                 most batch {} in this run and had spooled through batch {} before it: the \
-                 daemon does not hold this relay's data (another service on its port, a lost \
-                 or replaced output, or a bug); nothing is freed from the spool",
-                self.highest_sent, self.spooled_before
+                 most batch {} in this run and batch {} before it: the daemon does not hold \
+                 this relay's data (another service on its port, a lost or replaced output, \
+                 or a bug); nothing is freed from the spool",
+                self.highest_sent, self.sent_before
             );
             return vec![self.reject(now, reason)];
         };
@@ -356,8 +357,8 @@ impl Session {
             self.invalid_acks += 1;
             let reason = format!(
                 "Ack of batch {through}, but this relay instance sent at most batch {} in this \
-                 run and had spooled through batch {} before it; nothing is freed from the spool",
-                self.highest_sent, self.spooled_before
+                 run and batch {} before it; nothing is freed from the spool",
+                self.highest_sent, self.sent_before
             );
             return vec![self.reject(now, reason)];
         }

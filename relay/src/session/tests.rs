@@ -260,7 +260,7 @@ fn a_welcome_beyond_every_batch_sent_or_spooled_is_rejected_and_frees_nothing() 
             reason.contains(&format!("acknowledges batch {lie}")),
             "{reason}"
         );
-        assert!(reason.contains("through batch 120"), "{reason}");
+        assert!(reason.contains("and batch 120 before it"), "{reason}");
         assert_eq!(s.invalid_welcomes(), 1);
         assert_eq!(s.acked_through(), 0, "nothing acknowledged");
         assert!(!s.is_streaming());

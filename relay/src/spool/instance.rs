@@ -1,7 +1,8 @@
 //! The relay instance id: random, created with the spool, kept for its life.
 
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::SpoolError;
@@ -25,7 +26,15 @@ pub(super) fn load_or_create_instance_id(dir: &Path) -> Result<u64, SpoolError> 
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let id = random_nonzero_u64(&path)?;
             let temp = dir.join(format!("{INSTANCE_FILE}.tmp"));
-            let mut file = File::create(&temp).map_err(io_error(&temp, "create"))?;
+            // Owner-only: in plaintext mode the id is what a daemon knows
+            // this relay by.
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&temp)
+                .map_err(io_error(&temp, "create"))?;
             file.write_all(format!("{id:016x}\n").as_bytes())
                 .and_then(|()| file.sync_all())
                 .map_err(io_error(&temp, "write"))?;
@@ -49,4 +58,10 @@ fn random_nonzero_u64(for_path: &Path) -> Result<u64, SpoolError> {
             return Ok(id);
         }
     }
+}
+
+/// How the instance id is shown in logs: its first 4 hex digits. The whole
+/// id never appears there, so a reader of the log cannot present it.
+pub fn instance_fingerprint(id: u64) -> String {
+    format!("{:04x}...", id >> 48)
 }

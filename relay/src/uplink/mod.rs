@@ -120,9 +120,11 @@ pub async fn run<M: Send + 'static>(
     shutdown: CancellationToken,
 ) -> (UplinkExit, Spool) {
     let seed = spool.instance_id() ^ clock.boottime();
-    // What an earlier run spooled (and may have sent) bounds what a daemon
-    // may acknowledge, with what this run sends.
-    let session = Session::new(config.session.clone(), now(), seed, spool.last_seq());
+    // What earlier runs sent bounds what a daemon may acknowledge, with
+    // what this run sends; a spool of an older relay did not keep it, and
+    // then what it spooled stands in.
+    let sent_before = spool.sent_through().unwrap_or_else(|| spool.last_seq());
+    let session = Session::new(config.session.clone(), now(), seed, sent_before);
     let mut uplink = Uplink {
         config,
         clock,
@@ -395,9 +397,9 @@ impl Uplink {
                             );
                         }
                         tracing::info!(
-                            "daemon {} welcomed relay instance {:016x}: acked through batch {}, resending from {}",
+                            "daemon {} welcomed relay instance {}: acked through batch {}, resending from {}",
                             self.config.host,
-                            self.spool.instance_id(),
+                            crate::spool::instance_fingerprint(self.spool.instance_id()),
                             welcome.acked_through_batch,
                             welcome
                                 .acked_through_batch
