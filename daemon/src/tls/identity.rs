@@ -61,6 +61,15 @@ pub enum IdentityError {
         listed(certified)
     )]
     RawIdNotCertified { claimed: u32, certified: Vec<u32> },
+    /// `[tls] raw-id-rule = "name"`: the raw id is not the hash of the
+    /// Hello's boot id and name.
+    #[error(
+        "{MISMATCH}: Hello claims raw machine id {claimed}, which is not the hash of its boot \
+         id and machine name {name:?} that this daemon's [tls] raw-id-rule = \"name\" asks \
+         for; run a relay of this version, or set raw-id-rule = \"first-come\" while older \
+         relays remain"
+    )]
+    RawIdNotBound { claimed: u32, name: String },
     /// Rule 4: another name holds the raw id.
     #[error(
         "{MISMATCH}: raw machine id {raw_id} belongs to machine {holder:?} on this daemon; a \
