@@ -20,10 +20,24 @@
 //! closed ([`Action::Reject`], counted), the spool keeps everything, and
 //! the session reconnects after the backoff. Batch numbers are never
 //! wrapped: every `+ 1` on them is checked.
+//!
+//! A daemon whose record of this instance was poisoned (in plaintext mode,
+//! a stranger who learnt the instance id resumed it and pushed its ack
+//! point past anything sent) would be rejected forever. After
+//! [`NEW_INSTANCE_AFTER`] Welcomes rejected in a row the driver makes the
+//! spool a new relay instance ([`Session::wants_new_instance`]): a daemon
+//! starts a new record for it and takes every unacknowledged batch again.
+//! Nothing is freed, so a lying daemon gains nothing by it; what it costs
+//! is exactly-once for the batches a real daemon had written and not yet
+//! acknowledged when its record was poisoned (written again).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use tracesync_protocol::relay::RefusalCode;
+
+/// Welcomes rejected in a row (each acknowledging batches never sent)
+/// after which the relay continues as a new relay instance.
+pub const NEW_INSTANCE_AFTER: u32 = 3;
 
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
@@ -132,6 +146,8 @@ pub struct Session {
     sent_before: u64,
     /// Welcomes and Acks that acknowledged batches never sent.
     invalid_welcomes: u64,
+    /// Welcomes rejected since the last one accepted.
+    welcomes_rejected_in_a_row: u32,
     invalid_acks: u64,
     in_flight: VecDeque<(u64, usize)>,
     in_flight_bytes: usize,
@@ -158,6 +174,7 @@ impl Session {
             highest_sent: 0,
             sent_before,
             invalid_welcomes: 0,
+            welcomes_rejected_in_a_row: 0,
             invalid_acks: 0,
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
@@ -197,6 +214,17 @@ impl Session {
     /// Welcomes that acknowledged batches this relay never sent.
     pub fn invalid_welcomes(&self) -> u64 {
         self.invalid_welcomes
+    }
+
+    /// Whether [`NEW_INSTANCE_AFTER`] Welcomes in a row were rejected: the
+    /// daemon's record of this instance is unusable (see the module doc).
+    pub fn wants_new_instance(&self) -> bool {
+        self.welcomes_rejected_in_a_row >= NEW_INSTANCE_AFTER
+    }
+
+    /// The spool is a new relay instance now: count afresh.
+    pub fn instance_renewed(&mut self) {
+        self.welcomes_rejected_in_a_row = 0;
     }
 
     /// Acks of batches this relay never sent.
@@ -306,6 +334,7 @@ impl Session {
             .filter(|_| acked_through <= limit);
         let Some(resume) = resume else {
             self.invalid_welcomes += 1;
+            self.welcomes_rejected_in_a_row = self.welcomes_rejected_in_a_row.saturating_add(1);
             let reason = format!(
                 "Welcome acknowledges batch {acked_through}, but this relay instance sent at \
                  most batch {} in this run and batch {} before it: the daemon does not hold \
@@ -316,6 +345,7 @@ impl Session {
             return vec![self.reject(now, reason)];
         };
         self.state = State::Streaming { since: now };
+        self.welcomes_rejected_in_a_row = 0;
         self.acked_through = self.acked_through.max(acked_through);
         self.next_to_send = resume.max(oldest_spooled);
         self.last_send_at = now;

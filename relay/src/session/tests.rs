@@ -368,3 +368,30 @@ fn handshake_times_out() {
         Some(Action::Close { .. })
     ));
 }
+
+#[test]
+fn welcomes_rejected_in_a_row_ask_for_a_new_instance_and_an_accepted_one_resets() {
+    let (mut s, actions, _) = welcome_fresh(10, 1 << 40);
+    assert!(matches!(actions[..], [Action::Reject { .. }]));
+    for round in 2..=NEW_INSTANCE_AFTER {
+        assert!(!s.wants_new_instance(), "after {}", round - 1);
+        let t = s.deadline().unwrap();
+        assert_eq!(s.poll(t, 1, 10), Some(Action::Connect));
+        s.connected(t);
+        assert!(matches!(
+            s.welcome(1 << 40, 3, 0, &[], 1, t)[..],
+            [Action::Reject { .. }]
+        ));
+    }
+    assert!(s.wants_new_instance());
+    s.instance_renewed();
+    assert!(!s.wants_new_instance());
+    // The new instance's daemon record starts below the spool: accepted,
+    // and nothing was freed on the way.
+    let t = s.deadline().unwrap();
+    assert_eq!(s.poll(t, 1, 10), Some(Action::Connect));
+    s.connected(t);
+    assert_eq!(s.welcome(0, 4, 0, &[], 1, t), vec![Action::AckSpool(0)]);
+    assert_eq!(s.acked_through(), 0);
+    assert_eq!(s.invalid_welcomes(), u64::from(NEW_INSTANCE_AFTER));
+}

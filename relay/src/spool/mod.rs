@@ -40,7 +40,7 @@ use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::{scan, wire};
 
 pub use instance::instance_fingerprint;
-use instance::load_or_create_instance_id;
+use instance::{create_instance_id, load_or_create_instance_id};
 use record::RecordKind;
 pub use segments::SpoolIssue;
 use segments::{BatchLocation, SegmentFile};
@@ -187,6 +187,14 @@ impl Spool {
     /// Random, created with the spool directory, kept for its lifetime.
     pub fn instance_id(&self) -> u64 {
         self.instance_id
+    }
+
+    /// Becomes a new relay instance (a new random id, kept from now on),
+    /// with every batch and batch number as they are: what a daemon had
+    /// recorded of the old instance no longer applies to this spool.
+    pub fn renew_instance(&mut self) -> Result<u64, SpoolError> {
+        self.instance_id = create_instance_id(&self.config.dir)?;
+        Ok(self.instance_id)
     }
 
     /// The highest batch this relay instance ever sent, in any run (None:

@@ -560,3 +560,19 @@ fn spool_files_are_owner_only_whatever_the_umask() {
 fn the_instance_id_is_shown_by_its_first_four_digits_only() {
     assert_eq!(instance_fingerprint(0x8c2e_5d1f_00a1_b2c3), "8c2e...");
 }
+
+#[test]
+fn a_renewed_instance_keeps_every_batch_and_its_new_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    fill(&mut spool, 40, 500, now);
+    let (old, last) = (spool.instance_id(), spool.last_seq());
+    let new = spool.renew_instance().unwrap();
+    assert_ne!(new, old);
+    assert_eq!((spool.oldest_unacked(), spool.last_seq()), (1, last));
+    drop(spool);
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.instance_id(), new);
+    assert_eq!(spool.last_seq(), last);
+}

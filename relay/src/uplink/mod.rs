@@ -435,6 +435,31 @@ impl Uplink {
         for action in actions {
             self.execute(action, now);
         }
+        if self.session.wants_new_instance() {
+            self.renew_instance(now);
+        }
+    }
+
+    /// Welcomes in a row acknowledged batches this relay never sent: the
+    /// daemon's record of this instance is unusable (poisoned by a stranger
+    /// who resumed it, or a daemon that lies), so the spool continues as a
+    /// new instance, every batch kept.
+    fn renew_instance(&mut self, now: Instant) {
+        let old = crate::spool::instance_fingerprint(self.spool.instance_id());
+        match self.spool.renew_instance() {
+            Ok(id) => tracing::error!(
+                "daemon {}: {} Welcomes in a row acknowledged batches relay instance {old} never \
+                 sent; continuing as relay instance {} with every unacknowledged batch (those \
+                 the daemon wrote but had not acknowledged are written again)",
+                self.config.host,
+                crate::session::NEW_INSTANCE_AFTER,
+                crate::spool::instance_fingerprint(id)
+            ),
+            Err(error) => self.log_error(&error, now),
+        }
+        // Counted afresh either way: a spool that cannot write its id
+        // tries again after as many rejections.
+        self.session.instance_renewed();
     }
 
     /// A configuration fault: said once (with its fix) when it starts,
