@@ -10,7 +10,9 @@
 //!    compared without case, like DNS names).
 //! 3. If the certificate carries URI SANs `tracesync:machine-id/<decimal>`,
 //!    the Hello's `machine_raw_id` must equal one of them.
-//! 4. Otherwise the raw id (which relays derive from their boot id, so it
+//! 4. Otherwise, under `[tls] raw-id-rule = "name"`, the raw id must be the
+//!    hash of the Hello's boot id and name (`super::policy`); under either
+//!    rule the raw id (which relays derive from their boot id, so it
 //!    changes at every boot) is bound to the first certificate-authenticated
 //!    name that uses it, and so is the relay instance id: another name
 //!    presenting either is refused. Each name keeps its
