@@ -148,6 +148,8 @@ pub struct Session {
     invalid_welcomes: u64,
     /// Welcomes rejected since the last one accepted.
     welcomes_rejected_in_a_row: u32,
+    /// Times the spool became a new relay instance.
+    instance_renewals: u64,
     invalid_acks: u64,
     in_flight: VecDeque<(u64, usize)>,
     in_flight_bytes: usize,
@@ -175,6 +177,7 @@ impl Session {
             sent_before,
             invalid_welcomes: 0,
             welcomes_rejected_in_a_row: 0,
+            instance_renewals: 0,
             invalid_acks: 0,
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
@@ -222,9 +225,16 @@ impl Session {
         self.welcomes_rejected_in_a_row >= NEW_INSTANCE_AFTER
     }
 
-    /// The spool is a new relay instance now: count afresh.
-    pub fn instance_renewed(&mut self) {
+    /// The spool is a new relay instance now (or failed to become one):
+    /// count afresh.
+    pub fn instance_renewed(&mut self, renewed: bool) {
         self.welcomes_rejected_in_a_row = 0;
+        self.instance_renewals += u64::from(renewed);
+    }
+
+    /// Times the spool became a new relay instance.
+    pub fn instance_renewals(&self) -> u64 {
+        self.instance_renewals
     }
 
     /// Acks of batches this relay never sent.

@@ -384,8 +384,9 @@ fn welcomes_rejected_in_a_row_ask_for_a_new_instance_and_an_accepted_one_resets(
         ));
     }
     assert!(s.wants_new_instance());
-    s.instance_renewed();
+    s.instance_renewed(true);
     assert!(!s.wants_new_instance());
+    assert_eq!(s.instance_renewals(), 1);
     // The new instance's daemon record starts below the spool: accepted,
     // and nothing was freed on the way.
     let t = s.deadline().unwrap();

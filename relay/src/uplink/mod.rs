@@ -446,20 +446,21 @@ impl Uplink {
     /// new instance, every batch kept.
     fn renew_instance(&mut self, now: Instant) {
         let old = crate::spool::instance_fingerprint(self.spool.instance_id());
-        match self.spool.renew_instance() {
+        let renewed = self.spool.renew_instance();
+        match &renewed {
             Ok(id) => tracing::error!(
                 "daemon {}: {} Welcomes in a row acknowledged batches relay instance {old} never \
                  sent; continuing as relay instance {} with every unacknowledged batch (those \
                  the daemon wrote but had not acknowledged are written again)",
                 self.config.host,
                 crate::session::NEW_INSTANCE_AFTER,
-                crate::spool::instance_fingerprint(id)
+                crate::spool::instance_fingerprint(*id)
             ),
-            Err(error) => self.log_error(&error, now),
+            Err(error) => self.log_error(error, now),
         }
         // Counted afresh either way: a spool that cannot write its id
         // tries again after as many rejections.
-        self.session.instance_renewed();
+        self.session.instance_renewed(renewed.is_ok());
     }
 
     /// A configuration fault: said once (with its fix) when it starts,

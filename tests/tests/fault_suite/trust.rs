@@ -119,7 +119,10 @@ fn a_poisoned_ack_point_does_not_lock_a_relay_out() {
         merge_window_ms: Some(100),
         ..DaemonOpts::default()
     });
-    let mut relay = Relay::start(&daemon, RelayOpts::synthetic("victim", RATE));
+    let mut opts = RelayOpts::synthetic("victim", RATE);
+    opts.extra_args = vec!["--metrics-listen".into(), "127.0.0.1:0".into()];
+    let mut relay = Relay::start(&daemon, opts);
+    let metrics = peer::logged_metrics_addr(|| relay.log());
     let status = daemon.wait_connected(&["victim"], Duration::from_secs(60));
     daemon.wait_progress(&["victim"], RATE / 2);
     let raw_id = tracesync_tests::live::process::machine(&status, "victim")
@@ -205,6 +208,17 @@ fn a_poisoned_ack_point_does_not_lock_a_relay_out() {
         },
     );
     let renewed_after = poisoned_at.elapsed();
+    let series = "tracesync_relay_instance_renewals_total";
+    let mut renewals = 0.0;
+    wait_for("the renewal counted", Duration::from_secs(10), || {
+        let page = peer::http_get(metrics, "/metrics")?;
+        renewals = peer::metric(&page, series).ok_or(format!("no {series}"))?;
+        if renewals >= 1.0 {
+            Ok(())
+        } else {
+            Err(format!("{renewals}"))
+        }
+    });
     daemon.wait_progress(&["victim"], RATE);
     let delivering_after = poisoned_at.elapsed();
     let rejected = relay
@@ -220,8 +234,8 @@ fn a_poisoned_ack_point_does_not_lock_a_relay_out() {
     eprintln!(
         "hostile-peers: {TEST}: ack point pushed to {POISON} by a stranger with the instance \
          id; the relay rejected {rejected} Welcomes, continued as a new instance {:.1} s \
-         after the poison and delivered again by {:.1} s; produced {}, written {}, lost {}, \
-         duplicated {}",
+         after the poison ({series} {renewals}) and delivered again by {:.1} s; produced {}, \
+         written {}, lost {}, duplicated {}",
         renewed_after.as_secs_f64(),
         delivering_after.as_secs_f64(),
         counts.produced,
