@@ -123,7 +123,19 @@ pub async fn run<M: Send + 'static>(
     // What earlier runs sent bounds what a daemon may acknowledge, with
     // what this run sends; a spool of an older relay did not keep it, and
     // then what it spooled stands in.
-    let sent_before = spool.sent_through().unwrap_or_else(|| spool.last_seq());
+    let mut spool = spool;
+    let sent_before = match spool.sent_through() {
+        Some(sent) => sent,
+        None => {
+            // Kept as the mark, so a later run does not take the first
+            // resends of this one for everything ever sent.
+            let spooled = spool.last_seq();
+            if let Err(error) = spool.note_sent(spooled) {
+                tracing::error!("{error}");
+            }
+            spooled
+        }
+    };
     let session = Session::new(config.session.clone(), now(), seed, sent_before);
     let mut uplink = Uplink {
         config,
