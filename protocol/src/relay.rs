@@ -56,6 +56,32 @@ pub fn check_hello_strings(hello: &v1::Hello) -> Result<(), String> {
     Ok(())
 }
 
+/// Perfetto's machine id of a hint string: FNV-1a-64, low 32 bits, 0 mapped
+/// to 1 (0 is the host).
+pub fn raw_machine_id(hint: &str) -> u32 {
+    match fnv1a64(hint.as_bytes()) as u32 {
+        0 => 1,
+        id => id,
+    }
+}
+
+/// The raw id a relay named `machine_name` on the kernel `boot_id` sends
+/// under TLS: the hash of `<boot_id>/<machine_name>`, so one machine's
+/// certificate cannot compute another machine's raw id from its boot id
+/// alone (a daemon with `[tls] raw-id-rule = "name"` checks it).
+pub fn name_bound_raw_id(boot_id: &str, machine_name: &str) -> u32 {
+    raw_machine_id(&format!("{boot_id}/{machine_name}"))
+}
+
+/// 64-bit FNV-1a.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(OFFSET_BASIS, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+}
+
 /// A relay closes a batch at this many packet bytes.
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
 
@@ -115,12 +141,15 @@ pub enum RefusalCode {
     MaxRelays,
     /// A newer connection of the same relay instance took over this one.
     Replaced,
+    /// The relay's certificate has `[tls] max-sessions-per-certificate`
+    /// sessions open; retried (one of them may be a stale connection).
+    CertificateSessionLimit,
     /// The daemon failed on its side; retry later.
     InternalError,
 }
 
 impl RefusalCode {
-    pub const ALL: [RefusalCode; 16] = [
+    pub const ALL: [RefusalCode; 17] = [
         RefusalCode::BadFrame,
         RefusalCode::FrameTooLarge,
         RefusalCode::HelloTooLarge,
@@ -136,6 +165,7 @@ impl RefusalCode {
         RefusalCode::ClosedByCore,
         RefusalCode::MaxRelays,
         RefusalCode::Replaced,
+        RefusalCode::CertificateSessionLimit,
         RefusalCode::InternalError,
     ];
 
@@ -157,6 +187,7 @@ impl RefusalCode {
             RefusalCode::ClosedByCore => "closed_by_core",
             RefusalCode::MaxRelays => "max_relays",
             RefusalCode::Replaced => "replaced",
+            RefusalCode::CertificateSessionLimit => "certificate_session_limit",
             RefusalCode::InternalError => "internal_error",
         }
     }

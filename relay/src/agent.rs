@@ -113,17 +113,21 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         return code;
     }
     let clock = relay_clock(&config);
-    let identity = MachineIdentity::detect(config.name.as_deref());
+    let mut identity = MachineIdentity::detect(config.name.as_deref());
+    if config.tls.mode != crate::tls::TlsMode::Off {
+        // A certificate-authenticated relay's raw id is bound to its name.
+        identity = identity.bound_to_name();
+    }
     let spool = match open_spool(&config) {
         Ok(spool) => spool,
         Err(code) => return code,
     };
     tracing::info!(
-        "relay {} ({}, raw id {}, instance {:016x}) -> {}; spool {} resumes at batch {}",
+        "relay {} ({}, raw id {}, instance {}) -> {}; spool {} resumes at batch {}",
         identity.machine_name,
         identity.name_source.describe(),
         identity.raw_id,
-        spool.instance_id(),
+        crate::spool::instance_fingerprint(spool.instance_id()),
         config.host,
         config.spool_dir.display(),
         spool.oldest_unacked()

@@ -40,6 +40,7 @@ pub const SPOOL_DROPPED_BATCHES: &str = "tracesync_relay_spool_dropped_batches_t
 pub const SPOOL_DROPPED_PACKETS: &str = "tracesync_relay_spool_dropped_packets_total";
 pub const RECONNECTS: &str = "tracesync_relay_reconnects_total";
 pub const INVALID_ACKS: &str = "tracesync_relay_invalid_acks_total";
+pub const INSTANCE_RENEWALS: &str = "tracesync_relay_instance_renewals_total";
 pub const CONNECTED: &str = "tracesync_relay_connected";
 
 /// Every relay metric: name, kind, help.
@@ -80,6 +81,10 @@ pub const SPECS: &[Spec] = &[
     Spec::counter(
         INVALID_ACKS,
         "Welcomes and Acks that acknowledged batches this relay never sent (connection closed, spool kept), by frame",
+    ),
+    Spec::counter(
+        INSTANCE_RENEWALS,
+        "Times the spool became a new relay instance after Welcomes in a row acknowledged batches never sent",
     ),
     Spec::gauge(CONNECTED, "1 while a session with the daemon is streaming"),
 ];
@@ -235,6 +240,7 @@ impl UplinkMetrics {
                 AckFrame::Ack => session.invalid_acks(),
             }),
             connected: session.is_streaming(),
+            instance_renewals: session.instance_renewals(),
         });
     }
 }
@@ -254,6 +260,7 @@ struct Uplink {
     /// In the order of [`AckFrame::ALL`].
     invalid: [u64; AckFrame::ALL.len()],
     connected: bool,
+    instance_renewals: u64,
 }
 
 fn publish_uplink(u: &Uplink) {
@@ -272,6 +279,7 @@ fn publish_uplink(u: &Uplink) {
         counter!(INVALID_ACKS, "frame" => frame.label()).absolute(n);
     }
     gauge!(CONNECTED).set(if u.connected { 1.0 } else { 0.0 });
+    counter!(INSTANCE_RENEWALS).absolute(u.instance_renewals);
 }
 
 /// Sums every source's counters into the recorder (call once a second).

@@ -4,7 +4,9 @@
 //! refuses. Each gives one error line naming the cause and the fix, the
 //! relay backs off (a handful of attempts, never "connected"), and exits
 //! 78 (77 for a refused certificate) after `--give-up-after-seconds`;
-//! `--keep-retrying` keeps it going. The daemon counts the failed
+//! `--keep-retrying` keeps it going. A peer that closes without a word
+//! (the sync port; also a daemon shedding a flood) is named the same way
+//! but never ends the relay: that can pass by itself. The daemon counts the failed
 //! handshakes by reason and `tracesync status` lists them in 80 columns;
 //! a plaintext daemon names a TLS relay in its log and its status.
 
@@ -108,6 +110,53 @@ fn assert_fault(case: &str, host: SocketAddr, extra: &[String], message: &str, c
     assert!(!err.contains("reconnecting"), "{case}:\n{err}");
 }
 
+/// A peer that closes without a word may be a daemon shedding a flood, or
+/// a forwarder whose daemon is not up yet: the relay says `message` once
+/// and keeps retrying well past the give-up time, never exiting.
+fn assert_retries_on(case: &str, host: SocketAddr, extra: &[String], message: &str) {
+    let spool = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(bin("tracesync-relay"))
+        .arg("--host")
+        .arg(host.to_string())
+        .args(["--name", "r1", "--source", "synthetic:10"])
+        .arg("--spool")
+        .arg(spool.path())
+        .args(["--give-up-after-seconds", &GIVE_UP.to_string()])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn relay");
+    std::thread::sleep(Duration::from_secs(GIVE_UP + 3));
+    let running = child.try_wait().expect("wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut err = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
+    eprintln!(
+        "ops-messages: {case}: still running after {} s: {running}",
+        GIVE_UP + 3
+    );
+    assert!(running, "{case}: the relay exited:\n{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains(" ERROR ")).collect();
+    let want = format!(
+        "tracesync_relay::uplink: daemon {host}: {message}; retrying with backoff for as long \
+         as it lasts"
+    );
+    assert_eq!(errors.len(), 1, "{case}: said once:\n{err}");
+    assert!(
+        errors[0].ends_with(&want),
+        "{case}: {}\nwant {want}",
+        errors[0]
+    );
+    assert!(!err.contains("giving up"), "{case}:\n{err}");
+}
+
 #[test]
 fn relay_configuration_faults_are_named_and_end_in_sysexits_codes() {
     let pki = Pki::new();
@@ -136,21 +185,19 @@ fn relay_configuration_faults_are_named_and_end_in_sysexits_codes() {
     );
     let not_data_port = "the peer closed the connection without a word: this is not the \
                          daemon's data port (7410 by default; is it the sync port, 7411?), or a \
-                         forwarder (adb reverse, ssh -L) with no daemon behind it; fix --host, \
-                         or start tracesyncd";
-    assert_fault(
+                         forwarder (adb reverse, ssh -L) with no daemon behind it, or a daemon \
+                         shedding a flood of connections; fix --host, or start tracesyncd";
+    assert_retries_on(
         "TLS relay, sync port",
         tls_daemon.sync_addr,
         &pki.relay_flags("ca", "ca"),
         not_data_port,
-        78,
     );
-    assert_fault(
+    assert_retries_on(
         "plaintext relay, sync port",
         plain_daemon.sync_addr,
         &off,
         not_data_port,
-        78,
     );
     assert_fault(
         "wrong CA",
@@ -223,12 +270,14 @@ fn relay_configuration_faults_are_named_and_end_in_sysexits_codes() {
 
 #[test]
 fn keep_retrying_never_gives_up() {
+    let pki = Pki::new();
     let daemon = Daemon::start(DaemonOpts::default());
     let spool = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(bin("tracesync-relay"))
         .arg("--host")
-        .arg(daemon.sync_addr.to_string())
-        .args(["--name", "r1", "--tls", "off", "--source", "synthetic:10"])
+        .arg(daemon.data_addr.to_string())
+        .args(["--name", "r1", "--source", "synthetic:10"])
+        .args(pki.relay_flags("ca", "ca"))
         .arg("--spool")
         .arg(spool.path())
         .args(["--give-up-after-seconds", "1", "--keep-retrying"])
@@ -248,7 +297,7 @@ fn keep_retrying_never_gives_up() {
         .read_to_string(&mut err);
     assert!(running, "the relay exited:\n{err}");
     assert!(
-        err.contains("start tracesyncd; retrying with backoff (--keep-retrying)"),
+        err.contains("or run this relay with --tls off; retrying with backoff (--keep-retrying)"),
         "{err}"
     );
     assert_eq!(err.matches(" ERROR ").count(), 1, "said once:\n{err}");

@@ -104,6 +104,18 @@ fn unit_files_have_what_the_operations_docs_promise() {
     assert!(
         relay.contains("ExecStart=/usr/bin/tracesync-relay --config /etc/tracesync/relay.toml\n")
     );
+    // Every exit of the relay can pass (a network fault never ends it), so
+    // every exit is restarted, and restarts are never stopped for good.
+    for line in ["Restart=always\n", "StartLimitIntervalSec=0\n"] {
+        assert!(
+            relay.contains(line),
+            "tracesync-relay.service lacks {line:?}"
+        );
+    }
+    assert!(
+        !relay.contains("RestartPreventExitStatus"),
+        "tracesync-relay.service must restart the relay after 77 and 78"
+    );
     let sysusers = std::fs::read_to_string(repo_root().join("systemd/tracesync.sysusers"))
         .expect("systemd/tracesync.sysusers");
     assert!(sysusers.lines().any(|l| l.starts_with("u tracesync ")));

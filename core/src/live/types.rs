@@ -120,9 +120,12 @@ pub struct Connected {
 pub enum Refusal {
     #[error("machine raw id 0 is the host's; give the relay another --name")]
     ReservedRawId,
+    /// Names the holder by its instance's first 4 hex digits only: in
+    /// plaintext mode the whole id would let the refused peer resume it.
     #[error(
-        "machine raw id {raw_id} is in use by connected relay instance {holder_instance:016x} \
-         ({holder_name}); give this relay another --name"
+        "machine raw id {raw_id} is in use by connected relay instance {:04x}... \
+         ({holder_name}); give this relay another --name",
+        holder_instance >> 48
     )]
     RawIdInUse {
         raw_id: u32,

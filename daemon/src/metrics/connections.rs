@@ -26,18 +26,26 @@ pub enum Refused {
     MachineNotAllowed,
     /// A certificate-authenticated relay claimed another machine.
     CertificateIdentity,
+    /// Under `[tls] raw-id-rule = "name"`, a raw id that is not the hash of
+    /// the Hello's boot id and certified name (another machine's, most
+    /// likely: a squatter).
+    RawIdNotBound,
+    /// The certificate has `[tls] max-sessions-per-certificate` open.
+    CertificateSessions,
     /// The live core refused the Hello (raw id 0, or held by a connected relay).
     Core,
 }
 
 impl Refused {
-    pub const ALL: [Refused; 7] = [
+    pub const ALL: [Refused; 9] = [
         Refused::MaxRelays,
         Refused::Version,
         Refused::HelloTooLarge,
         Refused::Token,
         Refused::MachineNotAllowed,
         Refused::CertificateIdentity,
+        Refused::RawIdNotBound,
+        Refused::CertificateSessions,
         Refused::Core,
     ];
 
@@ -50,6 +58,8 @@ impl Refused {
             Refused::Token => "token",
             Refused::MachineNotAllowed => "machine_not_allowed",
             Refused::CertificateIdentity => "certificate_identity",
+            Refused::RawIdNotBound => "raw_id_not_bound",
+            Refused::CertificateSessions => "certificate_sessions",
             Refused::Core => "core",
         }
     }
@@ -62,7 +72,10 @@ impl Refused {
             Refused::HelloTooLarge => RefusalCode::HelloTooLarge,
             Refused::Token => RefusalCode::BadToken,
             Refused::MachineNotAllowed => RefusalCode::MachineNotAllowed,
-            Refused::CertificateIdentity => RefusalCode::CertificateIdentityMismatch,
+            Refused::CertificateIdentity | Refused::RawIdNotBound => {
+                RefusalCode::CertificateIdentityMismatch
+            }
+            Refused::CertificateSessions => RefusalCode::CertificateSessionLimit,
             Refused::Core => RefusalCode::RefusedByCore,
         }
     }
@@ -241,6 +254,7 @@ impl Counter {
     pub fn report_key(self) -> Option<&'static str> {
         match self {
             Counter::Refused(Refused::Core) => Some("raw_id_conflict"),
+            Counter::Refused(Refused::RawIdNotBound) => Some("raw_id_not_bound"),
             Counter::Failed(Failed::TlsRelay) => Some("tls_relay"),
             Counter::Failed(Failed::IdleTimeout) => Some("idle_timeout"),
             Counter::Failed(Failed::PeerBytes) => Some("peer_bytes"),

@@ -10,7 +10,9 @@
 //!    compared without case, like DNS names).
 //! 3. If the certificate carries URI SANs `tracesync:machine-id/<decimal>`,
 //!    the Hello's `machine_raw_id` must equal one of them.
-//! 4. Otherwise the raw id (which relays derive from their boot id, so it
+//! 4. Otherwise, under `[tls] raw-id-rule = "name"`, the raw id must be the
+//!    hash of the Hello's boot id and name (`super::policy`); under either
+//!    rule the raw id (which relays derive from their boot id, so it
 //!    changes at every boot) is bound to the first certificate-authenticated
 //!    name that uses it, and so is the relay instance id: another name
 //!    presenting either is refused. Each name keeps its
@@ -61,6 +63,15 @@ pub enum IdentityError {
         listed(certified)
     )]
     RawIdNotCertified { claimed: u32, certified: Vec<u32> },
+    /// `[tls] raw-id-rule = "name"`: the raw id is not the hash of the
+    /// Hello's boot id and name.
+    #[error(
+        "{MISMATCH}: Hello claims raw machine id {claimed}, which is not the hash of its boot \
+         id and machine name {name:?} that this daemon's [tls] raw-id-rule = \"name\" asks \
+         for; run a relay of this version, or set raw-id-rule = \"first-come\" while older \
+         relays remain"
+    )]
+    RawIdNotBound { claimed: u32, name: String },
     /// Rule 4: another name holds the raw id.
     #[error(
         "{MISMATCH}: raw machine id {raw_id} belongs to machine {holder:?} on this daemon; a \

@@ -15,6 +15,7 @@
 
 pub mod bindings;
 pub mod identity;
+pub mod policy;
 pub use tracesync_common::tls::pki;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ use toml::Spanned;
 
 pub use bindings::{Bindings, BindingsFileError, Claimed};
 pub use identity::{CertIdentity, IdentityError, MISMATCH};
+pub use policy::{CertSession, CertSessions, IdentityPolicy, RawIdRule};
 pub use tracesync_common::tls::{DEFAULT_TLS_DIR, TlsError, TlsKey, TlsMode, read_certs, read_key};
 
 /// The daemon's `[tls]` section. Paths keep their position in the file so
@@ -50,7 +52,15 @@ pub struct TlsConfig {
     /// Certificate revocation list(s) of those CAs (PEM or DER); a relay
     /// certificate one revokes fails the handshake. None: no CRL.
     pub crl: Option<Spanned<PathBuf>>,
+    /// Which raw ids a certificate that pins none may claim.
+    pub raw_id_rule: RawIdRule,
+    /// Sessions one relay certificate may have open at once.
+    pub max_sessions_per_certificate: std::num::NonZeroU32,
 }
+
+/// Default of `[tls] max-sessions-per-certificate`: the few relays one
+/// machine plausibly runs (its own, one per time namespace or container).
+pub const DEFAULT_SESSIONS_PER_CERTIFICATE: u32 = 4;
 
 impl Default for TlsConfig {
     fn default() -> Self {
@@ -61,6 +71,11 @@ impl Default for TlsConfig {
             key: at("daemon.key"),
             client_ca: at("ca.crt"),
             crl: None,
+            raw_id_rule: RawIdRule::default(),
+            max_sessions_per_certificate: std::num::NonZeroU32::new(
+                DEFAULT_SESSIONS_PER_CERTIFICATE,
+            )
+            .unwrap_or(std::num::NonZeroU32::MIN),
         }
     }
 }
@@ -72,6 +87,9 @@ pub struct DataTls {
     pub acceptor: tokio_rustls::TlsAcceptor,
     /// In memory unless [`DataTls::with_bindings`] gave a persistent table.
     pub bindings: Arc<Bindings>,
+    pub policy: IdentityPolicy,
+    /// Sessions open per certificate, held to `policy`.
+    pub sessions: Arc<CertSessions>,
 }
 
 impl DataTls {
@@ -103,6 +121,11 @@ impl TlsConfig {
         Ok(Some(DataTls {
             acceptor: tokio_rustls::TlsAcceptor::from(config),
             bindings: Arc::default(),
+            policy: IdentityPolicy {
+                raw_id_rule: self.raw_id_rule,
+                max_sessions_per_certificate: self.max_sessions_per_certificate,
+            },
+            sessions: Arc::default(),
         }))
     }
 
@@ -343,6 +366,11 @@ mod tests {
             key: at("daemon.key"),
             client_ca: at("ca.crt"),
             crl: None,
+            raw_id_rule: RawIdRule::default(),
+            max_sessions_per_certificate: std::num::NonZeroU32::new(
+                DEFAULT_SESSIONS_PER_CERTIFICATE,
+            )
+            .unwrap_or(std::num::NonZeroU32::MIN),
         }
         .load()
         .unwrap()
@@ -417,6 +445,11 @@ mod tests {
             key: Spanned::new(0..0, dir.path().join("daemon.key")),
             client_ca: Spanned::new(0..0, dir.path().join("ca.crt")),
             crl: None,
+            raw_id_rule: RawIdRule::default(),
+            max_sessions_per_certificate: std::num::NonZeroU32::new(
+                DEFAULT_SESSIONS_PER_CERTIFICATE,
+            )
+            .unwrap_or(std::num::NonZeroU32::MIN),
         };
         assert!(config.load().unwrap().is_some());
         // A key that does not belong to the certificate is refused.

@@ -58,6 +58,19 @@ impl MachineIdentity {
         }
     }
 
+    /// The same identity with its raw id bound to its name (under TLS): the
+    /// hash of `<boot_id>/<name>` whatever the name's source, so no other
+    /// machine's certificate can claim it from the boot id alone (see
+    /// `tracesync_protocol::relay::name_bound_raw_id`).
+    pub fn bound_to_name(self) -> Self {
+        let hint = format!("{}/{}", self.boot_id, self.machine_name);
+        Self {
+            raw_id: raw_machine_id(&hint),
+            hint,
+            ..self
+        }
+    }
+
     /// The identity for a given boot id and the machine's own name (pure):
     /// `name` other than `own_name` is an explicit name.
     pub fn from_parts(boot_id: String, own_name: &str, name: Option<&str>) -> Self {
@@ -78,22 +91,7 @@ impl MachineIdentity {
     }
 }
 
-/// Perfetto's machine id of a hint: FNV-1a-64, low 32 bits, 0 -> 1.
-pub fn raw_machine_id(hint: &str) -> u32 {
-    match fnv1a64(hint.as_bytes()) as u32 {
-        0 => 1,
-        id => id,
-    }
-}
-
-/// 64-bit FNV-1a.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes
-        .iter()
-        .fold(OFFSET_BASIS, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
-}
+pub use tracesync_protocol::relay::{fnv1a64, raw_machine_id};
 
 fn read_hostname() -> String {
     std::fs::read_to_string(HOSTNAME_PATH)

@@ -12,17 +12,32 @@
 //! with jitter; the next Welcome says where to resume.
 //!
 //! The daemon's word is checked before it frees anything: a Welcome or Ack
-//! may only acknowledge batches this relay instance sent in this run or
-//! had spooled before it started (an earlier run may have sent those).
+//! may only acknowledge batches this relay instance ever sent, in this run
+//! or an earlier one (the spool keeps the highest sent across restarts;
+//! batches spooled while no daemon was reachable were never sent).
 //! Anything beyond is a daemon that lies (another service on the port, a
 //! daemon whose output was lost or replaced, a bug): the connection is
 //! closed ([`Action::Reject`], counted), the spool keeps everything, and
 //! the session reconnects after the backoff. Batch numbers are never
 //! wrapped: every `+ 1` on them is checked.
+//!
+//! A daemon whose record of this instance was poisoned (in plaintext mode,
+//! a stranger who learnt the instance id resumed it and pushed its ack
+//! point past anything sent) would be rejected forever. After
+//! [`NEW_INSTANCE_AFTER`] Welcomes rejected in a row the driver makes the
+//! spool a new relay instance ([`Session::wants_new_instance`]): a daemon
+//! starts a new record for it and takes every unacknowledged batch again.
+//! Nothing is freed, so a lying daemon gains nothing by it; what it costs
+//! is exactly-once for the batches a real daemon had written and not yet
+//! acknowledged when its record was poisoned (written again).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use tracesync_protocol::relay::RefusalCode;
+
+/// Welcomes rejected in a row (each acknowledging batches never sent)
+/// after which the relay continues as a new relay instance.
+pub const NEW_INSTANCE_AFTER: u32 = 3;
 
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
@@ -126,11 +141,15 @@ pub struct Session {
     last_batch_sent: u64,
     /// The highest batch sent in this run, on any connection.
     highest_sent: u64,
-    /// The newest batch spooled before this run started (an earlier run
-    /// may have sent it): with `highest_sent`, the most a daemon may ack.
-    spooled_before: u64,
+    /// The highest batch earlier runs sent: with `highest_sent`, the most
+    /// a daemon may ack.
+    sent_before: u64,
     /// Welcomes and Acks that acknowledged batches never sent.
     invalid_welcomes: u64,
+    /// Welcomes rejected since the last one accepted.
+    welcomes_rejected_in_a_row: u32,
+    /// Times the spool became a new relay instance.
+    instance_renewals: u64,
     invalid_acks: u64,
     in_flight: VecDeque<(u64, usize)>,
     in_flight_bytes: usize,
@@ -143,9 +162,9 @@ pub struct Session {
 
 impl Session {
     /// A session that connects at once. `seed` drives the backoff jitter;
-    /// `spooled_before` is the spool's last seq when this run opened it
-    /// (batches an earlier run may have sent).
-    pub fn new(config: SessionConfig, now: Instant, seed: u64, spooled_before: u64) -> Self {
+    /// `sent_before` is the highest batch earlier runs of this relay
+    /// instance sent (the spool's `sent_through`).
+    pub fn new(config: SessionConfig, now: Instant, seed: u64, sent_before: u64) -> Self {
         Self {
             backoff: config.backoff_min,
             config,
@@ -155,8 +174,10 @@ impl Session {
             next_to_send: 1,
             last_batch_sent: 0,
             highest_sent: 0,
-            spooled_before,
+            sent_before,
             invalid_welcomes: 0,
+            welcomes_rejected_in_a_row: 0,
+            instance_renewals: 0,
             invalid_acks: 0,
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
@@ -198,15 +219,33 @@ impl Session {
         self.invalid_welcomes
     }
 
+    /// Whether [`NEW_INSTANCE_AFTER`] Welcomes in a row were rejected: the
+    /// daemon's record of this instance is unusable (see the module doc).
+    pub fn wants_new_instance(&self) -> bool {
+        self.welcomes_rejected_in_a_row >= NEW_INSTANCE_AFTER
+    }
+
+    /// The spool is a new relay instance now (or failed to become one):
+    /// count afresh.
+    pub fn instance_renewed(&mut self, renewed: bool) {
+        self.welcomes_rejected_in_a_row = 0;
+        self.instance_renewals += u64::from(renewed);
+    }
+
+    /// Times the spool became a new relay instance.
+    pub fn instance_renewals(&self) -> u64 {
+        self.instance_renewals
+    }
+
     /// Acks of batches this relay never sent.
     pub fn invalid_acks(&self) -> u64 {
         self.invalid_acks
     }
 
-    /// The most a daemon may acknowledge: what this run sent, or what was
-    /// spooled before it started.
+    /// The most a daemon may acknowledge: what this run or an earlier one
+    /// sent.
     fn ack_limit(&self) -> u64 {
-        self.spooled_before
+        self.sent_before
             .max(self.highest_sent)
             .max(self.acked_through)
     }
@@ -305,16 +344,18 @@ impl Session {
             .filter(|_| acked_through <= limit);
         let Some(resume) = resume else {
             self.invalid_welcomes += 1;
+            self.welcomes_rejected_in_a_row = self.welcomes_rejected_in_a_row.saturating_add(1);
             let reason = format!(
                 "Welcome acknowledges batch {acked_through}, but this relay instance sent at \
-                 most batch {} in this run and had spooled through batch {} before it: the \
-                 daemon does not hold this relay's data (another service on its port, a lost \
-                 or replaced output, or a bug); nothing is freed from the spool",
-                self.highest_sent, self.spooled_before
+                 most batch {} in this run and batch {} before it: the daemon does not hold \
+                 this relay's data (another service on its port, a lost or replaced output, \
+                 or a bug); nothing is freed from the spool",
+                self.highest_sent, self.sent_before
             );
             return vec![self.reject(now, reason)];
         };
         self.state = State::Streaming { since: now };
+        self.welcomes_rejected_in_a_row = 0;
         self.acked_through = self.acked_through.max(acked_through);
         self.next_to_send = resume.max(oldest_spooled);
         self.last_send_at = now;
@@ -356,8 +397,8 @@ impl Session {
             self.invalid_acks += 1;
             let reason = format!(
                 "Ack of batch {through}, but this relay instance sent at most batch {} in this \
-                 run and had spooled through batch {} before it; nothing is freed from the spool",
-                self.highest_sent, self.spooled_before
+                 run and batch {} before it; nothing is freed from the spool",
+                self.highest_sent, self.sent_before
             );
             return vec![self.reject(now, reason)];
         }

@@ -260,7 +260,7 @@ fn a_welcome_beyond_every_batch_sent_or_spooled_is_rejected_and_frees_nothing() 
             reason.contains(&format!("acknowledges batch {lie}")),
             "{reason}"
         );
-        assert!(reason.contains("through batch 120"), "{reason}");
+        assert!(reason.contains("and batch 120 before it"), "{reason}");
         assert_eq!(s.invalid_welcomes(), 1);
         assert_eq!(s.acked_through(), 0, "nothing acknowledged");
         assert!(!s.is_streaming());
@@ -367,4 +367,32 @@ fn handshake_times_out() {
         s.poll(t0 + Duration::from_secs(10), 1, 0),
         Some(Action::Close { .. })
     ));
+}
+
+#[test]
+fn welcomes_rejected_in_a_row_ask_for_a_new_instance_and_an_accepted_one_resets() {
+    let (mut s, actions, _) = welcome_fresh(10, 1 << 40);
+    assert!(matches!(actions[..], [Action::Reject { .. }]));
+    for round in 2..=NEW_INSTANCE_AFTER {
+        assert!(!s.wants_new_instance(), "after {}", round - 1);
+        let t = s.deadline().unwrap();
+        assert_eq!(s.poll(t, 1, 10), Some(Action::Connect));
+        s.connected(t);
+        assert!(matches!(
+            s.welcome(1 << 40, 3, 0, &[], 1, t)[..],
+            [Action::Reject { .. }]
+        ));
+    }
+    assert!(s.wants_new_instance());
+    s.instance_renewed(true);
+    assert!(!s.wants_new_instance());
+    assert_eq!(s.instance_renewals(), 1);
+    // The new instance's daemon record starts below the spool: accepted,
+    // and nothing was freed on the way.
+    let t = s.deadline().unwrap();
+    assert_eq!(s.poll(t, 1, 10), Some(Action::Connect));
+    s.connected(t);
+    assert_eq!(s.welcome(0, 4, 0, &[], 1, t), vec![Action::AckSpool(0)]);
+    assert_eq!(s.acked_through(), 0);
+    assert_eq!(s.invalid_welcomes(), u64::from(NEW_INSTANCE_AFTER));
 }

@@ -24,11 +24,13 @@ mod instance;
 mod record;
 mod room;
 mod segments;
+mod sent;
 mod types;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -37,10 +39,12 @@ use nix::fcntl::{Flock, FlockArg};
 use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::{scan, wire};
 
-use instance::load_or_create_instance_id;
+pub use instance::instance_fingerprint;
+use instance::{create_instance_id, load_or_create_instance_id};
 use record::RecordKind;
 pub use segments::SpoolIssue;
 use segments::{BatchLocation, SegmentFile};
+use sent::SentMark;
 use types::io_error;
 pub use types::{Incoming, OutBatch, SpoolConfig, SpoolError, SpoolStats, WhenFull};
 
@@ -95,6 +99,8 @@ pub struct Spool {
     /// is already mapped: no page faults per batch).
     spare: Vec<BytesMut>,
     stats: SpoolStats,
+    /// The highest batch ever sent, across runs ([`sent`]).
+    sent: SentMark,
     _lock: Flock<File>,
 }
 
@@ -103,9 +109,16 @@ impl Spool {
     /// state. Returns what was repaired or skipped, for the log.
     pub fn open(config: SpoolConfig) -> Result<(Self, Vec<SpoolIssue>), SpoolError> {
         let dir = config.dir.clone();
-        fs::create_dir_all(&dir).map_err(io_error(&dir, "create the directory"))?;
+        // Owner-only whatever the caller's umask: the spool holds the
+        // traces, and the instance id a plaintext daemon knows it by.
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io_error(&dir, "create the directory"))?;
         let lock_path = dir.join(LOCK_FILE);
         let lock_file = OpenOptions::new()
+            .mode(0o600)
             .create(true)
             .truncate(false)
             .write(true)
@@ -115,6 +128,7 @@ impl Spool {
             .map_err(|_| SpoolError::Locked { path: dir.clone() })?;
         let instance_id = load_or_create_instance_id(&dir)?;
         let scan = segments::scan_dir(&dir)?;
+        let sent = SentMark::open(&dir, scan.next_seq <= 1)?;
         let disk_bytes = scan.segments.iter().map(|s| s.bytes).sum();
         let last = scan.segments.last().cloned();
         let batches: VecDeque<Spooled> = scan
@@ -161,6 +175,7 @@ impl Spool {
             needs_mark: BTreeSet::new(),
             spare: Vec::new(),
             stats: SpoolStats::default(),
+            sent,
             _lock: lock,
         };
         if reuse_last.is_none() {
@@ -172,6 +187,25 @@ impl Spool {
     /// Random, created with the spool directory, kept for its lifetime.
     pub fn instance_id(&self) -> u64 {
         self.instance_id
+    }
+
+    /// Becomes a new relay instance (a new random id, kept from now on),
+    /// with every batch and batch number as they are: what a daemon had
+    /// recorded of the old instance no longer applies to this spool.
+    pub fn renew_instance(&mut self) -> Result<u64, SpoolError> {
+        self.instance_id = create_instance_id(&self.config.dir)?;
+        Ok(self.instance_id)
+    }
+
+    /// The highest batch this relay instance ever sent, in any run (None:
+    /// a spool of an older relay, which did not keep it).
+    pub fn sent_through(&self) -> Option<u64> {
+        self.sent.value()
+    }
+
+    /// Batch `seq` is about to be sent: kept before it goes on the wire.
+    pub fn note_sent(&mut self, seq: u64) -> Result<(), SpoolError> {
+        self.sent.note(seq)
     }
 
     /// Where source `source` resumes: the cursor after its last spooled packet.
@@ -284,6 +318,7 @@ impl Spool {
     /// Makes everything written so far and not acked durable.
     pub fn sync(&mut self) -> Result<(), SpoolError> {
         self.sync_rolled()?;
+        self.sent.sync()?;
         let path = self.active_path();
         self.active.sync_data().map_err(io_error(&path, "sync"))
     }

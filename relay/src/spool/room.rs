@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 
 use super::record::{self, RecordKind, SEGMENT_MAGIC};
 use super::segments::{SegmentFile, segment_path};
@@ -138,6 +139,7 @@ impl Spool {
         let number = self.segments.back().map_or(1, |s| s.number + 1);
         let path = segment_path(&self.config.dir, number);
         let mut file = OpenOptions::new()
+            .mode(0o600)
             .create_new(true)
             .append(true)
             .open(&path)

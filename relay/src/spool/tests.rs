@@ -502,3 +502,77 @@ fn batch_numbers_never_wrap() {
     assert_eq!(spool.last_seq(), u64::MAX - 1);
     assert_eq!(spool.disk_bytes(), bytes);
 }
+
+#[test]
+fn the_highest_batch_ever_sent_survives_reopen_and_a_new_spool_sent_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.sent_through(), Some(0), "a new spool sent nothing");
+    fill(&mut spool, 40, 500, now);
+    assert!(spool.last_seq() >= 3);
+    spool.note_sent(2).unwrap();
+    spool.note_sent(1).unwrap(); // a resend never lowers it
+    drop(spool);
+    // Reopened (a restart): batches 3.. were spooled, never sent.
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.sent_through(), Some(2));
+    assert!(spool.last_seq() > 2);
+    spool.note_sent(3).unwrap();
+    spool.sync().unwrap();
+    drop(spool);
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.sent_through(), Some(3));
+    drop(spool);
+    // A damaged mark, or none beside an older relay's batches, says nothing.
+    fs::write(dir.path().join("sent-through"), [7u8; 16]).unwrap();
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.sent_through(), None);
+    drop(spool);
+    fs::remove_file(dir.path().join("sent-through")).unwrap();
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.sent_through(), None);
+}
+
+#[test]
+fn spool_files_are_owner_only_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    let now = Instant::now();
+    // The process umask is shared by the test threads: the modes are set
+    // explicitly, so a permissive umask cannot widen them anyway.
+    let (mut spool, _) = Spool::open(config(&spool_dir)).unwrap();
+    fill(&mut spool, 40, 500, now);
+    spool.sync().unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&spool_dir), 0o700);
+    let mut files = 0;
+    for entry in fs::read_dir(&spool_dir).unwrap() {
+        let path = entry.unwrap().path();
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+        files += 1;
+    }
+    assert!(files >= 4, "lock, instance-id, sent-through, a segment");
+}
+
+#[test]
+fn the_instance_id_is_shown_by_its_first_four_digits_only() {
+    assert_eq!(instance_fingerprint(0x8c2e_5d1f_00a1_b2c3), "8c2e...");
+}
+
+#[test]
+fn a_renewed_instance_keeps_every_batch_and_its_new_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (mut spool, _) = Spool::open(config(dir.path())).unwrap();
+    fill(&mut spool, 40, 500, now);
+    let (old, last) = (spool.instance_id(), spool.last_seq());
+    let new = spool.renew_instance().unwrap();
+    assert_ne!(new, old);
+    assert_eq!((spool.oldest_unacked(), spool.last_seq()), (1, last));
+    drop(spool);
+    let (spool, _) = Spool::open(config(dir.path())).unwrap();
+    assert_eq!(spool.instance_id(), new);
+    assert_eq!(spool.last_seq(), last);
+}

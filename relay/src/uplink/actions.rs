@@ -106,6 +106,14 @@ impl Uplink {
             self.session.sent(seq, 0, now);
             return;
         };
+        // Kept before it is on the wire: no daemon may acknowledge a batch
+        // this instance never sent, in this run or a later one.
+        if let Err(error) = self.spool.note_sent(seq) {
+            self.log_error(&error, now);
+            self.connection = None;
+            self.session.connection_lost(now);
+            return;
+        }
         let bytes = batch.bytes;
         // The spool's wire-form packets go out as they are.
         let frame = OutFrame::batch(seq, batch.first_packet_index, batch.wire, &self.clocks());

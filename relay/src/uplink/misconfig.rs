@@ -1,8 +1,17 @@
-//! Connection failures that retrying cannot fix: one side speaks TLS and
-//! the other does not, the relay reaches the sync port instead of the data
-//! port, or a certificate is not accepted. Each is told apart from what
-//! the peer sent (or did not) and named with its fix; the uplink logs it
-//! once, backs off, and gives up after `give-up-after-seconds`.
+//! Connection failures that point at a configuration: one side speaks TLS
+//! and the other does not, the relay reaches the sync port instead of the
+//! data port, or a certificate is not accepted. Each is told apart from
+//! what the peer sent (or did not) and named with its fix; the uplink logs
+//! it once and backs off.
+//!
+//! Only a fault with positive evidence (a TLS record, a frame, a
+//! certificate error or alert) can end the relay, after
+//! `give-up-after-seconds`. A peer that closes without a word
+//! ([`Misconfig::NotDataPort`]) proves nothing: a daemon shedding load
+//! under a connection flood, or a forwarder whose daemon is not up yet,
+//! closes the same way, and both pass by themselves; the relay names the
+//! likely cause and retries for as long as it runs
+//! ([`Misconfig::can_pass`]).
 
 use std::fmt;
 use std::io::{self, IoSlice};
@@ -42,6 +51,12 @@ impl Misconfig {
         }
     }
 
+    /// Whether the fault may pass without anyone changing this relay's
+    /// configuration: then the relay never gives up on it.
+    pub fn can_pass(self) -> bool {
+        matches!(self, Misconfig::NotDataPort)
+    }
+
     /// A short label (logs, tests).
     pub fn label(self) -> &'static str {
         match self {
@@ -69,7 +84,8 @@ impl fmt::Display for Misconfig {
             Misconfig::NotDataPort => {
                 "the peer closed the connection without a word: this is not the daemon's data \
                  port (7410 by default; is it the sync port, 7411?), or a forwarder (adb \
-                 reverse, ssh -L) with no daemon behind it; fix --host, or start tracesyncd"
+                 reverse, ssh -L) with no daemon behind it, or a daemon shedding a flood of \
+                 connections; fix --host, or start tracesyncd"
             }
             Misconfig::UnknownIssuer => {
                 "the daemon's certificate is not signed by this relay's CA: give the daemon's \

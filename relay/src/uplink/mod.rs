@@ -120,9 +120,23 @@ pub async fn run<M: Send + 'static>(
     shutdown: CancellationToken,
 ) -> (UplinkExit, Spool) {
     let seed = spool.instance_id() ^ clock.boottime();
-    // What an earlier run spooled (and may have sent) bounds what a daemon
-    // may acknowledge, with what this run sends.
-    let session = Session::new(config.session.clone(), now(), seed, spool.last_seq());
+    // What earlier runs sent bounds what a daemon may acknowledge, with
+    // what this run sends; a spool of an older relay did not keep it, and
+    // then what it spooled stands in.
+    let mut spool = spool;
+    let sent_before = match spool.sent_through() {
+        Some(sent) => sent,
+        None => {
+            // Kept as the mark, so a later run does not take the first
+            // resends of this one for everything ever sent.
+            let spooled = spool.last_seq();
+            if let Err(error) = spool.note_sent(spooled) {
+                tracing::error!("{error}");
+            }
+            spooled
+        }
+    };
+    let session = Session::new(config.session.clone(), now(), seed, sent_before);
     let mut uplink = Uplink {
         config,
         clock,
@@ -276,6 +290,7 @@ impl Uplink {
             });
         }
         if let (Some(run), Some(limit)) = (&self.fault, self.config.give_up_after)
+            && !run.fault.can_pass()
             && now >= run.since + limit
         {
             return Some(UplinkExit::Misconfigured {
@@ -310,6 +325,7 @@ impl Uplink {
             drain.map(|d| d.give_up_at),
             self.fault
                 .as_ref()
+                .filter(|run| !run.fault.can_pass())
                 .zip(self.config.give_up_after)
                 .map(|(run, limit)| run.since + limit),
         ]
@@ -393,9 +409,9 @@ impl Uplink {
                             );
                         }
                         tracing::info!(
-                            "daemon {} welcomed relay instance {:016x}: acked through batch {}, resending from {}",
+                            "daemon {} welcomed relay instance {}: acked through batch {}, resending from {}",
                             self.config.host,
-                            self.spool.instance_id(),
+                            crate::spool::instance_fingerprint(self.spool.instance_id()),
                             welcome.acked_through_batch,
                             welcome
                                 .acked_through_batch
@@ -431,10 +447,37 @@ impl Uplink {
         for action in actions {
             self.execute(action, now);
         }
+        if self.session.wants_new_instance() {
+            self.renew_instance(now);
+        }
+    }
+
+    /// Welcomes in a row acknowledged batches this relay never sent: the
+    /// daemon's record of this instance is unusable (poisoned by a stranger
+    /// who resumed it, or a daemon that lies), so the spool continues as a
+    /// new instance, every batch kept.
+    fn renew_instance(&mut self, now: Instant) {
+        let old = crate::spool::instance_fingerprint(self.spool.instance_id());
+        let renewed = self.spool.renew_instance();
+        match &renewed {
+            Ok(id) => tracing::error!(
+                "daemon {}: {} Welcomes in a row acknowledged batches relay instance {old} never \
+                 sent; continuing as relay instance {} with every unacknowledged batch (those \
+                 the daemon wrote but had not acknowledged are written again)",
+                self.config.host,
+                crate::session::NEW_INSTANCE_AFTER,
+                crate::spool::instance_fingerprint(*id)
+            ),
+            Err(error) => self.log_error(error, now),
+        }
+        // Counted afresh either way: a spool that cannot write its id
+        // tries again after as many rejections.
+        self.session.instance_renewed(renewed.is_ok());
     }
 
     /// A configuration fault: said once (with its fix) when it starts,
-    /// counted while it repeats; the session backs off meanwhile.
+    /// counted while it repeats; the session backs off meanwhile. One that
+    /// can pass ([`misconfig::Misconfig::can_pass`]) never ends the relay.
     fn misconfigured(&mut self, fault: misconfig::Misconfig, reason: String, now: Instant) {
         if let Some(run) = &mut self.fault
             && run.fault == fault
@@ -444,6 +487,8 @@ impl Uplink {
             return;
         }
         let until = match self.config.give_up_after {
+            // Said once per change of fault; the relay never exits for it.
+            _ if fault.can_pass() => "retrying with backoff for as long as it lasts".to_owned(),
             Some(limit) => format!(
                 "retrying with backoff, exiting {} in {} s unless fixed",
                 fault.exit_code(),

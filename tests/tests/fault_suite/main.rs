@@ -419,3 +419,4 @@ mod flood;
 mod hostile;
 mod output;
 mod resources;
+mod trust;

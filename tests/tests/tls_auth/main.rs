@@ -332,3 +332,4 @@ fn plaintext_works_only_when_configured_and_warns() {
 }
 
 mod lifecycle;
+mod squatters;

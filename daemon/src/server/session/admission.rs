@@ -5,17 +5,26 @@
 //!
 //! The checks run in this order and the first that fails refuses: protocol
 //! version; string lengths (before anything else reads the strings); token;
-//! `[auth] allow-machines`; under TLS, the certificate's identity and the
-//! identity bindings. A refusal is one [`Refused`] reason, which is both the
-//! counter's label and the `Refused.code`, with its one-line message. The
-//! only state touched is the bindings table in memory, and only once every
-//! other check passed: a first claim binds the name there (saving it is the
-//! caller's, [`Passed::new_binding`]).
+//! `[auth] allow-machines`; under TLS, the certificate's identity, the raw
+//! id rule (`[tls] raw-id-rule`) and the identity bindings. A refusal is
+//! one [`Refused`] reason, which is both the counter's label and the
+//! `Refused.code`, with its one-line message. The only state touched is the
+//! bindings table in memory, and only once every other check passed: a
+//! first claim binds the name there (saving it is the caller's,
+//! [`Passed::new_binding`]).
+//!
+//! Under the `name` rule a certificate's relay may only claim the raw id
+//! its boot id and certified name hash to, so a squatter cannot compute
+//! and claim another machine's first. A squatter who crafts a boot id that
+//! hashes to it all the same takes only the number: the machine it
+//! belongs to is welcomed under an alternate raw id ([`Passed::raw_id`]),
+//! never refused.
 
 use tracesync_protocol::relay::{PROTOCOL_VERSION, check_hello_strings, v1};
 
 use crate::metrics::Refused;
-use crate::tls::{Bindings, CertIdentity, Claimed};
+use crate::tls::policy::{RAW_ID_ALTERNATES, alternate_raw_id};
+use crate::tls::{Bindings, CertIdentity, Claimed, IdentityError, RawIdRule};
 
 /// What a Hello is checked against.
 pub struct Context<'a> {
@@ -27,6 +36,8 @@ pub struct Context<'a> {
     pub peer_certificate: Option<&'a [u8]>,
     /// Raw ids and relay instances bound to certificate names.
     pub bindings: &'a Bindings,
+    /// Which raw ids a certificate that pins none may claim.
+    pub raw_id_rule: RawIdRule,
 }
 
 /// A Hello that passed.
@@ -36,6 +47,9 @@ pub struct Passed {
     /// welcoming, so a restart right after cannot hand it to another
     /// certificate.
     pub new_binding: bool,
+    /// The raw id the relay is welcomed under: the Hello's, or an
+    /// alternate when another name holds it (see the module doc).
+    pub raw_id: u32,
 }
 
 /// A Hello refused: why (counter label and `Refused.code`) and the one-line
@@ -93,25 +107,60 @@ pub fn admit(hello: &v1::Hello, context: &Context) -> Result<Passed, Refusal> {
         ));
     }
     let Some(der) = context.peer_certificate else {
-        return Ok(Passed { new_binding: false });
-    };
-    let claimed = CertIdentity::from_der(der)
-        .and_then(|id| id.check_claim(&hello.machine_name, hello.machine_raw_id))
-        .and_then(|()| {
-            context.bindings.claim(
-                &hello.machine_name,
-                hello.machine_raw_id,
-                hello.relay_instance_id,
-            )
+        return Ok(Passed {
+            new_binding: false,
+            raw_id: hello.machine_raw_id,
         });
-    match claimed {
-        Ok(claimed) => Ok(Passed {
-            new_binding: claimed == Claimed::New,
-        }),
-        Err(reason) => Err(Refusal::new(
-            Refused::CertificateIdentity,
-            reason.to_string(),
-        )),
+    };
+    let refuse_identity = |reason: IdentityError| {
+        let why = match reason {
+            IdentityError::RawIdNotBound { .. } => Refused::RawIdNotBound,
+            _ => Refused::CertificateIdentity,
+        };
+        Refusal::new(why, reason.to_string())
+    };
+    let identity = CertIdentity::from_der(der).map_err(refuse_identity)?;
+    identity
+        .check_claim(&hello.machine_name, hello.machine_raw_id)
+        .map_err(refuse_identity)?;
+    // Pinned raw ids (rule 3) are the certificate's own: no rule applies.
+    let name_bound = context.raw_id_rule == RawIdRule::Name && identity.raw_ids.is_empty();
+    if name_bound {
+        let expected =
+            tracesync_protocol::relay::name_bound_raw_id(&hello.boot_id, &hello.machine_name);
+        if hello.machine_raw_id != expected {
+            return Err(refuse_identity(IdentityError::RawIdNotBound {
+                claimed: hello.machine_raw_id,
+                name: hello.machine_name.clone(),
+            }));
+        }
+    }
+    let claim = |raw_id| {
+        context
+            .bindings
+            .claim(&hello.machine_name, raw_id, hello.relay_instance_id)
+            .map(|claimed| Passed {
+                new_binding: claimed == Claimed::New,
+                raw_id,
+            })
+    };
+    match claim(hello.machine_raw_id) {
+        Err(IdentityError::RawIdHeld { .. }) if name_bound => (1..=RAW_ID_ALTERNATES)
+            .map(|k| alternate_raw_id(&hello.boot_id, &hello.machine_name, k))
+            .find_map(|alternate| claim(alternate).ok())
+            .ok_or_else(|| {
+                Refusal::new(
+                    Refused::CertificateIdentity,
+                    format!(
+                        "{}: raw machine id {} and its {RAW_ID_ALTERNATES} alternates are held \
+                         by other machines on this daemon; pin one in the certificate \
+                         (tracesync pki issue --raw-id)",
+                        crate::tls::MISMATCH,
+                        hello.machine_raw_id
+                    ),
+                )
+            }),
+        other => other.map_err(refuse_identity),
     }
 }
 
@@ -153,6 +202,7 @@ mod tests {
                 allow_machines: &allow,
                 peer_certificate: None,
                 bindings: &bindings,
+                raw_id_rule: RawIdRule::Name,
             },
         )
     }
@@ -164,7 +214,13 @@ mod tests {
     #[test]
     fn a_hello_passing_every_check_is_admitted() {
         let passed = check(&hello("phone", "s3cret"), Some("s3cret"), &["phone"]);
-        assert_eq!(passed, Ok(Passed { new_binding: false }));
+        assert_eq!(
+            passed,
+            Ok(Passed {
+                new_binding: false,
+                raw_id: 7
+            })
+        );
         // No token and no allow-list: any relay.
         assert!(check(&hello("phone", ""), None, &[]).is_ok());
     }
@@ -258,6 +314,7 @@ mod tests {
                     allow_machines: &[],
                     peer_certificate: Some(der),
                     bindings: &bindings,
+                    raw_id_rule: RawIdRule::FirstCome,
                 },
             )
         };
@@ -267,9 +324,21 @@ mod tests {
         let r = refused(with(&certs[0], &hello("phone", "guess"), Some("s3cret")));
         assert_eq!(r.why, Refused::Token);
         let first = with(&certs[0], &phone, Some("s3cret"));
-        assert_eq!(first, Ok(Passed { new_binding: true }));
+        assert_eq!(
+            first,
+            Ok(Passed {
+                new_binding: true,
+                raw_id: 7
+            })
+        );
         let again = with(&certs[0], &phone, Some("s3cret"));
-        assert_eq!(again, Ok(Passed { new_binding: false }));
+        assert_eq!(
+            again,
+            Ok(Passed {
+                new_binding: false,
+                raw_id: 7
+            })
+        );
 
         // "other"'s certificate claiming "phone".
         let r = refused(with(&certs[1], &phone, Some("s3cret")));
@@ -290,6 +359,81 @@ mod tests {
             "{}",
             r.reason
         );
+    }
+
+    #[test]
+    fn under_the_name_rule_a_squatter_is_refused_and_the_machine_always_welcomed() {
+        use tracesync_protocol::relay::name_bound_raw_id;
+        let dir = tempfile::tempdir().unwrap();
+        let certs = certificates(dir.path(), &["alice", "bob"]);
+        let bindings = Bindings::default();
+        let with = |der: &[u8], hello: &v1::Hello| {
+            admit(
+                hello,
+                &Context {
+                    token: None,
+                    allow_machines: &[],
+                    peer_certificate: Some(der),
+                    bindings: &bindings,
+                    raw_id_rule: RawIdRule::Name,
+                },
+            )
+        };
+        let bob_boot = "0f6a7b8c-1111-2222-3333-444455556666";
+        let bobs = name_bound_raw_id(bob_boot, "bob");
+        let bob = v1::Hello {
+            boot_id: bob_boot.into(),
+            machine_raw_id: bobs,
+            relay_instance_id: 2,
+            ..hello("bob", "")
+        };
+        // alice computes bob's raw id (his boot id is no secret) and claims
+        // it first, with his boot id or her own.
+        for boot in [bob_boot, "alice-boot"] {
+            let squat = v1::Hello {
+                boot_id: boot.into(),
+                machine_raw_id: bobs,
+                relay_instance_id: 1,
+                ..hello("alice", "")
+            };
+            let r = refused(with(&certs[0], &squat));
+            assert_eq!(r.why, Refused::RawIdNotBound, "{}", r.reason);
+            assert_eq!(r.why.code(), RefusalCode::CertificateIdentityMismatch);
+            assert!(r.reason.contains("raw-id-rule"), "{}", r.reason);
+        }
+        assert_eq!(
+            with(&certs[1], &bob),
+            Ok(Passed {
+                new_binding: true,
+                raw_id: bobs
+            })
+        );
+        // A crafted boot id that hashes to bob's number all the same (here:
+        // bound beforehand): bob is welcomed under an alternate, the same
+        // one at every reconnect, and never refused.
+        let fresh = Bindings::default();
+        let _ = fresh.claim("alice", bobs, 1).unwrap();
+        let with_fresh = |hello: &v1::Hello| {
+            admit(
+                hello,
+                &Context {
+                    token: None,
+                    allow_machines: &[],
+                    peer_certificate: Some(&certs[1]),
+                    bindings: &fresh,
+                    raw_id_rule: RawIdRule::Name,
+                },
+            )
+        };
+        let first = with_fresh(&bob).unwrap();
+        assert_ne!(first.raw_id, bobs);
+        assert_eq!(
+            first.raw_id,
+            crate::tls::policy::alternate_raw_id(bob_boot, "bob", 1)
+        );
+        assert!(first.new_binding);
+        let again = with_fresh(&bob).unwrap();
+        assert_eq!((again.raw_id, again.new_binding), (first.raw_id, false));
     }
 
     #[test]

@@ -30,7 +30,7 @@ use super::events::{Feedback, IngestEvent, Welcomed};
 use super::fault_log::PEER_FAULTS;
 use super::preauth::PreAuth;
 use super::{Counter, Failed, Refused, Shared};
-use crate::tls::{Bindings, DataStream};
+use crate::tls::{Bindings, CertSession, DataStream, RawIdRule};
 use peer_bytes::{Account, PEER_BYTES};
 
 pub mod admission;
@@ -120,6 +120,7 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
         machine_raw_id,
         probe_key,
         slot: _slot,
+        _certificate_session,
     }) = welcomed
     else {
         return;
@@ -165,6 +166,8 @@ struct Hello {
     machine_raw_id: u32,
     probe_key: [u8; 32],
     slot: OwnedSemaphorePermit,
+    /// Its place among its certificate's sessions, held until it ends.
+    _certificate_session: Option<CertSession>,
 }
 
 /// Reads Hello, admits it ([`admission::admit`]), takes a `max-relays`
@@ -180,14 +183,16 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
     pre: PreAuth,
     account: &Account,
 ) -> Option<Hello> {
-    let hello = read_hello(link, peer, shared, &pre, account).await?;
+    let mut hello = read_hello(link, peer, shared, &pre, account).await?;
     let token = shared.token();
     let allow_machines = shared.allow_machines();
+    let tls = shared.settings.tls.as_ref();
     let context = admission::Context {
         token: token.as_deref(),
         allow_machines: &allow_machines,
         peer_certificate: link.get_ref().peer_certificate(),
         bindings: &shared.bindings,
+        raw_id_rule: tls.map_or(RawIdRule::default(), |t| t.policy.raw_id_rule),
     };
     let passed = match admission::admit(&hello, &context) {
         Ok(passed) => passed,
@@ -196,6 +201,35 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
             return None;
         }
     };
+    // One certificate may not take every slot: its sessions are counted
+    // before it gets one.
+    let certificate_session = match (tls, link.get_ref().peer_certificate()) {
+        (Some(tls), Some(der)) => {
+            let limit = tls.policy.max_sessions_per_certificate;
+            let Some(session) = tls.sessions.open(der, limit) else {
+                let reason = format!(
+                    "the certificate of machine {} has {limit} sessions open \
+                     (tls.max-sessions-per-certificate); close one, or raise the limit",
+                    Escaped(&hello.machine_name)
+                );
+                refuse_counted(link, peer, shared, Refused::CertificateSessions, &reason).await;
+                return None;
+            };
+            Some(session)
+        }
+        _ => None,
+    };
+    if passed.raw_id != hello.machine_raw_id {
+        warn!(
+            %peer,
+            "relay {}: raw id {} is held by another machine's certificate; welcomed under \
+             raw id {} instead",
+            Escaped(&hello.machine_name),
+            hello.machine_raw_id,
+            passed.raw_id
+        );
+        hello.machine_raw_id = passed.raw_id;
+    }
     // A new binding is on disk before the relay is welcomed, so a restart
     // right after cannot hand it to another certificate.
     if passed.new_binding && shared.bindings.is_persistent() {
@@ -231,6 +265,7 @@ async fn welcome<P: ProbeRegistry, S: DataStream>(
         machine_raw_id,
         probe_key,
         slot,
+        _certificate_session: certificate_session,
     })
 }
 

@@ -346,7 +346,9 @@ fn required_tls(dir: &std::path::Path, relays: &[&str]) -> Option<crate::tls::Da
         cert: at("daemon.crt"),
         key: at("daemon.key"),
         client_ca: at("ca.crt"),
-        crl: None,
+        // The tests' fake relays pick raw ids freely.
+        raw_id_rule: crate::tls::RawIdRule::FirstCome,
+        ..crate::tls::TlsConfig::default()
     }
     .load()
     .unwrap()
