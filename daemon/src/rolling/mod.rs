@@ -198,7 +198,7 @@ impl RollingWriter {
             path: dir.clone(),
             source,
         };
-        std::fs::create_dir_all(&dir).map_err(dir_error)?;
+        tracesync_capture::modes::create_dirs(&dir).map_err(dir_error)?;
         let dir_mode = files::dir_mode(&dir).map_err(dir_error)?;
         let links = Links::default();
         links.set_may_remove(files::owned(&dir));
