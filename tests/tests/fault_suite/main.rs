@@ -417,3 +417,4 @@ fn a_relay_lying_about_its_clock_does_not_stop_the_others() {
 
 mod hostile;
 mod output;
+mod udp_flood;
