@@ -19,5 +19,6 @@
 pub mod index;
 pub mod journal;
 pub mod lock;
+pub mod modes;
 pub mod names;
 pub mod sidecar;

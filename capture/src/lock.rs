@@ -102,7 +102,7 @@ impl LockError {
     }
 }
 
-/// Makes `dir` if missing (0755 less the umask, as the writer would) and
+/// Makes `dir` if missing (0750, as the writer would: `modes.rs`) and
 /// takes its lock without waiting; writes this process's pid into it.
 pub fn lock(dir: &Path) -> Result<OutputLock, LockError> {
     let path = dir.join(LOCK_NAME);
@@ -115,7 +115,7 @@ pub fn lock(dir: &Path) -> Result<OutputLock, LockError> {
             dir: dir.to_path_buf(),
         });
     }
-    std::fs::create_dir_all(dir).map_err(|source| LockError::CannotCreate {
+    crate::modes::create_dirs(dir).map_err(|source| LockError::CannotCreate {
         dir: dir.to_path_buf(),
         source,
     })?;

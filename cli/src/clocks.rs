@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use tracesync_protocol::clock_ids::builtin_name;
+use tracesync_protocol::text::Escaped;
 
 use std::path::PathBuf;
 
@@ -41,12 +42,8 @@ pub fn print(prepared: Prepared, json: bool) -> std::io::Result<()> {
     }
     for edge in edges {
         for (node, value) in &edge.clocks {
-            let machine = plan
-                .machines
-                .get(node.machine)
-                .name
-                .clone()
-                .unwrap_or_default();
+            let name = plan.machines.get(node.machine).name.as_deref();
+            let machine = name.unwrap_or_default();
             let source = sources
                 .get(&(node.machine, node.scope))
                 .copied()
@@ -74,8 +71,10 @@ pub fn print(prepared: Prepared, json: bool) -> std::io::Result<()> {
                 let ts = ts.map_or_else(|| "-".to_owned(), |t| t.to_string());
                 writeln!(
                     out,
-                    "{}\t{origin}\t{machine}\t{source}\t{}\t{}\t{}\t{value}\t{ts}",
+                    "{}\t{origin}\t{}\t{source}\t{}\t{}\t{}\t{value}\t{ts}",
                     edge.snapshot_id,
+                    // A tab or a new line in a name would forge a column or a row.
+                    Escaped(machine),
                     node.clock,
                     name.unwrap_or("-"),
                     node.seq

@@ -99,6 +99,12 @@ pub struct MachineStatus {
     /// Not drops (its packets are written by their own timestamps).
     #[serde(default)]
     pub clocks_refused: u64,
+    /// Packets dated past host now by more than their error bound plus
+    /// 1 s: written at once, apart from the merge, so that no relay's
+    /// timestamps from the future hold the others' packets or make them
+    /// late. Not drops.
+    #[serde(default)]
+    pub future_packets: u64,
     /// Largest error bound of any packet written for this machine: every
     /// written packet's time is within this of the truth if the bounds hold.
     #[serde(default)]

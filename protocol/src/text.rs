@@ -2,9 +2,14 @@
 //! characters are escaped, so a name cannot end a log line early, move the
 //! cursor of a terminal, or forge a line of a table or a metrics page.
 //!
-//! Escaped are every `char::is_control` character (C0, DEL, C1) and the
-//! Unicode bidirectional formatting characters (U+202A..U+202E,
-//! U+2066..U+2069), which reorder what a terminal shows. They are written
+//! Escaped are every `char::is_control` character (C0, DEL, C1), the
+//! Unicode bidirectional formatting characters (U+061C, U+200E, U+200F,
+//! U+202A..U+202E, U+2066..U+2069), which reorder what a terminal shows,
+//! and the line and paragraph separators (U+2028, U+2029), which some
+//! terminals and editors take for a new line. This is
+//! the one function every output of a peer's text goes through (terminal
+//! text, tables, report labels); JSON output carries the text as it is,
+//! JSON escapes it. They are written
 //! as Rust writes them in a string literal (`\n`, `\t`, `\r`, `\u{1b}`);
 //! everything else, backslashes included, is printed as it is.
 
@@ -13,7 +18,17 @@ use std::fmt;
 
 /// Whether `c` is escaped by [`escape_control`].
 pub fn needs_escape(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// `text` with its control characters escaped (borrowed when there are none).
@@ -65,6 +80,9 @@ mod tests {
             ("c1\u{85}", "c1\\u{85}"),
             ("bidi\u{202e}txt.exe", "bidi\\u{202e}txt.exe"),
             ("iso\u{2066}late", "iso\\u{2066}late"),
+            ("rlm\u{200f}", "rlm\\u{200f}"),
+            ("lrm\u{200e}alm\u{61c}", "lrm\\u{200e}alm\\u{61c}"),
+            ("line\u{2028}para\u{2029}", "line\\u{2028}para\\u{2029}"),
             ("é\n名", "é\\n名"),
         ];
         for (text, want) in cases {

@@ -5,7 +5,6 @@
 //! With a window only its packets are written, after a preamble of the
 //! capture's state at its start, so the output opens alone.
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
@@ -53,7 +52,9 @@ pub fn merge_capture(
         code: exit::CANTCREAT,
     };
     let sink: Box<dyn Write> = match (&temp, target) {
-        (Some(t), Some(target)) => Box::new(File::create(t).map_err(|e| create_err(target, e))?),
+        (Some(t), Some(target)) => {
+            Box::new(super::create_temp(t).map_err(|e| create_err(target, e))?)
+        }
         (None, Some(target)) => {
             Box::new(super::open_special(target).map_err(|e| create_err(target, e))?)
         }

@@ -289,7 +289,7 @@ pub(crate) fn merge_with_scan_threads(
     let sink: Box<dyn Write + Send> = match (&temp, target) {
         // Name the path the user gave, not the temporary file next to it.
         (Some(t), Some(target)) => {
-            Box::new(File::create(t).map_err(|error| MergeError::Create {
+            Box::new(create_temp(t).map_err(|error| MergeError::Create {
                 path: target.display().to_string(),
                 error,
             })?)
@@ -470,6 +470,19 @@ pub(crate) fn temp_path(target: &Path) -> Option<PathBuf> {
             Some(PathBuf::from(name))
         }
     }
+}
+
+/// Creates (or truncates) the temporary a merged trace is written to
+/// before it is renamed into place: mode 0640 whatever the umask
+/// (`tracesync_capture::modes`).
+pub(crate) fn create_temp(path: &Path) -> io::Result<File> {
+    tracesync_capture::modes::open_new_file(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true),
+        path,
+    )
 }
 
 /// Opens an output that is not a regular file for writing, in place.

@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tracesync_capture::lock;
 use tracesync_common::exit;
+use tracesync_protocol::text::escape_control;
 
 use crate::merge::capture::{CaptureError, from_dir};
 use rewrite::{MachineFigures, Rewriter};
@@ -227,7 +228,7 @@ fn table(stats: &RefineStats) -> Vec<String> {
     for m in &stats.machines {
         lines.push(format!(
             "{:<16} {:>9} {:>8} {:>5} {:>11} {:>11} {:>11} {:>11} {:>5.0}%",
-            m.name,
+            escape_control(&m.name),
             m.packets,
             m.probe_samples,
             m.segments,
@@ -244,6 +245,47 @@ fn table(stats: &RefineStats) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machine_names_print_escaped_in_the_table() {
+        let machine = |name: &str| MachineStats {
+            raw_id: 7,
+            name: name.to_owned(),
+            packets: 1,
+            probe_samples: 1,
+            segments: 1,
+            live_p50_ns: 0,
+            live_p99_ns: 0,
+            refined_p50_ns: 0,
+            refined_p99_ns: 0,
+            both_sides: 1.0,
+            kept_live: 0,
+            sync_points: 0,
+        };
+        let stats = RefineStats {
+            machines: [
+                "vm\nforged 1 2 3",
+                "x\u{1b}]0;owned\u{7}",
+                "rlm\u{200f}\u{2028}",
+            ]
+            .map(machine)
+            .into(),
+            ..RefineStats::default()
+        };
+        let lines = table(&stats);
+        assert_eq!(lines.len(), 2 + 3, "one line per machine: {lines:#?}");
+        for line in &lines {
+            assert!(
+                !line.chars().any(tracesync_protocol::text::needs_escape),
+                "{line:?}"
+            );
+        }
+        assert!(
+            lines[4].starts_with("rlm\\u{200f}\\u{2028}"),
+            "{:?}",
+            lines[4]
+        );
+    }
 
     #[test]
     fn the_default_output_is_beside_the_capture() {

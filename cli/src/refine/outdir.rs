@@ -8,10 +8,12 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use tracesync_capture::index::{self, Index, IndexEntry};
 use tracesync_capture::journal::{self, read_dir_journal};
+use tracesync_capture::modes;
 use tracesync_capture::names::{INDEX_NAME, JOURNAL_NAME};
 use tracesync_capture::sidecar::sidecar_name;
 use tracesync_common::exit;
@@ -65,7 +67,7 @@ impl Staging {
         temp_name.push(name);
         temp_name.push(format!(".refine-{}", std::process::id()));
         let temp = out.with_file_name(temp_name);
-        std::fs::create_dir(&temp).map_err(|e| {
+        modes::create_dir(&temp).map_err(|e| {
             cant_create(
                 &temp,
                 &format!("cannot create: {e}; check that OUTDIR's parent exists and is writable"),
@@ -99,7 +101,11 @@ impl Staging {
             let sidecar = sidecar_name(&f.name);
             let from = self.dir.join(&sidecar);
             if from.is_file() {
-                std::fs::copy(&from, self.temp.join(&sidecar)).map_err(|e| io_err(&from, e))?;
+                let to = self.temp.join(&sidecar);
+                std::fs::copy(&from, &to).map_err(|e| io_err(&from, e))?;
+                // A copy takes its source's mode: the refined capture's own.
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(modes::FILE_MODE))
+                    .map_err(|e| io_err(&to, e))?;
             }
         }
         let index = index::encode(&self.index(capture, written))
@@ -160,7 +166,10 @@ impl Staging {
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::File::create_new(path)?;
+    let mut f = modes::open_new_file(
+        std::fs::OpenOptions::new().write(true).create_new(true),
+        path,
+    )?;
     f.write_all(bytes)?;
     f.sync_all()
 }

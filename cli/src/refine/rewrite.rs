@@ -16,6 +16,7 @@ use std::io::{BufWriter, Read, Write};
 use std::sync::Arc;
 
 use hdrhistogram::Histogram;
+use tracesync_capture::modes;
 use tracesync_common::exit;
 use tracesync_core::live::Role;
 use tracesync_core::refine::{Placement, RefinedTracks};
@@ -123,7 +124,11 @@ impl<'a> Rewriter<'a> {
         })?;
         let mut reader =
             TraceFile::new(Box::new(file) as Box<dyn Read + Send>).map_err(read_err)?;
-        let out_file = File::create_new(output).map_err(|e| CaptureError {
+        let new_file = modes::open_new_file(
+            std::fs::OpenOptions::new().write(true).create_new(true),
+            output,
+        );
+        let out_file = new_file.map_err(|e| CaptureError {
             line: format!("{}: cannot create: {e}", output.display()),
             code: exit::CANTCREAT,
         })?;

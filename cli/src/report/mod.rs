@@ -24,6 +24,7 @@ use tracesync_common::exit;
 use tracesync_core::live::Role;
 use tracesync_core::sync_quality::{QualityTrack, read_sample};
 use tracesync_protocol::scan::scan_packet;
+use tracesync_protocol::text::escape_control;
 
 use crate::merge::capture::{Capture, CaptureError, CapturePackets, detect, from_dir};
 
@@ -81,7 +82,8 @@ impl MachineReport {
             (None, _) => "-".to_owned(),
         };
         [
-            self.name.clone(),
+            // A forged row or a terminal escape in a name prints escaped.
+            escape_control(&self.name).into_owned(),
             self.packets.to_string(),
             self.probe_samples.to_string(),
             bound(Some(0.5)),

@@ -11,6 +11,7 @@ use ab_glyph::{Font, FontRef, PxScale, ScaleFont, point};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use tracesync_protocol::text::escape_control;
 
 /// The font families plotters' own text (tick labels) and an SVG name.
 pub(super) const FONT: &str = "sans-serif";
@@ -104,6 +105,10 @@ impl Pen {
         pos: (i32, i32),
         look: &Look,
     ) -> DrawResult<DB> {
+        // Names and epoch labels come from the capture: a control or
+        // reordering character prints escaped, as in the terminal.
+        let text = escape_control(text);
+        let text = text.as_ref();
         match (self, font(look.face)) {
             (Pen::Pixels, Some(font)) => glyphs(area, font, text, pos, look),
             // The bundled fonts always parse: plotters' text is a fallback

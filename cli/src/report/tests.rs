@@ -144,6 +144,39 @@ fn the_printed_header_sits_over_its_columns() {
     }
 }
 
+/// Names a peer chose: a forged table row, a terminal-title escape, a
+/// right-to-left mark and a line separator.
+const HOSTILE_NAMES: [&str; 4] = [
+    "vm\nforged      1000000",
+    "x\u{1b}]0;owned\u{7}",
+    "rlm\u{200f}mac",
+    "line\u{2028}sep",
+];
+
+#[test]
+fn names_print_escaped_in_the_table_and_the_picture() {
+    let machines = HOSTILE_NAMES
+        .iter()
+        .map(|n| drifting(n, 0.0, 1.0, 5.0, SPAN_S))
+        .collect();
+    let r = report(machines);
+    let table = r.table();
+    assert_eq!(table.len(), 1 + HOSTILE_NAMES.len(), "{table:#?}");
+    for line in &table {
+        assert!(
+            !line.chars().any(tracesync_protocol::text::needs_escape),
+            "{line:?}"
+        );
+    }
+    assert!(table[1].starts_with("vm\\nforged"), "{:?}", table[1]);
+    let svg = svg_of(&r);
+    assert!(!svg.contains('\u{1b}') && !svg.contains('\u{200f}') && !svg.contains('\u{2028}'));
+    assert!(
+        svg.contains("rlm\\u{200f}mac"),
+        "the caption names it escaped"
+    );
+}
+
 /// `<text>` elements of an SVG: x, y, anchor, text.
 fn texts(svg: &str) -> Vec<(f64, f64, String, String)> {
     let attr = |attrs: &str, name: &str| -> Option<String> {

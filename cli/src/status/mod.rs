@@ -170,6 +170,15 @@ fn machine_problems(report: &StatusReport, verbose: bool) -> Vec<String> {
         }
     }
     for m in &report.machines {
+        if m.future_packets > 0 {
+            lines.push(format!(
+                "timestamps from the future on {}: future_packets={} (written at once, apart from the merge)",
+                name(m),
+                m.future_packets
+            ));
+        }
+    }
+    for m in &report.machines {
         // A relay's source that reads nothing (a missing file, a closed
         // stdin) is a problem; `-v` lists every source.
         for src in m.sources.iter().filter(|s| verbose || !s.is_reading()) {

@@ -33,6 +33,7 @@ fn table_shows_every_column_and_drop_reasons() {
                 remapped_packets: 0,
                 clock_stalls: 0,
                 clocks_refused: 0,
+                future_packets: 0,
                 max_err_ns: 0,
                 sync: Some(MachineSync {
                     session_id: 9,
@@ -179,6 +180,7 @@ fn clock_stalls_and_refused_clocks_get_a_line() {
                 raw_id: 3,
                 clock_stalls: 1,
                 clocks_refused: 12,
+                future_packets: 5,
                 ..Default::default()
             },
             MachineStatus {
@@ -195,6 +197,11 @@ fn clock_stalls_and_refused_clocks_get_a_line() {
         "{text}"
     );
     assert!(!text.contains("watermark on quiet"), "{text}");
+    assert!(
+        text.contains("timestamps from the future on phone: future_packets=5 "),
+        "{text}"
+    );
+    assert!(!text.contains("future on quiet"), "{text}");
     assert!(!text.contains("drops on phone"), "not drops: {text}");
 }
 

@@ -52,6 +52,14 @@ impl RxStampStats {
 /// [`Self::TOLERANCE_NS`] + [`Self::TOLERANCE_PPM`] of the time between
 /// them); otherwise the userspace stamp (the clock read right after the
 /// receive) is returned and the reason counted.
+///
+/// Anchors are kept [`Self::SPACING_NS`] apart (the newest is replaced
+/// until it is that far from the one before it), so together they reach
+/// back [`Self::ANCHORS`] spacings however fast datagrams come: under a
+/// flood of junk datagrams, two paired reads per datagram pushed out every
+/// anchor older than a few microseconds, and a relay's reply that waited
+/// behind the flood in the socket's buffer fell back to the userspace
+/// stamp, its queueing delay (tens of ms) counted as network delay.
 #[derive(Clone, Debug, Default)]
 pub struct RxStampMapper {
     /// Recent paired reads, oldest first.
@@ -60,9 +68,13 @@ pub struct RxStampMapper {
 }
 
 impl RxStampMapper {
-    /// Paired reads kept (a datagram that waited behind a few others still
-    /// finds one before it).
-    pub const ANCHORS: usize = 8;
+    /// Paired reads kept (a datagram that waited behind others still finds
+    /// one before it).
+    pub const ANCHORS: usize = 16;
+    /// Least distance on the stamping clock between two anchors but the
+    /// newest: 16 anchors reach back at least 375 ms, longer than a
+    /// datagram waits in a full socket buffer drained at flood rate.
+    pub const SPACING_NS: u64 = 25_000_000;
     /// Allowed change of `clock - REALTIME` between two paired reads, plus
     /// [`Self::TOLERANCE_PPM`] of the time between them: covers read jitter,
     /// NTP slews of REALTIME and simulated drift; a step larger than this
@@ -82,7 +94,20 @@ impl RxStampMapper {
             // A clock went back: older anchors no longer order with it.
             self.anchors.clear();
         }
-        if self.anchors.len() == Self::ANCHORS {
+        let len = self.anchors.len();
+        let close = len >= 2
+            && self
+                .anchors
+                .get(len - 2)
+                .is_some_and(|a| pair.clock_ns.saturating_sub(a.clock_ns) < Self::SPACING_NS);
+        if close {
+            // The newest moves on; the ones before it stay spaced.
+            if let Some(newest) = self.anchors.back_mut() {
+                *newest = pair;
+            }
+            return;
+        }
+        if len == Self::ANCHORS {
             self.anchors.pop_front();
         }
         self.anchors.push_back(pair);
@@ -222,6 +247,31 @@ mod tests {
         let now2 = pair(R + 1_052_000, C + 1_052_000);
         assert_eq!(m.map(Some(R + 1_010_000), now2), C + 1_010_000);
         assert_eq!(m.stats().kernel, 2);
+    }
+
+    /// A relay's reply arrives, then 10,000 junk datagrams are received
+    /// (one paired read before each wait, one after each receive, 1 us
+    /// apart) before the reply is read, 10 ms after its arrival. With the
+    /// last 8 paired reads as anchors it fell back to the userspace stamp,
+    /// 10 ms late; with spaced anchors it keeps the kernel's.
+    #[test]
+    fn a_reply_read_after_a_flood_keeps_its_kernel_stamp() {
+        let mut m = RxStampMapper::new();
+        m.note(pair(R, C));
+        let arrival = R + 1_000_000;
+        let mut t = arrival;
+        for _ in 0..10_000 {
+            t += 500;
+            m.note(pair(t, C + (t - R)));
+            t += 500;
+            let junk = t - 20_000;
+            let _ = m.map(Some(junk), pair(t, C + (t - R)));
+        }
+        let now = pair(t + 1_000, C + (t + 1_000 - R));
+        let stamp = m.map(Some(arrival), now);
+        assert_eq!(stamp, C + 1_000_000, "{} ns late", stamp - (C + 1_000_000));
+        assert_eq!(m.stats().before_anchor, 0);
+        assert!(m.anchors.len() <= RxStampMapper::ANCHORS);
     }
 
     #[test]

@@ -136,7 +136,7 @@ impl RxStamps {
         buffer: &mut [u8],
         clock: &C,
     ) -> std::io::Result<Received> {
-        let Some(mapper) = self.kernel.as_mut() else {
+        if self.kernel.is_none() {
             let (len, from) = socket.recv_from(buffer).await?;
             return Ok(Received {
                 len,
@@ -144,13 +144,58 @@ impl RxStamps {
                 stamp: clock.boottime(),
                 kernel: false,
             });
-        };
+        }
         let cmsg = &mut self.cmsg;
         let (len, from, kernel, now) = socket
             .async_io(tokio::io::Interest::READABLE, || {
                 recvmsg_stamped(socket, &mut *buffer, &mut *cmsg, || clock.realtime_pair())
             })
             .await?;
+        Ok(self.stamped(len, from, kernel, now))
+    }
+
+    /// Receives a datagram already waiting, without waiting (`WouldBlock`
+    /// when there is none): a caller that took one drains what queued
+    /// behind it at once, without a turn of its loop per datagram.
+    pub fn try_recv<C: Clock + ?Sized>(
+        &mut self,
+        socket: &UdpSocket,
+        buffer: &mut [u8],
+        clock: &C,
+    ) -> std::io::Result<Received> {
+        if self.kernel.is_none() {
+            let (len, from) = socket.try_recv_from(buffer)?;
+            return Ok(Received {
+                len,
+                from,
+                stamp: clock.boottime(),
+                kernel: false,
+            });
+        }
+        let cmsg = &mut self.cmsg;
+        let (len, from, kernel, now) = socket.try_io(tokio::io::Interest::READABLE, || {
+            recvmsg_stamped(socket, &mut *buffer, &mut *cmsg, || clock.realtime_pair())
+        })?;
+        Ok(self.stamped(len, from, kernel, now))
+    }
+
+    /// The receive stamp of a datagram read with the kernel's stamp asked
+    /// for (`now`: the paired read right after the receive).
+    fn stamped(
+        &mut self,
+        len: usize,
+        from: SocketAddr,
+        kernel: Option<u64>,
+        now: ClockPair,
+    ) -> Received {
+        let Some(mapper) = self.kernel.as_mut() else {
+            return Received {
+                len,
+                from,
+                stamp: now.clock_ns,
+                kernel: false,
+            };
+        };
         let before = mapper.stats().kernel;
         let stamp = mapper.map(kernel, now);
         let stats = mapper.stats();
@@ -162,12 +207,12 @@ impl RxStamps {
                 self.label
             );
         }
-        Ok(Received {
+        Received {
             len,
             from,
             stamp,
             kernel: stats.kernel > before,
-        })
+        }
     }
 
     /// The mapper's counters (None: userspace stamps only).

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::scan::field;
 
-use super::machines::Machines;
+use super::machines::{Machines, reason};
 use super::output::Output;
 use super::packet::{OutPacket, Role};
 use super::quality::{Before, QualitySequences};
@@ -81,9 +81,13 @@ impl Emit<'_> {
         }
         // One machine lookup per packet (its name and the sync point
         // included).
+        let ahead = q.is_ahead();
+        if ahead {
+            self.machines.count(raw_id, reason::FUTURE, 1);
+        }
         let machine = self.machines.row(raw_id);
         let packet = q.unpack(relay, src, machine.name().cloned());
-        let late = self.output.written(packet.ts, packet.bytes.len());
+        let late = self.output.written(packet.ts, packet.bytes.len(), ahead);
         machine.wrote(packet.bytes.len(), packet.err_ns, late, refinement);
         // A RemoteClockSync for the packet's machine before it, if the
         // machine has none yet or its offset at the packet's relay time

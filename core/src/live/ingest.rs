@@ -25,7 +25,7 @@ use tracesync_protocol::scan::{PacketFields, StampSuffix, scan_packet, scan_pack
 use tracesync_protocol::wire;
 
 use super::acks::BatchSeq;
-use super::hold::Verdict;
+use super::hold::{CLOCK_AHEAD_SLACK_NS, Verdict};
 use super::machines::Machines;
 use super::machines::reason;
 use super::output::Output;
@@ -332,7 +332,18 @@ impl Ingest<'_> {
     /// [`Staged::queue`]).
     fn queue_staged(&mut self, staged: &mut Staged, frame_len: Option<usize>) {
         let output = &mut *self.output;
-        staged.queue(frame_len, |queued| output.push(queued));
+        let now = i128::from(self.latest_now);
+        staged.queue(frame_len, |mut queued| {
+            // Past host now by more than its mapping's bound and the slack
+            // a relay clock gets: no relay can have sent it yet, by its own
+            // sync. Held apart (written at once, counted), it cannot stall
+            // the others nor fill the queue for as long as it claims.
+            let horizon = now + i128::from(queued.err_ns) + i128::from(CLOCK_AHEAD_SLACK_NS);
+            if i128::from(queued.ts) > horizon {
+                queued.set_ahead();
+            }
+            output.push(queued);
+        });
     }
 
     /// Queues a packet behind its relay's unresolvable ones. When the queue

@@ -39,9 +39,20 @@ pub mod reason {
     /// past host time beyond the sync estimate's bound, or a session's
     /// first clock mapping far before host time.
     pub const CLOCKS_REFUSED: &str = "clocks_refused";
+    /// Packets dated past host now by more than their bound plus 1 s (the
+    /// slack of a relay clock): written at once, apart from the merge, so
+    /// they stall nobody (not dropped).
+    pub const FUTURE: &str = "future_packets";
     /// Counters reported apart from the drops: of written packets, and of
     /// the relays' clocks (no packet is dropped for them).
-    pub const NOT_DROPS: [&str; 5] = [LATE, UNPROBED, REMAPPED, CLOCK_STALLS, CLOCKS_REFUSED];
+    pub const NOT_DROPS: [&str; 6] = [
+        LATE,
+        UNPROBED,
+        REMAPPED,
+        CLOCK_STALLS,
+        CLOCKS_REFUSED,
+        FUTURE,
+    ];
     pub const SEQUENCES_OVER_LIMIT: &str = "sequences_over_limit";
 }
 
@@ -298,6 +309,7 @@ impl Machines {
                     remapped_packets: m.counters.get(reason::REMAPPED).copied().unwrap_or(0),
                     clock_stalls: m.counters.get(reason::CLOCK_STALLS).copied().unwrap_or(0),
                     clocks_refused: m.counters.get(reason::CLOCKS_REFUSED).copied().unwrap_or(0),
+                    future_packets: m.counters.get(reason::FUTURE).copied().unwrap_or(0),
                     max_err_ns: m.max_err_ns,
                     pending: pending(raw_id),
                     offset_ns: estimate.map(|e| e.offset_at(e.ref_relay_ns)),

@@ -50,6 +50,16 @@
 //! packet older than one already written is written at once, counted as
 //! `late_packets`.
 //!
+//! Horizon: a resolved packet dated past host now by more than its
+//! mapping's bound plus `CLOCK_AHEAD_SLACK_NS` (1 s, the slack a relay
+//! clock gets) cannot have been sent yet by an honest relay. It is held
+//! apart from the merge: written as soon as it is its stream's head (its
+//! stream's order kept), counted as `future_packets`, and it does not move
+//! the time written, so it makes no other packet late. Waiting for the
+//! watermark instead, packets dated an hour ahead held the ordering queue
+//! until its byte bound forced them out, and the first one forced out made
+//! every later packet of every relay late.
+//!
 //! Watermark: the slowest connected, synced relay's latest *accepted*
 //! clock on the host timeline (and host now), minus the merge window. A
 //! relay cannot hold it hostage (`hold.rs`):

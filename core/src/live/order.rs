@@ -1,7 +1,8 @@
 //! Ordering of resolved packets: one FIFO per stream, heads merged by time.
 //!
 //! A stream (relay instance, relay sequence) is never reordered: only its
-//! head competes with other heads. The heap holds exactly one entry per
+//! head competes with other heads, by its time, or first of all when it is
+//! dated beyond the horizon ([`Queued::order_ts`]). The heap holds exactly one entry per
 //! non-empty stream (its head), so keys never go stale.
 
 use std::cmp::Reverse;
@@ -41,7 +42,7 @@ impl Order {
         self.len += 1;
         let queue = self.streams.entry(stream).or_default();
         if queue.is_empty() {
-            self.heap.push(Reverse((item.ts, arrival, stream)));
+            self.heap.push(Reverse((item.order_ts(), arrival, stream)));
         }
         queue.push_back((arrival, item));
     }
@@ -67,7 +68,7 @@ impl Order {
         let queue = self.streams.get_mut(&stream)?;
         let (_, item) = queue.pop_front()?;
         if let Some((arrival, next)) = queue.front() {
-            self.heap.push(Reverse((next.ts, *arrival, stream)));
+            self.heap.push(Reverse((next.order_ts(), *arrival, stream)));
             // The stream's next pops come dozens of pops later: start
             // loading what they read now (the queue is far larger than
             // the caches; these loads were the drain's stalls).

@@ -82,11 +82,15 @@ impl Output {
     }
 
     /// A packet at `ts` of `len` bytes is written: whether it is late
-    /// (older than one written before).
+    /// (older than one written before). A packet `ahead` of the horizon is
+    /// never late and does not count as written for the others: one packet
+    /// dated an hour ahead would make every packet after it late.
     #[must_use]
-    pub fn written(&mut self, ts: i64, len: usize) -> bool {
-        let late = self.last_emitted.is_some_and(|last| ts < last);
-        self.last_emitted = Some(self.last_emitted.map_or(ts, |l| l.max(ts)));
+    pub fn written(&mut self, ts: i64, len: usize, ahead: bool) -> bool {
+        let late = !ahead && self.last_emitted.is_some_and(|last| ts < last);
+        if !ahead {
+            self.last_emitted = Some(self.last_emitted.map_or(ts, |l| l.max(ts)));
+        }
         if late {
             self.stats.late_packets += 1;
         }

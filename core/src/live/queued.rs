@@ -47,6 +47,8 @@ pub struct Parts {
 const RELAYED: u8 = 1;
 const BOOTTIME: u8 = 2;
 const DATA_FIELD: u8 = 4;
+/// Dated beyond the horizon (see [`Queued::set_ahead`]).
+const AHEAD: u8 = 8;
 
 /// [`Parts`], packed: the optional fields are valid only with their flag.
 #[derive(Debug)]
@@ -108,6 +110,26 @@ impl Queued {
                 | flag(p.relay_boottime.is_some(), BOOTTIME)
                 | flag(p.data_field.is_some(), DATA_FIELD),
         }
+    }
+
+    /// Marks a packet dated past host now by more than its bound and the
+    /// slack (`ingest.rs`): it is written as soon as it is its stream's
+    /// head instead of waiting, perhaps for an hour, for the watermark to
+    /// reach its time (holding the queue's memory, and its stream behind
+    /// it, meanwhile).
+    pub fn set_ahead(&mut self) {
+        self.flags |= AHEAD;
+    }
+
+    pub fn is_ahead(&self) -> bool {
+        self.flags & AHEAD != 0
+    }
+
+    /// Its key in the merge of stream heads: its time, or the earliest key
+    /// there is when it is ahead (taken at the next drain).
+    #[inline(always)]
+    pub fn order_ts(&self) -> i64 {
+        if self.is_ahead() { i64::MIN } else { self.ts }
     }
 
     pub fn relayed(&self) -> Option<Relayed> {

@@ -27,6 +27,7 @@ struct MachineSeries {
     invalid_snapshots: Counter,
     clock_stalls: Counter,
     clocks_refused: Counter,
+    future: Counter,
     pending: Gauge,
     connected: Gauge,
     offset: Gauge,
@@ -67,6 +68,7 @@ impl MachineSeries {
             invalid_snapshots: counter!(INGEST_INVALID_CLOCK_SNAPSHOTS, &[m()]),
             clock_stalls: counter!(INGEST_CLOCK_STALLS, &[m()]),
             clocks_refused: counter!(INGEST_CLOCKS_REFUSED, &[m()]),
+            future: counter!(INGEST_FUTURE_PACKETS, &[m()]),
             pending: gauge!(INGEST_PENDING_PACKETS, &[m()]),
             connected: gauge!(MACHINE_CONNECTED, &[m()]),
             offset: gauge!(SYNC_OFFSET, &[m()]),
@@ -100,6 +102,7 @@ struct Totals {
     invalid_snapshots: u64,
     clock_stalls: u64,
     clocks_refused: u64,
+    future: u64,
     pending: u64,
     connected: u64,
 }
@@ -113,6 +116,7 @@ impl Totals {
         self.remapped += m.remapped_packets;
         self.clock_stalls += m.clock_stalls;
         self.clocks_refused += m.clocks_refused;
+        self.future += m.future_packets;
         self.pending += m.pending;
         self.connected += u64::from(m.connected);
         for (key, &n) in &m.drops {
@@ -141,6 +145,7 @@ impl Totals {
         s.invalid_snapshots.absolute(self.invalid_snapshots);
         s.clock_stalls.absolute(self.clock_stalls);
         s.clocks_refused.absolute(self.clocks_refused);
+        s.future.absolute(self.future);
         s.pending.set(self.pending as f64);
         s.connected.set(self.connected as f64);
     }

@@ -38,6 +38,7 @@ pub const INGEST_LOST_BATCHES: &str = "tracesync_ingest_lost_batches_total";
 pub const INGEST_INVALID_CLOCK_SNAPSHOTS: &str = "tracesync_ingest_invalid_clock_snapshots_total";
 pub const INGEST_CLOCK_STALLS: &str = "tracesync_ingest_clock_stalls_total";
 pub const INGEST_CLOCKS_REFUSED: &str = "tracesync_ingest_clocks_refused_total";
+pub const INGEST_FUTURE_PACKETS: &str = "tracesync_ingest_future_packets_total";
 pub const INGEST_PENDING_PACKETS: &str = "tracesync_ingest_pending_packets";
 pub const MACHINE_CONNECTED: &str = "tracesync_machine_connected";
 

@@ -94,6 +94,7 @@ fn clock_stalls_and_refused_clocks_are_per_machine_counters() {
     let stalled = |raw_id, name| MachineStatus {
         clock_stalls: 2,
         clocks_refused: 40,
+        future_packets: 3,
         ..machine(raw_id, name, 1)
     };
     let report = StatusReport {
@@ -113,6 +114,16 @@ fn clock_stalls_and_refused_clocks_are_per_machine_counters() {
             40,
         ),
         ("tracesync_ingest_clock_stalls_total{machine=\"host\"}", 0),
+        (
+            "tracesync_ingest_future_packets_total{machine=\"phone\"}",
+            3,
+        ),
+        // At zero from the start.
+        ("tracesync_ingest_future_packets_total{machine=\"host\"}", 0),
+        (
+            "tracesync_ingest_future_packets_total{machine=\"other\"}",
+            6,
+        ),
         // Past the label limit: summed into `other`.
         ("tracesync_ingest_clock_stalls_total{machine=\"other\"}", 4),
         (

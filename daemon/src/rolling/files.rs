@@ -27,21 +27,25 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::fcntl::OFlag;
+use tracesync_capture::modes;
 
 fn no_follow() -> i32 {
     OFlag::O_NOFOLLOW.bits()
 }
 
 /// Creates a new file for reading and writing: `O_CREAT|O_EXCL|O_NOFOLLOW`
-/// (fails with AlreadyExists whatever is at `path`, a link included).
+/// (fails with AlreadyExists whatever is at `path`, a link included),
+/// mode 0640 whatever the umask (`tracesync_capture::modes`).
 pub(super) fn create_new(path: &Path, append: bool) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .append(append)
-        .create_new(true)
-        .custom_flags(no_follow())
-        .open(path)
+    modes::open_new_file(
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .append(append)
+            .create_new(true)
+            .custom_flags(no_follow()),
+        path,
+    )
 }
 
 /// Opens an existing file without following a link at `path` (a link

@@ -198,7 +198,7 @@ impl RollingWriter {
             path: dir.clone(),
             source,
         };
-        std::fs::create_dir_all(&dir).map_err(dir_error)?;
+        tracesync_capture::modes::create_dirs(&dir).map_err(dir_error)?;
         let dir_mode = files::dir_mode(&dir).map_err(dir_error)?;
         let links = Links::default();
         links.set_may_remove(files::owned(&dir));
@@ -263,9 +263,9 @@ impl RollingWriter {
         Ok((writer, recovered))
     }
 
-    /// Creates file number `seq` (or the next whose names are free of
-    /// links, see `files.rs`) and writes (and syncs) its preamble. Returns
-    /// it and the number it got.
+    /// Creates file number `seq` (or a later one whose names are free,
+    /// see [`next_candidate`]) and writes (and syncs) its preamble.
+    /// Returns it and the number it got.
     fn start_file(
         config: &RollingConfig,
         links: &Links,
@@ -279,25 +279,38 @@ impl RollingWriter {
             let path = config.dir.join(&name);
             let sidecar = config.dir.join(sidecar_name(&name));
             let is_link = |p: &Path| files::look(p).is_ok_and(|f| f == Found::Link);
-            let link = if is_link(&sidecar) {
-                Some(sidecar)
+            // The name that keeps this number from being used.
+            let taken = if is_link(&sidecar) {
+                links.met(&sidecar, false, "that file number is skipped");
+                sidecar
             } else {
                 match files::create_new(&path, false) {
                     Ok(file) => break (name, path, file),
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && is_link(&path) => {
-                        Some(path.clone())
+                    // A file number past every file found at start is
+                    // never one of ours: whatever holds it was planted.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        if is_link(&path) {
+                            links.met(&path, false, "that file number is skipped");
+                        }
+                        path
                     }
                     Err(e) => return Err(at(&path, "create")(e)),
                 }
             };
-            if let Some(link) = link {
-                links.met(&link, false, "that file number is skipped");
-            }
             skipped += 1;
-            if skipped > MAX_SKIPPED_NAMES {
-                return Err(at(&path, "create")(files::LinkRefused::error(&path)));
+            if skipped >= MAX_SKIPPED_NAMES {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "cannot create a new trace file in {}: {skipped} file numbers were taken \
+                         by names planted in the directory, the last {}; remove what does not \
+                         belong there (links, files not written by the daemon)",
+                        config.dir.display(),
+                        taken.display()
+                    ),
+                ));
             }
-            seq += 1;
+            seq = next_candidate(seq, skipped);
         };
         let mut bytes = Vec::new();
         for p in preamble {
@@ -496,8 +509,34 @@ impl RollingWriter {
     }
 }
 
-/// Names taken by links a new file skips at most before it fails.
+/// File numbers a new file tries at most before it fails.
 const MAX_SKIPPED_NAMES: u32 = 64;
+
+/// Taken file numbers stepped over one by one (a leftover or two keep the
+/// numbering dense); past them, each try jumps ahead at random.
+const DENSE_SKIPS: u32 = 4;
+
+/// Widest random jump between two tries: names planted ahead would have to
+/// cover this many numbers per try to be met again (2^24 links per second
+/// of start time, where the 64 tries meet them by chance 1 time in 2^18).
+const JUMP_SPAN: u64 = 1 << 24;
+
+/// The file number to try after `seq`, `skipped` numbers having been
+/// taken: the next one for the first few, then a jump that a stranger who
+/// planted names ahead cannot predict (std's per-process random hash keys
+/// mixed with a counter and the clock; not a secret, only unguessable).
+fn next_candidate(seq: u64, skipped: u32) -> u64 {
+    if skipped < DENSE_SKIPS {
+        return seq.saturating_add(1);
+    }
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TRIES: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(TRIES.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u64(tracesync_common::clock::boottime_ns());
+    seq.saturating_add(1 + hasher.finish() % JUMP_SPAN)
+}
 
 fn full_record(
     c: &Current,

@@ -420,3 +420,4 @@ mod hostile;
 mod output;
 mod resources;
 mod trust;
+mod udp_flood;

@@ -12,6 +12,7 @@ use tracesync_protocol::relay::v1::RelayClocks;
 
 use super::*;
 
+mod future;
 mod ordering;
 mod quality;
 mod resolution;

@@ -366,7 +366,11 @@ fn packets_map_with_the_estimate_of_their_own_clock_epoch() {
         snapshot(1, &[(BOOTTIME, 40_000_000_000), (MONOTONIC, 9_999_994_000)]),
         event(2, 40_000_001_000),
     ];
-    core.batch(c.slot, 1, 0, encode(&packets), None, 0).unwrap();
+    // Arriving after its last packet was taken (a batch dated 40 s ahead
+    // of host now would be held apart from the merge, `future.rs`).
+    let now = 40_000_001_000;
+    core.batch(c.slot, 1, 0, encode(&packets), None, now)
+        .unwrap();
     let mut out = Vec::new();
     core.flush_all(&mut out);
     let times: Vec<i64> = relayed(&out).iter().map(|p| p.ts).collect();

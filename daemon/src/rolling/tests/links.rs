@@ -182,3 +182,67 @@ fn links_at_the_journal_names_are_never_followed() {
     assert!(e.to_string().contains("symbolic link"), "{e}");
     target.assert_untouched();
 }
+
+/// 1,750 links planted at the next file numbers (70 per second of start
+/// time, for 25 s of rotations, more than the 64 tries of one new file):
+/// every rotation finds a free number, nothing is lost, no target written.
+#[test]
+fn thousands_of_planted_links_never_stop_rotation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = Target::new();
+    let cfg = RollingConfig {
+        max_file_age: Duration::from_secs(1),
+        ..config(dir.path())
+    };
+    let (mut w, _) = RollingWriter::open_at(cfg.clone(), at(0)).expect("open");
+    w.write(&event(5, 2, 0, 1), at(0)).expect("write");
+    w.commit().expect("commit");
+    let planted_per_second = 70;
+    for second in 1..=25 {
+        for seq in 1..=planted_per_second {
+            let name = RolledName::new(at(second), seq).to_string();
+            let data = dir.path().join(&name);
+            // Every other number has its sidecar planted instead.
+            if seq % 2 == 0 {
+                target.link_at(&data);
+            } else {
+                target.link_at(&dir.path().join(sidecar_name(&name)));
+            }
+        }
+    }
+    for second in 1..=25 {
+        w.write(&event(5, 2, second, 2), at(second))
+            .unwrap_or_else(|e| panic!("rotation at {second} s: {e}"));
+        w.commit().expect("commit");
+    }
+    w.close().expect("close");
+    target.assert_untouched();
+    let (index, _) = index::load(&dir.path().join(INDEX_NAME), &Links::default()).expect("load");
+    assert_eq!(index.len(), 26, "one file per second");
+    let written: u64 = index
+        .iter()
+        .map(|e| e.packets - e.preamble_packets.unwrap_or(0))
+        .sum();
+    assert_eq!(written, 26, "every event written once");
+    let mut seqs: Vec<u64> = index.iter().map(|e| e.seq()).collect();
+    assert!(seqs.windows(2).all(|p| p[0] < p[1]), "{seqs:?}");
+    seqs.sort_unstable();
+    // Restarted: numbering goes on after the highest number used.
+    let last = seqs.last().copied().unwrap_or(0);
+    let (w, _) = RollingWriter::open_at(cfg, at(40)).expect("reopen");
+    assert!(
+        w.current_path()
+            .ends_with(RolledName::new(at(40), last + 1).to_string())
+    );
+}
+
+#[test]
+fn taken_numbers_are_stepped_over_then_jumped_unpredictably() {
+    assert_eq!(super::super::next_candidate(7, 1), 8);
+    assert_eq!(super::super::next_candidate(7, 3), 8);
+    let jumps: std::collections::BTreeSet<u64> = (0..32)
+        .map(|_| super::super::next_candidate(7, 10))
+        .collect();
+    assert!(jumps.iter().all(|&n| n > 7 && n <= 7 + (1 << 24)));
+    assert!(jumps.len() > 16, "jumps repeat: {jumps:?}");
+}

@@ -21,6 +21,7 @@ use tracesync_core::live::{Origin, OutPacket, Role};
 
 mod disk_failures;
 mod links;
+mod modes;
 mod output_dir;
 mod recovery;
 

@@ -41,6 +41,10 @@ use tracesync_core::sync::{ProbeDue, ProberConfig, ProberCore, Route, SyncUpdate
 /// while the task is busy.
 const RECV_BUFFER_BYTES: usize = 1 << 20;
 
+/// Datagrams taken from the sync socket in one turn of the prober's loop
+/// at most (then probes due are sent, updates handed on).
+const RECV_BATCH: usize = 256;
+
 /// Longest sleep between registry checks (a newly registered session waits
 /// at most this for its first ProbeRegister to be answered).
 const IDLE_TICK: Duration = Duration::from_millis(50);
@@ -325,15 +329,9 @@ async fn run(
             () = shutdown.cancelled() => break,
             received = rx.recv(&socket, &mut buffer, &host) => {
                 match received {
-                    Ok(Received { len, from, stamp: t4, .. }) => {
-                        // A relay registers right after its Welcome: the
-                        // registry may have its session since the last look.
-                        refresh(&sessions, &mut seen_generation, &mut held, &mut core);
-                        let bytes = buffer.get(..len).unwrap_or_default();
-                        if let (_, Some(update)) = core.on_datagram(bytes, Route::Udp(from), t4) {
-                            held.push(update);
-                        }
-                    }
+                    Ok(first) => take_batch(first, &mut rx, &socket, &mut buffer, &host, |judged| {
+                        judge(judged, &sessions, &mut seen_generation, &mut held, &mut core);
+                    }),
                     Err(error) => {
                         let errors = &mut core.stats_mut().recv_errors;
                         *errors += 1;
@@ -384,6 +382,52 @@ fn refresh(
         *seen = generation;
         held.retain_sessions(|id| registered.contains_key(&id));
         core.set_registered(registered);
+    }
+}
+
+/// Judges `first` and then each datagram already queued behind it, up to
+/// [`RECV_BATCH`] in all, without a turn of the prober's loop (timers,
+/// stats, flushes) each: under a flood of junk the relays' replies must
+/// not wait in the socket's buffer, or overflow it, behind the junk.
+fn take_batch(
+    first: Received,
+    rx: &mut RxStamps,
+    socket: &UdpSocket,
+    buffer: &mut [u8],
+    host: &SystemClock,
+    mut judge: impl FnMut((&[u8], Route, u64)),
+) {
+    let mut next = Some(first);
+    let mut taken = 0;
+    while let Some(Received {
+        len,
+        from,
+        stamp: t4,
+        ..
+    }) = next
+    {
+        judge((buffer.get(..len).unwrap_or_default(), Route::Udp(from), t4));
+        taken += 1;
+        // An error (none waiting) ends the batch; the wait reports others.
+        next = (taken < RECV_BATCH)
+            .then(|| rx.try_recv(socket, buffer, host).ok())
+            .flatten();
+    }
+}
+
+/// One datagram (bytes, route, t4) judged by the prober core; its update
+/// held for the ingest loop. A relay registers right after its Welcome:
+/// the registry may have its session since the last look.
+fn judge(
+    (bytes, route, t4): (&[u8], Route, u64),
+    sessions: &ProbeSessions,
+    seen: &mut u64,
+    held: &mut HeldUpdates,
+    core: &mut ProberCore,
+) {
+    refresh(sessions, seen, held, core);
+    if let (_, Some(update)) = core.on_datagram(bytes, route, t4) {
+        held.push(update);
     }
 }
 
