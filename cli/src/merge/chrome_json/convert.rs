@@ -535,27 +535,25 @@ impl Converter {
         stats: &mut JsonStats,
     ) {
         // The async id: `id`, else `id2.global`, else `id2.local`, with the
-        // category (Perfetto's cookie).
-        let id =
-            e.id.as_ref()
-                .or(e.id2_global.as_ref())
-                .or(e.id2_local.as_ref());
+        // category (Perfetto's cookie). Only an `id2.local` is scoped to
+        // its process: the others name a track of the whole trace.
+        let (id, local) = match (&e.id, &e.id2_global, &e.id2_local) {
+            (Some(id), _, _) | (None, Some(id), _) => (Some(id), false),
+            (None, None, local) => (local.as_ref(), true),
+        };
         let (Some(id), true) = (id, e.pid.is_some()) else {
             stats.json_parser_failure += 1;
             return;
         };
         let name = if e.name.is_empty() { NO_NAME } else { &e.name };
+        let pid_bytes = pid.to_le_bytes();
+        let scope: &[u8] = if local { &pid_bytes } else { b"global" };
         let uuid = self.track_uuid(
             TrackKind::Async,
-            &[
-                &pid.to_le_bytes(),
-                e.cat.as_bytes(),
-                &id_bytes(id),
-                name.as_bytes(),
-            ],
+            &[scope, e.cat.as_bytes(), &id_bytes(id), name.as_bytes()],
         );
-        let parent = self.process_uuid(pid);
-        self.named_track(uuid, name, Some(parent), false, out);
+        let parent = local.then(|| self.process_uuid(pid));
+        self.named_track(uuid, name, parent, false, out);
         let ev = match e.phase {
             b'b' => {
                 let mut begin = self.event(track_event::Type::SliceBegin, uuid, e);
