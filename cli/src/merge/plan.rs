@@ -335,11 +335,24 @@ impl<'a> Planner<'a> {
         add_edge(&mut self.timeline, &edge, EdgeOrigin::Manifest);
     }
 
-    /// Places every file's default clock, in input order, so that which
-    /// assumption a clock gets does not depend on packet order.
+    /// Places every file's default clock, so that which assumption a clock
+    /// gets does not depend on packet order: protobuf traces in input
+    /// order, then the converted ones by name, as Perfetto processes an
+    /// archive's members (the first private clock placed is the one the
+    /// others' pins are measured from).
     fn finish(mut self, files: Vec<FilePlan>) -> Plan {
         self.machines.finalize(self.timeline.trace_clock().machine);
-        for file in &files {
+        let mut order: Vec<usize> = (0..files.len()).collect();
+        order.sort_by(|&a, &b| {
+            let key = |i: usize| {
+                (
+                    files[i].converted,
+                    files[i].converted.then(|| &self.inputs[i].display),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        for file in order.iter().map(|&i| &files[i]) {
             let placements = file
                 .machines
                 .base

@@ -213,3 +213,20 @@ fn error_proto_multi_machine_clock_override_json_reference() {
         .merge()
         .fails_with("a `clocks` override applies only to a single-machine file");
 }
+
+#[test]
+fn sync_to_clock_omitted_clockless_ref_members_out_of_order() {
+    // Adapted: the same archive with b.json stored before a.json. Perfetto
+    // processes the non-proto members by name, so a.json still keeps its
+    // identity timestamps.
+    let m = merged(
+        Case::new("test_sync_to_clock_omitted_clockless_ref (b.json first)")
+            .manifest(json!({"version": 1, "files": [
+                {"path": "a.json"},
+                {"path": "b.json", "clocks": {"offset_ns": 500, "sync_to": {"file": "a.json"}}}]}))
+            .bytes("b.json", json_trace("b_slice", 11))
+            .bytes("a.json", json_trace("a_slice", 10)),
+    );
+    assert_eq!(m.slice("a_slice").ts, 2_000_000);
+    assert_eq!(m.slice("b_slice").ts, 2_000_500);
+}
