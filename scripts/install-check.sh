@@ -142,7 +142,7 @@ if [ "$stage" = 1 ]; then
   log "the documented steps for a relay on the host:"
   bash -ex relay-steps.sh 2>&1 | sed 's/^/guest:   /'
   log "relay steps exit ${PIPESTATUS[0]}"
-  useradd -m -G tracesync operator
+  useradd -m -G tracesync alice   # "operator" is a Debian group already
   sleep 15
   log "systemctl restart tracesyncd"
   systemctl restart tracesyncd
@@ -163,8 +163,8 @@ for u in tracesyncd tracesync-relay; do
   [ "$state" = active ] && active=$((active + 1))
 done
 log "units active $active/2"
-log "tracesync status as user operator:"
-runuser -u operator -- tracesync status 2>&1 | sed 's/^/guest:   /'
+log "tracesync status as user alice (group tracesync):"
+runuser -u alice -- tracesync status 2>&1 | sed 's/^/guest:   /'
 log "status exit ${PIPESTATUS[0]}"
 log "the journal's warnings and errors:"
 journalctl -b -u tracesyncd -u tracesync-relay -p warning --no-pager 2>&1 | tail -20 | sed 's/^/guest:   /'
