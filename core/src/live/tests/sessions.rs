@@ -23,7 +23,10 @@ fn refusals_name_the_problem() {
     );
     // The holder is named by the first 4 hex digits of its instance only:
     // the whole id would let a plaintext peer resume its session.
-    assert!(err.to_string().contains("instance 0000... (phone)"), "{err}");
+    assert!(
+        err.to_string().contains("instance 0000... (phone)"),
+        "{err}"
+    );
     assert!(!err.to_string().contains("000000000000000a"), "{err}");
 }
 
