@@ -153,12 +153,11 @@ fn add_member(
         }
         Kind::ManifestTooLarge => Err(InputError::ManifestTooLarge { display }),
         Kind::ManifestNotUtf8 => Err(InputError::ManifestNotUtf8 { display }),
-        Kind::Trace(content) => {
+        Kind::Trace => {
             out.traces.push(InputSource {
                 display,
                 names: member_names(member),
                 origin,
-                content,
             });
             Ok(())
         }
