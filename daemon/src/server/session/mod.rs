@@ -35,6 +35,8 @@ use peer_bytes::{Account, PEER_BYTES};
 
 pub mod admission;
 mod frames;
+mod tls_relay;
+pub use tls_relay::refuse_tls_relay;
 pub mod peer_bytes;
 pub(super) use frames::refuse;
 use frames::{
@@ -76,25 +78,6 @@ async fn save_bindings(bindings: Arc<Bindings>, machine: &str) {
         "identity bindings: {error}; the new binding holds until the daemon restarts (free \
          space or fix permissions in the output directory)"
     );
-}
-
-/// A relay with TLS on at this plaintext daemon (its first bytes are a
-/// ClientHello): counted and logged with the fix, and answered with a
-/// Refused frame, whose bytes tell the relay's TLS client that the daemon
-/// speaks plaintext.
-pub async fn refuse_tls_relay<P, S: DataStream>(stream: S, peer: SocketAddr, shared: &Shared<P>) {
-    let mut link = Framed::new(stream, codec(MAX_HELLO_FRAME_BYTES));
-    if let Some(suppressed) = PEER_FAULTS.admit(Failed::TlsRelay.label()) {
-        warn!(
-            %peer,
-            "a relay with TLS on reached this plaintext daemon (tls.mode = \"off\"): give both \
-             the same mode (the relay's --tls off, or the daemon's [tls] cert, key and \
-             client-ca){suppressed}"
-        );
-    }
-    let reason = "this daemon speaks plaintext (tls.mode = \"off\") and the relay TLS: give \
-                  both the same mode";
-    refuse_counted(&mut link, peer, shared, Failed::TlsRelay, reason).await;
 }
 
 /// Runs one session to its end: `pre` is the connection's place among the
