@@ -2,7 +2,8 @@
 # Fault injection suite, long edition: the scenarios of
 # tests/tests/fault_suite/main.rs with many more faults, then one summary table.
 #
-#   scripts/fault-suite.sh [CYCLES]          # default 50 kill -9 cycles
+#   scripts/fault-suite.sh [CYCLES] [FILTER]  # default 50 kill -9 cycles
+#   scripts/fault-suite.sh 500 mixed_faults_with_a_flood   # 1000 faults, hostile peers present
 #   FAULT_SUITE_RELEASE=1 scripts/fault-suite.sh 100
 #   TRACESYNC_FAULT_SEED=123 scripts/fault-suite.sh   # replay a seeded run
 #
@@ -14,7 +15,12 @@
 # - disk full: TRACESYNC_FAULT_DISK_EPISODES episodes (default max(3,
 #   CYCLES/10)) of the daemon's output tmpfs filling up and freed again;
 # - reconnect storm: TRACESYNC_FAULT_STORMS daemon kills (default 3) with
-#   64 relays reconnecting at once.
+#   64 relays reconnecting at once;
+# - hostile peers present: TRACESYNC_FAULT_HOSTILE_FAULTS mixed faults
+#   (default 2 x CYCLES: kill -9, SIGSTOP, partitions, resets, clock steps,
+#   disk full) under mutual TLS while a flood (TRACESYNC_FAULT_FLOOD_PER_S,
+#   default 1000 connections/s), a squatter and a lying relay stay present.
+# FILTER runs only the scenarios whose test name contains it.
 #
 # Every scenario counts synthetic packets produced, written, lost and
 # duplicated by identity and fails unless lost = 0 and duplicated = 0;
@@ -28,6 +34,9 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 export TRACESYNC_FAULT_CYCLES=$CYCLES
 export TRACESYNC_FAULT_DISK_EPISODES=${TRACESYNC_FAULT_DISK_EPISODES:-$(( CYCLES / 10 > 3 ? CYCLES / 10 : 3 ))}
 export TRACESYNC_FAULT_STORMS=${TRACESYNC_FAULT_STORMS:-3}
+export TRACESYNC_FAULT_HOSTILE_FAULTS=${TRACESYNC_FAULT_HOSTILE_FAULTS:-$(( 2 * CYCLES ))}
+export TRACESYNC_FAULT_FLOOD_PER_S=${TRACESYNC_FAULT_FLOOD_PER_S:-1000}
+FILTER=${2:-}
 profile=()
 if [[ -n ${FAULT_SUITE_RELEASE:-} ]]; then
     profile=(--release)
@@ -35,12 +44,13 @@ fi
 
 log=$(mktemp -t fault-suite.XXXXXX.log)
 echo "fault-suite: $CYCLES kill cycles, $TRACESYNC_FAULT_DISK_EPISODES disk-full episodes," \
-     "$TRACESYNC_FAULT_STORMS storms; log: $log" >&2
+     "$TRACESYNC_FAULT_STORMS storms, $TRACESYNC_FAULT_HOSTILE_FAULTS faults with hostile peers;" \
+     "log: $log" >&2
 cargo build "${profile[@]}" --workspace --bins >&2
 start=$(date +%s)
 status=0
 cargo test "${profile[@]}" -p tracesync-tests --test fault_suite -- --nocapture --test-threads=1 \
-    >"$log" 2>&1 || status=$?
+    ${FILTER:+"$FILTER"} >"$log" 2>&1 || status=$?
 secs=$(( $(date +%s) - start ))
 grep -E '^(fault-suite: |SKIPPED|test |.*: seed )' "$log" >&2 || true
 

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::{Counts, Forwarder, Row, Tally, freeze, thaw};
+use crate::live::lab_pki::TwoCaPki;
 use crate::live::{
-    Daemon, DaemonOpts, OutputCheck, Relay, RelayOpts, check_output, judge, process,
+    Daemon, DaemonOpts, OutputCheck, Relay, RelayOpts, RelayTls, check_output, judge, process,
 };
 use crate::tp;
 
@@ -35,6 +36,9 @@ pub struct ClusterOpts {
     pub time_namespace_s: Option<i64>,
     /// Extra flags of every relay.
     pub relay_args: Vec<String>,
+    /// Mutual TLS, as shipped (a lab CA; a certificate per relay); else
+    /// plaintext with the daemon's token.
+    pub tls: bool,
 }
 
 /// See the module docs.
@@ -45,14 +49,18 @@ pub struct Cluster {
     pub names: Vec<String>,
     pub tally: Tally,
     pub opts: ClusterOpts,
+    /// The lab CA when [`ClusterOpts::tls`].
+    pub pki: Option<TwoCaPki>,
     stuck_tail: Option<UnixStream>,
     started: Instant,
 }
 
 impl Cluster {
     pub fn start(opts: ClusterOpts) -> Cluster {
+        let pki = opts.tls.then(TwoCaPki::new);
         let daemon = Daemon::start(DaemonOpts {
             max_relays: Some(opts.daemon.max_relays.unwrap_or(128)),
+            tls: pki.as_ref().map(TwoCaPki::daemon),
             ..opts.daemon.clone()
         });
         let names: Vec<String> = (0..opts.relays)
@@ -71,6 +79,7 @@ impl Cluster {
                 ),
                 clock_drift_ppm: (i == 1).then_some(20.0),
                 extra_args: opts.relay_args.clone(),
+                tls: pki.as_ref().map(|pki| relay_tls(pki, name)),
                 ..RelayOpts::synthetic(name, opts.rate)
             };
             if i == 0
@@ -92,6 +101,7 @@ impl Cluster {
             names,
             tally: Tally::default(),
             opts,
+            pki,
             stuck_tail: None,
             started: Instant::now(),
         }
@@ -293,6 +303,19 @@ impl Cluster {
         }
         row.print();
         (row, check)
+    }
+}
+
+/// A certificate of the lab CA for relay `name`.
+fn relay_tls(pki: &TwoCaPki, name: &str) -> RelayTls {
+    let ca = pki.root().join("ca");
+    tracesync_common::tls::pki::issue(&ca, name, None)
+        .unwrap_or_else(|e| panic!("issue a certificate for {name}: {e}"));
+    RelayTls {
+        ca: ca.join("ca.crt"),
+        cert: Some(ca.join(format!("{name}.crt"))),
+        key: Some(ca.join(format!("{name}.key"))),
+        server_name: None,
     }
 }
 

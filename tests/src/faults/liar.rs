@@ -9,20 +9,21 @@
 //! sockets, one thread for the heartbeats, one reading the daemon's frames
 //! and one answering probes over UDP.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use prost::Message;
 use tracesync_common::clock::{Clock, SystemClock};
 use tracesync_protocol::probe::{self, ProbeKey};
 use tracesync_protocol::relay::v1::{
     self, ProbeRegister, ProbeReply, frame::Body, probe_body::Kind,
 };
 use tracesync_protocol::relay::{MAX_PROBE_DATAGRAM_BYTES, PROTOCOL_VERSION};
+
+use super::peer::{read_frame, write_frame};
 
 /// Heartbeat spacing (a real relay's idle heartbeat).
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
@@ -54,26 +55,7 @@ pub struct LyingRelay {
     pub session_id: u64,
 }
 
-fn write_frame(s: &mut TcpStream, body: Body) -> io::Result<()> {
-    let bytes = v1::Frame { body: Some(body) }.encode_to_vec();
-    let mut out = u32::try_from(bytes.len())
-        .map_err(io::Error::other)?
-        .to_be_bytes()
-        .to_vec();
-    out.extend_from_slice(&bytes);
-    s.write_all(&out)
-}
-
-fn read_frame(s: &mut TcpStream) -> io::Result<Option<Body>> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body)?;
-    let frame = v1::Frame::decode(&body[..]).map_err(io::Error::other)?;
-    Ok(frame.body)
-}
-
-fn lie(clock_ns: u64) -> v1::RelayClocks {
+pub(crate) fn lie(clock_ns: u64) -> v1::RelayClocks {
     v1::RelayClocks {
         boottime_ns: clock_ns,
         monotonic_ns: clock_ns,
@@ -98,7 +80,7 @@ impl LyingRelay {
             oldest_unacked_batch: 1,
             clocks: Some(lie(opts.clock_ns)),
         });
-        write_frame(&mut stream, hello)?;
+        write_frame(&mut stream, &v1::Frame { body: Some(hello) })?;
         stream.set_read_timeout(Some(Duration::from_secs(20)))?;
         let welcome = match read_frame(&mut stream)? {
             Some(Body::Welcome(w)) => w,
@@ -121,7 +103,14 @@ impl LyingRelay {
                     last_batch_sent: 0,
                     sources: Vec::new(),
                 });
-                if write_frame(&mut writer, heartbeat).is_err() {
+                if write_frame(
+                    &mut writer,
+                    &v1::Frame {
+                        body: Some(heartbeat),
+                    },
+                )
+                .is_err()
+                {
                     return;
                 }
                 counts.heartbeats.fetch_add(1, Ordering::Relaxed);
@@ -162,7 +151,7 @@ impl LyingRelay {
 
 /// Registers the UDP address (every second until probed, then every 10 s,
 /// as a relay does) and answers every probe with host BOOTTIME as t2/t3.
-fn answer_probes(
+pub(crate) fn answer_probes(
     socket: &UdpSocket,
     daemon: SocketAddr,
     key: &ProbeKey,

@@ -13,6 +13,9 @@
 //!   faults and checked at the end.
 //! - [`liar`]: [`LyingRelay`], a fake relay whose Hello and Heartbeats lie
 //!   about its clock.
+//! - [`hostile_peers`]: [`HostilePeers`], a flood, a squatter and a liar
+//!   kept present under mutual TLS across daemon restarts.
+//! - [`tls_peer`]: a hand-driven client of the data port under mutual TLS.
 //! - [`peer`]: hostile peers driven by hand: protocol frames over blocking
 //!   sockets, a fake daemon that lies in Welcome, a process's memory.
 
@@ -20,15 +23,18 @@ pub mod cluster;
 pub mod disk;
 pub mod flood;
 pub mod forward;
+pub mod hostile_peers;
 pub mod liar;
 pub mod peer;
 pub mod rng;
 pub mod tally;
+pub mod tls_peer;
 
 pub use cluster::{Cluster, ClusterOpts};
 pub use disk::SmallDisk;
 pub use flood::Flood;
 pub use forward::Forwarder;
+pub use hostile_peers::{HostileOpts, HostilePeers};
 pub use liar::{LiarOpts, LyingRelay};
 pub use rng::Rng;
 pub use tally::{Counts, Row, Tally};

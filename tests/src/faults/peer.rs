@@ -12,7 +12,7 @@ use prost::Message;
 use tracesync_protocol::relay::{PROTOCOL_VERSION, v1};
 
 /// Writes one frame (4-byte big-endian length, then the bytes).
-pub fn write_frame(s: &mut TcpStream, frame: &v1::Frame) -> std::io::Result<()> {
+pub fn write_frame(s: &mut impl Write, frame: &v1::Frame) -> std::io::Result<()> {
     let body = frame.encode_to_vec();
     let mut out = (body.len() as u32).to_be_bytes().to_vec();
     out.extend_from_slice(&body);
@@ -20,7 +20,7 @@ pub fn write_frame(s: &mut TcpStream, frame: &v1::Frame) -> std::io::Result<()> 
 }
 
 /// Reads one frame; None at EOF (or a torn frame).
-pub fn read_frame(s: &mut TcpStream) -> std::io::Result<Option<v1::frame::Body>> {
+pub fn read_frame(s: &mut impl Read) -> std::io::Result<Option<v1::frame::Body>> {
     let mut head = [0u8; 4];
     match s.read_exact(&mut head) {
         Ok(()) => {}

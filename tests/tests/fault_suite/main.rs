@@ -125,7 +125,7 @@ fn disk_full_stops_acks_then_resumes_losing_nothing() {
 }
 
 /// One fault of the random plan.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
     Kill9,
     FreezeDaemon,
@@ -133,6 +133,40 @@ enum Fault {
     Partition,
     Cut,
     ClockStep,
+}
+
+/// Injects `fault` on a random relay (or the daemon); returns the relay.
+fn inject(c: &mut Cluster, rng: &mut Rng, fault: Fault, backward_steps: bool) -> usize {
+    let relay = rng.below(c.relays.len());
+    match fault {
+        Fault::Kill9 => match rng.below(3) {
+            0 => c.kill9_daemon(ms(rng.range(0, 1000))),
+            1 => c.kill9_relay(relay, ms(rng.range(0, 1000))),
+            _ => {
+                // Both at once: the relay comes back first or last.
+                c.relays[relay].kill9();
+                c.tally.add("kill9-relay");
+                c.kill9_daemon(ms(rng.range(0, 500)));
+                std::thread::sleep(ms(rng.range(0, 500)));
+                c.relays[relay].restart();
+            }
+        },
+        Fault::FreezeDaemon => c.freeze_daemon(ms(rng.range(500, 3000))),
+        Fault::FreezeRelay => c.freeze_relay(relay, ms(rng.range(500, 3000))),
+        Fault::Partition => c.partition(relay, ms(rng.range(500, 3000))),
+        Fault::Cut => c.cut(relay),
+        // Forward only: BOOTTIME and MONOTONIC never go back within one
+        // boot, and a relay that did would give the trace processor
+        // non-monotonic clock snapshots (invalid_clock_snapshots), whatever
+        // the daemon does. TRACESYNC_FAULT_BACKWARD_STEPS=1 allows backward
+        // steps (to reproduce that).
+        Fault::ClockStep => {
+            let step = rng.range(100, 5000) as i64 * 1_000_000;
+            let back = backward_steps && rng.below(2) == 0;
+            c.step_clock(relay, if back { -step } else { step });
+        }
+    }
+    relay
 }
 
 #[test]
@@ -176,36 +210,7 @@ fn random_kills_partitions_freezes_and_clock_steps_lose_nothing() {
     for (i, fault) in plan.iter().enumerate() {
         // A random point mid-stream.
         std::thread::sleep(ms(rng.range(0, 700)));
-        let relay = rng.below(RELAYS);
-        match fault {
-            Fault::Kill9 => match rng.below(3) {
-                0 => c.kill9_daemon(ms(rng.range(0, 1000))),
-                1 => c.kill9_relay(relay, ms(rng.range(0, 1000))),
-                _ => {
-                    // Both at once: the relay comes back first or last.
-                    c.relays[relay].kill9();
-                    c.tally.add("kill9-relay");
-                    c.kill9_daemon(ms(rng.range(0, 500)));
-                    std::thread::sleep(ms(rng.range(0, 500)));
-                    c.relays[relay].restart();
-                }
-            },
-            Fault::FreezeDaemon => c.freeze_daemon(ms(rng.range(500, 3000))),
-            Fault::FreezeRelay => c.freeze_relay(relay, ms(rng.range(500, 3000))),
-            Fault::Partition => c.partition(relay, ms(rng.range(500, 3000))),
-            Fault::Cut => c.cut(relay),
-            // Forward only: BOOTTIME and MONOTONIC never go back within
-            // one boot, and a relay that did would give the trace
-            // processor non-monotonic clock snapshots
-            // (invalid_clock_snapshots), whatever the daemon does.
-            // TRACESYNC_FAULT_BACKWARD_STEPS=1 allows backward steps (to
-            // reproduce that).
-            Fault::ClockStep => {
-                let step = rng.range(100, 5000) as i64 * 1_000_000;
-                let back = backward_steps && rng.below(2) == 0;
-                c.step_clock(relay, if back { -step } else { step });
-            }
-        }
+        let relay = inject(&mut c, &mut rng, *fault, backward_steps);
         eprintln!(
             "{TEST}: fault {}/{}: {fault:?} (relay {relay})",
             i + 1,
@@ -417,6 +422,7 @@ fn a_relay_lying_about_its_clock_does_not_stop_the_others() {
 
 mod flood;
 mod hostile;
+mod hostile_present;
 mod output;
 mod resources;
 mod trust;
