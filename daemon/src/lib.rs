@@ -29,3 +29,4 @@ pub mod rolling;
 pub mod server;
 pub mod sync;
 pub mod tls;
+pub mod waiting_room;

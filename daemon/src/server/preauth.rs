@@ -21,15 +21,16 @@
 //! Closing rather than refusing the newest: a table of idle connections
 //! held open would otherwise keep every relay out until they time out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::CancellationToken;
 use tracing::warn;
+
+use crate::waiting_room::{Place, Room, WaitingRoom};
 
 /// Connections in TLS handshake or Hello at once.
 pub const MAX_UNAUTHENTICATED: usize = 256;
@@ -84,55 +85,41 @@ impl Eviction {
 pub struct Unauthenticated {
     limit: usize,
     per_source: usize,
-    inner: Mutex<Inner>,
+    room: Arc<WaitingRoom<Pending>>,
+    warnings: Mutex<Warnings>,
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    next_id: u64,
-    /// By admission order (oldest first).
-    waiting: BTreeMap<u64, Waiting>,
-    sources: HashMap<Source, usize>,
-    /// Closed at a limit since the last warning.
-    unreported: u64,
-    last_warning: Option<Instant>,
-}
-
+/// What the policy knows of a waiting connection.
 #[derive(Debug)]
-struct Waiting {
+pub struct Pending {
     source: Source,
     /// Bytes read from the connection's socket so far.
     progress: Arc<AtomicU64>,
-    closed: CancellationToken,
 }
 
-impl Inner {
-    /// The connection of `source` to close: least progress, then oldest.
-    fn victim(&self, source: Source) -> Option<u64> {
-        self.waiting
-            .iter()
-            .filter(|(_, w)| w.source == source)
-            .min_by_key(|(id, w)| (w.progress.load(Ordering::Relaxed), **id))
-            .map(|(id, _)| *id)
-    }
+/// Connections closed at a limit, said at most once per [`WARN_EVERY`].
+#[derive(Debug, Default)]
+struct Warnings {
+    /// Closed at a limit since the last warning.
+    unreported: u64,
+    last: Option<Instant>,
+}
 
-    fn heaviest_source(&self) -> Option<Source> {
-        self.sources
-            .iter()
-            .max_by_key(|(_, n)| **n)
-            .map(|(source, _)| *source)
-    }
+/// The connection of `source` to close: least progress, then oldest.
+fn victim(room: &Room<Pending>, source: Source) -> Option<u64> {
+    room.iter()
+        .filter(|(_, p)| p.source == source)
+        .min_by_key(|(id, p)| (p.progress.load(Ordering::Relaxed), *id))
+        .map(|(id, _)| id)
+}
 
-    fn remove(&mut self, id: u64) -> Option<Waiting> {
-        let waiting = self.waiting.remove(&id)?;
-        if let Some(n) = self.sources.get_mut(&waiting.source) {
-            *n -= 1;
-            if *n == 0 {
-                self.sources.remove(&waiting.source);
-            }
-        }
-        Some(waiting)
+/// Waiting connections per source (at most the room's limit of them).
+fn per_source(room: &Room<Pending>) -> HashMap<Source, usize> {
+    let mut counts = HashMap::new();
+    for (_, p) in room.iter() {
+        *counts.entry(p.source).or_default() += 1;
     }
+    counts
 }
 
 impl Unauthenticated {
@@ -140,85 +127,71 @@ impl Unauthenticated {
         Arc::new(Self {
             limit: limit.max(1),
             per_source: per_source.clamp(1, limit.max(1)),
-            inner: Mutex::default(),
+            room: WaitingRoom::new(),
+            warnings: Mutex::default(),
         })
     }
 
     /// Registers a new connection from `peer`, closing one waiting
     /// connection first if a limit is reached (see the module doc); returns
     /// which limit closed one, if any.
-    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> (Ticket, Option<Eviction>) {
+    pub fn admit(&self, peer: IpAddr) -> (Ticket, Option<Eviction>) {
         let source = Source::of(peer);
-        let mut inner = self.lock();
-        let mut evicted = None;
-        let from_source = inner.sources.get(&source).copied().unwrap_or(0);
-        let (victim_source, why) = if from_source >= self.per_source {
-            (Some(source), Eviction::PerSource)
-        } else if inner.waiting.len() >= self.limit {
-            (inner.heaviest_source(), Eviction::Limit)
-        } else {
-            (None, Eviction::Limit)
-        };
-        if let Some(id) = victim_source.and_then(|s| inner.victim(s))
-            && let Some(closed) = inner.remove(id)
-        {
-            closed.closed.cancel();
-            evicted = Some(why);
-        }
-        if let Some(why) = evicted {
-            inner.unreported += 1;
-            let now = Instant::now();
-            if inner.last_warning.is_none_or(|t| now >= t + WARN_EVERY) {
-                warn!(
-                    "{} connection(s) closed before authentication: more than {} (all \
-                     sources) or {} (one source) connections were in TLS handshake or Hello \
-                     at once, last at the limit of {} (a flood of idle connections?); those \
-                     that sent the least go first",
-                    inner.unreported,
-                    self.limit,
-                    self.per_source,
-                    why.as_str()
-                );
-                inner.unreported = 0;
-                inner.last_warning = Some(now);
-            }
-        }
-        let id = inner.next_id;
-        inner.next_id += 1;
-        let closed = CancellationToken::new();
         let progress = Arc::new(AtomicU64::new(0));
-        inner.waiting.insert(
-            id,
-            Waiting {
-                source,
-                progress: progress.clone(),
-                closed: closed.clone(),
-            },
-        );
-        *inner.sources.entry(source).or_default() += 1;
-        drop(inner);
-        let ticket = Ticket {
-            id,
-            registry: Arc::clone(self),
-            progress,
-            evicted: closed,
+        let pending = Pending {
+            source,
+            progress: progress.clone(),
         };
-        (ticket, evicted)
+        let (place, evicted) = self.room.admit(pending, |room| {
+            let counts = per_source(room);
+            let (victim_source, why) =
+                if counts.get(&source).copied().unwrap_or(0) >= self.per_source {
+                    (Some(source), Eviction::PerSource)
+                } else if room.len() >= self.limit {
+                    let heaviest = counts.iter().max_by_key(|(_, n)| **n).map(|(s, _)| *s);
+                    (heaviest, Eviction::Limit)
+                } else {
+                    (None, Eviction::Limit)
+                };
+            let id = victim_source.and_then(|s| victim(room, s))?;
+            room.close(id).then_some(why)
+        });
+        if let Some(why) = evicted {
+            self.warn(why);
+        }
+        (Ticket { place, progress }, evicted)
+    }
+
+    fn warn(&self, why: Eviction) {
+        let mut w = self
+            .warnings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.unreported += 1;
+        let now = Instant::now();
+        if w.last.is_none_or(|t| now >= t + WARN_EVERY) {
+            warn!(
+                "{} connection(s) closed before authentication: more than {} (all sources) or \
+                 {} (one source) connections were in TLS handshake or Hello at once, last at \
+                 the limit of {} (a flood of idle connections?); those that sent the least go \
+                 first",
+                w.unreported,
+                self.limit,
+                self.per_source,
+                why.as_str()
+            );
+            w.unreported = 0;
+            w.last = Some(now);
+        }
     }
 
     /// Connections waiting now.
     pub fn len(&self) -> usize {
-        self.lock().waiting.len()
+        self.room.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.room.is_empty()
     }
 }
 
@@ -226,28 +199,20 @@ impl Unauthenticated {
 /// the Hello is accepted, or the connection ends) frees the place.
 #[derive(Debug)]
 pub struct Ticket {
-    id: u64,
-    registry: Arc<Unauthenticated>,
+    place: Place<Pending>,
     progress: Arc<AtomicU64>,
-    evicted: CancellationToken,
 }
 
 impl Ticket {
     /// Completes when the connection was closed to make room for a newer one.
     pub async fn evicted(&self) {
-        self.evicted.cancelled().await;
+        self.place.closed().await;
     }
 
     /// Where the connection's socket reports the bytes read from it
     /// ([`crate::tls::Metered::reporting`]): its progress.
     pub fn progress(&self) -> Arc<AtomicU64> {
         self.progress.clone()
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.registry.lock().remove(self.id);
     }
 }
 
@@ -277,7 +242,7 @@ mod tests {
     const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
 
     fn closed(t: &Ticket) -> bool {
-        t.evicted.is_cancelled()
+        t.place.is_closed()
     }
 
     #[tokio::test]
