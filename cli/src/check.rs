@@ -161,17 +161,11 @@ struct Tally {
     inside: u64,
 }
 
-/// A histogram of ns values at 3 significant digits (auto-resizing).
-fn histogram() -> Histogram<u64> {
-    Histogram::new(3).expect("3 significant digits is valid")
-}
-
 impl Tally {
     fn add(&mut self, n: u64, error_ns: u64, bound_ns: u64) {
         self.packets += 1;
-        // Auto-resizing: a value of any size is recorded.
-        let _ = self.errors.get_or_insert_with(histogram).record(error_ns);
-        let _ = self.bounds.get_or_insert_with(histogram).record(bound_ns);
+        crate::quantiles::record(&mut self.errors, error_ns);
+        crate::quantiles::record(&mut self.bounds, bound_ns);
         self.max_error_ns = self.max_error_ns.max(error_ns);
         if error_ns <= bound_ns {
             self.inside += 1;
@@ -196,8 +190,7 @@ impl Tally {
             .rev()
             .find(|(_, w)| **w != 0)
             .map(|(i, w)| i as u64 * 64 + 63 - u64::from(w.leading_zeros()));
-        let at =
-            |h: &Option<Histogram<u64>>, q: f64| h.as_ref().map_or(0, |h| h.value_at_quantile(q));
+        let at = |h: &Option<Histogram<u64>>, q: f64| crate::quantiles::at(h.as_ref(), q);
         let pick = |q: f64| at(&self.errors, q);
         SourceCheck {
             packets: self.packets,

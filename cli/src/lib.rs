@@ -23,6 +23,7 @@ pub mod demo;
 pub mod follow;
 pub mod merge;
 pub mod pki;
+mod quantiles;
 pub mod refine;
 pub mod report;
 pub mod status;

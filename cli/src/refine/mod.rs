@@ -79,8 +79,10 @@ pub fn run(dir: &Path, output: Option<&Path>, stats_path: Option<&Path>) -> u8 {
             }
             println!("refined: {}", out.display());
             if let Some(path) = stats_path {
-                let json = serde_json::to_string_pretty(&stats).expect("stats serialize");
-                if let Err(e) = std::fs::write(path, json + "\n") {
+                let written = serde_json::to_string_pretty(&stats)
+                    .map_err(std::io::Error::other)
+                    .and_then(|json| std::fs::write(path, json + "\n"));
+                if let Err(e) = written {
                     eprintln!("tracesync: error: {}: cannot write: {e}", path.display());
                     return exit::CANTCREAT;
                 }
@@ -174,13 +176,8 @@ fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), C
     let empty = MachineFigures::default();
     for (&raw_id, m) in &mappings {
         let f = rewriter.figures.get(&raw_id).unwrap_or(&empty);
-        let q = |h: &hdrhistogram::Histogram<u64>, v: f64| {
-            if h.is_empty() {
-                0
-            } else {
-                h.value_at_quantile(v)
-            }
-        };
+        let q =
+            |h: &Option<hdrhistogram::Histogram<u64>>, v: f64| crate::quantiles::at(h.as_ref(), v);
         stats.machines.push(MachineStats {
             raw_id,
             name: names

@@ -32,31 +32,17 @@ use crate::merge::capture::{CaptureError, CaptureFile};
 
 /// Per remote machine: what the live capture gave its data packets and
 /// what the refined one gives them.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct MachineFigures {
     pub packets: u64,
     /// Error bound readers gave each data packet (ns): live, refined.
-    pub live: Histogram<u64>,
-    pub refined: Histogram<u64>,
+    pub live: Option<Histogram<u64>>,
+    pub refined: Option<Histogram<u64>>,
     /// Data packets mapped from samples on both sides.
     pub both_sides: u64,
     /// Data packets the refined mapping could not place (kept live).
     pub kept_live: u64,
     pub sync_points: u64,
-}
-
-impl Default for MachineFigures {
-    fn default() -> Self {
-        let h = || Histogram::new(3).expect("3 significant digits is valid");
-        Self {
-            packets: 0,
-            live: h(),
-            refined: h(),
-            both_sides: 0,
-            kept_live: 0,
-            sync_points: 0,
-        }
-    }
 }
 
 /// What one output file holds (its index.jsonl line).
@@ -265,9 +251,9 @@ impl<'a> Rewriter<'a> {
         if p.role == Role::Data && !in_preamble {
             f.packets += 1;
             if p.err_ns > 0 {
-                let _ = f.live.record(p.err_ns);
+                crate::quantiles::record(&mut f.live, p.err_ns);
             }
-            let _ = f.refined.record(written.in_force_ns.max(1));
+            crate::quantiles::record(&mut f.refined, written.in_force_ns.max(1));
             match sides {
                 Some(Sides::Both) => f.both_sides += 1,
                 None => f.kept_live += 1,
