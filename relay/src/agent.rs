@@ -15,7 +15,7 @@ use crate::clocks::{ScheduledClock, SharedClock, SimulatedClock, SystemClock};
 use crate::config::{ClockChoice, Flags, RelayConfig};
 use crate::spool::{Incoming, Spool, SpoolConfig};
 use crate::uplink::{self, HelloInfo, UplinkConfig, UplinkExit};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -108,6 +108,9 @@ fn load_config(flags: &Flags) -> Result<RelayConfig, String> {
 }
 
 async fn run(config: RelayConfig, flags: Flags) -> u8 {
+    // Before anything slow (the spool's recovery): a SIGTERM from here on
+    // stops the relay cleanly instead of killing it.
+    let stop_signal = StopSignal::install();
     tokio::spawn(reload_on_sighup(flags));
     if let Err(code) = serve_metrics(&config) {
         return code;
@@ -171,7 +174,8 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         uplink_stop.clone(),
     ));
 
-    let Some(finished) = until_stopped(uplink, wait_limit, &sources_stop, &uplink_stop).await
+    let Some(finished) =
+        until_stopped(uplink, stop_signal, wait_limit, &sources_stop, &uplink_stop).await
     else {
         return exit::OK;
     };
@@ -332,12 +336,13 @@ type UplinkEnd = Result<(UplinkExit, Spool), tokio::task::JoinError>;
 /// `wait_limit` (None when it took longer).
 async fn until_stopped(
     mut uplink: tokio::task::JoinHandle<(UplinkExit, Spool)>,
+    stop_signal: StopSignal,
     wait_limit: Duration,
     sources_stop: &CancellationToken,
     uplink_stop: &CancellationToken,
 ) -> Option<UplinkEnd> {
     tokio::select! {
-        () = shutdown_signal() => {}
+        () = stop_signal.received() => {}
         finished = &mut uplink => return Some(finished),
     }
     tracing::info!("stopping: writing the last batch and waiting for acks");
@@ -443,16 +448,29 @@ async fn reload_on_sighup(flags: Flags) {
     }
 }
 
-async fn shutdown_signal() {
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+/// SIGTERM and SIGINT, caught from [`StopSignal::install`] on (a signal
+/// received before anyone waits is kept, not lost).
+struct StopSignal(Option<(Signal, Signal)>);
+
+impl StopSignal {
+    fn install() -> Self {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Self(Some((term, int))),
+            _ => Self(None),
+        }
+    }
+
+    async fn received(self) {
         // Without signal handlers, run until the uplink ends.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+        let Some((mut term, mut int)) = self.0 else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
     }
 }

@@ -207,7 +207,12 @@ impl Cluster {
     pub fn step_clock(&mut self, i: usize, step_ns: i64) {
         let r = &mut self.relays[i];
         let status = r.stop();
-        assert!(status.success(), "relay {} exit: {status}", r.name());
+        assert!(
+            status.success(),
+            "relay {} exit: {status}; its log:\n{}",
+            r.name(),
+            tail_of(&r.log(), 40)
+        );
         r.opts.clock_offset_ns = Some(r.opts.clock_offset_ns.unwrap_or(0) + step_ns);
         r.restart();
         self.tally.add("clock-step");
@@ -261,7 +266,12 @@ impl Cluster {
         }
         for r in &mut self.relays {
             let status = r.stop();
-            assert!(status.success(), "relay {} exit: {status}", r.name());
+            assert!(
+                status.success(),
+                "relay {} exit: {status}; its log:\n{}",
+                r.name(),
+                tail_of(&r.log(), 40)
+            );
         }
         let secs = self.started.elapsed().as_secs_f64();
         for r in &self.relays {
@@ -304,6 +314,12 @@ impl Cluster {
         row.print();
         (row, check)
     }
+}
+
+/// The last `n` lines of `log`.
+fn tail_of(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// A certificate of the lab CA for relay `name`.

@@ -10,7 +10,7 @@
 //!
 //! Each runs on its own thread and stops when [`HostilePeers`] is dropped.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,13 +18,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use prost::Message;
 use tracesync_protocol::probe::ProbeKey;
-use tracesync_protocol::relay::{PROTOCOL_VERSION, name_bound_raw_id, v1};
+use tracesync_protocol::relay::{name_bound_raw_id, v1};
 
 use super::flood::Flood;
 use super::liar::{LiarStats, answer_probes, lie};
-use super::tls_peer::{self, FrameBuffer, TlsStream};
+use super::tls_peer::{self, FrameBuffer, send};
 
 /// Names of the hostile certificates (issued by [`HostilePeers::issue`]).
 pub const SQUATTER: &str = "squatter";
@@ -129,34 +128,8 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
-fn send(tls: &mut TlsStream, body: v1::frame::Body) -> io::Result<()> {
-    let bytes = v1::Frame { body: Some(body) }.encode_to_vec();
-    let mut out = u32::try_from(bytes.len())
-        .map_err(io::Error::other)?
-        .to_be_bytes()
-        .to_vec();
-    out.extend_from_slice(&bytes);
-    tls.write_all(&out)?;
-    tls.flush()
-}
-
-/// The daemon's answer to a Hello: the first frame within `within`.
-fn answer(tls: &mut TlsStream, within: Duration) -> io::Result<v1::frame::Body> {
-    let mut frames = FrameBuffer::default();
-    let until = Instant::now() + within;
-    while Instant::now() < until {
-        if let Some(frame) = frames.next(tls)? {
-            return frame
-                .body
-                .ok_or_else(|| io::Error::other("a frame without a body"));
-        }
-    }
-    Err(io::ErrorKind::TimedOut.into())
-}
-
-fn hello(opts: &HostileOpts, name: &str, raw_id: u32, clock_ns: Option<u64>) -> v1::frame::Body {
-    v1::frame::Body::Hello(v1::Hello {
-        protocol_version: PROTOCOL_VERSION,
+fn hello(opts: &HostileOpts, name: &str, raw_id: u32, clock_ns: Option<u64>) -> v1::Hello {
+    v1::Hello {
         token: opts.token.clone(),
         relay_instance_id: u64::from(raw_id) << 16 | 0x5157,
         boot_id: boot_id(),
@@ -164,7 +137,8 @@ fn hello(opts: &HostileOpts, name: &str, raw_id: u32, clock_ns: Option<u64>) -> 
         machine_raw_id: raw_id,
         oldest_unacked_batch: 1,
         clocks: clock_ns.map(lie),
-    })
+        ..v1::Hello::default()
+    }
 }
 
 /// Claims the victim's raw id with the squatter's certificate every second.
@@ -172,9 +146,9 @@ fn squat(opts: &HostileOpts, stop: &AtomicBool, counts: &HostileCounts) {
     let victim_raw_id = name_bound_raw_id(&boot_id(), &opts.victim);
     while !stop.load(Ordering::Relaxed) {
         let attempt = || -> io::Result<v1::frame::Body> {
-            let mut tls = tls_peer::connect(opts.data, &opts.ca_dir, SQUATTER)?;
-            send(&mut tls, hello(opts, SQUATTER, victim_raw_id, None))?;
-            answer(&mut tls, Duration::from_secs(10))
+            let hello = hello(opts, SQUATTER, victim_raw_id, None);
+            let ca = opts.ca_dir.join("ca.crt");
+            tls_peer::hello(opts.data, &ca, &opts.ca_dir, SQUATTER, hello).map(|(a, _)| a)
         };
         counts.squats.fetch_add(1, Ordering::Relaxed);
         match attempt() {
@@ -205,9 +179,15 @@ fn lie_on(opts: &HostileOpts, stop: &AtomicBool, counts: &HostileCounts) {
 fn liar_session(opts: &HostileOpts, stop: &AtomicBool, counts: &HostileCounts) -> io::Result<()> {
     const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
     let raw_id = name_bound_raw_id(&boot_id(), LIAR);
-    let mut tls = tls_peer::connect(opts.data, &opts.ca_dir, LIAR)?;
-    send(&mut tls, hello(opts, LIAR, raw_id, Some(1)))?;
-    let v1::frame::Body::Welcome(welcome) = answer(&mut tls, Duration::from_secs(10))? else {
+    let ca = opts.ca_dir.join("ca.crt");
+    let (answer, mut tls) = tls_peer::hello(
+        opts.data,
+        &ca,
+        &opts.ca_dir,
+        LIAR,
+        hello(opts, LIAR, raw_id, Some(1)),
+    )?;
+    let v1::frame::Body::Welcome(welcome) = answer else {
         return Err(io::Error::other("the liar was not welcomed"));
     };
     counts.liar_sessions.fetch_add(1, Ordering::Relaxed);

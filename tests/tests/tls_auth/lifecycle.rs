@@ -9,10 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prost::Message;
 use rustls_pki_types::pem::PemObject;
 use tracesync_common::tls::pki;
-use tracesync_protocol::relay::{PROTOCOL_VERSION, v1};
+use tracesync_protocol::relay::v1;
+use tracesync_tests::faults::tls_peer;
 use tracesync_tests::live::{Daemon, DaemonOpts, Relay, RelayOpts, process};
 
 use super::{Pki, RATE, WAIT, handshake_failures, wait_for};
@@ -44,52 +44,17 @@ fn hello_with_certificate(
     machine: &str,
     raw_id: u32,
 ) -> v1::frame::Body {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).expect("ca.crt") {
-        roots.add(c.expect("CA PEM")).expect("CA");
-    }
-    let chain = rustls_pki_types::CertificateDer::pem_file_iter(dir.join(format!("{cert}.crt")))
-        .expect("cert")
-        .collect::<Result<Vec<_>, _>>()
-        .expect("cert PEM");
-    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(dir.join(format!("{cert}.key")))
-        .expect("key");
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .expect("client auth");
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("name");
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
-    let sock = TcpStream::connect(daemon.data_addr).expect("connect");
-    sock.set_read_timeout(Some(WAIT)).expect("timeout");
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    let hello = v1::Frame {
-        body: Some(v1::frame::Body::Hello(v1::Hello {
-            protocol_version: PROTOCOL_VERSION,
-            token: daemon.token.clone(),
-            relay_instance_id: 0x5a0a_77e4_0000_0001,
-            boot_id: "squatter".into(),
-            machine_name: machine.into(),
-            machine_raw_id: raw_id,
-            ..v1::Hello::default()
-        })),
-    }
-    .encode_to_vec();
-    let mut bytes = (hello.len() as u32).to_be_bytes().to_vec();
-    bytes.extend_from_slice(&hello);
-    tls.write_all(&bytes).expect("send Hello");
-    tls.flush().expect("flush");
-    let mut len = [0u8; 4];
-    tls.read_exact(&mut len).expect("the daemon's answer");
-    let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
-    tls.read_exact(&mut frame).expect("the daemon's answer");
-    v1::Frame::decode(frame.as_slice())
-        .expect("a frame")
-        .body
-        .expect("a body")
+    let hello = v1::Hello {
+        token: daemon.token.clone(),
+        relay_instance_id: 0x5a0a_77e4_0000_0001,
+        boot_id: "squatter".into(),
+        machine_name: machine.into(),
+        machine_raw_id: raw_id,
+        ..v1::Hello::default()
+    };
+    tls_peer::hello(daemon.data_addr, ca, dir, cert, hello)
+        .unwrap_or_else(|e| panic!("{cert}: Hello: {e}"))
+        .0
 }
 
 #[test]

@@ -4,73 +4,31 @@
 //! `[tls] max-sessions-per-certificate` sessions. Each prints its figures on
 //! a `hostile-peers:` line.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prost::Message;
-use rustls_pki_types::pem::PemObject;
 use tracesync_common::tls::pki;
-use tracesync_protocol::relay::{PROTOCOL_VERSION, name_bound_raw_id, v1};
+use tracesync_protocol::relay::{name_bound_raw_id, v1};
+use tracesync_tests::faults::tls_peer::{self, TlsStream};
 use tracesync_tests::live::{Daemon, DaemonOpts, Relay, RelayOpts, process};
 
 use super::{Pki, RATE, WAIT};
 
-type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
-
-/// A TLS client presenting `dir/<cert>.crt` that sends `hello` and returns
-/// the daemon's answer (Welcome or Refused) with the open connection.
+/// A TLS client presenting `dir/<cert>.crt` that sends `hello` (with the
+/// daemon's token) and returns the daemon's answer (Welcome or Refused)
+/// with the open connection.
 fn tls_hello(
     daemon: &Daemon,
     dir: &Path,
     cert: &str,
     hello: v1::Hello,
 ) -> (v1::frame::Body, TlsStream) {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_file_iter(dir.join("ca.crt")).expect("ca.crt") {
-        roots.add(c.expect("CA PEM")).expect("CA");
-    }
-    let chain = rustls_pki_types::CertificateDer::pem_file_iter(dir.join(format!("{cert}.crt")))
-        .expect("cert")
-        .collect::<Result<Vec<_>, _>>()
-        .expect("cert PEM");
-    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(dir.join(format!("{cert}.key")))
-        .expect("key");
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .expect("client auth");
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("name");
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
-    let sock = TcpStream::connect(daemon.data_addr).expect("connect");
-    sock.set_read_timeout(Some(WAIT)).expect("timeout");
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    let frame = v1::Frame {
-        body: Some(v1::frame::Body::Hello(v1::Hello {
-            protocol_version: PROTOCOL_VERSION,
-            token: daemon.token.clone(),
-            ..hello
-        })),
-    }
-    .encode_to_vec();
-    let mut bytes = (frame.len() as u32).to_be_bytes().to_vec();
-    bytes.extend_from_slice(&frame);
-    tls.write_all(&bytes).expect("send Hello");
-    tls.flush().expect("flush");
-    let mut len = [0u8; 4];
-    tls.read_exact(&mut len).expect("the daemon's answer");
-    let mut answer = vec![0u8; u32::from_be_bytes(len) as usize];
-    tls.read_exact(&mut answer).expect("the daemon's answer");
-    let body = v1::Frame::decode(answer.as_slice())
-        .expect("a frame")
-        .body
-        .expect("a body");
-    (body, tls)
+    let hello = v1::Hello {
+        token: daemon.token.clone(),
+        ..hello
+    };
+    tls_peer::hello(daemon.data_addr, &dir.join("ca.crt"), dir, cert, hello)
+        .unwrap_or_else(|e| panic!("{cert}: Hello: {e}"))
 }
 
 fn boot_id() -> String {
