@@ -36,6 +36,19 @@ pub fn open_new_file(options: &mut OpenOptions, path: &Path) -> io::Result<File>
     }
 }
 
+/// Writes `bytes` to `path` (a report beside a capture: `--stats`): a new
+/// file gets exactly [`FILE_MODE`]; one already there is truncated and
+/// keeps its mode.
+pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = match open_new_file(OpenOptions::new().write(true).create_new(true), path) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            OpenOptions::new().write(true).truncate(true).open(path)?
+        }
+        other => other?,
+    };
+    io::Write::write_all(&mut file, bytes)
+}
+
 /// Creates `dir` and each missing parent with exactly [`DIR_MODE`];
 /// directories already there are left as they are. Fails as
 /// `create_dir_all` does (a file in the way, no permission).
@@ -89,10 +102,14 @@ mod tests {
             let opened = open_new_file(OpenOptions::new().write(true).create_new(true), &file);
             let single = tmp.path().join(format!("{i}/single"));
             let made = create_dir(&single);
+            let report = tmp.path().join(format!("{i}/stats.json"));
+            let reported = write_file(&report, b"{}");
             nix::sys::stat::umask(old);
             created.expect("dirs");
             opened.expect("file");
             made.expect("dir");
+            reported.expect("report");
+            assert_eq!(mode(&report), FILE_MODE, "under umask {umask:o}");
             for d in [
                 tmp.path().join(format!("{i}")),
                 tmp.path().join(format!("{i}/a")),
@@ -111,5 +128,10 @@ mod tests {
         assert_eq!(mode(&there), 0o755);
         std::fs::write(there.join("file"), b"x").expect("write");
         assert!(create_dirs(&there.join("file")).is_err());
+        // A report already there is rewritten and keeps its mode.
+        std::fs::set_permissions(there.join("file"), Permissions::from_mode(0o600)).expect("chmod");
+        write_file(&there.join("file"), b"yz").expect("rewrite");
+        assert_eq!(std::fs::read(there.join("file")).expect("read"), b"yz");
+        assert_eq!(mode(&there.join("file")), 0o600);
     }
 }

@@ -62,10 +62,10 @@ pub fn sync_dir(path: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Reads at most `limit` bytes of the regular file `path` without
-/// following a symbolic link. `Ok(None)`: there is no such file. The
-/// bool says the file was longer than `limit` (the rest is not read).
-pub fn read_regular(path: &Path, limit: u64) -> io::Result<Option<(Vec<u8>, bool)>> {
+/// Opens the regular file `path` for reading without following a
+/// symbolic link. `Ok(None)`: there is no such file; a link, a directory, a
+/// pipe or a socket is an error saying which.
+pub fn open_regular(path: &Path) -> io::Result<Option<File>> {
     let file = match OpenOptions::new()
         .read(true)
         .custom_flags(OFlag::O_NOFOLLOW.bits() | OFlag::O_CLOEXEC.bits() | OFlag::O_NONBLOCK.bits())
@@ -95,6 +95,17 @@ pub fn read_regular(path: &Path, limit: u64) -> io::Result<Option<(Vec<u8>, bool
             format!("it is {what}"),
         ));
     }
+    Ok(Some(file))
+}
+
+/// Reads at most `limit` bytes of the regular file `path` without
+/// following a symbolic link ([`open_regular`]). `Ok(None)`: there is no
+/// such file. The bool says the file was longer than `limit` (the rest is
+/// not read).
+pub fn read_regular(path: &Path, limit: u64) -> io::Result<Option<(Vec<u8>, bool)>> {
+    let Some(file) = open_regular(path)? else {
+        return Ok(None);
+    };
     let mut bytes = Vec::new();
     file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
     let cut = bytes.len() as u64 > limit;

@@ -378,3 +378,52 @@ fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     v.sort();
     v
 }
+
+/// A link planted at a sidecar's name is neither read nor copied (refine
+/// may run as root over a directory others can write): said once, counted,
+/// and the rest refined.
+#[test]
+fn a_sidecar_link_is_not_followed() {
+    let Some(r) = refined("a_sidecar_link_is_not_followed") else {
+        return;
+    };
+    let root = r.dir.parent().expect("root").join("planted");
+    let _ = std::fs::remove_dir_all(&root);
+    let (dir, out) = (root.join("capture"), root.join("refined"));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let mut sidecars = Vec::new();
+    for e in std::fs::read_dir(&r.dir).expect("list") {
+        let p = e.expect("entry").path();
+        let name = p.file_name().expect("name").to_owned();
+        std::fs::copy(&p, dir.join(&name)).expect("copy");
+        if name.to_string_lossy().ends_with(".sync.jsonl") {
+            sidecars.push(name);
+        }
+    }
+    sidecars.sort();
+    let secret = root.join("secret");
+    std::fs::write(&secret, "not for the capture\n").expect("secret");
+    let planted = dir.join(&sidecars[0]);
+    std::fs::remove_file(&planted).expect("rm");
+    std::os::unix::fs::symlink(&secret, &planted).expect("symlink");
+    let stats_path = root.join("stats.json");
+    let run = tracesync(&[
+        "refine",
+        path(&dir),
+        "-o",
+        path(&out),
+        "--stats",
+        path(&stats_path),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "refine: {stderr}");
+    assert!(
+        stderr.contains(&*planted.to_string_lossy()) && stderr.contains("symbolic link"),
+        "{stderr}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats_path).expect("stats")).expect("json");
+    assert_eq!(stats["sidecar_files_skipped"], 1, "{stats}");
+    assert!(!out.join(&sidecars[0]).exists(), "the link was copied");
+    assert!(out.join(&sidecars[1]).is_file(), "the other sidecars are");
+}

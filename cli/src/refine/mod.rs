@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use tracesync_capture::lock;
+use tracesync_capture::{lock, modes};
 use tracesync_common::exit;
 use tracesync_protocol::text::escape_control;
 
@@ -67,6 +67,8 @@ pub struct RefineStats {
     pub sidecar_files: u64,
     pub probe_samples: u64,
     pub sidecar_lines_skipped: u64,
+    /// Sidecars not read: a link, or not a regular file (each said).
+    pub sidecar_files_skipped: u64,
     pub machines: Vec<MachineStats>,
 }
 
@@ -81,7 +83,7 @@ pub fn run(dir: &Path, output: Option<&Path>, stats_path: Option<&Path>) -> u8 {
             if let Some(path) = stats_path {
                 let written = serde_json::to_string_pretty(&stats)
                     .map_err(std::io::Error::other)
-                    .and_then(|json| std::fs::write(path, json + "\n"));
+                    .and_then(|json| modes::write_file(path, (json + "\n").as_bytes()));
                 if let Err(e) = written {
                     eprintln!("tracesync: error: {}: cannot write: {e}", path.display());
                     return exit::CANTCREAT;
@@ -171,6 +173,7 @@ fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), C
         sidecar_files: counts.files,
         probe_samples: counts.samples,
         sidecar_lines_skipped: counts.lines_skipped,
+        sidecar_files_skipped: counts.skipped,
         machines: Vec::new(),
     };
     let empty = MachineFigures::default();

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use tracesync_capture::index::{self, Index, IndexEntry};
@@ -100,12 +99,15 @@ impl Staging {
         for f in &capture.files {
             let sidecar = sidecar_name(&f.name);
             let from = self.dir.join(&sidecar);
-            if from.is_file() {
+            // Not a link nor anything but a regular file (said when read).
+            if let Ok(Some(mut source)) = tracesync_common::files::open_regular(&from) {
                 let to = self.temp.join(&sidecar);
-                std::fs::copy(&from, &to).map_err(|e| io_err(&from, e))?;
-                // A copy takes its source's mode: the refined capture's own.
-                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(modes::FILE_MODE))
-                    .map_err(|e| io_err(&to, e))?;
+                let mut copy = modes::open_new_file(
+                    std::fs::OpenOptions::new().write(true).create_new(true),
+                    &to,
+                )
+                .map_err(|e| io_err(&to, e))?;
+                std::io::copy(&mut source, &mut copy).map_err(|e| io_err(&from, e))?;
             }
         }
         let index = index::encode(&self.index(capture, written))

@@ -26,6 +26,8 @@ pub struct SidecarCounts {
     pub files: u64,
     pub samples: u64,
     pub lines_skipped: u64,
+    /// Sidecars not read: a link, or not a regular file.
+    pub skipped: u64,
 }
 
 /// One remote machine's mapping.
@@ -62,8 +64,19 @@ pub fn read_exchanges(
     let mut total = 0usize;
     for f in &capture.files {
         let path = &sidecar::sidecar_path(&f.path);
-        let Ok(file) = std::fs::File::open(path) else {
-            continue;
+        // A sidecar is the capture's own file: a link planted at its name
+        // is not followed (refine may run as root), only said.
+        let file = match tracesync_common::files::open_regular(path) {
+            Ok(Some(file)) => file,
+            Ok(None) => continue,
+            Err(e) => {
+                eprintln!(
+                    "tracesync: warning: {}: not read: {e}; its file is refined without it",
+                    path.display()
+                );
+                counts.skipped += 1;
+                continue;
+            }
         };
         counts.files += 1;
         for line in BufReader::new(file).split(b'\n') {
