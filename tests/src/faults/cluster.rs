@@ -122,7 +122,11 @@ impl Cluster {
     /// Waits until the daemon has taken `more` packets from every relay
     /// past what it reported when called.
     pub fn wait_progress(&self, more: u64) {
-        let status = self.daemon.status().unwrap_or_default();
+        // From a status read, not a failed one: a baseline of 0 would let
+        // counts the daemon recovered pass for progress.
+        let status = self
+            .daemon
+            .wait_status("a status", RECOVERY_TIMEOUT, |_| true);
         let start: Vec<u64> = self.names.iter().map(|n| packets_of(&status, n)).collect();
         self.daemon.wait_status(
             &format!("{more} more packets from each relay"),
