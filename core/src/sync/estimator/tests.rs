@@ -511,3 +511,75 @@ fn fastest_legs_without_a_sharp_floor_do_not_tilt_the_line() {
         "worst error per seed (ns), sorted: {worst:?}"
     );
 }
+
+/// 60 s of clean probes every 250 ms, then 10 s of a flood at the sync
+/// port in which a share `loss` of the probes is lost and the rest carry
+/// exponential queueing of mean `queue_ns` each way, then 10 s clean again.
+/// The truth must stay inside the bound all along; returns the bound
+/// before the flood, its peak during it, and how long after the flood it
+/// took to come back within twice its level before + 20 us.
+fn through_a_flood(loss: f64, queue_ns: f64) -> (u64, u64, u64) {
+    const EVERY: u64 = 250_000_000;
+    let model = RelayModel {
+        offset_ns: -3_000_000_000,
+        drift_ppm: 15.0,
+        origin_ns: START,
+    };
+    let mut rng = Rng(50);
+    let mut estimator = Estimator::default();
+    let mut t = START;
+    let check = |estimator: &Estimator, t: u64| -> u64 {
+        let e = estimator.estimate().expect("estimate");
+        let relay = model.relay(t);
+        let bound = e.bound_at(relay);
+        let error = (e.to_host(relay) - t as i64).unsigned_abs();
+        assert!(
+            error <= bound,
+            "at {t}: error {error} ns outside bound {bound} ns: {e:?}"
+        );
+        bound
+    };
+    let sample = |estimator: &mut Estimator, rng: &mut Rng, t: u64, queue: f64| {
+        let [t1, t2, t3, t4] = exchange(&model, rng, t, 50_000, queue);
+        estimator.add_sample(t1, t2, t3, t4, 0);
+    };
+    for _ in 0..240 {
+        sample(&mut estimator, &mut rng, t, 10_000.0);
+        t += EVERY;
+    }
+    let before = check(&estimator, t);
+    let mut peak = before;
+    for _ in 0..40 {
+        if rng.unit() > loss {
+            sample(&mut estimator, &mut rng, t, queue_ns);
+        }
+        peak = peak.max(check(&estimator, t));
+        t += EVERY;
+    }
+    let mut back_after = None;
+    for i in 1..=40u64 {
+        sample(&mut estimator, &mut rng, t, 10_000.0);
+        let bound = check(&estimator, t);
+        if back_after.is_none() && bound <= 2 * before + 20_000 {
+            back_after = Some(i * EVERY);
+        }
+        t += EVERY;
+    }
+    (before, peak, back_after.expect("the bound came back"))
+}
+
+/// The issue's flood (bounds of 20-50 ms that stayed for seconds after
+/// it): 40% of probes lost, the rest queued 20 ms on average each way.
+#[test]
+fn after_a_flood_the_bound_is_back_within_seconds() {
+    for (loss, queue_ns) in [(0.4, 20_000_000.0), (1.0, 0.0)] {
+        let (before, peak, back_after) = through_a_flood(loss, queue_ns);
+        println!(
+            "loss {loss}, queueing {} ms: bound {before} ns before the flood, peak {peak} ns \
+             during it, back within 2x + 20 us {} ms after it",
+            queue_ns / 1e6,
+            back_after / 1_000_000
+        );
+        assert!(back_after <= 3_000_000_000, "back after {back_after} ns");
+    }
+}
