@@ -54,6 +54,17 @@ fn tracesync(args: &[&str]) -> Output {
         .expect("run tracesync")
 }
 
+/// `tracesync refine DIR -o OUT --stats STATS`: its output and the stats
+/// (null when it wrote none).
+fn refine_with_stats(dir: &Path, out: &Path, stats: &Path) -> (Output, serde_json::Value) {
+    let run = tracesync(&["refine", path(dir), "-o", path(out), "--stats", path(stats)]);
+    let stats = std::fs::read_to_string(stats)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    (run, stats)
+}
+
 fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
@@ -96,23 +107,13 @@ fn record() -> Option<Refined> {
     assert!(daemon.stop().success(), "{}", daemon.log());
 
     let out = root.join("refined");
-    let stats_path = root.join("stats.json");
-    let run = tracesync(&[
-        "refine",
-        path(&dir),
-        "-o",
-        path(&out),
-        "--stats",
-        path(&stats_path),
-    ]);
+    let (run, stats) = refine_with_stats(&dir, &out, &root.join("stats.json"));
     assert!(
         run.status.success(),
         "refine: {}",
         String::from_utf8_lossy(&run.stderr)
     );
     println!("{}", String::from_utf8_lossy(&run.stdout));
-    let stats = serde_json::from_str(&std::fs::read_to_string(&stats_path).expect("stats"))
-        .expect("stats json");
     Some(Refined {
         live: check_dir(&dir).expect("check live"),
         refined: check_dir(&out).expect("check refined"),
@@ -406,23 +407,13 @@ fn a_sidecar_link_is_not_followed() {
     let planted = dir.join(&sidecars[0]);
     std::fs::remove_file(&planted).expect("rm");
     std::os::unix::fs::symlink(&secret, &planted).expect("symlink");
-    let stats_path = root.join("stats.json");
-    let run = tracesync(&[
-        "refine",
-        path(&dir),
-        "-o",
-        path(&out),
-        "--stats",
-        path(&stats_path),
-    ]);
+    let (run, stats) = refine_with_stats(&dir, &out, &root.join("stats.json"));
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "refine: {stderr}");
     assert!(
         stderr.contains(&*planted.to_string_lossy()) && stderr.contains("symbolic link"),
         "{stderr}"
     );
-    let stats: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats_path).expect("stats")).expect("json");
     assert_eq!(stats["sidecar_files_skipped"], 1, "{stats}");
     assert!(!out.join(&sidecars[0]).exists(), "the link was copied");
     assert!(out.join(&sidecars[1]).is_file(), "the other sidecars are");
