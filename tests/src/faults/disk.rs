@@ -11,9 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// The holder exits by itself after this long (a killed test leaves no
-/// process behind for long).
-const HOLDER_LIFETIME_S: u64 = 1800;
 const FILLER: &str = ".tracesync-test-filler";
 
 /// Whether a private mount namespace with a tmpfs can be made here
@@ -58,15 +55,16 @@ impl SmallDisk {
         let tmp = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
         let dir = tmp.path().join("disk");
         std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir: {e}"))?;
-        let script = format!(
-            "mount -t tmpfs -o size=\"$1\" tracesync-test \"$2\" && echo mounted && \
-             exec sleep {HOLDER_LIFETIME_S}"
-        );
+        // The holder lives as long as its stdin, a pipe from this process:
+        // as long as the test however long it runs, and no longer if the
+        // test is killed.
+        let script = "mount -t tmpfs -o size=\"$1\" tracesync-test \"$2\" && echo mounted && \
+                      exec cat >/dev/null";
         let mut child = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+            .args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
             .arg(bytes.to_string())
             .arg(&dir)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
