@@ -31,6 +31,9 @@ thread_ticks() {
     done
 }
 
+# perf's report lines without their empty trailing columns.
+trim_perf() { sed -E 's/([[:space:]]+-)*[[:space:]]*$//'; }
+
 start_feeders() { # $1 label, $2 count
     feeder_pids=()
     for i in $(seq "$2"); do
@@ -56,6 +59,12 @@ feeder_phase() { # $1 label, $2 shards
     daemon_args=("${saved[@]}")
     start_feeders "$1" "$RELAYS"
     sleep "$WARMUP"
+    local perf_pid=""
+    if [ "$PERF" = 1 ]; then
+        perf record -q -e cpu-clock -g -p "$daemon_pid" -o "$work/$1/perf.data" \
+            2>"$work/$1/perf.log" &
+        perf_pid=$!
+    fi
     read -r p0 b0 < <(status)
     c0=$(cpu_ticks "$daemon_pid")
     f0=$(feeders_cpu_ticks)
@@ -68,6 +77,18 @@ feeder_phase() { # $1 label, $2 shards
     thread_ticks "$daemon_pid" >"$work/$1/threads1"
     t1=$(date +%s.%N)
     rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$daemon_pid/status")
+    if [ -n "$perf_pid" ]; then
+        kill -INT "$perf_pid" 2>/dev/null || true
+        wait "$perf_pid" || true
+        # By thread, self time; then inclusive (callers' share), which
+        # says how much of the ingest thread the writer takes.
+        echo "--- perf report, daemon, phase $1: self, by thread ---"
+        perf report -i "$work/$1/perf.data" --no-children --percent-limit 0.7 --stdio \
+            -g none --sort comm,symbol 2>&1 | grep -v '^#' | grep -v '^$' | trim_perf | head -50 || true
+        echo "--- perf report, daemon, phase $1: inclusive, ingest thread ---"
+        perf report -i "$work/$1/perf.data" --children --comms tracesync-inges --percent-limit 2 \
+            --stdio -g none --sort symbol 2>&1 | grep -v '^#' | grep -v '^$' | trim_perf | head -60 || true
+    fi
     # The feeders drain (their last batches acknowledged) and print what
     # was acknowledged; then the daemon stops and its output is whole.
     stop_pids "${feeder_pids[@]}"

@@ -51,7 +51,7 @@
 #   BENCH_DAEMON_ENV='MALLOC_ARENA_MAX=2' scripts/bench-live.sh
 #                       # the daemon's environment (default: the Environment=
 #                       # lines of systemd/tracesyncd.service, as shipped)
-#   BENCH_PERF=1 BENCH_PHASES=small scripts/bench-live.sh
+#   BENCH_PERF=1 BENCH_PHASES=small scripts/bench-live.sh   # or feeder
 #                       # also `perf record -e cpu-clock -g` of the daemon
 #                       # during each end-to-end phase (report in the output)
 #
