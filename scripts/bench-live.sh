@@ -23,9 +23,14 @@
 #   4. one relay at 10 k packets/s: relay CPU (utime+stime from
 #      /proc/PID/stat over the interval, % of one core) and tail latency
 #      p50/p99 (a jsonl tail client comparing each record's ts with the host
-#      CLOCK_BOOTTIME when it reads the record).
+#      CLOCK_BOOTTIME when it reads the record);
+#   5. feeders (tracesync-feeder) instead of relays, small packets, into a
+#      daemon with one ingest shard and then two: the daemon's own capacity
+#      and CPU per packet (in all and per thread), the feeders' CPU, and
+#      every acknowledged packet's identity checked in the output
+#      (scripts/bench-live-feeder.sh says how).
 #
-# Phases 2-4 run once per mode (mutual TLS, then plaintext).
+# Phases 2-5 run once per mode (mutual TLS, then plaintext).
 #
 #   scripts/bench-live.sh
 #   BENCH_SECS=20 BENCH_SMALL_RATE=400000,1000000 scripts/bench-live.sh
@@ -33,8 +38,8 @@
 #                                            # (default tls,plain); BENCH_TLS=1
 #                                            # means tls, BENCH_TLS=0 plain
 #   BENCH_PHASES=small scripts/bench-live.sh   # only some phases: any of
-#                                              # tcp,small,large,large-shared,cpu
-#                                              # (default all)
+#                                              # tcp,small,large,large-shared,cpu,
+#                                              # feeder (default all)
 #   BENCH_WINDOW_MS=100 scripts/bench-live.sh  # merge window (default: the
 #                                              # shipped one, configs/daemon.toml)
 #   BENCH_SPOOL_DIR=DIR scripts/bench-live.sh  # relays' spools of phase large
@@ -46,7 +51,7 @@
 #   BENCH_DAEMON_ENV='MALLOC_ARENA_MAX=2' scripts/bench-live.sh
 #                       # the daemon's environment (default: the Environment=
 #                       # lines of systemd/tracesyncd.service, as shipped)
-#   BENCH_PERF=1 BENCH_PHASES=small scripts/bench-live.sh
+#   BENCH_PERF=1 BENCH_PHASES=small scripts/bench-live.sh   # or feeder
 #                       # also `perf record -e cpu-clock -g` of the daemon
 #                       # during each end-to-end phase (report in the output)
 #
@@ -82,7 +87,7 @@ case "${BENCH_TLS:-}" in
 *) default_modes=tls,plain ;;
 esac
 MODES=${BENCH_MODES:-$default_modes}
-PHASES=${BENCH_PHASES:-tcp,small,large,large-shared,cpu}
+PHASES=${BENCH_PHASES:-tcp,small,large,large-shared,cpu,feeder}
 SPOOL_BASE=${BENCH_SPOOL_DIR:-/dev/shm}
 [ -d "$SPOOL_BASE" ] || SPOOL_BASE=${TMPDIR:-/tmp}
 PERF=${BENCH_PERF:-0}
@@ -103,6 +108,11 @@ if [ -z "$bins" ]; then
 fi
 if want tcp; then
     cargo build --release --quiet -p tracesync-tests --example tcp_baseline
+fi
+feeder=$bins/tracesync-feeder
+if want feeder && { [ -z "${BENCH_BIN_DIR:-}" ] || [ ! -x "$feeder" ]; }; then
+    cargo build --release --quiet -p tracesync-tests --bin tracesync-feeder
+    feeder=$target/release/tracesync-feeder
 fi
 tracesyncd=$bins/tracesyncd
 relay=$bins/tracesync-relay
@@ -331,6 +341,9 @@ print(round(p / dt), round(b / dt / 1e6, 1), round(b / p) if p else 'nan', round
     fi
 }
 
+# shellcheck source=scripts/bench-live-feeder.sh
+. scripts/bench-live-feeder.sh
+
 # Results by "<mode>.<key>"; nan where a phase did not run.
 declare -A R
 r() { echo "${R[$1]:-nan}"; }
@@ -429,6 +442,9 @@ for m in ${MODES//,/ }; do
         R[$m.relay_cpu]=$(python3 -c "print(round(($c1 - $c0) / $hz / ($t1 - $t0) * 100, 2))")
         R[$m.p50]=$p50 R[$m.p99]=$p99 R[$m.nlat]=$nlat R[$m.lagged]=$lagged
     fi
+    if want feeder; then
+        feeder_phases
+    fi
     first_mode=0
 done
 
@@ -474,5 +490,6 @@ row "relays' CPU (summed), 4 KiB packets" "" "%s ms/MB, %s us/pkt" large_rcpu la
 row "daemon / relays' CPU, spools on output disk" "" "%s / %s ms/MB" shared_cpu shared_rcpu
 row "relay CPU at 10 k packets/s" "<= 3%" "%s%% of a core" relay_cpu
 row "tail latency p50 / p99" "p99 <= window + 50 ms" "%s / %s ms (%s records, %s lag notices)" p50 p99 nlat lagged
+feeder_rows
 echo
 echo "reproduce: BENCH_MODES=$MODES BENCH_PHASES=$PHASES BENCH_SECS=$SECS BENCH_WARMUP_SECS=$WARMUP BENCH_SMALL_RATE=$SMALL_RATE BENCH_LARGE_RATE=$LARGE_RATE BENCH_RELAYS=$RELAYS BENCH_WINDOW_MS=$WINDOW_MS BENCH_SPOOL_DIR=$SPOOL_BASE BENCH_DAEMON_ENV='$BENCH_DAEMON_ENV' scripts/bench-live.sh"

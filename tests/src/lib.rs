@@ -5,6 +5,7 @@ pub mod archive;
 pub mod build;
 pub mod cases;
 pub mod faults;
+pub mod feeder;
 pub mod fuzz;
 pub mod impair;
 pub mod live;
