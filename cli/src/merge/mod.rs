@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod capture_out;
+pub mod chrome_json;
 pub mod command;
 pub mod feed;
 pub mod first_pass;
@@ -140,6 +141,8 @@ pub struct Prepared {
     /// What a merge of these inputs leaves behind (manifest attributes),
     /// for `merge` to say; not faults.
     pub notices: Vec<InputFault>,
+    /// What the conversion of JSON inputs counted.
+    pub json: chrome_json::JsonStats,
 }
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
@@ -195,6 +198,10 @@ pub fn prepare(
     .map_err(manifest_error)?;
     let undecodable_snapshots = scans.iter().map(|s| s.invalid_snapshot_packets).sum();
     let readable_inputs = scans.iter().filter(|s| s.packets > 0).count();
+    let mut json = chrome_json::JsonStats::default();
+    for scan in &scans {
+        json.add(&scan.json);
+    }
     let notices = manifest
         .as_ref()
         .and_then(|m| attributes_not_carried(m, &expanded.manifest))
@@ -208,6 +215,7 @@ pub fn prepare(
         undecodable_snapshots,
         readable_inputs,
         packets: scans.iter().map(|s| s.packets).collect(),
+        json,
     })
 }
 
@@ -257,6 +265,7 @@ pub(crate) fn merge_with_scan_threads(
         readable_inputs,
         packets,
         notices,
+        json,
     } = prepare(
         &opts.inputs,
         opts.manifest.as_deref(),
@@ -282,6 +291,7 @@ pub(crate) fn merge_with_scan_threads(
             .filter(|i| faults.iter().any(|f| f.display == i.display))
             .count() as u64,
         machines: plan.machines.iter().filter(|(_, m)| m.used).count() as u64,
+        json,
         ..MergeStats::default()
     };
     let target = opts.output.as_deref().filter(|p| p.as_os_str() != "-");

@@ -5,7 +5,7 @@
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE, is_sequence_clock};
 
 use super::first_pass::{ClockEvent, FileScan, SnapClock};
-use super::inputs::InputSource;
+use super::inputs::{Content, InputSource};
 use super::machines::{
     FileMachineFacts, FileMachines, MachineTable, Placement, name_for_own_machine,
 };
@@ -20,6 +20,9 @@ pub struct FilePlan {
     pub machines: FileMachines,
     /// Clock of packets with no clock id and no sequence default.
     pub default_clock: u32,
+    /// A converted JSON input: its packets are written at their resolved
+    /// time (`chrome_json::written`).
+    pub converted: bool,
 }
 
 #[derive(Debug)]
@@ -81,7 +84,8 @@ pub fn build_plan(
         planner.add_clock_events(scan, &file_machines);
         files.push(FilePlan {
             machines: file_machines,
-            default_clock: default_clock(scan, *entry),
+            default_clock: default_clock(scan, *entry, &inputs[i]),
+            converted: matches!(inputs[i].content, Content::ChromeJson { .. }),
         });
     }
     for (i, entry) in entries.iter().enumerate() {
@@ -112,12 +116,13 @@ fn check_manifest(
 }
 
 /// Clock of a file's packets with no clock id and no sequence default: a
-/// file the manifest pins (no clock named) runs on its private clock.
-fn default_clock(scan: &FileScan, entry: Option<&FileEntry>) -> u32 {
+/// file the manifest pins (no clock named), and a JSON trace (which has no
+/// absolute clock at all), run on the file's private clock.
+fn default_clock(scan: &FileScan, entry: Option<&FileEntry>, input: &InputSource) -> u32 {
     let pinned = entry
         .and_then(|e| e.clocks.as_ref())
         .is_some_and(|c| c.clock.is_none());
-    if pinned {
+    if pinned || matches!(input.content, Content::ChromeJson { .. }) {
         TRACE_FILE
     } else {
         scan.primary_clock.unwrap_or(BOOTTIME)
@@ -330,11 +335,24 @@ impl<'a> Planner<'a> {
         add_edge(&mut self.timeline, &edge, EdgeOrigin::Manifest);
     }
 
-    /// Places every file's default clock, in input order, so that which
-    /// assumption a clock gets does not depend on packet order.
+    /// Places every file's default clock, so that which assumption a clock
+    /// gets does not depend on packet order: protobuf traces in input
+    /// order, then the converted ones by name, as Perfetto processes an
+    /// archive's members (the first private clock placed is the one the
+    /// others' pins are measured from).
     fn finish(mut self, files: Vec<FilePlan>) -> Plan {
         self.machines.finalize(self.timeline.trace_clock().machine);
-        for file in &files {
+        let mut order: Vec<usize> = (0..files.len()).collect();
+        order.sort_by(|&a, &b| {
+            let key = |i: usize| {
+                (
+                    files[i].converted,
+                    files[i].converted.then(|| &self.inputs[i].display),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        for file in order.iter().map(|&i| &files[i]) {
             let placements = file
                 .machines
                 .base

@@ -12,9 +12,11 @@ use std::collections::HashMap;
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::scan::{
-    Kind, Stamp, StampSuffix, StampTail, stamp_by_layout, stamp_split_with_suffix_into,
+    Kind, Stamp, StampSuffix, StampTail, field, stamp_by_layout, stamp_split_with_suffix_into,
 };
+use tracesync_protocol::wire::put_varint_field;
 
+use super::chrome_json::written::written_time;
 use super::feed::{OpenError, PacketFeed, PacketScan};
 use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
@@ -190,7 +192,7 @@ impl<'a> InputStream<'a> {
                 ctx.stats.packets_malformed += 1;
                 continue;
             };
-            if let Some((head, sequence)) = resolve(
+            if let Some((mut head, sequence)) = resolve(
                 self.plan,
                 &mut self.sequences,
                 &mut self.defaults,
@@ -208,6 +210,26 @@ impl<'a> InputStream<'a> {
                     default_timestamp_clock_id: head.clock.map(|(c, _)| c),
                     strip_trusted: false,
                 };
+                let trace = ctx.timeline.trace_clock();
+                if self.plan.converted
+                    && head.clock.is_some()
+                    && let Some((clock, ts)) = written_time(&mut head, trace.machine, trace.clock)
+                {
+                    let stamp = Stamp {
+                        default_timestamp_clock_id: Some(clock),
+                        ..stamp
+                    };
+                    self.split = None;
+                    self.body.clear();
+                    if stamp_by_layout(bytes, &fields.stamp_layout, &stamp, &mut self.body).is_err()
+                    {
+                        ctx.stats.packets_malformed += 1;
+                        continue;
+                    }
+                    put_varint_field(&mut self.body, field::TIMESTAMP, ts);
+                    self.head = Some(head);
+                    return;
+                }
                 // Most packets keep a prefix of their bytes: written from
                 // the feed's batch, not copied here. The fields the stamp
                 // appends are the sequence's last ones unless its machine
