@@ -322,7 +322,11 @@ impl<'a> Planner<'a> {
             return;
         };
         let src_clock = over.clock.unwrap_or(TRACE_FILE);
-        let ref_clock = over.sync_to.clock.unwrap_or(TRACE_FILE);
+        // With no clock named, the reference is the file's private timeline:
+        // the clock its own timestamps run on (TRACE_FILE for a JSON or
+        // pinned file, BOOTTIME for an unpinned clockless proto), never a
+        // TRACE_FILE node none of its packets use.
+        let ref_clock = over.sync_to.clock.unwrap_or(ref_file.default_clock);
         let (s, r) = if over.offset_ns >= 0 {
             (0, over.offset_ns as u64)
         } else {
