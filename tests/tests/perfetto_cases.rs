@@ -27,4 +27,5 @@ mod perfetto_cases {
     pub mod manifest_json;
     pub mod manifest_machines;
     pub mod proto_reader;
+    pub mod systrace;
 }

@@ -12,7 +12,7 @@ use tracesync_protocol::reader::FileReadError;
 use tracesync_protocol::scan::{FieldSink, ScanError, field, note_payload, walk_fields_into};
 
 use super::chrome_json::{JsonStats, StatsSlot, json_error_of};
-use super::inputs::{Content, InputSource};
+use super::inputs::InputSource;
 use super::packets::{InputReader, bundle_of, open_reader_counted};
 
 /// One clock of a snapshot as written in the trace.
@@ -157,7 +157,7 @@ impl<'a> FieldSink<'a> for KeptFields<'a> {
 
 /// Reads one input from its start; never fails: problems become faults.
 pub fn scan_input(source: &InputSource) -> FileScan {
-    let slot = matches!(source.content, Content::ChromeJson { .. }).then(StatsSlot::default);
+    let slot = source.content.is_converted().then(StatsSlot::default);
     let mut scan = match open_reader_counted(source, slot.clone()) {
         // The reader is dropped by the scan: its counts are in the slot.
         Ok(reader) => scan_packets(source, reader),

@@ -16,7 +16,7 @@ use tracesync_protocol::scan::{
 };
 use tracesync_protocol::wire::put_varint_field;
 
-use super::chrome_json::written::written_time;
+use super::chrome_json::written::{ftrace_event_time, written_time};
 use super::feed::{OpenError, PacketFeed, PacketScan};
 use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
@@ -25,6 +25,7 @@ use super::remote::{
     MachineDefaults, SERVICE_EVENT_FIELD, default_from_snapshot, rounds_of, sync_edges,
 };
 use super::stats::MergeStats;
+use super::systrace::encode::{is_ftrace_packet, set_event_ts};
 use tracesync_core::clock::timeline::{Timeline, Unplaced};
 use tracesync_core::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
 
@@ -227,6 +228,9 @@ impl<'a> InputStream<'a> {
                         continue;
                     }
                     put_varint_field(&mut self.body, field::TIMESTAMP, ts);
+                    if is_ftrace_packet(&self.body) {
+                        set_event_ts(&mut self.body, ftrace_event_time(ctx.timeline, clock, ts));
+                    }
                     self.head = Some(head);
                     return;
                 }

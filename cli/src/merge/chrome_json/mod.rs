@@ -50,6 +50,13 @@ pub struct JsonStats {
     /// Packets written out of order: the file's disorder exceeded the
     /// reordering window (the trace processor still sorts them).
     pub json_events_out_of_window: u64,
+    /// Systrace lines that are no event line (or whose event's arguments
+    /// do not parse): Perfetto's `systrace_parse_failure`.
+    pub systrace_parse_failure: u64,
+    /// Systrace events of kinds not converted (only tracing_mark_write and
+    /// print, sched_switch, sched_waking, sched_wakeup, cpu_frequency and
+    /// cpu_idle are).
+    pub systrace_events_not_converted: u64,
 }
 
 impl JsonStats {
@@ -61,6 +68,8 @@ impl JsonStats {
         self.json_system_trace_events_not_converted += o.json_system_trace_events_not_converted;
         self.json_negative_timestamp_dropped += o.json_negative_timestamp_dropped;
         self.json_events_out_of_window += o.json_events_out_of_window;
+        self.systrace_parse_failure += o.systrace_parse_failure;
+        self.systrace_events_not_converted += o.systrace_events_not_converted;
     }
 }
 

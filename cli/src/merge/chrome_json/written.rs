@@ -10,6 +10,8 @@
 //! the last of a non-repeated field wins, so the converted bytes stay as
 //! they are.
 
+use tracesync_core::clock::ClockNode;
+use tracesync_core::clock::timeline::Timeline;
 use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC_RAW};
 
 use crate::merge::machines::MachineIdx;
@@ -35,4 +37,25 @@ pub fn written_time(
     head.boottime = Some(head.ts);
     head.domain = (trace_clock != BOOTTIME).then_some(head.ts);
     Some((BOOTTIME, head.ts as u64))
+}
+
+/// The time of a converted ftrace event (systrace): ftrace events are read
+/// on their machine's BOOTTIME, so a packet written on another clock of
+/// the trace-time machine (`clock`, `ts`) has its event at that
+/// machine's BOOTTIME value; with no path to BOOTTIME the writer equates
+/// the two at zero (see `output`), so the value is kept.
+pub fn ftrace_event_time(timeline: &mut Timeline, clock: u32, ts: u64) -> u64 {
+    if clock == BOOTTIME {
+        return ts;
+    }
+    let trace = timeline.trace_clock();
+    let boottime = ClockNode {
+        clock: BOOTTIME,
+        seq: 0,
+        ..trace
+    };
+    match timeline.graph_mut().convert(trace, ts, boottime) {
+        Ok(v) if v >= 0 => v as u64,
+        _ => ts,
+    }
 }

@@ -1,6 +1,6 @@
 //! Classifying a file or member by content: ZIP, TAR, a gzip'd archive, a
-//! `perfetto_manifest` (read whole, within a cap), a Chrome JSON trace
-//! (plain or gzip), or else a Perfetto protobuf trace.
+//! `perfetto_manifest` (read whole, within a cap), a Chrome JSON trace or
+//! a systrace text (plain or gzip), or else a Perfetto protobuf trace.
 
 use std::io::{self, Cursor, Read};
 
@@ -8,6 +8,7 @@ use flate2::read::MultiGzDecoder;
 
 use super::source::Content;
 use crate::merge::chrome_json::scan::looks_like_chrome_json;
+use crate::merge::systrace::looks_like_systrace;
 
 /// Upper bound on a manifest's size: it is the one thing read whole.
 pub(super) const MANIFEST_CAP: u64 = 16 << 20;
@@ -62,6 +63,9 @@ pub(super) fn inspect(r: &mut dyn Read) -> io::Result<Kind> {
         if looks_like_chrome_json(&inner) {
             return Ok(Kind::Trace(Content::ChromeJson { gzip: true }));
         }
+        if looks_like_systrace(&inner) {
+            return Ok(Kind::Trace(Content::Systrace { gzip: true }));
+        }
         return Ok(Kind::Trace(Content::Proto));
     }
     if is_manifest(&head) {
@@ -69,6 +73,9 @@ pub(super) fn inspect(r: &mut dyn Read) -> io::Result<Kind> {
     }
     if looks_like_chrome_json(&head) {
         return Ok(Kind::Trace(Content::ChromeJson { gzip: false }));
+    }
+    if looks_like_systrace(&head) {
+        return Ok(Kind::Trace(Content::Systrace { gzip: false }));
     }
     Ok(Kind::Trace(Content::Proto))
 }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use flate2::read::{DeflateDecoder, MultiGzDecoder};
 
 use crate::merge::chrome_json::{ChromeJsonReader, StatsSlot};
+use crate::merge::systrace::SystraceReader;
 
 /// One trace to merge: a file, or a member of an archive.
 #[derive(Debug, Clone)]
@@ -29,6 +30,15 @@ pub enum Content {
     Proto,
     /// A Chrome JSON trace, converted to protobuf as it is read.
     ChromeJson { gzip: bool },
+    /// A systrace (ftrace text) trace, converted to protobuf as it is read.
+    Systrace { gzip: bool },
+}
+
+impl Content {
+    /// Whether the input is converted to protobuf as it is read.
+    pub fn is_converted(self) -> bool {
+        !matches!(self, Self::Proto)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -76,6 +86,14 @@ impl InputSource {
                     raw
                 };
                 Box::new(ChromeJsonReader::new(text, &self.display, slot))
+            }
+            Content::Systrace { gzip } => {
+                let text: Box<dyn Read + Send> = if gzip {
+                    Box::new(MultiGzDecoder::new(raw))
+                } else {
+                    raw
+                };
+                Box::new(SystraceReader::new(text, slot))
             }
         })
     }
