@@ -38,6 +38,7 @@ mod found_bugs;
 mod inputs;
 mod one_file;
 mod placement;
+mod systrace;
 
 // ---------------------------------------------------------------------------
 // Building inputs
