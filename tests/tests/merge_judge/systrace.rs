@@ -3,7 +3,8 @@
 //! slices with their end states, thread states, counters of atrace `C`,
 //! cpu_frequency and cpu_idle) equals what it reads from `tracesync merge`
 //! of that file alone, and from a merge beside a spine whose snapshot puts
-//! MONOTONIC 0.5 s behind BOOTTIME (every time shifted by 0.5 s).
+//! MONOTONIC 0.5 s behind BOOTTIME (every time shifted by 0.5 s). The same
+//! lines as a JSON file's `systemTraceEvents` read the same too.
 
 use std::path::Path;
 
@@ -96,5 +97,40 @@ fn systrace_events_read_the_same_from_the_merged_trace() {
         read(&beside, 500_000_000),
         alone,
         "beside a spine, 0.5 s later"
+    );
+}
+
+#[test]
+fn json_system_trace_events_read_the_same_from_the_merged_trace() {
+    // The same lines as a JSON file's `systemTraceEvents`, beside one JSON
+    // event: they take the JSON file's private clock (its µs timeline).
+    if !tp::require_or_skip("json_system_trace_events_read_the_same_from_the_merged_trace") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("app.json");
+    let json = serde_json::json!({
+        "traceEvents": [{"pid": 1, "tid": 1, "ts": 10_000_300, "dur": 100, "ph": "X", "name": "json_x"}],
+        "systemTraceEvents": INPUT,
+    });
+    std::fs::write(&input, json.to_string()).expect("write input");
+    let alone = read(&input, 0);
+    assert!(
+        alone[0].len() >= 5 && alone[1].len() >= 4,
+        "the trace processor reads the JSON slice and the lines: {alone:?}"
+    );
+    let merged = merge(dir.path(), &[&input], "out.pftrace");
+    // The idle threads (tid 0) differ: read from JSON the trace processor
+    // keeps no thread state for the swapper, read from the merged
+    // protobuf trace it does (as it does for a protobuf ftrace capture).
+    let without_idle = |mut tables: Vec<Vec<Vec<Value>>>| {
+        tables[3].retain(|r| r[1] != 0);
+        tables[4].retain(|r| r[0] != 0);
+        tables
+    };
+    assert_eq!(
+        without_idle(read(&merged, 0)),
+        without_idle(alone),
+        "merged alone"
     );
 }

@@ -272,7 +272,23 @@ impl Converter {
     }
 
     fn hold(&mut self, ts: i64, event: TrackEvent) {
-        let bytes = framed(&packet(Some(ts), Data::TrackEvent(event)));
+        self.hold_framed(ts, framed(&packet(Some(ts), Data::TrackEvent(event))));
+    }
+
+    /// Holds a framed packet made elsewhere (a `systemTraceEvents` line)
+    /// in the window, then releases what overflows it.
+    pub fn push_framed(
+        &mut self,
+        ts: i64,
+        bytes: Vec<u8>,
+        out: &mut Vec<u8>,
+        stats: &mut JsonStats,
+    ) {
+        self.hold_framed(ts, bytes);
+        self.release(WINDOW_BYTES, out, stats);
+    }
+
+    fn hold_framed(&mut self, ts: i64, bytes: Vec<u8>) {
         self.held_bytes += bytes.len();
         self.made += 1;
         self.heap.push(Reverse(Pending {

@@ -11,7 +11,8 @@
 //!   both merge passes see the same packets at the same offsets.
 //! - Converted packets carry no clock id: the plan gives a JSON input the
 //!   file's private clock (`TRACE_FILE`) as its default, pinned at zero to
-//!   trace time unless a manifest pins it elsewhere.
+//!   trace time unless a manifest pins it elsewhere; the ftrace events of
+//!   its `systemTraceEvents` lines share it.
 //! - Nothing is dropped silently: what is not converted is counted in
 //!   [`JsonStats`] (Perfetto's stat names where it has one); a syntax error
 //!   ends the input with its byte offset, the events before it kept.
@@ -26,9 +27,10 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use crate::merge::systrace::line_to_packet;
 use convert::Converter;
 use event::parse_event;
-use scan::EventScanner;
+use scan::{EventScanner, Item};
 
 /// What a conversion counted; added into the merge's `--stats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -43,7 +45,9 @@ pub struct JsonStats {
     pub json_display_time_unit: u64,
     /// Events of phases not converted (flows s/t/f, samples, objects, ...).
     pub json_events_not_converted: u64,
-    /// `systemTraceEvents` strings, not converted.
+    /// `systemTraceEvents` values that are no string, not converted (a
+    /// string's lines are converted as a systrace's, counted under the
+    /// systrace stats).
     pub json_system_trace_events_not_converted: u64,
     /// Events before the start of the file's clock.
     pub json_negative_timestamp_dropped: u64,
@@ -143,7 +147,18 @@ impl<R: Read> ChromeJsonReader<R> {
         self.pos = 0;
         while !self.done && self.out.len() < OUT_CHUNK {
             match self.scanner.next_event(&mut self.event, &mut self.stats) {
-                Ok(Some(at)) => match parse_event(&self.event) {
+                Ok(Some(Item::SystemLine { too_long })) => {
+                    let text = std::str::from_utf8(&self.event).ok().filter(|_| !too_long);
+                    match text.and_then(|t| line_to_packet(t, &mut self.stats)) {
+                        Some((ts, packet)) => {
+                            self.converter
+                                .push_framed(ts, packet, &mut self.out, &mut self.stats);
+                        }
+                        None if text.is_none() => self.stats.systrace_parse_failure += 1,
+                        None => {}
+                    }
+                }
+                Ok(Some(Item::Event(at))) => match parse_event(&self.event) {
                     Ok(e) => self.converter.push(e, &mut self.out, &mut self.stats),
                     Err((message, index)) => {
                         self.fail(JsonError::Event {

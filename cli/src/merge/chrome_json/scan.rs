@@ -26,8 +26,23 @@ enum Position {
     DictKey,
     /// Inside `traceEvents` (or the bare array: `top_array`).
     InArray,
+    /// Inside the `systemTraceEvents` string, between lines.
+    SystemTrace,
     End,
 }
+
+/// What the scanner hands out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// An event's bytes, and the offset of its first byte.
+    Event(u64),
+    /// One line of the `systemTraceEvents` text, unescaped (its newline
+    /// dropped); an overlong one is handed out empty, `too_long`.
+    SystemLine { too_long: bool },
+}
+
+/// The longest `systemTraceEvents` line kept; longer ones are skipped.
+const MAX_SYSTEM_LINE: usize = 1 << 20;
 
 /// A stream of one trace's event objects.
 pub struct EventScanner<R> {
@@ -41,6 +56,8 @@ pub struct EventScanner<R> {
     position: Position,
     top_array: bool,
     events: u64,
+    /// The line being unescaped is over [`MAX_SYSTEM_LINE`].
+    line_too_long: bool,
 }
 
 /// How a value is walked: inside a string, and how deep in `{`/`[`.
@@ -79,6 +96,12 @@ impl Walk {
     }
 }
 
+/// One unescaped unit of a string.
+enum Escaped {
+    Byte(u8),
+    Char(char),
+}
+
 fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
@@ -95,6 +118,7 @@ impl<R: Read> EventScanner<R> {
             position: Position::Start,
             top_array: false,
             events: 0,
+            line_too_long: false,
         }
     }
 
@@ -215,13 +239,13 @@ impl<R: Read> EventScanner<R> {
         }
     }
 
-    /// The next event's bytes into `out` (cleared first) and the offset of
-    /// its first byte; None at the end of the trace.
+    /// The next event's bytes, or `systemTraceEvents` line, into `out`
+    /// (cleared first); None at the end of the trace.
     pub fn next_event(
         &mut self,
         out: &mut Vec<u8>,
         stats: &mut JsonStats,
-    ) -> Result<Option<u64>, JsonError> {
+    ) -> Result<Option<Item>, JsonError> {
         out.clear();
         loop {
             match self.position {
@@ -229,7 +253,12 @@ impl<R: Read> EventScanner<R> {
                 Position::DictKey => self.dict_key(stats)?,
                 Position::InArray => {
                     if let Some(at) = self.array_item(out)? {
-                        return Ok(Some(at));
+                        return Ok(Some(Item::Event(at)));
+                    }
+                }
+                Position::SystemTrace => {
+                    if let Some(item) = self.system_line(out)? {
+                        return Ok(Some(item));
                     }
                 }
                 Position::End => {
@@ -300,10 +329,102 @@ impl<R: Read> EventScanner<R> {
                 return Ok(());
             }
             b"\"displayTimeUnit\"" => stats.json_display_time_unit += 1,
-            b"\"systemTraceEvents\"" => stats.json_system_trace_events_not_converted += 1,
+            b"\"systemTraceEvents\"" => {
+                if self.skip_space()? == Some(b'"') {
+                    self.bump(1);
+                    self.position = Position::SystemTrace;
+                    return Ok(());
+                }
+                stats.json_system_trace_events_not_converted += 1;
+            }
             _ => {}
         }
         self.skip_value()
+    }
+
+    /// Unescapes the `systemTraceEvents` string up to its next line end
+    /// into `out`: a line (possibly empty), or None at the string's end
+    /// with nothing left.
+    fn system_line(&mut self, out: &mut Vec<u8>) -> Result<Option<Item>, JsonError> {
+        loop {
+            let Some(b) = self.peek()? else {
+                return Err(self.syntax(
+                    "'\"' closing the systemTraceEvents string (the file ends inside it)",
+                ));
+            };
+            self.bump(1);
+            let decoded = match b {
+                b'"' => {
+                    self.position = Position::DictKey;
+                    let too_long = std::mem::take(&mut self.line_too_long);
+                    return Ok(
+                        (!out.is_empty() || too_long).then_some(Item::SystemLine { too_long })
+                    );
+                }
+                b'\\' => self.escape()?,
+                _ => Escaped::Byte(b),
+            };
+            match decoded {
+                Escaped::Byte(b'\n') => {
+                    let too_long = std::mem::take(&mut self.line_too_long);
+                    return Ok(Some(Item::SystemLine { too_long }));
+                }
+                Escaped::Byte(b) => out.push(b),
+                Escaped::Char(c) => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            }
+            if out.len() > MAX_SYSTEM_LINE || self.line_too_long {
+                self.line_too_long = true;
+                out.clear();
+            }
+        }
+    }
+
+    /// The character after a backslash inside a string.
+    fn escape(&mut self) -> Result<Escaped, JsonError> {
+        let Some(b) = self.peek()? else {
+            return Err(self.syntax("an escape after '\\' (the file ends inside a string)"));
+        };
+        self.bump(1);
+        Ok(match b {
+            b'n' => Escaped::Byte(b'\n'),
+            b't' => Escaped::Byte(b'\t'),
+            b'r' => Escaped::Byte(b'\r'),
+            b'b' => Escaped::Byte(0x08),
+            b'f' => Escaped::Byte(0x0c),
+            b'"' | b'\\' | b'/' => Escaped::Byte(b),
+            b'u' => {
+                let unit = self.hex4()?;
+                let c = if (0xD800..0xDC00).contains(&unit) && self.peek()? == Some(b'\\') {
+                    self.bump(1);
+                    if self.peek()? != Some(b'u') {
+                        return Err(self.syntax("'\\u' after a high surrogate"));
+                    }
+                    self.bump(1);
+                    let low = self.hex4()?;
+                    (0xDC00..0xE000)
+                        .contains(&low)
+                        .then(|| 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00))
+                        .and_then(char::from_u32)
+                } else {
+                    char::from_u32(unit)
+                };
+                Escaped::Char(c.unwrap_or(char::REPLACEMENT_CHARACTER))
+            }
+            _ => return Err(self.syntax("a JSON escape (one of \"\\/bfnrtu) after '\\'")),
+        })
+    }
+
+    fn hex4(&mut self) -> Result<u32, JsonError> {
+        let mut v = 0;
+        for _ in 0..4 {
+            let digit = self
+                .peek()?
+                .and_then(|b| char::from(b).to_digit(16))
+                .ok_or_else(|| self.syntax("four hex digits after '\\u'"))?;
+            self.bump(1);
+            v = v * 16 + digit;
+        }
+        Ok(v)
     }
 
     /// One step inside the events array: an event's offset, or None after

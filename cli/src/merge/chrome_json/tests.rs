@@ -253,7 +253,35 @@ fn other_keys_are_skipped_and_display_time_unit_counted() {
     assert_eq!(error, None);
     assert_eq!(events(&packets).len(), 1);
     assert_eq!(stats.json_display_time_unit, 1);
-    assert_eq!(stats.json_system_trace_events_not_converted, 1);
+    // A string is converted as systrace: its header lines are skipped.
+    assert_eq!(stats.json_system_trace_events_not_converted, 0);
+}
+
+#[test]
+fn system_trace_events_lines_become_ftrace_packets_in_time_order() {
+    let json = r##"{"traceEvents":[{"pid":1,"tid":1,"ts":1500000,"ph":"i","name":"a"}],
+        "systemTraceEvents":"# tracer: nop\n  app-100 (  100) [001] ...1  2.000000: tracing_mark_write: B|100|s\n  app-100 (  100) [001] ...1  1.000000: tracing_mark_write: E|100\n  x-1 [000] 3.0: irq_handler_entry: irq=1\nnot a line \u00e9","systemTraceEvents2":{}}"##;
+    let slot = StatsSlot::default();
+    let mut bytes = Vec::new();
+    ChromeJsonReader::new(json.as_bytes(), "t.json", Some(slot.clone()))
+        .read_to_end(&mut bytes)
+        .unwrap();
+    let ts: Vec<u64> = Trace::decode(&bytes[..])
+        .unwrap()
+        .packet
+        .iter()
+        .filter_map(|p| p.timestamp)
+        .collect();
+    // The window puts the JSON instant (1.5 s) between the two lines.
+    assert_eq!(ts, vec![1_000_000_000, 1_500_000_000, 2_000_000_000]);
+    let stats = *slot.lock().unwrap();
+    assert_eq!(
+        (
+            stats.systrace_events_not_converted,
+            stats.systrace_parse_failure
+        ),
+        (1, 1)
+    );
 }
 
 #[test]

@@ -9,8 +9,8 @@
 //!   passes see the same packets at the same offsets.
 //! - Converted packets carry no clock id: the plan gives a systrace input
 //!   the MONOTONIC clock of its machine (Perfetto's clock for the format);
-//!   the same lines inside a JSON file's `systemTraceEvents` take that
-//!   file's private clock instead.
+//!   the same lines inside a JSON file's `systemTraceEvents`
+//!   ([`line_to_packet`]) take that file's private clock instead.
 //! - Nothing is dropped silently: lines that are no event and events not
 //!   converted are counted in [`JsonStats`](crate::merge::chrome_json::JsonStats).
 
@@ -44,25 +44,27 @@ pub fn looks_like_systrace(head: &[u8]) -> bool {
     text.starts_with(b"# tracer")
 }
 
-/// Converts one line of text, appending its packet to `out`; headers and
-/// blank lines are skipped, everything else is converted or counted.
-pub fn convert_line(text: &str, out: &mut Vec<u8>, stats: &mut JsonStats) {
+/// The framed packet of one line of text and its time; None for headers
+/// and blank lines (skipped) and for lines not converted (counted).
+pub fn line_to_packet(text: &str, stats: &mut JsonStats) -> Option<(i64, Vec<u8>)> {
     let trimmed = text.trim();
     if trimmed.is_empty() || trimmed.starts_with('#') || trimmed == "TRACE:" {
-        return;
+        return None;
     }
-    let Some(line) = parse_line(text) else {
+    let Some(line) = parse_line(text).filter(|l| l.ts >= 0) else {
         stats.systrace_parse_failure += 1;
-        return;
+        return None;
     };
-    if line.ts < 0 {
-        stats.systrace_parse_failure += 1;
-        return;
-    }
     match line_packet(&line) {
-        Ok(packet) => out.extend_from_slice(&packet),
-        Err(Skip::Unsupported) => stats.systrace_events_not_converted += 1,
-        Err(Skip::BadArgs) => stats.systrace_parse_failure += 1,
+        Ok(packet) => Some((line.ts, packet)),
+        Err(Skip::Unsupported) => {
+            stats.systrace_events_not_converted += 1;
+            None
+        }
+        Err(Skip::BadArgs) => {
+            stats.systrace_parse_failure += 1;
+            None
+        }
     }
 }
 
@@ -112,7 +114,11 @@ impl<R: Read> SystraceReader<R> {
                 continue;
             }
             match std::str::from_utf8(&self.line) {
-                Ok(text) => convert_line(text, &mut self.out, &mut self.stats),
+                Ok(text) => {
+                    if let Some((_, packet)) = line_to_packet(text, &mut self.stats) {
+                        self.out.extend_from_slice(&packet);
+                    }
+                }
                 Err(_) => self.stats.systrace_parse_failure += 1,
             }
         }
