@@ -128,6 +128,8 @@ pub fn descriptor_packets(raw_id: u32, seq: u32) -> Vec<Vec<u8>> {
                 uuid: Some(track_uuid(raw_id, track)),
                 name: Some(track.name().to_owned()),
                 parent_uuid: None,
+                process: None,
+                thread: None,
                 counter: track.unit().map(|u| CounterDescriptor {
                     unit_name: Some(u.to_owned()),
                 }),

@@ -24,6 +24,8 @@ mod perfetto_cases {
     pub mod common;
     pub mod manifest_clocks;
     pub mod manifest_errors;
+    pub mod manifest_json;
     pub mod manifest_machines;
     pub mod proto_reader;
+    pub mod systrace;
 }

@@ -136,6 +136,7 @@ impl Producer {
         let annotation = |name: &str, value| DebugAnnotation {
             name_field: Some(debug_annotation::NameField::Name(name.to_owned())),
             value: Some(value),
+            ..Default::default()
         };
         let n = self.n;
         self.n += 1;

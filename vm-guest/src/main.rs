@@ -168,6 +168,7 @@ fn record(n: u64, stamp: u64, first: bool) -> Vec<u8> {
             debug_annotations: vec![DebugAnnotation {
                 name_field: Some(debug_annotation::NameField::Name("vm_ping_n".into())),
                 value: Some(debug_annotation::Value::UintValue(n)),
+                ..DebugAnnotation::default()
             }],
             ..TrackEvent::default()
         })),

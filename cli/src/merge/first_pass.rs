@@ -11,8 +11,9 @@ use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::reader::FileReadError;
 use tracesync_protocol::scan::{FieldSink, ScanError, field, note_payload, walk_fields_into};
 
+use super::chrome_json::{JsonStats, StatsSlot, json_error_of};
 use super::inputs::InputSource;
-use super::packets::{InputReader, bundle_of, open_reader};
+use super::packets::{InputReader, bundle_of, open_reader_counted};
 
 /// One clock of a snapshot as written in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +77,8 @@ pub struct FileScan {
     pub faults: Vec<InputFault>,
     pub packets: u64,
     pub invalid_snapshot_packets: u64,
+    /// What the conversion of a JSON input counted.
+    pub json: JsonStats,
 }
 
 /// TracePacket field number of `synchronization_marker`.
@@ -154,10 +157,15 @@ impl<'a> FieldSink<'a> for KeptFields<'a> {
 
 /// Reads one input from its start; never fails: problems become faults.
 pub fn scan_input(source: &InputSource) -> FileScan {
-    let mut scan = match open_reader(source) {
+    let slot = source.content.is_converted().then(StatsSlot::default);
+    let mut scan = match open_reader_counted(source, slot.clone()) {
+        // The reader is dropped by the scan: its counts are in the slot.
         Ok(reader) => scan_packets(source, reader),
         Err(e) => return FileScan::cannot_read(source, &e),
     };
+    if let Some(counted) = slot.and_then(|s| s.lock().ok().map(|s| *s)) {
+        scan.json = counted;
+    }
     scan.note_if_empty(source);
     scan
 }
@@ -299,6 +307,11 @@ fn read_fault(source: &InputSource, scan: &FileScan, e: FileReadError) -> InputF
         fatal: true,
     };
     match e {
+        // A JSON input's own error, at its offset in the JSON text.
+        FileReadError::Io(ref e) if let Some(j) = json_error_of(e) => fault(
+            j.offset(),
+            format!("{j}; the events before it are merged, the rest of this input is skipped"),
+        ),
         FileReadError::Io(e) => fault(
             None,
             format!("read error: {e}; the rest of this input is skipped"),

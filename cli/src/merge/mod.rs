@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod capture_out;
+pub mod chrome_json;
 pub mod command;
 pub mod feed;
 pub mod first_pass;
@@ -21,6 +22,7 @@ pub mod plan;
 pub mod remote;
 pub mod second_pass;
 pub mod stats;
+pub mod systrace;
 #[cfg(test)]
 mod test_traces;
 pub mod window;
@@ -35,13 +37,16 @@ use std::path::{Path, PathBuf};
 
 use feed::OpenError;
 use first_pass::InputFault;
-use inputs::{InputError, InputSource, expand_inputs};
+use inputs::{Content, InputError, InputSource, expand_inputs};
 use manifest::{Manifest, ManifestError, parse_manifest};
 use output::{Format, Writer};
 use plan::{Plan, build_plan};
 use second_pass::{Context, InputStream, SequenceIds};
 use stats::MergeStats;
 use tracesync_common::exit;
+use tracesync_core::clock::ClockNode;
+use tracesync_core::clock::timeline::Timeline;
+use tracesync_protocol::clock_ids::BOOTTIME;
 use write_thread::ThreadWriter;
 
 #[derive(Clone, Debug)]
@@ -140,6 +145,8 @@ pub struct Prepared {
     /// What a merge of these inputs leaves behind (manifest attributes),
     /// for `merge` to say; not faults.
     pub notices: Vec<InputFault>,
+    /// What the conversion of JSON inputs counted.
+    pub json: chrome_json::JsonStats,
 }
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
@@ -195,6 +202,10 @@ pub fn prepare(
     .map_err(manifest_error)?;
     let undecodable_snapshots = scans.iter().map(|s| s.invalid_snapshot_packets).sum();
     let readable_inputs = scans.iter().filter(|s| s.packets > 0).count();
+    let mut json = chrome_json::JsonStats::default();
+    for scan in &scans {
+        json.add(&scan.json);
+    }
     let notices = manifest
         .as_ref()
         .and_then(|m| attributes_not_carried(m, &expanded.manifest))
@@ -208,6 +219,7 @@ pub fn prepare(
         undecodable_snapshots,
         readable_inputs,
         packets: scans.iter().map(|s| s.packets).collect(),
+        json,
     })
 }
 
@@ -257,6 +269,7 @@ pub(crate) fn merge_with_scan_threads(
         readable_inputs,
         packets,
         notices,
+        json,
     } = prepare(
         &opts.inputs,
         opts.manifest.as_deref(),
@@ -282,6 +295,7 @@ pub(crate) fn merge_with_scan_threads(
             .filter(|i| faults.iter().any(|f| f.display == i.display))
             .count() as u64,
         machines: plan.machines.iter().filter(|(_, m)| m.used).count() as u64,
+        json,
         ..MergeStats::default()
     };
     let target = opts.output.as_deref().filter(|p| p.as_os_str() != "-");
@@ -337,6 +351,24 @@ pub(crate) fn merge_with_scan_threads(
     Ok(MergeOutcome { stats, faults })
 }
 
+/// Whether converted ftrace events (read on BOOTTIME) are written on a
+/// trace time of another clock that the trace-time machine's BOOTTIME has
+/// no path to: nothing else on that machine is then on its BOOTTIME, so
+/// the output may declare the two equal.
+fn ftrace_needs_boottime(inputs: &[InputSource], timeline: &mut Timeline) -> bool {
+    let trace = timeline.trace_clock();
+    let boottime = ClockNode {
+        clock: BOOTTIME,
+        seq: 0,
+        ..trace
+    };
+    inputs
+        .iter()
+        .any(|i| matches!(i.content, Content::Systrace { .. }))
+        && trace.clock != BOOTTIME
+        && !timeline.graph().has_path(boottime, trace)
+}
+
 /// The second pass; `feeds`: each input's packet count from the first
 /// pass, and whether it is read on a thread of its own.
 fn write_merged(
@@ -350,6 +382,9 @@ fn write_merged(
     let trace_machine = plan.timeline.trace_clock().machine;
     let trace_clock = plan.timeline.trace_clock().clock;
     let mut writer = Writer::new(out, format, &plan.machines, trace_machine, trace_clock);
+    if ftrace_needs_boottime(inputs, &mut plan.timeline) {
+        writer.equate_boottime_with_trace_time();
+    }
     writer
         .preamble(&plan.machines, stats)
         .map_err(MergeError::Write)?;

@@ -45,6 +45,10 @@ pub struct Writer {
     trace_machine: MachineIdx,
     /// Clock id of trace time.
     trace_clock: u32,
+    /// Declare the trace-time machine's BOOTTIME equal to trace time: set
+    /// when converted ftrace events (read on BOOTTIME) are written on a
+    /// trace time of another clock that BOOTTIME has no path to.
+    boottime_is_trace_time: bool,
     /// `Trace.packet` record header of the packet being written.
     header: Vec<u8>,
     /// By machine index.
@@ -56,6 +60,11 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// See `boottime_is_trace_time`.
+    pub fn equate_boottime_with_trace_time(&mut self) {
+        self.boottime_is_trace_time = true;
+    }
+
     pub fn new(
         out: ThreadWriter,
         format: Format,
@@ -72,6 +81,7 @@ impl Writer {
             format,
             trace_machine,
             trace_clock,
+            boottime_is_trace_time: false,
             header: Vec::with_capacity(16),
             sync: vec![None; machines.len()],
             json_names,
@@ -111,7 +121,8 @@ impl Writer {
         // primary_trace_clock (v52 and the merging reader alike).
         if self.trace_clock != BOOTTIME && (1..=MONOTONIC_RAW).contains(&self.trace_clock) {
             let output_id = machines.get(self.trace_machine).output_id;
-            let packet = trace_clock_packet(self.trace_clock, output_id);
+            let packet =
+                trace_clock_packet(self.trace_clock, output_id, self.boottime_is_trace_time);
             self.write_framed(&packet, stats)?;
         }
         Ok(())
@@ -252,15 +263,21 @@ impl Writer {
 }
 
 /// A ClockSnapshot on tracesync's own sequence declaring `clock` the
-/// primary trace clock (one clock, at 0: it adds no edge).
-fn trace_clock_packet(clock: u32, machine_id: u32) -> Vec<u8> {
+/// primary trace clock (one clock, at 0: it adds no edge; with BOOTTIME
+/// beside it at 0 when `with_boottime`).
+fn trace_clock_packet(clock: u32, machine_id: u32, with_boottime: bool) -> Vec<u8> {
+    let at_zero = |clock_id: u32| Clock {
+        clock_id: Some(clock_id),
+        timestamp: Some(0),
+        ..Default::default()
+    };
+    let mut clocks = vec![at_zero(clock)];
+    if with_boottime {
+        clocks.push(at_zero(BOOTTIME));
+    }
     let packet = TracePacket {
         data: Some(Data::ClockSnapshot(ClockSnapshot {
-            clocks: vec![Clock {
-                clock_id: Some(clock),
-                timestamp: Some(0),
-                ..Default::default()
-            }],
+            clocks,
             primary_trace_clock: Some(clock as i32),
         })),
         optional_trusted_packet_sequence_id: Some(

@@ -8,15 +8,24 @@ use std::io::{self, Read};
 
 use tracesync_protocol::reader::{Packet, TraceFile, TraceReader, bundle_range};
 
+use super::chrome_json::StatsSlot;
 use super::inputs::InputSource;
 
 pub type InputReader = TraceFile<Box<dyn Read + Send>>;
 
 /// Opens `source` with bundle expansion left to the caller.
 pub fn open_reader(source: &InputSource) -> io::Result<InputReader> {
+    open_reader_counted(source, None)
+}
+
+/// [`open_reader`], a JSON input's conversion counts left in `slot`.
+pub fn open_reader_counted(
+    source: &InputSource,
+    slot: Option<StatsSlot>,
+) -> io::Result<InputReader> {
     let mut reader = TraceReader::new();
     reader.set_expand_bundles(false);
-    TraceFile::with_reader(source.open()?, reader)
+    TraceFile::with_reader(source.open_counted(slot)?, reader)
 }
 
 /// The bundle of `packet` that the expanding reader would expand, as a

@@ -2,10 +2,10 @@
 //! trace time, every clock edge (snapshots, remote syncs, manifest), and the
 //! placement of every file's clocks on the merged timeline.
 
-use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE, is_sequence_clock};
+use tracesync_protocol::clock_ids::{BOOTTIME, MONOTONIC, TRACE_FILE, is_sequence_clock};
 
 use super::first_pass::{ClockEvent, FileScan, SnapClock};
-use super::inputs::InputSource;
+use super::inputs::{Content, InputSource};
 use super::machines::{
     FileMachineFacts, FileMachines, MachineTable, Placement, name_for_own_machine,
 };
@@ -20,6 +20,9 @@ pub struct FilePlan {
     pub machines: FileMachines,
     /// Clock of packets with no clock id and no sequence default.
     pub default_clock: u32,
+    /// A converted input (JSON, systrace): its packets are written at their
+    /// resolved time (`chrome_json::written`).
+    pub converted: bool,
 }
 
 #[derive(Debug)]
@@ -57,9 +60,9 @@ fn input_index(inputs: &[InputSource], path: &str) -> Option<usize> {
 /// Builds the plan. Manifest errors that need the inputs are reported here.
 ///
 /// The steps run in an order Perfetto's results depend on: trace time is
-/// claimed file by file in input order (the manifest's first), edges are
-/// added in each file's stream order, manifest overrides after every
-/// file's own edges, and default clocks placed last, in input order.
+/// claimed file by file in processing order (the manifest's first), edges
+/// are added in each file's stream order, manifest overrides after every
+/// file's own edges, and default clocks placed last, in processing order.
 pub fn build_plan(
     inputs: &[InputSource],
     scans: &[FileScan],
@@ -74,22 +77,44 @@ pub fn build_plan(
         .map(|i| manifest.and_then(|m| m.entry_for(&i.names)))
         .collect();
     let mut planner = Planner::new(inputs, manifest.and_then(|m| m.trace_time.as_ref()));
-    let mut files = Vec::with_capacity(inputs.len());
-    for (i, (scan, entry)) in scans.iter().zip(&entries).enumerate() {
-        let file_machines = planner.assign_machines(i, scan, *entry, machine_per_file);
+    let mut planned = Vec::with_capacity(inputs.len());
+    for i in processing_order(inputs) {
+        let (scan, entry) = (&scans[i], entries[i]);
+        let file_machines = planner.assign_machines(i, scan, entry, machine_per_file);
         planner.claim_trace_time(i, scan, &file_machines);
         planner.add_clock_events(scan, &file_machines);
-        files.push(FilePlan {
-            machines: file_machines,
-            default_clock: default_clock(scan, *entry),
-        });
+        planned.push((
+            i,
+            FilePlan {
+                machines: file_machines,
+                default_clock: default_clock(scan, entry, &inputs[i]),
+                converted: inputs[i].content.is_converted(),
+            },
+        ));
     }
+    planned.sort_by_key(|(i, _)| *i);
+    let files: Vec<FilePlan> = planned.into_iter().map(|(_, f)| f).collect();
     for (i, entry) in entries.iter().enumerate() {
         if let Some(over) = entry.and_then(|e| e.clocks.as_ref()) {
             planner.add_clock_override(over, &files[i], &files);
         }
     }
     Ok(planner.finish(files))
+}
+
+/// The order Perfetto processes inputs in (an archive's members): protobuf
+/// traces in input order, then the converted ones (JSON, systrace) by
+/// name. Machines, scopes and trace-time claims follow it.
+fn processing_order(inputs: &[InputSource]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by(|&a, &b| {
+        let key = |i: usize| {
+            let converted = inputs[i].content.is_converted();
+            (converted, converted.then(|| &inputs[i].display))
+        };
+        key(a).cmp(&key(b))
+    });
+    order
 }
 
 /// The manifest's checks that need the inputs' facts.
@@ -112,15 +137,18 @@ fn check_manifest(
 }
 
 /// Clock of a file's packets with no clock id and no sequence default: a
-/// file the manifest pins (no clock named) runs on its private clock.
-fn default_clock(scan: &FileScan, entry: Option<&FileEntry>) -> u32 {
+/// file the manifest pins (no clock named), and a JSON trace (which has no
+/// absolute clock at all), run on the file's private clock; a systrace on
+/// its machine's MONOTONIC, as Perfetto reads the format.
+fn default_clock(scan: &FileScan, entry: Option<&FileEntry>, input: &InputSource) -> u32 {
     let pinned = entry
         .and_then(|e| e.clocks.as_ref())
         .is_some_and(|c| c.clock.is_none());
-    if pinned {
-        TRACE_FILE
-    } else {
-        scan.primary_clock.unwrap_or(BOOTTIME)
+    match input.content {
+        _ if pinned => TRACE_FILE,
+        Content::ChromeJson { .. } => TRACE_FILE,
+        Content::Systrace { .. } => MONOTONIC,
+        Content::Proto => scan.primary_clock.unwrap_or(BOOTTIME),
     }
 }
 
@@ -208,6 +236,16 @@ impl<'a> Planner<'a> {
             }
         }
         if self.manifest_time.is_some() {
+            return;
+        }
+        // A systrace claims its MONOTONIC, as Perfetto's systrace reader
+        // does (after every protobuf trace: see `processing_order`).
+        if matches!(self.inputs[i].content, Content::Systrace { .. })
+            && let Some(p) = file_machines.base
+        {
+            let source = self.inputs[i].display.clone();
+            self.timeline
+                .claim_trace_time(node(p, 0, MONOTONIC), Claimant::Trace { source });
             return;
         }
         // First claimant wins: an explicit primary clock, or BOOTTIME
@@ -317,7 +355,11 @@ impl<'a> Planner<'a> {
             return;
         };
         let src_clock = over.clock.unwrap_or(TRACE_FILE);
-        let ref_clock = over.sync_to.clock.unwrap_or(TRACE_FILE);
+        // With no clock named, the reference is the file's private timeline:
+        // the clock its own timestamps run on (TRACE_FILE for a JSON or
+        // pinned file, BOOTTIME for an unpinned clockless proto), never a
+        // TRACE_FILE node none of its packets use.
+        let ref_clock = over.sync_to.clock.unwrap_or(ref_file.default_clock);
         let (s, r) = if over.offset_ns >= 0 {
             (0, over.offset_ns as u64)
         } else {
@@ -330,11 +372,14 @@ impl<'a> Planner<'a> {
         add_edge(&mut self.timeline, &edge, EdgeOrigin::Manifest);
     }
 
-    /// Places every file's default clock, in input order, so that which
-    /// assumption a clock gets does not depend on packet order.
+    /// Places every file's default clock, so that which assumption a clock
+    /// gets does not depend on packet order: protobuf traces in input
+    /// order, then the converted ones by name, as Perfetto processes an
+    /// archive's members (the first private clock placed is the one the
+    /// others' pins are measured from).
     fn finish(mut self, files: Vec<FilePlan>) -> Plan {
         self.machines.finalize(self.timeline.trace_clock().machine);
-        for file in &files {
+        for file in processing_order(self.inputs).into_iter().map(|i| &files[i]) {
             let placements = file
                 .machines
                 .base

@@ -12,9 +12,11 @@ use std::collections::HashMap;
 use tracesync_protocol::clock_ids::{BOOTTIME, TRACE_FILE};
 use tracesync_protocol::perfetto::{ClockSnapshot, RemoteClockSync};
 use tracesync_protocol::scan::{
-    Kind, Stamp, StampSuffix, StampTail, stamp_by_layout, stamp_split_with_suffix_into,
+    Kind, Stamp, StampSuffix, StampTail, field, stamp_by_layout, stamp_split_with_suffix_into,
 };
+use tracesync_protocol::wire::put_varint_field;
 
+use super::chrome_json::written::{ftrace_event_time, written_time};
 use super::feed::{OpenError, PacketFeed, PacketScan};
 use super::inputs::InputSource;
 use super::machines::{MachineIdx, MachineTable, Placement};
@@ -23,6 +25,7 @@ use super::remote::{
     MachineDefaults, SERVICE_EVENT_FIELD, default_from_snapshot, rounds_of, sync_edges,
 };
 use super::stats::MergeStats;
+use super::systrace::encode::{is_ftrace_packet, set_event_ts};
 use tracesync_core::clock::timeline::{Timeline, Unplaced};
 use tracesync_core::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
 
@@ -190,7 +193,7 @@ impl<'a> InputStream<'a> {
                 ctx.stats.packets_malformed += 1;
                 continue;
             };
-            if let Some((head, sequence)) = resolve(
+            if let Some((mut head, sequence)) = resolve(
                 self.plan,
                 &mut self.sequences,
                 &mut self.defaults,
@@ -208,6 +211,29 @@ impl<'a> InputStream<'a> {
                     default_timestamp_clock_id: head.clock.map(|(c, _)| c),
                     strip_trusted: false,
                 };
+                let trace = ctx.timeline.trace_clock();
+                if self.plan.converted
+                    && head.clock.is_some()
+                    && let Some((clock, ts)) = written_time(&mut head, trace.machine, trace.clock)
+                {
+                    let stamp = Stamp {
+                        default_timestamp_clock_id: Some(clock),
+                        ..stamp
+                    };
+                    self.split = None;
+                    self.body.clear();
+                    if stamp_by_layout(bytes, &fields.stamp_layout, &stamp, &mut self.body).is_err()
+                    {
+                        ctx.stats.packets_malformed += 1;
+                        continue;
+                    }
+                    put_varint_field(&mut self.body, field::TIMESTAMP, ts);
+                    if is_ftrace_packet(&self.body) {
+                        set_event_ts(&mut self.body, ftrace_event_time(ctx.timeline, clock, ts));
+                    }
+                    self.head = Some(head);
+                    return;
+                }
                 // Most packets keep a prefix of their bytes: written from
                 // the feed's batch, not copied here. The fields the stamp
                 // appends are the sequence's last ones unless its machine

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use super::chrome_json::JsonStats;
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MergeStats {
     pub inputs: u64,
@@ -34,6 +36,9 @@ pub struct MergeStats {
     /// clock of their machine: taken as already in trace time, as Perfetto
     /// does.
     pub remote_packets_as_trace_time: u64,
+    /// What the conversion of Chrome JSON inputs counted.
+    #[serde(flatten)]
+    pub json: JsonStats,
 }
 
 impl MergeStats {

@@ -130,7 +130,8 @@ impl Timeline {
     ///
     /// A file-scoped clock (scope != 0) is first tied to its machine's
     /// canonical clock of the same domain: files of one machine are assumed
-    /// to come from one boot unless something better is known.
+    /// to come from one boot unless something better is known. A file's
+    /// private clock (TRACE_FILE) is its own: never another file's.
     pub fn place(&mut self, clock: ClockNode) -> Placement {
         let target = self.trace_clock;
         if clock == target || self.graph.has_path(clock, target) {
@@ -140,7 +141,7 @@ impl Timeline {
             // Already tried: whatever was decided then still holds.
             return Placement::Unrelatable;
         }
-        if clock.scope != 0 && !is_sequence_clock(clock.clock) {
+        if clock.scope != 0 && !is_sequence_clock(clock.clock) && clock.clock != TRACE_FILE {
             let canonical = ClockNode { scope: 0, ..clock };
             if canonical != clock && self.graph.is_known(canonical) {
                 // Only "if they are not already connected" (Perfetto's

@@ -33,10 +33,12 @@ const RT: u32 = REALTIME;
 const OWN_SEQ: u32 = 1;
 const S: u64 = 1_000_000_000;
 
+mod chrome_json;
 mod found_bugs;
 mod inputs;
 mod one_file;
 mod placement;
+mod systrace;
 
 // ---------------------------------------------------------------------------
 // Building inputs

@@ -153,11 +153,12 @@ fn add_member(
         }
         Kind::ManifestTooLarge => Err(InputError::ManifestTooLarge { display }),
         Kind::ManifestNotUtf8 => Err(InputError::ManifestNotUtf8 { display }),
-        Kind::Trace => {
+        Kind::Trace(content) => {
             out.traces.push(InputSource {
                 display,
                 names: member_names(member),
                 origin,
+                content,
             });
             Ok(())
         }

@@ -1,9 +1,14 @@
 //! Classifying a file or member by content: ZIP, TAR, a gzip'd archive, a
-//! `perfetto_manifest` (read whole, within a cap), or else a trace.
+//! `perfetto_manifest` (read whole, within a cap), a Chrome JSON trace or
+//! a systrace text (plain or gzip), or else a Perfetto protobuf trace.
 
 use std::io::{self, Cursor, Read};
 
 use flate2::read::MultiGzDecoder;
+
+use super::source::Content;
+use crate::merge::chrome_json::scan::looks_like_chrome_json;
+use crate::merge::systrace::looks_like_systrace;
 
 /// Upper bound on a manifest's size: it is the one thing read whole.
 pub(super) const MANIFEST_CAP: u64 = 16 << 20;
@@ -24,7 +29,7 @@ pub(super) enum Kind {
     GzManifest(String),
     ManifestTooLarge,
     ManifestNotUtf8,
-    Trace,
+    Trace(Content),
 }
 
 /// Classifies a stream by its first bytes; reads the rest only for a
@@ -44,7 +49,7 @@ pub(super) fn inspect(r: &mut dyn Read) -> io::Result<Kind> {
         // A gzip stream that does not decode is left to the trace reader,
         // which reports it with a byte offset.
         if (&mut gz).take(SNIFF_LEN).read_to_end(&mut inner).is_err() {
-            return Ok(Kind::Trace);
+            return Ok(Kind::Trace(Content::Proto));
         }
         if is_zip(&inner) || is_tar(&inner) {
             return Ok(Kind::CompressedArchive);
@@ -55,12 +60,24 @@ pub(super) fn inspect(r: &mut dyn Read) -> io::Result<Kind> {
                 other => other,
             });
         }
-        return Ok(Kind::Trace);
+        if looks_like_chrome_json(&inner) {
+            return Ok(Kind::Trace(Content::ChromeJson { gzip: true }));
+        }
+        if looks_like_systrace(&inner) {
+            return Ok(Kind::Trace(Content::Systrace { gzip: true }));
+        }
+        return Ok(Kind::Trace(Content::Proto));
     }
     if is_manifest(&head) {
         return read_manifest_rest(head, r);
     }
-    Ok(Kind::Trace)
+    if looks_like_chrome_json(&head) {
+        return Ok(Kind::Trace(Content::ChromeJson { gzip: false }));
+    }
+    if looks_like_systrace(&head) {
+        return Ok(Kind::Trace(Content::Systrace { gzip: false }));
+    }
+    Ok(Kind::Trace(Content::Proto))
 }
 
 fn read_manifest_rest(mut text: Vec<u8>, rest: &mut dyn Read) -> io::Result<Kind> {

@@ -1,6 +1,6 @@
 //! Expansion of `tracesync merge` INPUT paths into trace sources.
 //!
-//! An input is a plain or gzip trace, a ZIP or TAR archive of traces
+//! An input is a plain or gzip trace (Perfetto protobuf or Chrome JSON), a ZIP or TAR archive of traces
 //! (`archive`), or a `perfetto_manifest` (recognised by content, as Perfetto
 //! does: `classify`). Archives are indexed once, without reading member data
 //! beyond a short prefix used to classify it; each source can then be
@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use archive::{expand_tar, expand_zip};
 use classify::{Kind, inspect};
 pub use error::InputError;
-pub use source::InputSource;
 use source::Origin;
+pub use source::{Content, InputSource};
 
 /// The expanded inputs of one merge.
 #[derive(Debug, Clone)]
@@ -125,7 +125,7 @@ fn expand_one(path: &Path, out: &mut Inputs) -> Result<(), InputError> {
         }
         Kind::ManifestTooLarge => Err(InputError::ManifestTooLarge { display: shown }),
         Kind::ManifestNotUtf8 => Err(InputError::ManifestNotUtf8 { display: shown }),
-        Kind::Trace => {
+        Kind::Trace(content) => {
             let mut names = vec![shown.clone()];
             if let Some(base) = path.file_name() {
                 push_unique(&mut names, base.to_string_lossy().into_owned());
@@ -134,6 +134,7 @@ fn expand_one(path: &Path, out: &mut Inputs) -> Result<(), InputError> {
                 display: shown,
                 names,
                 origin: Origin::File(path.to_path_buf()),
+                content,
             });
             Ok(())
         }

@@ -6,7 +6,10 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
-use flate2::read::DeflateDecoder;
+use flate2::read::{DeflateDecoder, MultiGzDecoder};
+
+use crate::merge::chrome_json::{ChromeJsonReader, StatsSlot};
+use crate::merge::systrace::SystraceReader;
 
 /// One trace to merge: a file, or a member of an archive.
 #[derive(Debug, Clone)]
@@ -17,6 +20,25 @@ pub struct InputSource {
     /// its base name; for a member the member name and its base name.
     pub names: Vec<String>,
     pub(super) origin: Origin,
+    pub content: Content,
+}
+
+/// What an input's bytes are, found by content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Content {
+    /// A Perfetto protobuf trace (gzip is detected by the trace reader).
+    Proto,
+    /// A Chrome JSON trace, converted to protobuf as it is read.
+    ChromeJson { gzip: bool },
+    /// A systrace (ftrace text) trace, converted to protobuf as it is read.
+    Systrace { gzip: bool },
+}
+
+impl Content {
+    /// Whether the input is converted to protobuf as it is read.
+    pub fn is_converted(self) -> bool {
+        !matches!(self, Self::Proto)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -43,10 +65,40 @@ pub(super) enum Origin {
 }
 
 impl InputSource {
-    /// A fresh reader of the raw bytes (gzip is left for the trace reader to
-    /// detect). Reopens the underlying file each time, so every merge pass
-    /// reads the same bytes with constant memory.
+    /// A fresh reader of the input as a Perfetto trace: the raw bytes of a
+    /// protobuf trace (gzip is left for the trace reader to detect), a JSON
+    /// trace converted as it is read. Reopens the underlying file each
+    /// time, so every merge pass reads the same bytes with constant memory.
     pub fn open(&self) -> io::Result<Box<dyn Read + Send>> {
+        self.open_counted(None)
+    }
+
+    /// [`InputSource::open`], a JSON conversion's counts left in `slot`
+    /// when the reader is dropped.
+    pub fn open_counted(&self, slot: Option<StatsSlot>) -> io::Result<Box<dyn Read + Send>> {
+        let raw = self.open_raw()?;
+        Ok(match self.content {
+            Content::Proto => raw,
+            Content::ChromeJson { gzip } => {
+                let text: Box<dyn Read + Send> = if gzip {
+                    Box::new(MultiGzDecoder::new(raw))
+                } else {
+                    raw
+                };
+                Box::new(ChromeJsonReader::new(text, &self.display, slot))
+            }
+            Content::Systrace { gzip } => {
+                let text: Box<dyn Read + Send> = if gzip {
+                    Box::new(MultiGzDecoder::new(raw))
+                } else {
+                    raw
+                };
+                Box::new(SystraceReader::new(text, slot))
+            }
+        })
+    }
+
+    fn open_raw(&self) -> io::Result<Box<dyn Read + Send>> {
         match &self.origin {
             Origin::File(path) => Ok(Box::new(File::open(path)?)),
             Origin::Tar {
@@ -91,8 +143,12 @@ impl InputSource {
 }
 
 impl InputSource {
-    /// Length in bytes of a plain file input; None for an archive member.
+    /// Length in bytes of a plain protobuf file input; None for an archive
+    /// member or a JSON trace (neither is read in pieces).
     pub fn file_len(&self) -> Option<u64> {
+        if self.content != Content::Proto {
+            return None;
+        }
         match &self.origin {
             Origin::File(path) => std::fs::metadata(path).ok().map(|m| m.len()),
             _ => None,
@@ -107,7 +163,7 @@ impl InputSource {
         from: u64,
         len: Option<u64>,
     ) -> Option<io::Result<Box<dyn Read + Send>>> {
-        let Origin::File(path) = &self.origin else {
+        let (Origin::File(path), Content::Proto) = (&self.origin, self.content) else {
             return None;
         };
         let open = || -> io::Result<Box<dyn Read + Send>> {

@@ -1,0 +1,588 @@
+//! Chrome JSON events as Perfetto TrackEvent packets, the way the trace
+//! processor's JSON importer places them: B/E and X slices and thread-scoped
+//! instants on the thread's track, process and global instants on a
+//! process track and a global track, one counter track per `C` event name
+//! and args key ("name key", "name id: ID key" with an id), b/e/n async
+//! slices on a track per process, name and id, process and thread names
+//! and sort indexes of `M` events, `bind_id` flows.
+//!
+//! Invariants: descriptors are written as soon as a pid or tid is first
+//! seen (untimed: they take their place in the input's order); timed
+//! packets wait in a heap of at most [`WINDOW_BYTES`] and leave it in
+//! timestamp order (ties in the order they were made), so a file whose
+//! events are out of order by less than the window comes out sorted.
+//! Track uuids and string pids are hashes of the input's name and the
+//! event's fields: the same in both merge passes.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+use prost::Message;
+use serde_json::{Map, Value};
+use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+use tracesync_protocol::perfetto::{
+    CounterDescriptor, DebugAnnotation, ProcessDescriptor, ThreadDescriptor, TracePacket,
+    TrackDescriptor, TrackEvent, debug_annotation, track_event,
+};
+
+use super::JsonStats;
+use super::event::{Id, Ident, JsonEvent, Scope};
+
+/// Bytes of timed packets held back to put a file's events in order.
+pub const WINDOW_BYTES: usize = 16 << 20;
+/// The one packet sequence of a converted file.
+const SEQUENCE: u32 = 1;
+/// Name of a slice whose event has none, as the trace processor names it.
+const NO_NAME: &str = "[No name]";
+
+/// A timed packet waiting for its turn: ordered by time, then creation.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    ts: i64,
+    seq: u64,
+    bytes: Vec<u8>,
+}
+
+/// Kinds of track, mixed into their uuids.
+#[derive(Clone, Copy)]
+enum TrackKind {
+    Process = 1,
+    Thread = 2,
+    Counter = 3,
+    Async = 4,
+    Global = 5,
+    Flow = 6,
+    StringId = 7,
+}
+
+/// The state of one file's conversion.
+pub struct Converter {
+    salt: u64,
+    heap: BinaryHeap<Reverse<Pending>>,
+    held_bytes: usize,
+    made: u64,
+    released: i64,
+    /// Process names and sort indexes written so far, by pid.
+    processes: HashMap<u32, (Option<String>, Option<i32>)>,
+    threads: HashMap<(u32, u32), (Option<String>, Option<i32>)>,
+    named_tracks: HashSet<u64>,
+}
+
+/// FNV-1a over `parts`, never 0 (a uuid of 0 means none).
+fn hash(salt: u64, kind: TrackKind, parts: &[&[u8]]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ salt ^ kind as u64;
+    for part in parts {
+        for &b in *part {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        // A separator, so ("ab","c") and ("a","bc") differ.
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h.max(1)
+}
+
+fn id_bytes(id: &Id) -> Vec<u8> {
+    match id {
+        Id::Str(s) => [b"s", s.as_bytes()].concat(),
+        Id::Int(n) => [b"i".as_slice(), &n.to_le_bytes()].concat(),
+    }
+}
+
+fn framed(packet: &TracePacket) -> Vec<u8> {
+    let mut out = Vec::with_capacity(packet.encoded_len() + 6);
+    out.push(0x0a);
+    // Writing into a Vec cannot run out of room.
+    let _ = packet.encode_length_delimited(&mut out);
+    out
+}
+
+fn packet(ts: Option<i64>, data: Data) -> TracePacket {
+    TracePacket {
+        timestamp: ts.map(|t| t as u64),
+        data: Some(data),
+        optional_trusted_packet_sequence_id: Some(
+            OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(SEQUENCE),
+        ),
+        ..Default::default()
+    }
+}
+
+/// A JSON value as a debug annotation (objects and arrays entry by entry);
+/// None for null, which the trace processor drops too.
+fn annotation(name: Option<&str>, v: &Value) -> Option<DebugAnnotation> {
+    use debug_annotation::Value as V;
+    let mut a = DebugAnnotation {
+        name_field: name.map(|n| debug_annotation::NameField::Name(n.to_owned())),
+        ..Default::default()
+    };
+    match v {
+        Value::Null => return None,
+        Value::Bool(b) => a.value = Some(V::BoolValue(*b)),
+        Value::Number(n) => {
+            a.value = Some(match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => V::IntValue(i),
+                (None, Some(u)) => V::UintValue(u),
+                _ => V::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
+            })
+        }
+        Value::String(s) => a.value = Some(V::StringValue(s.clone())),
+        Value::Array(items) => {
+            a.array_values = items.iter().filter_map(|i| annotation(None, i)).collect();
+        }
+        Value::Object(map) => {
+            a.dict_entries = map
+                .iter()
+                .filter_map(|(k, v)| annotation(Some(k), v))
+                .collect();
+        }
+    }
+    Some(a)
+}
+
+fn annotations(args: Option<&Map<String, Value>>) -> Vec<DebugAnnotation> {
+    args.map(|m| {
+        m.iter()
+            .filter_map(|(k, v)| annotation(Some(k), v))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// A counter value as Perfetto reads it: a number, or a string holding one.
+fn counter_value(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    }
+}
+
+impl Converter {
+    /// A conversion of the input named `display` (the salt of its uuids).
+    pub fn new(display: &str) -> Self {
+        Self {
+            salt: hash(0, TrackKind::Global, &[display.as_bytes()]),
+            heap: BinaryHeap::new(),
+            held_bytes: 0,
+            made: 0,
+            released: i64::MIN,
+            processes: HashMap::new(),
+            threads: HashMap::new(),
+            named_tracks: HashSet::new(),
+        }
+    }
+
+    /// A string pid or tid as a number, as the trace processor gives it
+    /// one of its own (the string becomes its name).
+    fn string_id(&self, s: &str) -> u32 {
+        // Above the kernel's pid range (2^22), below i32's sign bit.
+        (1 << 30) | (hash(self.salt, TrackKind::StringId, &[s.as_bytes()]) as u32 & 0x3fff_ffff)
+    }
+
+    fn track_uuid(&self, kind: TrackKind, parts: &[&[u8]]) -> u64 {
+        hash(self.salt, kind, parts)
+    }
+
+    fn process_uuid(&self, pid: u32) -> u64 {
+        self.track_uuid(TrackKind::Process, &[&pid.to_le_bytes()])
+    }
+
+    fn thread_uuid(&self, pid: u32, tid: u32) -> u64 {
+        self.track_uuid(TrackKind::Thread, &[&pid.to_le_bytes(), &tid.to_le_bytes()])
+    }
+
+    /// Writes (or rewrites, with a new name or sort index) the process's
+    /// descriptor.
+    fn process(&mut self, pid: u32, name: Option<String>, sort: Option<i32>, out: &mut Vec<u8>) {
+        let known = self.processes.get(&pid).cloned();
+        let merged = match &known {
+            Some((n, s)) => (name.or_else(|| n.clone()), sort.or(*s)),
+            None => (name, sort),
+        };
+        if known.as_ref() == Some(&merged) {
+            return;
+        }
+        let d = TrackDescriptor {
+            uuid: Some(self.process_uuid(pid)),
+            process: Some(ProcessDescriptor {
+                pid: Some(pid as i32),
+                process_name: merged.0.clone(),
+                legacy_sort_index: merged.1,
+            }),
+            ..Default::default()
+        };
+        out.extend(framed(&packet(None, Data::TrackDescriptor(d))));
+        self.processes.insert(pid, merged);
+    }
+
+    fn thread(
+        &mut self,
+        (pid, tid): (u32, u32),
+        name: Option<String>,
+        sort: Option<i32>,
+        out: &mut Vec<u8>,
+    ) -> u64 {
+        self.process(pid, None, None, out);
+        let uuid = self.thread_uuid(pid, tid);
+        let known = self.threads.get(&(pid, tid)).cloned();
+        let merged = match &known {
+            Some((n, s)) => (name.or_else(|| n.clone()), sort.or(*s)),
+            None => (name, sort),
+        };
+        if known.as_ref() != Some(&merged) {
+            let d = TrackDescriptor {
+                uuid: Some(uuid),
+                parent_uuid: Some(self.process_uuid(pid)),
+                thread: Some(ThreadDescriptor {
+                    pid: Some(pid as i32),
+                    tid: Some(i64::from(tid)),
+                    thread_name: merged.0.clone(),
+                    legacy_sort_index: merged.1,
+                }),
+                ..Default::default()
+            };
+            out.extend(framed(&packet(None, Data::TrackDescriptor(d))));
+            self.threads.insert((pid, tid), merged);
+        }
+        uuid
+    }
+
+    /// A named track (counter, async, global) written once.
+    fn named_track(
+        &mut self,
+        uuid: u64,
+        name: &str,
+        parent: Option<u64>,
+        counter: bool,
+        out: &mut Vec<u8>,
+    ) {
+        if !self.named_tracks.insert(uuid) {
+            return;
+        }
+        let d = TrackDescriptor {
+            uuid: Some(uuid),
+            name: Some(name.to_owned()),
+            parent_uuid: parent,
+            counter: counter.then(CounterDescriptor::default),
+            ..Default::default()
+        };
+        out.extend(framed(&packet(None, Data::TrackDescriptor(d))));
+    }
+
+    fn hold(&mut self, ts: i64, event: TrackEvent) {
+        self.hold_framed(ts, framed(&packet(Some(ts), Data::TrackEvent(event))));
+    }
+
+    /// Holds a framed packet made elsewhere (a `systemTraceEvents` line)
+    /// in the window, then releases what overflows it.
+    pub fn push_framed(
+        &mut self,
+        ts: i64,
+        bytes: Vec<u8>,
+        out: &mut Vec<u8>,
+        stats: &mut JsonStats,
+    ) {
+        self.hold_framed(ts, bytes);
+        self.release(WINDOW_BYTES, out, stats);
+    }
+
+    fn hold_framed(&mut self, ts: i64, bytes: Vec<u8>) {
+        self.held_bytes += bytes.len();
+        self.made += 1;
+        self.heap.push(Reverse(Pending {
+            ts,
+            seq: self.made,
+            bytes,
+        }));
+    }
+
+    /// Releases held packets until at most `keep` bytes are held.
+    fn release(&mut self, keep: usize, out: &mut Vec<u8>, stats: &mut JsonStats) {
+        while self.held_bytes > keep {
+            let Some(Reverse(p)) = self.heap.pop() else {
+                break;
+            };
+            self.held_bytes -= p.bytes.len();
+            if p.ts < self.released {
+                stats.json_events_out_of_window += 1;
+            }
+            self.released = self.released.max(p.ts);
+            out.extend(p.bytes);
+        }
+    }
+
+    /// Everything still held, in order: the file has ended.
+    pub fn finish(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
+        self.release(0, out, stats);
+    }
+
+    /// Converts one event: descriptors straight into `out`, timed packets
+    /// into the window (released into `out` as it fills).
+    pub fn push(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
+        self.convert(e, out, stats);
+        self.release(WINDOW_BYTES, out, stats);
+    }
+
+    fn convert(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
+        if e.phase == 0 {
+            // An empty `{}` is a common filler; anything else lacks "ph".
+            if e.any_field {
+                stats.json_tokenizer_failure += 1;
+            }
+            return;
+        }
+        if e.bad_field.is_some() || (e.ts.is_none() && e.phase != b'M') {
+            stats.json_tokenizer_failure += 1;
+            return;
+        }
+        let ts = e.ts.unwrap_or(0);
+        if ts < 0 {
+            stats.json_negative_timestamp_dropped += 1;
+            return;
+        }
+        let ids = |s: &str| self.string_id(s);
+        let pid = e.pid_number(&ids);
+        let tid = e.tid_number(&ids);
+        // A string pid or tid names its process or thread.
+        let pid_name = match &e.pid {
+            Some(Ident::Str(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let tid_name = match &e.tid {
+            Some(Ident::Str(s)) => Some(s.clone()),
+            _ => None,
+        };
+        if pid_name.is_some() {
+            self.process(pid, pid_name, None, out);
+        }
+        match e.phase {
+            b'B' | b'E' | b'X' | b'i' | b'I' | b'R' | b'C' | b'M' | b'b' | b'e' | b'n' => {}
+            _ => {
+                stats.json_events_not_converted += 1;
+                return;
+            }
+        }
+        let thread = self.thread((pid, tid), tid_name, None, out);
+        match e.phase {
+            b'B' => self.slice_begin(ts, thread, &e),
+            b'E' => {
+                let mut end = self.event(track_event::Type::SliceEnd, thread, &e);
+                end.name_field = None;
+                self.hold(ts, end);
+            }
+            b'X' => match e
+                .dur
+                .and_then(|d| (d >= 0).then(|| ts.checked_add(d)).flatten())
+            {
+                Some(end_ts) => {
+                    self.slice_begin(ts, thread, &e);
+                    let end = TrackEvent {
+                        r#type: Some(track_event::Type::SliceEnd as i32),
+                        track_uuid: Some(thread),
+                        ..Default::default()
+                    };
+                    self.hold(end_ts, end);
+                }
+                None => stats.json_parser_failure += 1,
+            },
+            b'i' | b'I' | b'R' => self.instant(ts, (pid, thread), &e, out, stats),
+            b'C' => self.counter(ts, pid, &e, out, stats),
+            b'M' => self.metadata((pid, tid), &e, out, stats),
+            _ => self.async_event(ts, pid, &e, out, stats),
+        }
+    }
+
+    /// A TrackEvent of `kind` on `track` with the event's name (or the
+    /// trace processor's placeholder), category and args.
+    fn event(&self, kind: track_event::Type, track: u64, e: &JsonEvent) -> TrackEvent {
+        let name = if e.name.is_empty() { NO_NAME } else { &e.name };
+        TrackEvent {
+            r#type: Some(kind as i32),
+            track_uuid: Some(track),
+            name_field: Some(track_event::NameField::Name(name.to_owned())),
+            categories: if e.cat.is_empty() {
+                Vec::new()
+            } else {
+                vec![e.cat.clone()]
+            },
+            debug_annotations: annotations(e.args.as_ref()),
+            ..Default::default()
+        }
+    }
+
+    fn slice_begin(&mut self, ts: i64, track: u64, e: &JsonEvent) {
+        let mut begin = self.event(track_event::Type::SliceBegin, track, e);
+        self.add_flow(&mut begin, e);
+        self.hold(ts, begin);
+    }
+
+    /// `bind_id` with `flow_out` starts or continues a flow at this slice,
+    /// with only `flow_in` ends it here.
+    fn add_flow(&self, ev: &mut TrackEvent, e: &JsonEvent) {
+        let Some(id) = &e.bind_id else {
+            return;
+        };
+        let flow = self.track_uuid(TrackKind::Flow, &[&id_bytes(id)]);
+        if e.flow_out {
+            ev.flow_ids.push(flow);
+        } else if e.flow_in {
+            ev.terminating_flow_ids.push(flow);
+        }
+    }
+
+    fn instant(
+        &mut self,
+        ts: i64,
+        (pid, thread): (u32, u64),
+        e: &JsonEvent,
+        out: &mut Vec<u8>,
+        stats: &mut JsonStats,
+    ) {
+        let track = match e.scope {
+            Some(Scope::Global) => {
+                let uuid = self.track_uuid(TrackKind::Global, &[]);
+                self.named_track(uuid, "Global instants", None, false, out);
+                uuid
+            }
+            Some(Scope::Process) if e.pid.is_some() => self.process_uuid(pid),
+            None | Some(Scope::Thread) if e.tid.is_some() => thread,
+            _ => {
+                stats.json_parser_failure += 1;
+                return;
+            }
+        };
+        let instant = self.event(track_event::Type::Instant, track, e);
+        self.hold(ts, instant);
+    }
+
+    fn counter(
+        &mut self,
+        ts: i64,
+        pid: u32,
+        e: &JsonEvent,
+        out: &mut Vec<u8>,
+        stats: &mut JsonStats,
+    ) {
+        let Some(args) = &e.args else {
+            stats.json_parser_failure += 1;
+            return;
+        };
+        let mut prefix = e.name.clone();
+        if let Some(Id::Str(id)) = &e.id {
+            prefix.push_str(" id: ");
+            prefix.push_str(id);
+        }
+        prefix.push(' ');
+        for (key, value) in args {
+            let Some(v) = counter_value(value) else {
+                stats.json_parser_failure += 1;
+                continue;
+            };
+            let name = format!("{prefix}{key}");
+            let pid_bytes = pid.to_le_bytes();
+            let uuid = self.track_uuid(TrackKind::Counter, &[&pid_bytes, name.as_bytes()]);
+            let parent = self.process_uuid(pid);
+            self.named_track(uuid, &name, Some(parent), true, out);
+            let c = TrackEvent {
+                r#type: Some(track_event::Type::Counter as i32),
+                track_uuid: Some(uuid),
+                counter_value_field: Some(track_event::CounterValueField::DoubleCounterValue(v)),
+                ..Default::default()
+            };
+            self.hold(ts, c);
+        }
+    }
+
+    fn metadata(
+        &mut self,
+        (pid, tid): (u32, u32),
+        e: &JsonEvent,
+        out: &mut Vec<u8>,
+        stats: &mut JsonStats,
+    ) {
+        let Some(args) = &e.args else {
+            return;
+        };
+        match e.name.as_str() {
+            "process_name" | "thread_name" => {
+                let Some(name) = args
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                else {
+                    if args.contains_key("name") {
+                        stats.json_parser_failure += 1;
+                    }
+                    return;
+                };
+                if e.name == "process_name" {
+                    self.process(pid, Some(name.to_owned()), None, out);
+                } else {
+                    self.thread((pid, tid), Some(name.to_owned()), None, out);
+                }
+            }
+            "process_sort_index" | "thread_sort_index" => {
+                let Some(v) = args.get("sort_index") else {
+                    return;
+                };
+                let Some(index) = v.as_i64().or_else(|| v.as_f64().map(|f| f as i64)) else {
+                    stats.json_parser_failure += 1;
+                    return;
+                };
+                let index = index as i32;
+                if e.name == "process_sort_index" {
+                    self.process(pid, None, Some(index), out);
+                } else {
+                    self.thread((pid, tid), None, Some(index), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn async_event(
+        &mut self,
+        ts: i64,
+        pid: u32,
+        e: &JsonEvent,
+        out: &mut Vec<u8>,
+        stats: &mut JsonStats,
+    ) {
+        // The async id: `id`, else `id2.global`, else `id2.local`, with the
+        // category (Perfetto's cookie). Only an `id2.local` is scoped to
+        // its process: the others name a track of the whole trace.
+        let (id, local) = match (&e.id, &e.id2_global, &e.id2_local) {
+            (Some(id), _, _) | (None, Some(id), _) => (Some(id), false),
+            (None, None, local) => (local.as_ref(), true),
+        };
+        let (Some(id), true) = (id, e.pid.is_some()) else {
+            stats.json_parser_failure += 1;
+            return;
+        };
+        let name = if e.name.is_empty() { NO_NAME } else { &e.name };
+        let pid_bytes = pid.to_le_bytes();
+        let scope: &[u8] = if local { &pid_bytes } else { b"global" };
+        let uuid = self.track_uuid(
+            TrackKind::Async,
+            &[scope, e.cat.as_bytes(), &id_bytes(id), name.as_bytes()],
+        );
+        let parent = local.then(|| self.process_uuid(pid));
+        self.named_track(uuid, name, parent, false, out);
+        let ev = match e.phase {
+            b'b' => {
+                let mut begin = self.event(track_event::Type::SliceBegin, uuid, e);
+                self.add_flow(&mut begin, e);
+                begin
+            }
+            b'e' => {
+                let mut end = self.event(track_event::Type::SliceEnd, uuid, e);
+                end.name_field = None;
+                end
+            }
+            _ => self.event(track_event::Type::Instant, uuid, e),
+        };
+        self.hold(ts, ev);
+    }
+}

@@ -1,0 +1,226 @@
+//! Chrome JSON traces as merge inputs: a JSON file is read as a stream
+//! and converted, event by event, into a Perfetto protobuf trace that the
+//! merge's passes read like any other input.
+//!
+//! Invariants:
+//! - Memory is bounded whatever the file's size: one read buffer, one event
+//!   ([`scan::MAX_EVENT_BYTES`]), the reordering window
+//!   ([`convert::WINDOW_BYTES`]), and one entry per process, thread and
+//!   named track.
+//! - The conversion is a pure function of the file's bytes and its name:
+//!   both merge passes see the same packets at the same offsets.
+//! - Converted packets carry no clock id: the plan gives a JSON input the
+//!   file's private clock (`TRACE_FILE`) as its default, pinned at zero to
+//!   trace time unless a manifest pins it elsewhere; the ftrace events of
+//!   its `systemTraceEvents` lines share it.
+//! - Nothing is dropped silently: what is not converted is counted in
+//!   [`JsonStats`] (Perfetto's stat names where it has one); a syntax error
+//!   ends the input with its byte offset, the events before it kept.
+
+pub mod convert;
+pub mod event;
+pub mod scan;
+pub mod written;
+
+use std::io::{self, Read};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::merge::systrace::line_to_packet;
+use convert::Converter;
+use event::parse_event;
+use scan::{EventScanner, Item};
+
+/// What a conversion counted; added into the merge's `--stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct JsonStats {
+    /// Events the trace processor's tokenizer rejects (no `ph`, a `ts`
+    /// that is no number, no `ts` outside `M`).
+    pub json_tokenizer_failure: u64,
+    /// Events its parser rejects (an X without `dur`, a C without args, an
+    /// async event without id, ...).
+    pub json_parser_failure: u64,
+    /// `displayTimeUnit` keys: ignored, as by the trace processor.
+    pub json_display_time_unit: u64,
+    /// Events of phases not converted (flows s/t/f, samples, objects, ...).
+    pub json_events_not_converted: u64,
+    /// `systemTraceEvents` values that are no string, not converted (a
+    /// string's lines are converted as a systrace's, counted under the
+    /// systrace stats).
+    pub json_system_trace_events_not_converted: u64,
+    /// Events before the start of the file's clock.
+    pub json_negative_timestamp_dropped: u64,
+    /// Packets written out of order: the file's disorder exceeded the
+    /// reordering window (the trace processor still sorts them).
+    pub json_events_out_of_window: u64,
+    /// Systrace lines that are no event line (or whose event's arguments
+    /// do not parse): Perfetto's `systrace_parse_failure`.
+    pub systrace_parse_failure: u64,
+    /// Systrace events of kinds not converted (only tracing_mark_write and
+    /// print, sched_switch, sched_waking, sched_wakeup, cpu_frequency and
+    /// cpu_idle are).
+    pub systrace_events_not_converted: u64,
+}
+
+impl JsonStats {
+    pub fn add(&mut self, o: &JsonStats) {
+        self.json_tokenizer_failure += o.json_tokenizer_failure;
+        self.json_parser_failure += o.json_parser_failure;
+        self.json_display_time_unit += o.json_display_time_unit;
+        self.json_events_not_converted += o.json_events_not_converted;
+        self.json_system_trace_events_not_converted += o.json_system_trace_events_not_converted;
+        self.json_negative_timestamp_dropped += o.json_negative_timestamp_dropped;
+        self.json_events_out_of_window += o.json_events_out_of_window;
+        self.systrace_parse_failure += o.systrace_parse_failure;
+        self.systrace_events_not_converted += o.systrace_events_not_converted;
+    }
+}
+
+/// Where a reader's counts are left when it is dropped.
+pub type StatsSlot = Arc<Mutex<JsonStats>>;
+
+/// Why a JSON input could not be read to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonError {
+    #[error("expected {expected}")]
+    Syntax { offset: u64, expected: String },
+    #[error("bad JSON in an event: {message}")]
+    Event { offset: u64, message: String },
+    #[error("{0}")]
+    Io(io::Error),
+}
+
+impl JsonError {
+    /// Byte offset in the (decompressed) JSON text.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Self::Syntax { offset, .. } | Self::Event { offset, .. } => Some(*offset),
+            Self::Io(_) => None,
+        }
+    }
+
+    fn into_io(self) -> io::Error {
+        match self {
+            Self::Io(e) => e,
+            other => io::Error::new(io::ErrorKind::InvalidData, other),
+        }
+    }
+}
+
+/// How much converted output is made at a time.
+const OUT_CHUNK: usize = 256 << 10;
+
+/// A Chrome JSON trace read as the bytes of a Perfetto protobuf trace.
+pub struct ChromeJsonReader<R> {
+    scanner: EventScanner<R>,
+    converter: Converter,
+    stats: JsonStats,
+    slot: Option<StatsSlot>,
+    event: Vec<u8>,
+    out: Vec<u8>,
+    pos: usize,
+    done: bool,
+    error: Option<JsonError>,
+}
+
+impl<R: Read> ChromeJsonReader<R> {
+    /// Converts the JSON `inner` of the input named `display`; its counts
+    /// go to `slot` when the reader is dropped.
+    pub fn new(inner: R, display: &str, slot: Option<StatsSlot>) -> Self {
+        Self {
+            scanner: EventScanner::new(inner),
+            converter: Converter::new(display),
+            stats: JsonStats::default(),
+            slot,
+            event: Vec::new(),
+            out: Vec::with_capacity(OUT_CHUNK * 2),
+            pos: 0,
+            done: false,
+            error: None,
+        }
+    }
+
+    /// Converts events until a chunk of output is ready or the input ends.
+    fn fill(&mut self) {
+        self.out.clear();
+        self.pos = 0;
+        while !self.done && self.out.len() < OUT_CHUNK {
+            match self.scanner.next_event(&mut self.event, &mut self.stats) {
+                Ok(Some(Item::SystemLine { too_long })) => {
+                    let text = std::str::from_utf8(&self.event).ok().filter(|_| !too_long);
+                    match text.and_then(|t| line_to_packet(t, &mut self.stats)) {
+                        Some((ts, packet)) => {
+                            self.converter
+                                .push_framed(ts, packet, &mut self.out, &mut self.stats);
+                        }
+                        None if text.is_none() => self.stats.systrace_parse_failure += 1,
+                        None => {}
+                    }
+                }
+                Ok(Some(Item::Event(at))) => match parse_event(&self.event) {
+                    Ok(e) => self.converter.push(e, &mut self.out, &mut self.stats),
+                    Err((message, index)) => {
+                        self.fail(JsonError::Event {
+                            offset: at + index as u64,
+                            message,
+                        });
+                    }
+                },
+                Ok(None) => {
+                    self.converter.finish(&mut self.out, &mut self.stats);
+                    self.done = true;
+                }
+                Err(e) => self.fail(e),
+            }
+        }
+    }
+
+    /// The events before an error are kept: the window is released first.
+    fn fail(&mut self, e: JsonError) {
+        self.converter.finish(&mut self.out, &mut self.stats);
+        self.done = true;
+        self.error = Some(e);
+    }
+}
+
+impl<R: Read> Read for ChromeJsonReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.out.len() {
+            if self.done {
+                return match self.error.take() {
+                    Some(e) => Err(e.into_io()),
+                    None => Ok(0),
+                };
+            }
+            self.fill();
+        }
+        let n = buf.len().min(self.out.len() - self.pos);
+        buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
+        self.pos += n;
+        if n == 0 && !buf.is_empty() {
+            // `fill` made nothing (only skipped events): try again.
+            return self.read(buf);
+        }
+        Ok(n)
+    }
+}
+
+impl<R> Drop for ChromeJsonReader<R> {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.slot
+            && let Ok(mut s) = slot.lock()
+        {
+            s.add(&self.stats);
+        }
+    }
+}
+
+/// The JSON error inside an I/O error of a converted input, if it is one.
+pub fn json_error_of(e: &io::Error) -> Option<&JsonError> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<JsonError>())
+}
+
+#[cfg(test)]
+mod tests;
