@@ -96,6 +96,7 @@ impl Uplink {
             machine_raw_id: hello.machine_raw_id,
             oldest_unacked_batch: self.spool.oldest_unacked(),
             clocks: Some(self.clocks()),
+            mode: String::new(),
         });
         self.send(frame, now);
     }
