@@ -43,9 +43,9 @@ const REMEMBERED_TRIGGERS: usize = 256;
 pub struct RingConfig {
     pub seconds: Duration,
     pub bytes: u64,
-    /// Added to a window's end before it is collected, and to its start
-    /// as lead: the window is chosen by the time a batch reached the
-    /// relay, the daemon cuts it exactly by the packets' own times.
+    /// Added to a window's end before it is collected: the window is
+    /// chosen by the time a batch reached the relay (never earlier than
+    /// its packets' own times), the daemon cuts it exactly by those.
     pub source_lag: Duration,
 }
 

@@ -96,7 +96,7 @@ impl Uplink {
             machine_raw_id: hello.machine_raw_id,
             oldest_unacked_batch: self.spool.oldest_unacked(),
             clocks: Some(self.clocks()),
-            mode: String::new(),
+            mode: self.config.mode().as_str().to_owned(),
         });
         self.send(frame, now);
     }
@@ -190,7 +190,7 @@ impl Uplink {
             .collect()
     }
 
-    fn clocks(&self) -> v1::RelayClocks {
+    pub(super) fn clocks(&self) -> v1::RelayClocks {
         let now = self.clock.now();
         v1::RelayClocks {
             boottime_ns: now.boottime,
