@@ -102,7 +102,7 @@ async fn accept(listener: &TcpListener) -> Conn {
 
 /// Waits for the relay's next heartbeat; no Batch ever comes.
 async fn heartbeat(conn: &mut Conn) {
-    loop {
+    for _ in 0..1000 {
         match next(conn).await {
             Some(Body::Heartbeat(_)) => return,
             Some(Body::Batch(_)) => panic!("a relay in ring mode sent a Batch"),
@@ -110,6 +110,7 @@ async fn heartbeat(conn: &mut Conn) {
             None => panic!("relay closed"),
         }
     }
+    panic!("no heartbeat among 1000 frames");
 }
 
 /// Receives one whole window: its test packets' numbers and its preamble.
@@ -117,7 +118,12 @@ async fn receive_window(conn: &mut Conn, id: u64) -> (Vec<u64>, usize) {
     let mut numbers = Vec::new();
     let mut preamble = 0;
     let mut expected_part = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no whole window within 20 s"
+        );
         match next(conn).await {
             Some(Body::Window(window)) => {
                 assert_eq!(window.trigger_id, id);
@@ -214,4 +220,45 @@ async fn ring_mode_ships_the_window_only_and_keeps_it_until_acknowledged() {
         }
     }
     panic!("the acknowledged window's file stayed");
+}
+
+#[tokio::test]
+async fn a_relay_killed_before_the_window_is_whole_still_ships_it_after_its_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.pftrace");
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+
+    append_packets(&trace, 0..100);
+    let mut relay = start_relay(&host, dir.path());
+    let mut conn = accept(&listener).await;
+    heartbeat(&mut conn).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let from = tracesync_common::clock::boottime_ns();
+    append_packets(&trace, 100..200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let to = tracesync_common::clock::boottime_ns();
+    conn.send(Frame {
+        body: Some(Body::Trigger(v1::Trigger {
+            id: 0x43,
+            name: "crash".into(),
+            relay_from_ns: from,
+            relay_to_ns: to,
+            ..v1::Trigger::default()
+        })),
+    })
+    .await
+    .unwrap();
+    heartbeat(&mut conn).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Killed inside the window's 2 s of source lag: the trigger and the
+    // batches' times are on disk, the window is not collected yet.
+    relay.0.kill().unwrap();
+    relay.0.wait().unwrap();
+    drop(conn);
+    let _relay = start_relay(&host, dir.path());
+    let mut conn = accept(&listener).await;
+    let (numbers, preamble) = receive_window(&mut conn, 0x43).await;
+    assert_eq!(numbers, (100..200).collect::<Vec<_>>());
+    assert!(preamble >= 1);
 }

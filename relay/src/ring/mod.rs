@@ -7,8 +7,8 @@
 //!
 //! Invariants:
 //! - Batches are known oldest first, by their spool seq, each with the
-//!   BOOTTIME it was cut at (a batch spooled by an earlier run takes the
-//!   time the ring opened: it is kept at most `seconds` longer).
+//!   BOOTTIME it was cut at, never decreasing (a batch of an earlier run
+//!   whose time was not kept takes its neighbour's, or the start's).
 //! - [`RingAction::Release`] only ever grows: the spool frees its oldest
 //!   batches (the ring uses the spool's ack as "no longer needed").
 //! - Past the bounds (`seconds`, `bytes`) the oldest batches are released,
@@ -129,12 +129,11 @@ pub struct Ring {
 
 impl Ring {
     /// A ring over the spool's batches of an earlier run (`restored`: seq,
-    /// packet bytes, packets; oldest first), all taken as cut at `now_ns`;
-    /// `locked` windows are on disk already.
+    /// packet bytes, packets, cut BOOTTIME; oldest first); `locked`
+    /// windows are on disk already.
     pub fn new(
         config: RingConfig,
-        now_ns: u64,
-        restored: impl IntoIterator<Item = (u64, u64, u64)>,
+        restored: impl IntoIterator<Item = (u64, u64, u64, u64)>,
         locked: usize,
     ) -> Self {
         let mut ring = Self {
@@ -148,20 +147,26 @@ impl Ring {
             seen: VecDeque::new(),
             stats: RingStats::default(),
         };
-        for (seq, bytes, packets) in restored {
-            ring.cut(seq, bytes, packets, now_ns);
+        for (seq, bytes, packets, cut_at_ns) in restored {
+            ring.cut(seq, bytes, packets, cut_at_ns);
         }
         ring
     }
 
-    /// The spool cut batch `seq` (after every earlier one).
+    /// The spool cut batch `seq` (after every earlier one) at `now_ns`.
     pub fn cut(&mut self, seq: u64, bytes: u64, packets: u64, now_ns: u64) {
         if self.batches.back().is_some_and(|b| b.seq >= seq) || seq <= self.released_through {
             return;
         }
+        // Never before the batch ahead of it: a clock read is not ordered
+        // with a time kept on disk by an earlier run.
+        let cut_at_ns = self
+            .batches
+            .back()
+            .map_or(now_ns, |b| b.cut_at_ns.max(now_ns));
         self.batches.push_back(RingBatch {
             seq,
-            cut_at_ns: now_ns,
+            cut_at_ns,
             bytes,
             packets,
         });
@@ -246,6 +251,17 @@ impl Ring {
             .front()
             .map(|b| b.cut_at_ns.saturating_add(duration_ns(self.config.seconds)));
         window_end.into_iter().chain(oldest_expires).min()
+    }
+
+    /// Every batch held: seq -> cut BOOTTIME (what the spool keeps on
+    /// disk of the ring's times).
+    pub fn held_times(&self) -> std::collections::BTreeMap<u64, u64> {
+        self.batches.iter().map(|b| (b.seq, b.cut_at_ns)).collect()
+    }
+
+    /// Batches held.
+    pub fn held_batches(&self) -> usize {
+        self.batches.len()
     }
 
     /// Packet bytes held.

@@ -29,7 +29,7 @@ fn drain(ring: &mut Ring, now: u64) -> Vec<RingAction> {
 
 #[test]
 fn the_time_bound_releases_the_oldest_batches_and_counts_them() {
-    let mut ring = Ring::new(config(10, u64::MAX), 0, [], 0);
+    let mut ring = Ring::new(config(10, u64::MAX), [], 0);
     for second in 1..=30 {
         ring.cut(second, 100, 2, second * S);
     }
@@ -48,7 +48,7 @@ fn the_time_bound_releases_the_oldest_batches_and_counts_them() {
 
 #[test]
 fn the_byte_bound_releases_the_oldest_first() {
-    let mut ring = Ring::new(config(3600, 1000), 0, [], 0);
+    let mut ring = Ring::new(config(3600, 1000), [], 0);
     for seq in 1..=25 {
         ring.cut(seq, 100, 1, seq * S);
     }
@@ -58,7 +58,7 @@ fn the_byte_bound_releases_the_oldest_first() {
 
 #[test]
 fn a_window_is_collected_when_whole_and_held_until_then() {
-    let mut ring = Ring::new(config(10, u64::MAX), 0, [], 0);
+    let mut ring = Ring::new(config(10, u64::MAX), [], 0);
     for second in 1..=20 {
         ring.cut(second, 100, 1, second * S);
     }
@@ -105,7 +105,7 @@ fn a_window_is_collected_when_whole_and_held_until_then() {
 
 #[test]
 fn a_resent_trigger_is_taken_once_and_too_many_are_refused() {
-    let mut ring = Ring::new(config(10, u64::MAX), 0, [], 0);
+    let mut ring = Ring::new(config(10, u64::MAX), [], 0);
     assert_eq!(ring.trigger(trigger(1, 1, 2)), TriggerOutcome::Taken);
     assert_eq!(ring.trigger(trigger(1, 1, 2)), TriggerOutcome::Again);
     for id in 2..=MAX_WINDOWS as u64 {
@@ -116,7 +116,7 @@ fn a_resent_trigger_is_taken_once_and_too_many_are_refused() {
         TriggerOutcome::Refused(reason) if reason.contains("owed")
     ));
     assert!(matches!(
-        Ring::new(config(10, 1), 0, [], 0).trigger(trigger(5, 3, 2)),
+        Ring::new(config(10, 1), [], 0).trigger(trigger(5, 3, 2)),
         TriggerOutcome::Refused(_)
     ));
     assert_eq!(ring.stats().triggers_refused, 1);
@@ -124,7 +124,7 @@ fn a_resent_trigger_is_taken_once_and_too_many_are_refused() {
 
 #[test]
 fn a_window_older_than_the_ring_says_packets_may_be_lost() {
-    let mut ring = Ring::new(config(5, u64::MAX), 0, [], 0);
+    let mut ring = Ring::new(config(5, u64::MAX), [], 0);
     for second in 1..=20 {
         ring.cut(second, 10, 3, second * S);
     }
@@ -141,9 +141,11 @@ fn a_window_older_than_the_ring_says_packets_may_be_lost() {
 }
 
 #[test]
-fn batches_of_an_earlier_run_are_kept_as_if_cut_at_start() {
-    let mut ring = Ring::new(config(10, u64::MAX), 100 * S, [(4, 10, 1), (5, 10, 1)], 1);
+fn batches_of_an_earlier_run_keep_their_times_never_decreasing() {
+    let restored = [(4, 10, 1, 100 * S), (5, 10, 1, 90 * S)];
+    let mut ring = Ring::new(config(10, u64::MAX), restored, 1);
     assert_eq!(ring.windows_owed(), 1);
+    assert_eq!(ring.held_times().get(&5), Some(&(100 * S)));
     assert!(drain(&mut ring, 105 * S).is_empty());
     assert_eq!(drain(&mut ring, 111 * S), vec![RingAction::Release(5)]);
     // A batch at or below what was released is ignored.

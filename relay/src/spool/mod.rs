@@ -22,6 +22,7 @@
 
 mod instance;
 mod record;
+pub mod ring_times;
 mod room;
 mod segments;
 mod sent;

@@ -8,6 +8,11 @@
 //! packets). It is written whole and atomically (a temporary, fsync,
 //! rename, fsync of the directory): a reader sees a whole window or none.
 //! A file that fails its check is reported and deleted, never shipped.
+//!
+//! A trigger taken and not yet collected (its window's end is still
+//! ahead) is `windows/trigger-<ID>.pending` likewise (`PENDING_MAGIC`, an
+//! encoded `Trigger`), so a restart takes it again; it goes once its
+//! window is collected or given up.
 
 use std::fs;
 use std::io;
@@ -23,6 +28,9 @@ const DIR: &str = "windows";
 const PREFIX: &str = "window-";
 const SUFFIX: &str = ".tsw";
 const WINDOW_MAGIC: &[u8; 8] = b"TSWINDW1";
+const PENDING_PREFIX: &str = "trigger-";
+const PENDING_SUFFIX: &str = ".pending";
+const PENDING_MAGIC: &[u8; 8] = b"TSTRIG01";
 
 /// The windows directory of a spool.
 pub fn windows_dir(spool_dir: &Path) -> PathBuf {
@@ -33,80 +41,131 @@ fn window_path(spool_dir: &Path, trigger_id: u64) -> PathBuf {
     windows_dir(spool_dir).join(format!("{PREFIX}{trigger_id:016x}{SUFFIX}"))
 }
 
+fn pending_path(spool_dir: &Path, trigger_id: u64) -> PathBuf {
+    windows_dir(spool_dir).join(format!("{PENDING_PREFIX}{trigger_id:016x}{PENDING_SUFFIX}"))
+}
+
 /// Writes a collected window (whole, atomically).
 pub fn write_window(spool_dir: &Path, window: &v1::Window) -> Result<(), SpoolError> {
+    let path = window_path(spool_dir, window.trigger_id);
+    write_checked(spool_dir, &path, WINDOW_MAGIC, &window.encode_to_vec())
+}
+
+/// Every window on disk, oldest trigger id first; files that fail their
+/// check are deleted and reported.
+pub fn read_windows(spool_dir: &Path) -> Result<(Vec<v1::Window>, Vec<SpoolIssue>), SpoolError> {
+    read_all(
+        spool_dir,
+        (PREFIX, SUFFIX),
+        WINDOW_MAGIC,
+        |w: &v1::Window| w.trigger_id,
+    )
+}
+
+/// The daemon has trigger `trigger_id`'s window: its file goes.
+pub fn delete_window(spool_dir: &Path, trigger_id: u64) -> Result<bool, SpoolError> {
+    remove(&window_path(spool_dir, trigger_id))
+}
+
+/// Keeps a trigger whose window is not collected yet.
+pub fn write_pending(spool_dir: &Path, trigger: &v1::Trigger) -> Result<(), SpoolError> {
+    let path = pending_path(spool_dir, trigger.id);
+    write_checked(spool_dir, &path, PENDING_MAGIC, &trigger.encode_to_vec())
+}
+
+/// Every pending trigger on disk, oldest id first (damaged files are
+/// deleted and reported).
+pub fn read_pending(spool_dir: &Path) -> Result<(Vec<v1::Trigger>, Vec<SpoolIssue>), SpoolError> {
+    read_all(
+        spool_dir,
+        (PENDING_PREFIX, PENDING_SUFFIX),
+        PENDING_MAGIC,
+        |t: &v1::Trigger| t.id,
+    )
+}
+
+/// The trigger's window was collected or given up.
+pub fn delete_pending(spool_dir: &Path, trigger_id: u64) -> Result<bool, SpoolError> {
+    remove(&pending_path(spool_dir, trigger_id))
+}
+
+fn write_checked(
+    spool_dir: &Path,
+    path: &Path,
+    magic: &[u8; 8],
+    body: &[u8],
+) -> Result<(), SpoolError> {
     let dir = windows_dir(spool_dir);
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&dir)
         .map_err(io_error(&dir, "create the directory"))?;
-    let body = window.encode_to_vec();
     let mut bytes = Vec::with_capacity(body.len() + 12);
-    bytes.extend_from_slice(WINDOW_MAGIC);
-    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    bytes.extend_from_slice(&body);
-    let path = window_path(spool_dir, window.trigger_id);
-    tracesync_common::files::replace(&path, &bytes, 0o600).map_err(io_error(&path, "write"))
+    bytes.extend_from_slice(magic);
+    bytes.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    bytes.extend_from_slice(body);
+    tracesync_common::files::replace(path, &bytes, 0o600).map_err(io_error(path, "write"))
 }
 
-/// Every window on disk, oldest trigger id first; files that fail their
-/// check are deleted and reported.
-pub fn read_windows(spool_dir: &Path) -> Result<(Vec<v1::Window>, Vec<SpoolIssue>), SpoolError> {
+/// Every file named `<prefix>...<suffix>` in the windows directory,
+/// decoded, sorted by `id`.
+fn read_all<M: Message + Default>(
+    spool_dir: &Path,
+    (prefix, suffix): (&str, &str),
+    magic: &[u8; 8],
+    id: impl Fn(&M) -> u64,
+) -> Result<(Vec<M>, Vec<SpoolIssue>), SpoolError> {
     let dir = windows_dir(spool_dir);
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
         Err(e) => return Err(io_error(&dir, "list")(e)),
     };
-    let mut windows = Vec::new();
+    let mut found = Vec::new();
     let mut issues = Vec::new();
     for entry in entries {
         let entry = entry.map_err(io_error(&dir, "list"))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if !(name.starts_with(PREFIX) && name.ends_with(SUFFIX)) {
+        if !(name.starts_with(prefix) && name.ends_with(suffix)) {
             continue;
         }
         let path = entry.path();
         let bytes = fs::read(&path).map_err(io_error(&path, "read"))?;
-        match decode(&bytes) {
-            Ok(window) => windows.push(window),
+        match decode(&bytes, magic) {
+            Ok(message) => found.push(message),
             Err(what) => {
                 issues.push(SpoolIssue {
                     path: path.clone(),
                     offset: 0,
-                    what: format!("{what}; the window is deleted, not shipped"),
+                    what: format!("{what}; deleted, never shipped"),
                 });
                 fs::remove_file(&path).map_err(io_error(&path, "delete"))?;
             }
         }
     }
-    windows.sort_by_key(|w| w.trigger_id);
-    Ok((windows, issues))
+    found.sort_by_key(|m| id(m));
+    Ok((found, issues))
 }
 
-/// The daemon has trigger `trigger_id`'s window: its file goes.
-pub fn delete_window(spool_dir: &Path, trigger_id: u64) -> Result<bool, SpoolError> {
-    let path = window_path(spool_dir, trigger_id);
-    match fs::remove_file(&path) {
+fn remove(path: &Path) -> Result<bool, SpoolError> {
+    match fs::remove_file(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(io_error(&path, "delete")(e)),
+        Err(e) => Err(io_error(path, "delete")(e)),
     }
 }
 
-fn decode(bytes: &[u8]) -> Result<v1::Window, &'static str> {
+fn decode<M: Message + Default>(bytes: &[u8], magic: &[u8; 8]) -> Result<M, &'static str> {
     let rest = bytes
-        .strip_prefix(WINDOW_MAGIC.as_slice())
-        .ok_or("not a window file (bad magic)")?;
-    let (crc, body) = rest
-        .split_first_chunk::<4>()
-        .ok_or("window file cut short")?;
+        .strip_prefix(magic.as_slice())
+        .ok_or("not a window or trigger file (bad magic)")?;
+    let (crc, body) = rest.split_first_chunk::<4>().ok_or("file cut short")?;
     if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
-        return Err("window file checksum mismatch");
+        return Err("checksum mismatch");
     }
-    v1::Window::decode(body).map_err(|_| "window file does not decode")
+    M::decode(body).map_err(|_| "does not decode")
 }
 
 #[cfg(test)]
@@ -149,6 +208,15 @@ mod tests {
         assert!(!path.exists());
         assert!(delete_window(dir.path(), 3)?);
         assert!(!delete_window(dir.path(), 3)?);
+        let trigger = window(5).trigger.unwrap_or_default();
+        write_pending(dir.path(), &trigger)?;
+        assert_eq!(read_pending(dir.path())?.0, vec![trigger]);
+        assert!(
+            read_windows(dir.path())?.0.is_empty(),
+            "a pending trigger is no window"
+        );
+        assert!(delete_pending(dir.path(), 5)?);
+        assert!(read_pending(dir.path())?.0.is_empty());
         Ok(())
     }
 }

@@ -155,8 +155,13 @@ pub async fn run<M: Send + 'static>(
     let session = Session::new(session_config, now(), seed, sent_before);
     let ring = match &config.ring {
         Some(ring_config) => {
-            let dir = spool.dir().to_path_buf();
-            match ring::RingDriver::open(ring_config.clone(), &mut spool, dir, clock.boottime()) {
+            let boot_id = config.hello.boot_id.clone();
+            match ring::RingDriver::open(
+                ring_config.clone(),
+                &mut spool,
+                &boot_id,
+                clock.boottime(),
+            ) {
                 Ok(driver) => Some(driver),
                 Err(error) => {
                     tracing::error!("{error}; ring mode cannot start");

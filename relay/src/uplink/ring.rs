@@ -17,6 +17,7 @@ use tracesync_protocol::relay::{MAX_BATCH_PACKETS, v1};
 
 use crate::ring::preamble::Preamble;
 use crate::ring::{Ring, RingAction, RingConfig, TriggerOutcome, TriggerSpec};
+use crate::spool::ring_times::RingTimes;
 use crate::spool::{Spool, SpoolError, windows};
 
 use super::connection::{Connection, OutFrame};
@@ -37,6 +38,8 @@ struct Shipping {
 pub(super) struct RingDriver {
     ring: Ring,
     preamble: Preamble,
+    /// When each held batch was cut, kept on disk for a restart.
+    times: RingTimes,
     spool_dir: PathBuf,
     /// The newest spool batch the ring has been told of.
     fed_through: u64,
@@ -49,14 +52,16 @@ pub(super) struct RingDriver {
 }
 
 impl RingDriver {
-    /// A ring over what the spool holds (read once, for the preamble) and
-    /// the windows an earlier run left on disk.
+    /// A ring over what the spool holds (read once, for the preamble),
+    /// with the times and the windows and triggers an earlier run on this
+    /// boot (`boot_id`) left on disk.
     pub(super) fn open(
         config: RingConfig,
         spool: &mut Spool,
-        spool_dir: PathBuf,
+        boot_id: &str,
         now_ns: u64,
     ) -> Result<Self, SpoolError> {
+        let spool_dir = spool.dir().to_path_buf();
         let (windows, issues) = windows::read_windows(&spool_dir)?;
         for issue in issues {
             tracing::warn!("{issue}");
@@ -69,6 +74,17 @@ impl RingDriver {
             );
         }
         let held = spool.held_batches();
+        let (times, kept) = RingTimes::open(&spool_dir, boot_id)?;
+        // A batch whose time was not kept takes the one before it (or the
+        // first kept, or now): never later than a batch behind it.
+        let mut last_known = kept.values().next().copied().unwrap_or(now_ns);
+        let restored: Vec<(u64, u64, u64, u64)> = held
+            .iter()
+            .map(|&(seq, bytes, packets)| {
+                last_known = kept.get(&seq).copied().unwrap_or(last_known);
+                (seq, bytes, packets, last_known)
+            })
+            .collect();
         let mut preamble = Preamble::new(PREAMBLE_BYTES);
         for &(seq, _, _) in &held {
             if let Some(batch) = spool.batch(seq) {
@@ -78,16 +94,41 @@ impl RingDriver {
             }
         }
         let fed_through = spool.last_seq();
-        Ok(Self {
-            ring: Ring::new(config, now_ns, held, on_disk.len()),
+        let mut driver = Self {
+            ring: Ring::new(config, restored, on_disk.len()),
             preamble,
+            times,
             spool_dir,
             fed_through,
             on_disk,
             shipped: BTreeSet::new(),
             shipping: None,
             daemon_takes_windows: false,
-        })
+        };
+        driver.retake_pending()?;
+        Ok(driver)
+    }
+
+    /// Takes again the triggers an earlier run had taken and not
+    /// collected (a window on disk already wins).
+    fn retake_pending(&mut self) -> Result<(), SpoolError> {
+        let (pending, issues) = windows::read_pending(&self.spool_dir)?;
+        for issue in issues {
+            tracing::warn!("{issue}");
+        }
+        for trigger in pending {
+            if self.on_disk.contains(&trigger.id) {
+                windows::delete_pending(&self.spool_dir, trigger.id)?;
+                continue;
+            }
+            tracing::info!(
+                "trigger {:?} (id {:016x}) from an earlier run: its window is taken again",
+                trigger.name,
+                trigger.id
+            );
+            let _ = self.ring.trigger(spec_of(&trigger));
+        }
+        Ok(())
     }
 
     /// Tells the ring of the batches the spool cut since the last call.
@@ -106,6 +147,9 @@ impl RingDriver {
                     u64::from(batch.packet_count),
                     now_ns,
                 );
+                if let Err(error) = self.times.note(seq, now_ns) {
+                    tracing::error!("{error}");
+                }
             }
         }
     }
@@ -117,6 +161,9 @@ impl RingDriver {
                 RingAction::Release(through) => {
                     self.preamble.forget_before(through.saturating_add(1));
                     spool.ack(through)?;
+                    if self.times.wants_compaction(self.ring.held_batches()) {
+                        self.times.compact(&self.ring.held_times())?;
+                    }
                 }
                 RingAction::Collect {
                     trigger,
@@ -130,6 +177,7 @@ impl RingDriver {
                         tracing::error!("{error}; trigger {id:016x}'s window is given up");
                     }
                     self.ring.collected(id, written.is_ok());
+                    windows::delete_pending(&self.spool_dir, id)?;
                 }
             }
         }
@@ -168,21 +216,18 @@ impl RingDriver {
             tracing::warn!("trigger id {:016x} ignored: {reason}", trigger.id);
             return;
         }
-        let spec = TriggerSpec {
-            id: trigger.id,
-            name: trigger.name.clone(),
-            host_time_ns: trigger.host_time_ns,
-            before_ns: trigger.before_ns,
-            after_ns: trigger.after_ns,
-            relay_from_ns: trigger.relay_from_ns,
-            relay_to_ns: trigger.relay_to_ns,
-        };
-        let name = spec.name.clone();
-        match self.ring.trigger(spec) {
-            TriggerOutcome::Taken => tracing::info!(
-                "trigger {name:?} (id {:016x}): window taken, shipped once whole",
-                trigger.id
-            ),
+        let name = trigger.name.clone();
+        match self.ring.trigger(spec_of(&trigger)) {
+            TriggerOutcome::Taken => {
+                tracing::info!(
+                    "trigger {name:?} (id {:016x}): window taken, shipped once whole",
+                    trigger.id
+                );
+                // Kept so a restart before the window is whole takes it again.
+                if let Err(error) = windows::write_pending(&self.spool_dir, &trigger) {
+                    tracing::error!("{error}; a restart before its window is whole loses it");
+                }
+            }
             TriggerOutcome::Again => {}
             TriggerOutcome::Refused(reason) => tracing::warn!("{reason}"),
         }
@@ -368,6 +413,18 @@ impl super::Uplink {
         let due_ns = self.ring.as_ref()?.deadline_ns()?;
         let now_ns = self.clock.boottime();
         Some(now + Duration::from_nanos(due_ns.saturating_sub(now_ns)))
+    }
+}
+
+fn spec_of(trigger: &v1::Trigger) -> TriggerSpec {
+    TriggerSpec {
+        id: trigger.id,
+        name: trigger.name.clone(),
+        host_time_ns: trigger.host_time_ns,
+        before_ns: trigger.before_ns,
+        after_ns: trigger.after_ns,
+        relay_from_ns: trigger.relay_from_ns,
+        relay_to_ns: trigger.relay_to_ns,
     }
 }
 
