@@ -20,7 +20,7 @@ use tracesync_protocol::relay::RefusalCode;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracesync_protocol::relay::v1::{self, frame::Body};
+use tracesync_protocol::relay::v1::frame::Body;
 
 pub use connection::{Connection, ConnectionEvent, FrameCodec, OutFrame, Written};
 
@@ -402,45 +402,6 @@ impl Uplink {
             };
             self.execute(action, now);
         }
-    }
-
-    /// The daemon's Welcome: the session resumes, the fault run (if any)
-    /// is over, ring mode learns whether the daemon takes windows.
-    fn on_welcome(&mut self, welcome: &v1::Welcome, now: Instant) -> Vec<crate::session::Action> {
-        let actions = self.session.welcome(
-            welcome.acked_through_batch,
-            welcome.session_id,
-            welcome.sync_udp_port,
-            &welcome.probe_key,
-            self.spool.oldest_unacked(),
-            now,
-        );
-        if self.session.is_streaming()
-            && let Some(ring) = &mut self.ring
-        {
-            ring.welcomed(welcome.takes_windows, &self.config.host);
-        }
-        if self.session.is_streaming() {
-            if let Some(run) = self.fault.take() {
-                tracing::info!(
-                    "daemon {}: {} fixed after {} attempts",
-                    self.config.host,
-                    run.fault.label(),
-                    run.attempts
-                );
-            }
-            tracing::info!(
-                "daemon {} welcomed relay instance {}: acked through batch {}, resending from {}",
-                self.config.host,
-                crate::spool::instance_fingerprint(self.spool.instance_id()),
-                welcome.acked_through_batch,
-                welcome
-                    .acked_through_batch
-                    .saturating_add(1)
-                    .max(self.spool.oldest_unacked())
-            );
-        }
-        actions
     }
 
     fn on_event(&mut self, event: ConnectionEvent, now: Instant) {
