@@ -6,6 +6,9 @@
 //! A capture directory holds:
 //! - rolled trace files, [`names::RolledName`]:
 //!   `tracesync-<UTC start>-<seq>.pftrace`, ordered by `seq`;
+//! - flight recorder snapshots, [`names::SnapshotName`]:
+//!   `snapshot-<UTC of the trigger>-<trigger name>.pftrace` (named here;
+//!   no daemon writes them yet, issue 52);
 //! - [`index`]: `index.jsonl`, one [`index::IndexEntry`] line per rolled
 //!   file, rewritten whole (never torn);
 //! - [`journal`]: the commit journal, crc-checked records of the current

@@ -1,8 +1,10 @@
 //! The names in a capture directory. A rolled trace file is
 //! `tracesync-<UTC start, %Y%m%dT%H%M%SZ>-<seq, at least 6 digits>.pftrace`
 //! ([`RolledName`]); files are in writing order by `seq` (start times can
-//! go back with the wall clock, sequence numbers never do). The UTC time is
-//! formatted and parsed by the `time` crate.
+//! go back with the wall clock, sequence numbers never do). A flight
+//! recorder's snapshot is `snapshot-<UTC of T>-<trigger name>.pftrace`
+//! ([`SnapshotName`]; a name is 1-64 of `[A-Za-z0-9._-]`, not starting
+//! with `.`). The UTC time is formatted and parsed by the `time` crate.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -66,6 +68,56 @@ impl fmt::Display for RolledName {
             self.seq
         )
     }
+}
+
+const SNAPSHOT_PREFIX: &str = "snapshot-";
+/// Longest trigger name in a snapshot's file name.
+const MAX_TRIGGER_NAME: usize = 64;
+
+/// A flight recorder snapshot's name: when its trigger fired (whole
+/// seconds, UTC) and the trigger's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotName {
+    pub fired: SystemTime,
+    pub trigger: String,
+}
+
+impl SnapshotName {
+    /// None when `trigger` cannot be part of a file name (see the module
+    /// doc).
+    pub fn new(fired: SystemTime, trigger: &str) -> Option<Self> {
+        is_trigger_name(trigger).then(|| Self {
+            fired,
+            trigger: trigger.to_owned(),
+        })
+    }
+
+    /// The snapshot `name` is, if it is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        let middle = name.strip_prefix(SNAPSHOT_PREFIX)?.strip_suffix(SUFFIX)?;
+        let (stamp, trigger) = middle.split_once('-')?;
+        Self::new(parse_utc_stamp(stamp)?, trigger)
+    }
+}
+
+impl fmt::Display for SnapshotName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{SNAPSHOT_PREFIX}{}-{}{SUFFIX}",
+            utc_stamp(self.fired),
+            self.trigger
+        )
+    }
+}
+
+fn is_trigger_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_TRIGGER_NAME
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
 }
 
 /// Whether `name` is a rolled trace file's name.
@@ -167,6 +219,31 @@ mod tests {
         ] {
             assert_eq!(RolledName::parse(bad), None, "{bad}");
             assert!(!is_rolled(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn snapshot_names_are_written_and_read_back() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let name = SnapshotName::new(t, "oom-kill_2").map(|n| n.to_string());
+        assert_eq!(
+            name.as_deref(),
+            Some("snapshot-20231114T221320Z-oom-kill_2.pftrace")
+        );
+        assert_eq!(
+            name.as_deref().and_then(SnapshotName::parse),
+            SnapshotName::new(t, "oom-kill_2")
+        );
+        for bad in ["", ".x", "a/b", "a b", &"x".repeat(65)] {
+            assert_eq!(SnapshotName::new(t, bad), None, "{bad:?}");
+        }
+        for bad in [
+            "snapshot-20231114T221320Z-.pftrace",
+            "snapshot-2023111XT221320Z-crash.pftrace",
+            "snapshot-20231114T221320Z-crash.pftrace.tmp",
+            "tracesync-20231114T221320Z-000042.pftrace",
+        ] {
+            assert_eq!(SnapshotName::parse(bad), None, "{bad}");
         }
     }
 

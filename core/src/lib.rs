@@ -19,6 +19,9 @@
 //!   round trip, epochs).
 //! - [`refine`]: what a refined capture writes before a remote machine's
 //!   packet (`tracesync refine`).
+//! - [`trigger`]: the flight recorder's triggers: the limit per name, ids,
+//!   triggers remembered for relays that connect later, a trigger's window
+//!   on a relay's clock.
 //! - [`jsonl`]: the jsonl record of a resolved packet.
 //! - [`status`]: the daemon's status report.
 //! - [`control`]: the control socket's requests, and how a tail shows a
@@ -35,3 +38,4 @@ pub mod status;
 pub mod sync;
 pub mod sync_point;
 pub mod sync_quality;
+pub mod trigger;

@@ -5,6 +5,8 @@
 //! - [`scan`]: a zero-copy scanner of a TracePacket's top-level fields, and
 //!   stamping/replacing of top-level fields in a packet's bytes.
 //! - [`relay`]: the relay <-> daemon protocol (frames, probes, limits).
+//! - [`trigger`]: the flight recorder's relay modes, trigger names and
+//!   spans.
 //! - [`probe`]: signing, checking and replay windows of probe datagrams.
 //! - [`incremental`]: incremental clocks of a sequence, for replaying its
 //!   state (preambles, resumes).
@@ -21,6 +23,7 @@ pub mod perfetto {
 
 pub mod probe;
 pub mod relay;
+pub mod trigger;
 
 pub mod clock_ids;
 pub mod incremental;

@@ -105,6 +105,7 @@ fn session(stream: TcpStream, counters: &Counters) -> io::Result<()> {
                 session_id: 1,
                 sync_udp_port: 0,
                 probe_key: Default::default(),
+                takes_windows: false,
             }),
             Some(Body::Batch(batch)) => {
                 counters

@@ -299,6 +299,13 @@ fn uplink_config(config: &RelayConfig, identity: &MachineIdentity) -> Result<Upl
     let mut uplink_config = UplinkConfig::new(config.host.clone(), hello);
     uplink_config.session.window_bytes = usize::try_from(config.window_bytes).unwrap_or(usize::MAX);
     uplink_config.give_up_after = config.give_up_after;
+    if config.ring.mode == tracesync_protocol::trigger::RelayMode::Ring {
+        uplink_config.ring = Some(crate::ring::RingConfig {
+            seconds: config.ring.seconds,
+            bytes: config.ring.bytes,
+            source_lag: crate::config::RING_SOURCE_LAG,
+        });
+    }
     // Checked when the config was loaded; read again here (same files).
     uplink_config.tls = match config.tls.client(&config.host) {
         Ok(tls) => tls,

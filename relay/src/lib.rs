@@ -7,6 +7,8 @@
 //! - [`identity`]: the relay's boot id, machine name and raw machine id.
 //! - [`own_packets`]: the relay's SystemInfo and ClockSnapshot packets.
 //! - [`probe`]: the clock-sync probe responder.
+//! - [`ring`]: the flight recorder (`--mode ring`): what the ring keeps and
+//!   which trigger windows it owes, sans-IO.
 //! - [`sequences`]: relay sequence ids.
 //! - [`source`]: trace sources (file, unix socket, stdin, synthetic).
 //! - [`config`]: the TOML file and flags.
@@ -29,6 +31,7 @@ pub mod identity;
 pub mod metrics;
 pub mod own_packets;
 pub mod probe;
+pub mod ring;
 pub mod sequences;
 pub mod session;
 pub mod source;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use metrics::{counter, gauge};
 use tracesync_common::metrics::Spec;
 
+use crate::ring::Ring;
 use crate::session::Session;
 use crate::source::SourceStats;
 use crate::spool::Spool;
@@ -42,6 +43,11 @@ pub const RECONNECTS: &str = "tracesync_relay_reconnects_total";
 pub const INVALID_ACKS: &str = "tracesync_relay_invalid_acks_total";
 pub const INSTANCE_RENEWALS: &str = "tracesync_relay_instance_renewals_total";
 pub const CONNECTED: &str = "tracesync_relay_connected";
+pub const RING_BYTES: &str = "tracesync_relay_ring_bytes";
+pub const RING_OLDEST_AGE: &str = "tracesync_relay_ring_oldest_age_seconds";
+pub const RING_RELEASED_PACKETS: &str = "tracesync_relay_ring_released_packets_total";
+pub const RING_TRIGGERS: &str = "tracesync_relay_ring_triggers_total";
+pub const RING_WINDOWS_OWED: &str = "tracesync_relay_ring_windows_owed";
 
 /// Every relay metric: name, kind, help.
 pub const SPECS: &[Spec] = &[
@@ -87,7 +93,42 @@ pub const SPECS: &[Spec] = &[
         "Times the spool became a new relay instance after Welcomes in a row acknowledged batches never sent",
     ),
     Spec::gauge(CONNECTED, "1 while a session with the daemon is streaming"),
+    Spec::gauge(RING_BYTES, "Ring mode: packet bytes the ring holds"),
+    Spec::gauge(
+        RING_OLDEST_AGE,
+        "Ring mode: seconds since the oldest batch the ring holds was cut",
+    ),
+    Spec::counter(
+        RING_RELEASED_PACKETS,
+        "Ring mode: packets that left the ring oldest-first, past its bounds",
+    ),
+    Spec::counter(
+        RING_TRIGGERS,
+        "Ring mode: triggers from the daemon, by outcome",
+    ),
+    Spec::gauge(
+        RING_WINDOWS_OWED,
+        "Ring mode: trigger windows waiting for their end or for the daemon's acknowledgement",
+    ),
 ];
+
+/// What became of a trigger (`outcome` of [`RING_TRIGGERS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TriggerOutcome {
+    Taken,
+    Refused,
+}
+
+impl TriggerOutcome {
+    pub const ALL: [TriggerOutcome; 2] = [TriggerOutcome::Taken, TriggerOutcome::Refused];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            TriggerOutcome::Taken => "taken",
+            TriggerOutcome::Refused => "refused",
+        }
+    }
+}
 
 /// Why the sources dropped packets (`reason` of [`SOURCE_DROPPED_PACKETS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,6 +234,7 @@ fn register_fixed() {
         counter!(name).absolute(0);
     }
     publish_uplink(&Uplink::default());
+    publish_ring(&RingValues::default());
     publish_sources(&[]);
 }
 
@@ -215,11 +257,28 @@ pub struct UplinkMetrics {
 }
 
 impl UplinkMetrics {
-    pub fn tick(&mut self, now: Instant, spool: &Spool, session: &Session) {
+    /// `ring`: ring mode's ring and BOOTTIME now.
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        spool: &Spool,
+        session: &Session,
+        ring: Option<(&Ring, u64)>,
+    ) {
         if self.last.is_some_and(|last| now < last + PUBLISH_EVERY) {
             return;
         }
         self.last = Some(now);
+        if let Some((ring, now_ns)) = ring {
+            let stats = ring.stats();
+            publish_ring(&RingValues {
+                bytes: ring.held_bytes(),
+                oldest_age_ns: ring.oldest_cut_ns().map_or(0, |t| now_ns.saturating_sub(t)),
+                released_packets: stats.packets_released,
+                triggers: [stats.triggers_taken, stats.triggers_refused],
+                windows_owed: ring.windows_owed() as u64,
+            });
+        }
         let stats = spool.stats();
         publish_uplink(&Uplink {
             spooled_packets: stats.packets_written,
@@ -280,6 +339,27 @@ fn publish_uplink(u: &Uplink) {
     }
     gauge!(CONNECTED).set(if u.connected { 1.0 } else { 0.0 });
     counter!(INSTANCE_RENEWALS).absolute(u.instance_renewals);
+}
+
+/// The ring's values of one publish.
+#[derive(Debug, Default)]
+struct RingValues {
+    bytes: u64,
+    oldest_age_ns: u64,
+    released_packets: u64,
+    /// In the order of [`TriggerOutcome::ALL`].
+    triggers: [u64; TriggerOutcome::ALL.len()],
+    windows_owed: u64,
+}
+
+fn publish_ring(r: &RingValues) {
+    gauge!(RING_BYTES).set(r.bytes as f64);
+    gauge!(RING_OLDEST_AGE).set(r.oldest_age_ns as f64 / 1e9);
+    counter!(RING_RELEASED_PACKETS).absolute(r.released_packets);
+    for (outcome, n) in TriggerOutcome::ALL.into_iter().zip(r.triggers) {
+        counter!(RING_TRIGGERS, "outcome" => outcome.label()).absolute(n);
+    }
+    gauge!(RING_WINDOWS_OWED).set(r.windows_owed as f64);
 }
 
 /// Sums every source's counters into the recorder (call once a second).
@@ -353,7 +433,12 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, register_fixed);
         let text = handle.render();
-        let families: [(&str, &str, Vec<&str>); 4] = [
+        let families: [(&str, &str, Vec<&str>); 5] = [
+            (
+                RING_TRIGGERS,
+                "outcome",
+                TriggerOutcome::ALL.map(TriggerOutcome::label).to_vec(),
+            ),
             (
                 SOURCE_DROPPED_PACKETS,
                 "reason",

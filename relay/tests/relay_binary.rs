@@ -101,6 +101,7 @@ impl Daemon {
                 session_id: 1,
                 sync_udp_port: 0,
                 probe_key: Default::default(),
+                takes_windows: false,
             })),
         })
         .await

@@ -158,6 +158,7 @@ impl Daemon {
                 session_id: 9,
                 sync_udp_port: 0,
                 probe_key: Default::default(),
+                takes_windows: false,
             }),
         )
         .await;

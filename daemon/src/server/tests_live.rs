@@ -152,6 +152,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
             machine_raw_id: RAW_ID,
             oldest_unacked_batch: 1,
             clocks: clocks(now),
+            mode: String::new(),
         }),
     )
     .await;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use tracesync_protocol::trigger::RelayMode;
 
 use crate::clocks::ClockSchedule;
 use crate::spool::WhenFull;
@@ -68,6 +69,17 @@ pub struct Flags {
     /// Most bytes sent to the daemon and not yet acknowledged.
     #[arg(long, value_name = "N")]
     pub window_bytes: Option<u64>,
+    /// stream: send every packet as it comes; ring: keep the last
+    /// --ring-seconds / --ring-bytes in the spool and send only a
+    /// trigger's window [mode].
+    #[arg(long, value_name = "MODE", value_parser = RelayMode::parse)]
+    pub mode: Option<RelayMode>,
+    /// Ring mode: seconds of packets kept [ring] seconds.
+    #[arg(long, value_name = "S")]
+    pub ring_seconds: Option<u64>,
+    /// Ring mode: bytes of packets kept, at most spool-disk-bytes [ring] bytes.
+    #[arg(long, value_name = "N")]
+    pub ring_bytes: Option<u64>,
     /// Test/demo: pose as a machine whose clocks are this far ahead (ns).
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub clock_offset_ns: Option<i64>,

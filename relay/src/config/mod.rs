@@ -11,8 +11,12 @@ use serde::Deserialize;
 use toml::Spanned;
 
 mod flags;
+mod ring;
 
 pub use flags::Flags;
+pub use ring::{
+    DEFAULT_RING_BYTES, DEFAULT_RING_SECONDS, MIN_RING_BYTES, RING_SOURCE_LAG, RingSettings,
+};
 
 use crate::clocks::ClockSchedule;
 use crate::spool::WhenFull;
@@ -57,6 +61,8 @@ struct FileConfig {
     window_bytes: Option<Spanned<u64>>,
     give_up_after_seconds: Option<Spanned<u64>>,
     keep_retrying: Option<bool>,
+    mode: Option<Spanned<String>>,
+    ring: Option<ring::RingSection>,
     clock_offset_ns: Option<i64>,
     clock_drift_ppm: Option<Spanned<f64>>,
     sync: Option<crate::probe::SyncConfig>,
@@ -89,6 +95,8 @@ pub struct RelayConfig {
     pub spool_disk_bytes: u64,
     pub linger: Duration,
     pub window_bytes: u64,
+    /// `--mode` and `[ring]`.
+    pub ring: RingSettings,
     /// How long a configuration fault may last before the relay exits;
     /// None: keep retrying.
     pub give_up_after: Option<Duration>,
@@ -179,6 +187,13 @@ impl RelayConfig {
         let name = pick_name(flags, &file, place)?;
         let sources = pick_sources(flags, &file, place)?;
         let limits = Limits::pick(flags, &file, place)?;
+        let ring = RingSettings::pick(
+            flags,
+            file.mode.as_ref(),
+            file.ring.as_ref(),
+            limits.spool_disk_bytes,
+            place,
+        )?;
         let token = match (&flags.token, &file.token) {
             (Some(flag), _) => {
                 check_token(flag).map_err(|message| ConfigError::flag("token", message))?
@@ -223,6 +238,7 @@ impl RelayConfig {
             spool_disk_bytes: limits.spool_disk_bytes,
             linger: Duration::from_millis(limits.linger_ms),
             window_bytes: limits.window_bytes,
+            ring,
             give_up_after: limits.give_up_after,
             clock,
             sync: {

@@ -56,6 +56,10 @@ pub struct SessionConfig {
     pub hello_timeout: Duration,
     /// A connection that lasted this long resets the backoff.
     pub healthy_after: Duration,
+    /// Stream mode: batches go out as they are spooled. Ring mode: none
+    /// do (the ring ships a trigger's window in Window frames); the
+    /// session keeps the connection, its heartbeats and the probes.
+    pub ships_batches: bool,
 }
 
 impl Default for SessionConfig {
@@ -71,6 +75,7 @@ impl Default for SessionConfig {
             backoff_max: Duration::from_secs(10),
             hello_timeout: Duration::from_secs(10),
             healthy_after: Duration::from_secs(1),
+            ships_batches: true,
         }
     }
 }
@@ -274,7 +279,7 @@ impl Session {
                         last_batch_sent: self.last_batch_sent,
                     });
                 }
-                if window_open && self.next_to_send <= last_spooled {
+                if self.config.ships_batches && window_open && self.next_to_send <= last_spooled {
                     let seq = self.next_to_send;
                     // u64::MAX is never a batch (the spool stops short of it).
                     if let Some(next) = seq.checked_add(1) {

@@ -396,3 +396,19 @@ fn welcomes_rejected_in_a_row_ask_for_a_new_instance_and_an_accepted_one_resets(
     assert_eq!(s.acked_through(), 0);
     assert_eq!(s.invalid_welcomes(), u64::from(NEW_INSTANCE_AFTER));
 }
+
+#[test]
+fn a_ring_session_sends_heartbeats_and_no_batches() {
+    let config = SessionConfig {
+        ships_batches: false,
+        ..SessionConfig::default()
+    };
+    let (mut s, t0) = welcomed_with(config, 0, 1);
+    let later = t0 + 300 * MS;
+    let actions = pump(&mut s, later, 500, 100);
+    assert_eq!(
+        actions,
+        vec![Action::SendHeartbeat { last_batch_sent: 0 }],
+        "heartbeats keep the session (and its probes) alive"
+    );
+}

@@ -22,10 +22,12 @@
 
 mod instance;
 mod record;
+pub mod ring_times;
 mod room;
 mod segments;
 mod sent;
 mod types;
+pub mod windows;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
@@ -184,6 +186,11 @@ impl Spool {
         Ok((spool, scan.issues))
     }
 
+    /// The spool's directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.config.dir
+    }
+
     /// Random, created with the spool directory, kept for its lifetime.
     pub fn instance_id(&self) -> u64 {
         self.instance_id
@@ -287,6 +294,21 @@ impl Spool {
         }
         self.reclaim()?;
         self.write_sealed(false)
+    }
+
+    /// Every batch spooled and not freed, oldest first: seq, packet bytes,
+    /// packets (the ring's view of what it holds).
+    pub fn held_batches(&self) -> Vec<(u64, u64, u64)> {
+        self.batches
+            .iter()
+            .map(|b| {
+                (
+                    b.at.seq,
+                    b.at.payload_bytes as u64,
+                    u64::from(b.at.packet_count),
+                )
+            })
+            .collect()
     }
 
     /// Seq of the oldest batch still spooled (the next seq if none).

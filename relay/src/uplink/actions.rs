@@ -1,4 +1,5 @@
-//! The session's actions executed on the daemon connection: connect,
+//! The session's actions executed on the daemon connection (and the
+//! daemon's Welcome they follow from): connect,
 //! Hello, batches from the spool, heartbeats, acks into the spool, the
 //! probe responder, closing. A frame that cannot be queued counts as lost
 //! and the session is told the connection is.
@@ -85,6 +86,45 @@ impl Uplink {
         }
     }
 
+    /// The daemon's Welcome: the session resumes, the fault run (if any)
+    /// is over, ring mode learns whether the daemon takes windows.
+    pub(super) fn on_welcome(&mut self, welcome: &v1::Welcome, now: Instant) -> Vec<Action> {
+        let actions = self.session.welcome(
+            welcome.acked_through_batch,
+            welcome.session_id,
+            welcome.sync_udp_port,
+            &welcome.probe_key,
+            self.spool.oldest_unacked(),
+            now,
+        );
+        if self.session.is_streaming()
+            && let Some(ring) = &mut self.ring
+        {
+            ring.welcomed(welcome.takes_windows, &self.config.host);
+        }
+        if self.session.is_streaming() {
+            if let Some(run) = self.fault.take() {
+                tracing::info!(
+                    "daemon {}: {} fixed after {} attempts",
+                    self.config.host,
+                    run.fault.label(),
+                    run.attempts
+                );
+            }
+            tracing::info!(
+                "daemon {} welcomed relay instance {}: acked through batch {}, resending from {}",
+                self.config.host,
+                crate::spool::instance_fingerprint(self.spool.instance_id()),
+                welcome.acked_through_batch,
+                welcome
+                    .acked_through_batch
+                    .saturating_add(1)
+                    .max(self.spool.oldest_unacked())
+            );
+        }
+        actions
+    }
+
     fn send_hello(&mut self, now: Instant) {
         let hello = &self.config.hello;
         let frame = Body::Hello(v1::Hello {
@@ -96,6 +136,7 @@ impl Uplink {
             machine_raw_id: hello.machine_raw_id,
             oldest_unacked_batch: self.spool.oldest_unacked(),
             clocks: Some(self.clocks()),
+            mode: self.config.mode().as_str().to_owned(),
         });
         self.send(frame, now);
     }
@@ -189,7 +230,7 @@ impl Uplink {
             .collect()
     }
 
-    fn clocks(&self) -> v1::RelayClocks {
+    pub(super) fn clocks(&self) -> v1::RelayClocks {
         let now = self.clock.now();
         v1::RelayClocks {
             boottime_ns: now.boottime,

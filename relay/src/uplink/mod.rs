@@ -10,6 +10,7 @@
 mod actions;
 mod connection;
 pub mod misconfig;
+mod ring;
 pub mod unreachable;
 
 use std::net::SocketAddr;
@@ -55,6 +56,18 @@ pub struct UplinkConfig {
     /// The relay's sources (as given, and how each is doing), reported in
     /// every Heartbeat.
     pub sources: Vec<(String, Arc<crate::source::SourceStats>)>,
+    /// Ring mode (`--mode ring`): the ring's bounds; None streams.
+    pub ring: Option<crate::ring::RingConfig>,
+}
+
+impl UplinkConfig {
+    /// The mode Hello announces.
+    pub fn mode(&self) -> tracesync_protocol::trigger::RelayMode {
+        match self.ring {
+            Some(_) => tracesync_protocol::trigger::RelayMode::Ring,
+            None => tracesync_protocol::trigger::RelayMode::Stream,
+        }
+    }
 }
 
 impl UplinkConfig {
@@ -71,6 +84,7 @@ impl UplinkConfig {
                 crate::config::DEFAULT_GIVE_UP_AFTER_SECONDS,
             )),
             sources: Vec::new(),
+            ring: None,
         }
     }
 }
@@ -136,8 +150,34 @@ pub async fn run<M: Send + 'static>(
             spooled
         }
     };
-    let session = Session::new(config.session.clone(), now(), seed, sent_before);
+    let mut session_config = config.session.clone();
+    session_config.ships_batches = config.ring.is_none();
+    let session = Session::new(session_config, now(), seed, sent_before);
+    let ring = match &config.ring {
+        Some(ring_config) => {
+            let boot_id = config.hello.boot_id.clone();
+            match ring::RingDriver::open(
+                ring_config.clone(),
+                &mut spool,
+                &boot_id,
+                clock.boottime(),
+            ) {
+                Ok(driver) => Some(driver),
+                Err(error) => {
+                    tracing::error!("{error}; ring mode cannot start");
+                    return (
+                        UplinkExit::Refused {
+                            reason: error.to_string(),
+                        },
+                        spool,
+                    );
+                }
+            }
+        }
+        None => None,
+    };
     let mut uplink = Uplink {
+        ring,
         config,
         clock,
         spool,
@@ -163,6 +203,8 @@ fn now() -> Instant {
 }
 
 struct Uplink {
+    /// Ring mode's driver (None: stream mode).
+    ring: Option<ring::RingDriver>,
     config: UplinkConfig,
     clock: SharedClock,
     spool: Spool,
@@ -215,7 +257,12 @@ impl Uplink {
                 self.advance_drain(drain, &mut incoming, intake_open, now);
             }
             self.drive(now);
-            self.metrics.tick(now, &self.spool, &self.session);
+            self.drive_ring();
+            let ring = self
+                .ring
+                .as_ref()
+                .map(|r| (r.ring(), self.clock.boottime()));
+            self.metrics.tick(now, &self.spool, &self.session, ring);
             if let Some(exit) = self.ended(drain.as_ref(), now) {
                 return exit;
             }
@@ -301,6 +348,10 @@ impl Uplink {
             });
         }
         let drain = drain.filter(|d| d.flushed)?;
+        if self.ring.is_some() {
+            // The ring is meant to stay in the spool; windows stay on disk.
+            return Some(UplinkExit::Drained);
+        }
         let unacked = self
             .spool
             .last_seq()
@@ -319,6 +370,7 @@ impl Uplink {
         [
             self.session.deadline(),
             self.spool.deadline(),
+            self.ring_deadline(now),
             drain
                 .filter(|d| !d.intake_closed)
                 .map(|d| d.close_intake_at),
@@ -390,49 +442,24 @@ impl Uplink {
                 Vec::new()
             }
             ConnectionEvent::Frame(frame) => match frame.body {
-                Some(Body::Welcome(welcome)) => {
-                    let actions = self.session.welcome(
-                        welcome.acked_through_batch,
-                        welcome.session_id,
-                        welcome.sync_udp_port,
-                        &welcome.probe_key,
-                        self.spool.oldest_unacked(),
-                        now,
-                    );
-                    if self.session.is_streaming() {
-                        if let Some(run) = self.fault.take() {
-                            tracing::info!(
-                                "daemon {}: {} fixed after {} attempts",
-                                self.config.host,
-                                run.fault.label(),
-                                run.attempts
-                            );
-                        }
-                        tracing::info!(
-                            "daemon {} welcomed relay instance {}: acked through batch {}, resending from {}",
-                            self.config.host,
-                            crate::spool::instance_fingerprint(self.spool.instance_id()),
-                            welcome.acked_through_batch,
-                            welcome
-                                .acked_through_batch
-                                .saturating_add(1)
-                                .max(self.spool.oldest_unacked())
-                        );
-                    }
-                    actions
-                }
+                Some(Body::Welcome(welcome)) => self.on_welcome(&welcome, now),
                 Some(Body::Refused(refused)) => {
                     self.session
                         .refused(RefusalCode::parse(&refused.code), &refused.reason, now)
                 }
                 Some(Body::Ack(ack)) => self.session.ack(ack.through_batch, now),
+                Some(body @ (Body::Trigger(_) | Body::WindowAck(_))) if self.ring.is_some() => {
+                    self.on_ring_frame(body);
+                    Vec::new()
+                }
                 other => {
                     let what = match other {
                         None => "an empty frame",
                         Some(Body::Hello(_)) => "Hello",
                         Some(Body::Batch(_)) => "Batch",
                         Some(Body::Heartbeat(_)) => "Heartbeat",
-                        Some(_) => "an unexpected frame",
+                        Some(Body::Window(_)) => "Window",
+                        Some(_) => "a frame for a relay in ring mode",
                     };
                     tracing::warn!(
                         "daemon {} sent {what}, which only relays send; reconnecting",

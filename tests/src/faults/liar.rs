@@ -79,6 +79,7 @@ impl LyingRelay {
             machine_raw_id: opts.raw_id,
             oldest_unacked_batch: 1,
             clocks: Some(lie(opts.clock_ns)),
+            mode: String::new(),
         });
         write_frame(&mut stream, &v1::Frame { body: Some(hello) })?;
         stream.set_read_timeout(Some(Duration::from_secs(20)))?;

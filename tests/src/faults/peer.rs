@@ -71,6 +71,7 @@ pub fn hello(token: &str, name: &str, instance: u64, raw_id: u32) -> v1::Frame {
             machine_raw_id: raw_id,
             oldest_unacked_batch: 1,
             clocks: None,
+            mode: String::new(),
         })),
     }
 }
@@ -171,6 +172,7 @@ fn lie_to(
                         session_id: session.fetch_add(1, Ordering::Relaxed),
                         sync_udp_port: 0,
                         probe_key: vec![7u8; 32].into(),
+                        takes_windows: false,
                     })),
                 };
                 if write_frame(&mut stream, &welcome).is_err() {

@@ -129,6 +129,7 @@ fn hello(instance: u64, raw_id: u32, name: &str) -> v1::frame::Body {
         machine_raw_id: raw_id,
         oldest_unacked_batch: 1,
         clocks: None,
+        mode: String::new(),
     })
 }
 
@@ -266,6 +267,7 @@ fn body() -> impl Strategy<Value = v1::frame::Body> {
                 machine_raw_id: raw_id,
                 oldest_unacked_batch: oldest,
                 clocks,
+                mode: String::new(),
             })),
         6 => (
             prop_oneof![1u64..5, fuzz::edge_u64()],

@@ -57,6 +57,7 @@ fn bad_relay_is_refused_while_a_good_relay_loses_nothing() {
                 machine_raw_id: 0xbad,
                 oldest_unacked_batch: 1,
                 clocks: None,
+                mode: String::new(),
             })),
         }
         .encode_to_vec()

@@ -196,6 +196,9 @@ pub(super) fn kind(body: &v1::frame::Body) -> &'static str {
         v1::frame::Body::Batch(_) => "Batch",
         v1::frame::Body::Ack(_) => "Ack",
         v1::frame::Body::Heartbeat(_) => "Heartbeat",
+        v1::frame::Body::Trigger(_) => "Trigger",
+        v1::frame::Body::Window(_) => "Window",
+        v1::frame::Body::WindowAck(_) => "WindowAck",
     }
 }
 

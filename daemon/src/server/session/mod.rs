@@ -333,6 +333,7 @@ async fn join<P, S: DataStream>(
         session_id,
         sync_udp_port: u32::from(shared.settings.sync_udp_port),
         probe_key: probe_key.to_vec().into(),
+        takes_windows: false,
     });
     if let Err(e) = send(link, welcome).await {
         debug!(%peer, machine = %Escaped(&name), "cannot send Welcome: {e}");

@@ -275,6 +275,7 @@ fn hello(token: &str, name: &str) -> v1::frame::Body {
         machine_raw_id: 7,
         oldest_unacked_batch: 1,
         clocks: None,
+        mode: String::new(),
     })
 }
 

@@ -1,0 +1,119 @@
+use super::*;
+
+const S: u64 = 1_000_000_000;
+
+fn request(name: &str) -> TriggerRequest {
+    TriggerRequest {
+        name: name.into(),
+        before_ns: 30 * S,
+        after_ns: 5 * S,
+    }
+}
+
+#[test]
+fn a_name_fires_up_to_its_limit_per_period_and_refusals_are_counted() {
+    let config = TriggerConfig {
+        max_per_name: 3,
+        per_ns: 60 * S,
+        ..TriggerConfig::default()
+    };
+    let mut triggers = Triggers::new(config, 7);
+    let mut fired = 0;
+    let mut refused = Vec::new();
+    // A storm: 1000 triggers in a minute.
+    for i in 0..1000u64 {
+        match triggers.fire(request("crash"), 100 * S + i * 60_000_000) {
+            Decision::Fired(_) => fired += 1,
+            Decision::Refused(reason) => refused.push(reason),
+        }
+    }
+    assert_eq!(fired, 3);
+    assert_eq!(refused.len(), 997);
+    assert!(
+        refused[0].contains("fired 3 times within 60 s"),
+        "{}",
+        refused[0]
+    );
+    assert_eq!(triggers.stats().refused, 997);
+    // Another name has its own limit; the first fires again a period later.
+    assert!(matches!(
+        triggers.fire(request("oom"), 170 * S),
+        Decision::Fired(_)
+    ));
+    assert!(matches!(
+        triggers.fire(request("crash"), 170 * S),
+        Decision::Fired(_)
+    ));
+}
+
+#[test]
+fn ids_are_unique_and_triggers_are_remembered_for_late_relays_for_a_while() {
+    let config = TriggerConfig {
+        remember_ns: 100 * S,
+        max_remembered: 2,
+        ..TriggerConfig::default()
+    };
+    let mut triggers = Triggers::new(config, 8);
+    let ids: Vec<u64> = (0..3)
+        .filter_map(
+            |i| match triggers.fire(request(&format!("t{i}")), 1000 * S) {
+                Decision::Fired(f) => Some(f.id),
+                Decision::Refused(_) => None,
+            },
+        )
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+    let late = triggers.for_new_relay(1050 * S);
+    assert_eq!(late.iter().map(|f| f.id).collect::<Vec<_>>(), ids[1..]);
+    // Window end 1005 s, remembered 100 s past it.
+    assert_eq!(triggers.for_new_relay(1104 * S).len(), 2);
+    assert!(triggers.for_new_relay(1106 * S).is_empty());
+}
+
+#[test]
+fn a_relay_window_is_the_host_window_on_the_relay_clock_widened_by_the_bound() {
+    let fired = Fired {
+        id: 1,
+        name: "crash".into(),
+        host_time_ns: 1000 * S,
+        before_ns: 30 * S,
+        after_ns: 5 * S,
+    };
+    // The relay runs 7 s ahead and 50 ppm fast, bound 2 ms at its reference.
+    let estimate = SyncEstimate {
+        ref_relay_ns: 1007 * S,
+        offset_ns: 7 * S as i64,
+        freq_ppm: 50.0,
+        error_bound_ns: 2_000_000,
+        freq_bound_ppm: 1.0,
+        ..SyncEstimate::default()
+    };
+    let (from, to) = relay_window(&fired, &estimate).unwrap_or_default();
+    for (host, relay_edge, outward) in [(970 * S, from, false), (1005 * S, to, true)] {
+        // relay = host + offset(relay): one step from the reference is
+        // exact to well under a microsecond here.
+        let exact = host as i64 + estimate.offset_at(host + 7 * S);
+        let mapped_back = estimate.to_host(exact as u64);
+        assert!(
+            (mapped_back - host as i64).abs() < 1_000,
+            "{mapped_back} vs {host}"
+        );
+        let bound = estimate.bound_at(exact as u64) as i64;
+        let expected = if outward {
+            exact + bound
+        } else {
+            exact - bound
+        };
+        assert!(
+            (relay_edge as i64 - expected).abs() < 1_000,
+            "edge {relay_edge} vs {expected}"
+        );
+        assert!(bound >= 2_000_000);
+    }
+    let unbounded = SyncEstimate {
+        freq_bound_ppm: f64::NAN,
+        ..estimate
+    };
+    assert_eq!(relay_window(&fired, &unbounded), None);
+}
