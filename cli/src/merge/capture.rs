@@ -283,7 +283,10 @@ impl<'a> CapturePackets<'a> {
                 return Ok(None);
             }
             let file = &self.capture.files[self.next_file - 1];
-            let reader = self.reader.as_mut().expect("opened");
+            // open_next returned true: a reader is open.
+            let Some(reader) = self.reader.as_mut() else {
+                return Ok(None);
+            };
             let packet = match reader.next_packet() {
                 Ok(Some(p)) => p,
                 Ok(None) => {

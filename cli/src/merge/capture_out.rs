@@ -77,8 +77,10 @@ pub fn merge_capture(
         std::fs::rename(t, target).map_err(|e| create_err(target, e))?;
     }
     if let Some(path) = stats_path {
-        let json = serde_json::to_string_pretty(&stats).expect("stats serialize");
-        std::fs::write(path, json + "\n").map_err(|e| create_err(path, e))?;
+        serde_json::to_string_pretty(&stats)
+            .map_err(io::Error::other)
+            .and_then(|json| tracesync_capture::modes::write_file(path, (json + "\n").as_bytes()))
+            .map_err(|e| create_err(path, e))?;
     }
     Ok(stats)
 }

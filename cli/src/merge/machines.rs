@@ -209,8 +209,9 @@ impl MachineTable {
             });
         }
         for id in embedded {
-            let placement = if adopted == Some(id) {
-                out.base.expect("adopted files have a base")
+            // An adopted id always got the base placement above.
+            let placement = if let (true, Some(base)) = (adopted == Some(id), out.base) {
+                base
             } else {
                 let m = match rename(id) {
                     Some(name) => self.named(name),

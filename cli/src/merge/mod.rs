@@ -342,8 +342,10 @@ pub(crate) fn merge_with_scan_threads(
         })?;
     }
     if let Some(path) = &opts.stats {
-        let json = serde_json::to_string_pretty(&stats).expect("stats serialize");
-        std::fs::write(path, json + "\n").map_err(|error| MergeError::Create {
+        let written = serde_json::to_string_pretty(&stats)
+            .map_err(io::Error::other)
+            .and_then(|json| tracesync_capture::modes::write_file(path, (json + "\n").as_bytes()));
+        written.map_err(|error| MergeError::Create {
             path: path.display().to_string(),
             error,
         })?;
@@ -390,7 +392,7 @@ fn write_merged(
         .map_err(MergeError::Write)?;
     let src_json: Vec<String> = inputs
         .iter()
-        .map(|i| serde_json::to_string(&i.display).expect("string"))
+        .map(|i| serde_json::Value::String(i.display.clone()).to_string())
         .collect();
     let mut sequences = SequenceIds::new();
     let Plan {

@@ -252,6 +252,7 @@ impl Feeder {
                     machine_raw_id: self.identity.raw_id,
                     oldest_unacked_batch: oldest,
                     clocks: Some(self.clocks()),
+                    mode: "stream".into(),
                 });
                 self.send(OutFrame::encode(&frame(hello)), now);
             }
