@@ -10,6 +10,7 @@ pub mod capture;
 pub mod capture_out;
 pub mod chrome_json;
 pub mod command;
+pub mod conversion_stats;
 pub mod feed;
 pub mod first_pass;
 pub mod first_pass_threads;

@@ -12,14 +12,14 @@
 //!   the same lines inside a JSON file's `systemTraceEvents`
 //!   ([`line_to_packet`]) take that file's private clock instead.
 //! - Nothing is dropped silently: lines that are no event and events not
-//!   converted are counted in [`JsonStats`](crate::merge::chrome_json::JsonStats).
+//!   converted are counted in [`JsonStats`](crate::merge::conversion_stats::JsonStats).
 
 pub mod encode;
 pub mod line;
 
 use std::io::{self, BufRead, BufReader, Read};
 
-use crate::merge::chrome_json::{JsonStats, StatsSlot};
+use crate::merge::conversion_stats::{JsonStats, StatsSlot};
 use encode::{Skip, line_packet};
 use line::parse_line;
 

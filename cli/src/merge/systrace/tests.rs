@@ -6,7 +6,7 @@ use tracesync_protocol::perfetto::Trace;
 use super::encode::{EVENT_TS_LEN, EVENT_TS_OFFSET, set_event_ts};
 use super::line::{Line, parse_line, raw_prev_state};
 use super::{SystraceReader, looks_like_systrace};
-use crate::merge::chrome_json::JsonStats;
+use crate::merge::conversion_stats::JsonStats;
 
 const TEXT: &str = "# tracer: nop
 #
