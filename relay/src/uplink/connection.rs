@@ -515,6 +515,30 @@ async fn write_chunks<W: AsyncWrite + Unpin>(
     write.flush().await
 }
 
+/// Completes when a full link's writer wrote frames; never without one.
+pub async fn link_drained(full: Option<&Written>) {
+    match full {
+        Some(written) => written.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The connection's next event; never without a connection (a task that
+/// ended is a lost connection).
+pub async fn next_event(connection: &mut Option<Connection>) -> ConnectionEvent {
+    match connection {
+        Some(connection) => connection
+            .events
+            .recv()
+            .await
+            .unwrap_or(ConnectionEvent::Lost {
+                reason: "connection task ended".into(),
+                misconfig: None,
+            }),
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

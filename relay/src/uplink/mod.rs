@@ -22,7 +22,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracesync_protocol::relay::v1::frame::Body;
 
-pub use connection::{Connection, ConnectionEvent, FrameCodec, OutFrame, Written};
+pub use connection::{
+    Connection, ConnectionEvent, FrameCodec, OutFrame, Written, link_drained, next_event,
+};
 
 use crate::clocks::SharedClock;
 use crate::session::{Session, SessionConfig};
@@ -541,27 +543,5 @@ impl Uplink {
             tracing::error!("{error}");
             self.last_error_log = Some(now);
         }
-    }
-}
-
-/// Completes when a full link's writer wrote frames; never without one.
-async fn link_drained(full: Option<&Written>) {
-    match full {
-        Some(written) => written.wait().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn next_event(connection: &mut Option<Connection>) -> ConnectionEvent {
-    match connection {
-        Some(connection) => connection
-            .events
-            .recv()
-            .await
-            .unwrap_or(ConnectionEvent::Lost {
-                reason: "connection task ended".into(),
-                misconfig: None,
-            }),
-        None => std::future::pending().await,
     }
 }

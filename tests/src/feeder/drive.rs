@@ -20,7 +20,7 @@ use tracesync_relay::probe::{ProbeTarget, SyncConfig, run_probe_responder};
 use tracesync_relay::sequences::FIRST_SOURCE_SEQUENCE_ID;
 use tracesync_relay::session::{Action, Session, SessionConfig};
 use tracesync_relay::tls::ClientTls;
-use tracesync_relay::uplink::{Connection, ConnectionEvent, OutFrame, Written};
+use tracesync_relay::uplink::{Connection, ConnectionEvent, OutFrame, link_drained, next_event};
 
 use super::batch::Template;
 
@@ -457,26 +457,4 @@ impl Feeder {
 
 fn frame(body: Body) -> v1::Frame {
     v1::Frame { body: Some(body) }
-}
-
-/// Completes when a full link's writer wrote frames; never without one.
-async fn link_drained(full: Option<&Written>) {
-    match full {
-        Some(written) => written.wait().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn next_event(connection: &mut Option<Connection>) -> ConnectionEvent {
-    match connection {
-        Some(connection) => connection
-            .events
-            .recv()
-            .await
-            .unwrap_or(ConnectionEvent::Lost {
-                reason: "connection task ended".into(),
-                misconfig: None,
-            }),
-        None => std::future::pending().await,
-    }
 }
