@@ -28,6 +28,10 @@ pub struct JsonStats {
     /// Packets written out of order: the file's disorder exceeded the
     /// reordering window (the trace processor still sorts them).
     pub json_events_out_of_window: u64,
+    /// Complete events that partially overlap an open one on their thread,
+    /// moved to a spill track of the thread as the trace processor moves
+    /// them.
+    pub slice_spill_overlapping_complete_event: u64,
     /// Systrace lines that are no event line (or whose event's arguments
     /// do not parse): Perfetto's `systrace_parse_failure`.
     pub systrace_parse_failure: u64,
@@ -46,6 +50,7 @@ impl JsonStats {
         self.json_system_trace_events_not_converted += o.json_system_trace_events_not_converted;
         self.json_negative_timestamp_dropped += o.json_negative_timestamp_dropped;
         self.json_events_out_of_window += o.json_events_out_of_window;
+        self.slice_spill_overlapping_complete_event += o.slice_spill_overlapping_complete_event;
         self.systrace_parse_failure += o.systrace_parse_failure;
         self.systrace_events_not_converted += o.systrace_events_not_converted;
     }

@@ -14,34 +14,23 @@
 //! Track uuids and string pids are hashes of the input's name and the
 //! event's fields: the same in both merge passes.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
-use prost::Message;
 use serde_json::{Map, Value};
-use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+use tracesync_protocol::perfetto::trace_packet::Data;
 use tracesync_protocol::perfetto::{
-    CounterDescriptor, DebugAnnotation, ProcessDescriptor, ThreadDescriptor, TracePacket,
-    TrackDescriptor, TrackEvent, debug_annotation, track_event,
+    CounterDescriptor, DebugAnnotation, ProcessDescriptor, ThreadDescriptor, TrackDescriptor,
+    TrackEvent, debug_annotation, track_event,
 };
 
 use super::JsonStats;
 use super::event::{Id, Ident, JsonEvent, Scope};
+use super::window::{KEY_END, KEY_OTHER, Mark, Window, framed, key_complete, packet};
 
 /// Bytes of timed packets held back to put a file's events in order.
 pub const WINDOW_BYTES: usize = 16 << 20;
-/// The one packet sequence of a converted file.
-const SEQUENCE: u32 = 1;
 /// Name of a slice whose event has none, as the trace processor names it.
 const NO_NAME: &str = "[No name]";
-
-/// A timed packet waiting for its turn: ordered by time, then creation.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct Pending {
-    ts: i64,
-    seq: u64,
-    bytes: Vec<u8>,
-}
 
 /// Kinds of track, mixed into their uuids.
 #[derive(Clone, Copy)]
@@ -58,10 +47,7 @@ enum TrackKind {
 /// The state of one file's conversion.
 pub struct Converter {
     salt: u64,
-    heap: BinaryHeap<Reverse<Pending>>,
-    held_bytes: usize,
-    made: u64,
-    released: i64,
+    window: Window,
     /// Process names and sort indexes written so far, by pid.
     processes: HashMap<u32, (Option<String>, Option<i32>)>,
     threads: HashMap<(u32, u32), (Option<String>, Option<i32>)>,
@@ -87,25 +73,6 @@ fn id_bytes(id: &Id) -> Vec<u8> {
     match id {
         Id::Str(s) => [b"s", s.as_bytes()].concat(),
         Id::Int(n) => [b"i".as_slice(), &n.to_le_bytes()].concat(),
-    }
-}
-
-fn framed(packet: &TracePacket) -> Vec<u8> {
-    let mut out = Vec::with_capacity(packet.encoded_len() + 6);
-    out.push(0x0a);
-    // Writing into a Vec cannot run out of room.
-    let _ = packet.encode_length_delimited(&mut out);
-    out
-}
-
-fn packet(ts: Option<i64>, data: Data) -> TracePacket {
-    TracePacket {
-        timestamp: ts.map(|t| t as u64),
-        data: Some(data),
-        optional_trusted_packet_sequence_id: Some(
-            OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(SEQUENCE),
-        ),
-        ..Default::default()
     }
 }
 
@@ -164,10 +131,7 @@ impl Converter {
     pub fn new(display: &str) -> Self {
         Self {
             salt: hash(0, TrackKind::Global, &[display.as_bytes()]),
-            heap: BinaryHeap::new(),
-            held_bytes: 0,
-            made: 0,
-            released: i64::MIN,
+            window: Window::default(),
             processes: HashMap::new(),
             threads: HashMap::new(),
             named_tracks: HashSet::new(),
@@ -272,7 +236,13 @@ impl Converter {
     }
 
     fn hold(&mut self, ts: i64, event: TrackEvent) {
-        self.hold_framed(ts, framed(&packet(Some(ts), Data::TrackEvent(event))));
+        self.hold_keyed(ts, KEY_OTHER, event, Mark::Plain);
+    }
+
+    /// Holds an event with the sort key and mark of its phase.
+    fn hold_keyed(&mut self, ts: i64, key: i64, event: TrackEvent, mark: Mark) -> u64 {
+        let bytes = framed(&packet(Some(ts), Data::TrackEvent(event)));
+        self.window.hold(ts, key, bytes, mark)
     }
 
     /// Holds a framed packet made elsewhere (a `systemTraceEvents` line)
@@ -284,45 +254,20 @@ impl Converter {
         out: &mut Vec<u8>,
         stats: &mut JsonStats,
     ) {
-        self.hold_framed(ts, bytes);
-        self.release(WINDOW_BYTES, out, stats);
-    }
-
-    fn hold_framed(&mut self, ts: i64, bytes: Vec<u8>) {
-        self.held_bytes += bytes.len();
-        self.made += 1;
-        self.heap.push(Reverse(Pending {
-            ts,
-            seq: self.made,
-            bytes,
-        }));
-    }
-
-    /// Releases held packets until at most `keep` bytes are held.
-    fn release(&mut self, keep: usize, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        while self.held_bytes > keep {
-            let Some(Reverse(p)) = self.heap.pop() else {
-                break;
-            };
-            self.held_bytes -= p.bytes.len();
-            if p.ts < self.released {
-                stats.json_events_out_of_window += 1;
-            }
-            self.released = self.released.max(p.ts);
-            out.extend(p.bytes);
-        }
+        self.window.hold(ts, KEY_OTHER, bytes, Mark::Plain);
+        self.window.release(WINDOW_BYTES, out, stats);
     }
 
     /// Everything still held, in order: the file has ended.
     pub fn finish(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        self.release(0, out, stats);
+        self.window.release(0, out, stats);
     }
 
     /// Converts one event: descriptors straight into `out`, timed packets
     /// into the window (released into `out` as it fills).
     pub fn push(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
         self.convert(e, out, stats);
-        self.release(WINDOW_BYTES, out, stats);
+        self.window.release(WINDOW_BYTES, out, stats);
     }
 
     fn convert(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
@@ -333,11 +278,18 @@ impl Converter {
             }
             return;
         }
-        if e.bad_field.is_some() || (e.ts.is_none() && e.phase != b'M') {
+        // A metadata event needs no time: a bad `ts` does not drop it.
+        let bad_ts_only =
+            e.phase == b'M' && e.bad_field.as_deref().is_some_and(|f| f.starts_with("ts:"));
+        if (e.bad_field.is_some() && !bad_ts_only) || (e.ts.is_none() && e.phase != b'M') {
             stats.json_tokenizer_failure += 1;
             return;
         }
-        let ts = e.ts.unwrap_or(0);
+        let ts = if e.phase == b'M' {
+            0
+        } else {
+            e.ts.unwrap_or(0)
+        };
         if ts < 0 {
             stats.json_negative_timestamp_dropped += 1;
             return;
@@ -368,22 +320,30 @@ impl Converter {
         match e.phase {
             b'B' => self.slice_begin(ts, thread, &e),
             b'E' => {
+                // A named end closes only a slice of its name (and
+                // category), as in the trace processor.
                 let mut end = self.event(track_event::Type::SliceEnd, thread, &e);
-                end.name_field = None;
-                self.hold(ts, end);
+                if e.name.is_empty() {
+                    end.name_field = None;
+                }
+                self.hold_keyed(ts, KEY_END, end, Mark::Plain);
             }
-            b'X' => match e
-                .dur
-                .and_then(|d| (d >= 0).then(|| ts.checked_add(d)).flatten())
-            {
-                Some(end_ts) => {
-                    self.slice_begin(ts, thread, &e);
+            b'X' => match e.dur.and_then(|d| {
+                (d >= 0)
+                    .then(|| ts.checked_add(d).map(|end| (d, end)))
+                    .flatten()
+            }) {
+                Some((dur, end_ts)) => {
+                    let mut begin = self.event(track_event::Type::SliceBegin, thread, &e);
+                    self.add_flow(&mut begin, &e);
+                    let mark = Mark::CompleteBegin { thread, dur };
+                    let seq = self.hold_keyed(ts, key_complete(dur), begin, mark);
                     let end = TrackEvent {
                         r#type: Some(track_event::Type::SliceEnd as i32),
                         track_uuid: Some(thread),
                         ..Default::default()
                     };
-                    self.hold(end_ts, end);
+                    self.hold_keyed(end_ts, KEY_END, end, Mark::CompleteEnd { begin: seq });
                 }
                 None => stats.json_parser_failure += 1,
             },

@@ -296,15 +296,23 @@ fn float_us_to_ns(us: f64) -> Result<i64, String> {
 /// Reads one event from its bytes; Err is a JSON syntax error (message,
 /// byte index within `bytes`).
 pub fn parse_event(bytes: &[u8]) -> Result<JsonEvent, (String, usize)> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        let at = index_of(bytes, e.line(), e.column());
-        let text = e.to_string();
-        let message = match text.rfind(" at line ") {
-            Some(cut) => text[..cut].to_string(),
-            None => text,
-        };
-        (message, at)
-    })
+    serde_json::from_slice(bytes)
+        .or_else(|strict| {
+            // Perfetto's own reader is laxer: try again with its leniencies.
+            match super::relaxed::relax(bytes) {
+                Some(relaxed) => serde_json::from_slice(&relaxed).map_err(|_| strict),
+                None => Err(strict),
+            }
+        })
+        .map_err(|e| {
+            let at = index_of(bytes, e.line(), e.column());
+            let text = e.to_string();
+            let message = match text.rfind(" at line ") {
+                Some(cut) => text[..cut].to_string(),
+                None => text,
+            };
+            (message, at)
+        })
 }
 
 /// Byte index of a 1-based line and column.

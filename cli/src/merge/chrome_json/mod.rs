@@ -19,7 +19,10 @@
 
 pub mod convert;
 pub mod event;
+pub mod relaxed;
 pub mod scan;
+pub mod spill;
+pub mod window;
 pub mod written;
 
 use std::io::{self, Read};

@@ -323,3 +323,40 @@ fn errors_name_the_byte_offset_and_what_was_expected() {
         Some("Some(16): expected '[': traceEvents must be an array")
     );
 }
+
+#[test]
+fn perfetto_sort_rules_and_leniencies() {
+    // Same start: the longer complete event first (it is the parent); an
+    // end before a begin at one time; a trailing comma and a raw newline
+    // in a string are read as Perfetto reads them.
+    let (packets, stats, error) = convert(
+        "[{\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":5,\"ph\":\"X\",\"name\":\"child\",\"args\":{\"a\":\"x\ny\",}},
+          {\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":10,\"ph\":\"X\",\"name\":\"parent\"},
+          {\"pid\":1,\"tid\":1,\"ts\":11,\"ph\":\"B\",\"name\":\"next\"},
+          {\"pid\":1,\"tid\":1,\"ts\":\"x\",\"ph\":\"M\",\"name\":\"thread_name\",\"args\":{\"name\":\"t\"}}]",
+    );
+    assert_eq!(error, None);
+    assert_eq!(stats, JsonStats::default());
+    let got: Vec<(u64, track_event::Type, Option<&str>)> = events(&packets)
+        .into_iter()
+        .map(|(ts, e)| (ts, kind(e), name(e)))
+        .collect();
+    use track_event::Type::{SliceBegin as B, SliceEnd as E};
+    assert_eq!(
+        got,
+        [
+            (1000, B, Some("parent")),
+            (1000, B, Some("child")),
+            (6000, E, None),
+            (11000, E, None),
+            (11000, B, Some("next")),
+        ]
+    );
+    let named = descriptors(&packets)
+        .iter()
+        .any(|d| d.thread.as_ref().and_then(|t| t.thread_name.as_deref()) == Some("t"));
+    assert!(
+        named,
+        "a metadata event with a bad ts still names its thread"
+    );
+}
