@@ -7,7 +7,9 @@
 //! packet timestamps, machine attribution and stats against Perfetto's
 //! expected result. Where trace processor v52 (the one that runs here) has
 //! the semantics, the merged trace is also judged by it: machine rows, and
-//! every slice's `ts` equal to the jsonl `ts`. Most cases also re-merge
+//! every slice's `ts` equal to the jsonl `ts`. The single-file JSON cases
+//! (`parser/json/tests.py`) compare what the trace processor reads from the
+//! JSON with what it reads from the merged trace. Most cases also re-merge
 //! tracesync's own output and expect the same timestamps (idempotence).
 //!
 //! Read from google/perfetto (GitHub): `test/trace_processor/diff_tests/
@@ -26,6 +28,8 @@ mod perfetto_cases {
     pub mod manifest_errors;
     pub mod manifest_json;
     pub mod manifest_machines;
+    pub mod parser_json;
+    pub mod parser_json_tracks;
     pub mod proto_reader;
     pub mod systrace;
 }

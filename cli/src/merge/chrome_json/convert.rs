@@ -25,7 +25,8 @@ use tracesync_protocol::perfetto::{
 
 use super::JsonStats;
 use super::event::{Id, Ident, JsonEvent, Scope};
-use super::window::{KEY_END, KEY_OTHER, Mark, Window, framed, key_complete, packet};
+use super::framing::{framed, packet};
+use super::window::{KEY_END, KEY_OTHER, Mark, Window, key_complete};
 
 /// Bytes of timed packets held back to put a file's events in order.
 pub const WINDOW_BYTES: usize = 16 << 20;

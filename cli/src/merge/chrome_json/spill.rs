@@ -15,7 +15,7 @@ use tracesync_protocol::perfetto::TrackDescriptor;
 use tracesync_protocol::perfetto::trace_packet::Data;
 
 use super::JsonStats;
-use super::window::{framed, packet};
+use super::framing::{framed, packet};
 
 /// Open complete events remembered per track: beyond it a thread's events
 /// are no longer checked (they stay on the thread's track).

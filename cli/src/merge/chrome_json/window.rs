@@ -14,13 +14,11 @@ use std::collections::BinaryHeap;
 
 use prost::Message;
 use tracesync_protocol::perfetto::TracePacket;
-use tracesync_protocol::perfetto::trace_packet::{Data, OptionalTrustedPacketSequenceId};
+use tracesync_protocol::perfetto::trace_packet::Data;
 
 use super::JsonStats;
+use super::framing::framed;
 use super::spill::Spill;
-
-/// The one packet sequence of a converted file.
-pub const SEQUENCE: u32 = 1;
 
 /// Sort key of an end at a time: before anything else at that time.
 pub const KEY_END: i64 = i64::MIN;
@@ -76,27 +74,6 @@ impl PartialOrd for Pending {
 impl Ord for Pending {
     fn cmp(&self, o: &Self) -> Ordering {
         self.order().cmp(&o.order())
-    }
-}
-
-/// A packet framed as one `packet` field of a Trace.
-pub fn framed(packet: &TracePacket) -> Vec<u8> {
-    let mut out = Vec::with_capacity(packet.encoded_len() + 6);
-    out.push(0x0a);
-    // Writing into a Vec cannot run out of room.
-    let _ = packet.encode_length_delimited(&mut out);
-    out
-}
-
-/// A packet of the file's sequence.
-pub fn packet(ts: Option<i64>, data: Data) -> TracePacket {
-    TracePacket {
-        timestamp: ts.map(|t| t as u64),
-        data: Some(data),
-        optional_trusted_packet_sequence_id: Some(
-            OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(SEQUENCE),
-        ),
-        ..Default::default()
     }
 }
 
