@@ -17,7 +17,7 @@ pub struct JsonStats {
     pub json_parser_failure: u64,
     /// `displayTimeUnit` keys: ignored, as by the trace processor.
     pub json_display_time_unit: u64,
-    /// Events of phases not converted (flows s/t/f, samples, objects, ...).
+    /// Events of phases not converted (samples, objects, thread states, ...).
     pub json_events_not_converted: u64,
     /// `systemTraceEvents` values that are no string, not converted (a
     /// string's lines are converted as a systrace's, counted under the
@@ -32,6 +32,9 @@ pub struct JsonStats {
     /// moved to a spill track of the thread as the trace processor moves
     /// them.
     pub slice_spill_overlapping_complete_event: u64,
+    /// Flow events (`s`, `t`, `f`) whose id is no integer or hexadecimal
+    /// string, dropped as the trace processor drops them.
+    pub flow_invalid_id: u64,
     /// Systrace lines that are no event line (or whose event's arguments
     /// do not parse): Perfetto's `systrace_parse_failure`.
     pub systrace_parse_failure: u64,
@@ -51,6 +54,7 @@ impl JsonStats {
         self.json_negative_timestamp_dropped += o.json_negative_timestamp_dropped;
         self.json_events_out_of_window += o.json_events_out_of_window;
         self.slice_spill_overlapping_complete_event += o.slice_spill_overlapping_complete_event;
+        self.flow_invalid_id += o.flow_invalid_id;
         self.systrace_parse_failure += o.systrace_parse_failure;
         self.systrace_events_not_converted += o.systrace_events_not_converted;
     }

@@ -25,6 +25,7 @@ use tracesync_protocol::perfetto::{
 
 use super::JsonStats;
 use super::event::{Id, Ident, JsonEvent, Scope};
+use super::flows::v1_flow;
 use super::framing::{framed, packet};
 use super::window::{KEY_END, KEY_OTHER, Mark, Window, key_complete};
 
@@ -311,7 +312,8 @@ impl Converter {
             self.process(pid, pid_name, None, out);
         }
         match e.phase {
-            b'B' | b'E' | b'X' | b'i' | b'I' | b'R' | b'C' | b'M' | b'b' | b'e' | b'n' => {}
+            b'B' | b'E' | b'X' | b'i' | b'I' | b'R' | b'C' | b'M' | b'b' | b'e' | b'n' | b's'
+            | b't' | b'f' => {}
             _ => {
                 stats.json_events_not_converted += 1;
                 return;
@@ -351,6 +353,11 @@ impl Converter {
             b'i' | b'I' | b'R' => self.instant(ts, (pid, thread), &e, out, stats),
             b'C' => self.counter(ts, pid, &e, out, stats),
             b'M' => self.metadata((pid, tid), &e, out, stats),
+            b's' | b't' | b'f' => {
+                if let Some(flow) = v1_flow(&e, thread, stats) {
+                    self.hold(ts, flow);
+                }
+            }
             _ => self.async_event(ts, pid, &e, out, stats),
         }
     }

@@ -19,6 +19,7 @@
 
 pub mod convert;
 pub mod event;
+pub mod flows;
 pub mod framing;
 pub mod relaxed;
 pub mod scan;

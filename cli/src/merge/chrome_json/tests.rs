@@ -163,7 +163,7 @@ fn phases_become_their_tracks() {
             {"pid":1,"ts":6,"ph":"b","name":"noid"},
             {"pid":1,"tid":2,"ph":"M","name":"thread_name","args":{"name":"main"}},
             {"pid":1,"ph":"M","name":"process_name","args":{"name":"app"}},
-            {"pid":1,"ts":7,"ph":"s","id":1,"name":"flow"},
+            {"pid":1,"ts":7,"ph":"P","id":1,"name":"sample"},
             {"ts":8,"name":"no phase"},
             {"ph":"X","name":"no ts"},
             {"pid":1,"ts":9,"ph":"X","name":"no dur"},
