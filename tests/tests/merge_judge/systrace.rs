@@ -134,3 +134,43 @@ fn json_system_trace_events_read_the_same_from_the_merged_trace() {
         "merged alone"
     );
 }
+
+/// The forms Perfetto detects without a `# tracer` header at the start:
+/// atrace's output (a preamble, then `TRACE:`), trace-cmd's text (`cpus=N`
+/// first), bare event lines, and HTML systrace. Each is read by the trace
+/// processor as the headered text is, and the same from the merged trace.
+#[test]
+fn headerless_systrace_forms_read_the_same_from_the_merged_trace() {
+    if !tp::require_or_skip("headerless_systrace_forms_read_the_same_from_the_merged_trace") {
+        return;
+    }
+    let events: String = INPUT
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let forms = [
+        format!("capturing trace... done\nTRACE:\n{events}"),
+        format!("cpus=4\n{events}"),
+        events.clone(),
+        format!(
+            "<!DOCTYPE html>\n<html>\n<script class=\"trace-data\" type=\"application/text\">\n\
+             # tracer: nop\n#           TASK-PID    CPU#  TIMESTAMP  FUNCTION\n{events}</script>\n</html>\n"
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let headered = dir.path().join("headered.systrace");
+    std::fs::write(&headered, INPUT).expect("write input");
+    let want = read(&headered, 0);
+    for (i, form) in forms.iter().enumerate() {
+        let input = dir.path().join(format!("form{i}.txt"));
+        std::fs::write(&input, form).expect("write input");
+        assert_eq!(
+            read(&input, 0),
+            want,
+            "form {i}: the trace processor reads it"
+        );
+        let merged = merge(dir.path(), &[&input], &format!("form{i}.pftrace"));
+        assert_eq!(read(&merged, 0), want, "form {i}: merged alone");
+    }
+}

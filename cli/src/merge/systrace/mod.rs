@@ -1,5 +1,7 @@
-//! Systrace (ftrace text, the `# tracer:` form) as a merge input: read line
-//! by line and converted into a Perfetto protobuf trace of ftrace events
+//! Systrace (ftrace text: the `# tracer:` form, atrace's `TRACE:` output,
+//! trace-cmd's `cpus=` text, headerless event lines, HTML systrace) as a
+//! merge input: read line by line ([`sections`] says which lines hold
+//! events) and converted into a Perfetto protobuf trace of ftrace events
 //! ([`encode`]) that the merge's passes read like any other input.
 //!
 //! Invariants:
@@ -16,33 +18,20 @@
 
 pub mod encode;
 pub mod line;
+pub mod sections;
 
 use std::io::{self, BufRead, BufReader, Read};
 
 use crate::merge::conversion_stats::{JsonStats, StatsSlot};
 use encode::{Skip, line_packet};
 use line::parse_line;
+pub use sections::looks_like_systrace;
+use sections::{Sections, Use, is_cpus_line, marker_end};
 
 /// Longest line kept; longer ones are counted as unparsable.
 const MAX_LINE: usize = encode::MAX_ARGS + 4096;
 /// How much converted output is made at a time.
 const OUT_CHUNK: usize = 256 << 10;
-
-/// Whether the first bytes of a text are systrace: the `# tracer` header
-/// of ftrace text (after an optional `TRACE:` marker of atrace).
-pub fn looks_like_systrace(head: &[u8]) -> bool {
-    let start = head
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(head.len());
-    let text = &head[start..];
-    let text = text.strip_prefix(b"TRACE:").unwrap_or(text);
-    let text = match text.iter().position(|b| !b.is_ascii_whitespace()) {
-        Some(i) => &text[i..],
-        None => return false,
-    };
-    text.starts_with(b"# tracer")
-}
 
 /// The framed packet of one line of text and its time; None for headers
 /// and blank lines (skipped) and for lines not converted (counted).
@@ -77,6 +66,8 @@ pub struct SystraceReader<R> {
     out: Vec<u8>,
     pos: usize,
     done: bool,
+    /// None until the start of the text has been looked at.
+    sections: Option<Sections>,
 }
 
 impl<R: Read> SystraceReader<R> {
@@ -91,13 +82,33 @@ impl<R: Read> SystraceReader<R> {
             out: Vec::with_capacity(OUT_CHUNK * 2),
             pos: 0,
             done: false,
+            sections: None,
         }
+    }
+
+    /// Skips what Perfetto skips before the first line (an atrace marker,
+    /// trace-cmd's `cpus=` line) and sees whether the text is HTML.
+    fn start(&mut self) -> io::Result<Sections> {
+        let skip = marker_end(self.inner.fill_buf()?);
+        self.inner.consume(skip);
+        let head = self.inner.fill_buf()?;
+        if let Some(nl) = head.iter().position(|&b| b == b'\n')
+            && std::str::from_utf8(&head[..nl]).is_ok_and(is_cpus_line)
+        {
+            self.inner.consume(nl + 1);
+        }
+        let first = self.inner.fill_buf()?.first().copied();
+        Ok(Sections::new(first))
     }
 
     /// Converts lines until a chunk of output is ready or the text ends.
     fn fill(&mut self) -> io::Result<()> {
         self.out.clear();
         self.pos = 0;
+        let mut sections = match self.sections.take() {
+            Some(s) => s,
+            None => self.start()?,
+        };
         while !self.done && self.out.len() < OUT_CHUNK {
             self.line.clear();
             let n = (&mut self.inner)
@@ -114,14 +125,19 @@ impl<R: Read> SystraceReader<R> {
                 continue;
             }
             match std::str::from_utf8(&self.line) {
-                Ok(text) => {
-                    if let Some((_, packet)) = line_to_packet(text, &mut self.stats) {
-                        self.out.extend_from_slice(&packet);
+                Ok(text) => match sections.line(text) {
+                    Use::Event => {
+                        if let Some((_, packet)) = line_to_packet(text, &mut self.stats) {
+                            self.out.extend_from_slice(&packet);
+                        }
                     }
-                }
+                    Use::Skip => {}
+                    Use::End => self.done = true,
+                },
                 Err(_) => self.stats.systrace_parse_failure += 1,
             }
         }
+        self.sections = Some(sections);
         Ok(())
     }
 }

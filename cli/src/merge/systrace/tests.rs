@@ -106,3 +106,56 @@ fn the_event_timestamp_is_rewritten_in_place() {
     }
     assert_eq!(v, 42);
 }
+
+/// The timestamps and stats of converting `text`.
+fn read_all(text: &str) -> (Vec<u64>, JsonStats) {
+    let slot = super::StatsSlot::default();
+    let mut bytes = Vec::new();
+    SystraceReader::new(text.as_bytes(), Some(slot.clone()))
+        .read_to_end(&mut bytes)
+        .unwrap();
+    let trace = Trace::decode(bytes.as_slice()).unwrap();
+    let ts = trace.packet.iter().filter_map(|p| p.timestamp).collect();
+    let stats = *slot.lock().unwrap();
+    (ts, stats)
+}
+
+const B: &str = "  app-100 (  100) [001] ...1  1.000000: tracing_mark_write: B|100|s\n";
+const E: &str = "  app-100 (  100) [001] ...1  1.500000: tracing_mark_write: E|100\n";
+
+#[test]
+fn headerless_forms_perfetto_detects_are_read() {
+    // atrace's output with a preamble, trace-cmd's text, bare event lines.
+    let atrace = format!("capturing trace... done\nTRACE:\n{B}{E}");
+    let cmd = format!("cpus=8\n{B}{E}");
+    let bare = format!("{B}{E}");
+    for text in [&atrace, &cmd, &bare] {
+        assert!(looks_like_systrace(text.as_bytes()), "{text}");
+        let (ts, stats) = read_all(text);
+        assert_eq!(ts, [1_000_000_000, 1_500_000_000], "{text}");
+        assert_eq!(stats, JsonStats::default(), "{text}");
+    }
+    assert!(!looks_like_systrace(b"cpus\n"));
+    assert!(!looks_like_systrace(b"\x0a\x05 TRACE:\n"));
+}
+
+#[test]
+fn html_systrace_is_read_from_its_trace_data_section() {
+    let html = format!(
+        "<!DOCTYPE html>\n<html><head></head><body>\n\
+         <script class=\"trace-data\" type=\"application/text\">\n\
+         PROCESS DUMP\nUSER PID PPID VSZ RSS WCHAN PC S NAME COMM\n\
+         root 1 0 1 1 0 0 S init init\n</script>\n\
+         <script class=\"trace-data\" type=\"application/text\">\n\
+         # tracer: nop\n#           TASK-PID    CPU#  TIMESTAMP  FUNCTION\n\
+         {B}{E}</script>\n{B}</body></html>\n"
+    );
+    assert!(looks_like_systrace(html.as_bytes()));
+    let (ts, stats) = read_all(&html);
+    assert_eq!(
+        ts,
+        [1_000_000_000, 1_500_000_000],
+        "only the trace-data events"
+    );
+    assert_eq!(stats, JsonStats::default());
+}
