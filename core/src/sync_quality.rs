@@ -132,6 +132,7 @@ pub fn descriptor_packets(raw_id: u32, seq: u32) -> Vec<Vec<u8>> {
                 thread: None,
                 counter: track.unit().map(|u| CounterDescriptor {
                     unit_name: Some(u.to_owned()),
+                    ..Default::default()
                 }),
             }));
             p.encode_to_vec()

@@ -39,9 +39,13 @@ pub fn fixture(case: &str) -> PathBuf {
 /// Merges `case`'s JSON alone; the merged trace, its stats and the run's
 /// stderr (None when the merge failed).
 pub fn merge(case: &str, dir: &Path) -> (Option<PathBuf>, Value, String) {
+    merge_path(&fixture(case), dir)
+}
+
+/// [`merge`] of the JSON file `input`.
+pub fn merge_path(input: &Path, dir: &Path) -> (Option<PathBuf>, Value, String) {
     let out = dir.join("out.pftrace");
     let stats = dir.join("stats.json");
-    let input = fixture(case);
     let run = tracesync(&[
         "merge",
         "-o",
@@ -72,16 +76,21 @@ fn rows(trace: &Path, sqls: &[&str]) -> Vec<Vec<Vec<Value>>> {
 /// Merges `case` and runs `sqls` on the JSON and on the merged trace; None
 /// when the trace processor is not installed.
 pub fn judge(case: &str, sqls: &[&str]) -> Option<Judged> {
+    judge_path(case, &fixture(case), sqls)
+}
+
+/// [`judge`] of the JSON file `input`, named `case` in messages.
+pub fn judge_path(case: &str, input: &Path, sqls: &[&str]) -> Option<Judged> {
     if !tp::require_or_skip(case) {
         return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let (out, stats, stderr) = merge(case, dir.path());
+    let (out, stats, stderr) = merge_path(input, dir.path());
     let out = out.unwrap_or_else(|| panic!("{case}: merge failed: {stderr}"));
     let machines = "SELECT count(*) FROM thread WHERE machine_id IS NOT NULL";
     let mut all: Vec<&str> = sqls.to_vec();
     all.push(machines);
-    let mut json = rows(&fixture(case), &all);
+    let mut json = rows(input, &all);
     let mut merged = rows(&out, &all);
     // Perfetto gives a lone JSON file the host machine: so must the merge.
     assert_eq!(merged.pop(), Some(vec![vec![json!(0)]]), "{case}: machine");

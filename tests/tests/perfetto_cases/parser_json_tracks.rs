@@ -9,7 +9,7 @@ use tracesync_protocol::perfetto::Trace;
 use tracesync_protocol::perfetto::trace_packet::Data;
 use tracesync_tests::tp;
 
-use super::parser_json::{expect, fixture, judge, merge};
+use super::parser_json::{expect, fixture, judge, judge_path, merge};
 
 /// Name, ts, dur and track name of the slice `name`, and whether its track
 /// belongs to a process: the JSON importer's `legacy_async_process_slice`
@@ -232,6 +232,49 @@ fn overlapping_complete_event_import_log() {
     assert_eq!(stats["slice_spill_overlapping_complete_event"], json!(1));
 }
 
+#[test]
+fn string_tts_and_tdur() {
+    let sql = "SELECT ts, dur, name, thread_ts, thread_dur FROM slice ORDER BY ts";
+    let Some(j) = judge("string_tts_and_tdur", &[sql]) else {
+        return;
+    };
+    assert_eq!(j.merged[0], j.json[0]);
+    expect(
+        &j.merged[0],
+        json!([[400000, 100000, "StringTtsTdur", 390500, 80500]]),
+        "string_tts_and_tdur",
+    );
+}
+
+/// Thread time beyond Perfetto's case: a `B`/`E` pair with `tts` on both,
+/// one whose `E` has none, an `X` without `tdur` (no thread_dur, as the
+/// JSON importer leaves it).
+#[test]
+fn thread_time_of_begin_end_pairs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("tts.json");
+    let text = r#"[{"ph":"B","pid":1,"tid":2,"ts":10,"tts":5,"name":"b"},
+        {"ph":"E","pid":1,"tid":2,"ts":20,"tts":9.5},
+        {"ph":"X","pid":1,"tid":2,"ts":30,"dur":5,"tts":12,"name":"x"},
+        {"ph":"B","pid":1,"tid":3,"ts":10,"tts":5,"name":"b2"},
+        {"ph":"E","pid":1,"tid":3,"ts":20}]"#;
+    std::fs::write(&input, text).expect("write input");
+    let sql = "SELECT ts, dur, name, thread_ts, thread_dur FROM slice ORDER BY ts, name";
+    let Some(j) = judge_path("thread_time_of_begin_end_pairs", &input, &[sql]) else {
+        return;
+    };
+    assert_eq!(j.merged[0], j.json[0]);
+    expect(
+        &j.merged[0],
+        json!([
+            [10000, 10000, "b", 5000, 4500],
+            [10000, 10000, "b2", 5000, null],
+            [30000, 5000, "x", 12000, null]
+        ]),
+        "thread_time_of_begin_end_pairs",
+    );
+}
+
 /// Cases TrackEvent cannot carry: the merge keeps going and counts them.
 #[test]
 fn not_carried_by_track_event() {
@@ -244,10 +287,6 @@ fn not_carried_by_track_event() {
         (
             "json_trace_metadata",
             "the top-level `metadata` dictionary has no TrackEvent packet (v52 ignores it too)",
-        ),
-        (
-            "string_tts_and_tdur",
-            "thread time (`tts`, `tdur`) is not converted",
         ),
     ] {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -27,6 +27,7 @@ use super::JsonStats;
 use super::event::{Id, Ident, JsonEvent, Scope};
 use super::flows::v1_flow;
 use super::framing::{framed, packet};
+use super::thread_time::ThreadTime;
 use super::window::{KEY_END, KEY_OTHER, Mark, Window, key_complete};
 
 /// Bytes of timed packets held back to put a file's events in order.
@@ -50,6 +51,7 @@ enum TrackKind {
 pub struct Converter {
     salt: u64,
     window: Window,
+    thread_time: ThreadTime,
     /// Process names and sort indexes written so far, by pid.
     processes: HashMap<u32, (Option<String>, Option<i32>)>,
     threads: HashMap<(u32, u32), (Option<String>, Option<i32>)>,
@@ -134,6 +136,7 @@ impl Converter {
         Self {
             salt: hash(0, TrackKind::Global, &[display.as_bytes()]),
             window: Window::default(),
+            thread_time: ThreadTime::default(),
             processes: HashMap::new(),
             threads: HashMap::new(),
             named_tracks: HashSet::new(),
@@ -321,13 +324,20 @@ impl Converter {
         }
         let thread = self.thread((pid, tid), tid_name, None, out);
         match e.phase {
-            b'B' => self.slice_begin(ts, thread, &e),
+            b'B' => {
+                let begin = self.begin_event(thread, &e, out);
+                self.thread_time.open(thread, e.tts);
+                self.hold(ts, begin);
+            }
             b'E' => {
                 // A named end closes only a slice of its name (and
                 // category), as in the trace processor.
                 let mut end = self.event(track_event::Type::SliceEnd, thread, &e);
                 if e.name.is_empty() {
                     end.name_field = None;
+                }
+                if let Some(tts) = self.thread_time.close(thread, e.tts) {
+                    self.thread_time.sample(thread, tts, &mut end, out);
                 }
                 self.hold_keyed(ts, KEY_END, end, Mark::Plain);
             }
@@ -337,15 +347,19 @@ impl Converter {
                     .flatten()
             }) {
                 Some((dur, end_ts)) => {
-                    let mut begin = self.event(track_event::Type::SliceBegin, thread, &e);
-                    self.add_flow(&mut begin, &e);
+                    let begin = self.begin_event(thread, &e, out);
                     let mark = Mark::CompleteBegin { thread, dur };
                     let seq = self.hold_keyed(ts, key_complete(dur), begin, mark);
-                    let end = TrackEvent {
+                    let mut end = TrackEvent {
                         r#type: Some(track_event::Type::SliceEnd as i32),
                         track_uuid: Some(thread),
                         ..Default::default()
                     };
+                    // No `tdur`: the begin's thread time (no thread_dur).
+                    let end_tts = e.tts.map(|t| t.saturating_add(e.tdur.unwrap_or(0)));
+                    if let Some(end_tts) = end_tts {
+                        self.thread_time.sample(thread, end_tts, &mut end, out);
+                    }
                     self.hold_keyed(end_ts, KEY_END, end, Mark::CompleteEnd { begin: seq });
                 }
                 None => stats.json_parser_failure += 1,
@@ -380,10 +394,14 @@ impl Converter {
         }
     }
 
-    fn slice_begin(&mut self, ts: i64, track: u64, e: &JsonEvent) {
+    /// A slice begin on `track` with the event's flows and thread time.
+    fn begin_event(&mut self, track: u64, e: &JsonEvent, out: &mut Vec<u8>) -> TrackEvent {
         let mut begin = self.event(track_event::Type::SliceBegin, track, e);
         self.add_flow(&mut begin, e);
-        self.hold(ts, begin);
+        if let Some(tts) = e.tts {
+            self.thread_time.sample(track, tts, &mut begin, out);
+        }
+        begin
     }
 
     /// `bind_id` with `flow_out` starts or continues a flow at this slice,

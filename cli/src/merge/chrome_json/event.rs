@@ -95,6 +95,9 @@ pub struct JsonEvent {
     /// Nanoseconds on the file's own clock; None when absent.
     pub ts: Option<i64>,
     pub dur: Option<i64>,
+    /// Thread time (`tts`) and thread duration (`tdur`), in ns.
+    pub tts: Option<i64>,
+    pub tdur: Option<i64>,
     pub pid: Option<Ident>,
     pub tid: Option<Ident>,
     pub name: String,
@@ -176,11 +179,11 @@ fn read_field<'de, A: MapAccess<'de>>(
             Ok(dur) => e.dur = Some(dur),
             Err(why) => note_bad(e, "dur", why),
         },
-        "tts" | "tdur" => {
-            if let Err(why) = coerce_ts(&m.next_value()?) {
-                note_bad(e, key, why);
-            }
-        }
+        "tts" | "tdur" => match coerce_ts(&m.next_value()?) {
+            Ok(t) if key == "tts" => e.tts = Some(t),
+            Ok(t) => e.tdur = Some(t),
+            Err(why) => note_bad(e, key, why),
+        },
         "pid" => e.pid = ident_of(m.next_value()?),
         "tid" => e.tid = ident_of(m.next_value()?),
         "id" => e.id = id_of(m.next_value()?),

@@ -24,6 +24,7 @@ pub mod framing;
 pub mod relaxed;
 pub mod scan;
 pub mod spill;
+pub mod thread_time;
 pub mod window;
 pub mod written;
 
