@@ -357,12 +357,19 @@ impl FileScan {
     /// instead of silently merging nothing from it.
     pub fn note_if_empty(&mut self, source: &InputSource) {
         if self.packets == 0 && self.faults.is_empty() {
+            // A converted input (JSON, systrace) with text but no event
+            // that converts: its events were dropped and counted.
+            let message = if source.content.is_converted() {
+                "holds no trace packets: no event of it converts (each dropped one is counted \
+                 in --stats, json_* or systrace_*); check the file, or remove the input"
+            } else {
+                "holds no trace packets (empty input); check that the recording finished, \
+                 or remove the input"
+            };
             self.faults.push(InputFault {
                 display: source.display.clone(),
                 offset: None,
-                message: "holds no trace packets (empty input); check that the recording \
-                          finished, or remove the input"
-                    .into(),
+                message: message.into(),
                 fatal: true,
             });
         }

@@ -82,7 +82,8 @@ fn json_id2_local_int_id() {
 
 /// Cases whose every event is dropped (a `ts` or `dur` that is no number,
 /// or a number followed by other characters): the trace processor reads
-/// no slice; the merge refuses the file as holding no packets, and names it.
+/// no slice; the merge refuses the file as holding no packets, names it
+/// and says why.
 fn nothing_converted(case: &str) {
     if !tp::require_or_skip(case) {
         return;
@@ -97,7 +98,8 @@ fn nothing_converted(case: &str) {
     let (out, _, stderr) = merge(case, dir.path());
     assert!(out.is_none(), "{case}: merged an input with no event");
     assert!(
-        stderr.contains(&format!("{case}.json")) && stderr.contains("holds no trace packets"),
+        stderr.contains(&format!("{case}.json"))
+            && stderr.contains("holds no trace packets: no event of it converts"),
         "{case}: {stderr}"
     );
 }

@@ -4,13 +4,15 @@
 //! process track and a global track, one counter track per `C` event name
 //! and args key ("name key", "name id: ID key" with an id), b/e/n async
 //! slices on a track per process, name and id, process and thread names
-//! and sort indexes of `M` events, `bind_id` flows.
+//! and sort indexes of `M` events, `bind_id` flows and v1 flow events
+//! ([`super::flows`]), thread time ([`super::thread_time`]).
 //!
 //! Invariants: descriptors are written as soon as a pid or tid is first
 //! seen (untimed: they take their place in the input's order); timed
-//! packets wait in a heap of at most [`WINDOW_BYTES`] and leave it in
-//! timestamp order (ties in the order they were made), so a file whose
-//! events are out of order by less than the window comes out sorted.
+//! packets wait in the window ([`super::window`]) of at most
+//! [`WINDOW_BYTES`] and leave it in the trace processor's order for JSON
+//! events, so a file whose events are out of order by less than the window
+//! comes out sorted.
 //! Track uuids and string pids are hashes of the input's name and the
 //! event's fields: the same in both merge passes.
 
