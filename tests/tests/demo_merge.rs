@@ -3,7 +3,7 @@
 //! merged trace the processes, threads and tracks the README names, with
 //! the JSON trace's events inside the proto trace's time span.
 //!
-//! Needs the generators built (`cargo build -p tracesync-tests --examples`;
+//! Needs the generator built (`cargo build -p tracesync-tests --examples`;
 //! scripts/test.sh builds every target).
 
 use std::process::Command;
@@ -23,12 +23,10 @@ fn demo_merge_script_gives_the_tracks_the_readme_names() {
     }
     let tracesync = bin("tracesync");
     let bins = tracesync.parent().expect("target/<profile>");
-    for example in ["gen_trace", "gen_chrome_json"] {
-        assert!(
-            bins.join("examples").join(example).exists(),
-            "{example} is not built: cargo build -p tracesync-tests --examples"
-        );
-    }
+    assert!(
+        bins.join("examples/gen_trace").exists(),
+        "gen_trace is not built: cargo build -p tracesync-tests --examples"
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("demo");
     let run = Command::new("bash")
@@ -63,6 +61,10 @@ fn demo_merge_script_gives_the_tracks_the_readme_names() {
                 "SELECT min(ts), max(ts) FROM slice WHERE track_id NOT IN \
                  (SELECT tt.id FROM thread_track tt JOIN thread USING(utid) WHERE upid = {trainer})"
             ),
+            "SELECT so.name, si.name FROM flow f JOIN slice so ON f.slice_out = so.id \
+             JOIN slice si ON f.slice_in = si.id ORDER BY so.ts",
+            "SELECT t.name, count(*) FROM slice s JOIN track t ON s.track_id = t.id \
+             WHERE s.name = 'checkpoint upload' GROUP BY t.name",
         ],
     )
     .expect("trace processor");
@@ -73,8 +75,7 @@ fn demo_merge_script_gives_the_tracks_the_readme_names() {
             vec![json!(4242), json!("trainer")]
         ]
     );
-    let workers: Vec<Value> = (1..=8).map(|i| json!(format!("worker-{i}"))).collect();
-    assert_eq!(column(&res[1].rows), workers);
+    assert_eq!(column(&res[1].rows), [json!("main"), json!("dataloader")]);
     assert_eq!(
         column(&res[2].rows),
         [json!("memory allocated"), json!("memory reserved")]
@@ -93,5 +94,16 @@ fn demo_merge_script_gives_the_tracks_the_readme_names() {
     assert!(
         (first..=last).contains(&json_first),
         "JSON's first slice {json_first} outside the proto trace's {first}..={last}"
+    );
+    assert_eq!(
+        res[6].rows,
+        vec![
+            vec![json!("DataLoader.__next__"), json!("step")],
+            vec![json!("optimizer.step"), json!("DataLoader.__next__")]
+        ]
+    );
+    assert_eq!(
+        res[7].rows,
+        vec![vec![json!("checkpoint upload"), json!(1)]]
     );
 }
