@@ -105,7 +105,9 @@ impl LiveCore {
             self.machines.release(session.old_raw_id, instance);
             self.streams.move_to_machine(instance, raw_id);
         }
-        if session.lost > 0 {
+        // A ring relay's spool start moves as its ring lets batches go:
+        // nothing of it was owed to the output.
+        if session.lost > 0 && !hello.ring {
             self.machines
                 .count(raw_id, reason::BATCHES_LOST, session.lost);
         }

@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracesync_common::clock::{Clock, SystemClock};
 use tracesync_protocol::relay::v1;
+use tracesync_protocol::trigger::RelayMode;
 
 use super::engine::{Admitted, Core, Fanout, ProbeRegistry, Slot, Writer};
 use crate::control::ControlHub;
@@ -31,6 +32,7 @@ impl Core for LiveCore {
             machine_raw_id: hello.machine_raw_id,
             oldest_unacked_batch: hello.oldest_unacked_batch,
             clocks: hello.clocks,
+            ring: RelayMode::from_hello(&hello.mode) == Some(RelayMode::Ring),
         };
         let connected = LiveCore::connect(self, info, now_ns)?;
         Ok(Admitted {

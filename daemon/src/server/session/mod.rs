@@ -23,6 +23,7 @@ use tokio::time::{timeout, timeout_at};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, PROTOCOL_VERSION, v1};
 use tracesync_protocol::text::Escaped;
+use tracesync_protocol::trigger::RelayMode;
 use tracing::{debug, info, warn};
 
 use super::engine::{ProbeRegistry, Slot};
@@ -310,6 +311,8 @@ async fn join<P, S: DataStream>(
 ) -> Option<Welcomed> {
     let (reply, answer) = oneshot::channel();
     let name = hello.machine_name.clone();
+    // A ring relay is told its windows are taken (admission checked the mode).
+    let takes_windows = RelayMode::from_hello(&hello.mode) == Some(RelayMode::Ring);
     let connect = IngestEvent::Connect {
         session_id,
         hello,
@@ -333,7 +336,7 @@ async fn join<P, S: DataStream>(
         session_id,
         sync_udp_port: u32::from(shared.settings.sync_udp_port),
         probe_key: probe_key.to_vec().into(),
-        takes_windows: false,
+        takes_windows,
     });
     if let Err(e) = send(link, welcome).await {
         debug!(%peer, machine = %Escaped(&name), "cannot send Welcome: {e}");
