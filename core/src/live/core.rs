@@ -375,6 +375,13 @@ impl LiveCore {
         self.relays.committed()
     }
 
+    /// The latest clock estimate of the relay connected on `slot` (a
+    /// trigger's window is mapped onto its clock with it).
+    pub fn estimate_of(&self, slot: RelaySlot) -> Option<SyncEstimate> {
+        let instance = self.relays.instance_of(slot).ok()?;
+        self.relays.get(instance)?.estimate()
+    }
+
     /// Per machine (host first): traffic, counters by reason, pending,
     /// clock mapping. `now` is host BOOTTIME, `now_unix_ms` the wall clock
     /// at the same moment (for last seen).

@@ -6,6 +6,7 @@
 use super::names::{
     CONTROL_ACCEPT_ERRORS, CONTROL_BAD_REQUESTS, CONTROL_IDLE_CLOSED, CONTROL_REFUSED,
     IDENTITY_BINDINGS_SAVE_ERRORS, OUTPUT_ERRORS, TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS,
+    TRIGGERS_FIRED, TRIGGERS_REFUSED,
 };
 
 /// What is counted (one counter each).
@@ -27,10 +28,14 @@ pub enum Event {
     ControlBadRequest,
     /// `accept()` failed on the control socket.
     ControlAcceptError,
+    /// A flight-recorder trigger fired.
+    TriggerFired,
+    /// A trigger refused (over its name's rate limit).
+    TriggerRefused,
 }
 
 impl Event {
-    pub const ALL: [Event; 8] = [
+    pub const ALL: [Event; 10] = [
         Event::OutputError,
         Event::IdentityBindingsSaveError,
         Event::TailLaggedPackets,
@@ -39,6 +44,8 @@ impl Event {
         Event::ControlIdleClosed,
         Event::ControlBadRequest,
         Event::ControlAcceptError,
+        Event::TriggerFired,
+        Event::TriggerRefused,
     ];
 
     /// The counter's name.
@@ -52,6 +59,8 @@ impl Event {
             Event::ControlIdleClosed => CONTROL_IDLE_CLOSED,
             Event::ControlBadRequest => CONTROL_BAD_REQUESTS,
             Event::ControlAcceptError => CONTROL_ACCEPT_ERRORS,
+            Event::TriggerFired => TRIGGERS_FIRED,
+            Event::TriggerRefused => TRIGGERS_REFUSED,
         }
     }
 

@@ -116,6 +116,10 @@ impl Core for LiveCore {
         LiveCore::status(self, tracesync_common::clock::boottime_ns(), unix_ms)
     }
 
+    fn estimate(&self, slot: Slot) -> Option<tracesync_core::sync::SyncEstimate> {
+        LiveCore::estimate_of(self, slot)
+    }
+
     fn record_metrics(&self) {
         crate::metrics::record_live(&LiveCore::stats(self), LiveCore::queued(self));
     }
