@@ -11,8 +11,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts, bin};
+use tracesync_tests::tp;
 
 const RATE: u64 = 500;
+/// Packets are placed by the latest sync point written, which may lag the
+/// estimate by the daemon's sync-point threshold (1 us by default).
+const SYNC_POINT_THRESHOLD_NS: i64 = 1_000;
 
 /// Four ring relays: three clocks seconds apart (namespaces, or simulated
 /// offsets without them), one drifting 50 ppm.
@@ -122,28 +126,153 @@ fn a_trigger_reaches_every_ring_relay_on_its_own_clock() {
     let id = fired_id(&stdout);
 
     // Each relay collects its window (the window's end plus its 2 s
-    // hold): the file is named by the trigger's id.
-    let want = format!("window-{id:016x}.tsw");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // hold), ships it, and is acknowledged once the snapshot is durable.
+    let acked = format!("trigger {id:016x}: the daemon has the window");
     for relay in &relays {
-        loop {
-            let found = windows(&relay.spool);
-            if found.iter().any(|p| p.ends_with(&want)) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "relay {} collected no {want} (has {found:?}):\n{}\n{}",
-                relay.name(),
-                relay.log(),
-                daemon.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_for(
+            Duration::from_secs(40),
+            || relay.log().contains(&acked),
+            || {
+                format!(
+                    "relay {}: no {acked:?}:\n{}\n{}",
+                    relay.name(),
+                    relay.log(),
+                    daemon.log()
+                )
+            },
+        );
     }
     let log = daemon.log();
     assert!(log.contains("trigger crash fired"), "{log}");
+
+    // One snapshot with every machine's window; the relays' windows are
+    // acknowledged once it is durable (their files go).
+    let name = snapshot_name(&stdout);
+    let path = daemon.output.join(&name);
+    wait_for(
+        Duration::from_secs(30),
+        || path.exists(),
+        || format!("no {name}:\n{}", daemon.log()),
+    );
+    wait_for(
+        Duration::from_secs(15),
+        || relays.iter().all(|r| windows(&r.spool).is_empty()),
+        || "windows not acknowledged".into(),
+    );
+    let index = live::output::read_index(&daemon.output);
+    assert!(
+        index
+            .iter()
+            .any(|e| e["name"] == name.as_str() && e["complete"] == true),
+        "{name} not in index.jsonl: {index:?}"
+    );
+    let host_time = host_time_of(&stdout);
+    let status = daemon.status().unwrap_or_else(|e| panic!("{e}"));
+    let bounds: Vec<u64> = names
+        .iter()
+        .map(|n| {
+            live::process::machine(&status, n)
+                .map_or(0, |m| m["error_bound_ns"].as_u64().unwrap_or(0))
+        })
+        .collect();
+    check_snapshot(
+        &path,
+        &names,
+        &bounds,
+        host_time,
+        2_000_000_000,
+        1_000_000_000,
+    );
     stop_all(&mut relays, &mut daemon);
+}
+
+/// The snapshot file name `tracesync trigger` printed.
+fn snapshot_name(stdout: &str) -> String {
+    stdout
+        .split_once("; snapshot ")
+        .map(|(_, n)| n.trim().to_owned())
+        .unwrap_or_else(|| panic!("no snapshot in {stdout:?}"))
+}
+
+fn host_time_of(stdout: &str) -> i64 {
+    stdout
+        .split_once("at host time ")
+        .and_then(|(_, rest)| rest.split_once(" ns"))
+        .and_then(|(t, _)| t.parse().ok())
+        .unwrap_or_else(|| panic!("no host time in {stdout:?}"))
+}
+
+fn wait_for(limit: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{}", what());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every machine's synthetic events of [T - before, T + after] are in the
+/// snapshot, each once, none missing between the window's ends, each at
+/// its true host time within the window's error bound; the file loads
+/// alone in the trace processor.
+fn check_snapshot(path: &Path, names: &[&str], bounds: &[u64], t: i64, before: i64, after: i64) {
+    let scan = live::output::scan_file(path, None);
+    assert!(scan.error.is_none(), "{:?}", scan.error);
+    let (from, to) = (t - before, t + after);
+    for (name, bound) in names.iter().zip(bounds) {
+        let machine = scan
+            .machine_names
+            .iter()
+            .find(|(_, n)| n.as_str() == *name)
+            .map(|(&m, _)| m)
+            .unwrap_or_else(|| panic!("no SystemInfo names {name} in {:?}", scan.machine_names));
+        let mut ns: Vec<u64> = Vec::new();
+        let mut worst = 0i64;
+        let mut truths = Vec::new();
+        for e in scan.events.iter().filter(|e| e.machine == machine) {
+            assert!(!e.unsynced, "{name}: an event before any sync point");
+            ns.push(e.id.n);
+            let truth = e.id.truth_ns as i64;
+            truths.push(truth);
+            worst = worst.max((e.ts_host - truth).abs());
+        }
+        ns.sort_unstable();
+        let count = ns.len();
+        ns.dedup();
+        assert_eq!(ns.len(), count, "{name}: duplicated events");
+        let (first, last) = (ns[0], ns[ns.len() - 1]);
+        assert_eq!(
+            (last - first + 1) as usize,
+            count,
+            "{name}: events missing between n={first} and n={last}"
+        );
+        let lo = truths.iter().min().copied().unwrap_or(0);
+        let hi = truths.iter().max().copied().unwrap_or(0);
+        // The generator's spacing (1/RATE) and the bound at each end.
+        let slack = 1_000_000_000 / RATE as i64 + 5_000_000;
+        assert!(
+            lo >= from - slack && lo <= from + slack && hi <= to + slack && hi >= to - slack,
+            "{name}: events' true times [{lo}, {hi}] do not span the window [{from}, {to}]"
+        );
+        // The bound the estimate reports, and the sync point's threshold.
+        let allowed = *bound as i64 + SYNC_POINT_THRESHOLD_NS;
+        eprintln!(
+            "snapshot: {name}: {count} events, n {first}..={last}, max |ts - truth| {worst} ns, \
+             bound {allowed} ns"
+        );
+        assert!(*bound > 0, "{name}: no error bound in the status");
+        assert!(
+            worst <= allowed,
+            "{name}: max |ts - truth| {worst} ns over {allowed} ns"
+        );
+    }
+    if tp::require_or_skip("ring_trigger snapshot") {
+        let stats = tp::error_stats(path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            stats.is_empty(),
+            "{}: error stats {stats:?}",
+            path.display()
+        );
+    }
 }
 
 #[test]

@@ -5,8 +5,8 @@
 
 use super::names::{
     CONTROL_ACCEPT_ERRORS, CONTROL_BAD_REQUESTS, CONTROL_IDLE_CLOSED, CONTROL_REFUSED,
-    IDENTITY_BINDINGS_SAVE_ERRORS, OUTPUT_ERRORS, TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS,
-    TRIGGERS_FIRED, TRIGGERS_REFUSED,
+    IDENTITY_BINDINGS_SAVE_ERRORS, OUTPUT_ERRORS, SNAPSHOTS_FAILED, SNAPSHOTS_WRITTEN,
+    TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS, TRIGGERS_FIRED, TRIGGERS_REFUSED,
 };
 
 /// What is counted (one counter each).
@@ -32,10 +32,14 @@ pub enum Event {
     TriggerFired,
     /// A trigger refused (over its name's rate limit).
     TriggerRefused,
+    /// A snapshot written (or written again for a late window).
+    SnapshotWritten,
+    /// A snapshot that could not be written (retried).
+    SnapshotFailed,
 }
 
 impl Event {
-    pub const ALL: [Event; 10] = [
+    pub const ALL: [Event; 12] = [
         Event::OutputError,
         Event::IdentityBindingsSaveError,
         Event::TailLaggedPackets,
@@ -46,6 +50,8 @@ impl Event {
         Event::ControlAcceptError,
         Event::TriggerFired,
         Event::TriggerRefused,
+        Event::SnapshotWritten,
+        Event::SnapshotFailed,
     ];
 
     /// The counter's name.
@@ -61,6 +67,8 @@ impl Event {
             Event::ControlAcceptError => CONTROL_ACCEPT_ERRORS,
             Event::TriggerFired => TRIGGERS_FIRED,
             Event::TriggerRefused => TRIGGERS_REFUSED,
+            Event::SnapshotWritten => SNAPSHOTS_WRITTEN,
+            Event::SnapshotFailed => SNAPSHOTS_FAILED,
         }
     }
 

@@ -125,6 +125,8 @@ pub const CONTROL_ACCEPT_ERRORS: &str = "tracesync_control_accept_errors_total";
 // The flight recorder.
 pub const TRIGGERS_FIRED: &str = "tracesync_triggers_fired_total";
 pub const TRIGGERS_REFUSED: &str = "tracesync_triggers_refused_total";
+pub const SNAPSHOTS_WRITTEN: &str = "tracesync_snapshots_written_total";
+pub const SNAPSHOTS_FAILED: &str = "tracesync_snapshots_failed_total";
 
 /// Every daemon metric: name, kind, help (the `# HELP` line). The
 /// exporter describes them from here; tests check the endpoint and the
@@ -326,4 +328,9 @@ pub const SPECS: &[Spec] = &[
         TRIGGERS_REFUSED,
         "Flight-recorder triggers refused (over their name's rate limit)",
     ),
+    Spec::counter(
+        SNAPSHOTS_WRITTEN,
+        "Snapshots written (again, for a late window)",
+    ),
+    Spec::counter(SNAPSHOTS_FAILED, "Snapshots that could not be written"),
 ];

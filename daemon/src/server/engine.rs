@@ -135,6 +135,10 @@ pub trait Writer<U>: Send + 'static {
     fn preamble(&self) -> Vec<(u32, bytes::Bytes)> {
         Vec::new()
     }
+    /// Lists a file the daemon wrote beside its rolled ones (a snapshot)
+    /// in index.jsonl, replacing a line of the same name, and saves the
+    /// index.
+    fn add_index_entry(&mut self, _entry: tracesync_capture::index::IndexEntry) {}
 }
 
 /// Where drained packets go besides the file: tail subscribers. Must never

@@ -165,6 +165,10 @@ impl Writer<SyncUpdate> for RollingWriter {
         RollingWriter::preamble(self)
     }
 
+    fn add_index_entry(&mut self, entry: tracesync_capture::index::IndexEntry) {
+        RollingWriter::add_index_entry(self, entry);
+    }
+
     fn set_limits(&mut self, limits: &crate::reload::OutputLimits) {
         RollingWriter::set_limits(
             self,

@@ -84,13 +84,34 @@ where
 
     /// A part of a ring relay's window.
     fn on_window(&mut self, slot: Slot, window: &v1::Window) {
-        if self.flight.is_ring(slot) {
-            debug!(
-                slot,
-                trigger = window.trigger_id,
-                part = window.part,
-                "window part: no snapshot writer yet, not acknowledged"
-            );
+        if !self.flight.is_ring(slot) {
+            return;
+        }
+        debug!(
+            slot,
+            trigger = window.trigger_id,
+            part = window.part,
+            "window part"
+        );
+        let estimate = self.core.estimate(slot);
+        let dir = self.output_dir();
+        self.flight
+            .on_window(slot, window, estimate, dir.as_deref(), &self.sessions);
+    }
+
+    /// The output directory (where snapshots and their staging go).
+    pub(super) fn output_dir(&self) -> Option<std::path::PathBuf> {
+        self.writer
+            .current_path()
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+    }
+
+    /// The flight recorder's turn at each host tick: snapshots written
+    /// are listed in the index, due ones started.
+    pub(super) fn flight_tick(&mut self, now: u64) {
+        let dir = self.output_dir();
+        for entry in self.flight.tick(now, dir.as_deref(), &self.sessions) {
+            self.writer.add_index_entry(entry);
         }
     }
 
@@ -143,7 +164,14 @@ where
             feedback: receiver,
             outgoing: frames,
         };
-        let ring = RelayMode::from_hello(&hello.mode) == Some(RelayMode::Ring);
+        let ring = (RelayMode::from_hello(&hello.mode) == Some(RelayMode::Ring)).then(|| {
+            crate::snapshot::RelayInfo {
+                instance: hello.relay_instance_id,
+                raw_id: hello.machine_raw_id,
+                name: hello.machine_name.clone(),
+                boot_id: hello.boot_id.clone(),
+            }
+        });
         if reply.send(Ok(welcomed)).is_err() {
             // The session went away while we decided.
             self.core.disconnect(admitted.slot);

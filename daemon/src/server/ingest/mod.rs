@@ -248,8 +248,10 @@ where
                 _ = commit.tick() => self.commit(&io.packets),
                 _ = status.tick() => self.publish_status(&io.status, &io.packets),
                 _ = host.tick() => {
-                    self.core.host_tick(tracesync_common::clock::boottime_ns());
+                    let now = tracesync_common::clock::boottime_ns();
+                    self.core.host_tick(now);
                     self.send_triggers();
+                    self.flight_tick(now);
                 }
                 update = io.sync_updates.recv(), if sync_open => match update {
                     Some(update) => {
