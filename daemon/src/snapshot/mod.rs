@@ -56,7 +56,10 @@ struct Staged {
     next_part: u32,
     bytes: u64,
     file: Option<File>,
-    /// Whole, with the estimate it maps with.
+    /// Every part is in.
+    complete: bool,
+    /// The estimate it maps with (None: the relay was not synced yet when
+    /// it was whole; [`Staging::set_estimate`] gives it later).
     whole: Option<SyncEstimate>,
 }
 
@@ -67,6 +70,8 @@ pub enum PartOutcome {
     More,
     /// The last part: the window is whole.
     Whole,
+    /// Whole, but the relay has no clock estimate yet: it waits for one.
+    NeedsEstimate,
     /// Not the next part (or past the size limit, or the window is whole
     /// already): ignored.
     Ignored,
@@ -115,6 +120,7 @@ impl Staging {
                     next_part: 0,
                     bytes: 0,
                     file: Some(file),
+                    complete: false,
                     whole: None,
                 },
             );
@@ -139,17 +145,28 @@ impl Staging {
         if !window.last {
             return Ok(PartOutcome::More);
         }
-        let Some(estimate) = estimate else {
-            // Cannot be placed without an estimate: forgotten, shipped again.
-            let _ = fs::remove_file(&staged.path);
-            self.windows.remove(&key);
-            return Ok(PartOutcome::Ignored);
-        };
         if let Some(file) = staged.file.take() {
             file.sync_data()?;
         }
-        staged.whole = Some(estimate);
-        Ok(PartOutcome::Whole)
+        staged.complete = true;
+        staged.whole = estimate;
+        Ok(if estimate.is_some() {
+            PartOutcome::Whole
+        } else {
+            PartOutcome::NeedsEstimate
+        })
+    }
+
+    /// Gives a complete window without an estimate the relay's estimate;
+    /// true if it was waiting for one.
+    pub fn set_estimate(&mut self, id: u64, instance: u64, estimate: SyncEstimate) -> bool {
+        match self.windows.get_mut(&(id, instance)) {
+            Some(s) if s.complete && s.whole.is_none() => {
+                s.whole = Some(estimate);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The whole staged windows of trigger `id` among `instances`.

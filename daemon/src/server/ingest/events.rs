@@ -110,7 +110,13 @@ where
     /// are listed in the index, due ones started.
     pub(super) fn flight_tick(&mut self, now: u64) {
         let dir = self.output_dir();
-        for entry in self.flight.tick(now, dir.as_deref(), &self.sessions) {
+        let core = &self.core;
+        let entries = self
+            .flight
+            .tick(now, dir.as_deref(), &self.sessions, |slot| {
+                core.estimate(slot)
+            });
+        for entry in entries {
             self.writer.add_index_entry(entry);
         }
     }

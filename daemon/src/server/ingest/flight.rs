@@ -53,6 +53,9 @@ pub(super) struct Flight {
     snapshots: Snapshots,
     /// Made with the output directory at the first window part.
     staging: Option<Staging>,
+    /// Whole windows waiting for their relay's first estimate: (trigger,
+    /// relay instance, slot).
+    unsynced: Vec<(u64, u64, Slot)>,
     /// Snapshot writers' outcomes.
     done_tx: mpsc::Sender<Outcome>,
     done_rx: mpsc::Receiver<Outcome>,
@@ -61,6 +64,10 @@ pub(super) struct Flight {
 /// How long past a window's end its snapshot waits for windows still
 /// missing (a relay cut off); a window later than that rewrites the file.
 const SNAPSHOT_PATIENCE_NS: u64 = 30_000_000_000;
+
+/// Whole windows waiting for an estimate at most (one per relay and
+/// trigger owed is far below it).
+const MAX_UNSYNCED: usize = 1024;
 
 impl Flight {
     pub fn new(config: TriggerConfig) -> Self {
@@ -73,6 +80,7 @@ impl Flight {
             relays: HashMap::new(),
             snapshots: Snapshots::new(SNAPSHOT_PATIENCE_NS, max_owed),
             staging: None,
+            unsynced: Vec::new(),
             done_tx,
             done_rx,
         }
@@ -211,6 +219,11 @@ impl Flight {
                 info!(slot, trigger = id, "window of relay {} whole", relay.name);
                 self.snapshots.whole(id, relay.instance);
             }
+            Ok(PartOutcome::NeedsEstimate) => {
+                if self.unsynced.len() < MAX_UNSYNCED {
+                    self.unsynced.push((id, relay.instance, slot));
+                }
+            }
             Ok(PartOutcome::More | PartOutcome::Ignored) => {}
             Err(e) => warn!(
                 slot,
@@ -230,7 +243,23 @@ impl Flight {
         now_ns: u64,
         output_dir: Option<&Path>,
         sessions: &HashMap<Slot, SessionEntry>,
+        estimate: impl Fn(Slot) -> Option<SyncEstimate>,
     ) -> Vec<IndexEntry> {
+        if let Some(staging) = &mut self.staging {
+            let snapshots = &mut self.snapshots;
+            self.unsynced.retain(|&(id, instance, slot)| {
+                if !sessions.contains_key(&slot) {
+                    return false; // gone: it ships the window again
+                }
+                let Some(e) = estimate(slot) else {
+                    return true;
+                };
+                if staging.set_estimate(id, instance, e) {
+                    snapshots.whole(id, instance);
+                }
+                false
+            });
+        }
         let mut entries = Vec::new();
         while let Ok(outcome) = self.done_rx.try_recv() {
             match outcome {
