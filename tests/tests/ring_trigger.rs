@@ -307,6 +307,12 @@ fn a_trigger_storm_stays_within_the_limit_and_capture_runs_on() {
     let stream = Relay::start(&daemon, RelayOpts::synthetic("stream-storm", RATE));
     let mut relays = vec![relay, stream];
     daemon.wait_connected(&["ring-storm", "stream-storm"], Duration::from_secs(30));
+    // `tracesync status` says each relay's mode.
+    let status = daemon.status_cli().unwrap_or_else(|e| panic!("{e}"));
+    for (name, mode) in [("ring-storm", "ring"), ("stream-storm", "stream")] {
+        let m = live::process::machine(&status, name).unwrap_or_else(|| panic!("{status}"));
+        assert_eq!(m["mode"], mode, "{m}");
+    }
     let before = live::process::total_packets(&daemon.status().unwrap_or_default());
 
     // 1000 triggers of one name within a minute, straight on the socket.

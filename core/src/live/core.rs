@@ -95,7 +95,7 @@ impl LiveCore {
             return Err(Refusal::ReservedRawId);
         }
         self.machines
-            .connect(raw_id, instance, &hello.machine_name, now)?;
+            .connect(raw_id, instance, &hello.machine_name, hello.ring, now)?;
         let streams = &self.streams;
         let session = self
             .relays
