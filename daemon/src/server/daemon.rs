@@ -374,6 +374,7 @@ fn ingest_settings(
         sync_addr: Some(addrs.sync.to_string()),
         probes: Some(probes),
         limits: Some(limits),
+        triggers: config.trigger.trigger_config(),
         ..IngestSettings::new(Duration::from_millis(config.output.commit_interval_ms))
     }
 }

@@ -219,7 +219,15 @@ impl Iterator for Parts {
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return None,
             Err(e) => return Some(Err(e)),
         }
-        let mut buf = vec![0u8; u32::from_le_bytes(len) as usize];
+        let len = u32::from_le_bytes(len) as usize;
+        // A part was one frame: a longer length is a damaged file.
+        if len > tracesync_protocol::relay::MAX_FRAME_BYTES {
+            return Some(Err(io::Error::other(format!(
+                "a staged part of {len} bytes is over the frame limit: the staging file is \
+                 damaged (the relay ships the window again)"
+            ))));
+        }
+        let mut buf = vec![0u8; len];
         if let Err(e) = self.file.read_exact(&mut buf) {
             return Some(Err(e));
         }

@@ -58,6 +58,8 @@ pub struct IngestSettings {
     pub server_counters: Option<Arc<super::Counters>>,
     /// Distinct `machine` labels of the metrics (the host and max relays).
     pub metrics_machines: usize,
+    /// The flight recorder's trigger limits (`[trigger]`).
+    pub triggers: tracesync_core::trigger::TriggerConfig,
 }
 
 impl IngestSettings {
@@ -73,6 +75,7 @@ impl IngestSettings {
             limits: None,
             server_counters: None,
             metrics_machines: 257,
+            triggers: tracesync_core::trigger::TriggerConfig::default(),
         }
     }
 }
@@ -194,6 +197,7 @@ where
     W: Writer<C::SyncUpdate>,
 {
     fn new(core: C, writer: W, settings: IngestSettings) -> Self {
+        let flight = flight::Flight::new(settings.triggers.clone());
         let metrics = crate::metrics::IngestMetrics::new(settings.metrics_machines);
         Self {
             core,
@@ -209,7 +213,7 @@ where
             sidecar_failing: false,
             summary: IngestSummary::default(),
             metrics,
-            flight: flight::Flight::new(Default::default()),
+            flight,
         }
     }
 
