@@ -1,16 +1,20 @@
 //! The flight recorder's daemon half with the real binaries over loopback:
-//! relays in ring mode (clocks truly apart: time namespaces where the
-//! kernel allows them, else simulated offsets, one drifting), a trigger
-//! fired with `tracesync trigger`, the Trigger fanned out to every ring
-//! relay with its window on the relay's own clock (the relay collects the
-//! window into its spool), and a storm of triggers held to the name's
-//! limit while capture runs on.
+//! four relays in ring mode over mutual TLS (clocks truly apart: time
+//! namespaces where the kernel allows them, else simulated offsets; one
+//! drifting), a trigger fired with `tracesync trigger`, the Trigger fanned
+//! out to every ring relay with its window on the relay's own clock, one
+//! snapshot with every machine's synthetic events of the window (each
+//! once, none missing, within the bound; the file loads alone in the trace
+//! processor); a relay killed with -9 inside the window ships it after its
+//! restart and the snapshot is written again whole; a storm of triggers
+//! held to the name's limit while capture runs on.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts, bin};
+use tracesync_common::tls::pki;
+use tracesync_tests::live::{self, Daemon, DaemonOpts, DaemonTls, Relay, RelayOpts, RelayTls, bin};
 use tracesync_tests::tp;
 
 const RATE: u64 = 500;
@@ -22,9 +26,51 @@ const SYNC_POINT_THRESHOLD_NS: i64 = 1_000;
 /// kill.
 const KILL_SLACK_NS: i64 = 200_000_000;
 
-/// Four ring relays: three clocks seconds apart (namespaces, or simulated
-/// offsets without them), one drifting 50 ppm.
-fn ring_relays(daemon: &Daemon) -> Vec<Relay> {
+/// A lab PKI: the daemon's certificate and one per relay name, as
+/// `tracesync pki` makes them (mutual TLS, as shipped).
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new(relays: &[&str]) -> Pki {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let names = ["127.0.0.1".to_owned(), "localhost".to_owned()];
+        pki::init(dir.path(), &names).unwrap_or_else(|e| panic!("pki init: {e}"));
+        for name in relays {
+            pki::issue(dir.path(), name, None).unwrap_or_else(|e| panic!("pki issue: {e}"));
+        }
+        Pki { dir }
+    }
+
+    fn daemon(&self) -> DaemonTls {
+        DaemonTls {
+            cert: self.dir.path().join("daemon.crt"),
+            key: self.dir.path().join("daemon.key"),
+            client_ca: self.dir.path().join("ca.crt"),
+        }
+    }
+
+    fn relay(&self, name: &str) -> RelayTls {
+        RelayTls {
+            ca: self.dir.path().join("ca.crt"),
+            cert: Some(self.dir.path().join(format!("{name}.crt"))),
+            key: Some(self.dir.path().join(format!("{name}.key"))),
+            server_name: None,
+        }
+    }
+}
+
+const FLEET: [&str; 4] = [
+    "ring-plus-7",
+    "ring-plus-300",
+    "ring-plus-4000",
+    "ring-drift-50ppm",
+];
+
+/// Four ring relays over mutual TLS: three clocks seconds apart
+/// (namespaces, or simulated offsets without them), one drifting 50 ppm.
+fn ring_relays(daemon: &Daemon, pki: &Pki) -> Vec<Relay> {
     let namespaces = live::time_namespaces().is_ok();
     let ring = |name: &str, offset_s: i64| {
         let opts = RelayOpts {
@@ -51,7 +97,13 @@ fn ring_relays(daemon: &Daemon) -> Vec<Relay> {
         extra_args: vec!["--mode".into(), "ring".into()],
         ..RelayOpts::synthetic("ring-drift-50ppm", RATE)
     });
-    specs.into_iter().map(|o| Relay::start(daemon, o)).collect()
+    specs
+        .into_iter()
+        .map(|o| {
+            let tls = Some(pki.relay(&o.name));
+            Relay::start(daemon, RelayOpts { tls, ..o })
+        })
+        .collect()
 }
 
 fn names(relays: &[Relay]) -> Vec<String> {
@@ -111,8 +163,12 @@ fn stop_all(relays: &mut [Relay], daemon: &mut Daemon) {
 
 #[test]
 fn a_trigger_reaches_every_ring_relay_on_its_own_clock() {
-    let mut daemon = Daemon::start(DaemonOpts::default());
-    let mut relays = ring_relays(&daemon);
+    let pki = Pki::new(&FLEET);
+    let mut daemon = Daemon::start(DaemonOpts {
+        tls: Some(pki.daemon()),
+        ..DaemonOpts::default()
+    });
+    let mut relays = ring_relays(&daemon, &pki);
     let names = names(&relays);
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     daemon.wait_connected(&names, Duration::from_secs(30));
