@@ -21,7 +21,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tokio::time::timeout;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
-use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, v1};
+use tracesync_protocol::relay::{MAX_HELLO_FRAME_BYTES, v1};
 use tracesync_protocol::text::Escaped;
 use tracing::{debug, info, warn};
 
@@ -267,10 +267,10 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     };
                     // Counted before decoding: a frame of tiny packets
                     // would cost far more memory decoded than its size.
-                    let packets = batch_packet_count(&bytes);
-                    if packets > MAX_BATCH_PACKETS {
+                    let (packets, limit) = batch_packet_count(&bytes);
+                    if packets > limit {
                         return End::Refuse(Failed::BatchTooLarge, format!(
-                            "batch of more than {MAX_BATCH_PACKETS} packets; \
+                            "batch or window part of more than {limit} packets; \
                              relay and daemon versions must match"
                         ));
                     }
