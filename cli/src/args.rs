@@ -1,6 +1,7 @@
 //! The `tracesync` command line as clap parses it.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -9,6 +10,7 @@ use crate::connect::DEFAULT_CONTROL;
 use crate::merge::command::MergeArgs;
 use crate::pki::PkiCommand;
 use crate::tail::TailArgs;
+use tracesync_protocol::trigger::parse_span;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -87,6 +89,24 @@ pub enum Command {
         /// and every counter (probe sessions, the prober's rejections).
         #[arg(short, long)]
         verbose: bool,
+    },
+    /// Fire a flight-recorder trigger: every machine's window [now - before,
+    /// now + after] goes into one snapshot file in the daemon's output
+    /// directory (relays in ring mode ship theirs).
+    Trigger {
+        /// The trigger's name (1-64 of A-Z a-z 0-9 . _ -); it is part of
+        /// the snapshot's file name.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// How much before now the window starts (as 30s, 500ms, 2m).
+        #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_span)]
+        before: Duration,
+        /// How much after now the window ends.
+        #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_span)]
+        after: Duration,
+        /// The daemon's control socket, or HOST:PORT where it is forwarded.
+        #[arg(long, value_name = "SOCKET|HOST:PORT", default_value = DEFAULT_CONTROL)]
+        connect: String,
     },
     /// A lab PKI for mutual TLS between relays and the daemon (rcgen, ECDSA P-256).
     Pki {

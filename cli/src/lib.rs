@@ -1,6 +1,6 @@
 //! `tracesync`, the command line: `merge` and `clocks` of recorded traces,
 //! `demo`, the lab PKI (`pki`), and the clients of a running `tracesyncd`
-//! (`tail`, `status`).
+//! (`tail`, `status`, `trigger`).
 //!
 //! - [`args`]: the command line as clap parses it.
 //! - [`merge`](mod@merge): the offline merger (two passes over the inputs).
@@ -8,7 +8,7 @@
 //! - [`demo`]: the main job end to end (live) or offline.
 //! - [`check`]: checks a rolling capture of synthetic relays against truth.
 //! - [`report`]: plots and a table of a capture's clock-sync quality.
-//! - [`connect`], [`status`], `tail`: the control-socket clients.
+//! - [`connect`], [`status`], `tail`, [`trigger`]: the control-socket clients.
 //! - [`pki`]: the lab PKI for mutual TLS.
 //! - [`follow`]: `tail DIR`, the rolling files followed as they grow.
 
@@ -29,6 +29,7 @@ pub mod report;
 pub mod status;
 mod tail;
 mod terminal;
+pub mod trigger;
 
 use std::process::ExitCode;
 
@@ -68,6 +69,19 @@ pub fn main() -> ExitCode {
             json,
             verbose,
         } => status::run(&Target::parse(&connect), json, verbose),
+        Command::Trigger {
+            name,
+            before,
+            after,
+            connect,
+        } => trigger::run(
+            &Target::parse(&connect),
+            &trigger::TriggerArgs {
+                name,
+                before,
+                after,
+            },
+        ),
         Command::Pki { command } => pki::run(command),
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -128,6 +128,7 @@ fn run(batches: Vec<Vec<Vec<Bytes>>>) -> usize {
                 machine_raw_id: 10 + r as u32,
                 oldest_unacked_batch: 1,
                 clocks: None,
+                ring: false,
             };
             let slot = core.connect(hello, START_NS).expect("connects").slot;
             core.sync(slot, estimate(START_NS)).expect("known slot");

@@ -126,6 +126,10 @@ pub struct MachineStatus {
     /// the host, and for relays that report none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourceStatus>,
+    /// How its relay ships (`stream` or `ring`, from its last Hello); None
+    /// for the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// One source of a relay, as its last Heartbeat reported it.

@@ -12,6 +12,7 @@
 //! - [`metrics`]: the Prometheus names and publishers.
 //! - [`config`]: `tracesyncd`'s configuration (file + flags).
 //! - [`reload`]: what SIGHUP applies, and what needs a restart.
+//! - [`snapshot`]: the flight recorder's windows staged and snapshots written.
 
 // The function budget is for the product's code; a test reads top to bottom.
 #![cfg_attr(test, allow(clippy::too_many_lines))]
@@ -27,6 +28,7 @@ pub mod metrics;
 pub mod reload;
 pub mod rolling;
 pub mod server;
+pub mod snapshot;
 pub mod sync;
 pub mod tls;
 pub mod waiting_room;

@@ -30,6 +30,8 @@ pub const MAX_BOOT_ID_BYTES: usize = 128;
 
 /// Longest `Hello.token`, in bytes; both configs refuse a longer token.
 pub const MAX_TOKEN_BYTES: usize = 1024;
+/// Longest `Hello.mode`, in bytes (the modes are short words).
+pub const MAX_MODE_BYTES: usize = 16;
 /// Sources of one relay the daemon keeps the states of.
 pub const MAX_SOURCES: usize = 64;
 /// Bytes of a source's spec or detail the daemon keeps.
@@ -46,6 +48,7 @@ pub fn check_hello_strings(hello: &v1::Hello) -> Result<(), String> {
         ),
         ("boot_id", hello.boot_id.len(), MAX_BOOT_ID_BYTES),
         ("token", hello.token.len(), MAX_TOKEN_BYTES),
+        ("mode", hello.mode.len(), MAX_MODE_BYTES),
     ] {
         if len > limit {
             return Err(format!(
@@ -146,10 +149,13 @@ pub enum RefusalCode {
     CertificateSessionLimit,
     /// The daemon failed on its side; retry later.
     InternalError,
+    /// `Hello.mode` names a mode this daemon does not know (a newer relay):
+    /// retried, as a daemon upgrade fixes it; the relay keeps its spool.
+    UnknownMode,
 }
 
 impl RefusalCode {
-    pub const ALL: [RefusalCode; 17] = [
+    pub const ALL: [RefusalCode; 18] = [
         RefusalCode::BadFrame,
         RefusalCode::FrameTooLarge,
         RefusalCode::HelloTooLarge,
@@ -167,6 +173,7 @@ impl RefusalCode {
         RefusalCode::Replaced,
         RefusalCode::CertificateSessionLimit,
         RefusalCode::InternalError,
+        RefusalCode::UnknownMode,
     ];
 
     /// The code on the wire.
@@ -189,6 +196,7 @@ impl RefusalCode {
             RefusalCode::Replaced => "replaced",
             RefusalCode::CertificateSessionLimit => "certificate_session_limit",
             RefusalCode::InternalError => "internal_error",
+            RefusalCode::UnknownMode => "unknown_mode",
         }
     }
 

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tracesync_capture::index::Index;
-use tracesync_capture::names::writing_order;
+use tracesync_capture::names::{SnapshotName, writing_order};
 use tracesync_protocol::reader::TraceReader;
 
 use resolve::{FileResolver, SeenPackets};
@@ -56,8 +56,11 @@ pub fn list(dir: &Path) -> io::Result<Listing> {
     let mut files = HashSet::new();
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name();
+        // A snapshot (`snapshot-<UTC>-<NAME>.pftrace`) is a file of its
+        // own, written whole at once: not part of the rolling stream.
         if let Some(name) = name.to_str()
             && name.ends_with(".pftrace")
+            && SnapshotName::parse(name).is_none()
         {
             files.insert(name.to_owned());
         }
@@ -65,7 +68,7 @@ pub fn list(dir: &Path) -> io::Result<Listing> {
     let mut complete = HashSet::new();
     let mut preamble_packets = HashMap::new();
     for entry in Index::read(dir)?.entries {
-        if !entry.is_plain_name() {
+        if !entry.is_plain_name() || SnapshotName::parse(&entry.name).is_some() {
             continue;
         }
         if let Some(n) = entry.preamble_packets {

@@ -228,6 +228,18 @@ fn starts_at_the_newest_file_and_orders_by_sequence() {
         framed(&[event(0, 3, BOOTTIME, 2, 0, false)]),
     )
     .expect("write");
+    // A snapshot beside them, listed in the index too, is not followed.
+    let snapshot = "snapshot-20250101T000600Z-crash.pftrace";
+    std::fs::write(
+        dir.path().join(snapshot),
+        framed(&[event(0, 3, BOOTTIME, 9, 0, false)]),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("index.jsonl"),
+        format!("{{\"name\":\"{snapshot}\",\"bytes\":1,\"packets\":1,\"complete\":true}}\n"),
+    )
+    .expect("write");
     let listing = list(dir.path()).expect("list");
     assert_eq!(listing.files, vec![old.to_owned(), new.to_owned()]);
     let mut f = DirFollower::new(dir.path());

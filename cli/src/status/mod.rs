@@ -222,6 +222,18 @@ fn peer_problems(report: &StatusReport, verbose: bool, lines: &mut Vec<String>) 
             p.tcp_connections
         ));
     }
+    let ring: Vec<String> = report
+        .machines
+        .iter()
+        .filter(|m| m.mode.as_deref() == Some("ring"))
+        .map(|m| m.name.clone().unwrap_or_else(|| m.raw_id.to_string()))
+        .collect();
+    if !ring.is_empty() {
+        lines.push(format!(
+            "ring mode (kept on the relay, shipped on a trigger): {}",
+            ring.join(", ")
+        ));
+    }
     if !report.relays_refused.is_empty() {
         let refused: Vec<String> = report
             .relays_refused

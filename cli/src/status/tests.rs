@@ -56,6 +56,7 @@ fn table_shows_every_column_and_drop_reasons() {
                     },
                 }),
                 sources: Vec::new(),
+                mode: None,
             },
         ],
         ..Default::default()
@@ -231,7 +232,10 @@ fn busy_report() -> StatusReport {
         current_file: Some("tracesync-20261125T222350Z-000001.pftrace".into()),
         machines: vec![
             machine("build-server-with-a-long-name.example.org", 3_000_000_000),
-            machine("phone", 7),
+            MachineStatus {
+                mode: Some("ring".into()),
+                ..machine("phone", 7)
+            },
         ],
         relays_refused: BTreeMap::from([
             ("raw_id_conflict".into(), 3),
@@ -288,6 +292,10 @@ fn the_default_view_keeps_to_80_columns_and_shows_the_problems() {
         "{t}"
     );
     assert!(t.contains("OUTPUT NOT WRITABLE"), "{t}");
+    assert!(
+        t.contains("ring mode (kept on the relay, shipped on a trigger): phone"),
+        "{t}"
+    );
     // Continuations of a wrapped line are indented.
     assert!(t.lines().any(|l| l.starts_with("  ")), "{t}");
 }

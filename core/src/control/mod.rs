@@ -16,5 +16,5 @@ pub mod request;
 pub use format::{MachineFilter, PacketFormatter, human_ns, wall_minus_boot_of, write_time};
 pub use request::{
     HISTORY_PACKETS, MAX_REQUEST_BYTES, NOTICE_FIELD, Request, Since, TailFormat, TimeMode,
-    error_line, lag_notice_record,
+    TriggerAnswer, error_line, lag_notice_record,
 };

@@ -35,6 +35,33 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         since: Option<Since>,
     },
+    /// Fire a flight-recorder trigger named `name` now: every machine's
+    /// window [now - before, now + after] goes into one snapshot. One line
+    /// answers: a [`TriggerAnswer`], or `{"error":...}` (a bad name or
+    /// span, or over the name's rate limit).
+    Trigger {
+        name: String,
+        before_ns: u64,
+        after_ns: u64,
+    },
+}
+
+/// The daemon's answer to a trigger that fired.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerAnswer {
+    /// Names the trigger in the relays' windows (unique per daemon run).
+    pub id: u64,
+    pub name: String,
+    /// Host time T (trace time, host BOOTTIME ns) it fired at.
+    pub host_time_ns: u64,
+    pub before_ns: u64,
+    pub after_ns: u64,
+    /// Relays in ring mode connected now, each sent the trigger once its
+    /// clock estimate maps the window.
+    pub ring_relays: usize,
+    /// The snapshot's file name in the output directory
+    /// (`snapshot-<UTC>-<NAME>.pftrace`), written once every window is in.
+    pub snapshot: String,
 }
 
 /// How a text line shows a packet's time.

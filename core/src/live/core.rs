@@ -95,7 +95,7 @@ impl LiveCore {
             return Err(Refusal::ReservedRawId);
         }
         self.machines
-            .connect(raw_id, instance, &hello.machine_name, now)?;
+            .connect(raw_id, instance, &hello.machine_name, hello.ring, now)?;
         let streams = &self.streams;
         let session = self
             .relays
@@ -105,7 +105,9 @@ impl LiveCore {
             self.machines.release(session.old_raw_id, instance);
             self.streams.move_to_machine(instance, raw_id);
         }
-        if session.lost > 0 {
+        // A ring relay's spool start moves as its ring lets batches go:
+        // nothing of it was owed to the output.
+        if session.lost > 0 && !hello.ring {
             self.machines
                 .count(raw_id, reason::BATCHES_LOST, session.lost);
         }
@@ -371,6 +373,13 @@ impl LiveCore {
     #[must_use = "the acks to send"]
     pub fn committed(&mut self) -> Vec<(RelaySlot, u64)> {
         self.relays.committed()
+    }
+
+    /// The latest clock estimate of the relay connected on `slot` (a
+    /// trigger's window is mapped onto its clock with it).
+    pub fn estimate_of(&self, slot: RelaySlot) -> Option<SyncEstimate> {
+        let instance = self.relays.instance_of(slot).ok()?;
+        self.relays.get(instance)?.estimate()
     }
 
     /// Per machine (host first): traffic, counters by reason, pending,

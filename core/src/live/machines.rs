@@ -77,6 +77,9 @@ pub(super) struct Machine {
     estimate: Option<SyncEstimate>,
     /// Its relay's sources, as last reported.
     sources: Vec<SourceStatus>,
+    /// Its relay's mode as its last Hello said (None: the host, or never
+    /// connected in this run).
+    ring: Option<bool>,
     /// Its sync-quality tracks.
     pub quality: MachineTracks,
 }
@@ -186,6 +189,7 @@ impl Machines {
         raw_id: u32,
         instance: u64,
         name: &str,
+        ring: bool,
         now: u64,
     ) -> Result<(), Refusal> {
         let machine = self.row(raw_id);
@@ -203,6 +207,7 @@ impl Machines {
         }
         machine.connected = Some(instance);
         machine.last_seen = Some(now);
+        machine.ring = Some(ring);
         Ok(())
     }
 
@@ -321,6 +326,9 @@ impl Machines {
                     }),
                     sync: None,
                     sources: m.sources.clone(),
+                    mode: m
+                        .ring
+                        .map(|ring| if ring { "ring" } else { "stream" }.to_owned()),
                 }
             })
             .collect()

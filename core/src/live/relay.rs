@@ -366,6 +366,11 @@ impl Relay {
         })
     }
 
+    /// The latest estimate (of the relay's current epoch).
+    pub fn estimate(&self) -> Option<SyncEstimate> {
+        self.estimate
+    }
+
     /// The estimate a packet at relay BOOTTIME `boottime` maps with: its
     /// clock epoch's (the latest when the epoch is unknown).
     pub fn estimate_at(&self, boottime: Option<i64>) -> Option<&SyncEstimate> {

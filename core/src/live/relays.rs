@@ -42,6 +42,10 @@ impl Relays {
             .ok_or(SessionError::UnknownSlot(slot))
     }
 
+    pub fn get(&self, instance: u64) -> Option<&Relay> {
+        self.by_instance.get(&instance)
+    }
+
     pub fn get_mut(&mut self, instance: u64) -> Option<&mut Relay> {
         self.by_instance.get_mut(&instance)
     }

@@ -102,6 +102,10 @@ pub struct HelloInfo {
     /// core never accepted were lost by the relay (drop-oldest).
     pub oldest_unacked_batch: u64,
     pub clocks: Option<RelayClocks>,
+    /// A relay in ring mode (`Hello.mode` "ring"): it streams no batches,
+    /// and its spool's start moves as its ring lets batches go, so a gap
+    /// before it is not a loss (its windows come as Window frames).
+    pub ring: bool,
 }
 
 /// A relay accepted: its slot and where it resumes.

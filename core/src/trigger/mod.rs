@@ -4,7 +4,9 @@
 //! that connects later still ships its window; for each relay in ring mode
 //! its window [T - before, T + after] is mapped onto the relay's BOOTTIME
 //! with the relay's current estimate, widened by the estimate's hard bound
-//! ([`relay_window`]).
+//! ([`relay_window`]); [`RingRelays`] tracks what each connected ring relay
+//! is still owed; [`Snapshots`] says when a trigger's snapshot is written
+//! and [`Assembly`] makes its packets.
 //!
 //! Invariants:
 //! - Per name, at most `max_per_name` triggers fire within any `per_ns` of
@@ -15,8 +17,15 @@
 //! - At most `max_remembered` fired triggers are remembered, each for
 //!   `remember_ns` after its window's end; the oldest go first.
 
+pub mod assemble;
+pub mod relays;
+pub mod snapshots;
 #[cfg(test)]
 mod tests;
+
+pub use assemble::{Assembly, AssemblyStats};
+pub use relays::RingRelays;
+pub use snapshots::{Due, Snapshots};
 
 use std::collections::{HashMap, VecDeque};
 
@@ -161,6 +170,10 @@ impl Triggers {
 
     pub fn stats(&self) -> &TriggerStats {
         &self.stats
+    }
+
+    pub fn config(&self) -> &TriggerConfig {
+        &self.config
     }
 }
 

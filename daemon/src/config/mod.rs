@@ -130,6 +130,7 @@ pub struct DaemonConfig {
     pub tls: TlsConfig,
     pub metrics: crate::metrics::MetricsConfig,
     pub sync: crate::sync::config::SyncConfig,
+    pub trigger: trigger::TriggerSection,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -528,3 +529,4 @@ impl DaemonConfig {
 mod check_paths;
 #[cfg(test)]
 mod tests;
+pub mod trigger;

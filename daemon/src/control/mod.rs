@@ -14,6 +14,7 @@
 
 pub mod history;
 pub mod server;
+pub mod trigger;
 pub mod waiting;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,6 +26,7 @@ use tracesync_core::status::StatusReport;
 
 pub use history::{HISTORY_BYTES, History};
 pub use server::{MAX_CLIENTS, bind_unix, serve, serve_tcp};
+pub use trigger::TriggerAsk;
 
 /// Broadcast capacity [`ControlHub::new`] is usually given: a subscriber
 /// may fall this many packets behind before it lags. The channel keeps at
@@ -73,6 +75,8 @@ pub struct ControlHub {
     preamble_requests: mpsc::Sender<PreambleRequest>,
     /// The last packets written, for `tail -n` / `--since` (see [`history`]).
     history: Arc<Mutex<History>>,
+    /// Triggers, to the ingest loop (None: not wired, a trigger is refused).
+    triggers: Option<mpsc::Sender<TriggerAsk>>,
 }
 
 impl ControlHub {
@@ -89,8 +93,21 @@ impl ControlHub {
             status,
             preamble_requests,
             history: Arc::default(),
+            triggers: None,
         };
         (hub, requests)
+    }
+
+    /// Wires triggers: the receiver is the ingest loop's.
+    pub fn take_trigger_requests(&mut self) -> mpsc::Receiver<TriggerAsk> {
+        let (asks, requests) = mpsc::channel(trigger::TRIGGER_QUEUE);
+        self.triggers = Some(asks);
+        requests
+    }
+
+    /// Where triggers go (None: not wired).
+    pub fn trigger_sender(&self) -> Option<&mpsc::Sender<TriggerAsk>> {
+        self.triggers.as_ref()
     }
 
     /// Sends one packet to every tail subscriber; never blocks on them.

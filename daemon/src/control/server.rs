@@ -180,7 +180,8 @@ where
             Ok(r) => r,
             Err(e) => {
                 let msg = format!(
-                    "bad request: {e}; send {{\"cmd\":\"status\"}} or {{\"cmd\":\"tail\",\"format\":\"text\"}}"
+                    "bad request: {e}; send {{\"cmd\":\"status\"}}, {{\"cmd\":\"tail\",\"format\":\"text\"}} \
+                     or {{\"cmd\":\"trigger\",\"name\":\"NAME\",\"before_ns\":N,\"after_ns\":N}}"
                 );
                 return refuse(&mut wr, &msg).await;
             }
@@ -231,6 +232,20 @@ where
                 since: since.map(|s| since_trace_ns(s, boot, wall_minus_boot.unwrap_or(0))),
             };
             tail(rd, wr, &hub, formatter, start, &shutdown).await
+        }
+        Request::Trigger {
+            name,
+            before_ns,
+            after_ns,
+        } => {
+            let line = super::trigger::answer_line(&hub, &name, before_ns, after_ns).await;
+            let answer = async {
+                wr.write_all(line.as_bytes()).await?;
+                wr.shutdown().await
+            };
+            tokio::time::timeout(STATUS_WRITE_TIMEOUT, answer)
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "answer not read"))?
         }
     }
 }

@@ -34,10 +34,12 @@ pub enum Refused {
     CertificateSessions,
     /// The live core refused the Hello (raw id 0, or held by a connected relay).
     Core,
+    /// `Hello.mode` names a mode this daemon does not know.
+    Mode,
 }
 
 impl Refused {
-    pub const ALL: [Refused; 9] = [
+    pub const ALL: [Refused; 10] = [
         Refused::MaxRelays,
         Refused::Version,
         Refused::HelloTooLarge,
@@ -47,6 +49,7 @@ impl Refused {
         Refused::RawIdNotBound,
         Refused::CertificateSessions,
         Refused::Core,
+        Refused::Mode,
     ];
 
     /// The `reason` label.
@@ -61,6 +64,7 @@ impl Refused {
             Refused::RawIdNotBound => "raw_id_not_bound",
             Refused::CertificateSessions => "certificate_sessions",
             Refused::Core => "core",
+            Refused::Mode => "mode",
         }
     }
 
@@ -77,6 +81,7 @@ impl Refused {
             }
             Refused::CertificateSessions => RefusalCode::CertificateSessionLimit,
             Refused::Core => RefusalCode::RefusedByCore,
+            Refused::Mode => RefusalCode::UnknownMode,
         }
     }
 }

@@ -5,7 +5,8 @@
 
 use super::names::{
     CONTROL_ACCEPT_ERRORS, CONTROL_BAD_REQUESTS, CONTROL_IDLE_CLOSED, CONTROL_REFUSED,
-    IDENTITY_BINDINGS_SAVE_ERRORS, OUTPUT_ERRORS, TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS,
+    IDENTITY_BINDINGS_SAVE_ERRORS, OUTPUT_ERRORS, SNAPSHOTS_FAILED, SNAPSHOTS_WRITTEN,
+    TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS, TRIGGERS_FIRED, TRIGGERS_REFUSED,
 };
 
 /// What is counted (one counter each).
@@ -27,10 +28,18 @@ pub enum Event {
     ControlBadRequest,
     /// `accept()` failed on the control socket.
     ControlAcceptError,
+    /// A flight-recorder trigger fired.
+    TriggerFired,
+    /// A trigger refused (over its name's rate limit).
+    TriggerRefused,
+    /// A snapshot written (or written again for a late window).
+    SnapshotWritten,
+    /// A snapshot that could not be written (retried).
+    SnapshotFailed,
 }
 
 impl Event {
-    pub const ALL: [Event; 8] = [
+    pub const ALL: [Event; 12] = [
         Event::OutputError,
         Event::IdentityBindingsSaveError,
         Event::TailLaggedPackets,
@@ -39,6 +48,10 @@ impl Event {
         Event::ControlIdleClosed,
         Event::ControlBadRequest,
         Event::ControlAcceptError,
+        Event::TriggerFired,
+        Event::TriggerRefused,
+        Event::SnapshotWritten,
+        Event::SnapshotFailed,
     ];
 
     /// The counter's name.
@@ -52,6 +65,10 @@ impl Event {
             Event::ControlIdleClosed => CONTROL_IDLE_CLOSED,
             Event::ControlBadRequest => CONTROL_BAD_REQUESTS,
             Event::ControlAcceptError => CONTROL_ACCEPT_ERRORS,
+            Event::TriggerFired => TRIGGERS_FIRED,
+            Event::TriggerRefused => TRIGGERS_REFUSED,
+            Event::SnapshotWritten => SNAPSHOTS_WRITTEN,
+            Event::SnapshotFailed => SNAPSHOTS_FAILED,
         }
     }
 

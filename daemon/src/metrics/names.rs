@@ -122,6 +122,12 @@ pub const CONTROL_IDLE_CLOSED: &str = "tracesync_control_idle_closed_total";
 pub const CONTROL_BAD_REQUESTS: &str = "tracesync_control_bad_requests_total";
 pub const CONTROL_ACCEPT_ERRORS: &str = "tracesync_control_accept_errors_total";
 
+// The flight recorder.
+pub const TRIGGERS_FIRED: &str = "tracesync_triggers_fired_total";
+pub const TRIGGERS_REFUSED: &str = "tracesync_triggers_refused_total";
+pub const SNAPSHOTS_WRITTEN: &str = "tracesync_snapshots_written_total";
+pub const SNAPSHOTS_FAILED: &str = "tracesync_snapshots_failed_total";
+
 /// Every daemon metric: name, kind, help (the `# HELP` line). The
 /// exporter describes them from here; tests check the endpoint and the
 /// spec in docs/operations-metrics.md against it.
@@ -317,4 +323,14 @@ pub const SPECS: &[Spec] = &[
         CONTROL_ACCEPT_ERRORS,
         "accept() failures on the control socket",
     ),
+    Spec::counter(TRIGGERS_FIRED, "Flight-recorder triggers fired"),
+    Spec::counter(
+        TRIGGERS_REFUSED,
+        "Flight-recorder triggers refused (over their name's rate limit)",
+    ),
+    Spec::counter(
+        SNAPSHOTS_WRITTEN,
+        "Snapshots written (again, for a late window)",
+    ),
+    Spec::counter(SNAPSHOTS_FAILED, "Snapshots that could not be written"),
 ];

@@ -2,7 +2,9 @@
 //! with the preamble, deleting expired complete files, saving the index.
 
 use std::io;
+
 use std::time::SystemTime;
+use tracesync_capture::index::IndexEntry;
 
 use super::current::BUF_BYTES;
 use super::journal::Journal;
@@ -110,6 +112,14 @@ impl RollingWriter {
             Ok(false) => Err(self.lost(Lost::Data)),
             Err(e) => Err(at(&c.path, "stat")(e)),
         }
+    }
+
+    /// Lists a file written beside the rolled ones (a snapshot), replacing
+    /// a line of the same name, and saves the index.
+    pub fn add_index_entry(&mut self, entry: IndexEntry) {
+        self.done.retain(|e| e.name != entry.name);
+        self.done.push(entry);
+        self.save_index();
     }
 
     pub(super) fn save_index(&mut self) {

@@ -158,7 +158,8 @@ async fn run_daemon(
     // The ingest thread publishes the status every 250 ms: the watchdog's
     // sign of life.
     let ingest_alive = status_tx.subscribe();
-    let (hub, preamble_requests) = ControlHub::new(DEFAULT_TAIL_CAPACITY, status_rx);
+    let (mut hub, preamble_requests) = ControlHub::new(DEFAULT_TAIL_CAPACITY, status_rx);
+    let trigger_requests = hub.take_trigger_requests();
     let probes = ProbeSessions::new();
     let (sync_tx, sync_updates) = mpsc::channel(SYNC_QUEUE);
     let prober = spawn_prober_with(
@@ -196,6 +197,7 @@ async fn run_daemon(
         packets: hub,
         status: status_tx,
         preamble_requests: Some(preamble_requests),
+        trigger_requests: Some(trigger_requests),
     };
     let running = run::start(
         sockets.data,
@@ -372,6 +374,7 @@ fn ingest_settings(
         sync_addr: Some(addrs.sync.to_string()),
         probes: Some(probes),
         limits: Some(limits),
+        triggers: config.trigger.trigger_config(),
         ..IngestSettings::new(Duration::from_millis(config.output.commit_interval_ms))
     }
 }

@@ -13,6 +13,7 @@ use tracesync_protocol::relay::v1;
 
 use tracesync_core::live::OutPacket;
 use tracesync_core::status::{MachineStatus, OutputStatus};
+use tracesync_core::sync::SyncEstimate;
 
 /// Index of a connected relay in the live core; stable for one connection.
 pub type Slot = u32;
@@ -75,6 +76,11 @@ pub trait Core: Send + 'static {
     /// batch each connected relay may be acknowledged through.
     fn committed_through(&mut self, point: Self::CommitPoint) -> Vec<(Slot, u64)>;
     fn status(&self) -> Vec<MachineStatus>;
+    /// The latest clock estimate of the relay on `slot` (a trigger's window
+    /// is mapped onto the relay's clock with it); None: not synced yet.
+    fn estimate(&self, _slot: Slot) -> Option<SyncEstimate> {
+        None
+    }
     /// Copies the core's own counters into the metrics recorder (once per
     /// status tick; see [`crate::metrics`]).
     fn record_metrics(&self) {}
@@ -129,6 +135,10 @@ pub trait Writer<U>: Send + 'static {
     fn preamble(&self) -> Vec<(u32, bytes::Bytes)> {
         Vec::new()
     }
+    /// Lists a file the daemon wrote beside its rolled ones (a snapshot)
+    /// in index.jsonl, replacing a line of the same name, and saves the
+    /// index.
+    fn add_index_entry(&mut self, _entry: tracesync_capture::index::IndexEntry) {}
 }
 
 /// Where drained packets go besides the file: tail subscribers. Must never

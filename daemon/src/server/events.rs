@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use tracesync_protocol::relay::RefusalCode;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tracesync_protocol::relay::v1;
 
 use super::engine::{Admitted, Slot};
@@ -33,6 +33,14 @@ pub enum IngestEvent {
         session_id: u64,
         heartbeat: v1::Heartbeat,
     },
+    /// Part of a trigger's window, from a relay in ring mode.
+    Window {
+        slot: Slot,
+        session_id: u64,
+        window: v1::Window,
+        /// As a Batch's: given back once the part is staged.
+        credit: Credit,
+    },
     /// The connection ended (peer closed, error, refusal). Not sent on
     /// daemon shutdown: then the ingest loop sends final acks first.
     Disconnected { slot: Slot, session_id: u64 },
@@ -45,6 +53,10 @@ pub struct Welcomed {
     /// Acks and close orders for this session; closed by the ingest loop
     /// when it is done with the session (after the final acks on shutdown).
     pub feedback: watch::Receiver<Feedback>,
+    /// Frames for the relay (Trigger, WindowAck), in order; bounded, the
+    /// ingest loop never waits on it (a frame that does not fit is sent
+    /// later).
+    pub outgoing: mpsc::Receiver<v1::frame::Body>,
 }
 
 /// Latest state the ingest loop holds for one session. A watch, not a

@@ -29,6 +29,8 @@ pub struct Parts<C: Core, W, P, F> {
     /// From perfetto tails (the control hub), answered with the writer's
     /// preamble.
     pub preamble_requests: Option<mpsc::Receiver<PreambleRequest>>,
+    /// Triggers from the control socket (`tracesync trigger`).
+    pub trigger_requests: Option<mpsc::Receiver<crate::control::TriggerAsk>>,
 }
 
 /// A started server; stop it by cancelling its shutdown token, then await
@@ -64,6 +66,7 @@ where
         packets: parts.packets,
         status: parts.status,
         preamble_requests: parts.preamble_requests,
+        trigger_requests: parts.trigger_requests,
     };
     let shared = Arc::new(Shared::new(session, token, parts.probes, shutdown));
     let mut ingest_settings = ingest_settings;

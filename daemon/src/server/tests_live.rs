@@ -115,6 +115,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
         packets: broadcast::channel::<Arc<OutPacket>>(64).0,
         status: watch::channel(Arc::new(StatusReport::default())).0,
         preamble_requests: None,
+        trigger_requests: None,
     };
     let shutdown = CancellationToken::new();
     let settings = SessionSettings {

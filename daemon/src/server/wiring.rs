@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracesync_common::clock::{Clock, SystemClock};
 use tracesync_protocol::relay::v1;
+use tracesync_protocol::trigger::RelayMode;
 
 use super::engine::{Admitted, Core, Fanout, ProbeRegistry, Slot, Writer};
 use crate::control::ControlHub;
@@ -31,6 +32,7 @@ impl Core for LiveCore {
             machine_raw_id: hello.machine_raw_id,
             oldest_unacked_batch: hello.oldest_unacked_batch,
             clocks: hello.clocks,
+            ring: RelayMode::from_hello(&hello.mode) == Some(RelayMode::Ring),
         };
         let connected = LiveCore::connect(self, info, now_ns)?;
         Ok(Admitted {
@@ -114,6 +116,10 @@ impl Core for LiveCore {
         LiveCore::status(self, tracesync_common::clock::boottime_ns(), unix_ms)
     }
 
+    fn estimate(&self, slot: Slot) -> Option<tracesync_core::sync::SyncEstimate> {
+        LiveCore::estimate_of(self, slot)
+    }
+
     fn record_metrics(&self) {
         crate::metrics::record_live(&LiveCore::stats(self), LiveCore::queued(self));
     }
@@ -157,6 +163,10 @@ impl Writer<SyncUpdate> for RollingWriter {
 
     fn preamble(&self) -> Vec<(u32, bytes::Bytes)> {
         RollingWriter::preamble(self)
+    }
+
+    fn add_index_entry(&mut self, entry: tracesync_capture::index::IndexEntry) {
+        RollingWriter::add_index_entry(self, entry);
     }
 
     fn set_limits(&mut self, limits: &crate::reload::OutputLimits) {

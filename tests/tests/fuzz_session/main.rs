@@ -71,6 +71,7 @@ async fn serve(config: LiveConfig) -> Server {
         packets: broadcast::channel::<Arc<OutPacket>>(16).0,
         status: status_tx,
         preamble_requests: None,
+        trigger_requests: None,
     };
     let shutdown = CancellationToken::new();
     let settings = SessionSettings {

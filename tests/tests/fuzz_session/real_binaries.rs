@@ -132,6 +132,7 @@ fn relay_records_and_machine_rows_stay_bounded() {
             machine_raw_id: i as u32,
             oldest_unacked_batch: 1,
             clocks: None,
+            ring: false,
         };
         let connected = core.connect(hello, i).expect("admitted");
         core.disconnect(connected.slot);

@@ -48,6 +48,7 @@ fn hello(instance: u64, raw_id: u32, name: &str) -> HelloInfo {
         machine_raw_id: raw_id,
         oldest_unacked_batch: 1,
         clocks: None,
+        ring: false,
     }
 }
 

@@ -222,6 +222,30 @@ fn commit_points_ack_only_what_was_drained_before_them() {
 }
 
 #[test]
+fn a_ring_relay_whose_spool_start_moved_lost_nothing() {
+    let mut core = core();
+    let ring = |oldest| HelloInfo {
+        oldest_unacked_batch: oldest,
+        ring: true,
+        ..hello(10, 1, "m1")
+    };
+    let a = core.connect(ring(1), 0).unwrap().slot;
+    core.disconnect(a);
+    // Its ring let 4000 batches go meanwhile: none were the output's.
+    let c = core.connect(ring(4001), 10).unwrap();
+    assert_eq!(drop_count(&core, 1, reason::BATCHES_LOST), 0);
+    assert!(c.acked_through_batch < 4001);
+    // The same gap from a stream relay is a loss.
+    core.disconnect(c.slot);
+    let stream = HelloInfo {
+        oldest_unacked_batch: 5001,
+        ..hello(10, 1, "m1")
+    };
+    core.connect(stream, 20).unwrap();
+    assert_eq!(drop_count(&core, 1, reason::BATCHES_LOST), 1000);
+}
+
+#[test]
 fn batches_the_relay_lost_are_counted_and_acked() {
     let mut core = core();
     let a = synced_relay(&mut core, 10, 1, 0);

@@ -214,6 +214,7 @@ mod tests {
             SessionEntry {
                 session_id: 1,
                 feedback,
+                outgoing: tokio::sync::mpsc::channel(1).0,
             },
         );
         (ingest, rx)

@@ -27,8 +27,8 @@ use tokio::time::{Instant, MissedTickBehavior, interval};
 use tracing::{debug, info, warn};
 
 use super::engine::{Core, Fanout, Slot, Writer};
-use super::events::{Close, Feedback, IngestEvent, Welcomed};
-use crate::control::PreambleRequest;
+use super::events::{Close, Feedback, IngestEvent};
+use crate::control::{PreambleRequest, TriggerAsk};
 use crate::reload::OutputLimits;
 use acks::AckGate;
 use tracesync_core::live::OutPacket;
@@ -36,6 +36,8 @@ use tracesync_core::status::{OutputStatus, StatusReport};
 
 mod acks;
 mod commit;
+mod events;
+mod flight;
 mod status;
 
 /// Timers of the ingest loop.
@@ -56,6 +58,8 @@ pub struct IngestSettings {
     pub server_counters: Option<Arc<super::Counters>>,
     /// Distinct `machine` labels of the metrics (the host and max relays).
     pub metrics_machines: usize,
+    /// The flight recorder's trigger limits (`[trigger]`).
+    pub triggers: tracesync_core::trigger::TriggerConfig,
 }
 
 impl IngestSettings {
@@ -71,6 +75,7 @@ impl IngestSettings {
             limits: None,
             server_counters: None,
             metrics_machines: 257,
+            triggers: tracesync_core::trigger::TriggerConfig::default(),
         }
     }
 }
@@ -86,6 +91,8 @@ pub struct IngestIo<U, F> {
     /// Perfetto tails asking for their preamble (answered from the writer
     /// between drains); None: no control hub.
     pub preamble_requests: Option<mpsc::Receiver<PreambleRequest>>,
+    /// Triggers from the control socket (None: no control hub).
+    pub trigger_requests: Option<mpsc::Receiver<TriggerAsk>>,
 }
 
 /// The next value of a watch; None once its sender is gone. Pending forever
@@ -109,6 +116,18 @@ async fn next_request(
         None => std::future::pending().await,
     }
 }
+
+/// The next trigger; pending forever without a hub.
+async fn next_trigger(asks: &mut Option<mpsc::Receiver<TriggerAsk>>) -> Option<TriggerAsk> {
+    match asks {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Frames queued per session for its relay (Trigger, WindowAck): the
+/// ingest loop never waits on a session; what does not fit is sent later.
+const OUTGOING_FRAMES: usize = 16;
 
 /// What a finished loop did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -144,6 +163,8 @@ where
 struct SessionEntry {
     session_id: u64,
     feedback: watch::Sender<Feedback>,
+    /// Frames for the relay (see [`OUTGOING_FRAMES`]).
+    outgoing: mpsc::Sender<tracesync_protocol::relay::v1::frame::Body>,
 }
 
 struct Ingest<C: Core, W> {
@@ -166,6 +187,8 @@ struct Ingest<C: Core, W> {
     sidecar_failing: bool,
     summary: IngestSummary,
     metrics: crate::metrics::IngestMetrics,
+    /// Triggers and ring relays ([`flight`]).
+    flight: flight::Flight,
 }
 
 impl<C, W> Ingest<C, W>
@@ -174,6 +197,7 @@ where
     W: Writer<C::SyncUpdate>,
 {
     fn new(core: C, writer: W, settings: IngestSettings) -> Self {
+        let flight = flight::Flight::new(settings.triggers.clone());
         let metrics = crate::metrics::IngestMetrics::new(settings.metrics_machines);
         Self {
             core,
@@ -189,6 +213,7 @@ where
             sidecar_failing: false,
             summary: IngestSummary::default(),
             metrics,
+            flight,
         }
     }
 
@@ -226,10 +251,25 @@ where
                 () = durable.notified() => self.take_durable(),
                 _ = commit.tick() => self.commit(&io.packets),
                 _ = status.tick() => self.publish_status(&io.status, &io.packets),
-                _ = host.tick() => self.core.host_tick(tracesync_common::clock::boottime_ns()),
+                _ = host.tick() => {
+                    let now = tracesync_common::clock::boottime_ns();
+                    self.core.host_tick(now);
+                    self.send_triggers();
+                    self.flight_tick(now);
+                }
                 update = io.sync_updates.recv(), if sync_open => match update {
-                    Some(update) => self.on_sync(&update),
+                    Some(update) => {
+                        self.on_sync(&update);
+                        self.send_triggers();
+                    }
                     None => sync_open = false,
+                },
+                ask = next_trigger(&mut io.trigger_requests) => match ask {
+                    Some(ask) => {
+                        self.flight.ask(ask, tracesync_common::clock::boottime_ns());
+                        self.send_triggers();
+                    }
+                    None => io.trigger_requests = None,
                 },
                 request = next_request(&mut io.preamble_requests) => match request {
                     // Between drains: everything written was published.
@@ -283,110 +323,6 @@ where
             if self.failing || std::time::Instant::now() >= until {
                 return;
             }
-        }
-    }
-
-    /// Returns how many packets it handed to the core.
-    fn on_event(&mut self, event: IngestEvent, now: u64) -> usize {
-        match event {
-            IngestEvent::Connect {
-                session_id,
-                hello,
-                reply,
-            } => {
-                let admitted = match self.core.connect(&hello, now) {
-                    Ok(admitted) => admitted,
-                    Err(refusal) => {
-                        let refused = Close {
-                            code: RefusalCode::RefusedByCore,
-                            reason: Arc::from(refusal.to_string()),
-                        };
-                        let _ = reply.send(Err(refused));
-                        return 0;
-                    }
-                };
-                if let Some(old) = admitted.replaced
-                    && let Some(entry) = self.sessions.remove(&old)
-                {
-                    // The core already forgot the old slot: only close it.
-                    close(
-                        &entry,
-                        RefusalCode::Replaced,
-                        "replaced by a newer connection of the same relay instance",
-                    );
-                }
-                let (feedback, receiver) = watch::channel(Feedback {
-                    acked_through_batch: admitted.acked_through_batch,
-                    close: None,
-                    paused: false,
-                });
-                let welcomed = Welcomed {
-                    admitted,
-                    feedback: receiver,
-                };
-                if reply.send(Ok(welcomed)).is_err() {
-                    // The session went away while we decided.
-                    self.core.disconnect(admitted.slot);
-                    return 0;
-                }
-                let entry = SessionEntry {
-                    session_id,
-                    feedback,
-                };
-                self.sessions.insert(admitted.slot, entry);
-                0
-            }
-            IngestEvent::Batch {
-                slot,
-                session_id,
-                batch,
-                credit,
-            } => {
-                let packets = batch.packets.len();
-                if !self.is_current(slot, session_id) {
-                    return 0;
-                }
-                if let Err(error) = self.core.batch(slot, batch, now) {
-                    self.close_slot(slot, &error);
-                }
-                // The frame is ingested: its bytes go back to the budget.
-                drop(credit);
-                packets
-            }
-            IngestEvent::Heartbeat {
-                slot,
-                session_id,
-                heartbeat,
-            } => {
-                if self.is_current(slot, session_id)
-                    && let Err(error) = self.core.heartbeat(slot, &heartbeat, now)
-                {
-                    self.close_slot(slot, &error);
-                }
-                0
-            }
-            IngestEvent::Disconnected { slot, session_id } => {
-                if self.is_current(slot, session_id) {
-                    self.sessions.remove(&slot);
-                    self.core.disconnect(slot);
-                }
-                0
-            }
-        }
-    }
-
-    /// Events of a replaced or closed session are stale.
-    fn is_current(&self, slot: Slot, session_id: u64) -> bool {
-        self.sessions
-            .get(&slot)
-            .is_some_and(|entry| entry.session_id == session_id)
-    }
-
-    /// Asks the session to refuse and close with the core's `error`; its
-    /// Disconnected event then releases the slot in the core.
-    fn close_slot(&mut self, slot: Slot, error: &C::SessionError) {
-        if let Some(entry) = self.sessions.get(&slot) {
-            close(entry, RefusalCode::ClosedByCore, &error.to_string());
         }
     }
 

@@ -4,7 +4,8 @@
 //! calls [`admit`] and answers.
 //!
 //! The checks run in this order and the first that fails refuses: protocol
-//! version; string lengths (before anything else reads the strings); token;
+//! version; string lengths (before anything else reads the strings); the
+//! mode (`stream`, `ring`, or empty: a relay from before ring mode); token;
 //! `[auth] allow-machines`; under TLS, the certificate's identity, the raw
 //! id rule (`[tls] raw-id-rule`) and the identity bindings. A refusal is
 //! one [`Refused`] reason, which is both the counter's label and the
@@ -21,6 +22,7 @@
 //! never refused.
 
 use tracesync_protocol::relay::{PROTOCOL_VERSION, check_hello_strings, v1};
+use tracesync_protocol::trigger::RelayMode;
 
 use crate::metrics::Refused;
 use crate::tls::policy::{RAW_ID_ALTERNATES, alternate_raw_id};
@@ -87,6 +89,16 @@ pub fn admit(hello: &v1::Hello, context: &Context) -> Result<Passed, Refusal> {
         return Err(Refusal::new(
             Refused::HelloTooLarge,
             format!("{reason}; relay and daemon versions must match"),
+        ));
+    }
+    if RelayMode::from_hello(&hello.mode).is_none() {
+        return Err(Refusal::new(
+            Refused::Mode,
+            format!(
+                "Hello.mode {:?} is not a mode this daemon knows (stream or ring); run the \
+                 relay with --mode stream, or upgrade the daemon",
+                hello.mode
+            ),
         ));
     }
     if let Some(expected) = context.token
@@ -254,6 +266,29 @@ mod tests {
             r.reason,
             "Hello.machine_name of 256 bytes is over its 255-byte limit; relay and daemon \
              versions must match"
+        );
+    }
+
+    #[test]
+    fn an_unknown_mode_is_refused_and_stream_ring_or_none_pass() {
+        for mode in ["", "stream", "ring"] {
+            let h = v1::Hello {
+                mode: mode.into(),
+                ..hello("phone", "")
+            };
+            assert!(check(&h, None, &[]).is_ok(), "{mode:?}");
+        }
+        let burst = v1::Hello {
+            mode: "burst".into(),
+            ..hello("phone", "")
+        };
+        let r = refused(check(&burst, None, &[]));
+        assert_eq!(r.why, Refused::Mode);
+        assert_eq!(r.why.code(), RefusalCode::UnknownMode);
+        assert_eq!(
+            r.reason,
+            "Hello.mode \"burst\" is not a mode this daemon knows (stream or ring); run the \
+             relay with --mode stream, or upgrade the daemon"
         );
     }
 

@@ -165,27 +165,41 @@ pub(super) fn decode_frame(bytes: impl bytes::Buf) -> Result<v1::frame::Body, St
     }
 }
 
-/// Packets in a Batch frame (0 for other frames or bytes that do not
-/// parse), counted without decoding; stops counting past the limit.
-pub(super) fn batch_packet_count(frame: &[u8]) -> usize {
+/// Packets in a Batch or Window frame (0 for other frames or bytes that
+/// do not parse), counted without decoding, and the most such a frame may
+/// hold; stops counting past the limit.
+pub(super) fn batch_packet_count(frame: &[u8]) -> (usize, usize) {
     use tracesync_protocol::scan::{FieldValue, Fields};
     const BATCH: u32 = 4;
     const PACKETS: u32 = 3;
+    // A Window part: its packets and its preamble (first part), each at
+    // most MAX_BATCH_PACKETS from a relay; counted together against
+    // twice that.
+    const WINDOW: u32 = 8;
+    const WINDOW_PACKETS: u32 = 4;
+    const WINDOW_PREAMBLE: u32 = 8;
     let mut count = 0;
     for field in Fields::new(frame).map_while(Result::ok) {
-        let (BATCH, FieldValue::Len(batch)) = (field.number, field.value) else {
+        let (number, FieldValue::Len(body)) = (field.number, field.value) else {
             continue;
         };
-        for inner in Fields::new(batch).map_while(Result::ok) {
-            if inner.number == PACKETS {
+        let (counted, scale) = match number {
+            BATCH => ([PACKETS, PACKETS], 1),
+            WINDOW => ([WINDOW_PACKETS, WINDOW_PREAMBLE], 2),
+            _ => continue,
+        };
+        let limit = MAX_BATCH_PACKETS * scale;
+        for inner in Fields::new(body).map_while(Result::ok) {
+            if counted.contains(&inner.number) {
                 count += 1;
-                if count > MAX_BATCH_PACKETS {
-                    return count;
+                if count > limit {
+                    return (count, limit);
                 }
             }
         }
+        return (count, limit);
     }
-    count
+    (count, MAX_BATCH_PACKETS)
 }
 
 pub(super) fn kind(body: &v1::frame::Body) -> &'static str {
@@ -286,5 +300,43 @@ pub(super) async fn read_failed<P, S: DataStream>(
         refuse_counted(link, peer, shared, Failed::FrameTooLarge, &reason).await;
     } else {
         debug!(%peer, "relay connection failed: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(body: v1::frame::Body) -> Vec<u8> {
+        v1::Frame { body: Some(body) }.encode_to_vec()
+    }
+
+    #[test]
+    fn batch_and_window_packets_are_counted_against_their_limits() {
+        let tiny = |n: usize| vec![Bytes::from_static(b"x"); n];
+        let batch = encoded(v1::frame::Body::Batch(v1::Batch {
+            packets: tiny(3),
+            ..v1::Batch::default()
+        }));
+        assert_eq!(batch_packet_count(&batch), (3, MAX_BATCH_PACKETS));
+        // A window's first part: its packets and its preamble.
+        let window = encoded(v1::frame::Body::Window(v1::Window {
+            packets: tiny(MAX_BATCH_PACKETS),
+            preamble: tiny(5),
+            ..v1::Window::default()
+        }));
+        let (count, limit) = batch_packet_count(&window);
+        assert_eq!(
+            (count, limit),
+            (MAX_BATCH_PACKETS + 5, 2 * MAX_BATCH_PACKETS)
+        );
+        let hostile = encoded(v1::frame::Body::Window(v1::Window {
+            packets: tiny(2 * MAX_BATCH_PACKETS + 1),
+            ..v1::Window::default()
+        }));
+        let (count, limit) = batch_packet_count(&hostile);
+        assert!(count > limit);
+        let heartbeat = encoded(v1::frame::Body::Heartbeat(v1::Heartbeat::default()));
+        assert_eq!(batch_packet_count(&heartbeat).0, 0);
     }
 }

@@ -18,30 +18,32 @@ use std::time::Duration;
 use tracesync_protocol::relay::RefusalCode;
 
 use bytes::Bytes;
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
-use tokio::time::{timeout, timeout_at};
+use tokio::sync::{mpsc, watch};
+use tokio::time::timeout;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
-use tracesync_protocol::relay::{MAX_BATCH_PACKETS, MAX_HELLO_FRAME_BYTES, PROTOCOL_VERSION, v1};
+use tracesync_protocol::relay::{MAX_HELLO_FRAME_BYTES, v1};
 use tracesync_protocol::text::Escaped;
 use tracing::{debug, info, warn};
 
 use super::engine::{ProbeRegistry, Slot};
-use super::events::{Feedback, IngestEvent, Welcomed};
+use super::events::{Credit, Feedback, IngestEvent, Welcomed};
 use super::fault_log::PEER_FAULTS;
 use super::preauth::PreAuth;
-use super::{Counter, Failed, Refused, Shared};
-use crate::tls::{Bindings, CertSession, DataStream, RawIdRule};
+use super::{Counter, Failed, Shared};
+use crate::tls::DataStream;
 use peer_bytes::{Account, PEER_BYTES};
+use welcome::{Hello, welcome};
 
 pub mod admission;
 mod frames;
 mod tls_relay;
+mod welcome;
 pub use tls_relay::refuse_tls_relay;
 pub mod peer_bytes;
 pub(super) use frames::refuse;
 use frames::{
-    FrameClock, IdleClock, Stalled, batch_packet_count, decode, decode_frame, kind, next_counted,
-    next_frame, read_failed, refuse_counted, send,
+    FrameClock, IdleClock, Stalled, batch_packet_count, decode_frame, kind, next_frame,
+    read_failed, refuse_counted, send,
 };
 
 /// Plain TCP or TLS ([`DataStream`]).
@@ -56,28 +58,6 @@ pub fn codec(max_frame_bytes: usize) -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(max_frame_bytes)
         .new_codec()
-}
-
-/// Writes the identity bindings (blocking, off the runtime's workers). A
-/// failure is logged and counted; the binding still holds in memory and
-/// the next new binding writes the whole table again.
-async fn save_bindings(bindings: Arc<Bindings>, machine: &str) {
-    let saved = tokio::task::spawn_blocking(move || {
-        let path = bindings.path().map(|p| p.display().to_string());
-        bindings.save().map_err(|e| (path.unwrap_or_default(), e))
-    })
-    .await;
-    let error = match saved {
-        Ok(Ok(())) => return,
-        Ok(Err((path, e))) => format!("cannot write {path}: {e}"),
-        Err(e) => format!("the writer panicked: {e}"),
-    };
-    crate::metrics::Event::IdentityBindingsSaveError.record();
-    warn!(
-        %machine,
-        "identity bindings: {error}; the new binding holds until the daemon restarts (free \
-         space or fix permissions in the output directory)"
-    );
 }
 
 /// Runs one session to its end: `pre` is the connection's place among the
@@ -98,10 +78,16 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
         () = shared.shutdown.cancelled() => None,
     };
     let Some(Hello {
-        welcomed: Welcomed { admitted, feedback },
+        welcomed:
+            Welcomed {
+                admitted,
+                feedback,
+                outgoing,
+            },
         machine,
         machine_raw_id,
         probe_key,
+        ring,
         slot: _slot,
         _certificate_session,
     }) = welcomed
@@ -133,217 +119,12 @@ pub async fn run<P: ProbeRegistry, S: DataStream>(
         slot,
         session_id,
         feedback,
+        outgoing: Some(outgoing),
+        ring,
         last_acked: admitted.acked_through_batch,
         shared: &shared,
     };
     session.serve(events).await;
-}
-
-/// A relay welcomed: what the core answered, the raw id and probe key of
-/// its probe registration, and its `max-relays` slot (held until the
-/// session ends).
-struct Hello {
-    welcomed: Welcomed,
-    /// The name the relay announced (as sent; escaped when logged).
-    machine: String,
-    machine_raw_id: u32,
-    probe_key: [u8; 32],
-    slot: OwnedSemaphorePermit,
-    /// Its place among its certificate's sessions, held until it ends.
-    _certificate_session: Option<CertSession>,
-}
-
-/// Reads Hello, admits it ([`admission::admit`]), takes a `max-relays`
-/// slot, asks the core, sends Welcome. None: refused or gone (already
-/// answered), or closed for a newer connection at the unauthenticated limit
-/// (counted by the accept loop).
-async fn welcome<P: ProbeRegistry, S: DataStream>(
-    link: &mut Link<S>,
-    peer: SocketAddr,
-    session_id: u64,
-    events: &mpsc::Sender<IngestEvent>,
-    shared: &Shared<P>,
-    pre: PreAuth,
-    account: &Account,
-) -> Option<Hello> {
-    let mut hello = read_hello(link, peer, shared, &pre, account).await?;
-    let token = shared.token();
-    let allow_machines = shared.allow_machines();
-    let tls = shared.settings.tls.as_ref();
-    let context = admission::Context {
-        token: token.as_deref(),
-        allow_machines: &allow_machines,
-        peer_certificate: link.get_ref().peer_certificate(),
-        bindings: &shared.bindings,
-        raw_id_rule: tls.map_or(RawIdRule::default(), |t| t.policy.raw_id_rule),
-    };
-    let passed = match admission::admit(&hello, &context) {
-        Ok(passed) => passed,
-        Err(refusal) => {
-            refuse_counted(link, peer, shared, refusal.why, &refusal.reason).await;
-            return None;
-        }
-    };
-    // One certificate may not take every slot: its sessions are counted
-    // before it gets one.
-    let certificate_session = match (tls, link.get_ref().peer_certificate()) {
-        (Some(tls), Some(der)) => {
-            let limit = tls.policy.max_sessions_per_certificate;
-            let Some(session) = tls.sessions.open(der, limit) else {
-                let reason = format!(
-                    "the certificate of machine {} has {limit} sessions open \
-                     (tls.max-sessions-per-certificate); close one, or raise the limit",
-                    Escaped(&hello.machine_name)
-                );
-                refuse_counted(link, peer, shared, Refused::CertificateSessions, &reason).await;
-                return None;
-            };
-            Some(session)
-        }
-        _ => None,
-    };
-    if passed.raw_id != hello.machine_raw_id {
-        warn!(
-            %peer,
-            "relay {}: raw id {} is held by another machine's certificate; welcomed under \
-             raw id {} instead",
-            Escaped(&hello.machine_name),
-            hello.machine_raw_id,
-            passed.raw_id
-        );
-        hello.machine_raw_id = passed.raw_id;
-    }
-    // A new binding is on disk before the relay is welcomed, so a restart
-    // right after cannot hand it to another certificate.
-    if passed.new_binding && shared.bindings.is_persistent() {
-        save_bindings(shared.bindings.clone(), &hello.machine_name).await;
-    }
-    // Authenticated: a max-relays slot now (never for a connection that
-    // has not passed TLS and the Hello checks), and the full frame limit.
-    let Some(slot) = pre.authenticated() else {
-        let max_relays = shared.settings.max_relays;
-        let reason = format!("daemon at max-relays={max_relays}; raise limits.max-relays");
-        refuse_counted(link, peer, shared, Refused::MaxRelays, &reason).await;
-        return None;
-    };
-    link.codec_mut()
-        .set_max_frame_length(shared.settings.max_frame_bytes);
-    // The session's probe key: signs its probe datagrams (Welcome carries it).
-    let Ok(probe_key) = tracesync_protocol::probe::new_probe_key() else {
-        refuse(
-            link,
-            peer,
-            RefusalCode::InternalError,
-            "the daemon cannot draw a probe key from the OS random source; retry later",
-        )
-        .await;
-        return None;
-    };
-    let machine = hello.machine_name.clone();
-    let machine_raw_id = hello.machine_raw_id;
-    let welcomed = join(link, peer, session_id, events, shared, hello, probe_key).await?;
-    Some(Hello {
-        welcomed,
-        machine,
-        machine_raw_id,
-        probe_key,
-        slot,
-        _certificate_session: certificate_session,
-    })
-}
-
-/// The first frame, which must be a Hello within the hello timeout. None:
-/// refused (already answered), gone, or evicted.
-async fn read_hello<P, S: DataStream>(
-    link: &mut Link<S>,
-    peer: SocketAddr,
-    shared: &Shared<P>,
-    pre: &PreAuth,
-    account: &Account,
-) -> Option<v1::Hello> {
-    let first = tokio::select! {
-        first = timeout_at(pre.deadline, next_counted(link, account)) => first,
-        () = pre.ticket.evicted() => return None,
-        () = account.closed() => {
-            shared.counters.bump(Counter::Failed(Failed::PeerBytes));
-            return None;
-        }
-    };
-    let (why, reason) = match first {
-        Ok(Some(Ok(bytes))) => match decode(&bytes) {
-            Ok(v1::frame::Body::Hello(hello)) => return Some(hello),
-            Ok(other) => (
-                Failed::UnexpectedFrame,
-                format!("expected Hello as the first frame, got {}", kind(&other)),
-            ),
-            Err(reason) => (Failed::MalformedFrame, reason),
-        },
-        Err(_) => {
-            let limit = shared.settings.hello_timeout.as_millis();
-            let reason = format!("no Hello within {limit} ms of connecting");
-            (Failed::HelloTimeout, reason)
-        }
-        Ok(None) => return None,
-        Ok(Some(Err(_))) if account.is_closed() => {
-            shared.counters.bump(Counter::Failed(Failed::PeerBytes));
-            return None;
-        }
-        Ok(Some(Err(e))) => {
-            read_failed(link, peer, e, shared, true).await;
-            return None;
-        }
-    };
-    refuse_counted(link, peer, shared, why, &reason).await;
-    None
-}
-
-/// Hands the admitted Hello to the core and, if it takes the relay, sends
-/// Welcome. None: refused by the core (already answered) or gone.
-async fn join<P, S: DataStream>(
-    link: &mut Link<S>,
-    peer: SocketAddr,
-    session_id: u64,
-    events: &mpsc::Sender<IngestEvent>,
-    shared: &Shared<P>,
-    hello: v1::Hello,
-    probe_key: [u8; 32],
-) -> Option<Welcomed> {
-    let (reply, answer) = oneshot::channel();
-    let name = hello.machine_name.clone();
-    let connect = IngestEvent::Connect {
-        session_id,
-        hello,
-        reply,
-    };
-    if events.send(connect).await.is_err() {
-        return None; // ingest loop gone: the daemon is stopping
-    }
-    let welcomed = match answer.await {
-        Ok(Ok(welcomed)) => welcomed,
-        Ok(Err(refused)) => {
-            shared.counters.bump(Counter::Refused(Refused::Core));
-            refuse(link, peer, refused.code, &refused.reason).await;
-            return None;
-        }
-        Err(_) => return None,
-    };
-    let welcome = v1::frame::Body::Welcome(v1::Welcome {
-        protocol_version: PROTOCOL_VERSION,
-        acked_through_batch: welcomed.admitted.acked_through_batch,
-        session_id,
-        sync_udp_port: u32::from(shared.settings.sync_udp_port),
-        probe_key: probe_key.to_vec().into(),
-        takes_windows: false,
-    });
-    if let Err(e) = send(link, welcome).await {
-        debug!(%peer, machine = %Escaped(&name), "cannot send Welcome: {e}");
-        let slot = welcomed.admitted.slot;
-        let _ = events
-            .send(IngestEvent::Disconnected { slot, session_id })
-            .await;
-        return None;
-    }
-    Some(welcomed)
 }
 
 struct Session<'a, P, S> {
@@ -357,6 +138,11 @@ struct Session<'a, P, S> {
     slot: Slot,
     session_id: u64,
     feedback: watch::Receiver<Feedback>,
+    /// Frames the ingest loop sends the relay (Trigger, WindowAck); None
+    /// once the ingest loop dropped its end.
+    outgoing: Option<mpsc::Receiver<v1::frame::Body>>,
+    /// The relay is in ring mode: it may send Window frames.
+    ring: bool,
     last_acked: u64,
     shared: &'a Shared<P>,
 }
@@ -446,6 +232,15 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                         return end;
                     }
                 }
+                frame = next_outgoing(&mut self.outgoing) => match frame {
+                    Some(frame) => {
+                        if let Err(e) = send(&mut self.link, frame).await {
+                            debug!(peer = %self.peer, "cannot send a frame: {e}");
+                            return End::Gone;
+                        }
+                    }
+                    None => self.outgoing = None,
+                },
                 // Held back: TCP pushes back to the relay's spool.
                 () = self.account.closed() => {
                     return End::Refuse(Failed::PeerBytes, peer_bytes_reason());
@@ -472,10 +267,10 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     };
                     // Counted before decoding: a frame of tiny packets
                     // would cost far more memory decoded than its size.
-                    let packets = batch_packet_count(&bytes);
-                    if packets > MAX_BATCH_PACKETS {
+                    let (packets, limit) = batch_packet_count(&bytes);
+                    if packets > limit {
                         return End::Refuse(Failed::BatchTooLarge, format!(
-                            "batch of more than {MAX_BATCH_PACKETS} packets; \
+                            "batch or window part of more than {limit} packets; \
                              relay and daemon versions must match"
                         ));
                     }
@@ -487,27 +282,9 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     let Some(credit) = self.shared.ingest_bytes.acquire(held).await else {
                         return End::Dropped;
                     };
-                    // Decoded from the frame's own buffer: packets are
-                    // slices of it, not copies.
-                    let event = match decode_frame(bytes.freeze()) {
-                        Ok(v1::frame::Body::Batch(batch)) => IngestEvent::Batch {
-                            slot: self.slot,
-                            session_id: self.session_id,
-                            batch,
-                            credit,
-                        },
-                        Ok(v1::frame::Body::Heartbeat(heartbeat)) => IngestEvent::Heartbeat {
-                            slot: self.slot,
-                            session_id: self.session_id,
-                            heartbeat,
-                        },
-                        Ok(other) => {
-                            return End::Refuse(Failed::UnexpectedFrame, format!(
-                                "unexpected {} frame after Hello; a relay sends only Batch and Heartbeat",
-                                kind(&other)
-                            ));
-                        }
-                        Err(reason) => return End::Refuse(Failed::MalformedFrame, reason),
+                    let event = match self.event_of(bytes.freeze(), credit) {
+                        Ok(event) => event,
+                        Err(end) => return end,
                     };
                     // Waits while the ingest loop is behind: back-pressure.
                     if events.send(event).await.is_err() {
@@ -515,6 +292,41 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     }
                 }
             }
+        }
+    }
+
+    /// The ingest event of a frame after Hello (decoded from the frame's
+    /// own buffer: packets are slices of it, not copies); a frame a relay
+    /// must not send ends the session.
+    fn event_of(&self, frame: Bytes, credit: Credit) -> Result<IngestEvent, End> {
+        let (slot, session_id) = (self.slot, self.session_id);
+        match decode_frame(frame) {
+            Ok(v1::frame::Body::Batch(batch)) => Ok(IngestEvent::Batch {
+                slot,
+                session_id,
+                batch,
+                credit,
+            }),
+            Ok(v1::frame::Body::Heartbeat(heartbeat)) => Ok(IngestEvent::Heartbeat {
+                slot,
+                session_id,
+                heartbeat,
+            }),
+            Ok(v1::frame::Body::Window(window)) if self.ring => Ok(IngestEvent::Window {
+                slot,
+                session_id,
+                window,
+                credit,
+            }),
+            Ok(other) => Err(End::Refuse(
+                Failed::UnexpectedFrame,
+                format!(
+                    "unexpected {} frame after Hello; a relay sends only Batch, Heartbeat and \
+                     (in ring mode) Window",
+                    kind(&other)
+                ),
+            )),
+            Err(reason) => Err(End::Refuse(Failed::MalformedFrame, reason)),
         }
     }
 
@@ -553,6 +365,16 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
         if timeout(limit, forward).await.is_err() {
             warn!(peer = %self.peer, "no final ack within {} ms; closing", limit.as_millis());
         }
+    }
+}
+
+/// The next frame the ingest loop sends; pending forever once it is gone.
+async fn next_outgoing(
+    outgoing: &mut Option<mpsc::Receiver<v1::frame::Body>>,
+) -> Option<v1::frame::Body> {
+    match outgoing {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

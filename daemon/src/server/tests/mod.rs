@@ -236,6 +236,7 @@ async fn serve_with(
         packets: broadcast::channel(16).0,
         status: watch::channel(Arc::default()).0,
         preamble_requests: None,
+        trigger_requests: None,
     };
     let shutdown = CancellationToken::new();
     let mut ingest = IngestSettings::new(Duration::from_millis(20));

@@ -1,0 +1,203 @@
+//! When a trigger's snapshot is written, sans-IO: a trigger expects a
+//! window from every ring relay it was sent to; the snapshot is written
+//! once every expected window is whole, or at the deadline with the
+//! windows whole by then; a window that is whole later makes it written
+//! again (the file replaced whole).
+//!
+//! Invariants: a snapshot is asked for only when some whole window is not
+//! in the file written last; at most one write per trigger is in flight;
+//! at most `max` triggers are tracked, the oldest forgotten first (the
+//! caller deletes their staged windows).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::Fired;
+
+#[derive(Debug)]
+struct Pending {
+    fired: Fired,
+    /// Relay instances sent the trigger.
+    expected: BTreeSet<u64>,
+    /// Relay instances whose window is whole (staged).
+    whole: BTreeSet<u64>,
+    /// Relay instances in the snapshot on disk.
+    written: BTreeSet<u64>,
+    in_flight: bool,
+    deadline_ns: u64,
+}
+
+/// A snapshot to write now: its trigger and the relay instances whose
+/// windows go in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Due {
+    pub fired: Fired,
+    pub instances: Vec<u64>,
+}
+
+#[derive(Debug)]
+pub struct Snapshots {
+    pending: BTreeMap<u64, Pending>,
+    /// How long past a window's end the snapshot waits for missing windows.
+    patience_ns: u64,
+    max: usize,
+}
+
+impl Snapshots {
+    pub fn new(patience_ns: u64, max: usize) -> Self {
+        Self {
+            pending: BTreeMap::new(),
+            patience_ns,
+            max: max.max(1),
+        }
+    }
+
+    /// Starts tracking `fired` (again: a no-op). Returns the id of a
+    /// trigger forgotten to make room.
+    pub fn track(&mut self, fired: &Fired) -> Option<u64> {
+        if self.pending.contains_key(&fired.id) {
+            return None;
+        }
+        let mut forgotten = None;
+        if self.pending.len() >= self.max {
+            // Ids are not in time order; the earliest fired goes.
+            forgotten = self
+                .pending
+                .iter()
+                .min_by_key(|(_, p)| p.fired.host_time_ns)
+                .map(|(&id, _)| id);
+            if let Some(id) = forgotten {
+                self.pending.remove(&id);
+            }
+        }
+        let deadline_ns = fired.host_window().1.saturating_add(self.patience_ns);
+        self.pending.insert(
+            fired.id,
+            Pending {
+                fired: fired.clone(),
+                expected: BTreeSet::new(),
+                whole: BTreeSet::new(),
+                written: BTreeSet::new(),
+                in_flight: false,
+                deadline_ns,
+            },
+        );
+        forgotten
+    }
+
+    pub fn fired(&self, id: u64) -> Option<&Fired> {
+        self.pending.get(&id).map(|p| &p.fired)
+    }
+
+    /// Relay `instance` was sent trigger `id`.
+    pub fn expect(&mut self, id: u64, instance: u64) {
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.expected.insert(instance);
+        }
+    }
+
+    /// The window of `instance` for `id` is whole (staged).
+    pub fn whole(&mut self, id: u64, instance: u64) {
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.expected.insert(instance);
+            p.whole.insert(instance);
+        }
+    }
+
+    /// Whether the snapshot on disk holds `instance`'s window of `id`.
+    pub fn is_written(&self, id: u64, instance: u64) -> bool {
+        self.pending
+            .get(&id)
+            .is_some_and(|p| p.written.contains(&instance))
+    }
+
+    /// The snapshots to write at host BOOTTIME `now_ns`; each is marked in
+    /// flight until [`Self::written`] or [`Self::failed`].
+    pub fn due(&mut self, now_ns: u64) -> Vec<Due> {
+        let mut out = Vec::new();
+        for p in self.pending.values_mut() {
+            let news = p.whole.difference(&p.written).next().is_some();
+            let all_in = p.expected.is_subset(&p.whole);
+            if p.in_flight || !news || !(all_in || now_ns >= p.deadline_ns) {
+                continue;
+            }
+            p.in_flight = true;
+            out.push(Due {
+                fired: p.fired.clone(),
+                instances: p.whole.iter().copied().collect(),
+            });
+        }
+        out
+    }
+
+    /// The snapshot of `id` with these instances' windows is durable.
+    pub fn written(&mut self, id: u64, instances: &[u64]) {
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.in_flight = false;
+            p.written.extend(instances.iter().copied());
+        }
+    }
+
+    /// Writing the snapshot of `id` failed: tried again at the next call
+    /// of [`Self::due`].
+    pub fn failed(&mut self, id: u64) {
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.in_flight = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn fired(id: u64, t: u64) -> Fired {
+        Fired {
+            id,
+            name: "crash".into(),
+            host_time_ns: t * S,
+            before_ns: 30 * S,
+            after_ns: 5 * S,
+        }
+    }
+
+    #[test]
+    fn written_when_every_window_is_whole_or_at_the_deadline_and_again_for_a_late_one() {
+        let mut s = Snapshots::new(60 * S, 8);
+        assert_eq!(s.track(&fired(1, 1000)), None);
+        for relay in [10, 11, 12] {
+            s.expect(1, relay);
+        }
+        s.whole(1, 10);
+        s.whole(1, 11);
+        // Relay 12 is cut off: nothing before the deadline (1005 + 60 s).
+        assert!(s.due(1010 * S).is_empty());
+        let due = s.due(1065 * S);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].instances, [10, 11]);
+        // In flight: not asked twice.
+        assert!(s.due(1066 * S).is_empty());
+        s.written(1, &[10, 11]);
+        assert!(s.is_written(1, 10) && !s.is_written(1, 12));
+        assert!(s.due(1070 * S).is_empty());
+        // Relay 12 reconnects minutes later: the file is made again whole.
+        s.whole(1, 12);
+        let due = s.due(1300 * S);
+        assert_eq!(due[0].instances, [10, 11, 12]);
+        s.failed(1);
+        assert_eq!(s.due(1301 * S).len(), 1);
+    }
+
+    #[test]
+    fn all_windows_in_write_at_once_and_the_oldest_trigger_goes_first() {
+        let mut s = Snapshots::new(60 * S, 2);
+        s.track(&fired(5, 1000));
+        s.expect(5, 1);
+        s.whole(5, 1);
+        assert_eq!(s.due(1001 * S).len(), 1);
+        s.track(&fired(3, 2000));
+        assert_eq!(s.track(&fired(4, 3000)), Some(5));
+        assert!(s.fired(5).is_none() && s.fired(3).is_some());
+    }
+}

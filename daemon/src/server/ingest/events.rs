@@ -1,0 +1,209 @@
+//! Session events into core calls: a Hello admitted (or refused) and its
+//! session's feedback and outgoing frames made, batches and heartbeats
+//! handed to the core, window parts to the flight recorder, a session
+//! ended; events of a replaced or closed session are dropped as stale.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tracesync_protocol::relay::{RefusalCode, v1};
+use tracesync_protocol::trigger::RelayMode;
+use tracing::debug;
+
+use super::{Ingest, OUTGOING_FRAMES, SessionEntry, close};
+use crate::server::engine::{Core, Slot, Writer};
+use crate::server::events::{Close, Feedback, IngestEvent, Welcomed};
+
+impl<C, W> Ingest<C, W>
+where
+    C: Core,
+    W: Writer<C::SyncUpdate>,
+{
+    /// Returns how many packets it handed to the core.
+    pub(super) fn on_event(&mut self, event: IngestEvent, now: u64) -> usize {
+        match event {
+            IngestEvent::Connect {
+                session_id,
+                hello,
+                reply,
+            } => {
+                self.on_connect(session_id, &hello, reply, now);
+                0
+            }
+            IngestEvent::Batch {
+                slot,
+                session_id,
+                batch,
+                credit,
+            } => {
+                let packets = batch.packets.len();
+                if !self.is_current(slot, session_id) {
+                    return 0;
+                }
+                if let Err(error) = self.core.batch(slot, batch, now) {
+                    self.close_slot(slot, &error);
+                }
+                // The frame is ingested: its bytes go back to the budget.
+                drop(credit);
+                packets
+            }
+            IngestEvent::Heartbeat {
+                slot,
+                session_id,
+                heartbeat,
+            } => {
+                if self.is_current(slot, session_id)
+                    && let Err(error) = self.core.heartbeat(slot, &heartbeat, now)
+                {
+                    self.close_slot(slot, &error);
+                }
+                0
+            }
+            IngestEvent::Window {
+                slot,
+                session_id,
+                window,
+                credit,
+            } => {
+                if self.is_current(slot, session_id) {
+                    self.on_window(slot, &window);
+                }
+                drop(credit);
+                0
+            }
+            IngestEvent::Disconnected { slot, session_id } => {
+                if self.is_current(slot, session_id) {
+                    self.sessions.remove(&slot);
+                    self.core.disconnect(slot);
+                    self.flight.disconnected(slot);
+                }
+                0
+            }
+        }
+    }
+
+    /// A part of a ring relay's window.
+    fn on_window(&mut self, slot: Slot, window: &v1::Window) {
+        if !self.flight.is_ring(slot) {
+            return;
+        }
+        debug!(
+            slot,
+            trigger = window.trigger_id,
+            part = window.part,
+            "window part"
+        );
+        let estimate = self.core.estimate(slot);
+        let dir = self.output_dir();
+        self.flight
+            .on_window(slot, window, estimate, dir.as_deref(), &self.sessions);
+    }
+
+    /// The output directory (where snapshots and their staging go).
+    pub(super) fn output_dir(&self) -> Option<std::path::PathBuf> {
+        self.writer
+            .current_path()
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+    }
+
+    /// The flight recorder's turn at each host tick: snapshots written
+    /// are listed in the index, due ones started.
+    pub(super) fn flight_tick(&mut self, now: u64) {
+        let dir = self.output_dir();
+        let core = &self.core;
+        let entries = self
+            .flight
+            .tick(now, dir.as_deref(), &self.sessions, |slot| {
+                core.estimate(slot)
+            });
+        for entry in entries {
+            self.writer.add_index_entry(entry);
+        }
+    }
+
+    /// Sends each ring relay the triggers its estimate maps now.
+    pub(super) fn send_triggers(&mut self) {
+        let core = &self.core;
+        self.flight
+            .send_due(&self.sessions, |slot| core.estimate(slot));
+    }
+
+    /// A relay's Hello: the core admits it (or refuses it), its session
+    /// gets its feedback and outgoing frames.
+    fn on_connect(
+        &mut self,
+        session_id: u64,
+        hello: &v1::Hello,
+        reply: oneshot::Sender<Result<Welcomed, Close>>,
+        now: u64,
+    ) {
+        let admitted = match self.core.connect(hello, now) {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                let refused = Close {
+                    code: RefusalCode::RefusedByCore,
+                    reason: Arc::from(refusal.to_string()),
+                };
+                let _ = reply.send(Err(refused));
+                return;
+            }
+        };
+        if let Some(old) = admitted.replaced
+            && let Some(entry) = self.sessions.remove(&old)
+        {
+            // The core already forgot the old slot: only close it.
+            self.flight.disconnected(old);
+            close(
+                &entry,
+                RefusalCode::Replaced,
+                "replaced by a newer connection of the same relay instance",
+            );
+        }
+        let (feedback, receiver) = watch::channel(Feedback {
+            acked_through_batch: admitted.acked_through_batch,
+            close: None,
+            paused: false,
+        });
+        let (outgoing, frames) = mpsc::channel(OUTGOING_FRAMES);
+        let welcomed = Welcomed {
+            admitted,
+            feedback: receiver,
+            outgoing: frames,
+        };
+        let ring = (RelayMode::from_hello(&hello.mode) == Some(RelayMode::Ring)).then(|| {
+            crate::snapshot::RelayInfo {
+                instance: hello.relay_instance_id,
+                raw_id: hello.machine_raw_id,
+                name: hello.machine_name.clone(),
+                boot_id: hello.boot_id.clone(),
+            }
+        });
+        if reply.send(Ok(welcomed)).is_err() {
+            // The session went away while we decided.
+            self.core.disconnect(admitted.slot);
+            return;
+        }
+        let entry = SessionEntry {
+            session_id,
+            feedback,
+            outgoing,
+        };
+        self.sessions.insert(admitted.slot, entry);
+        self.flight.connected(admitted.slot, ring, now);
+    }
+
+    /// Events of a replaced or closed session are stale.
+    fn is_current(&self, slot: Slot, session_id: u64) -> bool {
+        self.sessions
+            .get(&slot)
+            .is_some_and(|entry| entry.session_id == session_id)
+    }
+
+    /// Asks the session to refuse and close with the core's `error`; its
+    /// Disconnected event then releases the slot in the core.
+    fn close_slot(&mut self, slot: Slot, error: &C::SessionError) {
+        if let Some(entry) = self.sessions.get(&slot) {
+            close(entry, RefusalCode::ClosedByCore, &error.to_string());
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The flight recorder on the ingest thread: triggers from the control
+//! socket fired through core's trigger table (limit per name, ids,
+//! remembered for relays that connect later), and each ring relay sent its
+//! Trigger once its clock estimate maps the window. The decisions are
+//! core's ([`Triggers`], [`RingRelays`]); this module only moves frames.
+//!
+//! Windows: each part is staged on disk as it comes (`crate::snapshot`);
+//! when core's [`Snapshots`] says a snapshot is due, a writer thread
+//! assembles and writes it; once it is durable, its index line goes to the
+//! rolling writer and each relay in it gets its WindowAck.
+//!
+//! Invariants: a Trigger frame is handed to a session's bounded outgoing
+//! channel without waiting; one that does not fit stays owed and is tried
+//! again at the next host tick or sync update.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::SystemTime;
+
+use tracesync_capture::index::IndexEntry;
+use tracesync_common::clock::{Clock, SystemClock};
+
+use tokio::sync::mpsc::error::TrySendError;
+use tracesync_capture::names::SnapshotName;
+use tracesync_core::control::TriggerAnswer;
+use tracesync_core::sync::SyncEstimate;
+use tracesync_core::trigger::{Decision, Fired, RingRelays, Snapshots, TriggerConfig, Triggers};
+use tracesync_protocol::relay::v1;
+use tracing::{info, warn};
+
+use super::SessionEntry;
+use crate::control::TriggerAsk;
+use crate::server::engine::Slot;
+use crate::snapshot::write::{Job, Outcome};
+use crate::snapshot::{PartOutcome, RelayInfo, Staging};
+
+/// A fired trigger's wall-clock time, for its snapshot's name.
+#[derive(Clone, Debug)]
+pub(super) struct FiredAt {
+    pub fired: Fired,
+    pub wall: SystemTime,
+}
+
+pub(super) struct Flight {
+    triggers: Triggers,
+    ring: RingRelays,
+    /// The fired triggers still remembered, with their wall-clock times.
+    fired: VecDeque<FiredAt>,
+    /// Each connected ring relay, as its Hello named it.
+    relays: HashMap<Slot, RelayInfo>,
+    /// Which snapshots to write when.
+    snapshots: Snapshots,
+    /// Made with the output directory at the first window part.
+    staging: Option<Staging>,
+    /// Whole windows waiting for their relay's first estimate: (trigger,
+    /// relay instance, slot).
+    unsynced: Vec<(u64, u64, Slot)>,
+    /// Snapshot writers' outcomes.
+    done_tx: mpsc::Sender<Outcome>,
+    done_rx: mpsc::Receiver<Outcome>,
+}
+
+/// How long past a window's end its snapshot waits for windows still
+/// missing (a relay cut off); a window later than that rewrites the file.
+const SNAPSHOT_PATIENCE_NS: u64 = 30_000_000_000;
+
+/// Whole windows waiting for an estimate at most (one per relay and
+/// trigger owed is far below it).
+const MAX_UNSYNCED: usize = 1024;
+
+impl Flight {
+    pub fn new(config: TriggerConfig) -> Self {
+        let max_owed = config.max_remembered;
+        let (done_tx, done_rx) = mpsc::channel();
+        Self {
+            triggers: Triggers::new(config, random_seed()),
+            ring: RingRelays::new(max_owed),
+            fired: VecDeque::new(),
+            relays: HashMap::new(),
+            snapshots: Snapshots::new(SNAPSHOT_PATIENCE_NS, max_owed),
+            staging: None,
+            unsynced: Vec::new(),
+            done_tx,
+            done_rx,
+        }
+    }
+
+    /// A trigger from the control socket, at host BOOTTIME `now_ns`: fired
+    /// (every ring relay owes it) or refused; the asker is answered.
+    pub fn ask(&mut self, ask: TriggerAsk, now_ns: u64) -> Option<FiredAt> {
+        let name = ask.request.name.clone();
+        let fired = match self.triggers.fire(ask.request, now_ns) {
+            Decision::Fired(fired) => fired,
+            Decision::Refused(reason) => {
+                crate::metrics::Event::TriggerRefused.record();
+                warn!("{reason}");
+                let _ = ask.reply.send(Err(reason));
+                return None;
+            }
+        };
+        crate::metrics::Event::TriggerFired.record();
+        let wall = SystemTime::now();
+        let snapshot = SnapshotName::new(wall, &name).map_or_else(String::new, |n| n.to_string());
+        self.ring.fired(&fired);
+        self.track(&fired);
+        let answer = TriggerAnswer {
+            id: fired.id,
+            name,
+            host_time_ns: fired.host_time_ns,
+            before_ns: fired.before_ns,
+            after_ns: fired.after_ns,
+            ring_relays: self.ring.slots().len(),
+            snapshot,
+        };
+        info!(
+            id = fired.id,
+            ring_relays = answer.ring_relays,
+            "trigger {} fired at host time {} ns: window {} ns before, {} ns after",
+            answer.name,
+            fired.host_time_ns,
+            fired.before_ns,
+            fired.after_ns
+        );
+        // The asker may have gone: the trigger fired all the same.
+        let _ = ask.reply.send(Ok(answer));
+        let at = FiredAt { fired, wall };
+        self.remember(at.clone());
+        Some(at)
+    }
+
+    fn remember(&mut self, at: FiredAt) {
+        let max = self.triggers.config().max_remembered;
+        if self.fired.len() >= max {
+            self.fired.pop_front();
+        }
+        self.fired.push_back(at);
+    }
+
+    /// A relay was welcomed on `slot` at `now_ns`; a ring relay owes the
+    /// triggers still remembered.
+    pub fn connected(&mut self, slot: Slot, relay: Option<RelayInfo>, now_ns: u64) {
+        if let Some(relay) = relay {
+            let remembered = self.triggers.for_new_relay(now_ns);
+            self.ring.connect(slot, remembered);
+            self.relays.insert(slot, relay);
+        }
+    }
+
+    pub fn disconnected(&mut self, slot: Slot) {
+        self.ring.disconnect(slot);
+        self.relays.remove(&slot);
+    }
+
+    /// Tracks `fired`'s snapshot; a trigger forgotten for it loses its
+    /// staged windows.
+    fn track(&mut self, fired: &Fired) {
+        if let Some(forgotten) = self.snapshots.track(fired)
+            && let Some(staging) = &mut self.staging
+        {
+            staging.forget(forgotten);
+        }
+    }
+
+    /// A part of the window of the ring relay on `slot`, whose estimate is
+    /// `estimate` now; `output_dir` holds the staging area.
+    pub fn on_window(
+        &mut self,
+        slot: Slot,
+        window: &v1::Window,
+        estimate: Option<SyncEstimate>,
+        output_dir: Option<&Path>,
+        sessions: &HashMap<Slot, SessionEntry>,
+    ) {
+        let Some(relay) = self.relays.get(&slot).cloned() else {
+            return;
+        };
+        let id = window.trigger_id;
+        // A trigger this daemon does not remember (it restarted since): the
+        // window's first part says what it was.
+        if window.part == 0
+            && self.snapshots.fired(id).is_none()
+            && let Some(t) = &window.trigger
+            && t.id == id
+            && tracesync_protocol::trigger::check_trigger_name(&t.name).is_ok()
+        {
+            let fired = Fired {
+                id,
+                name: t.name.clone(),
+                host_time_ns: t.host_time_ns,
+                before_ns: t.before_ns,
+                after_ns: t.after_ns,
+            };
+            self.remember(FiredAt {
+                fired: fired.clone(),
+                wall: SystemTime::now(),
+            });
+            self.track(&fired);
+        }
+        if self.snapshots.fired(id).is_none() {
+            warn!(
+                slot,
+                trigger = id,
+                "a window of a trigger this daemon does not know: ignored"
+            );
+            return;
+        }
+        let staging = match (&mut self.staging, output_dir) {
+            (Some(staging), _) => staging,
+            (None, Some(dir)) => self.staging.insert(Staging::new(dir)),
+            (None, None) => return,
+        };
+        match staging.part(&relay, window, estimate) {
+            Ok(PartOutcome::Whole) if self.snapshots.is_written(id, relay.instance) => {
+                // Its snapshot is on disk already: the relay missed the ack.
+                send_ack(sessions, slot, id);
+            }
+            Ok(PartOutcome::Whole) => {
+                info!(slot, trigger = id, "window of relay {} whole", relay.name);
+                self.snapshots.whole(id, relay.instance);
+            }
+            Ok(PartOutcome::NeedsEstimate) => {
+                if self.unsynced.len() < MAX_UNSYNCED {
+                    self.unsynced.push((id, relay.instance, slot));
+                }
+            }
+            Ok(PartOutcome::More | PartOutcome::Ignored) => {}
+            Err(e) => warn!(
+                slot,
+                trigger = id,
+                "cannot stage a window part in the output directory: {e}; the relay ships \
+                 it again on its next connection (free space in the output directory)"
+            ),
+        }
+    }
+
+    /// Takes the snapshots written since (acknowledging their windows to
+    /// the relays connected; the others are acknowledged when they ship
+    /// them again) and starts those due at host BOOTTIME `now_ns`. Returns
+    /// the index lines of the snapshots written.
+    pub fn tick(
+        &mut self,
+        now_ns: u64,
+        output_dir: Option<&Path>,
+        sessions: &HashMap<Slot, SessionEntry>,
+        estimate: impl Fn(Slot) -> Option<SyncEstimate>,
+    ) -> Vec<IndexEntry> {
+        if let Some(staging) = &mut self.staging {
+            let snapshots = &mut self.snapshots;
+            self.unsynced.retain(|&(id, instance, slot)| {
+                if !sessions.contains_key(&slot) {
+                    return false; // gone: it ships the window again
+                }
+                let Some(e) = estimate(slot) else {
+                    return true;
+                };
+                if staging.set_estimate(id, instance, e) {
+                    snapshots.whole(id, instance);
+                }
+                false
+            });
+        }
+        let mut entries = Vec::new();
+        while let Ok(outcome) = self.done_rx.try_recv() {
+            match outcome {
+                Ok(written) => {
+                    crate::metrics::Event::SnapshotWritten.record();
+                    info!(
+                        trigger = written.trigger_id,
+                        windows = written.instances.len(),
+                        packets = written.entry.packets,
+                        cut = written.cut,
+                        "snapshot {} written",
+                        written.entry.name
+                    );
+                    self.snapshots
+                        .written(written.trigger_id, &written.instances);
+                    for (slot, relay) in &self.relays {
+                        if written.instances.contains(&relay.instance) {
+                            send_ack(sessions, *slot, written.trigger_id);
+                        }
+                    }
+                    entries.push(written.entry);
+                }
+                Err((id, e)) => {
+                    crate::metrics::Event::SnapshotFailed.record();
+                    warn!(trigger = id, "cannot write a snapshot: {e}; retried");
+                    self.snapshots.failed(id);
+                }
+            }
+        }
+        let (Some(staging), Some(dir)) = (&self.staging, output_dir) else {
+            return entries;
+        };
+        for due in self.snapshots.due(now_ns) {
+            let id = due.fired.id;
+            let wall = self.fired_at(id).map_or_else(SystemTime::now, |f| f.wall);
+            let job = Job {
+                windows: staging.windows_of(id, &due.instances),
+                fired: due.fired,
+                wall,
+                output_dir: dir.to_path_buf(),
+                now_ns,
+                host_clocks: SystemClock::default().now().snapshot().to_vec(),
+            };
+            if let Err(e) = job.spawn(self.done_tx.clone()) {
+                warn!(trigger = id, "cannot start a snapshot writer: {e}; retried");
+                self.snapshots.failed(id);
+            }
+        }
+        entries
+    }
+
+    pub fn is_ring(&self, slot: Slot) -> bool {
+        self.ring.is_ring(slot)
+    }
+
+    /// The wall-clock time trigger `id` fired at, while remembered.
+    pub fn fired_at(&self, id: u64) -> Option<&FiredAt> {
+        self.fired.iter().find(|f| f.fired.id == id)
+    }
+
+    /// Sends every ring relay the Triggers its estimate can map now.
+    pub fn send_due(
+        &mut self,
+        sessions: &HashMap<Slot, SessionEntry>,
+        estimate: impl Fn(Slot) -> Option<SyncEstimate>,
+    ) {
+        for slot in self.ring.slots() {
+            let Some(entry) = sessions.get(&slot) else {
+                continue;
+            };
+            let estimate = estimate(slot);
+            for trigger in self.ring.due(slot, estimate.as_ref()) {
+                let frame = v1::frame::Body::Trigger(trigger.clone());
+                match entry.outgoing.try_send(frame) {
+                    Ok(()) => {
+                        if let Some(relay) = self.relays.get(&slot) {
+                            self.snapshots.expect(trigger.id, relay.instance);
+                        }
+                        info!(
+                            slot,
+                            id = trigger.id,
+                            "trigger {} sent: relay window [{}, {}] ns",
+                            trigger.name,
+                            trigger.relay_from_ns,
+                            trigger.relay_to_ns
+                        );
+                    }
+                    Err(TrySendError::Full(_)) => self.ring.unsend(slot, &trigger),
+                    // The session is ending: its Disconnected follows.
+                    Err(TrySendError::Closed(_)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Acknowledges trigger `id`'s window to the relay on `slot` (a full
+/// channel drops it: the relay ships the window again and is acknowledged
+/// then).
+fn send_ack(sessions: &HashMap<Slot, SessionEntry>, slot: Slot, id: u64) {
+    if let Some(entry) = sessions.get(&slot) {
+        let ack = v1::frame::Body::WindowAck(v1::WindowAck { trigger_id: id });
+        let _ = entry.outgoing.try_send(ack);
+    }
+}
+
+/// A seed for trigger ids that differs between daemon runs (std's
+/// per-process random hash keys, mixed with the clock).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(tracesync_common::clock::boottime_ns());
+    hasher.write_u64(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    );
+    hasher.finish()
+}
