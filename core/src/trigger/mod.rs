@@ -197,6 +197,22 @@ pub fn relay_window(fired: &Fired, estimate: &SyncEstimate) -> Option<(u64, u64)
     ))
 }
 
+/// Of two estimates of one relay, the one whose hard bound is smaller
+/// over the trigger's window: a relay that reconnected (or restarted) has
+/// a young estimate, and the one from before may be far tighter where the
+/// window lies; `a` on a tie.
+pub fn tighter_over(fired: &Fired, a: SyncEstimate, b: SyncEstimate) -> SyncEstimate {
+    let (from, to) = fired.host_window();
+    let worst = |e: &SyncEstimate| {
+        [from, to]
+            .into_iter()
+            .map(|h| to_relay(h, e).map_or(u64::MAX, |r| e.bound_at(r)))
+            .max()
+            .unwrap_or(u64::MAX)
+    };
+    if worst(&b) < worst(&a) { b } else { a }
+}
+
 /// The relay BOOTTIME the estimate maps to host time `host_ns`: relay =
 /// host + offset(relay), solved by two fixed-point steps (the offset moves
 /// by ppm of the distance, so the second step is exact to well under a

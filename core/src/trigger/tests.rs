@@ -117,3 +117,31 @@ fn a_relay_window_is_the_host_window_on_the_relay_clock_widened_by_the_bound() {
     };
     assert_eq!(relay_window(&fired, &unbounded), None);
 }
+
+#[test]
+fn the_estimate_tighter_over_the_window_is_taken() {
+    let fired = Fired {
+        id: 1,
+        name: "crash".into(),
+        host_time_ns: 1000 * S,
+        before_ns: 30 * S,
+        after_ns: 5 * S,
+    };
+    // Mature, referenced near the window; young, referenced a minute later
+    // with a wider bound.
+    let mature = SyncEstimate {
+        ref_relay_ns: 1000 * S,
+        error_bound_ns: 20_000,
+        freq_bound_ppm: 0.5,
+        ..SyncEstimate::default()
+    };
+    let young = SyncEstimate {
+        ref_relay_ns: 1060 * S,
+        error_bound_ns: 2_000_000,
+        freq_bound_ppm: 20.0,
+        ..SyncEstimate::default()
+    };
+    assert_eq!(tighter_over(&fired, young, mature), mature);
+    assert_eq!(tighter_over(&fired, mature, young), mature);
+    assert_eq!(tighter_over(&fired, mature, mature), mature);
+}

@@ -74,8 +74,9 @@ where
             IngestEvent::Disconnected { slot, session_id } => {
                 if self.is_current(slot, session_id) {
                     self.sessions.remove(&slot);
+                    let estimate = self.core.estimate(slot);
                     self.core.disconnect(slot);
-                    self.flight.disconnected(slot);
+                    self.flight.disconnected(slot, estimate);
                 }
                 0
             }
@@ -151,8 +152,10 @@ where
         if let Some(old) = admitted.replaced
             && let Some(entry) = self.sessions.remove(&old)
         {
-            // The core already forgot the old slot: only close it.
-            self.flight.disconnected(old);
+            // The core already forgot the old slot: only close it. The
+            // instance's estimate is still the old connection's.
+            self.flight
+                .disconnected(old, self.core.estimate(admitted.slot));
             close(
                 &entry,
                 RefusalCode::Replaced,

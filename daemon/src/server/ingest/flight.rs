@@ -25,7 +25,9 @@ use tokio::sync::mpsc::error::TrySendError;
 use tracesync_capture::names::SnapshotName;
 use tracesync_core::control::TriggerAnswer;
 use tracesync_core::sync::SyncEstimate;
-use tracesync_core::trigger::{Decision, Fired, RingRelays, Snapshots, TriggerConfig, Triggers};
+use tracesync_core::trigger::{
+    Decision, Fired, RingRelays, Snapshots, TriggerConfig, Triggers, tighter_over,
+};
 use tracesync_protocol::relay::v1;
 use tracing::{info, warn};
 
@@ -53,6 +55,10 @@ pub(super) struct Flight {
     snapshots: Snapshots,
     /// Made with the output directory at the first window part.
     staging: Option<Staging>,
+    /// The last estimate of each ring relay instance's previous
+    /// connection: a window shipped after a reconnect may map better with
+    /// it than with the young estimate of the new one.
+    earlier: HashMap<u64, SyncEstimate>,
     /// Whole windows waiting for their relay's first estimate: (trigger,
     /// relay instance, slot).
     unsynced: Vec<(u64, u64, Slot)>,
@@ -80,6 +86,7 @@ impl Flight {
             relays: HashMap::new(),
             snapshots: Snapshots::new(SNAPSHOT_PATIENCE_NS, max_owed),
             staging: None,
+            earlier: HashMap::new(),
             unsynced: Vec::new(),
             done_tx,
             done_rx,
@@ -147,9 +154,33 @@ impl Flight {
         }
     }
 
-    pub fn disconnected(&mut self, slot: Slot) {
+    /// The connection on `slot` ended; `estimate` is its relay's last.
+    pub fn disconnected(&mut self, slot: Slot, estimate: Option<SyncEstimate>) {
         self.ring.disconnect(slot);
-        self.relays.remove(&slot);
+        if let Some(relay) = self.relays.remove(&slot)
+            && let Some(estimate) = estimate
+        {
+            if self.earlier.len() >= MAX_UNSYNCED {
+                self.earlier.clear();
+            }
+            self.earlier.insert(relay.instance, estimate);
+        }
+    }
+
+    /// The estimate `relay`'s window of `id` maps with: the current one or
+    /// the one of its previous connection, whichever is tighter over the
+    /// window.
+    fn window_estimate(
+        &self,
+        id: u64,
+        instance: u64,
+        current: Option<SyncEstimate>,
+    ) -> Option<SyncEstimate> {
+        let earlier = self.earlier.get(&instance).copied();
+        match (self.snapshots.fired(id), current, earlier) {
+            (Some(fired), Some(now), Some(before)) => Some(tighter_over(fired, now, before)),
+            (_, now, before) => now.or(before),
+        }
     }
 
     /// Tracks `fired`'s snapshot; a trigger forgotten for it loses its
@@ -205,6 +236,7 @@ impl Flight {
             );
             return;
         }
+        let estimate = self.window_estimate(id, relay.instance, estimate);
         let staging = match (&mut self.staging, output_dir) {
             (Some(staging), _) => staging,
             (None, Some(dir)) => self.staging.insert(Staging::new(dir)),
