@@ -148,6 +148,7 @@ async fn run_daemon(
     // such even when its ports are taken too.
     let output_lock = tracesync_capture::lock::lock(&config.output.dir)
         .map_err(|e| Fatal::new(lock_exit_code(&e), e.to_string()))?;
+    ingest_shards(&config)?;
     let sockets = Sockets::bind(&config).await?;
     serve_metrics(&config)?;
     let (writer, recovered) = open_output(&config).await?;
@@ -296,6 +297,25 @@ fn serve_metrics(config: &DaemonConfig) -> Result<(), Fatal> {
         info!("metrics: Prometheus text on http://{bound}/metrics");
     }
     Ok(())
+}
+
+/// The ingest shards `merge.ingest-shards` asks for on this host. The
+/// sans-IO pieces of sharded ingest are in `tracesync_core::shard`; the
+/// daemon runs one shard until its threads are wired.
+fn ingest_shards(config: &DaemonConfig) -> Result<usize, Fatal> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let shards = config.merge.shards(cores);
+    if shards > 1 {
+        return Err(Fatal::new(
+            exit::CONFIG,
+            format!(
+                "merge.ingest-shards = {} asks for {shards} ingest shards on this host; this \
+                 build runs 1: set ingest-shards = 1 (or --ingest-shards 1)",
+                config.merge.ingest_shards
+            ),
+        ));
+    }
+    Ok(shards)
 }
 
 /// Opens the rolling output, recovering what the last run left.
