@@ -29,14 +29,16 @@ impl Timed for OutPacket {
 pub struct Run<P> {
     /// In the shard's output order.
     pub packets: Vec<P>,
-    /// The shard will hand out no more packets dated at or before this,
-    /// but late ones (older than what it drained already).
+    /// The shard's watermark at the drain that handed these out: packets
+    /// dated after it were forced out (dated in the future, or its queue
+    /// full) and go at once.
     pub watermark: i64,
+    /// The shard drained everything through `watermark`: it hands out no
+    /// more packets dated at or before it but late ones, so the merge may
+    /// write up to it. False when a drain stopped at its size bound.
+    pub complete: bool,
     /// The shard's own count of runs, rising: reported back once durable.
     pub position: u64,
-    /// The shard has no relay holding its watermark: the writer lets it
-    /// follow host now minus the merge window between runs.
-    pub idle: bool,
 }
 
 /// The merge's counters.
@@ -59,9 +61,8 @@ struct QueuedRun<P> {
 #[derive(Debug)]
 struct ShardQueue<P> {
     runs: VecDeque<QueuedRun<P>>,
-    /// Highest watermark received (watermarks never go back).
+    /// Highest watermark of a complete run (watermarks never go back).
     watermark: i64,
-    idle: bool,
     /// Position of the last run fully handed out.
     written: Option<u64>,
 }
@@ -90,7 +91,6 @@ impl<P> ShardQueue<P> {
 #[derive(Debug)]
 pub struct ShardMerge<P> {
     shards: Vec<ShardQueue<P>>,
-    window_ns: i64,
     /// Latest time written in order.
     written_ts: i64,
     queued_bytes: u64,
@@ -99,20 +99,17 @@ pub struct ShardMerge<P> {
 }
 
 impl<P: Timed> ShardMerge<P> {
-    /// `shards` >= 1; `window_ns` is the merge window (an idle shard's
-    /// watermark is host now minus it); past `queue_max_bytes` queued the
-    /// lowest packet is written whatever the watermarks.
-    pub fn new(shards: usize, window_ns: u64, queue_max_bytes: u64) -> Self {
+    /// `shards` >= 1; past `queue_max_bytes` queued the lowest packet is
+    /// written whatever the watermarks.
+    pub fn new(shards: usize, queue_max_bytes: u64) -> Self {
         Self {
             shards: (0..shards.max(1))
                 .map(|_| ShardQueue {
                     runs: VecDeque::new(),
                     watermark: i64::MIN,
-                    idle: false,
                     written: None,
                 })
                 .collect(),
-            window_ns: i64::try_from(window_ns).unwrap_or(i64::MAX),
             written_ts: i64::MIN,
             queued_bytes: 0,
             queue_max_bytes,
@@ -126,8 +123,9 @@ impl<P: Timed> ShardMerge<P> {
             return false;
         };
         self.queued_bytes += run.packets.iter().map(Timed::size).sum::<u64>();
-        queue.watermark = queue.watermark.max(run.watermark);
-        queue.idle = run.idle;
+        if run.complete {
+            queue.watermark = queue.watermark.max(run.watermark);
+        }
         queue.runs.push_back(QueuedRun {
             packets: run.packets.into_iter(),
             watermark: run.watermark,
@@ -137,31 +135,20 @@ impl<P: Timed> ShardMerge<P> {
         true
     }
 
-    /// The lowest shard watermark: what may be written in order. `now` is
-    /// host BOOTTIME (for idle shards).
-    pub fn watermark(&self, now: u64) -> i64 {
-        let idle_at = i64::try_from(now)
-            .unwrap_or(i64::MAX)
-            .saturating_sub(self.window_ns);
-        self.shards
-            .iter()
-            .map(|q| {
-                if q.idle && q.runs.is_empty() {
-                    q.watermark.max(idle_at)
-                } else {
-                    q.watermark
-                }
-            })
-            .min()
-            .unwrap_or(i64::MIN)
+    /// The lowest shard watermark: what may be written in order. A shard
+    /// with no relays still sends (empty) runs as its watermark follows
+    /// host now minus the merge window.
+    pub fn watermark(&self) -> i64 {
+        let watermarks = self.shards.iter().map(|q| q.watermark);
+        watermarks.min().unwrap_or(i64::MIN)
     }
 
     /// Appends to `out` every packet that may be written now, in output
     /// order: each shard's packets in its own order; across shards by time
     /// up to the lowest watermark; a packet its shard forced out past its
     /// run's watermark at once (it does not move the time written).
-    pub fn drain(&mut self, now: u64, out: &mut Vec<P>) {
-        let low = self.watermark(now);
+    pub fn drain(&mut self, out: &mut Vec<P>) {
+        let low = self.watermark();
         while let Some(shard) = self.next_shard(low) {
             self.take(shard, out);
         }

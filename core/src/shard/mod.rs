@@ -17,7 +17,9 @@
 //! - [`ShardMerge`]: each shard hands the writer runs (packets in its own
 //!   output order, the watermark it drained through, a position). The
 //!   writer writes a packet once its time is <= the lowest shard
-//!   watermark; across shards the output is in time order. Packets a shard
+//!   watermark (a shard without relays still sends empty runs, its
+//!   watermark following host now minus the merge window); across shards
+//!   the output is in time order. Packets a shard
 //!   forced out past its watermark (dated in the future, or its queue
 //!   full) are written at once without moving the time written, as a
 //!   single core does; a packet older than what was written is written at

@@ -32,8 +32,8 @@ fn run(shard: usize, times: &[i64], watermark: i64, position: u64) -> Run<P> {
     Run {
         packets,
         watermark,
+        complete: true,
         position,
-        idle: false,
     }
 }
 
@@ -128,17 +128,17 @@ fn recovered_state_goes_to_the_shard_of_its_machine() {
 
 #[test]
 fn runs_merge_in_time_order_up_to_the_lowest_watermark() {
-    let mut merge = ShardMerge::new(2, 500, u64::MAX);
+    let mut merge = ShardMerge::new(2, u64::MAX);
     merge.push(0, run(0, &[10, 30, 50], 50, 1));
     merge.push(1, run(1, &[20, 40], 40, 1));
     let mut out = Vec::new();
-    merge.drain(0, &mut out);
+    merge.drain(&mut out);
     assert_eq!(times(&out), [10, 20, 30, 40]);
     // Shard 0's run is not out yet, shard 1's is.
     assert_eq!(merge.written_positions(), [None, Some(1)]);
     merge.push(1, run(1, &[45, 60], 60, 2));
     out.clear();
-    merge.drain(0, &mut out);
+    merge.drain(&mut out);
     assert_eq!(times(&out), [45, 50]);
     assert_eq!(merge.written_positions(), [Some(1), Some(1)]);
     assert_eq!(merge.queued(), 1);
@@ -150,41 +150,44 @@ fn runs_merge_in_time_order_up_to_the_lowest_watermark() {
 }
 
 #[test]
-fn a_silent_shard_holds_the_output_and_an_idle_one_follows_host_now() {
-    let mut merge = ShardMerge::new(2, 500, u64::MAX);
+fn a_silent_shard_holds_the_output_and_an_incomplete_run_holds_its_shard() {
+    let mut merge = ShardMerge::new(2, u64::MAX);
     merge.push(0, run(0, &[100, 200], 200, 1));
     let mut out = Vec::new();
-    merge.drain(10_000, &mut out);
+    merge.drain(&mut out);
     assert!(out.is_empty(), "shard 1 said nothing yet");
+    // Shard 1 stopped at its size bound: its watermark stays.
     merge.push(
         1,
         Run {
-            idle: true,
-            ..run(1, &[], 0, 1)
+            complete: false,
+            ..run(1, &[50], 300, 1)
         },
     );
-    // Idle: its watermark is now - window = 150.
-    merge.drain(650, &mut out);
-    assert_eq!(times(&out), [100]);
-    merge.drain(10_000, &mut out);
-    assert_eq!(times(&out), [100, 200]);
+    merge.drain(&mut out);
+    assert!(out.is_empty());
+    // Then it drained through 150, with nothing more.
+    merge.push(1, run(1, &[], 150, 2));
+    merge.drain(&mut out);
+    assert_eq!(times(&out), [50, 100]);
+    assert_eq!(merge.written_positions(), [None, Some(2)]);
 }
 
 #[test]
 fn forced_packets_go_at_once_and_late_ones_are_counted() {
-    let mut merge = ShardMerge::new(2, 500, u64::MAX);
+    let mut merge = ShardMerge::new(2, u64::MAX);
     // Shard 0 forced out a packet dated far ahead (its watermark is 10).
     merge.push(0, run(0, &[5, 1_000_000, 8], 10, 1));
     merge.push(1, run(1, &[7, 9], 9, 1));
     let mut out = Vec::new();
-    merge.drain(0, &mut out);
+    merge.drain(&mut out);
     assert_eq!(times(&out), [5, 1_000_000, 7, 8, 9]);
     assert_eq!(merge.stats().late_packets, 0);
     // A shard's late packet (older than what was written) goes at once.
     merge.push(1, run(1, &[3, 12], 12, 2));
     merge.push(0, run(0, &[11], 11, 2));
     out.clear();
-    merge.drain(0, &mut out);
+    merge.drain(&mut out);
     assert_eq!(times(&out), [3, 11]);
     assert_eq!(merge.stats().late_packets, 1);
 }
@@ -192,10 +195,10 @@ fn forced_packets_go_at_once_and_late_ones_are_counted() {
 #[test]
 fn past_the_queue_bound_the_lowest_head_is_forced_out() {
     // Two packets of 100 bytes fit.
-    let mut merge = ShardMerge::new(2, 500, 200);
+    let mut merge = ShardMerge::new(2, 200);
     merge.push(0, run(0, &[10, 20, 30, 40], 40, 1));
     let mut out = Vec::new();
-    merge.drain(0, &mut out);
+    merge.drain(&mut out);
     assert_eq!(times(&out), [10, 20]);
     assert_eq!(merge.stats().forced_by_queue_limit, 2);
     assert_eq!(merge.queued_bytes(), 200);
@@ -214,7 +217,7 @@ fn every_packet_once_in_shard_order_and_in_time_order_across_shards() {
         seed % n
     };
     let shards = 4;
-    let mut merge = ShardMerge::new(shards, 1000, u64::MAX);
+    let mut merge = ShardMerge::new(shards, u64::MAX);
     let mut clock = vec![0i64; shards];
     let mut position = vec![0u64; shards];
     let mut pushed = 0;
@@ -232,7 +235,7 @@ fn every_packet_once_in_shard_order_and_in_time_order_across_shards() {
         pushed += ts.len();
         merge.push(k, run(k, &ts, t, position[k]));
         if round % 7 == 0 {
-            merge.drain(0, &mut out);
+            merge.drain(&mut out);
         }
     }
     merge.flush_all(&mut out);

@@ -148,7 +148,7 @@ async fn run_daemon(
     // such even when its ports are taken too.
     let output_lock = tracesync_capture::lock::lock(&config.output.dir)
         .map_err(|e| Fatal::new(lock_exit_code(&e), e.to_string()))?;
-    ingest_shards(&config)?;
+    let shards = ingest_shards(&config);
     let sockets = Sockets::bind(&config).await?;
     serve_metrics(&config)?;
     let (writer, recovered) = open_output(&config).await?;
@@ -198,14 +198,32 @@ async fn run_daemon(
         status: status_tx,
         preamble_requests: Some(preamble_requests),
     };
-    let running = run::start(
-        sockets.data,
-        session,
-        token,
-        ingest,
-        parts,
-        shutdown.clone(),
-    )
+    let running = if shards > 1 {
+        info!(shards, "sharded ingest");
+        let setup = super::shards::ShardSetup {
+            shards,
+            live: live_config(&config),
+            recovered: recovered.clone(),
+        };
+        super::shards::start(
+            sockets.data,
+            session,
+            token,
+            ingest,
+            parts,
+            setup,
+            shutdown.clone(),
+        )
+    } else {
+        run::start(
+            sockets.data,
+            session,
+            token,
+            ingest,
+            parts,
+            shutdown.clone(),
+        )
+    }
     .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot start the ingest thread".into(), &e))?;
     // No await since the accept loop started: set before any Hello is read.
     running
@@ -299,23 +317,10 @@ fn serve_metrics(config: &DaemonConfig) -> Result<(), Fatal> {
     Ok(())
 }
 
-/// The ingest shards `merge.ingest-shards` asks for on this host. The
-/// sans-IO pieces of sharded ingest are in `tracesync_core::shard`; the
-/// daemon runs one shard until its threads are wired.
-fn ingest_shards(config: &DaemonConfig) -> Result<usize, Fatal> {
+/// The ingest shards `merge.ingest-shards` asks for on this host.
+fn ingest_shards(config: &DaemonConfig) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let shards = config.merge.shards(cores);
-    if shards > 1 {
-        return Err(Fatal::new(
-            exit::CONFIG,
-            format!(
-                "merge.ingest-shards = {} asks for {shards} ingest shards on this host; this \
-                 build runs 1: set ingest-shards = 1 (or --ingest-shards 1)",
-                config.merge.ingest_shards
-            ),
-        ));
-    }
-    Ok(shards)
+    config.merge.shards(cores)
 }
 
 /// Opens the rolling output, recovering what the last run left.
