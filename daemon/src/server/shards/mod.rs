@@ -150,7 +150,7 @@ where
         commit_every,
     };
     let writer = std::thread::Builder::new()
-        .name("tracesync-writer".into())
+        .name("tracesync-merge".into())
         .spawn(move || writer::run(writer_parts))?;
     tokio::spawn(route_events(events_rx, shard_events));
     tokio::spawn(route_syncs(parts.sync_updates, shard_syncs));
