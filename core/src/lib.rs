@@ -34,6 +34,7 @@ pub mod jsonl;
 pub mod live;
 pub mod preamble;
 pub mod refine;
+pub mod shard;
 pub mod status;
 pub mod sync;
 pub mod sync_point;

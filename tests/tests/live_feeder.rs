@@ -1,7 +1,8 @@
 //! The benchmark's feeder against a real daemon: two feeders, the daemon
 //! killed and restarted under them, and every acknowledged packet in the
 //! output exactly once. Keeps the feeder (tests/src/feeder/) speaking the
-//! protocol the relay speaks, resends included.
+//! protocol the relay speaks, resends included; at one and at two ingest
+//! shards.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -50,8 +51,20 @@ fn summary_of(child: Child) -> Summary {
 
 #[test]
 fn feeders_survive_a_daemon_restart_with_every_acked_packet_once() {
+    feeders_survive_a_restart(1);
+}
+
+/// The same at two ingest shards: the feeders' machines land on both (or
+/// one), the writer merges, acks follow the writer's durable commits.
+#[test]
+fn feeders_survive_a_restart_of_a_sharded_daemon() {
+    feeders_survive_a_restart(2);
+}
+
+fn feeders_survive_a_restart(shards: u32) {
     let mut daemon = Daemon::start(DaemonOpts {
         merge_window_ms: Some(100),
+        extra_args: vec!["--ingest-shards".into(), shards.to_string()],
         ..DaemonOpts::default()
     });
     let feeders = [

@@ -127,7 +127,7 @@ fn daemon_unknown_key_is_one_exact_line() {
         line,
         format!(
             "tracesyncd: {}:3:1: unknown field `no-such-key`, expected one of `window-ms`, \
-             `pending-packets`, `queue-bytes`",
+             `pending-packets`, `queue-bytes`, `ingest-shards`",
             file.display()
         )
     );

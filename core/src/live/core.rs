@@ -67,12 +67,14 @@ impl LiveCore {
             recovered.streams,
             recovered.sequences,
             recovered.next_out_seq,
+            config.ids,
         );
         for (instance, raw_id) in instances {
             if let Some(name) = machines.name(raw_id) {
                 streams.name_machine(instance, &name);
             }
         }
+        let quality_seqs = super::quality::QualitySequences::new(config.ids);
         Self {
             config,
             latest_now: 0,
@@ -81,7 +83,7 @@ impl LiveCore {
             relays: Relays::new(recovered_clocks),
             streams,
             output: Output::default(),
-            quality_seqs: Default::default(),
+            quality_seqs,
             scratch: IngestScratch::default(),
         }
     }

@@ -151,6 +151,7 @@ mod queued;
 mod recovered;
 mod relay;
 mod relays;
+mod shard_ids;
 mod staging;
 mod stamp;
 mod streams;
@@ -165,6 +166,7 @@ pub use estimate::SyncEstimate;
 pub use machines::reason;
 pub use packet::{Origin, OutPacket, Role, Stamped};
 pub use recovered::{Recovered, RecoveredSequence, RecoveredStream};
+pub use shard_ids::ShardIds;
 pub use stamp::OWN_SEQUENCE_ID;
 pub use types::{
     CommitPoint, Connected, HelloInfo, LiveConfig, LiveStats, Refusal, RelaySlot, SessionError,

@@ -11,8 +11,7 @@ use super::epochs::EPOCH_JUMP_NS;
 use super::estimate::SyncEstimate;
 use super::packet::{OutPacket, Role};
 use crate::sync_quality::{
-    QUALITY_SEQ_BASE, QUALITY_SEQ_COUNT, QualityTrack, counter_packet, descriptor_packets,
-    epoch_packet, ns_to_us,
+    QualityTrack, counter_packet, descriptor_packets, epoch_packet, ns_to_us,
 };
 
 /// TracePacket fields of what is written here.
@@ -47,10 +46,17 @@ pub(super) struct MachineTracks {
     last_client: u64,
 }
 
-/// Allocates the machines' sequences.
+/// Allocates the machines' sequences (in this core's class of the range).
 #[derive(Debug, Default)]
 pub(super) struct QualitySequences {
     next: u32,
+    ids: super::ShardIds,
+}
+
+impl QualitySequences {
+    pub fn new(ids: super::ShardIds) -> Self {
+        Self { next: 0, ids }
+    }
 }
 
 /// What the core knows before writing a remote machine's packet.
@@ -103,7 +109,7 @@ impl MachineTracks {
     #[inline]
     fn allocate_seq(&mut self, seqs: &mut QualitySequences) {
         if self.seq == 0 {
-            self.seq = QUALITY_SEQ_BASE + seqs.next % QUALITY_SEQ_COUNT;
+            self.seq = seqs.ids.quality_seq(seqs.next);
             seqs.next = seqs.next.wrapping_add(1);
         }
     }

@@ -9,6 +9,7 @@ use tracesync_protocol::clock_ids::BOOTTIME;
 use tracesync_protocol::scan::{PacketFields, Stamp, StampSuffix, defaults_timestamp_clock_id};
 
 use super::recovered::{RecoveredClocks, RecoveredSequence, RecoveredStream};
+use super::shard_ids::ShardIds;
 use super::stamp::OWN_SEQUENCE_ID;
 use super::types::StreamId;
 use crate::hash::IdMap;
@@ -134,14 +135,11 @@ fn allocate_id(next: &mut StreamId) -> StreamId {
     id
 }
 
-/// Output sequence ids after the daemon's own.
-fn allocate_out_seq(next: &mut u32) -> u32 {
-    if crate::sync_quality::is_quality_seq(*next) {
-        // Reserved for the sync-quality sequences.
-        *next = crate::sync_quality::QUALITY_SEQ_BASE + crate::sync_quality::QUALITY_SEQ_COUNT;
-    }
-    let out_seq = *next;
-    *next = next.wrapping_add(1).max(OWN_SEQUENCE_ID + 1);
+/// Output sequence ids after the daemon's own, past the sync-quality
+/// range, in this core's class ([`ShardIds`]).
+fn allocate_out_seq(ids: ShardIds, next: &mut u32) -> u32 {
+    let out_seq = ids.first_from(*next);
+    *next = ids.next_after(out_seq);
     out_seq
 }
 
@@ -154,23 +152,27 @@ pub(super) struct Streams {
     labels: IdMap<StreamId, Labels>,
     next_id: StreamId,
     next_out_seq: u32,
+    ids: ShardIds,
 }
 
 impl Streams {
     /// The streams recovered from the output, with the state of their
-    /// output sequences; new output sequence ids from `next_out_seq`.
+    /// output sequences; new output sequence ids from `next_out_seq`, of
+    /// the class `ids`.
     /// Also returns the recovered ClockSnapshot payloads per relay
     /// instance, (relay sequence, payload), for its clock graph.
     pub fn recover(
         streams: Vec<RecoveredStream>,
         sequences: Vec<RecoveredSequence>,
         next_out_seq: u32,
+        ids: ShardIds,
     ) -> (Self, RecoveredClocks) {
         let mut this = Self {
             by_key: IdMap::default(),
             labels: IdMap::default(),
             next_id: 0,
             next_out_seq: next_out_seq.max(OWN_SEQUENCE_ID + 1),
+            ids,
         };
         let mut clocks = RecoveredClocks::default();
         let mut sequences: BTreeMap<u32, RecoveredSequence> =
@@ -229,7 +231,7 @@ impl Streams {
                 self.labels.insert(id, Labels { key, src });
                 Some(vacant.insert(Stream {
                     id,
-                    out_seq: allocate_out_seq(&mut self.next_out_seq),
+                    out_seq: allocate_out_seq(self.ids, &mut self.next_out_seq),
                     raw_id,
                     written: None,
                     default_clock: None,

@@ -61,6 +61,10 @@ pub struct LiveConfig {
     /// would open one more is dropped (`sequences_over_limit`) and the
     /// connection is closed with a reason.
     pub max_sequences_per_relay: usize,
+    /// The output sequence ids this core allocates: all of them, or its
+    /// ingest shard's class (`crate::shard`), disjoint from the other
+    /// shards'.
+    pub ids: super::ShardIds,
 }
 
 impl Default for LiveConfig {
@@ -79,6 +83,7 @@ impl Default for LiveConfig {
             max_unacked_batches: 65_536,
             max_relay_records: 1_024,
             max_sequences_per_relay: 16_384,
+            ids: super::ShardIds::all(),
         }
     }
 }

@@ -63,6 +63,10 @@ pub struct DaemonArgs {
     /// Merge window in milliseconds [merge.window-ms].
     #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_window_ms))]
     pub merge_window_ms: Option<u64>,
+    /// Ingest shards (threads ordering relays' packets), 0 = the host's
+    /// cores minus the writer's [merge.ingest-shards].
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_ingest_shards))]
+    pub ingest_shards: Option<u64>,
     /// Rotate the output file at this size, 0 = never [output.rotate-bytes].
     #[arg(long, value_name = "N", value_parser = |s: &str| parse_flag(s, check_any))]
     pub rotate_bytes: Option<u64>,
@@ -233,6 +237,19 @@ pub struct MergeConfig {
     /// before the window has passed.
     #[serde(deserialize_with = "queue_bytes")]
     pub queue_bytes: u64,
+    /// Ingest shards: relays are spread over this many threads by machine,
+    /// each ordering its relays' packets; the writer merges them. 0: the
+    /// host's cores minus the writer's (`tracesync_core::shard::resolve_shards`).
+    #[serde(deserialize_with = "ingest_shards")]
+    pub ingest_shards: u64,
+}
+
+impl MergeConfig {
+    /// The ingest shards to run on a host of `cores` cores.
+    pub fn shards(&self, cores: usize) -> usize {
+        let configured = usize::try_from(self.ingest_shards).unwrap_or(usize::MAX);
+        tracesync_core::shard::resolve_shards(configured, cores)
+    }
 }
 
 impl Default for MergeConfig {
@@ -241,6 +258,7 @@ impl Default for MergeConfig {
             window_ms: 500,
             pending_packets: 100_000,
             queue_bytes: 64 << 20,
+            ingest_shards: 1,
         }
     }
 }
@@ -305,6 +323,10 @@ fn check_range(v: u64, lo: u64, hi: u64, what: &str) -> Result<(), String> {
 
 fn check_window_ms(v: u64) -> Result<(), String> {
     check_range(v, 0, 60_000, "merge window (ms)")
+}
+fn check_ingest_shards(v: u64) -> Result<(), String> {
+    let max = tracesync_core::shard::MAX_SHARDS as u64;
+    check_range(v, 0, max, "ingest shards (0 = automatic)")
 }
 fn check_commit_interval_ms(v: u64) -> Result<(), String> {
     check_range(v, 1, 10_000, "commit interval (ms)")
@@ -387,6 +409,7 @@ macro_rules! checked_fields {
 checked_fields! {
     any_u64 => check_any,
     window_ms => check_window_ms,
+    ingest_shards => check_ingest_shards,
     commit_interval_ms => check_commit_interval_ms,
     pending_packets => check_pending_packets,
     queue_bytes => check_queue_bytes,
@@ -486,6 +509,9 @@ impl DaemonConfig {
         }
         if let Some(v) = args.merge_window_ms {
             self.merge.window_ms = v;
+        }
+        if let Some(v) = args.ingest_shards {
+            self.merge.ingest_shards = v;
         }
         if let Some(v) = args.rotate_bytes {
             self.output.rotate_bytes = v;

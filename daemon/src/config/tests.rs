@@ -390,3 +390,22 @@ fn the_idle_timeout_leaves_room_for_heartbeats() {
     assert!(err.message.contains("idle timeout"), "{err}");
     assert!(parse("[limits]\nidle-timeout-ms = 3600001\n").is_err());
 }
+
+#[test]
+fn ingest_shards_come_from_the_file_or_the_flag_and_0_is_automatic() {
+    assert_eq!(DaemonConfig::default().merge.ingest_shards, 1);
+    let config = parse("[merge]\ningest-shards = 0\n").expect("automatic");
+    assert_eq!(config.merge.shards(8), 7);
+    assert_eq!(config.merge.shards(1), 1);
+    let config = parse("[merge]\ningest-shards = 3\n").expect("three");
+    assert_eq!(config.merge.shards(2), 3);
+    let err = parse("[merge]\ningest-shards = 65\n").expect_err("too many");
+    assert!(
+        err.to_string()
+            .contains("ingest shards (0 = automatic) must be in 0..=64, got 65"),
+        "{err}"
+    );
+    let args = DaemonArgs::try_parse_from(["tracesyncd", "--ingest-shards", "2"]).expect("args");
+    assert_eq!(args.ingest_shards, Some(2));
+    assert!(DaemonArgs::try_parse_from(["tracesyncd", "--ingest-shards", "65"]).is_err());
+}

@@ -148,6 +148,7 @@ async fn run_daemon(
     // such even when its ports are taken too.
     let output_lock = tracesync_capture::lock::lock(&config.output.dir)
         .map_err(|e| Fatal::new(lock_exit_code(&e), e.to_string()))?;
+    let shards = ingest_shards(&config);
     let sockets = Sockets::bind(&config).await?;
     serve_metrics(&config)?;
     let (writer, recovered) = open_output(&config).await?;
@@ -199,14 +200,32 @@ async fn run_daemon(
         preamble_requests: Some(preamble_requests),
         trigger_requests: Some(trigger_requests),
     };
-    let running = run::start(
-        sockets.data,
-        session,
-        token,
-        ingest,
-        parts,
-        shutdown.clone(),
-    )
+    let running = if shards > 1 {
+        info!(shards, "sharded ingest");
+        let setup = super::shards::ShardSetup {
+            shards,
+            live: live_config(&config),
+            recovered: recovered.clone(),
+        };
+        super::shards::start(
+            sockets.data,
+            session,
+            token,
+            ingest,
+            parts,
+            setup,
+            shutdown.clone(),
+        )
+    } else {
+        run::start(
+            sockets.data,
+            session,
+            token,
+            ingest,
+            parts,
+            shutdown.clone(),
+        )
+    }
     .map_err(|e| Fatal::io(exit::SOFTWARE, "cannot start the ingest thread".into(), &e))?;
     // No await since the accept loop started: set before any Hello is read.
     running
@@ -298,6 +317,12 @@ fn serve_metrics(config: &DaemonConfig) -> Result<(), Fatal> {
         info!("metrics: Prometheus text on http://{bound}/metrics");
     }
     Ok(())
+}
+
+/// The ingest shards `merge.ingest-shards` asks for on this host.
+fn ingest_shards(config: &DaemonConfig) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    config.merge.shards(cores)
 }
 
 /// Opens the rolling output, recovering what the last run left.

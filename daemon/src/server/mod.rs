@@ -35,6 +35,7 @@ pub mod listener;
 pub mod preauth;
 pub mod run;
 pub mod session;
+pub mod shards;
 mod signals;
 pub mod wiring;
 

@@ -89,6 +89,24 @@ where
 }
 
 impl<P> Running<P> {
+    /// A server started another way (sharded ingest, `super::shards`):
+    /// `ingest` ends when the output is closed.
+    pub(super) fn from_parts(
+        data_addr: SocketAddr,
+        shared: Arc<Shared<P>>,
+        accept: tokio::task::JoinHandle<()>,
+        tracker: TaskTracker,
+        ingest: std::thread::JoinHandle<io::Result<IngestSummary>>,
+    ) -> Self {
+        Self {
+            data_addr,
+            shared,
+            accept,
+            tracker,
+            ingest,
+        }
+    }
+
     /// Waits for shutdown to be requested and for everything to wind down:
     /// the accept loop stops, sessions stop reading, the ingest loop
     /// flushes, commits, acks and closes the writer, sessions forward the
