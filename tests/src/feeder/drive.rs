@@ -221,7 +221,12 @@ impl Feeder {
             let full = self.connection.as_ref().is_some_and(Connection::is_full);
             self.session.set_link_full(full);
             let oldest = self.kept.front().map_or(self.made + 1, |k| k.seq);
-            let last = self.made + u64::from(self.sending);
+            // A closed connection takes no frame until its Lost event is
+            // read: offering a new batch then would make one per turn of
+            // this loop, forever (the session moves past a batch it asked
+            // for whether or not it went out).
+            let closed = self.connection.as_ref().is_some_and(Connection::is_closed);
+            let last = self.made + u64::from(self.sending && !closed);
             let Some(action) = self.session.poll(now, oldest, last) else {
                 break;
             };
