@@ -102,20 +102,29 @@ fn lines_of(args: &[&str], lines: usize, within: Duration) -> (Vec<String>, Opti
     });
     let deadline = Instant::now() + within;
     let mut got = Vec::new();
+    let mut closed = false;
     while got.len() < lines {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => got.push(line),
-            Err(_) => break,
+            Err(e) => {
+                closed = e == std::sync::mpsc::RecvTimeoutError::Disconnected;
+                break;
+            }
         }
     }
-    let code = match child.try_wait().expect("wait") {
-        Some(status) => status.code(),
-        None => {
+    // Its standard output closes a moment before it is reaped: a program
+    // that closed it is given the rest of the time to end by itself.
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status.code();
+        }
+        if !closed || Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            None
+            break None;
         }
+        std::thread::sleep(Duration::from_millis(10));
     };
     let mut stderr = String::new();
     let _ = child
