@@ -8,14 +8,13 @@
 //!
 //! Invariants: descriptors are written as soon as a pid or tid is first
 //! seen (untimed: they take their place in the input's order); timed
-//! packets wait in a heap of at most [`WINDOW_BYTES`] and leave it in
+//! packets wait in a window of at most [`WINDOW_BYTES`] and leave it in
 //! timestamp order (ties in the order they were made), so a file whose
-//! events are out of order by less than the window comes out sorted.
+//! events are out of order by less than half the window comes out sorted.
 //! Track uuids and string pids are hashes of the input's name and the
 //! event's fields: the same in both merge passes.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use prost::Message;
 use serde_json::{Map, Value};
@@ -27,6 +26,7 @@ use tracesync_protocol::perfetto::{
 
 use super::JsonStats;
 use super::event::{Id, Ident, JsonEvent, Scope};
+use super::reorder::Reorder;
 
 /// Bytes of timed packets held back to put a file's events in order.
 pub const WINDOW_BYTES: usize = 16 << 20;
@@ -34,14 +34,6 @@ pub const WINDOW_BYTES: usize = 16 << 20;
 const SEQUENCE: u32 = 1;
 /// Name of a slice whose event has none, as the trace processor names it.
 const NO_NAME: &str = "[No name]";
-
-/// A timed packet waiting for its turn: ordered by time, then creation.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct Pending {
-    ts: i64,
-    seq: u64,
-    bytes: Vec<u8>,
-}
 
 /// Kinds of track, mixed into their uuids.
 #[derive(Clone, Copy)]
@@ -58,10 +50,7 @@ enum TrackKind {
 /// The state of one file's conversion.
 pub struct Converter {
     salt: u64,
-    heap: BinaryHeap<Reverse<Pending>>,
-    held_bytes: usize,
-    made: u64,
-    released: i64,
+    window: Reorder,
     /// Process names and sort indexes written so far, by pid.
     processes: HashMap<u32, (Option<String>, Option<i32>)>,
     threads: HashMap<(u32, u32), (Option<String>, Option<i32>)>,
@@ -90,12 +79,11 @@ fn id_bytes(id: &Id) -> Vec<u8> {
     }
 }
 
-fn framed(packet: &TracePacket) -> Vec<u8> {
-    let mut out = Vec::with_capacity(packet.encoded_len() + 6);
+/// Appends `packet` as a record of a trace (field 1, length-delimited).
+fn frame_into(packet: &TracePacket, out: &mut Vec<u8>) {
     out.push(0x0a);
     // Writing into a Vec cannot run out of room.
-    let _ = packet.encode_length_delimited(&mut out);
-    out
+    let _ = packet.encode_length_delimited(out);
 }
 
 fn packet(ts: Option<i64>, data: Data) -> TracePacket {
@@ -164,10 +152,7 @@ impl Converter {
     pub fn new(display: &str) -> Self {
         Self {
             salt: hash(0, TrackKind::Global, &[display.as_bytes()]),
-            heap: BinaryHeap::new(),
-            held_bytes: 0,
-            made: 0,
-            released: i64::MIN,
+            window: Reorder::new(WINDOW_BYTES),
             processes: HashMap::new(),
             threads: HashMap::new(),
             named_tracks: HashSet::new(),
@@ -213,7 +198,7 @@ impl Converter {
             }),
             ..Default::default()
         };
-        out.extend(framed(&packet(None, Data::TrackDescriptor(d))));
+        frame_into(&packet(None, Data::TrackDescriptor(d)), out);
         self.processes.insert(pid, merged);
     }
 
@@ -243,7 +228,7 @@ impl Converter {
                 }),
                 ..Default::default()
             };
-            out.extend(framed(&packet(None, Data::TrackDescriptor(d))));
+            frame_into(&packet(None, Data::TrackDescriptor(d)), out);
             self.threads.insert((pid, tid), merged);
         }
         uuid
@@ -268,11 +253,12 @@ impl Converter {
             counter: counter.then(CounterDescriptor::default),
             ..Default::default()
         };
-        out.extend(framed(&packet(None, Data::TrackDescriptor(d))));
+        frame_into(&packet(None, Data::TrackDescriptor(d)), out);
     }
 
     fn hold(&mut self, ts: i64, event: TrackEvent) {
-        self.hold_framed(ts, framed(&packet(Some(ts), Data::TrackEvent(event))));
+        let p = packet(Some(ts), Data::TrackEvent(event));
+        self.window.hold_with(ts, |arena| frame_into(&p, arena));
     }
 
     /// Holds a framed packet made elsewhere (a `systemTraceEvents` line)
@@ -284,45 +270,21 @@ impl Converter {
         out: &mut Vec<u8>,
         stats: &mut JsonStats,
     ) {
-        self.hold_framed(ts, bytes);
-        self.release(WINDOW_BYTES, out, stats);
-    }
-
-    fn hold_framed(&mut self, ts: i64, bytes: Vec<u8>) {
-        self.held_bytes += bytes.len();
-        self.made += 1;
-        self.heap.push(Reverse(Pending {
-            ts,
-            seq: self.made,
-            bytes,
-        }));
-    }
-
-    /// Releases held packets until at most `keep` bytes are held.
-    fn release(&mut self, keep: usize, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        while self.held_bytes > keep {
-            let Some(Reverse(p)) = self.heap.pop() else {
-                break;
-            };
-            self.held_bytes -= p.bytes.len();
-            if p.ts < self.released {
-                stats.json_events_out_of_window += 1;
-            }
-            self.released = self.released.max(p.ts);
-            out.extend(p.bytes);
-        }
+        self.window
+            .hold_with(ts, |arena| arena.extend_from_slice(&bytes));
+        self.window.release_if_full(out, stats);
     }
 
     /// Everything still held, in order: the file has ended.
     pub fn finish(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        self.release(0, out, stats);
+        self.window.finish(out, stats);
     }
 
     /// Converts one event: descriptors straight into `out`, timed packets
     /// into the window (released into `out` as it fills).
     pub fn push(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
         self.convert(e, out, stats);
-        self.release(WINDOW_BYTES, out, stats);
+        self.window.release_if_full(out, stats);
     }
 
     fn convert(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {

@@ -19,6 +19,7 @@
 
 pub mod convert;
 pub mod event;
+mod reorder;
 pub mod scan;
 pub mod written;
 
