@@ -13,7 +13,7 @@ use tracesync_protocol::scan::{FieldSink, ScanError, field, note_payload, walk_f
 
 use super::chrome_json::{JsonStats, StatsSlot, json_error_of};
 use super::inputs::InputSource;
-use super::packets::{InputReader, bundle_of, open_reader_counted};
+use super::packets::{InputReader, bundle_of, reader_of};
 
 /// One clock of a snapshot as written in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,9 +156,16 @@ impl<'a> FieldSink<'a> for KeptFields<'a> {
 }
 
 /// Reads one input from its start; never fails: problems become faults.
+/// A converted input with a spill that is not filled yet fills it.
 pub fn scan_input(source: &InputSource) -> FileScan {
     let slot = source.content.is_converted().then(StatsSlot::default);
-    let mut scan = match open_reader_counted(source, slot.clone()) {
+    let opened = source.open_counted(slot.clone()).and_then(|raw| {
+        reader_of(match &source.spill {
+            Some(spill) => Box::new(spill.tee(raw)),
+            None => raw,
+        })
+    });
+    let mut scan = match opened {
         // The reader is dropped by the scan: its counts are in the slot.
         Ok(reader) => scan_packets(source, reader),
         Err(e) => return FileScan::cannot_read(source, &e),
