@@ -51,6 +51,9 @@ enum TrackKind {
 pub struct Converter {
     salt: u64,
     window: Reorder,
+    /// The debug annotations of the event being converted, encoded by the
+    /// fast path (`fast_event`); empty otherwise.
+    annotations: Vec<u8>,
     /// Process names and sort indexes written so far, by pid.
     processes: HashMap<u32, (Option<String>, Option<i32>)>,
     threads: HashMap<(u32, u32), (Option<String>, Option<i32>)>,
@@ -84,6 +87,33 @@ fn frame_into(packet: &TracePacket, out: &mut Vec<u8>) {
     out.push(0x0a);
     // Writing into a Vec cannot run out of room.
     let _ = packet.encode_length_delimited(out);
+}
+
+/// Appends the record of `packet(Some(ts), TrackEvent(event))` with the
+/// encoded debug annotations `annotations` added to the event: the bytes
+/// prost writes for the same annotations (prost writes fields by their
+/// lowest tag: debug_annotations, 4, first in a TrackEvent; track_event,
+/// timestamp, then the sequence in a packet).
+fn frame_annotated(ts: i64, event: &TrackEvent, annotations: &[u8], out: &mut Vec<u8>) {
+    use prost::encoding::{encode_varint, encoded_len_varint};
+    let event_len = event.encoded_len() + annotations.len();
+    let packet_len = 1
+        + encoded_len_varint(ts as u64)
+        + 1
+        + encoded_len_varint(event_len as u64)
+        + event_len
+        + 1
+        + encoded_len_varint(u64::from(SEQUENCE));
+    out.push(0x0a);
+    encode_varint(packet_len as u64, out);
+    out.push(0x5a);
+    encode_varint(event_len as u64, out);
+    out.extend_from_slice(annotations);
+    event.encode_raw(out);
+    out.push(0x40);
+    encode_varint(ts as u64, out);
+    out.push(0x50);
+    encode_varint(u64::from(SEQUENCE), out);
 }
 
 fn packet(ts: Option<i64>, data: Data) -> TracePacket {
@@ -153,6 +183,7 @@ impl Converter {
         Self {
             salt: hash(0, TrackKind::Global, &[display.as_bytes()]),
             window: Reorder::new(WINDOW_BYTES),
+            annotations: Vec::new(),
             processes: HashMap::new(),
             threads: HashMap::new(),
             named_tracks: HashSet::new(),
@@ -256,6 +287,17 @@ impl Converter {
         frame_into(&packet(None, Data::TrackDescriptor(d)), out);
     }
 
+    /// Holds a TrackEvent made by [`Converter::event`]: with the event's
+    /// annotations if the fast path encoded them.
+    fn hold_event(&mut self, ts: i64, event: TrackEvent) {
+        if self.annotations.is_empty() {
+            return self.hold(ts, event);
+        }
+        let annotations = &self.annotations;
+        self.window
+            .hold_with(ts, |arena| frame_annotated(ts, &event, annotations, arena));
+    }
+
     fn hold(&mut self, ts: i64, event: TrackEvent) {
         let p = packet(Some(ts), Data::TrackEvent(event));
         self.window.hold_with(ts, |arena| frame_into(&p, arena));
@@ -278,6 +320,21 @@ impl Converter {
     /// Everything still held, in order: the file has ended.
     pub fn finish(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
         self.window.finish(out, stats);
+    }
+
+    /// [`Converter::push`] of an event read by the fast path, its args
+    /// already encoded as debug annotations (`annotations`, left empty).
+    pub fn push_encoded(
+        &mut self,
+        e: JsonEvent,
+        annotations: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+        stats: &mut JsonStats,
+    ) {
+        std::mem::swap(&mut self.annotations, annotations);
+        self.push(e, out, stats);
+        std::mem::swap(&mut self.annotations, annotations);
+        annotations.clear();
     }
 
     /// Converts one event: descriptors straight into `out`, timed packets
@@ -332,7 +389,7 @@ impl Converter {
             b'E' => {
                 let mut end = self.event(track_event::Type::SliceEnd, thread, &e);
                 end.name_field = None;
-                self.hold(ts, end);
+                self.hold_event(ts, end);
             }
             b'X' => match e
                 .dur
@@ -377,7 +434,7 @@ impl Converter {
     fn slice_begin(&mut self, ts: i64, track: u64, e: &JsonEvent) {
         let mut begin = self.event(track_event::Type::SliceBegin, track, e);
         self.add_flow(&mut begin, e);
-        self.hold(ts, begin);
+        self.hold_event(ts, begin);
     }
 
     /// `bind_id` with `flow_out` starts or continues a flow at this slice,
@@ -416,7 +473,7 @@ impl Converter {
             }
         };
         let instant = self.event(track_event::Type::Instant, track, e);
-        self.hold(ts, instant);
+        self.hold_event(ts, instant);
     }
 
     fn counter(
@@ -545,6 +602,6 @@ impl Converter {
             }
             _ => self.event(track_event::Type::Instant, uuid, e),
         };
-        self.hold(ts, ev);
+        self.hold_event(ts, ev);
     }
 }

@@ -19,6 +19,8 @@
 
 pub mod convert;
 pub mod event;
+mod fast_event;
+mod json_scan;
 mod reorder;
 pub mod scan;
 pub mod written;
@@ -29,6 +31,7 @@ pub use crate::merge::conversion_stats::{JsonStats, StatsSlot};
 use crate::merge::systrace::line_to_packet;
 use convert::Converter;
 use event::parse_event;
+use fast_event::parse_fast;
 use scan::{EventScanner, Item};
 
 /// Why a JSON input could not be read to its end.
@@ -69,6 +72,8 @@ pub struct ChromeJsonReader<R> {
     stats: JsonStats,
     slot: Option<StatsSlot>,
     event: Vec<u8>,
+    /// The fast path's encoded args of the event being converted.
+    args: Vec<u8>,
     out: Vec<u8>,
     pos: usize,
     done: bool,
@@ -85,6 +90,7 @@ impl<R: Read> ChromeJsonReader<R> {
             stats: JsonStats::default(),
             slot,
             event: Vec::new(),
+            args: Vec::new(),
             out: Vec::with_capacity(OUT_CHUNK * 2),
             pos: 0,
             done: false,
@@ -109,15 +115,26 @@ impl<R: Read> ChromeJsonReader<R> {
                         None => {}
                     }
                 }
-                Ok(Some(Item::Event(at))) => match parse_event(&self.event) {
-                    Ok(e) => self.converter.push(e, &mut self.out, &mut self.stats),
-                    Err((message, index)) => {
-                        self.fail(JsonError::Event {
-                            offset: at + index as u64,
-                            message,
-                        });
+                Ok(Some(Item::Event(at))) => {
+                    if let Some(e) = parse_fast(&self.event, &mut self.args) {
+                        self.converter.push_encoded(
+                            e,
+                            &mut self.args,
+                            &mut self.out,
+                            &mut self.stats,
+                        );
+                        continue;
                     }
-                },
+                    match parse_event(&self.event) {
+                        Ok(e) => self.converter.push(e, &mut self.out, &mut self.stats),
+                        Err((message, index)) => {
+                            self.fail(JsonError::Event {
+                                offset: at + index as u64,
+                                message,
+                            });
+                        }
+                    }
+                }
                 Ok(None) => {
                     self.converter.finish(&mut self.out, &mut self.stats);
                     self.done = true;
