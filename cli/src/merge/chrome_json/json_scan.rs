@@ -109,13 +109,9 @@ impl<'a> Cursor<'a> {
         self.eat(b).then_some(())
     }
 
-    pub fn at_end(&mut self) -> bool {
-        self.skip_ws();
-        self.pos == self.bytes.len()
-    }
-
-    /// A string without escapes.
-    pub fn string(&mut self) -> Option<&'a str> {
+    /// The bytes of a string without escapes or control characters (not
+    /// checked as UTF-8 here: the caller checks the whole event once).
+    pub fn string(&mut self) -> Option<&'a [u8]> {
         self.expect(b'"')?;
         let start = self.pos;
         let rest = &self.bytes[start..];
@@ -126,7 +122,7 @@ impl<'a> Cursor<'a> {
             return None;
         }
         self.pos = start + len + 1;
-        std::str::from_utf8(&rest[..len]).ok()
+        Some(&rest[..len])
     }
 
     pub fn boolean(&mut self) -> Option<bool> {

@@ -103,6 +103,26 @@ impl<R: Read> ChromeJsonReader<R> {
         self.out.clear();
         self.pos = 0;
         while !self.done && self.out.len() < OUT_CHUNK {
+            // Most events are read in place from the scanner's buffer.
+            match self.scanner.event_in_buffer() {
+                Ok(Some((_, bytes))) => {
+                    if let Some((e, n)) = parse_fast(bytes, &mut self.args) {
+                        self.scanner.consume_event(n);
+                        self.converter.push_encoded(
+                            e,
+                            &mut self.args,
+                            &mut self.out,
+                            &mut self.stats,
+                        );
+                        continue;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.fail(e);
+                    continue;
+                }
+            }
             match self.scanner.next_event(&mut self.event, &mut self.stats) {
                 Ok(Some(Item::SystemLine { too_long })) => {
                     let text = std::str::from_utf8(&self.event).ok().filter(|_| !too_long);
@@ -116,7 +136,8 @@ impl<R: Read> ChromeJsonReader<R> {
                     }
                 }
                 Ok(Some(Item::Event(at))) => {
-                    if let Some(e) = parse_fast(&self.event, &mut self.args) {
+                    let fast = parse_fast(&self.event, &mut self.args);
+                    if let Some((e, _)) = fast.filter(|(_, n)| *n == self.event.len()) {
                         self.converter.push_encoded(
                             e,
                             &mut self.args,

@@ -30,14 +30,29 @@ const STRING_VALUE: u8 = 0x32;
 const MAX_DEPTH: u32 = 32;
 
 /// Keys an event may hold once (a duplicate goes the full way).
-const KEYS: [&str; 16] = [
-    "ph", "ts", "dur", "tts", "tdur", "pid", "tid", "id", "bind_id", "cat", "name", "flow_in",
-    "flow_out", "s", "bp", "args",
+const KEYS: [&[u8]; 16] = [
+    b"ph",
+    b"ts",
+    b"dur",
+    b"tts",
+    b"tdur",
+    b"pid",
+    b"tid",
+    b"id",
+    b"bind_id",
+    b"cat",
+    b"name",
+    b"flow_in",
+    b"flow_out",
+    b"s",
+    b"bp",
+    b"args",
 ];
 
-/// Reads the event in `bytes`, its args' annotations into `args`
-/// (cleared first); None when it must be read the full way.
-pub fn parse_fast(bytes: &[u8], args: &mut Vec<u8>) -> Option<JsonEvent> {
+/// Reads the event object `bytes` start with, its args' annotations into
+/// `args` (cleared first): the event and the length of its object; None
+/// when it must be read the full way (or `bytes` end inside it).
+pub fn parse_fast(bytes: &[u8], args: &mut Vec<u8>) -> Option<(JsonEvent, usize)> {
     args.clear();
     let mut c = Cursor::new(bytes);
     let mut e = JsonEvent::default();
@@ -54,7 +69,7 @@ pub fn parse_fast(bytes: &[u8], args: &mut Vec<u8>) -> Option<JsonEvent> {
                 }
                 seen |= 1 << i;
                 read_field(&mut e, key, &mut c, args)?;
-            } else if key == "id2" {
+            } else if key == b"id2" {
                 return None;
             } else {
                 c.skip_value(MAX_DEPTH)?;
@@ -66,15 +81,17 @@ pub fn parse_fast(bytes: &[u8], args: &mut Vec<u8>) -> Option<JsonEvent> {
             break;
         }
     }
-    if !c.at_end() || matches!(e.phase, b'C' | b'M') {
+    if matches!(e.phase, b'C' | b'M') {
         return None;
     }
-    Some(e)
+    // Every string of the event is valid UTF-8 (checked once here).
+    std::str::from_utf8(&bytes[..c.pos()]).ok()?;
+    Some((e, c.pos()))
 }
 
 /// A scalar as the event's fields read it (`event::Loose`).
 enum Scalar<'a> {
-    Str(&'a str),
+    Str(&'a [u8]),
     Num(Num),
     Bool(bool),
     /// null, an object or an array (skipped).
@@ -97,9 +114,14 @@ fn scalar<'a>(c: &mut Cursor<'a>) -> Option<Scalar<'a>> {
     })
 }
 
-fn read_field(e: &mut JsonEvent, key: &str, c: &mut Cursor<'_>, args: &mut Vec<u8>) -> Option<()> {
+/// A string's bytes as an owned string.
+fn text(s: &[u8]) -> Option<String> {
+    std::str::from_utf8(s).ok().map(str::to_owned)
+}
+
+fn read_field(e: &mut JsonEvent, key: &[u8], c: &mut Cursor<'_>, args: &mut Vec<u8>) -> Option<()> {
     match key {
-        "args" => {
+        b"args" => {
             if c.peek()? == b'{' {
                 encode_args(c, args)?;
             } else {
@@ -107,13 +129,13 @@ fn read_field(e: &mut JsonEvent, key: &str, c: &mut Cursor<'_>, args: &mut Vec<u
             }
             return Some(());
         }
-        "ph" => {
+        b"ph" => {
             e.phase = match scalar(c)? {
-                Scalar::Str(s) => s.bytes().next().unwrap_or(0),
+                Scalar::Str(s) => s.first().copied().unwrap_or(0),
                 _ => 0,
             }
         }
-        "ts" | "dur" | "tts" | "tdur" => {
+        b"ts" | b"dur" | b"tts" | b"tdur" => {
             let ns = match scalar(c)? {
                 Scalar::Num(n) => n.us_to_ns(),
                 // A numeric string is read the full way.
@@ -121,63 +143,63 @@ fn read_field(e: &mut JsonEvent, key: &str, c: &mut Cursor<'_>, args: &mut Vec<u
                 _ => Err("expected a number".to_string()),
             };
             match (key, ns) {
-                ("ts", Ok(ns)) => e.ts = Some(ns),
-                ("dur", Ok(ns)) => e.dur = Some(ns),
+                (b"ts", Ok(ns)) => e.ts = Some(ns),
+                (b"dur", Ok(ns)) => e.dur = Some(ns),
                 (_, Ok(_)) => {}
                 // The first bad field is the one named (`event::note_bad`).
                 (_, Err(why)) => {
                     if e.bad_field.is_none() {
-                        e.bad_field = Some(format!("{key}: {why}"));
+                        e.bad_field = Some(format!("{}: {why}", text(key)?));
                     }
                 }
             }
         }
-        "pid" | "tid" => {
+        b"pid" | b"tid" => {
             let ident = match scalar(c)? {
-                Scalar::Str(s) => Some(Ident::Str(s.to_owned())),
+                Scalar::Str(s) => Some(Ident::Str(text(s)?)),
                 Scalar::Num(n) => Some(Ident::Num(n.as_pid())),
                 _ => None,
             };
-            if key == "pid" {
+            if key == b"pid" {
                 e.pid = ident;
             } else {
                 e.tid = ident;
             }
         }
-        "id" | "bind_id" => {
+        b"id" | b"bind_id" => {
             let id = match scalar(c)? {
-                Scalar::Str(s) => Some(Id::Str(s.to_owned())),
+                Scalar::Str(s) => Some(Id::Str(text(s)?)),
                 Scalar::Num(n) => n.as_id().map(Id::Int),
                 _ => None,
             };
-            if key == "id" {
+            if key == b"id" {
                 e.id = id;
             } else {
                 e.bind_id = id;
             }
         }
-        "cat" | "name" => {
+        b"cat" | b"name" => {
             let s = match scalar(c)? {
-                Scalar::Str(s) => s.to_owned(),
+                Scalar::Str(s) => text(s)?,
                 _ => String::new(),
             };
-            if key == "cat" {
+            if key == b"cat" {
                 e.cat = s;
             } else {
                 e.name = s;
             }
         }
-        "flow_in" => e.flow_in = matches!(scalar(c)?, Scalar::Bool(true)),
-        "flow_out" => e.flow_out = matches!(scalar(c)?, Scalar::Bool(true)),
-        "s" => {
+        b"flow_in" => e.flow_in = matches!(scalar(c)?, Scalar::Bool(true)),
+        b"flow_out" => e.flow_out = matches!(scalar(c)?, Scalar::Bool(true)),
+        b"s" => {
             e.scope = match scalar(c)? {
-                Scalar::Str("p") => Some(Scope::Process),
-                Scalar::Str("t") => Some(Scope::Thread),
-                Scalar::Str("g") => Some(Scope::Global),
+                Scalar::Str(b"p") => Some(Scope::Process),
+                Scalar::Str(b"t") => Some(Scope::Thread),
+                Scalar::Str(b"g") => Some(Scope::Global),
                 _ => None,
             }
         }
-        "bp" => e.bind_enclosing = matches!(scalar(c)?, Scalar::Str("e")),
+        b"bp" => e.bind_enclosing = matches!(scalar(c)?, Scalar::Str(b"e")),
         _ => c.skip_value(MAX_DEPTH)?,
     }
     Some(())
@@ -185,7 +207,7 @@ fn read_field(e: &mut JsonEvent, key: &str, c: &mut Cursor<'_>, args: &mut Vec<u
 
 /// One entry of an object: its key and where its value is.
 struct Entry<'a> {
-    key: &'a str,
+    key: &'a [u8],
     at: usize,
 }
 
@@ -272,7 +294,7 @@ fn put_bytes(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
 /// prost writes them: name, then dict entries, array values or the
 /// value); Some(false) for null, which is dropped.
 fn annotation(
-    name: Option<&str>,
+    name: Option<&[u8]>,
     c: &mut Cursor<'_>,
     out: &mut Vec<u8>,
     depth: u32,
@@ -283,7 +305,7 @@ fn annotation(
         return Some(false);
     }
     if let Some(n) = name {
-        put_bytes(out, NAME, n.as_bytes());
+        put_bytes(out, NAME, n);
     }
     match c.peek()? {
         b'{' => {
@@ -311,7 +333,7 @@ fn annotation(
         }
         b'"' => {
             let s = c.string()?;
-            put_bytes(out, STRING_VALUE, s.as_bytes());
+            put_bytes(out, STRING_VALUE, s);
         }
         b't' | b'f' => {
             let b = c.boolean()?;

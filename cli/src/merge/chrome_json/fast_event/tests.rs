@@ -22,8 +22,8 @@ fn fast(events: &[&str]) -> (Vec<u8>, JsonStats, usize) {
     let (mut c, mut out, mut stats) = (Converter::new("t.json"), Vec::new(), JsonStats::default());
     let (mut args, mut read) = (Vec::new(), 0);
     for e in events {
-        match parse_fast(e.as_bytes(), &mut args) {
-            Some(ev) => {
+        match parse_fast(e.as_bytes(), &mut args).filter(|(_, n)| *n == e.trim_end().len()) {
+            Some((ev, _)) => {
                 read += 1;
                 c.push_encoded(ev, &mut args, &mut out, &mut stats);
             }
