@@ -10,15 +10,21 @@
 //!   otherwise (a write failed, the first pass stopped early) the second
 //!   pass converts the input again, as it would without a spill. Either
 //!   way the second pass sees the bytes the first pass saw.
-//! - Memory is one write buffer ([`WRITE_CHUNK`]) while it is written.
+//! - The writes happen on a thread of their own, so the conversion does
+//!   not wait for them; memory is at most [`BUFFERS`] write buffers of
+//!   [`WRITE_CHUNK`] while it is written.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 
 /// Bytes gathered before each write to the spill.
 const WRITE_CHUNK: usize = 1 << 20;
+/// Write buffers of one spill: one being filled, the others written.
+const BUFFERS: usize = 3;
 
 /// The converted bytes of one input, once the first pass has written them.
 pub struct Spill {
@@ -57,12 +63,73 @@ impl Spill {
     /// `inner` read through, its bytes written to the spill as they are
     /// read. Only the first writer of a spill fills it.
     pub fn tee(self: &Arc<Self>, inner: Box<dyn Read + Send>) -> Tee {
+        let filled = self.complete.get().is_some();
+        let writer = (!filled).then(|| Writer::spawn(Arc::clone(self))).flatten();
         Tee {
             inner,
             spill: Arc::clone(self),
             buf: Vec::with_capacity(WRITE_CHUNK),
-            written: 0,
-            failed: self.complete.get().is_some(),
+            failed: writer.is_none(),
+            writer,
+        }
+    }
+}
+
+/// The thread writing one spill, and its buffers going back and forth.
+struct Writer {
+    full: Option<SyncSender<Vec<u8>>>,
+    empty: Receiver<Vec<u8>>,
+    thread: Option<JoinHandle<io::Result<u64>>>,
+}
+
+impl Writer {
+    /// None if the thread cannot be started (the spill is not used).
+    fn spawn(spill: Arc<Spill>) -> Option<Self> {
+        let (full_tx, full_rx) = sync_channel::<Vec<u8>>(BUFFERS);
+        let (empty_tx, empty_rx) = sync_channel::<Vec<u8>>(BUFFERS);
+        for _ in 1..BUFFERS {
+            empty_tx.send(Vec::with_capacity(WRITE_CHUNK)).ok()?;
+        }
+        let thread = std::thread::Builder::new()
+            .name("tracesync-spill".into())
+            .spawn(move || {
+                let mut written = 0u64;
+                for mut buf in full_rx {
+                    spill.file.write_all_at(&buf, written)?;
+                    written += buf.len() as u64;
+                    buf.clear();
+                    // The reader may be gone at the end: nothing to return.
+                    let _ = empty_tx.send(buf);
+                }
+                Ok(written)
+            })
+            .ok()?;
+        Some(Self {
+            full: Some(full_tx),
+            empty: empty_rx,
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands `buf` to the thread; an empty buffer back (None if the thread
+    /// has stopped on an error).
+    fn write(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
+        self.full.as_ref()?.send(buf).ok()?;
+        self.empty.recv().ok()
+    }
+
+    /// Waits for every write: the bytes written, or None after an error.
+    fn finish(&mut self) -> Option<u64> {
+        self.full = None;
+        self.thread.take()?.join().ok()?.ok()
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.full = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
@@ -100,7 +167,7 @@ pub struct Tee {
     inner: Box<dyn Read + Send>,
     spill: Arc<Spill>,
     buf: Vec<u8>,
-    written: u64,
+    writer: Option<Writer>,
     /// A write failed (or the spill was already filled): nothing more is
     /// written and the spill is not marked complete.
     failed: bool,
@@ -108,22 +175,27 @@ pub struct Tee {
 
 impl Tee {
     fn flush(&mut self) {
-        if !self.failed && !self.buf.is_empty() {
-            match self.spill.file.write_all_at(&self.buf, self.written) {
-                Ok(()) => self.written += self.buf.len() as u64,
-                // The second pass converts the input again.
-                Err(_) => self.failed = true,
-            }
+        if self.failed || self.buf.is_empty() {
+            self.buf.clear();
+            return;
         }
-        self.buf.clear();
+        let full = std::mem::take(&mut self.buf);
+        match self.writer.as_mut().and_then(|w| w.write(full)) {
+            Some(empty) => self.buf = empty,
+            // The second pass converts the input again.
+            None => self.failed = true,
+        }
     }
 
     /// The stream has ended (or failed): the spill is complete.
     fn complete(&mut self) {
         self.flush();
-        if !self.failed {
-            let _ = self.spill.complete.set(self.written);
-            self.failed = true;
+        if self.failed {
+            return;
+        }
+        self.failed = true;
+        if let Some(written) = self.writer.as_mut().and_then(Writer::finish) {
+            let _ = self.spill.complete.set(written);
         }
     }
 }
