@@ -26,6 +26,7 @@ use tracesync_protocol::perfetto::{
 
 use super::JsonStats;
 use super::event::{Id, Ident, JsonEvent, Scope};
+use super::frame::frame_annotated;
 use super::reorder::Reorder;
 
 /// Bytes of timed packets held back to put a file's events in order.
@@ -87,33 +88,6 @@ fn frame_into(packet: &TracePacket, out: &mut Vec<u8>) {
     out.push(0x0a);
     // Writing into a Vec cannot run out of room.
     let _ = packet.encode_length_delimited(out);
-}
-
-/// Appends the record of `packet(Some(ts), TrackEvent(event))` with the
-/// encoded debug annotations `annotations` added to the event: the bytes
-/// prost writes for the same annotations (prost writes fields by their
-/// lowest tag: debug_annotations, 4, first in a TrackEvent; track_event,
-/// timestamp, then the sequence in a packet).
-fn frame_annotated(ts: i64, event: &TrackEvent, annotations: &[u8], out: &mut Vec<u8>) {
-    use prost::encoding::{encode_varint, encoded_len_varint};
-    let event_len = event.encoded_len() + annotations.len();
-    let packet_len = 1
-        + encoded_len_varint(ts as u64)
-        + 1
-        + encoded_len_varint(event_len as u64)
-        + event_len
-        + 1
-        + encoded_len_varint(u64::from(SEQUENCE));
-    out.push(0x0a);
-    encode_varint(packet_len as u64, out);
-    out.push(0x5a);
-    encode_varint(event_len as u64, out);
-    out.extend_from_slice(annotations);
-    event.encode_raw(out);
-    out.push(0x40);
-    encode_varint(ts as u64, out);
-    out.push(0x50);
-    encode_varint(u64::from(SEQUENCE), out);
 }
 
 fn packet(ts: Option<i64>, data: Data) -> TracePacket {
@@ -294,8 +268,9 @@ impl Converter {
             return self.hold(ts, event);
         }
         let annotations = &self.annotations;
-        self.window
-            .hold_with(ts, |arena| frame_annotated(ts, &event, annotations, arena));
+        self.window.hold_with(ts, |arena| {
+            frame_annotated(ts, &event, annotations, SEQUENCE, arena)
+        });
     }
 
     fn hold(&mut self, ts: i64, event: TrackEvent) {

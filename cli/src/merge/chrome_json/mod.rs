@@ -5,10 +5,15 @@
 //! Invariants:
 //! - Memory is bounded whatever the file's size: one read buffer, one event
 //!   ([`scan::MAX_EVENT_BYTES`]), the reordering window
-//!   ([`convert::WINDOW_BYTES`]), and one entry per process, thread and
-//!   named track.
+//!   ([`convert::WINDOW_BYTES`] and half of it again), and one entry per
+//!   process, thread and named track.
 //! - The conversion is a pure function of the file's bytes and its name:
-//!   both merge passes see the same packets at the same offsets.
+//!   both merge passes see the same packets at the same offsets (the
+//!   merge converts once and spills, `inputs::spill`, but converts again
+//!   when it cannot spill).
+//! - Most events are read in place by the fast path (`fast_event`); it
+//!   reads an event only when the result is what the full reading
+//!   (`event`) gives, so which path read an event never shows.
 //! - Converted packets carry no clock id: the plan gives a JSON input the
 //!   file's private clock (`TRACE_FILE`) as its default, pinned at zero to
 //!   trace time unless a manifest pins it elsewhere; the ftrace events of
@@ -20,6 +25,7 @@
 pub mod convert;
 pub mod event;
 mod fast_event;
+mod frame;
 mod json_scan;
 mod reorder;
 pub mod scan;
