@@ -404,6 +404,34 @@ mod tests {
     use proptest::prelude::*;
     use tracesync_protocol::scan::{PacketFields, scan_packet_into};
 
+    /// A JSON input's first pass fills its spill, and reopening the input
+    /// then reads the spill: the bytes a second conversion would give.
+    #[test]
+    fn a_json_input_is_read_back_from_its_spill() {
+        use crate::merge::inputs::Spill;
+        use crate::merge::test_traces::source_of;
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let json = br#"{"traceEvents":[{"ph":"X","pid":1,"tid":2,"ts":3,"dur":1,"name":"a","args":{"k":[1,null,"v"]}},{"ph":"i","pid":1,"tid":2,"ts":2,"name":"b"},{"ph":"C","pid":1,"ts":4,"name":"c","args":{"v":1}}]}"#;
+        let mut source = source_of(dir.path(), "t.json", json);
+        let mut converted = Vec::new();
+        source.open().unwrap().read_to_end(&mut converted).unwrap();
+        let spill = Spill::create().unwrap();
+        source.spill = Some(spill.clone());
+        assert!(spill.reader().is_none());
+        let scan = scan_input(&source);
+        assert!(scan.faults.is_empty(), "{:?}", scan.faults);
+        assert_eq!(scan.json.json_tokenizer_failure, 0);
+        assert!(spill.reader().is_some(), "the first pass fills the spill");
+        // Not converted again: the JSON itself is no longer needed.
+        std::fs::remove_file(dir.path().join("t.json")).unwrap();
+        let mut again = Vec::new();
+        source.open().unwrap().read_to_end(&mut again).unwrap();
+        assert_eq!(again, converted);
+        // A second first pass (it reads the spill) counts nothing new.
+        assert_eq!(scan_input(&source).packets, scan.packets);
+    }
+
     proptest! {
         /// The first pass's fields are the scan's: same errors, and the
         /// same values of what it keeps (the payload while it is wanted).
