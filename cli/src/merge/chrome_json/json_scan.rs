@@ -180,14 +180,15 @@ impl<'a> Cursor<'a> {
         if self.bytes.get(self.pos) == Some(&b'.') {
             self.pos += 1;
             let frac_at = self.pos;
-            let (_, frac_digits, _) = self.digits();
-            if frac_digits == 0 {
-                return None;
-            }
-            for &b in &self.bytes[frac_at..self.pos] {
+            while let Some(&b @ b'0'..=b'9') = self.bytes.get(self.pos) {
                 significand = significand
                     .checked_mul(10)?
                     .checked_add(u64::from(b - b'0'))?;
+                self.pos += 1;
+            }
+            let frac_digits = self.pos - frac_at;
+            if frac_digits == 0 {
+                return None;
             }
             exponent -= frac_digits as i32;
             float = true;

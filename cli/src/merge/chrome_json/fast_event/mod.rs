@@ -29,25 +29,29 @@ const STRING_VALUE: u8 = 0x32;
 /// Deepest args nesting read here (serde_json's own limit is 128).
 const MAX_DEPTH: u32 = 32;
 
-/// Keys an event may hold once (a duplicate goes the full way).
-const KEYS: [&[u8]; 16] = [
-    b"ph",
-    b"ts",
-    b"dur",
-    b"tts",
-    b"tdur",
-    b"pid",
-    b"tid",
-    b"id",
-    b"bind_id",
-    b"cat",
-    b"name",
-    b"flow_in",
-    b"flow_out",
-    b"s",
-    b"bp",
-    b"args",
-];
+/// The keys an event may hold once (a duplicate goes the full way), as
+/// a bit each.
+fn key_bit(key: &[u8]) -> Option<u32> {
+    Some(match key {
+        b"ph" => 0,
+        b"ts" => 1,
+        b"dur" => 2,
+        b"tts" => 3,
+        b"tdur" => 4,
+        b"pid" => 5,
+        b"tid" => 6,
+        b"id" => 7,
+        b"bind_id" => 8,
+        b"cat" => 9,
+        b"name" => 10,
+        b"flow_in" => 11,
+        b"flow_out" => 12,
+        b"s" => 13,
+        b"bp" => 14,
+        b"args" => 15,
+        _ => return None,
+    })
+}
 
 /// Reads the event object `bytes` start with, its args' annotations into
 /// `args` (cleared first): the event and the length of its object; None
@@ -63,7 +67,7 @@ pub fn parse_fast(bytes: &[u8], args: &mut Vec<u8>) -> Option<(JsonEvent, usize)
             let key = c.string()?;
             c.expect(b':')?;
             e.any_field = true;
-            if let Some(i) = KEYS.iter().position(|k| *k == key) {
+            if let Some(i) = key_bit(key) {
                 if seen & (1 << i) != 0 {
                     return None;
                 }
