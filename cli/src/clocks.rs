@@ -125,8 +125,7 @@ pub fn run(args: ClocksArgs) -> u8 {
     let prepared = match prepare(
         &inputs,
         manifest.as_deref(),
-        machine_per_file,
-        false,
+        (machine_per_file, false, false),
         &mut report,
     ) {
         Ok(prepared) => prepared,

@@ -13,7 +13,7 @@ use tracesync_protocol::scan::{FieldSink, ScanError, field, note_payload, walk_f
 
 use super::chrome_json::{JsonStats, StatsSlot, json_error_of};
 use super::inputs::InputSource;
-use super::packets::{InputReader, bundle_of, open_reader_counted};
+use super::packets::{InputReader, bundle_of, reader_of};
 
 /// One clock of a snapshot as written in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,9 +156,16 @@ impl<'a> FieldSink<'a> for KeptFields<'a> {
 }
 
 /// Reads one input from its start; never fails: problems become faults.
+/// A converted input with a spill that is not filled yet fills it.
 pub fn scan_input(source: &InputSource) -> FileScan {
     let slot = source.content.is_converted().then(StatsSlot::default);
-    let mut scan = match open_reader_counted(source, slot.clone()) {
+    let opened = source.open_counted(slot.clone()).and_then(|raw| {
+        reader_of(match &source.spill {
+            Some(spill) => Box::new(spill.tee(raw)),
+            None => raw,
+        })
+    });
+    let mut scan = match opened {
         // The reader is dropped by the scan: its counts are in the slot.
         Ok(reader) => scan_packets(source, reader),
         Err(e) => return FileScan::cannot_read(source, &e),
@@ -403,6 +410,34 @@ mod tests {
     use crate::merge::test_traces::arbitrary_packet;
     use proptest::prelude::*;
     use tracesync_protocol::scan::{PacketFields, scan_packet_into};
+
+    /// A JSON input's first pass fills its spill, and reopening the input
+    /// then reads the spill: the bytes a second conversion would give.
+    #[test]
+    fn a_json_input_is_read_back_from_its_spill() {
+        use crate::merge::inputs::Spill;
+        use crate::merge::test_traces::source_of;
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let json = br#"{"traceEvents":[{"ph":"X","pid":1,"tid":2,"ts":3,"dur":1,"name":"a","args":{"k":[1,null,"v"]}},{"ph":"i","pid":1,"tid":2,"ts":2,"name":"b"},{"ph":"C","pid":1,"ts":4,"name":"c","args":{"v":1}}]}"#;
+        let mut source = source_of(dir.path(), "t.json", json);
+        let mut converted = Vec::new();
+        source.open().unwrap().read_to_end(&mut converted).unwrap();
+        let spill = Spill::create().unwrap();
+        source.spill = Some(spill.clone());
+        assert!(spill.reader().is_none());
+        let scan = scan_input(&source);
+        assert!(scan.faults.is_empty(), "{:?}", scan.faults);
+        assert_eq!(scan.json.json_tokenizer_failure, 0);
+        assert!(spill.reader().is_some(), "the first pass fills the spill");
+        // Not converted again: the JSON itself is no longer needed.
+        std::fs::remove_file(dir.path().join("t.json")).unwrap();
+        let mut again = Vec::new();
+        source.open().unwrap().read_to_end(&mut again).unwrap();
+        assert_eq!(again, converted);
+        // A second first pass (it reads the spill) counts nothing new.
+        assert_eq!(scan_input(&source).packets, scan.packets);
+    }
 
     proptest! {
         /// The first pass's fields are the scan's: same errors, and the

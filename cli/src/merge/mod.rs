@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use feed::OpenError;
 use first_pass::InputFault;
-use inputs::{Content, InputError, InputSource, expand_inputs};
+use inputs::{Content, InputError, InputSource, Spill, expand_inputs};
 use manifest::{Manifest, ManifestError, parse_manifest};
 use output::{Format, Writer};
 use plan::{Plan, build_plan};
@@ -151,15 +151,16 @@ pub struct Prepared {
 }
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
-/// `report` is called with each input fault as it is found.
+/// `report` is called with each input fault as it is found. With
+/// `spill`, a converted input is converted once: the first pass leaves
+/// its protobuf in a temporary file the second pass reads.
 pub fn prepare(
     input_paths: &[PathBuf],
     manifest_path: Option<&Path>,
-    machine_per_file: bool,
-    strict: bool,
+    (machine_per_file, strict, spill): (bool, bool, bool),
     report: &mut dyn FnMut(&InputFault),
 ) -> Result<Prepared, MergeError> {
-    let expanded = expand_inputs(input_paths, manifest_path)?;
+    let mut expanded = expand_inputs(input_paths, manifest_path)?;
     let manifest: Option<Manifest> = match &expanded.manifest {
         Some((name, text)) => Some(parse_manifest(text).map_err(|error| MergeError::Manifest {
             source_name: name.clone(),
@@ -180,6 +181,16 @@ pub fn prepare(
     }
     if let Some(e) = expanded.multiple_manifests() {
         return Err(e.into());
+    }
+    if spill {
+        for t in expanded
+            .traces
+            .iter_mut()
+            .filter(|t| t.content.is_converted())
+        {
+            // Without a temporary file the input is converted twice.
+            t.spill = Spill::create().ok();
+        }
     }
     let mut faults = Vec::new();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -274,8 +285,7 @@ pub(crate) fn merge_with_scan_threads(
     } = prepare(
         &opts.inputs,
         opts.manifest.as_deref(),
-        opts.machine_per_file,
-        opts.strict,
+        (opts.machine_per_file, opts.strict, true),
         report,
     )?;
     for notice in &notices {

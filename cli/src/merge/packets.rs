@@ -23,9 +23,15 @@ pub fn open_reader_counted(
     source: &InputSource,
     slot: Option<StatsSlot>,
 ) -> io::Result<InputReader> {
+    reader_of(source.open_counted(slot)?)
+}
+
+/// The packets of `raw`, an input's bytes, with bundle expansion left to
+/// the caller.
+pub fn reader_of(raw: Box<dyn Read + Send>) -> io::Result<InputReader> {
     let mut reader = TraceReader::new();
     reader.set_expand_bundles(false);
-    TraceFile::with_reader(source.open_counted(slot)?, reader)
+    TraceFile::with_reader(raw, reader)
 }
 
 /// The bundle of `packet` that the expanding reader would expand, as a

@@ -11,24 +11,25 @@
 //! seen (untimed: they take their place in the input's order); timed
 //! packets wait in the window ([`super::window`]) of at most
 //! [`WINDOW_BYTES`] and leave it in the trace processor's order for JSON
-//! events, so a file whose events are out of order by less than the window
-//! comes out sorted.
+//! events, so a file whose events are out of order by less than half the
+//! window comes out sorted.
 //! Track uuids and string pids are hashes of the input's name and the
 //! event's fields: the same in both merge passes.
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tracesync_protocol::perfetto::trace_packet::Data;
 use tracesync_protocol::perfetto::{
-    CounterDescriptor, DebugAnnotation, ProcessDescriptor, ThreadDescriptor, TrackDescriptor,
-    TrackEvent, debug_annotation, track_event,
+    CounterDescriptor, ProcessDescriptor, ThreadDescriptor, TrackDescriptor, TrackEvent,
+    track_event,
 };
 
 use super::JsonStats;
+use super::args::annotations;
 use super::event::{Id, Ident, JsonEvent, Scope};
 use super::flows::v1_flow;
-use super::framing::{framed, packet};
+use super::framing::{frame_annotated, frame_into, packet};
 use super::thread_time::ThreadTime;
 use super::window::{KEY_END, KEY_OTHER, Mark, Window, key_complete};
 
@@ -54,6 +55,9 @@ pub struct Converter {
     salt: u64,
     window: Window,
     thread_time: ThreadTime,
+    /// The debug annotations of the event being converted, encoded by the
+    /// fast path (`fast_event`); empty otherwise.
+    annotations: Vec<u8>,
     /// Process names and sort indexes written so far, by pid.
     processes: HashMap<u32, (Option<String>, Option<i32>)>,
     threads: HashMap<(u32, u32), (Option<String>, Option<i32>)>,
@@ -82,47 +86,6 @@ fn id_bytes(id: &Id) -> Vec<u8> {
     }
 }
 
-/// A JSON value as a debug annotation (objects and arrays entry by entry);
-/// None for null, which the trace processor drops too.
-fn annotation(name: Option<&str>, v: &Value) -> Option<DebugAnnotation> {
-    use debug_annotation::Value as V;
-    let mut a = DebugAnnotation {
-        name_field: name.map(|n| debug_annotation::NameField::Name(n.to_owned())),
-        ..Default::default()
-    };
-    match v {
-        Value::Null => return None,
-        Value::Bool(b) => a.value = Some(V::BoolValue(*b)),
-        Value::Number(n) => {
-            a.value = Some(match (n.as_i64(), n.as_u64()) {
-                (Some(i), _) => V::IntValue(i),
-                (None, Some(u)) => V::UintValue(u),
-                _ => V::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
-            })
-        }
-        Value::String(s) => a.value = Some(V::StringValue(s.clone())),
-        Value::Array(items) => {
-            a.array_values = items.iter().filter_map(|i| annotation(None, i)).collect();
-        }
-        Value::Object(map) => {
-            a.dict_entries = map
-                .iter()
-                .filter_map(|(k, v)| annotation(Some(k), v))
-                .collect();
-        }
-    }
-    Some(a)
-}
-
-fn annotations(args: Option<&Map<String, Value>>) -> Vec<DebugAnnotation> {
-    args.map(|m| {
-        m.iter()
-            .filter_map(|(k, v)| annotation(Some(k), v))
-            .collect()
-    })
-    .unwrap_or_default()
-}
-
 /// A counter value as Perfetto reads it: a number, or a string holding one.
 fn counter_value(v: &Value) -> Option<f64> {
     match v {
@@ -137,8 +100,9 @@ impl Converter {
     pub fn new(display: &str) -> Self {
         Self {
             salt: hash(0, TrackKind::Global, &[display.as_bytes()]),
-            window: Window::default(),
+            window: Window::new(WINDOW_BYTES),
             thread_time: ThreadTime::default(),
+            annotations: Vec::new(),
             processes: HashMap::new(),
             threads: HashMap::new(),
             named_tracks: HashSet::new(),
@@ -184,7 +148,7 @@ impl Converter {
             }),
             ..Default::default()
         };
-        out.extend(framed(&packet(None, Data::TrackDescriptor(d))));
+        frame_into(&packet(None, Data::TrackDescriptor(d)), out);
         self.processes.insert(pid, merged);
     }
 
@@ -214,7 +178,7 @@ impl Converter {
                 }),
                 ..Default::default()
             };
-            out.extend(framed(&packet(None, Data::TrackDescriptor(d))));
+            frame_into(&packet(None, Data::TrackDescriptor(d)), out);
             self.threads.insert((pid, tid), merged);
         }
         uuid
@@ -239,17 +203,37 @@ impl Converter {
             counter: counter.then(CounterDescriptor::default),
             ..Default::default()
         };
-        out.extend(framed(&packet(None, Data::TrackDescriptor(d))));
+        frame_into(&packet(None, Data::TrackDescriptor(d)), out);
+    }
+
+    /// Holds a TrackEvent made by [`Converter::event`]: with the event's
+    /// annotations if the fast path encoded them.
+    fn hold_event(&mut self, ts: i64, event: TrackEvent) {
+        self.hold_event_keyed(ts, KEY_OTHER, event, Mark::Plain);
     }
 
     fn hold(&mut self, ts: i64, event: TrackEvent) {
         self.hold_keyed(ts, KEY_OTHER, event, Mark::Plain);
     }
 
-    /// Holds an event with the sort key and mark of its phase.
+    /// Holds an event with the sort key and mark of its phase, with no
+    /// annotations but its own.
     fn hold_keyed(&mut self, ts: i64, key: i64, event: TrackEvent, mark: Mark) -> u64 {
-        let bytes = framed(&packet(Some(ts), Data::TrackEvent(event)));
-        self.window.hold(ts, key, bytes, mark)
+        let p = packet(Some(ts), Data::TrackEvent(event));
+        self.window
+            .hold_with(ts, key, mark, |arena| frame_into(&p, arena))
+    }
+
+    /// [`Converter::hold_keyed`] of an event made by [`Converter::event`]:
+    /// with the event's annotations if the fast path encoded them.
+    fn hold_event_keyed(&mut self, ts: i64, key: i64, event: TrackEvent, mark: Mark) -> u64 {
+        if self.annotations.is_empty() {
+            return self.hold_keyed(ts, key, event, mark);
+        }
+        let annotations = &self.annotations;
+        self.window.hold_with(ts, key, mark, |arena| {
+            frame_annotated(ts, &event, annotations, arena)
+        })
     }
 
     /// Holds a framed packet made elsewhere (a `systemTraceEvents` line)
@@ -261,20 +245,37 @@ impl Converter {
         out: &mut Vec<u8>,
         stats: &mut JsonStats,
     ) {
-        self.window.hold(ts, KEY_OTHER, bytes, Mark::Plain);
-        self.window.release(WINDOW_BYTES, out, stats);
+        self.window.hold_with(ts, KEY_OTHER, Mark::Plain, |arena| {
+            arena.extend_from_slice(&bytes)
+        });
+        self.window.release_if_full(out, stats);
     }
 
     /// Everything still held, in order: the file has ended.
     pub fn finish(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        self.window.release(0, out, stats);
+        self.window.finish(out, stats);
+    }
+
+    /// [`Converter::push`] of an event read by the fast path, its args
+    /// already encoded as debug annotations (`annotations`, left empty).
+    pub fn push_encoded(
+        &mut self,
+        e: JsonEvent,
+        annotations: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+        stats: &mut JsonStats,
+    ) {
+        std::mem::swap(&mut self.annotations, annotations);
+        self.push(e, out, stats);
+        std::mem::swap(&mut self.annotations, annotations);
+        annotations.clear();
     }
 
     /// Converts one event: descriptors straight into `out`, timed packets
     /// into the window (released into `out` as it fills).
     pub fn push(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
         self.convert(e, out, stats);
-        self.window.release(WINDOW_BYTES, out, stats);
+        self.window.release_if_full(out, stats);
     }
 
     fn convert(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
@@ -329,7 +330,7 @@ impl Converter {
             b'B' => {
                 let begin = self.begin_event(thread, &e, out);
                 self.thread_time.open(thread, e.tts);
-                self.hold(ts, begin);
+                self.hold_event(ts, begin);
             }
             b'E' => {
                 // A named end closes only a slice of its name (and
@@ -341,7 +342,7 @@ impl Converter {
                 if let Some(tts) = self.thread_time.close(thread, e.tts) {
                     self.thread_time.sample(thread, tts, &mut end, out);
                 }
-                self.hold_keyed(ts, KEY_END, end, Mark::Plain);
+                self.hold_event_keyed(ts, KEY_END, end, Mark::Plain);
             }
             b'X' => match e.dur.and_then(|d| {
                 (d >= 0)
@@ -351,7 +352,7 @@ impl Converter {
                 Some((dur, end_ts)) => {
                     let begin = self.begin_event(thread, &e, out);
                     let mark = Mark::CompleteBegin { thread, dur };
-                    let seq = self.hold_keyed(ts, key_complete(dur), begin, mark);
+                    let seq = self.hold_event_keyed(ts, key_complete(dur), begin, mark);
                     let mut end = TrackEvent {
                         r#type: Some(track_event::Type::SliceEnd as i32),
                         track_uuid: Some(thread),
@@ -442,7 +443,7 @@ impl Converter {
             }
         };
         let instant = self.event(track_event::Type::Instant, track, e);
-        self.hold(ts, instant);
+        self.hold_event(ts, instant);
     }
 
     fn counter(
@@ -571,6 +572,6 @@ impl Converter {
             }
             _ => self.event(track_event::Type::Instant, uuid, e),
         };
-        self.hold(ts, ev);
+        self.hold_event(ts, ev);
     }
 }

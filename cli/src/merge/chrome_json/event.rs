@@ -329,3 +329,18 @@ fn index_of(bytes: &[u8], line: usize, column: usize) -> usize {
     }
     (start + column.saturating_sub(1)).min(bytes.len())
 }
+
+/// Integer microseconds as nanoseconds (for the fast path).
+pub(super) fn us_to_ns_int(us: i64) -> Result<i64, String> {
+    coerce_ts(&Loose::Int(us))
+}
+
+/// Fractional microseconds as nanoseconds (for the fast path).
+pub(super) fn us_to_ns_float(us: f64) -> Result<i64, String> {
+    coerce_ts(&Loose::Float(us))
+}
+
+/// A numeric pid or tid (for the fast path).
+pub(super) fn coerce_pid(n: i64) -> u32 {
+    coerce_u32(n)
+}

@@ -5,10 +5,15 @@
 //! Invariants:
 //! - Memory is bounded whatever the file's size: one read buffer, one event
 //!   ([`scan::MAX_EVENT_BYTES`]), the reordering window
-//!   ([`convert::WINDOW_BYTES`]), and one entry per process, thread and
-//!   named track.
+//!   ([`convert::WINDOW_BYTES`] and half of it again), and one entry per
+//!   process, thread and named track.
 //! - The conversion is a pure function of the file's bytes and its name:
-//!   both merge passes see the same packets at the same offsets.
+//!   both merge passes see the same packets at the same offsets (the
+//!   merge converts once and spills, `inputs::spill`, but converts again
+//!   when it cannot spill).
+//! - Most events are read in place by the fast path (`fast_event`); it
+//!   reads an event only when the result is what the full reading
+//!   (`event`) gives, so which path read an event never shows.
 //! - Converted packets carry no clock id: the plan gives a JSON input the
 //!   file's private clock (`TRACE_FILE`) as its default, pinned at zero to
 //!   trace time unless a manifest pins it elsewhere; the ftrace events of
@@ -17,10 +22,13 @@
 //!   [`JsonStats`] (Perfetto's stat names where it has one); a syntax error
 //!   ends the input with its byte offset, the events before it kept.
 
+mod args;
 pub mod convert;
 pub mod event;
+mod fast_event;
 pub mod flows;
 pub mod framing;
+mod json_scan;
 pub mod relaxed;
 pub mod scan;
 pub mod spill;
@@ -34,6 +42,7 @@ pub use crate::merge::conversion_stats::{JsonStats, StatsSlot};
 use crate::merge::systrace::line_to_packet;
 use convert::Converter;
 use event::parse_event;
+use fast_event::parse_fast;
 use scan::{EventScanner, Item};
 
 /// Why a JSON input could not be read to its end.
@@ -74,6 +83,8 @@ pub struct ChromeJsonReader<R> {
     stats: JsonStats,
     slot: Option<StatsSlot>,
     event: Vec<u8>,
+    /// The fast path's encoded args of the event being converted.
+    args: Vec<u8>,
     out: Vec<u8>,
     pos: usize,
     done: bool,
@@ -90,6 +101,7 @@ impl<R: Read> ChromeJsonReader<R> {
             stats: JsonStats::default(),
             slot,
             event: Vec::new(),
+            args: Vec::new(),
             out: Vec::with_capacity(OUT_CHUNK * 2),
             pos: 0,
             done: false,
@@ -102,6 +114,26 @@ impl<R: Read> ChromeJsonReader<R> {
         self.out.clear();
         self.pos = 0;
         while !self.done && self.out.len() < OUT_CHUNK {
+            // Most events are read in place from the scanner's buffer.
+            match self.scanner.event_in_buffer() {
+                Ok(Some((_, bytes))) => {
+                    if let Some((e, n)) = parse_fast(bytes, &mut self.args) {
+                        self.scanner.consume_event(n);
+                        self.converter.push_encoded(
+                            e,
+                            &mut self.args,
+                            &mut self.out,
+                            &mut self.stats,
+                        );
+                        continue;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.fail(e);
+                    continue;
+                }
+            }
             match self.scanner.next_event(&mut self.event, &mut self.stats) {
                 Ok(Some(Item::SystemLine { too_long })) => {
                     let text = std::str::from_utf8(&self.event).ok().filter(|_| !too_long);
@@ -114,15 +146,27 @@ impl<R: Read> ChromeJsonReader<R> {
                         None => {}
                     }
                 }
-                Ok(Some(Item::Event(at))) => match parse_event(&self.event) {
-                    Ok(e) => self.converter.push(e, &mut self.out, &mut self.stats),
-                    Err((message, index)) => {
-                        self.fail(JsonError::Event {
-                            offset: at + index as u64,
-                            message,
-                        });
+                Ok(Some(Item::Event(at))) => {
+                    let fast = parse_fast(&self.event, &mut self.args);
+                    if let Some((e, _)) = fast.filter(|(_, n)| *n == self.event.len()) {
+                        self.converter.push_encoded(
+                            e,
+                            &mut self.args,
+                            &mut self.out,
+                            &mut self.stats,
+                        );
+                        continue;
                     }
-                },
+                    match parse_event(&self.event) {
+                        Ok(e) => self.converter.push(e, &mut self.out, &mut self.stats),
+                        Err((message, index)) => {
+                            self.fail(JsonError::Event {
+                                offset: at + index as u64,
+                                message,
+                            });
+                        }
+                    }
+                }
                 Ok(None) => {
                     self.converter.finish(&mut self.out, &mut self.stats);
                     self.done = true;

@@ -94,6 +94,27 @@ impl Walk {
         }
         false
     }
+
+    /// Takes the bytes of `chunk` up to the value's end: the index of its
+    /// last byte, or None if it goes on after the chunk. The inside of a
+    /// string is skipped to its next quote or backslash at once.
+    #[inline]
+    fn run(&mut self, chunk: &[u8]) -> Option<usize> {
+        let mut i = 0;
+        while i < chunk.len() {
+            if self.in_string && !self.escaped {
+                match memchr::memchr2(b'"', b'\\', &chunk[i..]) {
+                    Some(j) => i += j,
+                    None => return None,
+                }
+            }
+            if self.step(chunk[i]) {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    }
 }
 
 /// One unescaped unit of a string.
@@ -193,7 +214,7 @@ impl<R: Read> EventScanner<R> {
                 });
             }
             let chunk = &self.buf[self.start..self.end];
-            let done_at = chunk.iter().position(|&b| walk.step(b));
+            let done_at = walk.run(chunk);
             let n = done_at.map_or(chunk.len(), |i| i + 1);
             if let Some(out) = keep.as_deref_mut() {
                 if out.len() + n > MAX_EVENT_BYTES {
@@ -237,6 +258,34 @@ impl<R: Read> EventScanner<R> {
             Some(_) => self.skip_scalar(),
             None => Err(self.syntax("a value (the file ends after a key)")),
         }
+    }
+
+    /// When the next item of the events array is an event object: its
+    /// offset and the bytes read so far from its `{` on (the event may go
+    /// on after them), for a caller that reads it in place and then
+    /// [`EventScanner::consume_event`]s it. None otherwise (or when the
+    /// caller reads it with [`EventScanner::next_event`] after all).
+    pub fn event_in_buffer(&mut self) -> Result<Option<(u64, &[u8])>, JsonError> {
+        if self.position != Position::InArray {
+            return Ok(None);
+        }
+        loop {
+            match self.skip_space()? {
+                // As `array_item` takes them, one at a time.
+                Some(b',') => self.bump(1),
+                Some(b'{') => {
+                    return Ok(Some((self.offset, &self.buf[self.start..self.end])));
+                }
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// Moves past the `n` bytes of the event [`EventScanner::event_in_buffer`]
+    /// handed out, read in place.
+    pub fn consume_event(&mut self, n: usize) {
+        self.bump(n.min(self.end - self.start));
+        self.events += 1;
     }
 
     /// The next event's bytes, or `systemTraceEvents` line, into `out`

@@ -159,6 +159,7 @@ fn add_member(
                 names: member_names(member),
                 origin,
                 content,
+                spill: None,
             });
             Ok(())
         }

@@ -10,6 +10,7 @@ mod archive;
 mod classify;
 mod error;
 mod source;
+mod spill;
 
 use std::fs::File;
 use std::io;
@@ -20,6 +21,7 @@ use classify::{Kind, inspect};
 pub use error::InputError;
 use source::Origin;
 pub use source::{Content, InputSource};
+pub use spill::Spill;
 
 /// The expanded inputs of one merge.
 #[derive(Debug, Clone)]
@@ -135,6 +137,7 @@ fn expand_one(path: &Path, out: &mut Inputs) -> Result<(), InputError> {
                 names,
                 origin: Origin::File(path.to_path_buf()),
                 content,
+                spill: None,
             });
             Ok(())
         }

@@ -5,11 +5,14 @@
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use flate2::read::{DeflateDecoder, MultiGzDecoder};
 
 use crate::merge::chrome_json::{ChromeJsonReader, StatsSlot};
 use crate::merge::systrace::SystraceReader;
+
+use super::spill::Spill;
 
 /// One trace to merge: a file, or a member of an archive.
 #[derive(Debug, Clone)]
@@ -21,6 +24,9 @@ pub struct InputSource {
     pub names: Vec<String>,
     pub(super) origin: Origin,
     pub content: Content,
+    /// Where the first pass leaves a converted input's protobuf for the
+    /// second to read (`spill`); None to convert it in each pass.
+    pub spill: Option<Arc<Spill>>,
 }
 
 /// What an input's bytes are, found by content.
@@ -76,6 +82,10 @@ impl InputSource {
     /// [`InputSource::open`], a JSON conversion's counts left in `slot`
     /// when the reader is dropped.
     pub fn open_counted(&self, slot: Option<StatsSlot>) -> io::Result<Box<dyn Read + Send>> {
+        // Converted once already: its counts were taken then.
+        if let Some(reader) = self.spill.as_ref().and_then(|s| s.reader()) {
+            return Ok(Box::new(reader));
+        }
         let raw = self.open_raw()?;
         Ok(match self.content {
             Content::Proto => raw,

@@ -1,0 +1,374 @@
+//! The fast path of reading one event: the common shapes of events read
+//! straight from their bytes, strings borrowed, and their `args` encoded
+//! at once as the TrackEvent's debug annotations, with no `Value` built.
+//!
+//! Invariant: an event is read here only when the result is exactly what
+//! [`super::event::parse_event`] and [`super::convert`] make of it (the
+//! same fields, the same annotation bytes: keys in sorted order, nulls
+//! dropped); anything else (an escape in a string, a duplicate key, a
+//! number whose value might round differently, `id2`, counter and metadata
+//! events whose args are read as values, a syntax error) answers None, and
+//! the caller reads the event the full way. So this path decides nothing
+//! on its own: it only skips allocations.
+
+use super::event::{Id, Ident, JsonEvent, Scope};
+use super::json_scan::{Cursor, Num};
+
+/// TrackEvent field 4 (debug_annotations), length-delimited.
+const TRACK_EVENT_ANNOTATION: u8 = 0x22;
+/// DebugAnnotation fields (length-delimited unless said).
+const DICT_ENTRY: u8 = 0x5a;
+const ARRAY_VALUE: u8 = 0x62;
+const NAME: u8 = 0x52;
+const BOOL_VALUE: u8 = 0x10; // varint
+const UINT_VALUE: u8 = 0x18; // varint
+const INT_VALUE: u8 = 0x20; // varint
+const DOUBLE_VALUE: u8 = 0x29; // fixed64
+const STRING_VALUE: u8 = 0x32;
+
+/// Deepest args nesting read here (serde_json's own limit is 128).
+const MAX_DEPTH: u32 = 32;
+
+/// The keys an event may hold once (a duplicate goes the full way), as
+/// a bit each.
+fn key_bit(key: &[u8]) -> Option<u32> {
+    Some(match key {
+        b"ph" => 0,
+        b"ts" => 1,
+        b"dur" => 2,
+        b"tts" => 3,
+        b"tdur" => 4,
+        b"pid" => 5,
+        b"tid" => 6,
+        b"id" => 7,
+        b"bind_id" => 8,
+        b"cat" => 9,
+        b"name" => 10,
+        b"flow_in" => 11,
+        b"flow_out" => 12,
+        b"s" => 13,
+        b"bp" => 14,
+        b"args" => 15,
+        _ => return None,
+    })
+}
+
+/// Reads the event object `bytes` start with, its args' annotations into
+/// `args` (cleared first): the event and the length of its object; None
+/// when it must be read the full way (or `bytes` end inside it).
+pub fn parse_fast(bytes: &[u8], args: &mut Vec<u8>) -> Option<(JsonEvent, usize)> {
+    args.clear();
+    let mut c = Cursor::new(bytes);
+    let mut e = JsonEvent::default();
+    let mut seen = 0u32;
+    c.expect(b'{')?;
+    if !c.eat(b'}') {
+        loop {
+            let key = c.string()?;
+            c.expect(b':')?;
+            e.any_field = true;
+            if let Some(i) = key_bit(key) {
+                if seen & (1 << i) != 0 {
+                    return None;
+                }
+                seen |= 1 << i;
+                read_field(&mut e, key, &mut c, args)?;
+            } else if key == b"id2" {
+                return None;
+            } else {
+                c.skip_value(MAX_DEPTH)?;
+            }
+            if c.eat(b',') {
+                continue;
+            }
+            c.expect(b'}')?;
+            break;
+        }
+    }
+    if matches!(e.phase, b'C' | b'M') {
+        return None;
+    }
+    // Every string of the event is valid UTF-8 (checked once here).
+    std::str::from_utf8(&bytes[..c.pos()]).ok()?;
+    Some((e, c.pos()))
+}
+
+/// A scalar as the event's fields read it (`event::Loose`).
+enum Scalar<'a> {
+    Str(&'a [u8]),
+    Num(Num),
+    Bool(bool),
+    /// null, an object or an array (skipped).
+    Other,
+}
+
+fn scalar<'a>(c: &mut Cursor<'a>) -> Option<Scalar<'a>> {
+    Some(match c.peek()? {
+        b'"' => Scalar::Str(c.string()?),
+        b't' | b'f' => Scalar::Bool(c.boolean()?),
+        b'n' => {
+            c.null()?;
+            Scalar::Other
+        }
+        b'{' | b'[' => {
+            c.skip_value(MAX_DEPTH)?;
+            Scalar::Other
+        }
+        _ => Scalar::Num(c.number()?),
+    })
+}
+
+/// A string's bytes as an owned string.
+fn text(s: &[u8]) -> Option<String> {
+    std::str::from_utf8(s).ok().map(str::to_owned)
+}
+
+fn read_field(e: &mut JsonEvent, key: &[u8], c: &mut Cursor<'_>, args: &mut Vec<u8>) -> Option<()> {
+    match key {
+        b"args" => {
+            if c.peek()? == b'{' {
+                encode_args(c, args)?;
+            } else {
+                c.skip_value(MAX_DEPTH)?;
+            }
+            return Some(());
+        }
+        b"ph" => {
+            e.phase = match scalar(c)? {
+                Scalar::Str(s) => s.first().copied().unwrap_or(0),
+                _ => 0,
+            }
+        }
+        b"ts" | b"dur" | b"tts" | b"tdur" => {
+            let ns = match scalar(c)? {
+                Scalar::Num(n) => n.us_to_ns(),
+                // A numeric string is read the full way.
+                Scalar::Str(_) => return None,
+                _ => Err("expected a number".to_string()),
+            };
+            match (key, ns) {
+                (b"ts", Ok(ns)) => e.ts = Some(ns),
+                (b"dur", Ok(ns)) => e.dur = Some(ns),
+                (b"tts", Ok(ns)) => e.tts = Some(ns),
+                (_, Ok(ns)) => e.tdur = Some(ns),
+                // The first bad field is the one named (`event::note_bad`).
+                (_, Err(why)) => {
+                    if e.bad_field.is_none() {
+                        e.bad_field = Some(format!("{}: {why}", text(key)?));
+                    }
+                }
+            }
+        }
+        b"pid" | b"tid" => {
+            let ident = match scalar(c)? {
+                Scalar::Str(s) => Some(Ident::Str(text(s)?)),
+                Scalar::Num(n) => Some(Ident::Num(n.as_pid())),
+                _ => None,
+            };
+            if key == b"pid" {
+                e.pid = ident;
+            } else {
+                e.tid = ident;
+            }
+        }
+        b"id" | b"bind_id" => {
+            let id = match scalar(c)? {
+                Scalar::Str(s) => Some(Id::Str(text(s)?)),
+                Scalar::Num(n) => n.as_id().map(Id::Int),
+                _ => None,
+            };
+            if key == b"id" {
+                e.id = id;
+            } else {
+                e.bind_id = id;
+            }
+        }
+        b"cat" | b"name" => {
+            let s = match scalar(c)? {
+                Scalar::Str(s) => text(s)?,
+                _ => String::new(),
+            };
+            if key == b"cat" {
+                e.cat = s;
+            } else {
+                e.name = s;
+            }
+        }
+        b"flow_in" => e.flow_in = matches!(scalar(c)?, Scalar::Bool(true)),
+        b"flow_out" => e.flow_out = matches!(scalar(c)?, Scalar::Bool(true)),
+        b"s" => {
+            e.scope = match scalar(c)? {
+                Scalar::Str(b"p") => Some(Scope::Process),
+                Scalar::Str(b"t") => Some(Scope::Thread),
+                Scalar::Str(b"g") => Some(Scope::Global),
+                _ => None,
+            }
+        }
+        b"bp" => e.bind_enclosing = matches!(scalar(c)?, Scalar::Str(b"e")),
+        _ => c.skip_value(MAX_DEPTH)?,
+    }
+    Some(())
+}
+
+/// One entry of an object: its key and where its value is.
+struct Entry<'a> {
+    key: &'a [u8],
+    at: usize,
+}
+
+/// The entries of the object at the cursor, sorted by key (as a
+/// `serde_json::Map` holds them); None on a duplicate key.
+fn entries<'a>(c: &mut Cursor<'a>, depth: u32) -> Option<Vec<Entry<'a>>> {
+    let mut out = Vec::new();
+    c.expect(b'{')?;
+    if !c.eat(b'}') {
+        loop {
+            let key = c.string()?;
+            c.expect(b':')?;
+            c.skip_ws();
+            out.push(Entry { key, at: c.pos() });
+            c.skip_value(depth)?;
+            if c.eat(b',') {
+                continue;
+            }
+            c.expect(b'}')?;
+            break;
+        }
+    }
+    out.sort_by(|a, b| a.key.cmp(b.key));
+    if out.windows(2).any(|w| w[0].key == w[1].key) {
+        return None;
+    }
+    Some(out)
+}
+
+/// The event's args object as TrackEvent debug annotations.
+fn encode_args(c: &mut Cursor<'_>, out: &mut Vec<u8>) -> Option<()> {
+    // `entries` moves the cursor past the object.
+    for entry in entries(c, MAX_DEPTH)? {
+        let mut v = c.at(entry.at);
+        nested(out, TRACK_EVENT_ANNOTATION, |buf| {
+            annotation(Some(entry.key), &mut v, buf, MAX_DEPTH)
+        })?;
+    }
+    Some(())
+}
+
+/// Appends field `tag` holding what `body` writes; a null (body answers
+/// Some(false)) leaves nothing.
+fn nested(
+    out: &mut Vec<u8>,
+    tag: u8,
+    body: impl FnOnce(&mut Vec<u8>) -> Option<bool>,
+) -> Option<()> {
+    let start = out.len();
+    out.push(tag);
+    // One byte of length, widened below if the body is longer.
+    out.push(0);
+    let body_at = out.len();
+    if !body(out)? {
+        out.truncate(start);
+        return Some(());
+    }
+    let len = out.len() - body_at;
+    if len < 0x80 {
+        out[body_at - 1] = len as u8;
+    } else {
+        let mut prefix = Vec::with_capacity(10);
+        put_varint(&mut prefix, len as u64);
+        out.splice(body_at - 1..body_at, prefix);
+    }
+    Some(())
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_bytes(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
+    out.push(tag);
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// The value at the cursor as a DebugAnnotation's fields (in the order
+/// prost writes them: name, then dict entries, array values or the
+/// value); Some(false) for null, which is dropped.
+fn annotation(
+    name: Option<&[u8]>,
+    c: &mut Cursor<'_>,
+    out: &mut Vec<u8>,
+    depth: u32,
+) -> Option<bool> {
+    let depth = depth.checked_sub(1)?;
+    if c.peek()? == b'n' {
+        c.null()?;
+        return Some(false);
+    }
+    if let Some(n) = name {
+        put_bytes(out, NAME, n);
+    }
+    match c.peek()? {
+        b'{' => {
+            for entry in entries(&mut c.clone(), depth)? {
+                let mut v = c.at(entry.at);
+                nested(out, DICT_ENTRY, |buf| {
+                    annotation(Some(entry.key), &mut v, buf, depth)
+                })?;
+            }
+            c.skip_value(depth + 1)?;
+        }
+        b'[' => {
+            c.expect(b'[')?;
+            if !c.eat(b']') {
+                loop {
+                    c.skip_ws();
+                    nested(out, ARRAY_VALUE, |buf| annotation(None, c, buf, depth))?;
+                    if c.eat(b',') {
+                        continue;
+                    }
+                    c.expect(b']')?;
+                    break;
+                }
+            }
+        }
+        b'"' => {
+            let s = c.string()?;
+            put_bytes(out, STRING_VALUE, s);
+        }
+        b't' | b'f' => {
+            let b = c.boolean()?;
+            out.push(BOOL_VALUE);
+            out.push(u8::from(b));
+        }
+        _ => {
+            let n = c.number()?;
+            match n {
+                Num::Int(i) => {
+                    out.push(INT_VALUE);
+                    put_varint(out, i as u64);
+                }
+                Num::Uint(u) if u <= i64::MAX as u64 => {
+                    out.push(INT_VALUE);
+                    put_varint(out, u);
+                }
+                Num::Uint(u) => {
+                    out.push(UINT_VALUE);
+                    put_varint(out, u);
+                }
+                Num::Float(f) => {
+                    out.push(DOUBLE_VALUE);
+                    out.extend_from_slice(&f.to_le_bytes());
+                }
+            }
+        }
+    }
+    Some(true)
+}
+
+#[cfg(test)]
+mod tests;

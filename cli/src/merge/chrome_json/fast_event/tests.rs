@@ -1,0 +1,158 @@
+//! The fast path against the full one: where it reads an event, the
+//! converted bytes and counts are the same.
+
+use super::super::convert::Converter;
+use super::super::event::parse_event;
+use super::*;
+use crate::merge::chrome_json::JsonStats;
+
+/// The converted bytes and counts of `events`, each read the full way.
+fn full(events: &[&str]) -> (Vec<u8>, JsonStats) {
+    let (mut c, mut out, mut stats) = (Converter::new("t.json"), Vec::new(), JsonStats::default());
+    for e in events {
+        c.push(parse_event(e.as_bytes()).unwrap(), &mut out, &mut stats);
+    }
+    c.finish(&mut out, &mut stats);
+    (out, stats)
+}
+
+/// The same through the fast path where it reads the event; how many it
+/// read.
+fn fast(events: &[&str]) -> (Vec<u8>, JsonStats, usize) {
+    let (mut c, mut out, mut stats) = (Converter::new("t.json"), Vec::new(), JsonStats::default());
+    let (mut args, mut read) = (Vec::new(), 0);
+    for e in events {
+        match parse_fast(e.as_bytes(), &mut args).filter(|(_, n)| *n == e.trim_end().len()) {
+            Some((ev, _)) => {
+                read += 1;
+                c.push_encoded(ev, &mut args, &mut out, &mut stats);
+            }
+            None => c.push(parse_event(e.as_bytes()).unwrap(), &mut out, &mut stats),
+        }
+    }
+    c.finish(&mut out, &mut stats);
+    (out, stats, read)
+}
+
+const COMMON: &[&str] = &[
+    r#"{"ph":"M","pid":1,"name":"process_name","args":{"name":"p"}}"#,
+    r#"{"ph":"X","pid":1,"tid":2,"ts":1000000.413,"dur":137.928,"name":"a","cat":"c0","args":{"seq":0,"depth":1}}"#,
+    r#"{"ph":"B","pid":1,"tid":2,"ts":1000138,"name":"step","cat":"train"}"#,
+    r#"{"ph":"i","pid":1,"tid":2,"ts":1000140,"name":"mark","s":"t"}"#,
+    r#"{"ph":"E","pid":1,"tid":2,"ts":1000143}"#,
+    r#"{"ph":"E","pid":1,"tid":2,"ts":1000143,"args":{"r":"x"}}"#,
+    r#"{"ph":"X","cat":"cpu_op","name":"aten::linear","pid":7,"tid":8,"ts":1700000000123.456,"dur":45.678,"args":{"External id":12,"Input Dims":[[32,1024],[4096,1024],[4096]],"Input type":["float","float",""],"Fwd thread id":0}}"#,
+    r#"{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":5.5,"dur":2,"args":{"blocks per SM":4.5,"grid":[64,1,1],"n":null,"o":{"z":1,"a":[null,true,false],"m":{}},"big":18446744073709551615,"neg":-5,"e":1.5e3},"bind_id":42,"flow_in":true}"#,
+    r#"{"ph":"X","pid":7,"tid":8,"ts":6,"dur":1,"name":"l","bind_id":42,"flow_out":true}"#,
+    r#"{"ph":"s","id":5531,"pid":7,"tid":8,"ts":7,"cat":"ac2g","name":"ac2g"}"#,
+    r#"{"ph":"f","id":5531,"pid":0,"tid":7,"ts":8,"cat":"ac2g","name":"ac2g","bp":"e"}"#,
+    r#"{"ph":"b","pid":1,"ts":9,"name":"req","id":"0x7","cat":"n","args":{"url":"u"}}"#,
+    r#"{"ph":"e","pid":1,"ts":10,"name":"req","id":"0x7","cat":"n"}"#,
+    r#"{"ph":"n","pid":1,"ts":10,"name":"req","id":7,"cat":"n"}"#,
+    r#"{"ph":"i","s":"g","ts":11,"name":"g"}"#,
+    r#"{"ph":"I","s":"p","pid":1,"ts":12,"name":"p","args":{"deep":{"a":{"b":{"c":[1,[2,[3]]]}}}}}"#,
+    r#"{"ph":"X","pid":"Renderer","tid":"Main","ts":13,"dur":1,"name":"x"}"#,
+    r#"{"ph":"X","pid":-5,"tid":4294967296,"ts":14,"dur":1}"#,
+    r#"{"ph":"X","pid":1,"tid":1,"ts":14}"#,
+    r#"{"ph":"X","pid":1,"tid":1,"ts":true,"tts":"x"}"#,
+    r#"{"ph":"X","pid":1,"tid":1,"ts":-3,"dur":1}"#,
+    r#"{"ph":"X","pid":1,"tid":1,"ts":9223372036854775807,"dur":1}"#,
+    r#"{"ph":"X","pid":1.9,"tid":1e2,"ts":15,"dur":0.0001,"name":""}"#,
+    r#"{"name":"no phase","ts":1}"#,
+    r#"{}"#,
+    r#" { "ph" : "X" , "pid" : 1 , "tid" : 2 , "ts" : 16 , "dur" : 1 , "other" : { "k" : [ 1 , 2 ] } } "#,
+    r#"{"ph":"C","pid":1,"ts":17,"name":"mem","args":{"heap":5}}"#,
+    r#"{"ph":"X","pid":1,"tid":2,"ts":18,"dur":1,"name":"long","args":{"s":"................................................................................................................................................................"}}"#,
+];
+
+/// Events whose meaning the conversion refines: thread time, named ends,
+/// v1 flows, complete events spilled to a child track, lenient syntax.
+const SEMANTICS: &[&str] = &[
+    r#"{"ph":"B","pid":3,"tid":4,"ts":100,"tts":50,"name":"outer","cat":"c","args":{"a":1}}"#,
+    r#"{"ph":"B","pid":3,"tid":4,"ts":101,"tts":51.5,"name":"inner","args":{"b":[1,2]}}"#,
+    r#"{"ph":"E","pid":3,"tid":4,"ts":102,"tts":52,"name":"inner","args":{"r":"done"}}"#,
+    r#"{"ph":"E","pid":3,"tid":4,"ts":103,"name":"outer","cat":"c"}"#,
+    r#"{"ph":"E","pid":3,"tid":4,"ts":104,"name":"nothing open"}"#,
+    r#"{"ph":"X","pid":3,"tid":4,"ts":110,"dur":10,"tts":60,"tdur":4,"name":"t","args":{"k":"v"}}"#,
+    r#"{"ph":"X","pid":3,"tid":4,"ts":111,"dur":2,"tts":61,"name":"no tdur"}"#,
+    r#"{"ph":"X","pid":3,"tid":4,"ts":115,"dur":10,"name":"spills","args":{"s":1}}"#,
+    r#"{"ph":"X","pid":3,"tid":4,"ts":116,"dur":20,"name":"spills too","args":{"s":2}}"#,
+    r#"{"ph":"X","pid":3,"tid":4,"ts":116,"dur":1,"name":"nested, same time"}"#,
+    r#"{"ph":"X","pid":3,"tid":4,"ts":140,"dur":0,"name":"zero"}"#,
+    r#"{"ph":"X","pid":3,"tid":4,"ts":140,"dur":0,"name":"zero too"}"#,
+    r#"{"ph":"s","id":"0x1F","pid":3,"tid":4,"ts":112,"cat":"f","name":"flow"}"#,
+    r#"{"ph":"t","id":31,"pid":3,"tid":4,"ts":113,"cat":"f","name":"flow","args":{"x":1}}"#,
+    r#"{"ph":"f","id":"1f","pid":3,"tid":5,"ts":114,"cat":"f","name":"flow","bp":"e"}"#,
+    r#"{"ph":"f","id":31,"pid":3,"tid":5,"ts":114,"cat":"f","name":"flow"}"#,
+    r#"{"ph":"s","id":"not hex","pid":3,"tid":4,"ts":115,"name":"bad"}"#,
+    r#"{"ph":"X","pid":3,"tid":4,"ts":150,"dur":1,"name":"trailing",}"#,
+    "{\"ph\":\"X\",\"pid\":3,\"tid\":4,\"ts\":151,\"dur\":1,\"name\":\"raw\ttab\"}",
+    r#"{"ph":"X","pid":3,"tid":4,"ts":1850244461563845.0,"dur":1,"name":"exact"}"#,
+];
+
+#[test]
+fn reads_what_the_full_way_reads() {
+    let (want, want_stats) = full(COMMON);
+    let (got, got_stats, read) = fast(COMMON);
+    assert_eq!(got_stats, want_stats);
+    assert!(got == want, "converted bytes differ");
+    // All but the counter and metadata events and a string `tts`.
+    assert_eq!(read, COMMON.len() - 3);
+
+    let (want, want_stats) = full(SEMANTICS);
+    let (got, got_stats, read) = fast(SEMANTICS);
+    assert_eq!(got_stats, want_stats);
+    assert!(got == want, "converted bytes differ");
+    assert!(want_stats.slice_spill_overlapping_complete_event > 0);
+    assert_eq!(want_stats.flow_invalid_id, 1);
+    // All but the lenient ones and the timestamp beyond 2^53.
+    assert_eq!(read, SEMANTICS.len() - 3);
+}
+
+#[test]
+fn leaves_what_it_cannot_read_exactly_to_the_full_way() {
+    for e in [
+        r#"{"ph":"X","name":"a\"b","ts":1}"#,
+        r#"{"ph":"X","ts":1,"ts":2}"#,
+        r#"{"ph":"X","ts":1,"args":{"a":1,"a":2}}"#,
+        r#"{"ph":"X","ts":"12.5"}"#,
+        r#"{"ph":"X","ts":-0}"#,
+        r#"{"ph":"X","ts":0.30000000000000004}"#,
+        r#"{"ph":"X","ts":1e300}"#,
+        r#"{"ph":"X","ts":01}"#,
+        r#"{"ph":"X","ts":18446744073709551616}"#,
+        r#"{"ph":"b","id2":{"local":"0x1"},"ts":1}"#,
+        r#"{"ph":"X","ts":1 "pid":1}"#,
+        r#"{"ph":"X","ts":1,}"#,
+        "{\"ph\":\"X\",\"name\":\"a\u{1}\",\"ts\":1}",
+        r#"{"ph":"M","name":"thread_name","args":{"name":"t"}}"#,
+    ] {
+        assert!(parse_fast(e.as_bytes(), &mut Vec::new()).is_none(), "{e}");
+    }
+}
+
+#[test]
+fn numbers_are_serde_jsons() {
+    for text in [
+        "0",
+        "12",
+        "-12",
+        "1.5",
+        "-0.25",
+        "1000000.413",
+        "1700000000123.456",
+        "1e3",
+        "2.5E-3",
+        "9007199254740991",
+        "123456789.123456",
+    ] {
+        let got = Cursor::new(text.as_bytes()).number();
+        let want: serde_json::Number = serde_json::from_str(text).unwrap();
+        let want = match (want.as_u64(), want.as_i64()) {
+            (Some(u), _) => Num::Uint(u),
+            (None, Some(i)) => Num::Int(i),
+            _ => Num::Float(want.as_f64().unwrap()),
+        };
+        assert_eq!(got, Some(want), "{text}");
+    }
+}

@@ -1,0 +1,272 @@
+//! A cursor over one event's JSON bytes for the fast path
+//! ([`super::fast_event`]): tokens read in place, strings borrowed.
+//!
+//! Invariant: every method answers None for anything it does not read
+//! exactly as serde_json does (an escape in a string, a control character,
+//! invalid UTF-8, a number outside the range where serde_json's value is
+//! certain, a syntax error); the caller then reads the event with
+//! serde_json, which gives the value or the error.
+
+use super::event::{coerce_pid, us_to_ns_float, us_to_ns_int};
+
+/// A JSON number as serde_json reads it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Num {
+    /// A negative integer.
+    Int(i64),
+    /// A non-negative integer.
+    Uint(u64),
+    Float(f64),
+}
+
+impl Num {
+    /// As microseconds turned into nanoseconds (`event::coerce_ts`).
+    pub fn us_to_ns(self) -> Result<i64, String> {
+        match self {
+            Num::Int(i) => us_to_ns_int(i),
+            Num::Uint(u) => match i64::try_from(u) {
+                Ok(i) => us_to_ns_int(i),
+                Err(_) => us_to_ns_float(u as f64),
+            },
+            Num::Float(f) => us_to_ns_float(f),
+        }
+    }
+
+    /// As a pid or tid (`event::ident_of`).
+    pub fn as_pid(self) -> u32 {
+        match self {
+            Num::Int(i) => coerce_pid(i),
+            Num::Uint(u) => match i64::try_from(u) {
+                Ok(i) => coerce_pid(i),
+                Err(_) => coerce_pid(u as f64 as i64),
+            },
+            Num::Float(f) => coerce_pid(f as i64),
+        }
+    }
+
+    /// As an async or flow id (`event::id_of`): integers up to i64::MAX.
+    pub fn as_id(self) -> Option<u64> {
+        match self {
+            Num::Int(i) => Some(i as u64),
+            Num::Uint(u) if u <= i64::MAX as u64 => Some(u),
+            _ => None,
+        }
+    }
+}
+
+/// Powers of ten a double holds exactly.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+#[derive(Clone)]
+pub struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, pos: 0 }
+    }
+
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// A cursor at `pos` of the same bytes.
+    pub fn at(&self, pos: usize) -> Self {
+        Self {
+            bytes: self.bytes,
+            pos,
+        }
+    }
+
+    pub fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.bytes.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    /// The next byte after whitespace, not consumed.
+    pub fn peek(&mut self) -> Option<u8> {
+        self.skip_ws();
+        self.bytes.get(self.pos).copied()
+    }
+
+    /// Consumes `b` if it is next.
+    pub fn eat(&mut self, b: u8) -> bool {
+        if self.peek() == Some(b) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn expect(&mut self, b: u8) -> Option<()> {
+        self.eat(b).then_some(())
+    }
+
+    /// The bytes of a string without escapes or control characters (not
+    /// checked as UTF-8 here: the caller checks the whole event once).
+    pub fn string(&mut self) -> Option<&'a [u8]> {
+        self.expect(b'"')?;
+        let start = self.pos;
+        let rest = &self.bytes[start..];
+        let len = rest
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        if rest[len] != b'"' {
+            return None;
+        }
+        self.pos = start + len + 1;
+        Some(&rest[..len])
+    }
+
+    pub fn boolean(&mut self) -> Option<bool> {
+        self.skip_ws();
+        for (word, value) in [(&b"true"[..], true), (&b"false"[..], false)] {
+            if self.bytes[self.pos..].starts_with(word) {
+                self.pos += word.len();
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    pub fn null(&mut self) -> Option<()> {
+        self.skip_ws();
+        self.bytes[self.pos..]
+            .starts_with(b"null")
+            .then(|| self.pos += 4)
+    }
+
+    fn digits(&mut self) -> (u64, usize, bool) {
+        let (mut v, mut n, mut overflow) = (0u64, 0, false);
+        while let Some(&b @ b'0'..=b'9') = self.bytes.get(self.pos) {
+            match v
+                .checked_mul(10)
+                .and_then(|x| x.checked_add(u64::from(b - b'0')))
+            {
+                Some(x) => v = x,
+                None => overflow = true,
+            }
+            n += 1;
+            self.pos += 1;
+        }
+        (v, n, overflow)
+    }
+
+    /// A number: integers as they are, a fraction or exponent only when
+    /// it is a digit string below 2^53 scaled by at most 10^22 (a single
+    /// correctly rounded operation, whichever way serde_json computes).
+    pub fn number(&mut self) -> Option<Num> {
+        self.skip_ws();
+        let negative = self.bytes.get(self.pos) == Some(&b'-');
+        if negative {
+            self.pos += 1;
+        }
+        let int_at = self.pos;
+        let (int, int_digits, overflow) = self.digits();
+        // No leading zeros, at least one digit (JSON's grammar).
+        if int_digits == 0 || overflow || (int_digits > 1 && self.bytes[int_at] == b'0') {
+            return None;
+        }
+        let mut significand = int;
+        let mut exponent: i32 = 0;
+        let mut float = false;
+        if self.bytes.get(self.pos) == Some(&b'.') {
+            self.pos += 1;
+            let frac_at = self.pos;
+            while let Some(&b @ b'0'..=b'9') = self.bytes.get(self.pos) {
+                significand = significand
+                    .checked_mul(10)?
+                    .checked_add(u64::from(b - b'0'))?;
+                self.pos += 1;
+            }
+            let frac_digits = self.pos - frac_at;
+            if frac_digits == 0 {
+                return None;
+            }
+            exponent -= frac_digits as i32;
+            float = true;
+        }
+        if let Some(b'e' | b'E') = self.bytes.get(self.pos) {
+            self.pos += 1;
+            let minus = match self.bytes.get(self.pos) {
+                Some(b'-') => true,
+                Some(b'+') => false,
+                _ => false,
+            };
+            if let Some(b'-' | b'+') = self.bytes.get(self.pos) {
+                self.pos += 1;
+            }
+            let (e, e_digits, e_overflow) = self.digits();
+            if e_digits == 0 || e_overflow || e > 400 {
+                return None;
+            }
+            exponent += if minus { -(e as i32) } else { e as i32 };
+            float = true;
+        }
+        if !float {
+            return Some(if !negative {
+                Num::Uint(int)
+            } else if int == 0 || int > 1 << 63 {
+                // serde_json reads -0 and beyond i64 as doubles.
+                return None;
+            } else {
+                Num::Int((int as i64).wrapping_neg())
+            });
+        }
+        if significand >= 1 << 53 {
+            return None;
+        }
+        let pow = *POW10.get(exponent.unsigned_abs() as usize)?;
+        let f = significand as f64;
+        let f = if exponent >= 0 { f * pow } else { f / pow };
+        Some(Num::Float(if negative { -f } else { f }))
+    }
+
+    /// Skips one value, checking its syntax; at most `depth` levels of
+    /// objects and arrays.
+    pub fn skip_value(&mut self, depth: u32) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b't' | b'f' => self.boolean().map(drop),
+            b'n' => self.null(),
+            b'{' => {
+                let depth = depth.checked_sub(1)?;
+                self.pos += 1;
+                if self.eat(b'}') {
+                    return Some(());
+                }
+                loop {
+                    self.string()?;
+                    self.expect(b':')?;
+                    self.skip_value(depth)?;
+                    if self.eat(b',') {
+                        continue;
+                    }
+                    return self.expect(b'}');
+                }
+            }
+            b'[' => {
+                let depth = depth.checked_sub(1)?;
+                self.pos += 1;
+                if self.eat(b']') {
+                    return Some(());
+                }
+                loop {
+                    self.skip_value(depth)?;
+                    if self.eat(b',') {
+                        continue;
+                    }
+                    return self.expect(b']');
+                }
+            }
+            _ => self.number().map(drop),
+        }
+    }
+}
