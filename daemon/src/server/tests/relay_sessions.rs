@@ -196,6 +196,7 @@ async fn batches_are_acked_after_commit() {
             clocks: None,
             last_batch_sent: 2,
             sources: Vec::new(),
+            ring: None,
         }),
     )
     .await;
