@@ -167,6 +167,12 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         machine_name: identity.machine_name.as_str().into(),
         stop: &sources_stop,
         budget: &budget,
+        triggers: (!config.control.trigger_on.is_empty()).then(|| {
+            source::triggers::PacketTriggers {
+                names: config.control.trigger_on.clone().into(),
+                asks: trigger_asks.clone(),
+            }
+        }),
     };
     let source_stats = sources.spawn(&config.sources, &tx);
     if config.metrics.listen.is_some() {
@@ -312,6 +318,8 @@ struct Sources<'a> {
     machine_name: Arc<str>,
     stop: &'a CancellationToken,
     budget: &'a source::SourceBudget,
+    /// `trigger-on` (None: no names configured).
+    triggers: Option<source::triggers::PacketTriggers>,
 }
 
 impl Sources<'_> {
@@ -332,6 +340,7 @@ impl Sources<'_> {
                 shutdown: self.stop.clone(),
                 stats: Arc::new(SourceStats::default()),
                 budget: self.budget.clone(),
+                triggers: self.triggers.clone(),
             };
             source_stats.push(ctx.stats.clone());
             source::spawn(spec, index, ctx, resume, tx.clone());

@@ -7,7 +7,9 @@
 //! checked against the generators' identities as `ring_trigger` checks
 //! them; `tracesync status` shows each ring relay's fill and oldest time;
 //! a storm of triggers from a stream relay's machine is held to the
-//! name's limit while capture runs on; an offline relay says so.
+//! name's limit while capture runs on; an offline relay says so; a
+//! Perfetto trigger (TracePacket.trigger) of a `--trigger-on` name in a
+//! relay's file source fires at the packet's own time.
 
 use std::path::Path;
 use std::process::Command;
@@ -356,6 +358,109 @@ fn a_storm_from_a_stream_relay_machine_stays_within_the_limit_and_offline_says_s
     for r in &mut relays {
         r.stop();
     }
+}
+
+#[test]
+fn a_perfetto_trigger_in_a_relay_stream_fires_at_the_packet_time() {
+    let mut daemon = Daemon::start(DaemonOpts::default());
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let app = dir.path().join("app.pftrace");
+    std::fs::write(&app, b"").unwrap_or_else(|e| panic!("{e}"));
+    let ring = |name: &str| RelayOpts {
+        extra_args: vec!["--mode".into(), "ring".into()],
+        ..RelayOpts::synthetic(name, RATE)
+    };
+    let mut watched = ring("ring-watched");
+    watched.sources.push(format!("file:{}", app.display()));
+    watched
+        .extra_args
+        .extend(["--trigger-on".into(), "app-crash".into()]);
+    let mut relays = vec![
+        Relay::start(&daemon, watched),
+        Relay::start(&daemon, ring("ring-other")),
+    ];
+    let names = ["ring-watched", "ring-other"];
+    daemon.wait_connected(&names, Duration::from_secs(30));
+    daemon.wait_synced(&names, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+
+    // The app's trace gets a trigger not in trigger-on, then one that is,
+    // stamped on BOOTTIME as Perfetto's service stamps them.
+    let at = live::host_boottime_ns();
+    let mut trace = trigger_record("not-listed", at - 1_000_000);
+    trace.extend(trigger_record("app-crash", at));
+    std::fs::write(&app, &trace).unwrap_or_else(|e| panic!("{e}"));
+
+    let fired = "trigger app-crash fired at host time ";
+    wait_for(
+        Duration::from_secs(20),
+        || daemon.log().contains(fired),
+        || format!("{}\n{}", relays[0].log(), daemon.log()),
+    );
+    let log = daemon.log();
+    let host_time: u64 = log
+        .split_once(fired)
+        .and_then(|(_, rest)| rest.split_once(" ns"))
+        .and_then(|(t, _)| t.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    // The packet's own time, through the relay's estimate (its clock is
+    // the host's here): within the estimate's bound, far under a ms.
+    let off = host_time.abs_diff(at);
+    eprintln!("packet trigger: T - packet time = {off} ns");
+    assert!(off < 1_000_000, "T {host_time}, packet {at}");
+    assert!(!log.contains("trigger not-listed fired"), "{log}");
+    assert!(
+        relays[0]
+            .log()
+            .contains("Perfetto trigger app-crash in the packets")
+    );
+    // Both ring relays ship their windows into one snapshot.
+    for relay in &relays {
+        wait_for(
+            Duration::from_secs(40),
+            || relay.log().contains("the daemon has the window"),
+            || format!("relay {}:\n{}\n{}", relay.name(), relay.log(), daemon.log()),
+        );
+    }
+    let snapshot = std::fs::read_dir(&daemon.output)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.is_some_and(|n| n.starts_with("snapshot-") && n.ends_with("-app-crash.pftrace"))
+        })
+        .unwrap_or_else(|| panic!("no app-crash snapshot in {}", daemon.output.display()));
+    let scan = live::output::scan_file(&snapshot, None);
+    assert!(scan.error.is_none(), "{:?}", scan.error);
+    for name in names {
+        let machine = scan
+            .machine_names
+            .iter()
+            .find(|(_, n)| n.as_str() == name)
+            .map(|(&m, _)| m)
+            .unwrap_or_else(|| panic!("{name} not in {:?}", scan.machine_names));
+        let events = scan.events.iter().filter(|e| e.machine == machine).count();
+        eprintln!("packet trigger snapshot: {name}: {events} events");
+        assert!(events > 500, "{name}: {events} events");
+    }
+    stop_all(&mut relays, &mut daemon);
+}
+
+/// One Trace record (field 1) holding a TracePacket with a Perfetto
+/// trigger `name` (TracePacket.trigger = 46, Trigger.trigger_name = 1) at
+/// BOOTTIME `ts`.
+fn trigger_record(name: &str, ts: u64) -> Vec<u8> {
+    use tracesync_protocol::wire;
+    let mut trigger = Vec::new();
+    wire::put_len_field(&mut trigger, 1, name.as_bytes());
+    wire::put_len_field(&mut trigger, 2, b"app");
+    let mut packet = Vec::new();
+    wire::put_varint_field(&mut packet, 8, ts);
+    wire::put_len_field(&mut packet, 46, &trigger);
+    let mut record = Vec::new();
+    wire::put_len_field(&mut record, 1, &packet);
+    record
 }
 
 /// One request line on a relay's control socket; the answer line.
