@@ -386,9 +386,13 @@ fn ring_line(fill: &tracesync_core::status::RingStatus) -> String {
         0 => String::new(),
         n => format!("; {n} window(s) owed"),
     };
+    // A ring that holds something is never shown as empty.
+    let percent = match fill.percent() {
+        p if p > 0.0 && p < 1.0 => "<1".to_owned(),
+        p => format!("{p:.0}"),
+    };
     format!(
-        "ring {:.0}% {} of {}, {} packets, {oldest} (keeps {} s){owed}",
-        fill.percent(),
+        "ring {percent}% {} of {}, {} packets, {oldest} (keeps {} s){owed}",
         human_bytes(fill.bytes_held),
         human_bytes(fill.bytes_limit),
         fill.packets_held,

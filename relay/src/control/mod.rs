@@ -134,6 +134,19 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Its outcome, as the relay's metrics count it.
+    pub fn outcome(&self) -> &'static str {
+        match (&self.fired, self.not_fired) {
+            (Some(_), _) => "fired",
+            (None, Some(NotFired::Refused) | None) => "refused",
+            (None, Some(NotFired::Offline)) => "offline",
+            (None, Some(NotFired::Unsupported)) => "unsupported",
+            (None, Some(NotFired::NoAnswer)) => "no_answer",
+            (None, Some(NotFired::BadRequest)) => "bad_request",
+            (None, Some(NotFired::Busy)) => "busy",
+        }
+    }
+
     pub fn fired(fired: Fired) -> Self {
         Self {
             fired: Some(fired),

@@ -83,7 +83,7 @@ pub async fn serve(
         let Ok(place) = places.clone().try_acquire_owned() else {
             tokio::spawn(answer_only(
                 stream,
-                Answer::not_fired(NotFired::Busy, "the relay serves as many clients as it can"),
+                local(NotFired::Busy, "the relay serves as many clients as it can"),
             ));
             continue;
         };
@@ -114,15 +114,15 @@ async fn client(
     // The moment the trigger fires: as soon as its line is in.
     let relay_time_ns = clock.boottime();
     let answer = match read {
-        Err(_) => Answer::not_fired(NotFired::BadRequest, "no request line within 5 s"),
+        Err(_) => local(NotFired::BadRequest, "no request line within 5 s"),
         Ok(Err(e)) => return Err(e),
-        Ok(Ok(_)) if !line.ends_with('\n') => Answer::not_fired(
+        Ok(Ok(_)) if !line.ends_with('\n') => local(
             NotFired::BadRequest,
             "the request must be one JSON line under 4 KiB",
         ),
         Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
             Ok(request) => ask(request, relay_time_ns, asks).await,
-            Err(e) => Answer::not_fired(
+            Err(e) => local(
                 NotFired::BadRequest,
                 format!(
                     "bad request: {e}; send {{\"cmd\":\"trigger\",\"name\":\"NAME\",\
@@ -145,7 +145,7 @@ async fn ask(request: Request, relay_time_ns: u64, asks: &mpsc::Sender<TriggerAs
         after_ns,
     } = request;
     if let Err(reason) = check(&name, before_ns, after_ns) {
-        return Answer::not_fired(NotFired::BadRequest, reason);
+        return local(NotFired::BadRequest, reason);
     }
     let (reply, answer) = oneshot::channel();
     let ask = TriggerAsk {
@@ -159,23 +159,31 @@ async fn ask(request: Request, relay_time_ns: u64, asks: &mpsc::Sender<TriggerAs
     match asks.try_send(ask) {
         Ok(()) => {}
         Err(mpsc::error::TrySendError::Full(_)) => {
-            return Answer::not_fired(
+            return local(
                 NotFired::Busy,
                 "too many triggers wait for the daemon's answer; retry in a moment",
             );
         }
         Err(mpsc::error::TrySendError::Closed(_)) => {
-            return Answer::not_fired(NotFired::Offline, "the relay is stopping; no trigger fired");
+            return local(NotFired::Offline, "the relay is stopping; no trigger fired");
         }
     }
     // The uplink answers within its own timeout; this one is a backstop.
     match tokio::time::timeout(ANSWER_TIMEOUT * 2, answer).await {
         Ok(Ok(answer)) => answer,
-        _ => Answer::not_fired(
+        _ => local(
             NotFired::NoAnswer,
             "the relay's uplink did not answer; the trigger may still fire",
         ),
     }
+}
+
+/// An answer of the socket's own (the uplink counts those it gives),
+/// counted in the relay's metrics.
+fn local(why: NotFired, error: impl Into<String>) -> Answer {
+    let answer = Answer::not_fired(why, error);
+    crate::metrics::trigger_asked(answer.outcome());
+    answer
 }
 
 /// A trigger's name and spans, as the daemon checks them.

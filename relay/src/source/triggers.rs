@@ -105,6 +105,7 @@ impl SourceContext {
                 ),
                 Err(_) => {
                     self.stats.triggers_dropped.fetch_add(1, Ordering::Relaxed);
+                    crate::metrics::trigger_asked("busy");
                     tracing::warn!(
                         "{label}: Perfetto trigger {} dropped: the relay's trigger queue is full",
                         trigger.name

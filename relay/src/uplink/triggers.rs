@@ -193,6 +193,7 @@ impl Uplink {
 
 /// Sends `reply` to whoever waits (a packet's trigger: nobody) and logs it.
 fn answer(name: &str, origin: Origin, reply: Option<oneshot::Sender<Answer>>, answer: Answer) {
+    crate::metrics::trigger_asked(answer.outcome());
     match &answer.fired {
         Some(fired) => tracing::info!(
             "trigger {name} ({}) fired by the daemon: id {:016x}, host time {} ns (placed by {}); \
