@@ -264,6 +264,26 @@ pub fn tighter_over(fired: &Fired, a: SyncEstimate, b: SyncEstimate) -> SyncEsti
     if worst(&b) < worst(&a) { b } else { a }
 }
 
+/// Longest a window shipped after a reconnect waits for the relay's new
+/// estimate to settle ([`settled_for`]) (ns).
+pub const SETTLE_MAX_NS: u64 = 60_000_000_000;
+
+/// Whether, at host time `now_ns`, the estimate of a relay session that
+/// began at `connected_ns` may map a window of `fired`. A session that
+/// began after the window's end has a young estimate: its first samples
+/// (a burst over ~0.1 s) leave its frequency loose by up to hundreds of
+/// ppm, and carried tens of seconds back to the window it places packets
+/// milliseconds off. That stays inside its bound, but the window is cut
+/// to [T - before, T + after] by the mapped times, so packets near its
+/// ends land on the wrong side. It maps once its session has lasted as
+/// long as the distance back to the window (its samples then pin the
+/// frequency over that distance), or [`SETTLE_MAX_NS`].
+pub fn settled_for(fired: &Fired, connected_ns: u64, now_ns: u64) -> bool {
+    let end = fired.host_window().1;
+    let distance = connected_ns.saturating_sub(end).min(SETTLE_MAX_NS);
+    now_ns >= connected_ns.saturating_add(distance)
+}
+
 /// The relay BOOTTIME the estimate maps to host time `host_ns`: relay =
 /// host + offset(relay), solved by two fixed-point steps (the offset moves
 /// by ppm of the distance, so the second step is exact to well under a

@@ -201,3 +201,25 @@ fn a_trigger_fired_at_an_earlier_time_counts_against_the_limit_at_its_receipt() 
     ));
     assert_eq!(triggers.stats().refused, 1);
 }
+
+#[test]
+fn a_session_begun_after_the_window_maps_it_once_it_lasted_the_distance_back() {
+    let fired = Fired {
+        id: 1,
+        name: "crash".into(),
+        host_time_ns: 1000 * S,
+        before_ns: 30 * S,
+        after_ns: 5 * S,
+    };
+    // Connected before the window's end: its estimate is the live one.
+    assert!(settled_for(&fired, 990 * S, 990 * S));
+    assert!(settled_for(&fired, 1005 * S, 1005 * S));
+    // Reconnected 25 s after the window's end: 25 s of samples first.
+    assert!(!settled_for(&fired, 1030 * S, 1030 * S));
+    assert!(!settled_for(&fired, 1030 * S, 1054 * S));
+    assert!(settled_for(&fired, 1030 * S, 1055 * S));
+    // An hour later: at most SETTLE_MAX_NS.
+    let hour = 1005 * S + 3600 * S;
+    assert!(!settled_for(&fired, hour, hour + SETTLE_MAX_NS - 1));
+    assert!(settled_for(&fired, hour, hour + SETTLE_MAX_NS));
+}

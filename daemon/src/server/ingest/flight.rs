@@ -28,7 +28,7 @@ use tracesync_core::control::TriggerAnswer;
 use tracesync_core::sync::SyncEstimate;
 use tracesync_core::trigger::{
     Decision, Fired, RingRelays, Snapshots, TriggerConfig, TriggerRequest, Triggers, host_time_of,
-    tighter_over,
+    settled_for, tighter_over,
 };
 use tracesync_protocol::relay::v1;
 use tracing::{info, warn};
@@ -61,8 +61,11 @@ pub(super) struct Flight {
     /// connection: a window shipped after a reconnect may map better with
     /// it than with the young estimate of the new one.
     earlier: HashMap<u64, SyncEstimate>,
-    /// Whole windows waiting for their relay's first estimate: (trigger,
-    /// relay instance, slot).
+    /// Host BOOTTIME each connected ring relay's session began at.
+    since: HashMap<Slot, u64>,
+    /// Whole windows waiting for their relay's first estimate, or for a
+    /// young one to settle ([`settled_for`]): (trigger, relay instance,
+    /// slot).
     unsynced: Vec<(u64, u64, Slot)>,
     /// Snapshot writers' outcomes.
     done_tx: mpsc::Sender<Outcome>,
@@ -89,6 +92,7 @@ impl Flight {
             snapshots: Snapshots::new(SNAPSHOT_PATIENCE_NS, max_owed),
             staging: None,
             earlier: HashMap::new(),
+            since: HashMap::new(),
             unsynced: Vec::new(),
             done_tx,
             done_rx,
@@ -215,12 +219,14 @@ impl Flight {
             let remembered = self.triggers.for_new_relay(now_ns);
             self.ring.connect(slot, remembered);
             self.relays.insert(slot, relay);
+            self.since.insert(slot, now_ns);
         }
     }
 
     /// The connection on `slot` ended; `estimate` is its relay's last.
     pub fn disconnected(&mut self, slot: Slot, estimate: Option<SyncEstimate>) {
         self.ring.disconnect(slot);
+        self.since.remove(&slot);
         if let Some(relay) = self.relays.remove(&slot)
             && let Some(estimate) = estimate
         {
@@ -245,6 +251,26 @@ impl Flight {
             (Some(fired), Some(now), Some(before)) => Some(tighter_over(fired, now, before)),
             (_, now, before) => now.or(before),
         }
+    }
+
+    /// The estimate `relay`'s window of `id` maps with at host BOOTTIME
+    /// `now_ns`: [`Self::window_estimate`], unless that is the young
+    /// estimate of a session that began after the window and has not
+    /// settled yet (None: the window waits).
+    fn mapping_estimate(
+        &self,
+        id: u64,
+        instance: u64,
+        slot: Slot,
+        current: Option<SyncEstimate>,
+        now_ns: u64,
+    ) -> Option<SyncEstimate> {
+        let chosen = self.window_estimate(id, instance, current)?;
+        let settled = match (self.snapshots.fired(id), self.since.get(&slot)) {
+            (Some(fired), Some(&since)) => settled_for(fired, since, now_ns),
+            _ => true,
+        };
+        (Some(chosen) != current || settled).then_some(chosen)
     }
 
     /// Tracks `fired`'s snapshot; a trigger forgotten for it loses its
@@ -300,7 +326,8 @@ impl Flight {
             );
             return;
         }
-        let estimate = self.window_estimate(id, relay.instance, estimate);
+        let now_ns = tracesync_common::clock::boottime_ns();
+        let estimate = self.mapping_estimate(id, relay.instance, slot, estimate, now_ns);
         let staging = match (&mut self.staging, output_dir) {
             (Some(staging), _) => staging,
             (None, Some(dir)) => self.staging.insert(Staging::new(dir)),
@@ -341,20 +368,22 @@ impl Flight {
         sessions: &HashMap<Slot, SessionEntry>,
         estimate: impl Fn(Slot) -> Option<SyncEstimate>,
     ) -> Vec<IndexEntry> {
+        let mut ready = Vec::new();
+        for (id, instance, slot) in std::mem::take(&mut self.unsynced) {
+            if !sessions.contains_key(&slot) {
+                continue; // gone: it ships the window again
+            }
+            match self.mapping_estimate(id, instance, slot, estimate(slot), now_ns) {
+                Some(e) => ready.push((id, instance, e)),
+                None => self.unsynced.push((id, instance, slot)),
+            }
+        }
         if let Some(staging) = &mut self.staging {
-            let snapshots = &mut self.snapshots;
-            self.unsynced.retain(|&(id, instance, slot)| {
-                if !sessions.contains_key(&slot) {
-                    return false; // gone: it ships the window again
-                }
-                let Some(e) = estimate(slot) else {
-                    return true;
-                };
+            for (id, instance, e) in ready {
                 if staging.set_estimate(id, instance, e) {
-                    snapshots.whole(id, instance);
+                    self.snapshots.whole(id, instance);
                 }
-                false
-            });
+            }
         }
         let mut entries = Vec::new();
         while let Ok(outcome) = self.done_rx.try_recv() {

@@ -32,6 +32,9 @@ pub struct RelayOpts {
     pub extra_args: Vec<String>,
     /// Mutual TLS files; None runs plaintext (`--tls off`).
     pub tls: Option<RelayTls>,
+    /// Run in this network namespace (`ip netns exec NS`, which execs: the
+    /// child's pid stays the relay's).
+    pub netns: Option<String>,
 }
 
 impl RelayOpts {
@@ -113,8 +116,22 @@ impl Relay {
 
     fn spawn(&mut self) {
         let relay = bin("tracesync-relay");
-        let mut cmd = match self.opts.time_namespace {
-            Some(ns) => {
+        let mut cmd = match (self.opts.time_namespace, &self.opts.netns) {
+            (time, Some(net)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", net]);
+                if let Some(ns) = time {
+                    c.arg("unshare")
+                        .arg("--time")
+                        .arg("--boottime")
+                        .arg(ns.boottime_s.to_string())
+                        .arg("--monotonic")
+                        .arg(ns.monotonic_s.to_string());
+                }
+                c.arg(relay);
+                c
+            }
+            (Some(ns), None) => {
                 // unshare execs the relay itself (no fork), so the child's
                 // pid is the relay's and kill -9 reaches it.
                 let mut c = Command::new("unshare");
@@ -126,7 +143,7 @@ impl Relay {
                     .arg(relay);
                 c
             }
-            None => Command::new(relay),
+            (None, None) => Command::new(relay),
         };
         cmd.arg("--host")
             .arg(self.host.to_string())
