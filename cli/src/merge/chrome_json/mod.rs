@@ -5,8 +5,9 @@
 //! Invariants:
 //! - Memory is bounded whatever the file's size: one read buffer, one event
 //!   ([`scan::MAX_EVENT_BYTES`]), the reordering window
-//!   ([`convert::WINDOW_BYTES`] and half of it again), and one entry per
-//!   process, thread and named track.
+//!   ([`convert::WINDOW_BYTES`] and a 24-byte entry per packet held), one
+//!   output chunk (a window's release is handed out a chunk at a time), and
+//!   one entry per process, thread and named track.
 //! - The conversion is a pure function of the file's bytes and its name:
 //!   both merge passes see the same packets at the same offsets (the
 //!   merge converts once and spills, `inputs::spill`, but converts again
@@ -95,9 +96,11 @@ impl<R: Read> ChromeJsonReader<R> {
     /// Converts the JSON `inner` of the input named `display`; its counts
     /// go to `slot` when the reader is dropped.
     pub fn new(inner: R, display: &str, slot: Option<StatsSlot>) -> Self {
+        let mut converter = Converter::new(display);
+        converter.set_out_chunk(OUT_CHUNK);
         Self {
             scanner: EventScanner::new(inner),
-            converter: Converter::new(display),
+            converter,
             stats: JsonStats::default(),
             slot,
             event: Vec::new(),
@@ -113,7 +116,16 @@ impl<R: Read> ChromeJsonReader<R> {
     fn fill(&mut self) {
         self.out.clear();
         self.pos = 0;
-        while !self.done && self.out.len() < OUT_CHUNK {
+        while self.out.len() < OUT_CHUNK {
+            // A release of the window is handed out before anything new
+            // is converted: the output never holds more than a chunk.
+            if self.converter.releasing() {
+                self.converter.drain(&mut self.out, &mut self.stats);
+                continue;
+            }
+            if self.done {
+                break;
+            }
             // Most events are read in place from the scanner's buffer.
             match self.scanner.event_in_buffer() {
                 Ok(Some((_, bytes))) => {
@@ -187,7 +199,7 @@ impl<R: Read> ChromeJsonReader<R> {
 impl<R: Read> Read for ChromeJsonReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.pos == self.out.len() {
-            if self.done {
+            if self.done && !self.converter.releasing() {
                 return match self.error.take() {
                     Some(e) => Err(e.into_io()),
                     None => Ok(0),
