@@ -147,9 +147,13 @@ impl ChromeJsonReader {
                 )));
             }
         }
-        let msg = std::mem::replace(&mut self.batch.msgs[self.at], Msg::End);
+        let msg = self
+            .batch
+            .msgs
+            .get_mut(self.at)
+            .map(|m| std::mem::replace(m, Msg::End));
         self.at += 1;
-        msg
+        msg.unwrap_or(Msg::End)
     }
 
     /// Converts events until a chunk of output is ready or the input ends.

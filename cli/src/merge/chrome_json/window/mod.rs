@@ -223,7 +223,11 @@ impl Window {
     /// release is done (and, at the file's end, starts the last one).
     pub fn drain(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
         while self.next < self.cut && out.len() < self.out_chunk {
-            let h = self.entries[self.next];
+            let Some(&h) = self.entries.get(self.next) else {
+                // Cannot happen (`cut` is within the entries); never loop.
+                self.next = self.cut;
+                break;
+            };
             self.next += 1;
             self.release_one(h, out, stats);
         }
