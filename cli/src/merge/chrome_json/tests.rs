@@ -368,3 +368,29 @@ fn perfetto_sort_rules_and_leniencies() {
         "a metadata event with a bad ts still names its thread"
     );
 }
+
+/// A reader dropped before the end stops its reading thread (which would
+/// otherwise block on a full channel) and leaves what both threads counted.
+#[test]
+fn a_reader_dropped_early_stops_its_reading_thread() {
+    let mut json = String::from(r#"{"displayTimeUnit":"ns","traceEvents":["#);
+    for i in 0..200_000 {
+        json.push_str(&format!(
+            r#"{{"ph":"X","pid":1,"tid":2,"ts":{i},"dur":1,"name":"e"}},"#
+        ));
+    }
+    json.push_str(r#"{}]}"#);
+    let slot = StatsSlot::default();
+    let mut reader = ChromeJsonReader::new(
+        std::io::Cursor::new(json.into_bytes()),
+        "t.json",
+        Some(slot.clone()),
+    );
+    let mut buf = [0u8; 4096];
+    assert!(reader.read(&mut buf).unwrap() > 0);
+    let started = std::time::Instant::now();
+    drop(reader);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // Counted by the reading thread, at the start of the text.
+    assert_eq!(slot.lock().unwrap().json_display_time_unit, 1);
+}
