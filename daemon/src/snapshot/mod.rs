@@ -13,6 +13,7 @@
 //! [`MAX_WINDOW_BYTES`] per window on disk (a window past it is dropped
 //! and said).
 
+pub mod output;
 pub mod write;
 
 use std::collections::HashMap;

@@ -13,7 +13,7 @@
 //! channel without waiting; one that does not fit stays owed and is tried
 //! again at the next host tick or sync update.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::SystemTime;
@@ -51,6 +51,9 @@ pub(super) struct Flight {
     fired: VecDeque<FiredAt>,
     /// Each connected ring relay, as its Hello named it.
     relays: HashMap<Slot, RelayInfo>,
+    /// The machines of every ring relay seen this run: a snapshot takes
+    /// their windows from their rings only, never from the output.
+    ring_machines: BTreeSet<u32>,
     /// Which snapshots to write when.
     snapshots: Snapshots,
     /// Made with the output directory at the first window part.
@@ -71,6 +74,9 @@ pub(super) struct Flight {
 /// missing (a relay cut off); a window later than that rewrites the file.
 const SNAPSHOT_PATIENCE_NS: u64 = 30_000_000_000;
 
+/// Ring relays' machines remembered at most (far above any fleet).
+const MAX_RING_MACHINES: usize = 1 << 16;
+
 /// Whole windows waiting for an estimate at most (one per relay and
 /// trigger owed is far below it).
 const MAX_UNSYNCED: usize = 1024;
@@ -84,6 +90,7 @@ impl Flight {
             ring: RingRelays::new(max_owed),
             fired: VecDeque::new(),
             relays: HashMap::new(),
+            ring_machines: BTreeSet::new(),
             snapshots: Snapshots::new(SNAPSHOT_PATIENCE_NS, max_owed),
             staging: None,
             earlier: HashMap::new(),
@@ -150,6 +157,9 @@ impl Flight {
         if let Some(relay) = relay {
             let remembered = self.triggers.for_new_relay(now_ns);
             self.ring.connect(slot, remembered);
+            if self.ring_machines.len() < MAX_RING_MACHINES {
+                self.ring_machines.insert(relay.raw_id);
+            }
             self.relays.insert(slot, relay);
         }
     }
@@ -268,11 +278,13 @@ impl Flight {
 
     /// Takes the snapshots written since (acknowledging their windows to
     /// the relays connected; the others are acknowledged when they ship
-    /// them again) and starts those due at host BOOTTIME `now_ns`. Returns
-    /// the index lines of the snapshots written.
+    /// them again) and starts those due at host BOOTTIME `now_ns`, the
+    /// output being durable through host time `output_ns`. Returns the
+    /// index lines of the snapshots written.
     pub fn tick(
         &mut self,
         now_ns: u64,
+        output_ns: u64,
         output_dir: Option<&Path>,
         sessions: &HashMap<Slot, SessionEntry>,
         estimate: impl Fn(Slot) -> Option<SyncEstimate>,
@@ -300,13 +312,18 @@ impl Flight {
                     info!(
                         trigger = written.trigger_id,
                         windows = written.instances.len(),
+                        output_packets = written.output_packets,
+                        output_whole = written.output_whole,
                         packets = written.entry.packets,
                         cut = written.cut,
                         "snapshot {} written",
                         written.entry.name
                     );
-                    self.snapshots
-                        .written(written.trigger_id, &written.instances);
+                    self.snapshots.written(
+                        written.trigger_id,
+                        &written.instances,
+                        written.output_whole,
+                    );
                     for (slot, relay) in &self.relays {
                         if written.instances.contains(&relay.instance) {
                             send_ack(sessions, *slot, written.trigger_id);
@@ -321,14 +338,21 @@ impl Flight {
                 }
             }
         }
-        let (Some(staging), Some(dir)) = (&self.staging, output_dir) else {
+        let Some(dir) = output_dir else {
             return entries;
         };
-        for due in self.snapshots.due(now_ns) {
+        for due in self.snapshots.due(now_ns, output_ns) {
             let id = due.fired.id;
             let wall = self.fired_at(id).map_or_else(SystemTime::now, |f| f.wall);
+            let windows = self
+                .staging
+                .as_ref()
+                .map(|s| s.windows_of(id, &due.instances))
+                .unwrap_or_default();
             let job = Job {
-                windows: staging.windows_of(id, &due.instances),
+                windows,
+                ring_machines: self.ring_machines.clone(),
+                output_whole: due.output_whole,
                 fired: due.fired,
                 wall,
                 output_dir: dir.to_path_buf(),
