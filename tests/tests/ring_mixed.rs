@@ -198,3 +198,154 @@ fn check_machines(
         );
     }
 }
+
+/// Runs `tracesync ARGS`: exit code, stdout, stderr.
+fn cli(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let out = Command::new(bin("tracesync"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run tracesync: {e}"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_tools_read_a_snapshot_as_they_read_rolled_files() {
+    let mut daemon = Daemon::start(DaemonOpts::default());
+    let mut relay = Relay::start(&daemon, relay_opts("ring-alone", 50, true));
+    daemon.wait_connected(&["ring-alone"], Duration::from_secs(30));
+    daemon.wait_synced(&["ring-alone"], Duration::from_secs(30));
+    // `tail DIR` follows the stream and says the snapshot when it appears.
+    let mut follower = Command::new(bin("tracesync"))
+        .arg("tail")
+        .arg(&daemon.output)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("tracesync tail DIR: {e}"));
+    std::thread::sleep(Duration::from_secs(2));
+    let stdout = trigger(&daemon, "alone", "1s", "500ms");
+    let name = between(&stdout, "; snapshot ", "\n").trim().to_owned();
+    let path = daemon.output.join(&name);
+    wait_for(
+        Duration::from_secs(40),
+        || daemon.log().contains(&format!("snapshot {name} written")),
+        || format!("no {name}:\n{}", daemon.log()),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let _ = follower.kill();
+    let said = follower
+        .wait_with_output()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap_or_default();
+    assert!(
+        said.contains(&format!("snapshot {name} written")),
+        "tail DIR did not say the snapshot: {said:?}"
+    );
+
+    check_merges(&daemon.output, &path);
+
+    // tail FILE prints it and exits; report FILE reads it.
+    let (code, out, err) = cli(&[
+        "tail".as_ref(),
+        "--format".as_ref(),
+        "jsonl".as_ref(),
+        path.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "tail FILE: {err}");
+    let events = out
+        .lines()
+        .filter(|l| l.contains("\"machine\":\"ring-alone\"") && l.contains("track_event"))
+        .count();
+    assert!(
+        events >= 500,
+        "tail FILE: {events} events of ring-alone\n{err}"
+    );
+    let svg = daemon.output.with_file_name("alone.svg");
+    let (code, out, err) = cli(&[
+        "report".as_ref(),
+        path.as_os_str(),
+        "-o".as_ref(),
+        svg.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "report FILE: {out}{err}");
+    assert!(out.contains("ring-alone"), "{out}");
+    // report and refine take the output directory with the snapshot in it.
+    let (code, out, err) = cli(&[
+        "report".as_ref(),
+        daemon.output.as_os_str(),
+        "-o".as_ref(),
+        svg.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "report DIR: {out}{err}");
+
+    let status = relay.stop();
+    assert!(status.success(), "relay: {status}\n{}", relay.log());
+    let status = daemon.stop();
+    assert!(status.success(), "tracesyncd: {status}\n{}", daemon.log());
+    let refined = daemon.output.with_file_name("refined");
+    let (code, out, err) = cli(&[
+        "refine".as_ref(),
+        daemon.output.as_os_str(),
+        "-o".as_ref(),
+        refined.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "refine DIR: {out}{err}");
+    assert!(
+        refined.join(&name).is_file(),
+        "refine DIR left the snapshot out: {out}{err}"
+    );
+}
+
+/// `merge` of the snapshot alone and with a rolled file of `output`: two
+/// machines, the host and the relay, both times.
+fn check_merges(output: &std::path::Path, path: &std::path::Path) {
+    // merge: the host and the relay, two machines (the host's state opens
+    // the file, so no reader takes the relay for the file's host).
+    let stats = output.with_file_name("alone-stats.json");
+    let merged = output.with_file_name("alone-merged.pftrace");
+    let (code, out, err) = cli(&[
+        "merge".as_ref(),
+        "-o".as_ref(),
+        merged.as_os_str(),
+        "--stats".as_ref(),
+        stats.as_os_str(),
+        path.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "merge: {out}{err}");
+    let stats: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stats).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("stats: {e}"));
+    assert_eq!(stats["machines"], 2, "{stats}");
+    // With another trace (a rolled file): an ordinary merge, the host
+    // kept apart from the relay.
+    let rolled = std::fs::read_dir(output)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("tracesync-") && n.ends_with(".pftrace"))
+        })
+        .unwrap_or_else(|| panic!("no rolled file"));
+    let stats2 = output.with_file_name("both-stats.json");
+    let (code, out, err) = cli(&[
+        "merge".as_ref(),
+        "-o".as_ref(),
+        output.with_file_name("both.pftrace").as_os_str(),
+        "--stats".as_ref(),
+        stats2.as_os_str(),
+        path.as_os_str(),
+        rolled.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "merge snapshot + rolled: {out}{err}");
+    let stats2: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stats2).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("stats: {e}"));
+    assert_eq!(stats2["machines"], 2, "{stats2}");
+}

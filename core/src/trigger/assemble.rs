@@ -80,9 +80,21 @@ impl Assembly {
         let (from, to) = fired.host_window();
         let mut core = LiveCore::new(config, Recovered::default());
         core.host_tick(now, host_clocks);
+        // The host's SystemInfo and ClockSnapshot are known before any
+        // machine's first packet, so the file opens with the host: a reader
+        // that meets a remote machine first (Perfetto, `merge`) would take
+        // it for the file's host.
+        let mut drained = Vec::new();
+        core.flush_all(&mut drained);
+        let _ = core.committed();
+        let mut preamble = PreambleState::new(PreambleLimits::default());
+        for p in &drained {
+            preamble.observe_packet(p.role, p.machine_raw_id, p.seq, &p.bytes);
+        }
+        drained.clear();
         Self {
             core,
-            preamble: PreambleState::new(PreambleLimits::default()),
+            preamble,
             from: i64::try_from(from).unwrap_or(i64::MAX),
             to: i64::try_from(to).unwrap_or(i64::MAX),
             now,
@@ -90,7 +102,7 @@ impl Assembly {
             started: std::collections::BTreeSet::new(),
             current: None,
             out: Vec::new(),
-            drained: Vec::new(),
+            drained,
             stats: AssemblyStats::default(),
         }
     }

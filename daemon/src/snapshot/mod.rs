@@ -26,7 +26,7 @@ use tracesync_core::sync::SyncEstimate;
 use tracesync_protocol::relay::v1;
 
 /// The staging directory's name in the output directory.
-pub const STAGING_DIR: &str = ".staging";
+pub use tracesync_capture::names::STAGING_DIR;
 
 /// Bytes of one staged window at most.
 pub const MAX_WINDOW_BYTES: u64 = 1 << 30;
