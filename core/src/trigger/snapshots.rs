@@ -11,7 +11,8 @@
 //! in the file written last, or the output's part of the file was read
 //! before the output was past the window; at most one write per trigger is
 //! in flight;
-//! at most `max` triggers are tracked, the oldest forgotten first (the
+//! at most `max` triggers are tracked, the oldest forgotten first, and none
+//! longer than the trigger's remember time after its window's end (the
 //! caller deletes their staged windows).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -162,10 +163,23 @@ impl Snapshots {
         }
     }
 
-    /// Whether `id` is still tracked (a caller drops what it keeps for a
-    /// trigger forgotten).
-    pub fn is_tracked(&self, id: u64) -> bool {
-        self.pending.contains_key(&id)
+    /// Forgets the triggers whose window ended more than `remember_ns`
+    /// before host BOOTTIME `now_ns` (none in flight); their ids, for the
+    /// caller to delete their staged windows and to turn away a window of
+    /// theirs shipped later.
+    pub fn expire(&mut self, now_ns: u64, remember_ns: u64) -> Vec<u64> {
+        let old: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| {
+                !p.in_flight && p.fired.host_window().1.saturating_add(remember_ns) < now_ns
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &old {
+            self.pending.remove(id);
+        }
+        old
     }
 
     /// Writing the snapshot of `id` failed: tried again at the next call
@@ -265,5 +279,17 @@ mod tests {
         s.written(3, &[], false);
         assert!(s.due(3066 * S, 3002 * S).is_empty());
         assert_eq!(s.due(3067 * S, 3006 * S).len(), 1);
+    }
+
+    #[test]
+    fn triggers_past_their_remember_time_are_forgotten() {
+        let mut s = Snapshots::new(60 * S, 8);
+        s.track(&fired(1, 1000));
+        s.track(&fired(2, 5000));
+        s.expect(1, 10);
+        // Window of 1 ends at 1005 s: remembered 3600 s after.
+        assert!(s.expire(4605 * S, 3600 * S).is_empty());
+        assert_eq!(s.expire(4606 * S, 3600 * S), [1]);
+        assert!(s.fired(1).is_none() && s.fired(2).is_some());
     }
 }

@@ -127,6 +127,7 @@ pub const TRIGGERS_FIRED: &str = "tracesync_triggers_fired_total";
 pub const TRIGGERS_REFUSED: &str = "tracesync_triggers_refused_total";
 pub const SNAPSHOTS_WRITTEN: &str = "tracesync_snapshots_written_total";
 pub const SNAPSHOTS_FAILED: &str = "tracesync_snapshots_failed_total";
+pub const SNAPSHOT_TEMPORARIES_REMOVED: &str = "tracesync_snapshot_temporaries_removed_total";
 
 /// Every daemon metric: name, kind, help (the `# HELP` line). The
 /// exporter describes them from here; tests check the endpoint and the
@@ -333,4 +334,8 @@ pub const SPECS: &[Spec] = &[
         "Snapshots written (again, for a late window)",
     ),
     Spec::counter(SNAPSHOTS_FAILED, "Snapshots that could not be written"),
+    Spec::counter(
+        SNAPSHOT_TEMPORARIES_REMOVED,
+        "Temporary snapshot files left by a crash, removed at start",
+    ),
 ];

@@ -2,13 +2,15 @@
 //! core ([`Assembly`]) and written to `snapshot-<UTC>-<NAME>.pftrace` in
 //! the output directory (the stream relays' and the host's windows read
 //! back from the rolled output first, `output.rs`, then each ring relay's)
-//! through a temporary file created new, fsynced,
+//! through a temporary file created new (`O_EXCL|O_NOFOLLOW`, mode 0640 as
+//! the rolled files: nothing at its name, a link included, is written
+//! through), fsynced,
 //! renamed over the name and the directory fsynced, so a reader sees the
 //! earlier file or the new one whole. Runs on a thread of its own: the
 //! ingest loop polls for the outcome ([`Job::spawn`]).
 
 use std::collections::BTreeSet;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -77,11 +79,7 @@ impl Job {
         let tmp = self.output_dir.join(format!(".{name}.tmp"));
         let at = |p: &Path, e: io::Error| format!("{}: {e}", p.display());
         let _ = fs::remove_file(&tmp);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| at(&tmp, e))?;
+        let mut file = super::create_new(&tmp).map_err(|e| at(&tmp, e))?;
         let written = self.assemble(&mut file).map_err(|e| at(&tmp, e));
         let written = written.and_then(|((stats, bytes), output)| {
             file.write_all(&bytes).map_err(|e| at(&tmp, e))?;

@@ -65,6 +65,10 @@ pub(super) struct Flight {
     /// Whole windows waiting for their relay's first estimate: (trigger,
     /// relay instance, slot).
     unsynced: Vec<(u64, u64, Slot)>,
+    /// Triggers forgotten past their remember time (newest last): a
+    /// window of theirs shipped later is acknowledged and dropped, so its
+    /// relay frees its ring.
+    expired: VecDeque<u64>,
     /// Snapshot writers' outcomes.
     done_tx: mpsc::Sender<Outcome>,
     done_rx: mpsc::Receiver<Outcome>,
@@ -95,6 +99,7 @@ impl Flight {
             staging: None,
             earlier: HashMap::new(),
             unsynced: Vec::new(),
+            expired: VecDeque::new(),
             done_tx,
             done_rx,
         }
@@ -217,6 +222,19 @@ impl Flight {
             return;
         };
         let id = window.trigger_id;
+        if self.expired.contains(&id) {
+            if window.part == 0 {
+                warn!(
+                    slot,
+                    trigger = id,
+                    "relay {}: a window of a trigger past its remember time ([trigger] \
+                     remember-seconds after its window's end): dropped and acknowledged",
+                    relay.name
+                );
+            }
+            send_ack(sessions, slot, id);
+            return;
+        }
         // A trigger this daemon does not remember (it restarted since): the
         // window's first part says what it was.
         if window.part == 0
@@ -289,6 +307,20 @@ impl Flight {
         sessions: &HashMap<Slot, SessionEntry>,
         estimate: impl Fn(Slot) -> Option<SyncEstimate>,
     ) -> Vec<IndexEntry> {
+        let remember_ns = self.triggers.config().remember_ns;
+        for id in self.snapshots.expire(now_ns, remember_ns) {
+            if let Some(staging) = &mut self.staging {
+                staging.forget(id);
+            }
+            info!(
+                trigger = id,
+                "trigger past its remember time: its staged windows dropped"
+            );
+            if self.expired.len() >= MAX_UNSYNCED {
+                self.expired.pop_front();
+            }
+            self.expired.push_back(id);
+        }
         if let Some(staging) = &mut self.staging {
             let snapshots = &mut self.snapshots;
             self.unsynced.retain(|&(id, instance, slot)| {
