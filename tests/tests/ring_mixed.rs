@@ -214,7 +214,12 @@ fn cli(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
 
 #[test]
 fn the_tools_read_a_snapshot_as_they_read_rolled_files() {
-    let mut daemon = Daemon::start(DaemonOpts::default());
+    // Retention of one byte: every complete rolled file goes at the next
+    // start, the snapshot stays.
+    let mut daemon = Daemon::start(DaemonOpts {
+        extra_args: vec!["--retain-bytes".into(), "1".into()],
+        ..DaemonOpts::default()
+    });
     let mut relay = Relay::start(&daemon, relay_opts("ring-alone", 50, true));
     daemon.wait_connected(&["ring-alone"], Duration::from_secs(30));
     daemon.wait_synced(&["ring-alone"], Duration::from_secs(30));
@@ -298,6 +303,47 @@ fn the_tools_read_a_snapshot_as_they_read_rolled_files() {
         refined.join(&name).is_file(),
         "refine DIR left the snapshot out: {out}{err}"
     );
+    check_restart(&mut daemon, &name);
+}
+
+/// A restart removes a temporary snapshot a crash left (and says so), and
+/// retention deletes the complete rolled files but not the snapshot.
+fn check_restart(daemon: &mut Daemon, name: &str) {
+    let stale = daemon.output.join(format!(".{name}.tmp"));
+    std::fs::write(&stale, b"torn").unwrap_or_else(|e| panic!("{e}"));
+    let rolled_before = rolled_files(&daemon.output);
+    assert!(!rolled_before.is_empty());
+    daemon.restart();
+    wait_for(
+        Duration::from_secs(20),
+        || !stale.exists(),
+        || format!("{} still there:\n{}", stale.display(), daemon.log()),
+    );
+    let log = daemon.log();
+    assert!(
+        log.contains("removed 1 temporary snapshot file(s)"),
+        "{log}"
+    );
+    assert!(
+        daemon.output.join(name).is_file(),
+        "retention took the snapshot"
+    );
+    let rolled_after = rolled_files(&daemon.output);
+    assert!(
+        rolled_before.iter().all(|f| !rolled_after.contains(f)),
+        "retention of 1 byte kept {rolled_before:?} (now {rolled_after:?})"
+    );
+    let status = daemon.stop();
+    assert!(status.success(), "tracesyncd: {status}\n{}", daemon.log());
+}
+
+fn rolled_files(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("tracesync-") && n.ends_with(".pftrace"))
+        .collect()
 }
 
 /// `merge` of the snapshot alone and with a rolled file of `output`: two
