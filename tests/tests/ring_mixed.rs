@@ -303,6 +303,10 @@ fn the_tools_read_a_snapshot_as_they_read_rolled_files() {
         refined.join(&name).is_file(),
         "refine DIR left the snapshot out: {out}{err}"
     );
+    // refine SNAPSHOT: one line saying what to give instead, exit 64.
+    let (code, _, err) = cli(&["refine".as_ref(), path.as_os_str()]);
+    assert_eq!(code, 64, "refine SNAPSHOT: {err}");
+    assert!(err.contains("refine its output directory"), "{err}");
     check_restart(&mut daemon, &name);
 }
 
