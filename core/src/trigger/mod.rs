@@ -122,6 +122,15 @@ impl Triggers {
     /// Fires `request` at host time `now_ns` unless its name is over its
     /// limit.
     pub fn fire(&mut self, request: TriggerRequest, now_ns: u64) -> Decision {
+        self.fire_at(request, now_ns, now_ns)
+    }
+
+    /// Fires `request`, asked for at host time `now_ns`, at host time
+    /// `host_time_ns` (a relay's moment mapped to host time, at most a
+    /// little before `now_ns`) unless its name is over its limit. The
+    /// limit counts by `now_ns`: a trigger stamped in the past cannot
+    /// slip past it.
+    pub fn fire_at(&mut self, request: TriggerRequest, now_ns: u64, host_time_ns: u64) -> Decision {
         let per_ns = self.config.per_ns;
         let times = self.recent.entry(request.name.clone()).or_default();
         while times
@@ -146,7 +155,7 @@ impl Triggers {
         let fired = Fired {
             id: self.next_id,
             name: request.name,
-            host_time_ns: now_ns,
+            host_time_ns,
             before_ns: request.before_ns,
             after_ns: request.after_ns,
         };
@@ -174,6 +183,48 @@ impl Triggers {
 
     pub fn config(&self) -> &TriggerConfig {
         &self.config
+    }
+}
+
+/// How a relay's trigger moment became host time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mapped {
+    /// Through the relay's clock estimate.
+    Estimate,
+    /// When the request came: no estimate yet, or the relay's time maps
+    /// outside [now - `MAX_LOOKBACK_NS`, now + `MAX_AHEAD_NS`].
+    Receipt,
+}
+
+impl Mapped {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Estimate => "estimate",
+            Self::Receipt => "receipt",
+        }
+    }
+}
+
+/// How far before its receipt a relay's trigger may be placed: a relay
+/// asks as soon as it is stamped, so more is a clock gone wrong.
+pub const MAX_LOOKBACK_NS: u64 = 60_000_000_000;
+/// How far after its receipt (the estimate's error, at most).
+pub const MAX_AHEAD_NS: u64 = 1_000_000_000;
+
+/// The host time of a trigger stamped `relay_ns` on a relay's BOOTTIME,
+/// received at host time `now_ns`: through `estimate` when there is one
+/// and it maps the moment near `now_ns`, else `now_ns`.
+pub fn host_time_of(relay_ns: u64, estimate: Option<&SyncEstimate>, now_ns: u64) -> (u64, Mapped) {
+    let mapped = estimate
+        .filter(|_| relay_ns > 0)
+        .and_then(|e| e.checked_to_host(relay_ns))
+        .and_then(|t| u64::try_from(t).ok())
+        .filter(|&t| {
+            t >= now_ns.saturating_sub(MAX_LOOKBACK_NS) && t <= now_ns.saturating_add(MAX_AHEAD_NS)
+        });
+    match mapped {
+        Some(t) => (t, Mapped::Estimate),
+        None => (now_ns, Mapped::Receipt),
     }
 }
 

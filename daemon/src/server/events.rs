@@ -41,6 +41,13 @@ pub enum IngestEvent {
         /// As a Batch's: given back once the part is staged.
         credit: Credit,
     },
+    /// A trigger fired on the relay's machine; its TriggerResult goes
+    /// back on the session's outgoing frames.
+    TriggerRequest {
+        slot: Slot,
+        session_id: u64,
+        request: v1::TriggerRequest,
+    },
     /// The connection ended (peer closed, error, refusal). Not sent on
     /// daemon shutdown: then the ingest loop sends final acks first.
     Disconnected { slot: Slot, session_id: u64 },

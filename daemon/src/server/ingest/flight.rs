@@ -1,5 +1,6 @@
 //! The flight recorder on the ingest thread: triggers from the control
-//! socket fired through core's trigger table (limit per name, ids,
+//! socket and from relays (TriggerRequest, placed at the relay's moment
+//! on the host's clock) fired through core's trigger table (limit per name, ids,
 //! remembered for relays that connect later), and each ring relay sent its
 //! Trigger once its clock estimate maps the window. The decisions are
 //! core's ([`Triggers`], [`RingRelays`]); this module only moves frames.
@@ -26,7 +27,8 @@ use tracesync_capture::names::SnapshotName;
 use tracesync_core::control::TriggerAnswer;
 use tracesync_core::sync::SyncEstimate;
 use tracesync_core::trigger::{
-    Decision, Fired, RingRelays, Snapshots, TriggerConfig, Triggers, tighter_over,
+    Decision, Fired, RingRelays, Snapshots, TriggerConfig, TriggerRequest, Triggers, host_time_of,
+    tighter_over,
 };
 use tracesync_protocol::relay::v1;
 use tracing::{info, warn};
@@ -108,14 +110,78 @@ impl Flight {
     /// A trigger from the control socket, at host BOOTTIME `now_ns`: fired
     /// (every ring relay owes it) or refused; the asker is answered.
     pub fn ask(&mut self, ask: TriggerAsk, now_ns: u64) -> Option<FiredAt> {
-        let name = ask.request.name.clone();
-        let fired = match self.triggers.fire(ask.request, now_ns) {
+        match self.fire(ask.request, now_ns, now_ns, "the control socket") {
+            Ok((at, answer)) => {
+                // The asker may have gone: the trigger fired all the same.
+                let _ = ask.reply.send(Ok(answer));
+                Some(at)
+            }
+            Err(reason) => {
+                let _ = ask.reply.send(Err(reason));
+                None
+            }
+        }
+    }
+
+    /// A relay's TriggerRequest, received at host BOOTTIME `now_ns` from
+    /// the relay on `slot` (`estimate`: its clock's): checked as the
+    /// control socket checks, placed at the relay's moment on the host's
+    /// clock, fired or refused. Returns the answer for the relay.
+    pub fn relay_ask(
+        &mut self,
+        slot: Slot,
+        request: &v1::TriggerRequest,
+        estimate: Option<&SyncEstimate>,
+        now_ns: u64,
+    ) -> v1::TriggerResult {
+        let checked =
+            crate::control::trigger::check(&request.name, request.before_ns, request.after_ns);
+        let checked = match checked {
+            Ok(checked) => checked,
+            Err(reason) => {
+                crate::metrics::Event::TriggerRefused.record();
+                warn!(slot, "a relay's trigger refused: {reason}");
+                return refusal(request, &reason);
+            }
+        };
+        let (host_time_ns, mapped) = host_time_of(request.relay_time_ns, estimate, now_ns);
+        let origin = format!(
+            "relay on slot {slot} ({}, placed by {})",
+            tracesync_protocol::text::Escaped(&request.origin),
+            mapped.as_str()
+        );
+        match self.fire(checked, now_ns, host_time_ns, &origin) {
+            Ok((_, answer)) => v1::TriggerResult {
+                request_id: request.request_id,
+                fired: true,
+                id: answer.id,
+                host_time_ns: answer.host_time_ns,
+                mapped_by: mapped.as_str().to_owned(),
+                ring_relays: u32::try_from(answer.ring_relays).unwrap_or(u32::MAX),
+                snapshot: answer.snapshot,
+                reason: String::new(),
+            },
+            Err(reason) => refusal(request, &reason),
+        }
+    }
+
+    /// Fires `request` (asked for at `now_ns`) at host time
+    /// `host_time_ns` through the trigger table: every ring relay owes it,
+    /// its snapshot is tracked; or the limit's refusal, counted and logged.
+    fn fire(
+        &mut self,
+        request: TriggerRequest,
+        now_ns: u64,
+        host_time_ns: u64,
+        from: &str,
+    ) -> Result<(FiredAt, TriggerAnswer), String> {
+        let name = request.name.clone();
+        let fired = match self.triggers.fire_at(request, now_ns, host_time_ns) {
             Decision::Fired(fired) => fired,
             Decision::Refused(reason) => {
                 crate::metrics::Event::TriggerRefused.record();
-                warn!("{reason}");
-                let _ = ask.reply.send(Err(reason));
-                return None;
+                warn!("{reason} (from {from})");
+                return Err(reason);
             }
         };
         crate::metrics::Event::TriggerFired.record();
@@ -135,17 +201,15 @@ impl Flight {
         info!(
             id = fired.id,
             ring_relays = answer.ring_relays,
-            "trigger {} fired at host time {} ns: window {} ns before, {} ns after",
+            "trigger {} fired at host time {} ns from {from}: window {} ns before, {} ns after",
             answer.name,
             fired.host_time_ns,
             fired.before_ns,
             fired.after_ns
         );
-        // The asker may have gone: the trigger fired all the same.
-        let _ = ask.reply.send(Ok(answer));
         let at = FiredAt { fired, wall };
         self.remember(at.clone());
-        Some(at)
+        Ok((at, answer))
     }
 
     fn remember(&mut self, at: FiredAt) {
@@ -451,6 +515,16 @@ fn send_ack(sessions: &HashMap<Slot, SessionEntry>, slot: Slot, id: u64) {
     if let Some(entry) = sessions.get(&slot) {
         let ack = v1::frame::Body::WindowAck(v1::WindowAck { trigger_id: id });
         let _ = entry.outgoing.try_send(ack);
+    }
+}
+
+/// The answer refusing a relay's `request` for `reason`.
+pub(super) fn refusal(request: &v1::TriggerRequest, reason: &str) -> v1::TriggerResult {
+    v1::TriggerResult {
+        request_id: request.request_id,
+        fired: false,
+        reason: reason.to_owned(),
+        ..v1::TriggerResult::default()
     }
 }
 

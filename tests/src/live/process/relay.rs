@@ -59,6 +59,9 @@ impl RelayOpts {
 pub struct Relay {
     dir: tempfile::TempDir,
     pub spool: PathBuf,
+    /// Its control socket (`tracesync-relay trigger --connect`), in its
+    /// own directory.
+    pub control: PathBuf,
     pub host: SocketAddr,
     token: String,
     pub opts: RelayOpts,
@@ -95,6 +98,7 @@ impl Relay {
         let spool = dir.path().join("spool");
         std::fs::create_dir_all(&spool).expect("create spool dir");
         let mut r = Relay {
+            control: dir.path().join("control.sock"),
             spool,
             dir,
             host,
@@ -131,7 +135,9 @@ impl Relay {
             .arg("--token")
             .arg(&self.token)
             .arg("--spool")
-            .arg(&self.spool);
+            .arg(&self.spool)
+            .arg("--control-socket")
+            .arg(&self.control);
         for s in &self.opts.sources {
             cmd.arg("--source").arg(s);
         }
