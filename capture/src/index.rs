@@ -159,14 +159,17 @@ pub struct Retention {
 /// Names of the files to delete, oldest first: complete files, from the
 /// oldest, while the total exceeds `max_bytes` or the file is older than
 /// `max_age` (by the start time in its name). `entries` is in file order;
-/// `current` is never chosen.
+/// `current` is never chosen. Only rolled files are counted and chosen:
+/// snapshots are kept (a user asked for each; their number is bounded by
+/// the trigger limit) until the user deletes them.
 pub fn expired(
     entries: &[IndexEntry],
     current: &str,
     limits: Retention,
     now: SystemTime,
 ) -> Vec<String> {
-    let mut total: u64 = entries.iter().map(|e| e.bytes).sum();
+    let rolled = |e: &&IndexEntry| RolledName::parse(&e.name).is_some();
+    let mut total: u64 = entries.iter().filter(rolled).map(|e| e.bytes).sum();
     let too_old = |e: &IndexEntry| {
         let Some(name) = RolledName::parse(&e.name) else {
             return false;
@@ -177,7 +180,11 @@ pub fn expired(
                 .is_ok_and(|age| age > limits.max_age)
     };
     let mut out = Vec::new();
-    for e in entries.iter().filter(|e| e.complete && e.name != current) {
+    for e in entries
+        .iter()
+        .filter(rolled)
+        .filter(|e| e.complete && e.name != current)
+    {
         if total <= limits.max_bytes && !too_old(e) {
             break;
         }
@@ -231,6 +238,33 @@ mod tests {
             max_age: Duration::from_secs(1),
         };
         assert_eq!(expired(&entries, &current, tiny, now), names(&[0, 1, 2]));
+    }
+
+    #[test]
+    fn retention_keeps_snapshots_and_does_not_count_them() {
+        let snapshot = IndexEntry {
+            complete: true,
+            ..IndexEntry::found("snapshot-19700101T000100Z-crash.pftrace".into(), 1000)
+        };
+        let entries = vec![
+            snapshot.clone(),
+            entry(1, 1000, 100, true),
+            entry(2, 2000, 100, false),
+        ];
+        let now = UNIX_EPOCH + Duration::from_secs(5000);
+        let limits = Retention {
+            max_bytes: 150,
+            max_age: Duration::from_secs(10),
+        };
+        assert_eq!(
+            expired(&entries, &entries[2].name, limits, now),
+            [entries[1].name.clone()]
+        );
+        let roomy = Retention {
+            max_bytes: 200,
+            max_age: Duration::ZERO,
+        };
+        assert!(expired(&entries, &entries[2].name, roomy, now).is_empty());
     }
 
     #[test]

@@ -120,13 +120,18 @@ fn is_trigger_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
 }
 
+/// The directory of the output directory where ring relays' windows are
+/// staged until their snapshot is written.
+pub const STAGING_DIR: &str = ".staging";
+
 /// Whether `name` is a rolled trace file's name.
 pub fn is_rolled(name: &str) -> bool {
     RolledName::parse(name).is_some()
 }
 
 /// Whether `name` is one of a capture directory's own files: a rolled
-/// file, its sidecar, the index, the journal, the lock, the identity
+/// file, its sidecar, a snapshot (or its temporary copy), the staging
+/// directory of ring windows, the index, the journal, the lock, the identity
 /// bindings, or a temporary or set-aside copy of one of them (the
 /// writer's `index.jsonl.tmp`, `journal.tmp`, ...). A directory holding
 /// anything else is not (only) a capture.
@@ -138,7 +143,14 @@ pub fn is_capture_file(name: &str) -> bool {
             .strip_prefix(*fixed)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
     };
+    // A snapshot, its temporary copy, and the staging of ring windows.
+    let snapshot = SnapshotName::parse(name).is_some()
+        || plain
+            .strip_suffix(".tmp")
+            .is_some_and(|n| SnapshotName::parse(n).is_some())
+        || name == STAGING_DIR;
     rolled(name)
+        || snapshot
         || [INDEX_NAME, JOURNAL_NAME, LOCK_NAME, BINDINGS_NAME]
             .iter()
             .any(fixed_or_its_copy)
@@ -261,6 +273,9 @@ mod tests {
             BINDINGS_NAME,
             ".identity-bindings.jsonl.tmp",
             "identity-bindings.jsonl.corrupt",
+            "snapshot-20261202T152402Z-crash.pftrace",
+            ".snapshot-20261202T152402Z-crash.pftrace.tmp",
+            STAGING_DIR,
         ] {
             assert!(is_capture_file(name), "{name}");
         }

@@ -22,6 +22,8 @@
 //! - [`trigger`]: the flight recorder's triggers: the limit per name, ids,
 //!   triggers remembered for relays that connect later, a trigger's window
 //!   on a relay's clock.
+//! - [`readback`]: trace times of packets read back from the rolled files
+//!   (a rolled file's replayed preamble told by content).
 //! - [`jsonl`]: the jsonl record of a resolved packet.
 //! - [`status`]: the daemon's status report.
 //! - [`control`]: the control socket's requests, and how a tail shows a
@@ -33,6 +35,7 @@ mod hash;
 pub mod jsonl;
 pub mod live;
 pub mod preamble;
+pub mod readback;
 pub mod refine;
 pub mod shard;
 pub mod status;

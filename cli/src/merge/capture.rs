@@ -1,6 +1,8 @@
 //! A rolling capture read back as one: `tracesync merge DIR` (the daemon's
 //! output directory, its files in index.jsonl order) or `merge FILES...` of
-//! rolled files (`tracesync-<start>-<seq>.pftrace`), and `tracesync report`.
+//! rolled files (`tracesync-<start>-<seq>.pftrace`), or one snapshot
+//! (`snapshot-<UTC>-<NAME>.pftrace`, a file of the same form), and
+//! `tracesync report`.
 //!
 //! The daemon already merged, stamped and ordered every packet: machine
 //! ids are its raw ids in every file, output sequence ids are unique across
@@ -84,6 +86,28 @@ pub fn detect(inputs: &[PathBuf]) -> Result<Option<Capture>, CaptureError> {
         && dir.is_dir()
     {
         return from_dir(dir).map(Some);
+    }
+    // A snapshot alone is read as the daemon wrote it, like a rolled file:
+    // its machine ids are the daemon's raw ids (with other traces it is
+    // one input of an ordinary merge).
+    if let [file] = inputs
+        && file.is_file()
+        && file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| names::SnapshotName::parse(n).is_some())
+    {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_owned();
+        let index = file.parent().map(read_index).unwrap_or_default();
+        return Ok(Some(Capture {
+            files: vec![CaptureFile::new(file.clone(), name, &index)],
+            names: index.machine_names(),
+            dir: file.parent().map(Path::to_path_buf),
+        }));
     }
     let rolled = !inputs.is_empty()
         && inputs.iter().all(|p| {

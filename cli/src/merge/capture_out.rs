@@ -23,6 +23,8 @@ use super::window::Window;
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct CaptureStats {
     pub inputs: u64,
+    /// Machines with packets written (the host counted when it has any).
+    pub machines: u64,
     pub packets_read: u64,
     /// Replayed preamble packets of later files, not written again.
     pub preamble_packets_skipped: u64,
@@ -110,6 +112,7 @@ fn write_capture(
     // The state a window's output starts with, until the window starts.
     let mut preamble = window.map(|_| PreambleState::new(PreambleLimits::default()));
     let mut buf = Vec::with_capacity(64 << 10);
+    let mut machines = std::collections::BTreeSet::new();
     while let Some(p) = packets.next_packet()? {
         let started = preamble.is_none();
         let inside = window.is_none_or(|w| {
@@ -140,12 +143,18 @@ fn write_capture(
             }
         }
         stats.packets_written += 1;
+        // Raw ids are the daemon's (one per relay instance): bounded by its
+        // machines, far below the cap even for a hostile file.
+        if machines.len() < 1 << 16 {
+            machines.insert(p.machine_raw_id);
+        }
         if buf.len() >= 64 << 10 {
             out.write_all(&buf).map_err(write_err)?;
             buf.clear();
         }
     }
     out.write_all(&buf).map_err(write_err)?;
+    stats.machines = machines.len() as u64;
     stats.packets_read = packets.counts.packets_read;
     stats.preamble_packets_skipped = packets.counts.preamble_skipped;
     stats.packets_malformed = packets.counts.packets_malformed;

@@ -109,7 +109,27 @@ fn default_output(dir: &Path) -> PathBuf {
     trimmed.with_file_name(name)
 }
 
+/// A snapshot given for DIR: one line saying what to give instead.
+fn refuse_snapshot(path: &Path) -> Result<(), CaptureError> {
+    let snapshot = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| tracesync_capture::names::SnapshotName::parse(n).is_some());
+    if snapshot && path.is_file() {
+        return Err(CaptureError {
+            line: format!(
+                "{}: a snapshot keeps the live alignment and is not refined alone; refine its \
+                 output directory (the refined capture carries the snapshot over unchanged)",
+                path.display()
+            ),
+            code: exit::USAGE,
+        });
+    }
+    Ok(())
+}
+
 fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), CaptureError> {
+    refuse_snapshot(dir)?;
     if !dir.is_dir() {
         return Err(CaptureError {
             line: format!(

@@ -1,7 +1,8 @@
 //! The refined capture's directory: built whole in a temporary directory
 //! beside OUTDIR (so a failed or interrupted refine leaves no half
 //! capture), then renamed into place. Besides the rewritten files it holds
-//! their sidecars (copied: the samples are the same), index.jsonl with each
+//! their sidecars (copied: the samples are the same), DIR's snapshots
+//! (copied unchanged, with their index lines), index.jsonl with each
 //! file's new lengths, preamble and trace times, and a journal of one full
 //! record naming the last file, so `tail` and `merge` name sources as in
 //! DIR and a daemon started on it would recover it as it is.
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use tracesync_capture::index::{self, Index, IndexEntry};
 use tracesync_capture::journal::{self, read_dir_journal};
 use tracesync_capture::modes;
-use tracesync_capture::names::{INDEX_NAME, JOURNAL_NAME};
+use tracesync_capture::names::{INDEX_NAME, JOURNAL_NAME, SnapshotName};
 use tracesync_capture::sidecar::sidecar_name;
 use tracesync_common::exit;
 
@@ -110,6 +111,21 @@ impl Staging {
                 std::io::copy(&mut source, &mut copy).map_err(|e| io_err(&from, e))?;
             }
         }
+        // Snapshots come along unchanged (placed with the live estimate
+        // when their trigger fired), with their index lines.
+        for name in self.snapshots() {
+            let from = self.dir.join(&name);
+            if let Ok(Some(mut source)) = tracesync_common::files::open_regular(&from) {
+                let to = self.temp.join(&name);
+                let mut copy = modes::open_new_file(
+                    std::fs::OpenOptions::new().write(true).create_new(true),
+                    &to,
+                )
+                .map_err(|e| io_err(&to, e))?;
+                std::io::copy(&mut source, &mut copy).map_err(|e| io_err(&from, e))?;
+                copy.sync_all().map_err(|e| io_err(&to, e))?;
+            }
+        }
         let index = index::encode(&self.index(capture, written))
             .map_err(|e| io_err(&self.temp.join(INDEX_NAME), std::io::Error::other(e)))?;
         write_synced(&self.temp.join(INDEX_NAME), &index)
@@ -163,7 +179,21 @@ impl Staging {
             e.complete = true;
             out.push(e);
         }
+        let snapshots = self.snapshots();
+        out.extend(old.into_values().filter(|e| snapshots.contains(&e.name)));
         out
+    }
+
+    /// The snapshots in DIR (`snapshot-<UTC>-<NAME>.pftrace`), by name.
+    fn snapshots(&self) -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|n| SnapshotName::parse(n).is_some())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 

@@ -7,6 +7,7 @@ use tracesync_common::exit;
 use tracesync_core::control::{TailFormat, TimeMode};
 
 use super::dir::run_dir;
+use super::file::run_file;
 use super::live::run_socket;
 use super::options::{MAX_LINES, TailOptions};
 use crate::connect::{DEFAULT_CONTROL, Target};
@@ -38,8 +39,9 @@ pub struct TailArgs {
     /// trace-time ns, an RFC 3339 UTC time, or -DURATION before the end (-30s).
     #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub since: Option<String>,
-    /// Follow the rolling files in this directory instead of the daemon.
-    #[arg(value_name = "DIR")]
+    /// Follow the rolling files in this directory instead of the daemon;
+    /// or print one snapshot (or rolled) FILE and exit.
+    #[arg(value_name = "DIR|FILE")]
     pub dir: Option<PathBuf>,
 }
 
@@ -85,6 +87,7 @@ pub fn run(args: TailArgs) -> u8 {
         return code;
     }
     match dir {
+        Some(file) if file.is_file() => run_file(&file, &opts),
         Some(dir) => run_dir(&dir, &opts),
         None => {
             let target = Target::parse(connect.as_deref().unwrap_or(DEFAULT_CONTROL));

@@ -6,14 +6,17 @@
 //! need) to the end of what is written, showing the records at or after
 //! `--since`, only the last N of them with `-n`. Then it names any
 //! `--machine` the capture does not know, and follows: woken by inotify
-//! (`follow::watch`) when a file changes, reading what is new.
+//! (`follow::watch`) when a file changes, reading what is new. Snapshots
+//! are not part of the stream (their packets were in it already, or are
+//! ring relays' windows): a new one is said on stderr with the command
+//! that prints it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
 
-use tracesync_capture::names::is_capture_file;
+use tracesync_capture::names::{SnapshotName, is_capture_file};
 use tracesync_common::exit;
 use tracesync_core::control::wall_minus_boot_of;
 use tracesync_core::control::{MachineFilter, PacketFormatter};
@@ -246,7 +249,18 @@ fn follow(dir: &Path, tail: &mut Tail) -> u8 {
     let watch = DirWatch::new(dir);
     let mut pending = Vec::with_capacity(FLUSH_AT);
     let mut waiting_said = tail.follower.current_file().is_some();
+    let mut snapshots = snapshot_names(dir);
     loop {
+        // Snapshots are files of their own, not part of the stream: each
+        // new one is said on stderr (the stream on stdout stays a stream).
+        let now = snapshot_names(dir);
+        for name in now.difference(&snapshots) {
+            eprintln!(
+                "tracesync: snapshot {name} written; print it with tracesync tail {}",
+                dir.join(name).display()
+            );
+        }
+        snapshots = now;
         let mut out = tail.out.lock();
         let formatter = &mut tail.formatter;
         let polled = tail.follower.poll(&mut |packet| {
@@ -287,6 +301,18 @@ fn follow(dir: &Path, tail: &mut Tail) -> u8 {
     }
 }
 
+/// The snapshots in `dir` now (none if it cannot be listed).
+fn snapshot_names(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| SnapshotName::parse(n).is_some())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A file of `dir` that is none of a capture directory's own, if any.
 fn first_foreign_file(dir: &Path) -> Option<String> {
     let entries = std::fs::read_dir(dir).ok()?;
@@ -300,7 +326,7 @@ fn first_foreign_file(dir: &Path) -> Option<String> {
 
 /// Host REALTIME minus BOOTTIME from the first host ClockSnapshot of the
 /// file at `path` (in its preamble), so wall-clock lines start right.
-fn first_host_relation(path: &Path) -> Option<i64> {
+pub(super) fn first_host_relation(path: &Path) -> Option<i64> {
     let mut file = File::open(path).ok()?;
     let mut reader = TraceReader::new();
     let mut read = 0;

@@ -2,8 +2,11 @@
 //! relay after relay, through a live core of the snapshot's own (the
 //! relay's clock estimate given, its window's preamble first), so each
 //! packet is resolved, stamped, given its sync point and sync-quality
-//! values exactly as a live packet is; what comes out is cut to the
-//! trigger's host window [T - before, T + after] and framed as a trace.
+//! values exactly as a live packet is; the stream relays' and the host's
+//! packets come from the daemon's own output, already resolved, stamped
+//! and placed ([`Assembly::output_packet`], read back with
+//! `crate::readback`); what comes out is cut to the trigger's host window
+//! [T - before, T + after] and framed as a trace.
 //!
 //! Invariants:
 //! - A data packet is written only if its host time is inside the window.
@@ -49,8 +52,6 @@ pub struct AssemblyStats {
 /// The relay being fed.
 struct Current {
     slot: u32,
-    raw_id: u32,
-    started: bool,
     next_seq: u64,
     next_index: u64,
 }
@@ -62,6 +63,9 @@ pub struct Assembly {
     to: i64,
     now: u64,
     host_written: bool,
+    /// Machines whose state in force is written (before their first
+    /// packet in the window).
+    started: std::collections::BTreeSet<u32>,
     current: Option<Current>,
     out: Vec<u8>,
     drained: Vec<OutPacket>,
@@ -76,16 +80,29 @@ impl Assembly {
         let (from, to) = fired.host_window();
         let mut core = LiveCore::new(config, Recovered::default());
         core.host_tick(now, host_clocks);
+        // The host's SystemInfo and ClockSnapshot are known before any
+        // machine's first packet, so the file opens with the host: a reader
+        // that meets a remote machine first (Perfetto, `merge`) would take
+        // it for the file's host.
+        let mut drained = Vec::new();
+        core.flush_all(&mut drained);
+        let _ = core.committed();
+        let mut preamble = PreambleState::new(PreambleLimits::default());
+        for p in &drained {
+            preamble.observe_packet(p.role, p.machine_raw_id, p.seq, &p.bytes);
+        }
+        drained.clear();
         Self {
             core,
-            preamble: PreambleState::new(PreambleLimits::default()),
+            preamble,
             from: i64::try_from(from).unwrap_or(i64::MAX),
             to: i64::try_from(to).unwrap_or(i64::MAX),
             now,
             host_written: false,
+            started: std::collections::BTreeSet::new(),
             current: None,
             out: Vec::new(),
-            drained: Vec::new(),
+            drained,
             stats: AssemblyStats::default(),
         }
     }
@@ -100,7 +117,6 @@ impl Assembly {
         preamble: Vec<Bytes>,
     ) -> Result<(), String> {
         self.end();
-        let raw_id = hello.machine_raw_id;
         let name = hello.machine_name.clone();
         let connected = self
             .core
@@ -111,8 +127,6 @@ impl Assembly {
             .map_err(|e| e.to_string())?;
         self.current = Some(Current {
             slot: connected.slot,
-            raw_id,
-            started: false,
             next_seq: 1,
             next_index: 0,
         });
@@ -144,6 +158,18 @@ impl Assembly {
         self.core.drain(self.now, &mut drained);
         // Nothing is waiting on a commit here: every batch is done.
         let _ = self.core.committed();
+        self.place(&mut drained);
+        self.drained = drained;
+    }
+
+    /// A packet of the daemon's output (a stream relay's or the host's),
+    /// read back in the output's order with its host time: placed as a
+    /// relay's packet is, cut to the window. Ends the current relay's
+    /// window, if any.
+    pub fn output_packet(&mut self, packet: OutPacket) {
+        self.end();
+        let mut drained = std::mem::take(&mut self.drained);
+        drained.push(packet);
         self.place(&mut drained);
         self.drained = drained;
     }
@@ -222,14 +248,7 @@ impl Assembly {
     /// Before a machine's first packet in the window: the host's state
     /// (once) and the machine's.
     fn start_machine(&mut self, machine: u32) {
-        let relay_starts = self
-            .current
-            .as_mut()
-            .filter(|c| c.raw_id == machine && !c.started)
-            .map(|c| {
-                c.started = true;
-            })
-            .is_some();
+        let relay_starts = machine != 0 && self.started.insert(machine);
         let host_starts = !self.host_written;
         if !relay_starts && !host_starts {
             return;

@@ -5,8 +5,8 @@
 
 use super::names::{
     CONTROL_ACCEPT_ERRORS, CONTROL_BAD_REQUESTS, CONTROL_IDLE_CLOSED, CONTROL_REFUSED,
-    IDENTITY_BINDINGS_SAVE_ERRORS, OUTPUT_ERRORS, SNAPSHOTS_FAILED, SNAPSHOTS_WRITTEN,
-    TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS, TRIGGERS_FIRED, TRIGGERS_REFUSED,
+    IDENTITY_BINDINGS_SAVE_ERRORS, OUTPUT_ERRORS, SNAPSHOT_TEMPORARIES_REMOVED, SNAPSHOTS_FAILED,
+    SNAPSHOTS_WRITTEN, TAIL_LAG_NOTICES, TAIL_LAGGED_PACKETS, TRIGGERS_FIRED, TRIGGERS_REFUSED,
 };
 
 /// What is counted (one counter each).
@@ -36,10 +36,12 @@ pub enum Event {
     SnapshotWritten,
     /// A snapshot that could not be written (retried).
     SnapshotFailed,
+    /// A temporary snapshot file left by a crash, removed at start.
+    SnapshotTemporaryRemoved,
 }
 
 impl Event {
-    pub const ALL: [Event; 12] = [
+    pub const ALL: [Event; 13] = [
         Event::OutputError,
         Event::IdentityBindingsSaveError,
         Event::TailLaggedPackets,
@@ -52,6 +54,7 @@ impl Event {
         Event::TriggerRefused,
         Event::SnapshotWritten,
         Event::SnapshotFailed,
+        Event::SnapshotTemporaryRemoved,
     ];
 
     /// The counter's name.
@@ -69,6 +72,7 @@ impl Event {
             Event::TriggerRefused => TRIGGERS_REFUSED,
             Event::SnapshotWritten => SNAPSHOTS_WRITTEN,
             Event::SnapshotFailed => SNAPSHOTS_FAILED,
+            Event::SnapshotTemporaryRemoved => SNAPSHOT_TEMPORARIES_REMOVED,
         }
     }
 

@@ -127,6 +127,7 @@ pub const TRIGGERS_FIRED: &str = "tracesync_triggers_fired_total";
 pub const TRIGGERS_REFUSED: &str = "tracesync_triggers_refused_total";
 pub const SNAPSHOTS_WRITTEN: &str = "tracesync_snapshots_written_total";
 pub const SNAPSHOTS_FAILED: &str = "tracesync_snapshots_failed_total";
+pub const SNAPSHOT_TEMPORARIES_REMOVED: &str = "tracesync_snapshot_temporaries_removed_total";
 /// Per ring relay's machine, from its Heartbeat.
 pub const RING_BYTES_HELD: &str = "tracesync_ring_bytes_held";
 pub const RING_PACKETS_HELD: &str = "tracesync_ring_packets_held";
@@ -338,6 +339,10 @@ pub const SPECS: &[Spec] = &[
         "Snapshots written (again, for a late window)",
     ),
     Spec::counter(SNAPSHOTS_FAILED, "Snapshots that could not be written"),
+    Spec::counter(
+        SNAPSHOT_TEMPORARIES_REMOVED,
+        "Temporary snapshot files left by a crash, removed at start",
+    ),
     Spec::gauge(RING_BYTES_HELD, "Packet bytes a ring relay holds"),
     Spec::gauge(RING_PACKETS_HELD, "Packets a ring relay holds"),
     Spec::gauge(

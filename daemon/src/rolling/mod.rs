@@ -203,6 +203,7 @@ impl RollingWriter {
         let links = Links::default();
         links.set_may_remove(files::owned(&dir));
         let found = recover::scan(&dir, config.preamble, &links)?;
+        crate::snapshot::clear_stale(&dir);
         let recovered = Recovered {
             streams: found.streams.values().copied().collect(),
             next_out_seq: found.next_out_seq,

@@ -13,6 +13,7 @@
 //! [`MAX_WINDOW_BYTES`] per window on disk (a window past it is dropped
 //! and said).
 
+pub mod output;
 pub mod write;
 
 use std::collections::HashMap;
@@ -21,11 +22,12 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use prost::Message;
+use tracesync_capture::names::SnapshotName;
 use tracesync_core::sync::SyncEstimate;
 use tracesync_protocol::relay::v1;
 
 /// The staging directory's name in the output directory.
-pub const STAGING_DIR: &str = ".staging";
+pub use tracesync_capture::names::STAGING_DIR;
 
 /// Bytes of one staged window at most.
 pub const MAX_WINDOW_BYTES: u64 = 1 << 30;
@@ -110,8 +112,14 @@ impl Staging {
                 "window-{:016x}-{:016x}.parts",
                 window.trigger_id, relay.instance
             ));
-            fs::create_dir_all(&self.dir)?;
-            let file = File::create(&path)?;
+            tracesync_capture::modes::create_dirs(&self.dir)?;
+            // A restart of the window: its file begins anew (a link at the
+            // name is removed, never written through).
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let file = create_new(&path)?;
             self.windows.insert(
                 key,
                 Staged {
@@ -195,6 +203,54 @@ impl Staging {
     }
 }
 
+/// Creates a new file for writing in the output directory as the rolled
+/// files are: `O_CREAT|O_EXCL|O_NOFOLLOW` (anything at `path`, a link
+/// included, makes it fail), mode 0640 whatever the umask.
+pub(crate) fn create_new(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    tracesync_capture::modes::open_new_file(
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits()),
+        path,
+    )
+}
+
+/// Removes the temporary snapshot files (`.snapshot-<UTC>-<NAME>.pftrace.tmp`)
+/// a crash left in `output_dir` (a link is removed, never followed);
+/// counted in the metrics and logged. Returns how many went.
+pub fn clear_stale(output_dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(output_dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for name in entries.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
+        let stale = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .is_some_and(|n| SnapshotName::parse(n).is_some());
+        if !stale {
+            continue;
+        }
+        match fs::remove_file(output_dir.join(&name)) {
+            Ok(()) => removed += 1,
+            Err(e) => tracing::warn!(
+                "cannot remove the stale temporary snapshot {}: {e}; remove it by hand",
+                output_dir.join(&name).display()
+            ),
+        }
+    }
+    if removed > 0 {
+        crate::metrics::Event::SnapshotTemporaryRemoved.add(removed);
+        tracing::info!(
+            "removed {removed} temporary snapshot file(s) a crash left in {}",
+            output_dir.display()
+        );
+    }
+    removed
+}
+
 /// Reads a staged window's parts back, one at a time.
 pub struct Parts {
     file: io::BufReader<File>,
@@ -263,6 +319,25 @@ mod tests {
         staging
             .part(&relay(), window, estimate)
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn stale_temporary_snapshots_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let stale = ".snapshot-20261202T152402Z-crash.pftrace.tmp";
+        let kept = [
+            "snapshot-20261202T152402Z-crash.pftrace",
+            ".index.jsonl.tmp",
+            "tracesync-20261202T152359Z-000001.pftrace",
+        ];
+        for name in kept.iter().chain([&stale]) {
+            fs::write(dir.path().join(name), b"x").unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(clear_stale(dir.path()), 1);
+        assert!(!dir.path().join(stale).exists());
+        for name in kept {
+            assert!(dir.path().join(name).exists(), "{name}");
+        }
     }
 
     #[test]

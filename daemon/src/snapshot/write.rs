@@ -1,11 +1,16 @@
 //! One snapshot written: its windows read back from staging, assembled by
 //! core ([`Assembly`]) and written to `snapshot-<UTC>-<NAME>.pftrace` in
-//! the output directory through a temporary file created new, fsynced,
+//! the output directory (the stream relays' and the host's windows read
+//! back from the rolled output first, `output.rs`, then each ring relay's)
+//! through a temporary file created new (`O_EXCL|O_NOFOLLOW`, mode 0640 as
+//! the rolled files: nothing at its name, a link included, is written
+//! through), fsynced,
 //! renamed over the name and the directory fsynced, so a reader sees the
 //! earlier file or the new one whole. Runs on a thread of its own: the
 //! ingest loop polls for the outcome ([`Job::spawn`]).
 
-use std::fs::{self, File, OpenOptions};
+use std::collections::BTreeSet;
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -16,6 +21,7 @@ use tracesync_capture::names::SnapshotName;
 use tracesync_core::live::{HelloInfo, LiveConfig};
 use tracesync_core::trigger::{Assembly, Fired};
 
+use super::output::{self, OutputRead};
 use super::{Parts, StagedWindow};
 
 /// A snapshot to write.
@@ -26,6 +32,11 @@ pub struct Job {
     pub wall: SystemTime,
     pub output_dir: PathBuf,
     pub windows: Vec<StagedWindow>,
+    /// The machines of ring relays: their windows come from their rings,
+    /// never from the output.
+    pub ring_machines: BTreeSet<u32>,
+    /// The output is durable past the window's end.
+    pub output_whole: bool,
     /// Host BOOTTIME and the host's clocks read together, now.
     pub now_ns: u64,
     pub host_clocks: Vec<(u32, u64)>,
@@ -37,6 +48,10 @@ pub struct Written {
     pub trigger_id: u64,
     /// The relay instances whose windows it holds.
     pub instances: Vec<u64>,
+    /// It holds the output's whole window.
+    pub output_whole: bool,
+    /// Packets read back from the output (before the cut).
+    pub output_packets: u64,
     pub entry: IndexEntry,
     /// Data packets the relays shipped outside the host window.
     pub cut: u64,
@@ -64,18 +79,14 @@ impl Job {
         let tmp = self.output_dir.join(format!(".{name}.tmp"));
         let at = |p: &Path, e: io::Error| format!("{}: {e}", p.display());
         let _ = fs::remove_file(&tmp);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| at(&tmp, e))?;
+        let mut file = super::create_new(&tmp).map_err(|e| at(&tmp, e))?;
         let written = self.assemble(&mut file).map_err(|e| at(&tmp, e));
-        let written = written.and_then(|(stats, bytes)| {
+        let written = written.and_then(|((stats, bytes), output)| {
             file.write_all(&bytes).map_err(|e| at(&tmp, e))?;
             file.sync_all().map_err(|e| at(&tmp, e))?;
-            Ok(stats)
+            Ok((stats, output))
         });
-        let stats = match written {
+        let (stats, output) = match written {
             Ok(stats) => stats,
             Err(e) => {
                 let _ = fs::remove_file(&tmp);
@@ -107,6 +118,8 @@ impl Job {
         Ok(Written {
             trigger_id: self.fired.id,
             instances: self.windows.iter().map(|w| w.relay.instance).collect(),
+            output_whole: self.output_whole,
+            output_packets: output.packets,
             entry,
             cut: stats.cut,
         })
@@ -117,13 +130,28 @@ impl Job {
     fn assemble(
         &self,
         file: &mut File,
-    ) -> io::Result<(tracesync_core::trigger::AssemblyStats, Vec<u8>)> {
+    ) -> io::Result<(
+        (tracesync_core::trigger::AssemblyStats, Vec<u8>),
+        OutputRead,
+    )> {
         let mut assembly = Assembly::new(
             LiveConfig::default(),
             &self.fired,
             self.now_ns,
             &self.host_clocks,
         );
+        let (from, to) = self.fired.host_window();
+        let window = (
+            i64::try_from(from).unwrap_or(i64::MAX),
+            i64::try_from(to).unwrap_or(i64::MAX),
+        );
+        let output = output::feed(
+            &self.output_dir,
+            window,
+            &self.ring_machines,
+            &mut assembly,
+            file,
+        )?;
         for window in &self.windows {
             let mut parts = Parts::open(&window.path)?;
             let first = parts
@@ -153,6 +181,6 @@ impl Job {
             assembly.end();
             file.write_all(&assembly.take_bytes())?;
         }
-        Ok(assembly.finish())
+        Ok((assembly.finish(), output))
     }
 }

@@ -26,6 +26,9 @@ where
                 Ok(commit) => {
                     self.dirty = false;
                     self.summary.commits += 1;
+                    if let Some(ts) = self.output_ts.requested(commit, self.written_ts) {
+                        self.durable_ts = self.durable_ts.max(ts);
+                    }
                     self.acks.requested(commit, point)
                 }
                 Err(e) => {
@@ -34,6 +37,9 @@ where
                 }
             }
         } else {
+            if let Some(ts) = self.output_ts.unchanged(self.written_ts) {
+                self.durable_ts = self.durable_ts.max(ts);
+            }
             self.acks.unchanged(point)
         };
         self.recovered();
@@ -51,6 +57,9 @@ where
     pub(super) fn on_commits(&mut self, polled: io::Result<Option<u64>>) {
         match polled {
             Ok(Some(through)) => {
+                if let Some(ts) = self.output_ts.durable(through) {
+                    self.durable_ts = self.durable_ts.max(ts);
+                }
                 let durable = self.acks.durable(through);
                 self.recovered();
                 if let Some(point) = durable {

@@ -14,7 +14,7 @@
 //! channel without waiting; one that does not fit stays owed and is tried
 //! again at the next host tick or sync update.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::SystemTime;
@@ -53,6 +53,9 @@ pub(super) struct Flight {
     fired: VecDeque<FiredAt>,
     /// Each connected ring relay, as its Hello named it.
     relays: HashMap<Slot, RelayInfo>,
+    /// The machines of every ring relay seen this run: a snapshot takes
+    /// their windows from their rings only, never from the output.
+    ring_machines: BTreeSet<u32>,
     /// Which snapshots to write when.
     snapshots: Snapshots,
     /// Made with the output directory at the first window part.
@@ -67,6 +70,10 @@ pub(super) struct Flight {
     /// young one to settle ([`settled_for`]): (trigger, relay instance,
     /// slot).
     unsynced: Vec<(u64, u64, Slot)>,
+    /// Triggers forgotten past their remember time (newest last): a
+    /// window of theirs shipped later is acknowledged and dropped, so its
+    /// relay frees its ring.
+    expired: VecDeque<u64>,
     /// Snapshot writers' outcomes.
     done_tx: mpsc::Sender<Outcome>,
     done_rx: mpsc::Receiver<Outcome>,
@@ -75,6 +82,9 @@ pub(super) struct Flight {
 /// How long past a window's end its snapshot waits for windows still
 /// missing (a relay cut off); a window later than that rewrites the file.
 const SNAPSHOT_PATIENCE_NS: u64 = 30_000_000_000;
+
+/// Ring relays' machines remembered at most (far above any fleet).
+const MAX_RING_MACHINES: usize = 1 << 16;
 
 /// Whole windows waiting for an estimate at most (one per relay and
 /// trigger owed is far below it).
@@ -89,11 +99,13 @@ impl Flight {
             ring: RingRelays::new(max_owed),
             fired: VecDeque::new(),
             relays: HashMap::new(),
+            ring_machines: BTreeSet::new(),
             snapshots: Snapshots::new(SNAPSHOT_PATIENCE_NS, max_owed),
             staging: None,
             earlier: HashMap::new(),
             since: HashMap::new(),
             unsynced: Vec::new(),
+            expired: VecDeque::new(),
             done_tx,
             done_rx,
         }
@@ -218,6 +230,9 @@ impl Flight {
         if let Some(relay) = relay {
             let remembered = self.triggers.for_new_relay(now_ns);
             self.ring.connect(slot, remembered);
+            if self.ring_machines.len() < MAX_RING_MACHINES {
+                self.ring_machines.insert(relay.raw_id);
+            }
             self.relays.insert(slot, relay);
             self.since.insert(slot, now_ns);
         }
@@ -297,6 +312,19 @@ impl Flight {
             return;
         };
         let id = window.trigger_id;
+        if self.expired.contains(&id) {
+            if window.part == 0 {
+                warn!(
+                    slot,
+                    trigger = id,
+                    "relay {}: a window of a trigger past its remember time ([trigger] \
+                     remember-seconds after its window's end): dropped and acknowledged",
+                    relay.name
+                );
+            }
+            send_ack(sessions, slot, id);
+            return;
+        }
         // A trigger this daemon does not remember (it restarted since): the
         // window's first part says what it was.
         if window.part == 0
@@ -359,15 +387,31 @@ impl Flight {
 
     /// Takes the snapshots written since (acknowledging their windows to
     /// the relays connected; the others are acknowledged when they ship
-    /// them again) and starts those due at host BOOTTIME `now_ns`. Returns
-    /// the index lines of the snapshots written.
+    /// them again) and starts those due at host BOOTTIME `now_ns`, the
+    /// output being durable through host time `output_ns`. Returns the
+    /// index lines of the snapshots written.
     pub fn tick(
         &mut self,
         now_ns: u64,
+        output_ns: u64,
         output_dir: Option<&Path>,
         sessions: &HashMap<Slot, SessionEntry>,
         estimate: impl Fn(Slot) -> Option<SyncEstimate>,
     ) -> Vec<IndexEntry> {
+        let remember_ns = self.triggers.config().remember_ns;
+        for id in self.snapshots.expire(now_ns, remember_ns) {
+            if let Some(staging) = &mut self.staging {
+                staging.forget(id);
+            }
+            info!(
+                trigger = id,
+                "trigger past its remember time: its staged windows dropped"
+            );
+            if self.expired.len() >= MAX_UNSYNCED {
+                self.expired.pop_front();
+            }
+            self.expired.push_back(id);
+        }
         let mut ready = Vec::new();
         for (id, instance, slot) in std::mem::take(&mut self.unsynced) {
             if !sessions.contains_key(&slot) {
@@ -393,13 +437,18 @@ impl Flight {
                     info!(
                         trigger = written.trigger_id,
                         windows = written.instances.len(),
+                        output_packets = written.output_packets,
+                        output_whole = written.output_whole,
                         packets = written.entry.packets,
                         cut = written.cut,
                         "snapshot {} written",
                         written.entry.name
                     );
-                    self.snapshots
-                        .written(written.trigger_id, &written.instances);
+                    self.snapshots.written(
+                        written.trigger_id,
+                        &written.instances,
+                        written.output_whole,
+                    );
                     for (slot, relay) in &self.relays {
                         if written.instances.contains(&relay.instance) {
                             send_ack(sessions, *slot, written.trigger_id);
@@ -414,14 +463,21 @@ impl Flight {
                 }
             }
         }
-        let (Some(staging), Some(dir)) = (&self.staging, output_dir) else {
+        let Some(dir) = output_dir else {
             return entries;
         };
-        for due in self.snapshots.due(now_ns) {
+        for due in self.snapshots.due(now_ns, output_ns) {
             let id = due.fired.id;
             let wall = self.fired_at(id).map_or_else(SystemTime::now, |f| f.wall);
+            let windows = self
+                .staging
+                .as_ref()
+                .map(|s| s.windows_of(id, &due.instances))
+                .unwrap_or_default();
             let job = Job {
-                windows: staging.windows_of(id, &due.instances),
+                windows,
+                ring_machines: self.ring_machines.clone(),
+                output_whole: due.output_whole,
                 fired: due.fired,
                 wall,
                 output_dir: dir.to_path_buf(),

@@ -187,6 +187,11 @@ struct Ingest<C: Core, W> {
     dirty: bool,
     /// Commit points waiting for their commit to be durable.
     acks: AckGate<C::CommitPoint>,
+    /// Host time of the last packet written, and the same gate for it: a
+    /// snapshot reads the output back once it is durable past its window.
+    written_ts: i64,
+    output_ts: AckGate<i64>,
+    durable_ts: i64,
     /// The writer failed and has not recovered yet.
     failing: bool,
     /// Counted failures, for the status report.
@@ -216,6 +221,9 @@ where
             written_of_unwritten: 0,
             dirty: false,
             acks: AckGate::new(),
+            written_ts: i64::MIN,
+            output_ts: AckGate::new(),
+            durable_ts: i64::MIN,
             failing: false,
             output: OutputStatus::default(),
             sidecar_failing: false,
@@ -396,6 +404,7 @@ where
                 return false;
             }
             self.written_of_unwritten += 1;
+            self.written_ts = self.written_ts.max(packet.ts);
             self.summary.packets_written += 1;
             self.dirty = true;
         }
