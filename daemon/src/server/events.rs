@@ -5,6 +5,7 @@ use tracesync_protocol::relay::RefusalCode;
 
 use tokio::sync::mpsc::error::SendError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tracesync_core::shard::InstanceShards;
 use tracesync_protocol::relay::v1;
 
 use super::engine::{Admitted, Slot};
@@ -52,7 +53,9 @@ pub enum IngestEvent {
 /// thread; a full shard makes only the sessions sending to it wait). A
 /// Connect goes to the shard of its Hello's machine raw id
 /// ([`tracesync_core::shard::shard_of`]: a reconnect and the state the
-/// output recovered for it land on the same shard); the other events by
+/// output recovered for it land on the same shard), or, for a relay
+/// instance seen before under another raw id (renamed), to the shard that
+/// holds its state ([`InstanceShards`]); the other events by
 /// slot, as a shard's slots are `inner * N + shard`. Each shard has its
 /// own byte budget too, so frames queued for a shard that fell behind
 /// hold only its budget.
@@ -63,6 +66,9 @@ pub enum IngestEvent {
 pub struct EventSender {
     shards: Arc<[mpsc::Sender<IngestEvent>]>,
     budgets: Arc<[ByteBudget]>,
+    /// Sharded: which shard holds each relay instance (a renamed relay
+    /// stays where its state is).
+    instances: Option<Arc<std::sync::Mutex<InstanceShards>>>,
 }
 
 impl EventSender {
@@ -71,16 +77,21 @@ impl EventSender {
         Self {
             shards: Arc::from(vec![tx]),
             budgets: Arc::from(vec![budget]),
+            instances: None,
         }
     }
 
     /// One channel and budget per shard, shard k's at index k (at least
     /// one).
-    pub fn sharded(shards: Vec<(mpsc::Sender<IngestEvent>, ByteBudget)>) -> Self {
+    pub fn sharded(
+        shards: Vec<(mpsc::Sender<IngestEvent>, ByteBudget)>,
+        instances: InstanceShards,
+    ) -> Self {
         let (shards, budgets): (Vec<_>, Vec<_>) = shards.into_iter().unzip();
         Self {
             shards: Arc::from(shards),
             budgets: Arc::from(budgets),
+            instances: Some(Arc::new(std::sync::Mutex::new(instances))),
         }
     }
 
@@ -94,7 +105,15 @@ impl EventSender {
     /// Sends `event` to its shard's loop, waiting while that channel is
     /// full. Fails once that loop is gone (or without any loop).
     pub async fn send(&self, event: IngestEvent) -> Result<(), SendError<IngestEvent>> {
-        let k = shard_of_event(&event, self.shards.len());
+        let k = match (&event, &self.instances) {
+            (IngestEvent::Connect { hello, .. }, Some(instances)) => {
+                let mut instances = instances
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                instances.shard_of_relay(hello.machine_raw_id, hello.relay_instance_id)
+            }
+            _ => shard_of_event(&event, self.shards.len()),
+        };
         match self.shards.get(k) {
             Some(tx) => tx.send(event).await,
             None => Err(SendError(event)),
@@ -102,7 +121,8 @@ impl EventSender {
     }
 }
 
-/// The shard of an event among `shards` (see [`EventSender`]).
+/// The shard of an event among `shards` (see [`EventSender`]; a Connect
+/// by its machine alone, without the instances' memory).
 pub fn shard_of_event(event: &IngestEvent, shards: usize) -> usize {
     if shards <= 1 {
         return 0;

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracesync_core::live::{LiveConfig, LiveCore, OutPacket, Recovered, ShardIds};
-use tracesync_core::shard::{Run, split_recovered};
+use tracesync_core::shard::{InstanceShards, Run, split_recovered};
 use tracesync_core::status::StatusReport;
 use tracesync_core::sync::{ProbeSample, SyncUpdate};
 
@@ -117,6 +117,7 @@ where
     let mut shard_syncs = Vec::new();
     let mut threads = Vec::new();
     let commit_every = ingest_settings.commit_every;
+    let instances = InstanceShards::new(&setup.recovered, shards);
     for (k, recovered) in split_recovered(setup.recovered, shards)
         .into_iter()
         .enumerate()
@@ -186,7 +187,7 @@ where
     let tracker = TaskTracker::new();
     let accept = tokio::spawn(listener::accept_loop(
         listener,
-        EventSender::sharded(shard_events),
+        EventSender::sharded(shard_events, instances),
         shared.clone(),
         tracker.clone(),
     ));
