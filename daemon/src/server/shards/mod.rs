@@ -174,6 +174,7 @@ where
         limits: ingest_settings.limits.clone(),
         queue_max_bytes: merge_queue_bytes,
         budget,
+        counters: shared.counters.clone(),
         commit_every,
     };
     let writer = std::thread::Builder::new()

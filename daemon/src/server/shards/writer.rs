@@ -36,6 +36,9 @@ pub(super) struct WriterParts<W, F> {
     pub queue_max_bytes: u64,
     /// The runs' byte bound: given back as each run joins the merge.
     pub budget: Arc<RunBudget>,
+    /// The sessions' refusal counters, read fresh for each status (a
+    /// shard's report may be a turn older than another's).
+    pub counters: Arc<crate::server::Counters>,
     pub commit_every: Duration,
 }
 
@@ -166,6 +169,10 @@ impl Turns {
 
     /// Writes what the merge hands out; on a failure the rest waits.
     fn write<W: Writer<SyncUpdate>, F: Fanout>(&mut self, p: &mut WriterParts<W, F>) {
+        // A failing output is retried at each commit tick, not each turn.
+        if self.failing && Instant::now() < self.next_commit {
+            return;
+        }
         if self.out.len() == self.written {
             self.out.clear();
             self.written = 0;
@@ -179,12 +186,16 @@ impl Turns {
         let first = self.written;
         while let Some(packet) = self.out.get(self.written) {
             if let Err(e) = p.writer.write(packet, now) {
-                self.failed("write", &e);
+                self.failed("write", &e, p.writer.current_path());
                 break;
             }
             self.written += 1;
             self.summary.packets_written += 1;
             self.dirty = true;
+        }
+        if self.written < self.out.len() {
+            // Failed: the next try at the next tick.
+            self.next_commit = Instant::now() + p.commit_every;
         }
         p.packets.publish_all(&self.out[first..self.written]);
     }
@@ -211,7 +222,7 @@ impl Turns {
                     self.durable.requested(0, positions);
                     report(&mut self.durable, u64::MAX, &p.ports);
                 }
-                Err(e) => self.failed("commit", &e),
+                Err(e) => self.failed("commit", &e, p.writer.current_path()),
             }
         } else if self.durable.in_flight() == 0 {
             // Nothing written since the last durable commit: what the
@@ -238,7 +249,7 @@ impl Turns {
             Ok(None) => {}
             Err(e) => {
                 self.dirty = true;
-                self.failed("commit", &e);
+                self.failed("commit", &e, p.writer.current_path());
             }
         }
     }
@@ -246,7 +257,7 @@ impl Turns {
 
 impl Turns {
     /// A write or commit failed: counted; the first of an episode logged.
-    fn failed(&mut self, what: &str, e: &std::io::Error) {
+    fn failed(&mut self, what: &str, e: &std::io::Error, file: Option<std::path::PathBuf>) {
         self.summary.write_errors += 1;
         self.output.errors += 1;
         crate::metrics::Event::OutputError.record();
@@ -256,9 +267,10 @@ impl Turns {
             self.output.episodes += 1;
             self.output.failing_since_unix_ms = Some(unix_ms());
             self.output.last_error = Some(format!("cannot {what}: {e}"));
+            let file = file.map(|f| f.display().to_string()).unwrap_or_default();
             warn!(
-                "cannot {what} the output: {e}; relays are not acknowledged until it works \
-                 (retried at every commit tick)"
+                "cannot {what} the output {file}: {e}; relays are not acknowledged and wait \
+                 until it succeeds (free space in the output directory)"
             );
         }
     }
@@ -330,6 +342,8 @@ fn publish_status<W: Writer<SyncUpdate>, F>(p: &WriterParts<W, F>, output: &Outp
         .current_path()
         .map(|path| path.display().to_string());
     merged.output = p.writer.output_status(output.clone());
+    merged.relays_refused = p.counters.refusals();
+    merged.handshake_failures = p.counters.handshake_failures();
     p.writer.record_metrics();
     record_live(&p.ports);
     p.status.send_replace(Arc::new(merged));
