@@ -14,8 +14,9 @@ use std::time::Duration;
 use tracesync_core::live::OutPacket;
 use tracesync_core::shard::Timed;
 
-/// Bytes of runs in flight at most: a few drain rounds of every shard.
-pub(super) const RUNS_QUEUE_BYTES: u64 = 8 << 20;
+/// Bytes of runs in flight at most: about a drain round of every shard at
+/// full rate (taken out of `merge.queue-bytes`, `super::split_queue_bytes`).
+pub(super) const RUNS_QUEUE_BYTES: u64 = 4 << 20;
 
 #[derive(Debug)]
 pub(super) struct RunBudget {

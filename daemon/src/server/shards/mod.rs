@@ -63,16 +63,20 @@ const RUNS_QUEUE: usize = 1024;
 /// the largest a relay cuts (1 MiB).
 const MIN_SHARD_INGEST_BYTES: usize = 2 << 20;
 
-/// The writer's merge holds this share of `merge.queue-bytes`; the shards'
-/// ordering queues share the rest, so the daemon's ordering memory is the
-/// same bound at any shard count.
-const MERGE_SHARE_DIVISOR: usize = 4;
+/// The writer's merge holds this share of `merge.queue-bytes`; the runs
+/// in flight take [`budget::RUNS_QUEUE_BYTES`]; the shards' ordering
+/// queues share the rest, so the daemon's ordering memory is the same
+/// bound at any shard count (a run waits in the merge for the slowest
+/// shard's watermark: a drain round or two, ~10 ms).
+const MERGE_SHARE_DIVISOR: usize = 8;
 
 /// (each shard's ordering queue bound, the writer's merge bound) out of
 /// `queue_bytes` for `shards` shards.
 fn split_queue_bytes(queue_bytes: usize, shards: usize) -> (usize, u64) {
     let merge = queue_bytes / MERGE_SHARE_DIVISOR;
-    let per_shard = (queue_bytes - merge) / shards.max(1);
+    let runs = usize::try_from(budget::RUNS_QUEUE_BYTES).unwrap_or(0);
+    let rest = queue_bytes.saturating_sub(merge).saturating_sub(runs);
+    let per_shard = (rest / shards.max(1)).max(queue_bytes / 4 / shards.max(1));
     (per_shard.max(1), merge.max(1) as u64)
 }
 
