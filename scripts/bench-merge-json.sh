@@ -14,7 +14,9 @@
 # (tests/examples/gen_chrome_json.rs: Chrome-like and PyTorch-like threads,
 # flows, counters, metadata, out of order within ~2 ms) and is written to
 # a temporary directory deleted on exit. MB/s are 10^6 bytes of JSON per
-# second of wall time; peak RSS is GNU time's "Maximum resident set size".
+# second of wall time; peak RSS is GNU time's "Maximum resident set size";
+# CPU is the merge's user + system seconds (all its threads); load is the
+# 1-minute load average as the merge starts (the box may be shared).
 # The trace processor is timed only for inputs of at most BENCH_TP_MAX MiB
 # (default 256): its WebAssembly build holds the whole trace in its 32-bit
 # heap.
@@ -49,16 +51,18 @@ mb_per_s() { awk -v b="$1" -v ns="$2" 'BEGIN { printf "%.0f", b / 1e6 / (ns / 1e
 secs() { awk -v ns="$1" 'BEGIN { printf "%.2f s", ns / 1e9 }'; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
 
-# run_timed OUTVAR_NS OUTVAR_RSS_KIB CMD...: wall time (ns) and peak RSS (KiB).
+# run_timed OUTVAR_NS OUTVAR_RSS_KIB OUTVAR_CPU_S CMD...: wall time (ns),
+# peak RSS (KiB) and CPU seconds (user + system).
 run_timed() {
-    local -n _ns=$1 _rss=$2
-    shift 2
+    local -n _ns=$1 _rss=$2 _cpu=$3
+    shift 3
     local t0 t1
     t0=$(now)
-    /usr/bin/time -f %M -o "$work/time.out" "$@"
+    /usr/bin/time -f '%M %U %S' -o "$work/time.out" "$@"
     t1=$(now)
     _ns=$((t1 - t0))
-    _rss=$(tail -n 1 "$work/time.out")
+    read -r _rss user sys < <(tail -n 1 "$work/time.out")
+    _cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
 }
 
 rows=()
@@ -77,7 +81,8 @@ for size in $SIZES; do
     rm -f "$work/cat.out"
 
     echo "merging $size MiB" >&2
-    run_timed merge_ns merge_rss \
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    run_timed merge_ns merge_rss merge_cpu \
         "$tracesync" merge --stats "$work/stats.json" -o "$work/out.pftrace" "$in"
     out_bytes=$(wc -c <"$work/out.pftrace")
     rm -f "$work/out.pftrace"
@@ -101,10 +106,11 @@ for size in $SIZES; do
         rm -f "$in"
     fi
 
-    rows+=("| $(awk -v b="$bytes" 'BEGIN { printf "%.0f MB", b / 1e6 }') | $(mb_per_s "$bytes" "$cat_ns") | $(mb_per_s "$bytes" "$merge_ns") ($(secs "$merge_ns")) | $(mib "$merge_rss") | $(awk -v b="$out_bytes" 'BEGIN { printf "%.0f MB", b / 1e6 }') | $out_of_window | $tp |")
+    per_cpu=$(awk -v b="$bytes" -v c="$merge_cpu" 'BEGIN { printf "%.0f", b / 1e6 / c }')
+    rows+=("| $(awk -v b="$bytes" 'BEGIN { printf "%.0f MB", b / 1e6 }') | $load | $(mb_per_s "$bytes" "$cat_ns") | $(mb_per_s "$bytes" "$merge_ns") ($(secs "$merge_ns")) | $merge_cpu s ($per_cpu MB/s) | $(mib "$merge_rss") | $(awk -v b="$out_bytes" 'BEGIN { printf "%.0f MB", b / 1e6 }') | $out_of_window | $tp |")
 done
 
 echo
-echo "| JSON input | cat MB/s | merge MB/s (wall) | merge peak RSS | output | out of window | trace processor import |"
-echo "|---|---|---|---|---|---|---|"
+echo "| JSON input | load | cat MB/s | merge MB/s (wall) | merge CPU (MB per CPU s) | merge peak RSS | output | out of window | trace processor import |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

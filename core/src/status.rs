@@ -130,6 +130,41 @@ pub struct MachineStatus {
     /// for the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// A ring relay's fill as its last Heartbeat reported it (None: the
+    /// host, stream relays, relays of before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring: Option<RingStatus>,
+}
+
+/// How full a ring relay's ring is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingStatus {
+    /// Packet bytes and packets held.
+    pub bytes_held: u64,
+    pub packets_held: u64,
+    /// Its bounds (`--ring-bytes`, `--ring-seconds`).
+    pub bytes_limit: u64,
+    pub seconds_limit: u64,
+    /// The oldest packet time held on the host's clock (host BOOTTIME ns,
+    /// through the relay's estimate; None before the first estimate or
+    /// while the ring is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_host_ns: Option<u64>,
+    /// How long before the report that was (ns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_age_ns: Option<u64>,
+    /// Trigger windows it owes the daemon.
+    pub windows_owed: u32,
+}
+
+impl RingStatus {
+    /// Bytes held as a share of the bound, 0-100.
+    pub fn percent(&self) -> f64 {
+        if self.bytes_limit == 0 {
+            return 0.0;
+        }
+        (self.bytes_held as f64 * 100.0 / self.bytes_limit as f64).min(100.0)
+    }
 }
 
 /// One source of a relay, as its last Heartbeat reported it.

@@ -106,6 +106,7 @@ fn session(stream: TcpStream, counters: &Counters) -> io::Result<()> {
                 sync_udp_port: 0,
                 probe_key: Default::default(),
                 takes_windows: false,
+                takes_trigger_requests: false,
             }),
             Some(Body::Batch(batch)) => {
                 counters

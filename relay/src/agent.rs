@@ -43,6 +43,25 @@ pub fn main() -> ExitCode {
     if flags.print_name {
         return print_name(&flags);
     }
+    if let Some(crate::config::RelayCommand::Trigger {
+        name,
+        before,
+        after,
+        connect,
+    }) = &flags.command
+    {
+        let socket = match connect {
+            Some(socket) => socket.clone(),
+            None => match RelayConfig::load_without_tls(&flags) {
+                Ok(config) => config.control.socket,
+                Err(e) => {
+                    eprintln!("tracesync-relay: {e}");
+                    return ExitCode::from(exit::CONFIG);
+                }
+            },
+        };
+        return ExitCode::from(crate::control::client::run(&socket, name, *before, *after));
+    }
     let config = match load_config(&flags) {
         Ok(config) => config,
         Err(line) => {
@@ -136,6 +155,9 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         spool.oldest_unacked()
     );
 
+    let (trigger_asks, trigger_inbox) = crate::control::TriggerInbox::channel();
+    serve_control(&config, &clock, trigger_asks.clone());
+
     let sources_stop = CancellationToken::new();
     let (tx, rx) = mpsc::channel::<SourceBatch>(SOURCE_CHANNEL);
     let budget = source::SourceBudget::new(source::SOURCE_QUEUE_BYTES);
@@ -145,6 +167,12 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         machine_name: identity.machine_name.as_str().into(),
         stop: &sources_stop,
         budget: &budget,
+        triggers: (!config.control.trigger_on.is_empty()).then(|| {
+            source::triggers::PacketTriggers {
+                names: config.control.trigger_on.clone().into(),
+                asks: trigger_asks.clone(),
+            }
+        }),
     };
     let source_stats = sources.spawn(&config.sources, &tx);
     if config.metrics.listen.is_some() {
@@ -157,6 +185,7 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
         Err(code) => return code,
     };
     uplink_config.sources = config.sources.iter().cloned().zip(source_stats).collect();
+    uplink_config.triggers = trigger_inbox;
     let wait_limit =
         uplink_config.intake_grace + uplink_config.drain_timeout + Duration::from_secs(2);
     let start_probe = probe_starter(clock.clone(), config.sync);
@@ -181,6 +210,44 @@ async fn run(config: RelayConfig, flags: Flags) -> u8 {
     };
     sources_stop.cancel();
     exit_code(finished)
+}
+
+/// Serves the control socket (`tracesync-relay trigger`); one that cannot
+/// be bound is said and the relay runs on without it.
+fn serve_control(
+    config: &RelayConfig,
+    clock: &SharedClock,
+    asks: mpsc::Sender<crate::control::TriggerAsk>,
+) {
+    let path = &config.control.socket;
+    match crate::control::bind(path, config.control.socket_configured) {
+        Ok(listener) => {
+            tracing::info!(
+                "control socket {}: `tracesync-relay trigger NAME` fires a trigger here",
+                path.display()
+            );
+            // Runs as long as the process (the socket file stays for the
+            // next run to replace).
+            let forever = CancellationToken::new();
+            tokio::spawn(crate::control::serve(
+                listener,
+                asks,
+                clock.clone(),
+                forever,
+            ));
+        }
+        // The default's directory missing: not under systemd, said quietly.
+        Err(e) if !config.control.socket_configured && e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::info!(
+                "no control socket: {e}; `tracesync-relay trigger` cannot reach this relay"
+            );
+        }
+        Err(e) => tracing::warn!(
+            "control socket {}: {e}; `tracesync-relay trigger` cannot reach this relay \
+             (set control-socket or --control-socket)",
+            path.display()
+        ),
+    }
 }
 
 /// Serves `[metrics] listen`, if set; the exit code when it cannot.
@@ -251,6 +318,8 @@ struct Sources<'a> {
     machine_name: Arc<str>,
     stop: &'a CancellationToken,
     budget: &'a source::SourceBudget,
+    /// `trigger-on` (None: no names configured).
+    triggers: Option<source::triggers::PacketTriggers>,
 }
 
 impl Sources<'_> {
@@ -271,6 +340,7 @@ impl Sources<'_> {
                 shutdown: self.stop.clone(),
                 stats: Arc::new(SourceStats::default()),
                 budget: self.budget.clone(),
+                triggers: self.triggers.clone(),
             };
             source_stats.push(ctx.stats.clone());
             source::spawn(spec, index, ctx, resume, tx.clone());

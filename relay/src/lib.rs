@@ -12,6 +12,7 @@
 //! - [`sequences`]: relay sequence ids.
 //! - [`source`]: trace sources (file, unix socket, stdin, synthetic).
 //! - [`config`]: the TOML file and flags.
+//! - [`control`]: the control socket (`tracesync-relay trigger NAME`).
 //! - [`spool`]: bounded memory plus checksummed disk segments; batch
 //!   numbering; resume cursors.
 //! - [`session`]: the sans-IO connection state machine (hello, window,
@@ -22,6 +23,7 @@
 pub mod agent;
 pub mod clocks;
 pub mod config;
+pub mod control;
 pub mod identity;
 // The one place the `metrics` macros are allowed (relay/clippy.toml).
 #[allow(

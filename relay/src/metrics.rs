@@ -48,6 +48,7 @@ pub const RING_OLDEST_AGE: &str = "tracesync_relay_ring_oldest_age_seconds";
 pub const RING_RELEASED_PACKETS: &str = "tracesync_relay_ring_released_packets_total";
 pub const RING_TRIGGERS: &str = "tracesync_relay_ring_triggers_total";
 pub const RING_WINDOWS_OWED: &str = "tracesync_relay_ring_windows_owed";
+pub const TRIGGERS_ASKED: &str = "tracesync_relay_triggers_asked_total";
 
 /// Every relay metric: name, kind, help.
 pub const SPECS: &[Spec] = &[
@@ -110,7 +111,30 @@ pub const SPECS: &[Spec] = &[
         RING_WINDOWS_OWED,
         "Ring mode: trigger windows waiting for their end or for the daemon's acknowledgement",
     ),
+    Spec::counter(
+        TRIGGERS_ASKED,
+        "Triggers fired on this machine (tracesync-relay trigger, trigger-on), by outcome",
+    ),
 ];
+
+/// Outcomes of a trigger fired on this machine (`outcome` of
+/// [`TRIGGERS_ASKED`]): `fired`, or why not (the control socket's
+/// `not_fired` words).
+pub const TRIGGER_ASK_OUTCOMES: [&str; 7] = [
+    "fired",
+    "refused",
+    "offline",
+    "unsupported",
+    "no_answer",
+    "bad_request",
+    "busy",
+];
+
+/// A trigger fired on this machine ended with `outcome` (one of
+/// [`TRIGGER_ASK_OUTCOMES`]).
+pub fn trigger_asked(outcome: &'static str) {
+    counter!(TRIGGERS_ASKED, "outcome" => outcome).increment(1);
+}
 
 /// What became of a trigger (`outcome` of [`RING_TRIGGERS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,6 +260,9 @@ fn register_fixed() {
     publish_uplink(&Uplink::default());
     publish_ring(&RingValues::default());
     publish_sources(&[]);
+    for outcome in TRIGGER_ASK_OUTCOMES {
+        counter!(TRIGGERS_ASKED, "outcome" => outcome).absolute(0);
+    }
 }
 
 /// A batch went out (at the call site: once per batch).
@@ -433,7 +460,8 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, register_fixed);
         let text = handle.render();
-        let families: [(&str, &str, Vec<&str>); 5] = [
+        let families: [(&str, &str, Vec<&str>); 6] = [
+            (TRIGGERS_ASKED, "outcome", TRIGGER_ASK_OUTCOMES.to_vec()),
             (
                 RING_TRIGGERS,
                 "outcome",

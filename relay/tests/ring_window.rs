@@ -93,6 +93,7 @@ async fn accept(listener: &TcpListener) -> Conn {
             sync_udp_port: 0,
             probe_key: Default::default(),
             takes_windows: true,
+            takes_trigger_requests: false,
         })),
     })
     .await

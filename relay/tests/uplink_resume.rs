@@ -159,6 +159,7 @@ impl Daemon {
                 sync_udp_port: 0,
                 probe_key: Default::default(),
                 takes_windows: false,
+                takes_trigger_requests: false,
             }),
         )
         .await;

@@ -234,6 +234,16 @@ fn peer_problems(report: &StatusReport, verbose: bool, lines: &mut Vec<String>) 
             ring.join(", ")
         ));
     }
+    for m in &report.machines {
+        if let Some(fill) = &m.ring {
+            let who = m.name.clone().unwrap_or_else(|| m.raw_id.to_string());
+            lines.push(format!(
+                "ring on {}: {}",
+                escape_control(&who),
+                ring_line(fill)
+            ));
+        }
+    }
     if !report.relays_refused.is_empty() {
         let refused: Vec<String> = report
             .relays_refused
@@ -362,6 +372,32 @@ fn row(m: &MachineStatus, now_ms: u64) -> [String; 14] {
             format!("{:.1}s ago", now_ms.saturating_sub(t) as f64 / 1e3)
         }),
     ]
+}
+
+/// `ring 42% 12.3MiB of 256.0MiB, 6000 packets, oldest 58 s ago (keeps
+/// 120 s)`, and the windows it owes.
+fn ring_line(fill: &tracesync_core::status::RingStatus) -> String {
+    let oldest = match (fill.oldest_age_ns, fill.packets_held) {
+        (_, 0) => "empty".to_owned(),
+        (Some(age), _) => format!("oldest {:.0} s ago", age as f64 / 1e9),
+        (None, _) => "oldest not placed yet (no clock estimate)".to_owned(),
+    };
+    let owed = match fill.windows_owed {
+        0 => String::new(),
+        n => format!("; {n} window(s) owed"),
+    };
+    // A ring that holds something is never shown as empty.
+    let percent = match fill.percent() {
+        p if p > 0.0 && p < 1.0 => "<1".to_owned(),
+        p => format!("{p:.0}"),
+    };
+    format!(
+        "ring {percent}% {} of {}, {} packets, {oldest} (keeps {} s){owed}",
+        human_bytes(fill.bytes_held),
+        human_bytes(fill.bytes_limit),
+        fill.packets_held,
+        fill.seconds_limit
+    )
 }
 
 /// `512B`, `3.0MiB`: binary units, one decimal, no space (narrow columns).

@@ -57,6 +57,7 @@ fn table_shows_every_column_and_drop_reasons() {
                 }),
                 sources: Vec::new(),
                 mode: None,
+                ring: None,
             },
         ],
         ..Default::default()
@@ -234,6 +235,15 @@ fn busy_report() -> StatusReport {
             machine("build-server-with-a-long-name.example.org", 3_000_000_000),
             MachineStatus {
                 mode: Some("ring".into()),
+                ring: Some(tracesync_core::status::RingStatus {
+                    bytes_held: 12_897_485,
+                    packets_held: 6000,
+                    bytes_limit: 256 << 20,
+                    seconds_limit: 120,
+                    oldest_host_ns: Some(1),
+                    oldest_age_ns: Some(58_200_000_000),
+                    windows_owed: 1,
+                }),
                 ..machine("phone", 7)
             },
         ],
@@ -294,6 +304,14 @@ fn the_default_view_keeps_to_80_columns_and_shows_the_problems() {
     assert!(t.contains("OUTPUT NOT WRITABLE"), "{t}");
     assert!(
         t.contains("ring mode (kept on the relay, shipped on a trigger): phone"),
+        "{t}"
+    );
+    assert!(
+        // Wrapped at 80 columns.
+        t.contains(
+            "ring on phone: ring 5% 12.3MiB of 256.0MiB, 6000 packets, oldest 58 s ago (keeps\n  \
+             120 s); 1 window(s) owed"
+        ),
         "{t}"
     );
     // Continuations of a wrapped line are indented.

@@ -195,6 +195,20 @@ impl LiveCore {
         Ok(())
     }
 
+    /// A ring relay's fill as its Heartbeat reports it (None: it reports
+    /// none); its oldest time is mapped to host time in the status.
+    pub fn ring_fill(
+        &mut self,
+        slot: RelaySlot,
+        fill: Option<tracesync_protocol::relay::v1::RingFill>,
+    ) -> Result<(), SessionError> {
+        let instance = self.relays.instance_of(slot)?;
+        if let Some(relay) = self.relays.get_mut(instance) {
+            self.machines.set_ring_fill(relay.raw_id(), fill);
+        }
+        Ok(())
+    }
+
     /// A relay's Batch: packets `first_index..` in relay order. `now` is
     /// host BOOTTIME. Never fails on packet contents (bad packets are
     /// counted and dropped); fails only for a session the core does not

@@ -80,6 +80,8 @@ pub(super) struct Machine {
     /// Its relay's mode as its last Hello said (None: the host, or never
     /// connected in this run).
     ring: Option<bool>,
+    /// Its ring relay's fill, as its last Heartbeat said.
+    ring_fill: Option<v1::RingFill>,
     /// Its sync-quality tracks.
     pub quality: MachineTracks,
 }
@@ -266,6 +268,11 @@ impl Machines {
             .collect();
     }
 
+    /// The ring fill `raw_id`'s relay reported (None: it reports none).
+    pub fn set_ring_fill(&mut self, raw_id: u32, fill: Option<v1::RingFill>) {
+        self.row(raw_id).ring_fill = fill;
+    }
+
     /// The clock mapping shown for `raw_id`.
     pub fn set_estimate(&mut self, raw_id: u32, estimate: SyncEstimate) {
         self.row(raw_id).estimate = Some(estimate);
@@ -329,8 +336,31 @@ impl Machines {
                     mode: m
                         .ring
                         .map(|ring| if ring { "ring" } else { "stream" }.to_owned()),
+                    ring: m.ring_fill.map(|f| ring_status(&f, estimate.as_ref(), now)),
                 }
             })
             .collect()
+    }
+}
+
+/// A ring relay's fill for the status, its oldest time mapped to the
+/// host's clock with the relay's `estimate` (host BOOTTIME `now`).
+fn ring_status(
+    fill: &v1::RingFill,
+    estimate: Option<&SyncEstimate>,
+    now: u64,
+) -> crate::status::RingStatus {
+    let oldest_host_ns = estimate
+        .filter(|_| fill.oldest_relay_ns > 0)
+        .and_then(|e| e.checked_to_host(fill.oldest_relay_ns))
+        .and_then(|t| u64::try_from(t).ok());
+    crate::status::RingStatus {
+        bytes_held: fill.bytes_held,
+        packets_held: fill.packets_held,
+        bytes_limit: fill.bytes_limit,
+        seconds_limit: fill.seconds_limit,
+        oldest_host_ns,
+        oldest_age_ns: oldest_host_ns.map(|t| now.saturating_sub(t)),
+        windows_owed: fill.windows_owed,
     }
 }

@@ -87,6 +87,9 @@ pub(super) struct Relay {
     pending_bytes: usize,
     /// Order of disconnection, for forgetting the longest-gone first.
     disconnected_order: u64,
+    /// Its latest session was in ring mode: its spool's start moved as
+    /// its ring let batches go, none of them owed to the output.
+    ring: bool,
     /// Streams of this instance (bounded by `max_sequences_per_relay`).
     sequences: usize,
 }
@@ -126,6 +129,7 @@ impl Relay {
             pending: VecDeque::new(),
             pending_bytes: 0,
             disconnected_order: 0,
+            ring: hello.ring,
         }
     }
 
@@ -147,6 +151,11 @@ impl Relay {
             self.covering.clear();
         }
         let lost = self.batches.resume(hello.oldest_unacked_batch);
+        // Since a session in ring mode (or in this one) the spool's start
+        // moved by what the ring let go: a relay restarted in stream mode
+        // lost none of it.
+        let lost = if self.ring || hello.ring { 0 } else { lost };
+        self.ring = hello.ring;
         for (relay_sequence, payload) in recovered_clocks.into_iter().flatten() {
             self.clocks.add_snapshot(&payload, relay_sequence);
         }

@@ -122,6 +122,15 @@ impl Triggers {
     /// Fires `request` at host time `now_ns` unless its name is over its
     /// limit.
     pub fn fire(&mut self, request: TriggerRequest, now_ns: u64) -> Decision {
+        self.fire_at(request, now_ns, now_ns)
+    }
+
+    /// Fires `request`, asked for at host time `now_ns`, at host time
+    /// `host_time_ns` (a relay's moment mapped to host time, at most a
+    /// little before `now_ns`) unless its name is over its limit. The
+    /// limit counts by `now_ns`: a trigger stamped in the past cannot
+    /// slip past it.
+    pub fn fire_at(&mut self, request: TriggerRequest, now_ns: u64, host_time_ns: u64) -> Decision {
         let per_ns = self.config.per_ns;
         let times = self.recent.entry(request.name.clone()).or_default();
         while times
@@ -146,7 +155,7 @@ impl Triggers {
         let fired = Fired {
             id: self.next_id,
             name: request.name,
-            host_time_ns: now_ns,
+            host_time_ns,
             before_ns: request.before_ns,
             after_ns: request.after_ns,
         };
@@ -174,6 +183,48 @@ impl Triggers {
 
     pub fn config(&self) -> &TriggerConfig {
         &self.config
+    }
+}
+
+/// How a relay's trigger moment became host time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mapped {
+    /// Through the relay's clock estimate.
+    Estimate,
+    /// When the request came: no estimate yet, or the relay's time maps
+    /// outside [now - `MAX_LOOKBACK_NS`, now + `MAX_AHEAD_NS`].
+    Receipt,
+}
+
+impl Mapped {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Estimate => "estimate",
+            Self::Receipt => "receipt",
+        }
+    }
+}
+
+/// How far before its receipt a relay's trigger may be placed: a relay
+/// asks as soon as it is stamped, so more is a clock gone wrong.
+pub const MAX_LOOKBACK_NS: u64 = 60_000_000_000;
+/// How far after its receipt (the estimate's error, at most).
+pub const MAX_AHEAD_NS: u64 = 1_000_000_000;
+
+/// The host time of a trigger stamped `relay_ns` on a relay's BOOTTIME,
+/// received at host time `now_ns`: through `estimate` when there is one
+/// and it maps the moment near `now_ns`, else `now_ns`.
+pub fn host_time_of(relay_ns: u64, estimate: Option<&SyncEstimate>, now_ns: u64) -> (u64, Mapped) {
+    let mapped = estimate
+        .filter(|_| relay_ns > 0)
+        .and_then(|e| e.checked_to_host(relay_ns))
+        .and_then(|t| u64::try_from(t).ok())
+        .filter(|&t| {
+            t >= now_ns.saturating_sub(MAX_LOOKBACK_NS) && t <= now_ns.saturating_add(MAX_AHEAD_NS)
+        });
+    match mapped {
+        Some(t) => (t, Mapped::Estimate),
+        None => (now_ns, Mapped::Receipt),
     }
 }
 
@@ -211,6 +262,26 @@ pub fn tighter_over(fired: &Fired, a: SyncEstimate, b: SyncEstimate) -> SyncEsti
             .unwrap_or(u64::MAX)
     };
     if worst(&b) < worst(&a) { b } else { a }
+}
+
+/// Longest a window shipped after a reconnect waits for the relay's new
+/// estimate to settle ([`settled_for`]) (ns).
+pub const SETTLE_MAX_NS: u64 = 60_000_000_000;
+
+/// Whether, at host time `now_ns`, the estimate of a relay session that
+/// began at `connected_ns` may map a window of `fired`. A session that
+/// began after the window's end has a young estimate: its first samples
+/// (a burst over ~0.1 s) leave its frequency loose by up to hundreds of
+/// ppm, and carried tens of seconds back to the window it places packets
+/// milliseconds off. That stays inside its bound, but the window is cut
+/// to [T - before, T + after] by the mapped times, so packets near its
+/// ends land on the wrong side. It maps once its session has lasted as
+/// long as the distance back to the window (its samples then pin the
+/// frequency over that distance), or [`SETTLE_MAX_NS`].
+pub fn settled_for(fired: &Fired, connected_ns: u64, now_ns: u64) -> bool {
+    let end = fired.host_window().1;
+    let distance = connected_ns.saturating_sub(end).min(SETTLE_MAX_NS);
+    now_ns >= connected_ns.saturating_add(distance)
 }
 
 /// The relay BOOTTIME the estimate maps to host time `host_ns`: relay =

@@ -145,3 +145,81 @@ fn the_estimate_tighter_over_the_window_is_taken() {
     assert_eq!(tighter_over(&fired, mature, young), mature);
     assert_eq!(tighter_over(&fired, mature, mature), mature);
 }
+
+#[test]
+fn a_relay_trigger_is_placed_by_the_estimate_or_at_its_receipt() {
+    use super::{Mapped, host_time_of};
+    let estimate = crate::sync::SyncEstimate {
+        ref_relay_ns: 5000 * S,
+        offset_ns: 4000 * S as i64,
+        error_bound_ns: 10_000,
+        ..crate::sync::SyncEstimate::default()
+    };
+    // The relay is 4000 s ahead: its 5000 s is the host's 1000 s.
+    assert_eq!(
+        host_time_of(5000 * S, Some(&estimate), 1000 * S + 3_000_000),
+        (1000 * S, Mapped::Estimate)
+    );
+    // No estimate yet, no time, or a time far from the receipt: the receipt.
+    let now = 1000 * S;
+    assert_eq!(host_time_of(5000 * S, None, now), (now, Mapped::Receipt));
+    assert_eq!(
+        host_time_of(0, Some(&estimate), now),
+        (now, Mapped::Receipt)
+    );
+    assert_eq!(
+        host_time_of(5000 * S, Some(&estimate), now + 120 * S),
+        (now + 120 * S, Mapped::Receipt)
+    );
+    assert_eq!(
+        host_time_of(5002 * S, Some(&estimate), now),
+        (now, Mapped::Receipt)
+    );
+}
+
+#[test]
+fn a_trigger_fired_at_an_earlier_time_counts_against_the_limit_at_its_receipt() {
+    let config = TriggerConfig {
+        max_per_name: 1,
+        per_ns: 100,
+        ..TriggerConfig::default()
+    };
+    let mut triggers = Triggers::new(config, 7);
+    let request = TriggerRequest {
+        name: "crash".into(),
+        before_ns: 5,
+        after_ns: 5,
+    };
+    match triggers.fire_at(request.clone(), 1000, 990) {
+        Decision::Fired(fired) => assert_eq!(fired.host_time_ns, 990),
+        other => panic!("{other:?}"),
+    }
+    // Stamped long before, asked now: still within the limit's window.
+    assert!(matches!(
+        triggers.fire_at(request, 1050, 800),
+        Decision::Refused(_)
+    ));
+    assert_eq!(triggers.stats().refused, 1);
+}
+
+#[test]
+fn a_session_begun_after_the_window_maps_it_once_it_lasted_the_distance_back() {
+    let fired = Fired {
+        id: 1,
+        name: "crash".into(),
+        host_time_ns: 1000 * S,
+        before_ns: 30 * S,
+        after_ns: 5 * S,
+    };
+    // Connected before the window's end: its estimate is the live one.
+    assert!(settled_for(&fired, 990 * S, 990 * S));
+    assert!(settled_for(&fired, 1005 * S, 1005 * S));
+    // Reconnected 25 s after the window's end: 25 s of samples first.
+    assert!(!settled_for(&fired, 1030 * S, 1030 * S));
+    assert!(!settled_for(&fired, 1030 * S, 1054 * S));
+    assert!(settled_for(&fired, 1030 * S, 1055 * S));
+    // An hour later: at most SETTLE_MAX_NS.
+    let hour = 1005 * S + 3600 * S;
+    assert!(!settled_for(&fired, hour, hour + SETTLE_MAX_NS - 1));
+    assert!(settled_for(&fired, hour, hour + SETTLE_MAX_NS));
+}

@@ -37,6 +37,8 @@ struct MachineSeries {
     max_error: Gauge,
     /// Registered with the machine's first probe session (never for the host).
     sync: Option<SyncSeries>,
+    /// Registered with the first ring fill its relay reports.
+    ring: Option<[Gauge; 4]>,
     label: Arc<str>,
 }
 
@@ -77,6 +79,7 @@ impl MachineSeries {
             rtt: gauge!(SYNC_RTT, &[m()]),
             max_error: gauge!(OUTPUT_MAX_ERROR, &[m()]),
             sync: None,
+            ring: None,
             label: machine.clone(),
         };
         // Every drop reason shows from the start, at zero.
@@ -204,6 +207,7 @@ impl IngestMetrics {
                     t.set(series);
                     set_sync(series, m);
                     set_session(series, m);
+                    set_ring(series, m);
                 }
                 _ => folded.get_or_insert_with(Totals::default).add(m),
             }
@@ -234,6 +238,30 @@ fn set_sync(s: &MachineSeries, m: &MachineStatus) {
         s.rtt.set(secs(v as f64));
     }
     s.max_error.set(secs(m.max_err_ns as f64));
+}
+
+/// A ring relay's fill (its gauges stay at their last values when it
+/// reports none: a stream relay now, or gone).
+fn set_ring(s: &mut MachineSeries, m: &MachineStatus) {
+    let Some(fill) = &m.ring else {
+        return;
+    };
+    let label = s.label.to_string();
+    let [bytes, packets, ratio, age] = s.ring.get_or_insert_with(|| {
+        let m = || [("machine", label.clone())];
+        [
+            gauge!(names::RING_BYTES_HELD, &m()),
+            gauge!(names::RING_PACKETS_HELD, &m()),
+            gauge!(names::RING_FILL_RATIO, &m()),
+            gauge!(names::RING_OLDEST_AGE, &m()),
+        ]
+    });
+    bytes.set(fill.bytes_held as f64);
+    packets.set(fill.packets_held as f64);
+    ratio.set(fill.percent() / 100.0);
+    if let Some(ns) = fill.oldest_age_ns {
+        age.set(secs(ns as f64));
+    }
 }
 
 /// The machine's probe session, if it has or had one.

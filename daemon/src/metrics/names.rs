@@ -127,6 +127,11 @@ pub const TRIGGERS_FIRED: &str = "tracesync_triggers_fired_total";
 pub const TRIGGERS_REFUSED: &str = "tracesync_triggers_refused_total";
 pub const SNAPSHOTS_WRITTEN: &str = "tracesync_snapshots_written_total";
 pub const SNAPSHOTS_FAILED: &str = "tracesync_snapshots_failed_total";
+/// Per ring relay's machine, from its Heartbeat.
+pub const RING_BYTES_HELD: &str = "tracesync_ring_bytes_held";
+pub const RING_PACKETS_HELD: &str = "tracesync_ring_packets_held";
+pub const RING_FILL_RATIO: &str = "tracesync_ring_fill_ratio";
+pub const RING_OLDEST_AGE: &str = "tracesync_ring_oldest_age_seconds";
 
 /// Every daemon metric: name, kind, help (the `# HELP` line). The
 /// exporter describes them from here; tests check the endpoint and the
@@ -333,4 +338,14 @@ pub const SPECS: &[Spec] = &[
         "Snapshots written (again, for a late window)",
     ),
     Spec::counter(SNAPSHOTS_FAILED, "Snapshots that could not be written"),
+    Spec::gauge(RING_BYTES_HELD, "Packet bytes a ring relay holds"),
+    Spec::gauge(RING_PACKETS_HELD, "Packets a ring relay holds"),
+    Spec::gauge(
+        RING_FILL_RATIO,
+        "Bytes a ring relay holds over its --ring-bytes (0 to 1)",
+    ),
+    Spec::gauge(
+        RING_OLDEST_AGE,
+        "Age of the oldest packet a ring relay holds, on the host's clock",
+    ),
 ];

@@ -43,6 +43,13 @@ pub enum IngestEvent {
         /// As a Batch's: given back once the part is staged.
         credit: Credit,
     },
+    /// A trigger fired on the relay's machine; its TriggerResult goes
+    /// back on the session's outgoing frames.
+    TriggerRequest {
+        slot: Slot,
+        session_id: u64,
+        request: v1::TriggerRequest,
+    },
     /// The connection ended (peer closed, error, refusal). Not sent on
     /// daemon shutdown: then the ingest loop sends final acks first.
     Disconnected { slot: Slot, session_id: u64 },
@@ -134,6 +141,7 @@ pub fn shard_of_event(event: &IngestEvent, shards: usize) -> usize {
         IngestEvent::Batch { slot, .. }
         | IngestEvent::Heartbeat { slot, .. }
         | IngestEvent::Window { slot, .. }
+        | IngestEvent::TriggerRequest { slot, .. }
         | IngestEvent::Disconnected { slot, .. } => *slot,
     };
     usize::try_from(slot).unwrap_or(0) % shards

@@ -197,6 +197,7 @@ async fn batches_reach_the_output_file_and_are_acked_after_commit() {
                 clocks: clocks(tracesync_common::clock::boottime_ns()),
                 last_batch_sent: 3,
                 sources: Vec::new(),
+                ring: None,
             }),
         )
         .await;

@@ -66,6 +66,7 @@ impl Core for LiveCore {
         now_ns: u64,
     ) -> Result<(), live::SessionError> {
         LiveCore::heartbeat(self, slot, heartbeat.clocks, now_ns)?;
+        LiveCore::ring_fill(self, slot, heartbeat.ring)?;
         LiveCore::sources(self, slot, &heartbeat.sources)
     }
 

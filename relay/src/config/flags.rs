@@ -80,6 +80,15 @@ pub struct Flags {
     /// Ring mode: bytes of packets kept, at most spool-disk-bytes [ring] bytes.
     #[arg(long, value_name = "N")]
     pub ring_bytes: Option<u64>,
+    /// Unix socket where `tracesync-relay trigger` reaches this relay
+    /// (default /run/tracesync-relay/control.sock) [control-socket].
+    #[arg(long, value_name = "PATH")]
+    pub control_socket: Option<PathBuf>,
+    /// A Perfetto trigger of this name in this relay's packets
+    /// (TracePacket.trigger) fires a flight-recorder trigger (repeatable;
+    /// replaces the file's list) [trigger-on].
+    #[arg(long = "trigger-on", value_name = "NAME")]
+    pub trigger_on: Vec<String>,
     /// Test/demo: pose as a machine whose clocks are this far ahead (ns).
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub clock_offset_ns: Option<i64>,
@@ -136,6 +145,36 @@ pub struct Flags {
     /// units that must outlive a daemon being reconfigured) [keep-retrying].
     #[arg(long)]
     pub keep_retrying: bool,
+    #[command(subcommand)]
+    pub command: Option<RelayCommand>,
+}
+
+/// What else the binary does besides relaying.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum RelayCommand {
+    /// Fire a flight-recorder trigger from this machine: the relay running
+    /// here carries it to its daemon, which saves every machine's window
+    /// [now - before, now + after] into one snapshot.
+    Trigger {
+        /// The trigger's name (1-64 of A-Z a-z 0-9 . _ -); it is part of
+        /// the snapshot's file name.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// How much before now the window starts (as 30s, 500ms, 2m).
+        #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_span)]
+        before: std::time::Duration,
+        /// How much after now the window ends.
+        #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_span)]
+        after: std::time::Duration,
+        /// The relay's control socket (default: control-socket of the
+        /// relay's config, else /run/tracesync-relay/control.sock).
+        #[arg(long, value_name = "SOCKET")]
+        connect: Option<PathBuf>,
+    },
+}
+
+fn parse_span(text: &str) -> Result<std::time::Duration, String> {
+    tracesync_protocol::trigger::parse_span(text)
 }
 
 fn parse_when_full(text: &str) -> Result<WhenFull, String> {

@@ -10,10 +10,12 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod control;
 mod flags;
 mod ring;
 
-pub use flags::Flags;
+pub use control::{ControlSettings, MAX_TRIGGER_ON};
+pub use flags::{Flags, RelayCommand};
 pub use ring::{
     DEFAULT_RING_BYTES, DEFAULT_RING_SECONDS, MIN_RING_BYTES, RING_SOURCE_LAG, RingSettings,
 };
@@ -63,6 +65,8 @@ struct FileConfig {
     keep_retrying: Option<bool>,
     mode: Option<Spanned<String>>,
     ring: Option<ring::RingSection>,
+    control_socket: Option<PathBuf>,
+    trigger_on: Option<Vec<Spanned<String>>>,
     clock_offset_ns: Option<i64>,
     clock_drift_ppm: Option<Spanned<f64>>,
     sync: Option<crate::probe::SyncConfig>,
@@ -97,6 +101,8 @@ pub struct RelayConfig {
     pub window_bytes: u64,
     /// `--mode` and `[ring]`.
     pub ring: RingSettings,
+    /// `control-socket` and `trigger-on`.
+    pub control: ControlSettings,
     /// How long a configuration fault may last before the relay exits;
     /// None: keep retrying.
     pub give_up_after: Option<Duration>,
@@ -194,6 +200,12 @@ impl RelayConfig {
             limits.spool_disk_bytes,
             place,
         )?;
+        let control = ControlSettings::pick(
+            flags,
+            file.control_socket.as_ref(),
+            file.trigger_on.as_ref(),
+            place,
+        )?;
         let token = match (&flags.token, &file.token) {
             (Some(flag), _) => {
                 check_token(flag).map_err(|message| ConfigError::flag("token", message))?
@@ -239,6 +251,7 @@ impl RelayConfig {
             linger: Duration::from_millis(limits.linger_ms),
             window_bytes: limits.window_bytes,
             ring,
+            control,
             give_up_after: limits.give_up_after,
             clock,
             sync: {

@@ -116,6 +116,7 @@ pub struct Ring {
     config: RingConfig,
     batches: VecDeque<RingBatch>,
     held_bytes: u64,
+    held_packets: u64,
     released_through: u64,
     waiting: Vec<TriggerSpec>,
     /// Windows handed to the driver to copy ([`RingAction::Collect`]):
@@ -140,6 +141,7 @@ impl Ring {
             config,
             batches: VecDeque::new(),
             held_bytes: 0,
+            held_packets: 0,
             released_through: 0,
             waiting: Vec::new(),
             collecting: Vec::new(),
@@ -171,6 +173,7 @@ impl Ring {
             packets,
         });
         self.held_bytes += bytes;
+        self.held_packets += packets;
     }
 
     /// A Trigger from the daemon.
@@ -269,6 +272,15 @@ impl Ring {
         self.held_bytes
     }
 
+    /// Packets held.
+    pub fn held_packets(&self) -> u64 {
+        self.held_packets
+    }
+
+    pub fn config(&self) -> &RingConfig {
+        &self.config
+    }
+
     /// BOOTTIME the oldest held batch was cut at.
     pub fn oldest_cut_ns(&self) -> Option<u64> {
         self.batches.front().map(|b| b.cut_at_ns)
@@ -354,6 +366,7 @@ impl Ring {
             }
             self.batches.pop_front();
             self.held_bytes -= batch.bytes;
+            self.held_packets -= batch.packets;
             self.stats.batches_released += 1;
             self.stats.packets_released += batch.packets;
             self.stats.bytes_released += batch.bytes;

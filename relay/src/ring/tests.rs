@@ -36,6 +36,7 @@ fn the_time_bound_releases_the_oldest_batches_and_counts_them() {
     assert_eq!(drain(&mut ring, 30 * S), vec![RingAction::Release(19)]);
     assert_eq!(ring.oldest_cut_ns(), Some(20 * S));
     assert_eq!(ring.held_bytes(), 11 * 100);
+    assert_eq!(ring.held_packets(), 11 * 2, "what the heartbeat reports");
     assert_eq!(ring.stats().batches_released, 19);
     assert_eq!(ring.stats().packets_released, 38);
     assert_eq!(

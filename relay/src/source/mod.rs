@@ -19,6 +19,7 @@ pub mod pipeline;
 pub mod spec;
 pub mod stream;
 pub mod synthetic;
+pub mod triggers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,6 +70,9 @@ pub struct SourceContext {
     pub stats: Arc<SourceStats>,
     /// Shared by every source of the relay.
     pub budget: SourceBudget,
+    /// `trigger-on`: Perfetto triggers in the packets that fire (None:
+    /// none configured).
+    pub triggers: Option<triggers::PacketTriggers>,
 }
 
 /// Bytes of source batches on their way to the spool, at most (a batch
@@ -141,6 +145,9 @@ pub struct SourceStats {
     /// Packets dropped because a stream used more producer sequences than
     /// the relay maps.
     pub sequence_overflow: AtomicU64,
+    /// Perfetto triggers of `trigger-on` dropped: more than a batch holds,
+    /// or the relay's trigger queue full.
+    pub triggers_dropped: AtomicU64,
     /// File restarts: truncated or replaced.
     pub restarts: AtomicU64,
     /// Resumes of a file whose producers' incremental state could not be
@@ -321,6 +328,7 @@ pub(crate) mod test_support {
             shutdown: CancellationToken::new(),
             stats: Arc::new(SourceStats::default()),
             budget: SourceBudget::new(SOURCE_QUEUE_BYTES),
+            triggers: None,
         }
     }
 

@@ -183,6 +183,7 @@ pub(crate) async fn pump<R: AsyncRead + Unpin>(
                     return;
                 }
             };
+            ctx.fire_packet_triggers(&format!("source {index} ({name})"), &batch.triggers);
             let batch = SourceBatch {
                 source: index,
                 packets: batch.packets,

@@ -97,6 +97,7 @@ impl Uplink {
             self.spool.oldest_unacked(),
             now,
         );
+        self.triggers.daemon_takes_triggers = welcome.takes_trigger_requests;
         if self.session.is_streaming()
             && let Some(ring) = &mut self.ring
         {
@@ -169,6 +170,7 @@ impl Uplink {
             clocks: Some(self.clocks()),
             last_batch_sent,
             sources: self.source_states(),
+            ring: self.ring.as_ref().map(super::ring::RingDriver::fill),
         });
         // A full queue means the link is busy, which says as much as a
         // heartbeat; a closed one reports itself as Lost.

@@ -11,6 +11,7 @@ mod actions;
 mod connection;
 pub mod misconfig;
 mod ring;
+mod triggers;
 pub mod unreachable;
 
 use std::net::SocketAddr;
@@ -60,6 +61,8 @@ pub struct UplinkConfig {
     pub sources: Vec<(String, Arc<crate::source::SourceStats>)>,
     /// Ring mode (`--mode ring`): the ring's bounds; None streams.
     pub ring: Option<crate::ring::RingConfig>,
+    /// Triggers fired on this machine, carried to the daemon (taken once).
+    pub triggers: crate::control::TriggerInbox,
 }
 
 impl UplinkConfig {
@@ -87,6 +90,7 @@ impl UplinkConfig {
             )),
             sources: Vec::new(),
             ring: None,
+            triggers: crate::control::TriggerInbox::default(),
         }
     }
 }
@@ -178,8 +182,11 @@ pub async fn run<M: Send + 'static>(
         }
         None => None,
     };
+    let asks = config.triggers.take();
     let mut uplink = Uplink {
         ring,
+        asks,
+        triggers: triggers::Pending::default(),
         config,
         clock,
         spool,
@@ -200,6 +207,16 @@ pub async fn run<M: Send + 'static>(
     (exit, uplink.spool)
 }
 
+/// The next trigger fired on this machine; pending forever without any.
+async fn next_ask(
+    asks: &mut Option<mpsc::Receiver<crate::control::TriggerAsk>>,
+) -> Option<crate::control::TriggerAsk> {
+    match asks {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
@@ -207,6 +224,10 @@ fn now() -> Instant {
 struct Uplink {
     /// Ring mode's driver (None: stream mode).
     ring: Option<ring::RingDriver>,
+    /// Triggers fired on this machine (None: none wired, or closed).
+    asks: Option<mpsc::Receiver<crate::control::TriggerAsk>>,
+    /// Those sent to the daemon and not answered yet.
+    triggers: triggers::Pending,
     config: UplinkConfig,
     clock: SharedClock,
     spool: Spool,
@@ -260,6 +281,7 @@ impl Uplink {
             }
             self.drive(now);
             self.drive_ring();
+            self.expire_triggers(now);
             let ring = self
                 .ring
                 .as_ref()
@@ -281,6 +303,10 @@ impl Uplink {
                     drain = Some(Drain::start(now, &self.config));
                 }
                 event = next_event(&mut self.connection) => self.on_event(event, now),
+                ask = next_ask(&mut self.asks) => match ask {
+                    Some(ask) => self.on_trigger_ask(ask, now),
+                    None => self.asks = None,
+                },
                 // Frames written: the next drive sends more if the link had
                 // been full.
                 () = link_drained(written.as_ref()) => {}
@@ -373,6 +399,7 @@ impl Uplink {
             self.session.deadline(),
             self.spool.deadline(),
             self.ring_deadline(now),
+            self.triggers.deadline(),
             drain
                 .filter(|d| !d.intake_closed)
                 .map(|d| d.close_intake_at),
@@ -450,6 +477,10 @@ impl Uplink {
                         .refused(RefusalCode::parse(&refused.code), &refused.reason, now)
                 }
                 Some(Body::Ack(ack)) => self.session.ack(ack.through_batch, now),
+                Some(Body::TriggerResult(result)) => {
+                    self.on_trigger_result(&result);
+                    Vec::new()
+                }
                 Some(body @ (Body::Trigger(_) | Body::WindowAck(_))) if self.ring.is_some() => {
                     self.on_ring_frame(body);
                     Vec::new()
@@ -532,6 +563,11 @@ impl Uplink {
             since: now,
             attempts: 1,
         });
+    }
+
+    /// How long the daemon has been unreachable (None: not known to be).
+    fn outage_seconds(&self, now: Instant) -> Option<u64> {
+        self.outage.as_ref().map(|o| o.seconds(now))
     }
 
     /// At most one spool error line per second (a full disk repeats).

@@ -287,6 +287,19 @@ impl RingDriver {
         &self.ring
     }
 
+    /// How full the ring is, for the Heartbeat.
+    pub(super) fn fill(&self) -> v1::RingFill {
+        let ring = &self.ring;
+        v1::RingFill {
+            bytes_held: ring.held_bytes(),
+            packets_held: ring.held_packets(),
+            bytes_limit: ring.config().bytes,
+            seconds_limit: ring.config().seconds.as_secs(),
+            oldest_relay_ns: ring.oldest_cut_ns().unwrap_or(0),
+            windows_owed: u32::try_from(ring.windows_owed()).unwrap_or(u32::MAX),
+        }
+    }
+
     /// Loads the oldest window on disk not yet shipped on this connection.
     fn start_next(&mut self) -> bool {
         let Some(&id) = self.on_disk.iter().find(|id| !self.shipped.contains(id)) else {

@@ -93,6 +93,11 @@ impl Outage {
         }
     }
 
+    /// How long it has lasted, in whole seconds.
+    pub fn seconds(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.since).as_secs()
+    }
+
     /// The line saying the outage is over (a connection was made).
     pub fn over(self, host: &str, now: Instant) -> String {
         format!(

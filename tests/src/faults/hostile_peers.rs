@@ -216,6 +216,7 @@ fn liar_session(opts: &HostileOpts, stop: &AtomicBool, counts: &HostileCounts) -
                 clocks: Some(lie(1)),
                 last_batch_sent: 0,
                 sources: Vec::new(),
+                ring: None,
             });
             if let Err(e) = send(&mut tls, heartbeat) {
                 break Err(e);

@@ -103,6 +103,7 @@ impl LyingRelay {
                     clocks: Some(lie(opts.clock_ns)),
                     last_batch_sent: 0,
                     sources: Vec::new(),
+                    ring: None,
                 });
                 if write_frame(
                     &mut writer,

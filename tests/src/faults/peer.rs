@@ -173,6 +173,7 @@ fn lie_to(
                         sync_udp_port: 0,
                         probe_key: vec![7u8; 32].into(),
                         takes_windows: false,
+                        takes_trigger_requests: false,
                     })),
                 };
                 if write_frame(&mut stream, &welcome).is_err() {

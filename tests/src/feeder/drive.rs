@@ -271,6 +271,7 @@ impl Feeder {
                         state: "reading".into(),
                         detail: String::new(),
                     }],
+                    ring: None,
                 });
                 // A full queue says the link is busy, as a heartbeat would.
                 if let (Some(connection), Ok(out)) =

@@ -287,6 +287,27 @@ fn body() -> impl Strategy<Value = v1::frame::Body> {
                 clocks,
                 last_batch_sent: last,
                 sources,
+                // A ring fill of edge values now and then (no limit, the
+                // oldest time beyond any clock).
+                ring: last.is_multiple_of(2).then_some(v1::RingFill {
+                    bytes_held: last,
+                    packets_held: last,
+                    bytes_limit: last / 2,
+                    seconds_limit: last,
+                    oldest_relay_ns: last,
+                    windows_owed: u32::MAX,
+                }),
+            })
+        }),
+        // A trigger from the relay's machine: any name, span and time.
+        1 => ("[ -~]{0,8}", fuzz::edge_u64(), fuzz::edge_u64()).prop_map(|(name, span, t)| {
+            Body::TriggerRequest(v1::TriggerRequest {
+                request_id: t,
+                name,
+                before_ns: span,
+                after_ns: span,
+                relay_time_ns: t,
+                origin: "packet".into(),
             })
         }),
         1 => fuzz::edge_u64().prop_map(|t| Body::Ack(v1::Ack { through_batch: t })),
@@ -355,6 +376,14 @@ async fn run_case(addr: SocketAddr, chunks: &[Chunk]) -> Result<(), String> {
         let f = v1::Frame::decode(&rest[4..4 + len]).map_err(|e| format!("daemon frame: {e}"))?;
         match f.body {
             Some(v1::frame::Body::Welcome(_) | v1::frame::Body::Ack(_)) => {}
+            // The answer to a TriggerRequest: fired, or a one-line reason.
+            Some(v1::frame::Body::TriggerResult(r)) => {
+                if !r.fired && (r.reason.is_empty() || r.reason.contains('\n')) {
+                    return Err(format!(
+                        "a trigger refused without a one-line reason: {r:?}"
+                    ));
+                }
+            }
             Some(v1::frame::Body::Refused(r)) => {
                 refusals += 1;
                 if r.reason.is_empty() || r.code.is_empty() || r.reason.contains('\n') {

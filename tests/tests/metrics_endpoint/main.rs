@@ -73,8 +73,15 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
     // The VM probes over the TCP fallback, the phone over UDP.
     let mut vm = RelayOpts::synthetic("guest-vm", 1000);
     vm.extra_args = vec!["--sync-transport".into(), "tcp".into()];
-    let mut relays = vec![Relay::start(&daemon, phone), Relay::start(&daemon, vm)];
-    daemon.wait_synced(&["phone", "guest-vm"], Duration::from_secs(60));
+    // A ring relay: its ring's gauges appear with its first heartbeat.
+    let mut ring = RelayOpts::synthetic("recorder", 1000);
+    ring.extra_args = vec!["--mode".into(), "ring".into()];
+    let mut relays = vec![
+        Relay::start(&daemon, phone),
+        Relay::start(&daemon, vm),
+        Relay::start(&daemon, ring),
+    ];
+    daemon.wait_synced(&["phone", "guest-vm", "recorder"], Duration::from_secs(60));
 
     let names: Vec<&str> = tracesync_daemon::metrics::names::SPECS
         .iter()
@@ -117,8 +124,17 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
                     return Err(format!("{series} is not > 0 in:\n{page}"));
                 }
             }
-            if value(&s, "tracesync_relays_connected") != Some(2.0) {
-                return Err(format!("tracesync_relays_connected is not 2 in:\n{page}"));
+            if value(&s, "tracesync_relays_connected") != Some(3.0) {
+                return Err(format!("tracesync_relays_connected is not 3 in:\n{page}"));
+            }
+            for name in [
+                "tracesync_ring_packets_held",
+                "tracesync_ring_oldest_age_seconds",
+            ] {
+                let series = format!("{name}{{machine=\"recorder\"}}");
+                if !value(&s, &series).is_some_and(|v| v > 0.0) {
+                    return Err(format!("{series} is not > 0 in:\n{page}"));
+                }
             }
             Ok(page)
         },
@@ -190,7 +206,7 @@ fn daemon_and_relay_endpoints_show_every_metric_with_traffic() {
 /// Each relay's probe session, in the metrics (`machine` label) and in
 /// `tracesync status` (JSON and table), with sane values once synced.
 fn check_probe_sessions(daemon: &Daemon, metrics: SocketAddr) {
-    let routes = [("phone", "udp"), ("guest-vm", "tcp")];
+    let routes = [("phone", "udp"), ("guest-vm", "tcp"), ("recorder", "udp")];
     let page = wait_for(
         "probe-session series of both relays with samples",
         Duration::from_secs(30),

@@ -251,9 +251,25 @@ impl Converter {
         self.window.release_if_full(out, stats);
     }
 
-    /// Everything still held, in order: the file has ended.
+    /// Everything still held, in order: the file has ended (the rest by
+    /// [`Converter::drain`] while [`Converter::releasing`]).
     pub fn finish(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
         self.window.finish(out, stats);
+    }
+
+    /// Releases from the window hand out at most about `bytes` at a time.
+    pub fn set_out_chunk(&mut self, bytes: usize) {
+        self.window.set_out_chunk(bytes);
+    }
+
+    /// Whether the window is releasing: [`Converter::drain`] has more.
+    pub fn releasing(&self) -> bool {
+        self.window.releasing()
+    }
+
+    /// The next piece of the window's release under way.
+    pub fn drain(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
+        self.window.drain(out, stats);
     }
 
     /// [`Converter::push`] of an event read by the fast path, its args

@@ -5,12 +5,16 @@
 //! Invariants:
 //! - Memory is bounded whatever the file's size: one read buffer, one event
 //!   ([`scan::MAX_EVENT_BYTES`]), the reordering window
-//!   ([`convert::WINDOW_BYTES`] and half of it again), and one entry per
-//!   process, thread and named track.
+//!   ([`convert::WINDOW_BYTES`] and a 24-byte entry per packet held), one
+//!   output chunk (a window's release is handed out a chunk at a time), and
+//!   one entry per process, thread and named track.
 //! - The conversion is a pure function of the file's bytes and its name:
 //!   both merge passes see the same packets at the same offsets (the
 //!   merge converts once and spills, `inputs::spill`, but converts again
 //!   when it cannot spill).
+//! - The conversion takes two threads: the text is read on one
+//!   (`reading`, in order, in bounded batches), events are encoded and
+//!   ordered on the reader's; the bytes are what one thread would make.
 //! - Most events are read in place by the fast path (`fast_event`); it
 //!   reads an event only when the result is what the full reading
 //!   (`event`) gives, so which path read an event never shows.
@@ -29,6 +33,7 @@ mod fast_event;
 pub mod flows;
 pub mod framing;
 mod json_scan;
+mod reading;
 pub mod relaxed;
 pub mod scan;
 pub mod spill;
@@ -39,11 +44,9 @@ pub mod written;
 use std::io::{self, Read};
 
 pub use crate::merge::conversion_stats::{JsonStats, StatsSlot};
-use crate::merge::systrace::line_to_packet;
 use convert::Converter;
-use event::parse_event;
-use fast_event::parse_fast;
-use scan::{EventScanner, Item};
+use reading::{Batch, Feed, Msg};
+use std::thread::JoinHandle;
 
 /// Why a JSON input could not be read to its end.
 #[derive(Debug, thiserror::Error)]
@@ -76,31 +79,42 @@ impl JsonError {
 /// How much converted output is made at a time.
 const OUT_CHUNK: usize = 256 << 10;
 
-/// A Chrome JSON trace read as the bytes of a Perfetto protobuf trace.
-pub struct ChromeJsonReader<R> {
-    scanner: EventScanner<R>,
+/// A Chrome JSON trace read as the bytes of a Perfetto protobuf trace:
+/// the text is read on a thread of its own ([`reading`]), the events are
+/// converted and ordered here.
+pub struct ChromeJsonReader {
+    feed: Option<Feed>,
+    thread: Option<JoinHandle<()>>,
+    /// The batch being converted, from its item `at` on.
+    batch: Batch,
+    at: usize,
     converter: Converter,
     stats: JsonStats,
     slot: Option<StatsSlot>,
-    event: Vec<u8>,
     /// The fast path's encoded args of the event being converted.
     args: Vec<u8>,
     out: Vec<u8>,
     pos: usize,
+    /// No item is left to convert (the window may still be releasing).
     done: bool,
     error: Option<JsonError>,
 }
 
-impl<R: Read> ChromeJsonReader<R> {
+impl ChromeJsonReader {
     /// Converts the JSON `inner` of the input named `display`; its counts
     /// go to `slot` when the reader is dropped.
-    pub fn new(inner: R, display: &str, slot: Option<StatsSlot>) -> Self {
+    pub fn new<R: Read + Send + 'static>(inner: R, display: &str, slot: Option<StatsSlot>) -> Self {
+        let (feed, thread) = reading::spawn(inner, slot.clone());
+        let mut converter = Converter::new(display);
+        converter.set_out_chunk(OUT_CHUNK);
         Self {
-            scanner: EventScanner::new(inner),
-            converter: Converter::new(display),
+            feed: Some(feed),
+            thread,
+            batch: Batch::default(),
+            at: 0,
+            converter,
             stats: JsonStats::default(),
             slot,
-            event: Vec::new(),
             args: Vec::new(),
             out: Vec::with_capacity(OUT_CHUNK * 2),
             pos: 0,
@@ -109,69 +123,72 @@ impl<R: Read> ChromeJsonReader<R> {
         }
     }
 
+    /// The next item read; a reading thread that went away ends the input.
+    fn next_msg(&mut self) -> Msg {
+        if self.at == self.batch.msgs.len() {
+            let Some(feed) = &self.feed else {
+                return Msg::End;
+            };
+            let spent = std::mem::take(&mut self.batch);
+            // Its buffers are reused, unless the reader has enough.
+            let _ = feed.spent.try_send(spent);
+            match feed.batches.recv() {
+                Ok(b) => self.batch = b,
+                Err(_) => {
+                    return Msg::Fail(JsonError::Io(io::Error::other(
+                        "the JSON reading thread ended early",
+                    )));
+                }
+            }
+            self.at = 0;
+            if self.batch.msgs.is_empty() {
+                return Msg::Fail(JsonError::Io(io::Error::other(
+                    "the JSON reading thread handed over nothing",
+                )));
+            }
+        }
+        let msg = self
+            .batch
+            .msgs
+            .get_mut(self.at)
+            .map(|m| std::mem::replace(m, Msg::End));
+        self.at += 1;
+        msg.unwrap_or(Msg::End)
+    }
+
     /// Converts events until a chunk of output is ready or the input ends.
     fn fill(&mut self) {
         self.out.clear();
         self.pos = 0;
-        while !self.done && self.out.len() < OUT_CHUNK {
-            // Most events are read in place from the scanner's buffer.
-            match self.scanner.event_in_buffer() {
-                Ok(Some((_, bytes))) => {
-                    if let Some((e, n)) = parse_fast(bytes, &mut self.args) {
-                        self.scanner.consume_event(n);
-                        self.converter.push_encoded(
-                            e,
-                            &mut self.args,
-                            &mut self.out,
-                            &mut self.stats,
-                        );
-                        continue;
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    self.fail(e);
-                    continue;
-                }
+        while self.out.len() < OUT_CHUNK {
+            // A release of the window is handed out before anything new
+            // is converted: the output never holds more than a chunk.
+            if self.converter.releasing() {
+                self.converter.drain(&mut self.out, &mut self.stats);
+                continue;
             }
-            match self.scanner.next_event(&mut self.event, &mut self.stats) {
-                Ok(Some(Item::SystemLine { too_long })) => {
-                    let text = std::str::from_utf8(&self.event).ok().filter(|_| !too_long);
-                    match text.and_then(|t| line_to_packet(t, &mut self.stats)) {
-                        Some((ts, packet)) => {
-                            self.converter
-                                .push_framed(ts, packet, &mut self.out, &mut self.stats);
-                        }
-                        None if text.is_none() => self.stats.systrace_parse_failure += 1,
-                        None => {}
+            if self.done {
+                break;
+            }
+            match self.next_msg() {
+                Msg::Fast(e, range) => {
+                    self.args.clear();
+                    if let Some(bytes) = self.batch.args.get(range) {
+                        self.args.extend_from_slice(bytes);
                     }
+                    self.converter
+                        .push_encoded(e, &mut self.args, &mut self.out, &mut self.stats);
                 }
-                Ok(Some(Item::Event(at))) => {
-                    let fast = parse_fast(&self.event, &mut self.args);
-                    if let Some((e, _)) = fast.filter(|(_, n)| *n == self.event.len()) {
-                        self.converter.push_encoded(
-                            e,
-                            &mut self.args,
-                            &mut self.out,
-                            &mut self.stats,
-                        );
-                        continue;
-                    }
-                    match parse_event(&self.event) {
-                        Ok(e) => self.converter.push(e, &mut self.out, &mut self.stats),
-                        Err((message, index)) => {
-                            self.fail(JsonError::Event {
-                                offset: at + index as u64,
-                                message,
-                            });
-                        }
-                    }
+                Msg::Full(e) => self.converter.push(e, &mut self.out, &mut self.stats),
+                Msg::Line(ts, packet) => {
+                    self.converter
+                        .push_framed(ts, packet, &mut self.out, &mut self.stats);
                 }
-                Ok(None) => {
+                Msg::End => {
                     self.converter.finish(&mut self.out, &mut self.stats);
                     self.done = true;
                 }
-                Err(e) => self.fail(e),
+                Msg::Fail(e) => self.fail(e),
             }
         }
     }
@@ -184,10 +201,10 @@ impl<R: Read> ChromeJsonReader<R> {
     }
 }
 
-impl<R: Read> Read for ChromeJsonReader<R> {
+impl Read for ChromeJsonReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.pos == self.out.len() {
-            if self.done {
+            if self.done && !self.converter.releasing() {
                 return match self.error.take() {
                     Some(e) => Err(e.into_io()),
                     None => Ok(0),
@@ -206,8 +223,14 @@ impl<R: Read> Read for ChromeJsonReader<R> {
     }
 }
 
-impl<R> Drop for ChromeJsonReader<R> {
+impl Drop for ChromeJsonReader {
     fn drop(&mut self) {
+        // The reading thread stops at its next hand-over and leaves its
+        // counts in the slot first.
+        self.feed = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
         if let Some(slot) = &self.slot
             && let Ok(mut s) = slot.lock()
         {

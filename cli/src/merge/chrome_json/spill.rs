@@ -115,6 +115,12 @@ impl Spill {
     pub fn place_end(&mut self, begin: u64) -> Option<u64> {
         self.moved.remove(&begin)
     }
+
+    /// No spilled begin waits for its end.
+    #[cfg(test)]
+    pub fn is_idle(&self) -> bool {
+        self.moved.is_empty()
+    }
 }
 
 fn push_bounded(stack: &mut Vec<Open>, open: Open) {

@@ -17,7 +17,11 @@ type Packets = Vec<(Option<u64>, Data)>;
 /// Converts `json`; the packets, the counts, and the error if any.
 fn convert(json: &str) -> (Packets, JsonStats, Option<String>) {
     let slot = StatsSlot::default();
-    let mut reader = ChromeJsonReader::new(json.as_bytes(), "t.json", Some(slot.clone()));
+    let mut reader = ChromeJsonReader::new(
+        std::io::Cursor::new(json.as_bytes().to_vec()),
+        "t.json",
+        Some(slot.clone()),
+    );
     let mut bytes = Vec::new();
     let mut error = None;
     let mut buf = [0u8; 4096];
@@ -263,9 +267,13 @@ fn system_trace_events_lines_become_ftrace_packets_in_time_order() {
         "systemTraceEvents":"# tracer: nop\n  app-100 (  100) [001] ...1  2.000000: tracing_mark_write: B|100|s\n  app-100 (  100) [001] ...1  1.000000: tracing_mark_write: E|100\n  x-1 [000] 3.0: irq_handler_entry: irq=1\nnot a line \u00e9","systemTraceEvents2":{}}"##;
     let slot = StatsSlot::default();
     let mut bytes = Vec::new();
-    ChromeJsonReader::new(json.as_bytes(), "t.json", Some(slot.clone()))
-        .read_to_end(&mut bytes)
-        .unwrap();
+    ChromeJsonReader::new(
+        std::io::Cursor::new(json.as_bytes().to_vec()),
+        "t.json",
+        Some(slot.clone()),
+    )
+    .read_to_end(&mut bytes)
+    .unwrap();
     let ts: Vec<u64> = Trace::decode(&bytes[..])
         .unwrap()
         .packet
@@ -359,4 +367,30 @@ fn perfetto_sort_rules_and_leniencies() {
         named,
         "a metadata event with a bad ts still names its thread"
     );
+}
+
+/// A reader dropped before the end stops its reading thread (which would
+/// otherwise block on a full channel) and leaves what both threads counted.
+#[test]
+fn a_reader_dropped_early_stops_its_reading_thread() {
+    let mut json = String::from(r#"{"displayTimeUnit":"ns","traceEvents":["#);
+    for i in 0..200_000 {
+        json.push_str(&format!(
+            r#"{{"ph":"X","pid":1,"tid":2,"ts":{i},"dur":1,"name":"e"}},"#
+        ));
+    }
+    json.push_str(r#"{}]}"#);
+    let slot = StatsSlot::default();
+    let mut reader = ChromeJsonReader::new(
+        std::io::Cursor::new(json.into_bytes()),
+        "t.json",
+        Some(slot.clone()),
+    );
+    let mut buf = [0u8; 4096];
+    assert!(reader.read(&mut buf).unwrap() > 0);
+    let started = std::time::Instant::now();
+    drop(reader);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // Counted by the reading thread, at the start of the text.
+    assert_eq!(slot.lock().unwrap().json_display_time_unit, 1);
 }

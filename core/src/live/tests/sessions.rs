@@ -235,13 +235,18 @@ fn a_ring_relay_whose_spool_start_moved_lost_nothing() {
     let c = core.connect(ring(4001), 10).unwrap();
     assert_eq!(drop_count(&core, 1, reason::BATCHES_LOST), 0);
     assert!(c.acked_through_batch < 4001);
-    // The same gap from a stream relay is a loss.
+    // Restarted in stream mode: its ring let 1000 more go before that,
+    // none lost either.
     core.disconnect(c.slot);
-    let stream = HelloInfo {
-        oldest_unacked_batch: 5001,
+    let stream = |oldest| HelloInfo {
+        oldest_unacked_batch: oldest,
         ..hello(10, 1, "m1")
     };
-    core.connect(stream, 20).unwrap();
+    let s = core.connect(stream(5001), 20).unwrap();
+    assert_eq!(drop_count(&core, 1, reason::BATCHES_LOST), 0);
+    // The same gap from a stream session to the next is a loss.
+    core.disconnect(s.slot);
+    core.connect(stream(6001), 30).unwrap();
     assert_eq!(drop_count(&core, 1, reason::BATCHES_LOST), 1000);
 }
 

@@ -564,3 +564,5 @@ fn finite_ns(value: f64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod young_tests;

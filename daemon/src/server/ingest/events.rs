@@ -71,6 +71,16 @@ where
                 drop(credit);
                 0
             }
+            IngestEvent::TriggerRequest {
+                slot,
+                session_id,
+                request,
+            } => {
+                if self.is_current(slot, session_id) {
+                    self.on_trigger_request(slot, &request, now);
+                }
+                0
+            }
             IngestEvent::Disconnected { slot, session_id } => {
                 if self.is_current(slot, session_id) {
                     self.sessions.remove(&slot);
@@ -98,6 +108,28 @@ where
         let dir = self.output_dir();
         self.flight
             .on_window(slot, window, estimate, dir.as_deref(), &self.sessions);
+    }
+
+    /// A relay's TriggerRequest: fired through the trigger table at the
+    /// relay's moment mapped to host time (or refused), answered, and sent
+    /// on to the ring relays.
+    fn on_trigger_request(&mut self, slot: Slot, request: &v1::TriggerRequest, now: u64) {
+        let result = if self.settings.relay_triggers {
+            let estimate = self.core.estimate(slot);
+            self.flight.relay_ask(slot, request, estimate.as_ref(), now)
+        } else {
+            super::flight::refusal(request, super::SHARDED_TRIGGERS)
+        };
+        if let Some(entry) = self.sessions.get(&slot) {
+            let frame = v1::frame::Body::TriggerResult(result);
+            if entry.outgoing.try_send(frame).is_err() {
+                debug!(
+                    slot,
+                    "a TriggerResult did not fit the session's frames: dropped"
+                );
+            }
+        }
+        self.send_triggers();
     }
 
     /// The output directory (where snapshots and their staging go).

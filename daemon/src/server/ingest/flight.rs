@@ -1,5 +1,6 @@
 //! The flight recorder on the ingest thread: triggers from the control
-//! socket fired through core's trigger table (limit per name, ids,
+//! socket and from relays (TriggerRequest, placed at the relay's moment
+//! on the host's clock) fired through core's trigger table (limit per name, ids,
 //! remembered for relays that connect later), and each ring relay sent its
 //! Trigger once its clock estimate maps the window. The decisions are
 //! core's ([`Triggers`], [`RingRelays`]); this module only moves frames.
@@ -26,7 +27,8 @@ use tracesync_capture::names::SnapshotName;
 use tracesync_core::control::TriggerAnswer;
 use tracesync_core::sync::SyncEstimate;
 use tracesync_core::trigger::{
-    Decision, Fired, RingRelays, Snapshots, TriggerConfig, Triggers, tighter_over,
+    Decision, Fired, RingRelays, Snapshots, TriggerConfig, TriggerRequest, Triggers, host_time_of,
+    settled_for, tighter_over,
 };
 use tracesync_protocol::relay::v1;
 use tracing::{info, warn};
@@ -59,8 +61,11 @@ pub(super) struct Flight {
     /// connection: a window shipped after a reconnect may map better with
     /// it than with the young estimate of the new one.
     earlier: HashMap<u64, SyncEstimate>,
-    /// Whole windows waiting for their relay's first estimate: (trigger,
-    /// relay instance, slot).
+    /// Host BOOTTIME each connected ring relay's session began at.
+    since: HashMap<Slot, u64>,
+    /// Whole windows waiting for their relay's first estimate, or for a
+    /// young one to settle ([`settled_for`]): (trigger, relay instance,
+    /// slot).
     unsynced: Vec<(u64, u64, Slot)>,
     /// Snapshot writers' outcomes.
     done_tx: mpsc::Sender<Outcome>,
@@ -87,6 +92,7 @@ impl Flight {
             snapshots: Snapshots::new(SNAPSHOT_PATIENCE_NS, max_owed),
             staging: None,
             earlier: HashMap::new(),
+            since: HashMap::new(),
             unsynced: Vec::new(),
             done_tx,
             done_rx,
@@ -96,14 +102,78 @@ impl Flight {
     /// A trigger from the control socket, at host BOOTTIME `now_ns`: fired
     /// (every ring relay owes it) or refused; the asker is answered.
     pub fn ask(&mut self, ask: TriggerAsk, now_ns: u64) -> Option<FiredAt> {
-        let name = ask.request.name.clone();
-        let fired = match self.triggers.fire(ask.request, now_ns) {
+        match self.fire(ask.request, now_ns, now_ns, "the control socket") {
+            Ok((at, answer)) => {
+                // The asker may have gone: the trigger fired all the same.
+                let _ = ask.reply.send(Ok(answer));
+                Some(at)
+            }
+            Err(reason) => {
+                let _ = ask.reply.send(Err(reason));
+                None
+            }
+        }
+    }
+
+    /// A relay's TriggerRequest, received at host BOOTTIME `now_ns` from
+    /// the relay on `slot` (`estimate`: its clock's): checked as the
+    /// control socket checks, placed at the relay's moment on the host's
+    /// clock, fired or refused. Returns the answer for the relay.
+    pub fn relay_ask(
+        &mut self,
+        slot: Slot,
+        request: &v1::TriggerRequest,
+        estimate: Option<&SyncEstimate>,
+        now_ns: u64,
+    ) -> v1::TriggerResult {
+        let checked =
+            crate::control::trigger::check(&request.name, request.before_ns, request.after_ns);
+        let checked = match checked {
+            Ok(checked) => checked,
+            Err(reason) => {
+                crate::metrics::Event::TriggerRefused.record();
+                warn!(slot, "a relay's trigger refused: {reason}");
+                return refusal(request, &reason);
+            }
+        };
+        let (host_time_ns, mapped) = host_time_of(request.relay_time_ns, estimate, now_ns);
+        let origin = format!(
+            "relay on slot {slot} ({}, placed by {})",
+            tracesync_protocol::text::Escaped(&request.origin),
+            mapped.as_str()
+        );
+        match self.fire(checked, now_ns, host_time_ns, &origin) {
+            Ok((_, answer)) => v1::TriggerResult {
+                request_id: request.request_id,
+                fired: true,
+                id: answer.id,
+                host_time_ns: answer.host_time_ns,
+                mapped_by: mapped.as_str().to_owned(),
+                ring_relays: u32::try_from(answer.ring_relays).unwrap_or(u32::MAX),
+                snapshot: answer.snapshot,
+                reason: String::new(),
+            },
+            Err(reason) => refusal(request, &reason),
+        }
+    }
+
+    /// Fires `request` (asked for at `now_ns`) at host time
+    /// `host_time_ns` through the trigger table: every ring relay owes it,
+    /// its snapshot is tracked; or the limit's refusal, counted and logged.
+    fn fire(
+        &mut self,
+        request: TriggerRequest,
+        now_ns: u64,
+        host_time_ns: u64,
+        from: &str,
+    ) -> Result<(FiredAt, TriggerAnswer), String> {
+        let name = request.name.clone();
+        let fired = match self.triggers.fire_at(request, now_ns, host_time_ns) {
             Decision::Fired(fired) => fired,
             Decision::Refused(reason) => {
                 crate::metrics::Event::TriggerRefused.record();
-                warn!("{reason}");
-                let _ = ask.reply.send(Err(reason));
-                return None;
+                warn!("{reason} (from {from})");
+                return Err(reason);
             }
         };
         crate::metrics::Event::TriggerFired.record();
@@ -123,17 +193,15 @@ impl Flight {
         info!(
             id = fired.id,
             ring_relays = answer.ring_relays,
-            "trigger {} fired at host time {} ns: window {} ns before, {} ns after",
+            "trigger {} fired at host time {} ns from {from}: window {} ns before, {} ns after",
             answer.name,
             fired.host_time_ns,
             fired.before_ns,
             fired.after_ns
         );
-        // The asker may have gone: the trigger fired all the same.
-        let _ = ask.reply.send(Ok(answer));
         let at = FiredAt { fired, wall };
         self.remember(at.clone());
-        Some(at)
+        Ok((at, answer))
     }
 
     fn remember(&mut self, at: FiredAt) {
@@ -151,12 +219,14 @@ impl Flight {
             let remembered = self.triggers.for_new_relay(now_ns);
             self.ring.connect(slot, remembered);
             self.relays.insert(slot, relay);
+            self.since.insert(slot, now_ns);
         }
     }
 
     /// The connection on `slot` ended; `estimate` is its relay's last.
     pub fn disconnected(&mut self, slot: Slot, estimate: Option<SyncEstimate>) {
         self.ring.disconnect(slot);
+        self.since.remove(&slot);
         if let Some(relay) = self.relays.remove(&slot)
             && let Some(estimate) = estimate
         {
@@ -181,6 +251,26 @@ impl Flight {
             (Some(fired), Some(now), Some(before)) => Some(tighter_over(fired, now, before)),
             (_, now, before) => now.or(before),
         }
+    }
+
+    /// The estimate `relay`'s window of `id` maps with at host BOOTTIME
+    /// `now_ns`: [`Self::window_estimate`], unless that is the young
+    /// estimate of a session that began after the window and has not
+    /// settled yet (None: the window waits).
+    fn mapping_estimate(
+        &self,
+        id: u64,
+        instance: u64,
+        slot: Slot,
+        current: Option<SyncEstimate>,
+        now_ns: u64,
+    ) -> Option<SyncEstimate> {
+        let chosen = self.window_estimate(id, instance, current)?;
+        let settled = match (self.snapshots.fired(id), self.since.get(&slot)) {
+            (Some(fired), Some(&since)) => settled_for(fired, since, now_ns),
+            _ => true,
+        };
+        (Some(chosen) != current || settled).then_some(chosen)
     }
 
     /// Tracks `fired`'s snapshot; a trigger forgotten for it loses its
@@ -236,7 +326,8 @@ impl Flight {
             );
             return;
         }
-        let estimate = self.window_estimate(id, relay.instance, estimate);
+        let now_ns = tracesync_common::clock::boottime_ns();
+        let estimate = self.mapping_estimate(id, relay.instance, slot, estimate, now_ns);
         let staging = match (&mut self.staging, output_dir) {
             (Some(staging), _) => staging,
             (None, Some(dir)) => self.staging.insert(Staging::new(dir)),
@@ -277,20 +368,22 @@ impl Flight {
         sessions: &HashMap<Slot, SessionEntry>,
         estimate: impl Fn(Slot) -> Option<SyncEstimate>,
     ) -> Vec<IndexEntry> {
+        let mut ready = Vec::new();
+        for (id, instance, slot) in std::mem::take(&mut self.unsynced) {
+            if !sessions.contains_key(&slot) {
+                continue; // gone: it ships the window again
+            }
+            match self.mapping_estimate(id, instance, slot, estimate(slot), now_ns) {
+                Some(e) => ready.push((id, instance, e)),
+                None => self.unsynced.push((id, instance, slot)),
+            }
+        }
         if let Some(staging) = &mut self.staging {
-            let snapshots = &mut self.snapshots;
-            self.unsynced.retain(|&(id, instance, slot)| {
-                if !sessions.contains_key(&slot) {
-                    return false; // gone: it ships the window again
-                }
-                let Some(e) = estimate(slot) else {
-                    return true;
-                };
+            for (id, instance, e) in ready {
                 if staging.set_estimate(id, instance, e) {
-                    snapshots.whole(id, instance);
+                    self.snapshots.whole(id, instance);
                 }
-                false
-            });
+            }
         }
         let mut entries = Vec::new();
         while let Ok(outcome) = self.done_rx.try_recv() {
@@ -395,6 +488,16 @@ fn send_ack(sessions: &HashMap<Slot, SessionEntry>, slot: Slot, id: u64) {
     if let Some(entry) = sessions.get(&slot) {
         let ack = v1::frame::Body::WindowAck(v1::WindowAck { trigger_id: id });
         let _ = entry.outgoing.try_send(ack);
+    }
+}
+
+/// The answer refusing a relay's `request` for `reason`.
+pub(super) fn refusal(request: &v1::TriggerRequest, reason: &str) -> v1::TriggerResult {
+    v1::TriggerResult {
+        request_id: request.request_id,
+        fired: false,
+        reason: reason.to_owned(),
+        ..v1::TriggerResult::default()
     }
 }
 

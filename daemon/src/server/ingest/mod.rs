@@ -60,7 +60,14 @@ pub struct IngestSettings {
     pub metrics_machines: usize,
     /// The flight recorder's trigger limits (`[trigger]`).
     pub triggers: tracesync_core::trigger::TriggerConfig,
+    /// Relays' TriggerRequests are fired (false: refused with
+    /// [`SHARDED_TRIGGERS`], as a shard of several cannot fan out).
+    pub relay_triggers: bool,
 }
+
+/// Why a daemon at `ingest-shards` > 1 refuses triggers.
+pub const SHARDED_TRIGGERS: &str = "this daemon runs with ingest-shards > 1, which takes no \
+     triggers yet; run it with --ingest-shards 1 for the flight recorder";
 
 impl IngestSettings {
     pub fn new(commit_every: Duration) -> Self {
@@ -76,6 +83,7 @@ impl IngestSettings {
             server_counters: None,
             metrics_machines: 257,
             triggers: tracesync_core::trigger::TriggerConfig::default(),
+            relay_triggers: true,
         }
     }
 }

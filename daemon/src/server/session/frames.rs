@@ -213,6 +213,8 @@ pub(super) fn kind(body: &v1::frame::Body) -> &'static str {
         v1::frame::Body::Trigger(_) => "Trigger",
         v1::frame::Body::Window(_) => "Window",
         v1::frame::Body::WindowAck(_) => "WindowAck",
+        v1::frame::Body::TriggerRequest(_) => "TriggerRequest",
+        v1::frame::Body::TriggerResult(_) => "TriggerResult",
     }
 }
 

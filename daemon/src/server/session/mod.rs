@@ -321,11 +321,17 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                 window,
                 credit,
             }),
+            // Any mode: a trigger fired on the relay's machine.
+            Ok(v1::frame::Body::TriggerRequest(request)) => Ok(IngestEvent::TriggerRequest {
+                slot,
+                session_id,
+                request,
+            }),
             Ok(other) => Err(End::Refuse(
                 Failed::UnexpectedFrame,
                 format!(
-                    "unexpected {} frame after Hello; a relay sends only Batch, Heartbeat and \
-                     (in ring mode) Window",
+                    "unexpected {} frame after Hello; a relay sends only Batch, Heartbeat, \
+                     TriggerRequest and (in ring mode) Window",
                     kind(&other)
                 ),
             )),

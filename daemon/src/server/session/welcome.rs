@@ -244,6 +244,8 @@ async fn join<P, S: DataStream>(
         sync_udp_port: u32::from(shared.settings.sync_udp_port),
         probe_key: probe_key.to_vec().into(),
         takes_windows,
+        // Every relay may send TriggerRequest (`tracesync-relay trigger`).
+        takes_trigger_requests: true,
     });
     if let Err(e) = send(link, welcome).await {
         debug!(%peer, machine = %Escaped(&name), "cannot send Welcome: {e}");

@@ -158,6 +158,8 @@ where
         };
         let mut settings = ingest_settings.clone();
         settings.server_counters = Some(shared.counters.clone());
+        // As the control socket's (`refuse_triggers`).
+        settings.relay_triggers = false;
         // The writer thread applies reloaded limits.
         settings.limits = None;
         threads.push(ingest::spawn(core, sink, settings, io)?);
@@ -228,11 +230,7 @@ fn join_all(
 /// refused in a line that says how to take it.
 async fn refuse_triggers(mut asks: mpsc::Receiver<crate::control::TriggerAsk>) {
     while let Some(ask) = asks.recv().await {
-        let _ = ask.reply.send(Err(
-            "this daemon runs with ingest-shards > 1, which takes no triggers yet; \
-             run it with --ingest-shards 1 for the flight recorder"
-                .into(),
-        ));
+        let _ = ask.reply.send(Err(super::ingest::SHARDED_TRIGGERS.into()));
     }
 }
 

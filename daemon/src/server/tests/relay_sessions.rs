@@ -196,6 +196,7 @@ async fn batches_are_acked_after_commit() {
             clocks: None,
             last_batch_sent: 2,
             sources: Vec::new(),
+            ring: None,
         }),
     )
     .await;
@@ -254,4 +255,46 @@ async fn shutdown_with_no_relays_is_prompt() {
         .unwrap();
     assert_eq!(summary.packets_written, 0);
     assert!(server.writer.output.lock().unwrap().closed);
+}
+
+#[tokio::test]
+async fn a_relay_trigger_is_answered_placed_at_its_receipt_without_an_estimate() {
+    let server = serve(4, None).await;
+    let (mut relay, welcome) = welcomed(&server, "").await;
+    assert!(welcome.takes_trigger_requests, "{welcome:?}");
+    let request = |id: u64, name: &str| {
+        v1::frame::Body::TriggerRequest(v1::TriggerRequest {
+            request_id: id,
+            name: name.into(),
+            before_ns: 1_000_000_000,
+            after_ns: 0,
+            relay_time_ns: 5,
+            origin: "command".into(),
+        })
+    };
+    let before = tracesync_common::clock::boottime_ns();
+    send(&mut relay, request(7, "crash")).await;
+    let Some(v1::frame::Body::TriggerResult(fired)) = recv(&mut relay).await else {
+        panic!("no TriggerResult");
+    };
+    let after = tracesync_common::clock::boottime_ns();
+    assert_eq!(fired.request_id, 7);
+    assert!(fired.fired, "{fired:?}");
+    // No estimate of this relay's clock: T is when the request came.
+    assert_eq!(fired.mapped_by, "receipt");
+    assert!(
+        (before..=after).contains(&fired.host_time_ns),
+        "{fired:?} not within [{before}, {after}]"
+    );
+    assert!(fired.snapshot.ends_with("-crash.pftrace"), "{fired:?}");
+    // A bad name is refused in a line, and the session goes on.
+    send(&mut relay, request(8, "a/b")).await;
+    let Some(v1::frame::Body::TriggerResult(refused)) = recv(&mut relay).await else {
+        panic!("no TriggerResult");
+    };
+    assert_eq!(refused.request_id, 8);
+    assert!(!refused.fired);
+    assert!(refused.reason.contains("trigger name"), "{refused:?}");
+    send(&mut relay, batch(1, &[b"a"])).await;
+    ack_through(&mut relay, 1).await;
 }

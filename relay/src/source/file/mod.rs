@@ -341,6 +341,8 @@ impl Follower {
                     return Err(());
                 }
             };
+            let label = format!("source {} ({})", self.index, self.label);
+            self.ctx.fire_packet_triggers(&label, &batch.triggers);
             let batch = SourceBatch {
                 source: self.index,
                 packets: batch.packets,

@@ -17,6 +17,7 @@ use tracesync_protocol::relay::MAX_FRAME_BYTES;
 use tracesync_protocol::scan::{self, Stamp};
 
 use super::SourceStats;
+use super::triggers::{MAX_PER_BATCH, PacketTrigger, packet_trigger};
 use crate::sequences::SequenceAllocator;
 
 /// Most producer sequences one stream may use; packets of further ones are
@@ -44,6 +45,9 @@ pub struct PipelineBatch {
     /// Offset (in the stream, counting from the pipeline's base) at which
     /// reading resumes without losing or repeating a packet.
     pub end_offset: u64,
+    /// Perfetto triggers among the packets (at most
+    /// [`MAX_PER_BATCH`](super::triggers::MAX_PER_BATCH)).
+    pub triggers: Vec<PacketTrigger>,
 }
 
 /// The stream cannot be read on: framing is broken at `offset`.
@@ -104,6 +108,7 @@ impl Pipeline {
     pub fn next_batch(&mut self, stats: &SourceStats) -> Result<PipelineBatch, PipelineError> {
         let mut body = Vec::new();
         let mut ends = Vec::new();
+        let mut triggers = Vec::new();
         loop {
             let full = ends.len() >= BATCH_MAX_PACKETS || body.len() >= BATCH_MAX_BYTES;
             if full && !self.reader.bundle_pending() {
@@ -121,6 +126,7 @@ impl Pipeline {
                 packet.bytes,
                 stats,
                 &mut body,
+                Some(&mut triggers),
             ) {
                 ends.push(end);
             }
@@ -133,6 +139,7 @@ impl Pipeline {
         Ok(PipelineBatch {
             packets,
             end_offset: self.committed,
+            triggers,
         })
     }
 
@@ -153,7 +160,16 @@ impl Pipeline {
         let mut body = Vec::new();
         let mut ends = Vec::new();
         for p in &replay.packets {
-            if let Some(end) = emit(&mut self.sequences, &self.allocator, p, stats, &mut body) {
+            // Replayed state: never a trigger to fire again.
+            let end = emit(
+                &mut self.sequences,
+                &self.allocator,
+                p,
+                stats,
+                &mut body,
+                None,
+            );
+            if let Some(end) = end {
                 ends.push(end);
             }
         }
@@ -161,6 +177,7 @@ impl Pipeline {
         PipelineBatch {
             packets,
             end_offset: self.committed,
+            triggers: Vec::new(),
         }
     }
 
@@ -194,13 +211,15 @@ fn split_at_ends(body: Vec<u8>, ends: Vec<usize>) -> Vec<Bytes> {
         .collect()
 }
 
-/// Stamps one packet onto `body`; its end, or None if it was dropped.
+/// Stamps one packet onto `body`; its end, or None if it was dropped. A
+/// Perfetto trigger among them is noted in `triggers`.
 fn emit(
     sequences: &mut HashMap<u32, u32>,
     allocator: &SequenceAllocator,
     packet: &[u8],
     stats: &SourceStats,
     body: &mut Vec<u8>,
+    triggers: Option<&mut Vec<PacketTrigger>>,
 ) -> Option<usize> {
     if packet.len() > MAX_PACKET_BYTES {
         stats.oversized_packets.fetch_add(1, Ordering::Relaxed);
@@ -228,6 +247,13 @@ fn emit(
         strip_trusted: true,
         ..Stamp::default()
     };
+    if let (Some(found), Some(trigger)) = (triggers, packet_trigger(packet, &fields)) {
+        if found.len() < MAX_PER_BATCH {
+            found.push(trigger);
+        } else {
+            stats.triggers_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     let before = body.len();
     // The scan succeeded, so stamping cannot fail; drop the packet if it does.
     if scan::stamp_scanned(packet, &fields, &stamp, body).is_err() {

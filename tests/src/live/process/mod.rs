@@ -131,6 +131,10 @@ pub struct DaemonOpts {
     pub command_prefix: Vec<String>,
     /// Mutual TLS files; None runs plaintext (`--tls off`, said explicitly).
     pub tls: Option<DaemonTls>,
+    /// Listen on this address (data and sync, free ports) instead of
+    /// 127.0.0.1: relays in a network namespace of the test's reach it
+    /// over a veth.
+    pub listen_ip: Option<std::net::IpAddr>,
 }
 
 /// `tracesyncd --tls-cert/--tls-key/--tls-client-ca`.
@@ -167,7 +171,10 @@ impl Daemon {
             .unwrap_or_else(|| dir.path().join("out"));
         let control = dir.path().join("control.sock");
         std::fs::create_dir_all(&output).expect("create output dir");
-        let unbound: SocketAddr = "127.0.0.1:0".parse().expect("address");
+        let ip = opts
+            .listen_ip
+            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        let unbound = SocketAddr::new(ip, 0);
         let mut d = Daemon {
             output,
             control,

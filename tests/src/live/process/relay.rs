@@ -32,6 +32,9 @@ pub struct RelayOpts {
     pub extra_args: Vec<String>,
     /// Mutual TLS files; None runs plaintext (`--tls off`).
     pub tls: Option<RelayTls>,
+    /// Run in this network namespace (`ip netns exec NS`, which execs: the
+    /// child's pid stays the relay's).
+    pub netns: Option<String>,
 }
 
 impl RelayOpts {
@@ -59,6 +62,9 @@ impl RelayOpts {
 pub struct Relay {
     dir: tempfile::TempDir,
     pub spool: PathBuf,
+    /// Its control socket (`tracesync-relay trigger --connect`), in its
+    /// own directory.
+    pub control: PathBuf,
     pub host: SocketAddr,
     token: String,
     pub opts: RelayOpts,
@@ -95,6 +101,7 @@ impl Relay {
         let spool = dir.path().join("spool");
         std::fs::create_dir_all(&spool).expect("create spool dir");
         let mut r = Relay {
+            control: dir.path().join("control.sock"),
             spool,
             dir,
             host,
@@ -109,8 +116,22 @@ impl Relay {
 
     fn spawn(&mut self) {
         let relay = bin("tracesync-relay");
-        let mut cmd = match self.opts.time_namespace {
-            Some(ns) => {
+        let mut cmd = match (self.opts.time_namespace, &self.opts.netns) {
+            (time, Some(net)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", net]);
+                if let Some(ns) = time {
+                    c.arg("unshare")
+                        .arg("--time")
+                        .arg("--boottime")
+                        .arg(ns.boottime_s.to_string())
+                        .arg("--monotonic")
+                        .arg(ns.monotonic_s.to_string());
+                }
+                c.arg(relay);
+                c
+            }
+            (Some(ns), None) => {
                 // unshare execs the relay itself (no fork), so the child's
                 // pid is the relay's and kill -9 reaches it.
                 let mut c = Command::new("unshare");
@@ -122,7 +143,7 @@ impl Relay {
                     .arg(relay);
                 c
             }
-            None => Command::new(relay),
+            (None, None) => Command::new(relay),
         };
         cmd.arg("--host")
             .arg(self.host.to_string())
@@ -131,7 +152,9 @@ impl Relay {
             .arg("--token")
             .arg(&self.token)
             .arg("--spool")
-            .arg(&self.spool);
+            .arg(&self.spool)
+            .arg("--control-socket")
+            .arg(&self.control);
         for s in &self.opts.sources {
             cmd.arg("--source").arg(s);
         }

@@ -6,10 +6,18 @@
 //!
 //! Invariants:
 //! - At most `limit` bytes of packets are held (plus those of the event
-//!   that tipped it over); a release keeps the latest half, so memory is
-//!   the arena (`limit`), its spare (`limit / 2`) and one 40-byte entry
-//!   per packet. No allocation per packet: a packet is encoded straight into
-//!   the arena.
+//!   that tipped it over); a release lets the earliest go until half is
+//!   left, so memory is the arena (`limit` and one small record header per
+//!   packet) and one 24-byte entry per packet. No allocation per packet: a
+//!   packet is encoded straight into the arena.
+//! - The arena holds its records in the order they were made (appended;
+//!   a release moves the kept ones down in place, in their order), so a
+//!   record's offset is its place in that order: the tie-break of the sort,
+//!   which therefore needs no stable sort and no scratch memory.
+//! - A release hands its packets out in pieces of at most `out_chunk`
+//!   bytes (and one packet): the caller's output buffer never holds half a
+//!   window. While a release is under way nothing new should be held (it
+//!   would still be ordered correctly, only held longer).
 //! - What leaves late (its time before one already released) is counted
 //!   in `json_events_out_of_window` and written at once.
 //! - Complete events are placed on their thread's track or a spill track
@@ -49,54 +57,44 @@ pub enum Mark {
     },
 }
 
-/// One held packet: its order, where its bytes are in the arena, and its
-/// mark packed in 40 bytes (a [`Mark::CompleteBegin`]'s `dur` is read
-/// back from its key).
+/// One held packet: its order and where its record is in the arena. The
+/// record is a kind byte, for the complete events' kinds a link (the
+/// thread of a begin, the begin's number of an end, 8 bytes) and the
+/// begin's own number (4 bytes), then the packet's `len` bytes. A
+/// [`Mark::CompleteBegin`]'s `dur` is read back from its key.
 #[derive(Clone, Copy)]
 struct Held {
     ts: i64,
     key: i64,
-    /// The thread of a complete event's begin, the begin's number of its
-    /// end.
-    link: u64,
     off: u32,
     len: u32,
-    /// Numbers wrap at 2^32: far more than a window holds at once.
-    seq: u32,
-    kind: Kind,
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Plain,
-    CompleteBegin,
-    CompleteEnd,
-}
-
-impl Held {
-    fn mark(&self) -> Mark {
-        match self.kind {
-            Kind::Plain => Mark::Plain,
-            Kind::CompleteBegin => Mark::CompleteBegin {
-                thread: self.link,
-                dur: i64::MAX - self.key,
-            },
-            Kind::CompleteEnd => Mark::CompleteEnd { begin: self.link },
-        }
-    }
-}
+const KIND_PLAIN: u8 = 0;
+const KIND_BEGIN: u8 = 1;
+const KIND_END: u8 = 2;
+/// The record header of a complete event's begin or end.
+const LINKED_HEADER: usize = 1 + 8 + 4;
 
 // The entry's size is what the window's memory figure counts on.
-const _: () = assert!(std::mem::size_of::<Held>() == 40);
+const _: () = assert!(std::mem::size_of::<Held>() == 24);
 
 /// Timed packets held back to put a file's events in order.
 pub struct Window {
     limit: usize,
-    /// Held packets: those kept by the last release first, in order, then
-    /// the ones made since, in the order they were made.
+    /// Bytes a release hands out per call (see the module's invariants).
+    out_chunk: usize,
+    /// Held packets: first those of the release under way (`next..cut`
+    /// still to go, sorted), then the others, kept ones first.
     entries: Vec<Held>,
+    next: usize,
+    cut: usize,
     arena: Vec<u8>,
-    spare: Vec<u8>,
+    /// Bytes of packets held (the arena without the record headers).
+    held: usize,
+    /// The file has ended: the arena is freed once everything has left.
+    ended: bool,
+    /// Numbers wrap at 2^32: far more than a window holds at once.
     made: u32,
     /// The latest timestamp released so far.
     released: i64,
@@ -104,17 +102,27 @@ pub struct Window {
 }
 
 impl Window {
-    /// A window of `limit` bytes (at most 2 GiB: offsets are 32-bit).
+    /// A window of `limit` bytes (at most 1 GiB: offsets are 32-bit) that
+    /// releases everything due at once.
     pub fn new(limit: usize) -> Self {
         Self {
-            limit: limit.min(u32::MAX as usize / 2),
+            limit: limit.min(1 << 30),
+            out_chunk: usize::MAX,
             entries: Vec::new(),
+            next: 0,
+            cut: 0,
             arena: Vec::new(),
-            spare: Vec::new(),
+            held: 0,
+            ended: false,
             made: 0,
             released: i64::MIN,
             spill: Spill::default(),
         }
+    }
+
+    /// Releases hand out at most about `bytes` per call.
+    pub fn set_out_chunk(&mut self, bytes: usize) {
+        self.out_chunk = bytes.max(1);
     }
 
     /// Holds the packet at `ts` (sort key `key`) that `encode` appends to
@@ -128,91 +136,177 @@ impl Window {
         encode: impl FnOnce(&mut Vec<u8>),
     ) -> u64 {
         let off = self.arena.len();
-        encode(&mut self.arena);
-        let len = self.arena.len() - off;
         self.made = self.made.wrapping_add(1);
-        let (kind, link) = match mark {
-            Mark::Plain => (Kind::Plain, 0),
-            Mark::CompleteBegin { thread, .. } => (Kind::CompleteBegin, thread),
-            Mark::CompleteEnd { begin } => (Kind::CompleteEnd, begin),
-        };
         // A complete event's begin keeps its `dur` in its key.
         let key = match mark {
-            Mark::CompleteBegin { dur, .. } => key_complete(dur),
-            _ => key,
+            Mark::Plain => {
+                self.arena.push(KIND_PLAIN);
+                key
+            }
+            Mark::CompleteBegin { thread, dur } => {
+                self.push_linked(KIND_BEGIN, thread);
+                key_complete(dur)
+            }
+            Mark::CompleteEnd { begin } => {
+                self.push_linked(KIND_END, begin);
+                key
+            }
         };
+        let start = self.arena.len();
+        encode(&mut self.arena);
+        let len = self.arena.len() - start;
+        self.held += len;
         self.entries.push(Held {
             ts,
             key,
-            link,
             off: off as u32,
             len: len as u32,
-            seq: self.made,
-            kind,
         });
         u64::from(self.made)
     }
 
-    /// Releases the earlier half into `out` if the window is full.
+    fn push_linked(&mut self, kind: u8, link: u64) {
+        self.arena.push(kind);
+        self.arena.extend_from_slice(&link.to_le_bytes());
+        self.arena.extend_from_slice(&self.made.to_le_bytes());
+    }
+
+    /// Whether a release is under way: [`Window::drain`] has more to give.
+    pub fn releasing(&self) -> bool {
+        self.next < self.cut
+    }
+
+    /// Starts releasing the earlier half if the window is full, and hands
+    /// out the first piece of it into `out`.
     pub fn release_if_full(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        if self.arena.len() > self.limit {
-            self.release(self.limit / 2, out, stats);
+        if !self.releasing() && self.held > self.limit {
+            self.start_release(self.limit / 2);
         }
+        self.drain(out, stats);
     }
 
-    /// Everything still held, in order: the file has ended.
+    /// Everything still held, in order: the file has ended. Hands out the
+    /// first piece; [`Window::drain`] the rest while [`Window::releasing`].
     pub fn finish(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        self.release(0, out, stats);
-        // The arenas of a finished file are not needed again.
-        self.arena = Vec::new();
-        self.spare = Vec::new();
-        self.entries = Vec::new();
+        self.ended = true;
+        if !self.releasing() {
+            self.start_release(0);
+        }
+        self.drain(out, stats);
     }
 
-    /// Releases the earliest packets until at most `keep` bytes are held.
-    fn release(&mut self, keep: usize, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        // Stable: ties stay in the order they were made (the kept ones
-        // were made before the newer ones that follow them). The kept
-        // part is one sorted run, the newer part nearly sorted: the sort
-        // merges runs.
-        self.entries.sort_by_key(|h| (h.ts, h.key));
-        let mut held = self.arena.len();
+    /// Sorts what is held and marks the earliest for release until at most
+    /// `keep` bytes are left.
+    fn start_release(&mut self, keep: usize) {
+        // Offsets are in the order made: the sort is the stable one by
+        // (time, key). Kept packets are one sorted run, the newer ones
+        // nearly sorted.
+        self.entries.sort_unstable_by_key(|h| (h.ts, h.key, h.off));
+        let mut held = self.held;
         let mut cut = 0;
         for h in &self.entries {
-            if held <= keep {
+            if held <= keep && keep > 0 {
                 break;
             }
-            let bytes = &self.arena[h.off as usize..(h.off + h.len) as usize];
-            if h.ts < self.released {
-                stats.json_events_out_of_window += 1;
-            }
-            self.released = self.released.max(h.ts);
-            let track = match h.mark() {
-                Mark::Plain => None,
-                Mark::CompleteBegin { thread, dur } => {
-                    let seq = u64::from(h.seq);
-                    self.spill.place_begin(thread, seq, h.ts, dur, out, stats)
-                }
-                Mark::CompleteEnd { begin } => self.spill.place_end(begin),
-            };
-            match track {
-                Some(uuid) => out.extend(on_track(bytes, uuid)),
-                None => out.extend_from_slice(bytes),
-            }
-            held -= bytes.len();
+            held -= h.len as usize;
             cut += 1;
         }
-        self.entries.drain(..cut);
-        // The kept packets move to the spare arena, in order.
-        self.spare.clear();
-        for h in &mut self.entries {
-            let at = self.spare.len();
-            self.spare
-                .extend_from_slice(&self.arena[h.off as usize..(h.off + h.len) as usize]);
-            h.off = at as u32;
+        self.next = 0;
+        self.cut = cut;
+        if cut == 0 {
+            self.compact();
         }
-        std::mem::swap(&mut self.arena, &mut self.spare);
-        self.spare.clear();
+    }
+
+    /// Hands the packets of the release under way to `out` until it holds
+    /// the window's out chunk; moves the kept packets down once the
+    /// release is done (and, at the file's end, starts the last one).
+    pub fn drain(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
+        while self.next < self.cut && out.len() < self.out_chunk {
+            let Some(&h) = self.entries.get(self.next) else {
+                // Cannot happen (`cut` is within the entries); never loop.
+                self.next = self.cut;
+                break;
+            };
+            self.next += 1;
+            self.release_one(h, out, stats);
+        }
+        if self.cut > 0 && self.next == self.cut {
+            self.compact();
+            if self.ended && !self.entries.is_empty() {
+                self.start_release(0);
+            }
+        }
+    }
+
+    fn release_one(&mut self, h: Held, out: &mut Vec<u8>, stats: &mut JsonStats) {
+        let off = h.off as usize;
+        let Some(&kind) = self.arena.get(off) else {
+            return;
+        };
+        let (link, seq, start) = match self.arena.get(off + 1..off + LINKED_HEADER) {
+            Some(head) if kind != KIND_PLAIN => {
+                let mut link = [0; 8];
+                let mut seq = [0; 4];
+                link.copy_from_slice(&head[..8]);
+                seq.copy_from_slice(&head[8..]);
+                (
+                    u64::from_le_bytes(link),
+                    u32::from_le_bytes(seq),
+                    off + LINKED_HEADER,
+                )
+            }
+            _ => (0, 0, off + 1),
+        };
+        let Some(bytes) = self.arena.get(start..start + h.len as usize) else {
+            return;
+        };
+        if h.ts < self.released {
+            stats.json_events_out_of_window += 1;
+        }
+        self.released = self.released.max(h.ts);
+        let track = match kind {
+            KIND_BEGIN => {
+                let dur = i64::MAX - h.key;
+                let seq = u64::from(seq);
+                self.spill.place_begin(link, seq, h.ts, dur, out, stats)
+            }
+            KIND_END => self.spill.place_end(link),
+            _ => None,
+        };
+        match track {
+            Some(uuid) => out.extend(on_track(bytes, uuid)),
+            None => out.extend_from_slice(bytes),
+        }
+        self.held -= bytes.len();
+    }
+
+    /// Drops the released entries and moves the kept records down to the
+    /// arena's start, in the order they were made.
+    fn compact(&mut self) {
+        self.entries.drain(..self.cut);
+        self.next = 0;
+        self.cut = 0;
+        if self.ended && self.entries.is_empty() {
+            // The arena of a finished file is not needed again.
+            self.arena = Vec::new();
+            self.entries = Vec::new();
+            return;
+        }
+        self.entries.sort_unstable_by_key(|h| h.off);
+        let mut to = 0;
+        for h in &mut self.entries {
+            let from = h.off as usize;
+            let header = match self.arena.get(from) {
+                Some(&KIND_PLAIN) | None => 1,
+                Some(_) => LINKED_HEADER,
+            };
+            let end = (from + header + h.len as usize).min(self.arena.len());
+            self.arena.copy_within(from..end, to);
+            h.off = to as u32;
+            to += end - from;
+        }
+        self.arena.truncate(to);
     }
 }
 

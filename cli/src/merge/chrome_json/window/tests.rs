@@ -55,9 +55,111 @@ fn holds_at_most_its_limit() {
         // Out of order by up to 50 packets.
         let ts = i + (i * 7919) % 50;
         push(&mut w, ts, &mut out, &mut stats);
-        assert!(w.arena.len() <= 1001);
+        assert!(w.held <= 1001);
+        // Record headers: one byte per plain packet.
+        assert!(w.arena.len() <= 2002);
     }
     w.finish(&mut out, &mut stats);
     assert_eq!(out.len(), 100_000);
+    assert_eq!(stats.json_events_out_of_window, 0);
+}
+
+/// Packets `(ts, key, byte)` pushed into a window of `limit` bytes that
+/// hands out `chunk` bytes at a time, drained as the JSON reader drains it.
+fn run(limit: usize, chunk: usize, packets: &[(i64, i64, u8)]) -> (Vec<u8>, u64) {
+    let mut w = Window::new(limit);
+    w.set_out_chunk(chunk);
+    let (mut out, mut stats) = (Vec::new(), JsonStats::default());
+    let mut piece = Vec::new();
+    for &(ts, key, byte) in packets {
+        while w.releasing() {
+            w.drain(&mut piece, &mut stats);
+            assert!(piece.len() <= chunk.max(1));
+            out.append(&mut piece);
+        }
+        w.hold_with(ts, key, Mark::Plain, |b| b.push(byte));
+        w.release_if_full(&mut piece, &mut stats);
+        out.append(&mut piece);
+    }
+    w.finish(&mut piece, &mut stats);
+    out.append(&mut piece);
+    while w.releasing() {
+        w.drain(&mut piece, &mut stats);
+        out.append(&mut piece);
+    }
+    assert!(w.arena.is_empty() && w.entries.is_empty());
+    (out, stats.json_events_out_of_window)
+}
+
+#[test]
+fn a_release_in_pieces_gives_what_one_at_once_gives() {
+    // Ties at every time (several keys, several packets per key), out of
+    // order by a few packets: ties must stay in the order made across
+    // releases that move the kept packets.
+    let packets: Vec<(i64, i64, u8)> = (0..5000_i64)
+        .map(|i| {
+            let ts = i / 4 + (i * 7919) % 5;
+            let key = [KEY_OTHER, KEY_END, key_complete(3)][(i % 3) as usize];
+            (ts, key, (i % 251) as u8)
+        })
+        .collect();
+    let whole = run(64, usize::MAX, &packets);
+    assert_eq!(whole.1, 0);
+    for chunk in [1, 3, 17] {
+        assert_eq!(run(64, chunk, &packets), whole);
+    }
+    // The expected order: by (time, key), ties in the order made.
+    let mut sorted: Vec<(usize, &(i64, i64, u8))> = packets.iter().enumerate().collect();
+    sorted.sort_by_key(|(i, p)| (p.0, p.1, *i));
+    let want: Vec<u8> = sorted.iter().map(|(_, p)| p.2).collect();
+    assert_eq!(whole.0, want);
+}
+
+/// Drains a release under way as the JSON reader does, a piece at a time
+/// into an output it empties between pieces.
+fn drain_all(w: &mut Window, out: &mut Vec<u8>, stats: &mut JsonStats) {
+    let mut piece = Vec::new();
+    while w.releasing() {
+        w.drain(&mut piece, stats);
+        out.append(&mut piece);
+    }
+}
+
+#[test]
+fn complete_events_keep_their_links_across_releases() {
+    // Pairs of partially overlapping complete events, held across many
+    // releases (their records moved down in the arena): every second one
+    // spills, and its end must find its begin's spill track by the link
+    // its record kept, leaving no spilled begin unmatched.
+    let mut w = Window::new(40);
+    w.set_out_chunk(5);
+    let (mut out, mut stats) = (Vec::new(), JsonStats::default());
+    let mut ends = Vec::new();
+    for i in 0..2000_i64 {
+        for (ts, byte) in [(i * 10, 1), (i * 10 + 3, 3)] {
+            drain_all(&mut w, &mut out, &mut stats);
+            let mark = Mark::CompleteBegin { thread: 7, dur: 6 };
+            let begin = w.hold_with(ts, KEY_OTHER, mark, |b| b.push(byte));
+            ends.push((ts + 6, begin, byte + 1));
+        }
+        // Ends are made after the begins of the next pair start.
+        ends.retain(|&(end, begin, byte)| {
+            if end > i * 10 + 3 {
+                return true;
+            }
+            w.hold_with(end, KEY_END, Mark::CompleteEnd { begin }, |b| b.push(byte));
+            false
+        });
+        w.release_if_full(&mut out, &mut stats);
+    }
+    for (end, begin, byte) in ends {
+        w.hold_with(end, KEY_END, Mark::CompleteEnd { begin }, |b| b.push(byte));
+    }
+    w.finish(&mut out, &mut stats);
+    drain_all(&mut w, &mut out, &mut stats);
+    // 8000 one-byte packets and the spill track's one descriptor.
+    assert!((8000..8100).contains(&out.len()));
+    assert_eq!(stats.slice_spill_overlapping_complete_event, 2000);
+    assert!(w.spill.is_idle());
     assert_eq!(stats.json_events_out_of_window, 0);
 }
