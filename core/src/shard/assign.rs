@@ -33,13 +33,60 @@ pub fn resolve_shards(configured: usize, cores: usize) -> usize {
     n.clamp(1, MAX_SHARDS)
 }
 
-/// Splits what the writer recovered into the part each shard owns, by the
-/// machine of each stream ([`shard_of`]). Output sequences go with the
-/// stream that uses them; sync floors and names with their machine. Every
-/// shard allocates new ids from the same `next_out_seq` (in its own residue
-/// class, [`super::ShardIds`]).
+/// Relay instances remembered at most by [`InstanceShards`]; past it a new
+/// instance goes by its machine alone (only a rename across shards then
+/// loses its de-duplication state).
+pub const MAX_REMEMBERED_INSTANCES: usize = 1 << 16;
+
+/// Which shard holds each relay instance's state. A relay goes to the
+/// shard of its machine ([`shard_of`]) the first time, and stays there:
+/// renamed (a new machine raw id), it keeps its shard, so the state that
+/// de-duplicates its resent batches (per relay instance and sequence) is
+/// where its batches go. Within that shard the core moves its streams to
+/// the new machine, as a single core does. Bounded by
+/// [`MAX_REMEMBERED_INSTANCES`].
+#[derive(Debug, Default)]
+pub struct InstanceShards {
+    shards: usize,
+    of: std::collections::HashMap<u64, usize>,
+}
+
+impl InstanceShards {
+    /// The instances of `recovered`'s streams on the shards
+    /// [`split_recovered`] gives them.
+    pub fn new(recovered: &Recovered, shards: usize) -> Self {
+        let mut this = Self {
+            shards: shards.max(1),
+            of: std::collections::HashMap::new(),
+        };
+        for stream in &recovered.streams {
+            this.shard_of_relay(stream.machine_raw_id, stream.relay_instance);
+        }
+        this
+    }
+
+    /// The shard of relay `instance` connecting as machine `raw_id`.
+    pub fn shard_of_relay(&mut self, raw_id: u32, instance: u64) -> usize {
+        if let Some(&k) = self.of.get(&instance) {
+            return k;
+        }
+        let k = shard_of(raw_id, self.shards);
+        if self.of.len() < MAX_REMEMBERED_INSTANCES {
+            self.of.insert(instance, k);
+        }
+        k
+    }
+}
+
+/// Splits what the writer recovered into the part each shard owns: a
+/// stream goes with its relay instance ([`InstanceShards`]: the shard of
+/// the machine of the instance's first stream). Output sequences go with
+/// the stream that uses them; sync floors and names with their machine.
+/// Every shard allocates new ids from the same `next_out_seq` (in its own
+/// residue class, [`super::ShardIds`]).
 pub fn split_recovered(recovered: Recovered, shards: usize) -> Vec<Recovered> {
     let shards = shards.max(1);
+    let mut instances = InstanceShards::new(&recovered, shards);
     let mut parts: Vec<Recovered> = (0..shards)
         .map(|_| Recovered {
             next_out_seq: recovered.next_out_seq,
@@ -48,7 +95,7 @@ pub fn split_recovered(recovered: Recovered, shards: usize) -> Vec<Recovered> {
         .collect();
     let mut owner_of_seq = std::collections::HashMap::new();
     for stream in recovered.streams {
-        let k = shard_of(stream.machine_raw_id, shards);
+        let k = instances.shard_of_relay(stream.machine_raw_id, stream.relay_instance);
         owner_of_seq.insert(stream.out_seq, k);
         parts[k].streams.push(stream);
     }

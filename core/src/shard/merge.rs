@@ -8,7 +8,7 @@ use crate::live::OutPacket;
 pub trait Timed {
     /// Output time (host BOOTTIME, ns).
     fn ts(&self) -> i64;
-    /// Bytes it holds, for the queue bound.
+    /// Memory it holds, for the queue bound: its bytes and its own size.
     fn size(&self) -> u64;
 }
 
@@ -18,9 +18,11 @@ impl Timed for OutPacket {
         self.ts
     }
 
+    /// With small packets the entry is larger than the bytes: counting
+    /// only the bytes let the merge hold several times its bound.
     #[inline]
     fn size(&self) -> u64 {
-        self.bytes.len() as u64
+        (self.bytes.len() + std::mem::size_of::<OutPacket>()) as u64
     }
 }
 

@@ -6,10 +6,12 @@
 //! With N shards the daemon runs N live cores ([`crate::live::LiveCore`]),
 //! each owning the relays of its machines (sessions, resolution,
 //! de-duplication, ordering); one writer merges their output. The pieces:
-//! - [`shard_of`]: a relay goes to the shard of its machine raw id at Hello,
-//!   a pure function of the id and N, so a reconnect (and the state the
-//!   output recovered for it) lands on the same shard. [`split_recovered`]
-//!   splits the writer's recovered state by the same function.
+//! - [`shard_of`]: a relay goes to the shard of its machine raw id at its
+//!   first Hello, a pure function of the id and N, so a reconnect (and the
+//!   state the output recovered for it) lands on the same shard;
+//!   [`InstanceShards`] keeps a renamed relay on the shard that holds its
+//!   state. [`split_recovered`] splits the writer's recovered state the
+//!   same way.
 //! - [`ShardIds`]: shard k of N allocates output sequence ids from the
 //!   residue class k mod N only (never the daemon's own id nor the
 //!   sync-quality range), so ids are disjoint across shards without any
@@ -41,6 +43,8 @@ mod merge;
 mod tests;
 
 pub use crate::live::ShardIds;
-pub use assign::{MAX_SHARDS, resolve_shards, shard_of, split_recovered};
+pub use assign::{
+    InstanceShards, MAX_REMEMBERED_INSTANCES, MAX_SHARDS, resolve_shards, shard_of, split_recovered,
+};
 pub use durable::DurablePositions;
 pub use merge::{MergeStats, Run, ShardMerge, Timed};

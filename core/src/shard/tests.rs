@@ -279,3 +279,30 @@ fn sync_quality_sequences_are_disjoint_across_shards() {
     // Unsharded: the ids in turn, as always.
     assert_eq!(ShardIds::all().quality_seq(3), QUALITY_SEQ_BASE + 3);
 }
+
+#[test]
+fn a_renamed_relay_keeps_the_shard_that_holds_its_state() {
+    let shards = 4;
+    // Two raw ids on different shards.
+    let a = 1u32;
+    let b = (2..1000)
+        .find(|&b| shard_of(b, shards) != shard_of(a, shards))
+        .expect("some raw id lands elsewhere");
+    let recovered = Recovered {
+        streams: vec![RecoveredStream {
+            out_seq: 100,
+            relay_instance: 77,
+            relay_sequence: 1,
+            machine_raw_id: a,
+            written_through: 9,
+        }],
+        ..Recovered::default()
+    };
+    let mut instances = InstanceShards::new(&recovered, shards);
+    // Instance 77 comes back as machine b: it stays with its streams.
+    assert_eq!(instances.shard_of_relay(b, 77), shard_of(a, shards));
+    // Another instance as machine b goes by its machine.
+    assert_eq!(instances.shard_of_relay(b, 78), shard_of(b, shards));
+    let parts = split_recovered(recovered, shards);
+    assert_eq!(parts[shard_of(a, shards)].streams.len(), 1);
+}

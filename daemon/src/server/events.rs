@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use tracesync_protocol::relay::RefusalCode;
 
+use tokio::sync::mpsc::error::SendError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tracesync_core::shard::InstanceShards;
 use tracesync_protocol::relay::v1;
 
 use super::engine::{Admitted, Slot};
@@ -51,6 +53,98 @@ pub enum IngestEvent {
     /// The connection ended (peer closed, error, refusal). Not sent on
     /// daemon shutdown: then the ingest loop sends final acks first.
     Disconnected { slot: Slot, session_id: u64 },
+}
+
+/// Where sessions send their events: the one ingest loop, or with sharded
+/// ingest the loop of the event's shard, directly (no hop through a router
+/// thread; a full shard makes only the sessions sending to it wait). A
+/// Connect goes to the shard of its Hello's machine raw id
+/// ([`tracesync_core::shard::shard_of`]: a reconnect and the state the
+/// output recovered for it land on the same shard), or, for a relay
+/// instance seen before under another raw id (renamed), to the shard that
+/// holds its state ([`InstanceShards`]); the other events by
+/// slot, as a shard's slots are `inner * N + shard`. Each shard has its
+/// own byte budget too, so frames queued for a shard that fell behind
+/// hold only its budget.
+///
+/// The ingest loops see their channel close once every clone is dropped
+/// (the accept loop's and every session's).
+#[derive(Clone, Debug)]
+pub struct EventSender {
+    shards: Arc<[mpsc::Sender<IngestEvent>]>,
+    budgets: Arc<[ByteBudget]>,
+    /// Sharded: which shard holds each relay instance (a renamed relay
+    /// stays where its state is).
+    instances: Option<Arc<std::sync::Mutex<InstanceShards>>>,
+}
+
+impl EventSender {
+    /// One ingest loop, its frames bounded by `budget`.
+    pub fn one(tx: mpsc::Sender<IngestEvent>, budget: ByteBudget) -> Self {
+        Self {
+            shards: Arc::from(vec![tx]),
+            budgets: Arc::from(vec![budget]),
+            instances: None,
+        }
+    }
+
+    /// One channel and budget per shard, shard k's at index k (at least
+    /// one).
+    pub fn sharded(
+        shards: Vec<(mpsc::Sender<IngestEvent>, ByteBudget)>,
+        instances: InstanceShards,
+    ) -> Self {
+        let (shards, budgets): (Vec<_>, Vec<_>) = shards.into_iter().unzip();
+        Self {
+            shards: Arc::from(shards),
+            budgets: Arc::from(budgets),
+            instances: Some(Arc::new(std::sync::Mutex::new(instances))),
+        }
+    }
+
+    /// The byte budget of the shard of `slot` (taken before a frame's
+    /// event is sent). None without any shard.
+    pub fn budget(&self, slot: Slot) -> Option<&ByteBudget> {
+        let k = usize::try_from(slot).unwrap_or(0) % self.budgets.len().max(1);
+        self.budgets.get(k)
+    }
+
+    /// Sends `event` to its shard's loop, waiting while that channel is
+    /// full. Fails once that loop is gone (or without any loop).
+    pub async fn send(&self, event: IngestEvent) -> Result<(), SendError<IngestEvent>> {
+        let k = match (&event, &self.instances) {
+            (IngestEvent::Connect { hello, .. }, Some(instances)) => {
+                let mut instances = instances
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                instances.shard_of_relay(hello.machine_raw_id, hello.relay_instance_id)
+            }
+            _ => shard_of_event(&event, self.shards.len()),
+        };
+        match self.shards.get(k) {
+            Some(tx) => tx.send(event).await,
+            None => Err(SendError(event)),
+        }
+    }
+}
+
+/// The shard of an event among `shards` (see [`EventSender`]; a Connect
+/// by its machine alone, without the instances' memory).
+pub fn shard_of_event(event: &IngestEvent, shards: usize) -> usize {
+    if shards <= 1 {
+        return 0;
+    }
+    let slot = match event {
+        IngestEvent::Connect { hello, .. } => {
+            return tracesync_core::shard::shard_of(hello.machine_raw_id, shards);
+        }
+        IngestEvent::Batch { slot, .. }
+        | IngestEvent::Heartbeat { slot, .. }
+        | IngestEvent::Window { slot, .. }
+        | IngestEvent::TriggerRequest { slot, .. }
+        | IngestEvent::Disconnected { slot, .. } => *slot,
+    };
+    usize::try_from(slot).unwrap_or(0) % shards
 }
 
 /// The ingest loop's answer to a Connect.

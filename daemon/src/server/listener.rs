@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use super::engine::ProbeRegistry;
-use super::events::IngestEvent;
+use super::events::EventSender;
 use super::fault_log::PEER_FAULTS;
 use super::handshake::HandshakeFailure;
 use super::preauth::{
@@ -55,7 +55,7 @@ fn tune(stream: &TcpStream) -> io::Result<()> {
 /// the ingest loop sees the channel close once every session is done.
 pub async fn accept_loop<P: ProbeRegistry>(
     listener: TcpListener,
-    events: mpsc::Sender<IngestEvent>,
+    events: EventSender,
     shared: Arc<Shared<P>>,
     tracker: TaskTracker,
 ) {
@@ -117,7 +117,7 @@ pub async fn accept_loop<P: ProbeRegistry>(
 async fn connection<P: ProbeRegistry>(
     stream: TcpStream,
     peer: SocketAddr,
-    events: mpsc::Sender<IngestEvent>,
+    events: EventSender,
     shared: Arc<Shared<P>>,
     pre: PreAuth,
 ) {

@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::metrics::{Counter, Failed, Refused};
 pub use engine::{Admitted, Core, Fanout, NoProbes, ProbeRegistry, Slot, Writer};
-pub use events::{ByteBudget, Credit, Feedback, IngestEvent, Welcomed};
+pub use events::{ByteBudget, Credit, EventSender, Feedback, IngestEvent, Welcomed};
 
 /// Capacity of the session -> ingest channel, in events. A batch is one
 /// frame (relays cut at 1 MiB, the limit is `limits.max-frame-bytes`), so

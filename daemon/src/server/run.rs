@@ -75,7 +75,7 @@ where
     let tracker = TaskTracker::new();
     let accept = tokio::spawn(listener::accept_loop(
         listener,
-        events,
+        super::events::EventSender::one(events, shared.ingest_bytes.clone()),
         shared.clone(),
         tracker.clone(),
     ));

@@ -26,7 +26,7 @@ use tracesync_protocol::text::Escaped;
 use tracing::{debug, info, warn};
 
 use super::engine::{ProbeRegistry, Slot};
-use super::events::{Credit, Feedback, IngestEvent, Welcomed};
+use super::events::{Credit, EventSender, Feedback, IngestEvent, Welcomed};
 use super::fault_log::PEER_FAULTS;
 use super::preauth::PreAuth;
 use super::{Counter, Failed, Shared};
@@ -66,7 +66,7 @@ pub fn codec(max_frame_bytes: usize) -> LengthDelimitedCodec {
 pub async fn run<P: ProbeRegistry, S: DataStream>(
     stream: S,
     peer: SocketAddr,
-    events: mpsc::Sender<IngestEvent>,
+    events: EventSender,
     shared: Arc<Shared<P>>,
     pre: PreAuth,
     account: Arc<Account>,
@@ -164,7 +164,7 @@ enum End {
 }
 
 impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
-    async fn serve(mut self, events: mpsc::Sender<IngestEvent>) {
+    async fn serve(mut self, events: EventSender) {
         let end = self.main_loop(&events).await;
         let (slot, session_id) = (self.slot, self.session_id);
         match end {
@@ -199,7 +199,7 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
         );
     }
 
-    async fn main_loop(&mut self, events: &mpsc::Sender<IngestEvent>) -> End {
+    async fn main_loop(&mut self, events: &EventSender) -> End {
         let mut paused = false;
         let mut idle = IdleClock::new(self.shared.settings.idle_timeout, &self.link);
         loop {
@@ -279,7 +279,10 @@ impl<P: ProbeRegistry, S: DataStream> Session<'_, P, S> {
                     let held = bytes.len() + packets * std::mem::size_of::<Bytes>();
                     // Waits while the channel holds its byte budget:
                     // back-pressure through TCP, never a growing queue.
-                    let Some(credit) = self.shared.ingest_bytes.acquire(held).await else {
+                    let Some(budget) = events.budget(self.slot) else {
+                        return End::Dropped;
+                    };
+                    let Some(credit) = budget.acquire(held).await else {
                         return End::Dropped;
                     };
                     let event = match self.event_of(bytes.freeze(), credit) {

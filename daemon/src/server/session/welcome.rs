@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::time::timeout_at;
 use tracesync_protocol::relay::{PROTOCOL_VERSION, RefusalCode, v1};
 use tracesync_protocol::text::Escaped;
@@ -13,7 +13,7 @@ use tracesync_protocol::trigger::RelayMode;
 use tracing::{debug, warn};
 
 use super::super::engine::ProbeRegistry;
-use super::super::events::{IngestEvent, Welcomed};
+use super::super::events::{EventSender, IngestEvent, Welcomed};
 use super::super::preauth::PreAuth;
 use super::super::{Counter, Failed, Refused, Shared};
 use super::frames::{decode, kind, next_counted, read_failed, refuse, refuse_counted, send};
@@ -67,7 +67,7 @@ pub(super) async fn welcome<P: ProbeRegistry, S: DataStream>(
     link: &mut Link<S>,
     peer: SocketAddr,
     session_id: u64,
-    events: &mpsc::Sender<IngestEvent>,
+    events: &EventSender,
     shared: &Shared<P>,
     pre: PreAuth,
     account: &Account,
@@ -211,7 +211,7 @@ async fn join<P, S: DataStream>(
     link: &mut Link<S>,
     peer: SocketAddr,
     session_id: u64,
-    events: &mpsc::Sender<IngestEvent>,
+    events: &EventSender,
     shared: &Shared<P>,
     hello: v1::Hello,
     probe_key: [u8; 32],

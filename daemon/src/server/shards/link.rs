@@ -15,20 +15,24 @@ use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use tracesync_core::live::{self, LiveCore, OutPacket};
+use tracesync_core::live::{self, LiveCore, LiveStats, OutPacket};
 use tracesync_core::shard::Run;
 use tracesync_core::status::MachineStatus;
 use tracesync_core::sync::SyncUpdate;
 use tracesync_protocol::relay::v1;
 
 use super::ToWriter;
+use super::budget::{RunBudget, run_bytes};
 use crate::server::engine::{Admitted, CommitWaker, Core, Fanout, Slot, Writer};
 
 /// What a shard shares with the writer thread: the last run position a
-/// durable commit covered (`NONE` before any), and its loop's waker.
+/// durable commit covered (`NONE` before any), its loop's waker, and its
+/// core's counters at its last status tick (the writer records their sum:
+/// one shard's values must not overwrite another's).
 pub(super) struct Port {
     pub durable: AtomicU64,
     pub waker: Mutex<Option<CommitWaker>>,
+    pub live: Mutex<(LiveStats, usize)>,
 }
 
 pub(super) const NONE: u64 = u64::MAX;
@@ -38,6 +42,7 @@ impl Port {
         Arc::new(Self {
             durable: AtomicU64::new(NONE),
             waker: Mutex::new(None),
+            live: Mutex::new((LiveStats::default(), 0)),
         })
     }
 
@@ -65,10 +70,15 @@ pub(super) struct Link {
     /// Position of the last run shipped.
     shipped: Option<u64>,
     runs: SyncSender<(usize, ToWriter)>,
+    budget: Arc<RunBudget>,
 }
 
 impl Link {
-    pub fn new(shard: usize, runs: SyncSender<(usize, ToWriter)>) -> Arc<Mutex<Self>> {
+    pub fn new(
+        shard: usize,
+        runs: SyncSender<(usize, ToWriter)>,
+        budget: Arc<RunBudget>,
+    ) -> Arc<Mutex<Self>> {
         Arc::new(Mutex::new(Self {
             shard,
             packets: Vec::new(),
@@ -77,17 +87,21 @@ impl Link {
             shipped_watermark: i64::MIN,
             shipped: None,
             runs,
+            budget,
         }))
     }
 
     /// Hands the writer what was written since the last run, if anything
-    /// (packets, or a higher watermark). Waits while the writer's queue is
-    /// full: the shard's sessions wait with it. False once the writer is
-    /// gone.
+    /// (packets, or a higher watermark). Waits while the runs in flight
+    /// hold their byte bound or the writer's queue is full: the shard's
+    /// sessions wait with it. False once the writer is gone.
     fn ship(&mut self) -> bool {
         let news = self.complete && self.watermark > self.shipped_watermark;
         if self.packets.is_empty() && !news {
             return true;
+        }
+        if !self.budget.take(run_bytes(&self.packets)) {
+            return false;
         }
         let position = self.shipped.map_or(0, |p| p + 1);
         let run = Run {
@@ -125,6 +139,7 @@ pub(super) struct ShardCore {
     pub shard: u32,
     pub shards: u32,
     pub link: Arc<Mutex<Link>>,
+    pub port: Arc<Port>,
 }
 
 impl ShardCore {
@@ -229,8 +244,10 @@ impl Core for ShardCore {
     }
 
     fn record_metrics(&self) {
-        if self.shard == 0 {
-            Core::record_metrics(&self.core);
+        let live = (self.core.stats(), self.core.queued());
+        match self.port.live.lock() {
+            Ok(mut slot) => *slot = live,
+            Err(poisoned) => *poisoned.into_inner() = live,
         }
     }
 }

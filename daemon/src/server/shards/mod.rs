@@ -4,13 +4,13 @@
 //! the rolling output.
 //!
 //! Threads and channels:
-//! - a router task (on the sessions' runtime) takes the sessions' events
-//!   from the one bounded event channel and forwards each to its shard's
-//!   bounded channel: a Connect by its Hello's machine raw id
-//!   (`tracesync_core::shard::shard_of`, so a reconnect and its recovered
-//!   state land on the same shard), the others by slot (a shard's slots
-//!   are `inner * N + shard`). A full shard channel makes the router, and
-//!   so the sessions, wait (today's policy). Sync updates go the same way;
+//! - sessions send their events straight to their shard's bounded channel
+//!   ([`super::events::EventSender`]): a Connect by its Hello's machine
+//!   raw id (`tracesync_core::shard::shard_of`, so a reconnect and its
+//!   recovered state land on the same shard), the others by slot (a
+//!   shard's slots are `inner * N + shard`). A full shard channel makes
+//!   only the sessions of that shard wait. Sync updates go through a
+//!   router task by slot (a few per second per relay);
 //! - shard k runs `ingest::spawn` with [`link::ShardCore`] (its live core,
 //!   allocating output sequence ids from its residue class; only shard 0
 //!   writes the host's own packets), a [`link::ShardSink`] as its writer
@@ -33,16 +33,17 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracesync_core::live::{LiveConfig, LiveCore, OutPacket, Recovered, ShardIds};
-use tracesync_core::shard::{Run, shard_of, split_recovered};
+use tracesync_core::shard::{InstanceShards, Run, split_recovered};
 use tracesync_core::status::StatusReport;
 use tracesync_core::sync::{ProbeSample, SyncUpdate};
 
 use super::engine::{Fanout, ProbeRegistry, Writer};
-use super::events::IngestEvent;
-use super::ingest::{self, IngestIo, IngestSettings};
+use super::events::EventSender;
+use super::ingest::{self, IngestIo, IngestSettings, IngestSummary};
 use super::run::{Parts, Running};
-use super::{INGEST_QUEUE, SessionSettings, Shared, listener};
+use super::{ByteBudget, INGEST_QUEUE, INGEST_QUEUE_BYTES, SessionSettings, Shared, listener};
 
+mod budget;
 mod link;
 mod writer;
 
@@ -54,9 +55,30 @@ pub(super) enum ToWriter {
     Done,
 }
 
-/// Runs queued for the writer thread at most (each a drain round: a few
-/// MiB at most); a shard waits while it is full.
-const RUNS_QUEUE: usize = 64;
+/// Messages queued for the writer thread at most; the runs' bytes are
+/// bounded by [`budget::RUNS_QUEUE_BYTES`] first (a shard waits for both).
+const RUNS_QUEUE: usize = 1024;
+
+/// A shard's share of the frames' byte budget at least: a few frames of
+/// the largest a relay cuts (1 MiB).
+const MIN_SHARD_INGEST_BYTES: usize = 2 << 20;
+
+/// The writer's merge holds this share of `merge.queue-bytes`; the runs
+/// in flight take [`budget::RUNS_QUEUE_BYTES`]; the shards' ordering
+/// queues share the rest, so the daemon's ordering memory is the same
+/// bound at any shard count (a run waits in the merge for the slowest
+/// shard's watermark: a drain round or two, ~10 ms).
+const MERGE_SHARE_DIVISOR: usize = 8;
+
+/// (each shard's ordering queue bound, the writer's merge bound) out of
+/// `queue_bytes` for `shards` shards.
+fn split_queue_bytes(queue_bytes: usize, shards: usize) -> (usize, u64) {
+    let merge = queue_bytes / MERGE_SHARE_DIVISOR;
+    let runs = usize::try_from(budget::RUNS_QUEUE_BYTES).unwrap_or(0);
+    let rest = queue_bytes.saturating_sub(merge).saturating_sub(runs);
+    let per_shard = (rest / shards.max(1)).max(queue_bytes / 4 / shards.max(1));
+    (per_shard.max(1), merge.max(1) as u64)
+}
 
 /// How the shards are made: the live core's config and what the output
 /// recovered (split by machine).
@@ -86,30 +108,37 @@ where
     let shards = setup.shards.max(1);
     let n = u32::try_from(shards).unwrap_or(1);
     let data_addr = listener.local_addr()?;
-    let (events, events_rx) = mpsc::channel(INGEST_QUEUE);
     let shared = Arc::new(Shared::new(session, token, parts.probes, shutdown));
     let (runs_tx, runs_rx) = sync_channel(RUNS_QUEUE);
+    // Frames queued for the shards: the one-loop budget, shared out.
+    let shard_ingest_bytes = (INGEST_QUEUE_BYTES / shards).max(MIN_SHARD_INGEST_BYTES);
+    let budget = Arc::new(budget::RunBudget::new(budget::RUNS_QUEUE_BYTES));
+    let (shard_queue_bytes, merge_queue_bytes) =
+        split_queue_bytes(setup.live.queue_max_bytes, shards);
     let mut ports = Vec::new();
     let mut shard_status = Vec::new();
     let mut shard_events = Vec::new();
     let mut shard_syncs = Vec::new();
     let mut threads = Vec::new();
     let commit_every = ingest_settings.commit_every;
+    let instances = InstanceShards::new(&setup.recovered, shards);
     for (k, recovered) in split_recovered(setup.recovered, shards)
         .into_iter()
         .enumerate()
     {
         let live = LiveConfig {
             ids: ShardIds::new(k, shards),
+            queue_max_bytes: shard_queue_bytes,
             ..setup.live.clone()
         };
-        let link = link::Link::new(k, runs_tx.clone());
+        let link = link::Link::new(k, runs_tx.clone(), budget.clone());
         let port = link::Port::new();
         let core = link::ShardCore {
             core: LiveCore::new(live, recovered),
             shard: u32::try_from(k).unwrap_or(0),
             shards: n,
             link: link.clone(),
+            port: port.clone(),
         };
         let sink = link::ShardSink {
             link: link.clone(),
@@ -136,7 +165,7 @@ where
         threads.push(ingest::spawn(core, sink, settings, io)?);
         ports.push(port);
         shard_status.push(status_rx);
-        shard_events.push(events_tx);
+        shard_events.push((events_tx, ByteBudget::new(shard_ingest_bytes)));
         shard_syncs.push(sync_tx);
     }
     drop(runs_tx);
@@ -149,20 +178,38 @@ where
         shard_status,
         preamble_requests: parts.preamble_requests,
         limits: ingest_settings.limits.clone(),
-        queue_max_bytes: setup.live.queue_max_bytes as u64,
+        queue_max_bytes: merge_queue_bytes,
+        budget,
+        counters: shared.counters.clone(),
         commit_every,
     };
     let writer = std::thread::Builder::new()
         .name("tracesync-merge".into())
         .spawn(move || writer::run(writer_parts))?;
-    tokio::spawn(route_events(events_rx, shard_events));
     tokio::spawn(route_syncs(parts.sync_updates, shard_syncs));
     if let Some(asks) = parts.trigger_requests {
         tokio::spawn(refuse_triggers(asks));
     }
-    // One handle for `Running`: the shards end first (their senders go),
-    // then the writer; its summary is the daemon's.
-    let joined = std::thread::Builder::new()
+    let joined = join_all(threads, writer)?;
+    let tracker = TaskTracker::new();
+    let accept = tokio::spawn(listener::accept_loop(
+        listener,
+        EventSender::sharded(shard_events, instances),
+        shared.clone(),
+        tracker.clone(),
+    ));
+    Ok(Running::from_parts(
+        data_addr, shared, accept, tracker, joined,
+    ))
+}
+
+/// One handle for `Running`: the shards end first (their senders go),
+/// then the writer; its summary is the daemon's.
+fn join_all(
+    threads: Vec<std::thread::JoinHandle<io::Result<IngestSummary>>>,
+    writer: std::thread::JoinHandle<io::Result<IngestSummary>>,
+) -> io::Result<std::thread::JoinHandle<io::Result<IngestSummary>>> {
+    std::thread::Builder::new()
         .name("tracesync-join".into())
         .spawn(move || {
             for thread in threads {
@@ -175,43 +222,7 @@ where
             writer
                 .join()
                 .map_err(|_| io::Error::other("the writer thread panicked"))?
-        })?;
-    let tracker = TaskTracker::new();
-    let accept = tokio::spawn(listener::accept_loop(
-        listener,
-        events,
-        shared.clone(),
-        tracker.clone(),
-    ));
-    Ok(Running::from_parts(
-        data_addr, shared, accept, tracker, joined,
-    ))
-}
-
-/// The shard of an event: a Connect by its machine, the others by slot.
-fn shard_of_event(event: &IngestEvent, shards: usize) -> usize {
-    let slot = match event {
-        IngestEvent::Connect { hello, .. } => return shard_of(hello.machine_raw_id, shards),
-        IngestEvent::Batch { slot, .. }
-        | IngestEvent::Heartbeat { slot, .. }
-        | IngestEvent::Window { slot, .. }
-        | IngestEvent::TriggerRequest { slot, .. }
-        | IngestEvent::Disconnected { slot, .. } => *slot,
-    };
-    usize::try_from(slot).unwrap_or(0) % shards.max(1)
-}
-
-async fn route_events(mut rx: mpsc::Receiver<IngestEvent>, shards: Vec<mpsc::Sender<IngestEvent>>) {
-    let mut batch = Vec::with_capacity(64);
-    while rx.recv_many(&mut batch, 64).await > 0 {
-        for event in batch.drain(..) {
-            let k = shard_of_event(&event, shards.len());
-            if let Some(tx) = shards.get(k) {
-                // A shard gone (shutdown) drops the event.
-                let _ = tx.send(event).await;
-            }
-        }
-    }
+        })
 }
 
 /// The flight recorder's fan-out needs every ring relay's estimate in one

@@ -11,11 +11,12 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tracesync_core::live::OutPacket;
 use tracesync_core::shard::{DurablePositions, ShardMerge};
-use tracesync_core::status::StatusReport;
+use tracesync_core::status::{OutputStatus, StatusReport};
 use tracesync_core::sync::SyncUpdate;
 use tracing::{info, warn};
 
 use super::ToWriter;
+use super::budget::{RunBudget, run_bytes};
 use super::link::Port;
 use crate::control::PreambleRequest;
 use crate::reload::OutputLimits;
@@ -33,7 +34,22 @@ pub(super) struct WriterParts<W, F> {
     pub preamble_requests: Option<mpsc::Receiver<PreambleRequest>>,
     pub limits: Option<watch::Receiver<OutputLimits>>,
     pub queue_max_bytes: u64,
+    /// The runs' byte bound: given back as each run joins the merge.
+    pub budget: Arc<RunBudget>,
+    /// The sessions' refusal counters, read fresh for each status (a
+    /// shard's report may be a turn older than another's).
+    pub counters: Arc<crate::server::Counters>,
     pub commit_every: Duration,
+}
+
+/// Closes the runs' budget when the writer thread ends, however it ends:
+/// no shard waits on a writer that is gone.
+struct CloseOnDrop(Arc<RunBudget>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 const TURN: Duration = Duration::from_millis(5);
@@ -54,6 +70,9 @@ struct Turns {
     /// Shards finished (shutdown).
     done: usize,
     failing: bool,
+    /// The output's health for the status report, as the one-loop daemon
+    /// reports it (the shards' loops never see the output fail).
+    output: OutputStatus,
     next_commit: Instant,
     next_status: Instant,
     finished_at: Option<Instant>,
@@ -65,6 +84,7 @@ where
     F: Fanout,
 {
     let shards = p.ports.len();
+    let _close = CloseOnDrop(p.budget.clone());
     let mut t = Turns {
         merge: ShardMerge::new(shards, p.queue_max_bytes),
         durable: DurablePositions::new(shards),
@@ -74,6 +94,7 @@ where
         dirty: false,
         done: 0,
         failing: false,
+        output: OutputStatus::default(),
         next_commit: Instant::now() + p.commit_every,
         next_status: Instant::now() + STATUS_EVERY,
         finished_at: None,
@@ -97,7 +118,7 @@ where
         }
         if Instant::now() >= t.next_status || finishing {
             t.next_status = Instant::now() + STATUS_EVERY;
-            publish_status(&p);
+            publish_status(&p, &t.output);
         }
         if finishing && t.durable.in_flight() == 0 {
             break;
@@ -136,6 +157,7 @@ impl Turns {
         while let Some((shard, message)) = next {
             match message {
                 ToWriter::Run(run) => {
+                    p.budget.give(run_bytes(&run.packets));
                     self.merge.push(shard, run);
                 }
                 ToWriter::SyncSamples(samples) => write_samples(&mut p.writer, samples),
@@ -147,6 +169,10 @@ impl Turns {
 
     /// Writes what the merge hands out; on a failure the rest waits.
     fn write<W: Writer<SyncUpdate>, F: Fanout>(&mut self, p: &mut WriterParts<W, F>) {
+        // A failing output is retried at each commit tick, not each turn.
+        if self.failing && Instant::now() < self.next_commit {
+            return;
+        }
         if self.out.len() == self.written {
             self.out.clear();
             self.written = 0;
@@ -160,18 +186,16 @@ impl Turns {
         let first = self.written;
         while let Some(packet) = self.out.get(self.written) {
             if let Err(e) = p.writer.write(packet, now) {
-                if !self.failing {
-                    warn!(
-                        "cannot write the output: {e}; relays are not acknowledged until it works"
-                    );
-                }
-                self.failing = true;
-                self.summary.write_errors += 1;
+                self.failed("write", &e, p.writer.current_path());
                 break;
             }
             self.written += 1;
             self.summary.packets_written += 1;
             self.dirty = true;
+        }
+        if self.written < self.out.len() {
+            // Failed: the next try at the next tick.
+            self.next_commit = Instant::now() + p.commit_every;
         }
         p.packets.publish_all(&self.out[first..self.written]);
     }
@@ -198,10 +222,7 @@ impl Turns {
                     self.durable.requested(0, positions);
                     report(&mut self.durable, u64::MAX, &p.ports);
                 }
-                Err(e) => {
-                    self.summary.write_errors += 1;
-                    warn!("cannot commit the output: {e}; retrying");
-                }
+                Err(e) => self.failed("commit", &e, p.writer.current_path()),
             }
         } else if self.durable.in_flight() == 0 {
             // Nothing written since the last durable commit: what the
@@ -220,16 +241,58 @@ impl Turns {
         };
         match polled {
             Ok(Some(through)) => {
-                self.failing = false;
+                if self.failing && self.written == self.out.len() {
+                    self.recovered();
+                }
                 report(&mut self.durable, through, &p.ports);
             }
             Ok(None) => {}
             Err(e) => {
                 self.dirty = true;
-                warn!("a commit of the output failed: {e}; retrying");
+                self.failed("commit", &e, p.writer.current_path());
             }
         }
     }
+}
+
+impl Turns {
+    /// A write or commit failed: counted; the first of an episode logged.
+    fn failed(&mut self, what: &str, e: &std::io::Error, file: Option<std::path::PathBuf>) {
+        self.summary.write_errors += 1;
+        self.output.errors += 1;
+        crate::metrics::Event::OutputError.record();
+        if !self.failing {
+            self.failing = true;
+            self.output.failing = true;
+            self.output.episodes += 1;
+            self.output.failing_since_unix_ms = Some(unix_ms());
+            self.output.last_error = Some(format!("cannot {what}: {e}"));
+            let file = file.map(|f| f.display().to_string()).unwrap_or_default();
+            warn!(
+                "cannot {what} the output {file}: {e}; relays are not acknowledged and wait \
+                 until it succeeds (free space in the output directory)"
+            );
+        }
+    }
+
+    /// A commit covering everything written succeeded after a failure.
+    fn recovered(&mut self) {
+        self.failing = false;
+        self.output.failing = false;
+        let since = self.output.failing_since_unix_ms.take().unwrap_or(0);
+        info!(
+            "the output is writable again after {} ms ({} failed attempts in all); \
+             acknowledging relays",
+            unix_ms().saturating_sub(since),
+            self.output.errors
+        );
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn write_samples<W: Writer<SyncUpdate>>(
@@ -258,7 +321,7 @@ fn report(durable: &mut DurablePositions, through: u64, ports: &[Arc<Port>]) {
 
 /// The shards' reports as one: the host row once (shard 0's), every
 /// machine of every shard, the writer's file and output counters.
-fn publish_status<W: Writer<SyncUpdate>, F>(p: &WriterParts<W, F>) {
+fn publish_status<W: Writer<SyncUpdate>, F>(p: &WriterParts<W, F>, output: &OutputStatus) {
     let mut merged: Option<StatusReport> = None;
     for (k, rx) in p.shard_status.iter().enumerate() {
         let report = rx.borrow().clone();
@@ -278,7 +341,28 @@ fn publish_status<W: Writer<SyncUpdate>, F>(p: &WriterParts<W, F>) {
         .writer
         .current_path()
         .map(|path| path.display().to_string());
-    merged.output = p.writer.output_status(merged.output.clone());
+    merged.output = p.writer.output_status(output.clone());
+    merged.relays_refused = p.counters.refusals();
+    merged.handshake_failures = p.counters.handshake_failures();
     p.writer.record_metrics();
+    record_live(&p.ports);
     p.status.send_replace(Arc::new(merged));
+}
+
+/// The shards' core counters summed, as one core's (the metrics have no
+/// shard label: a fleet's dashboards read the daemon's totals).
+fn record_live(ports: &[Arc<Port>]) {
+    let mut sum = tracesync_core::live::LiveStats::default();
+    let mut queued = 0;
+    for port in ports {
+        let (stats, q) = match port.live.lock() {
+            Ok(slot) => *slot,
+            Err(poisoned) => *poisoned.into_inner(),
+        };
+        sum.packets_in += stats.packets_in;
+        sum.forced_by_queue_limit += stats.forced_by_queue_limit;
+        sum.sync_points_written += stats.sync_points_written;
+        queued += q;
+    }
+    crate::metrics::record_live(&sum, queued);
 }

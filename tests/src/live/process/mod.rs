@@ -104,6 +104,17 @@ fn kill9(mut child: Child) {
     let _ = child.wait();
 }
 
+/// `TRACESYNC_TEST_INGEST_SHARDS=N`: every daemon a test starts runs with
+/// `--ingest-shards N` unless its options name a count already, so a suite
+/// (the fault suite, the hostile peers) runs at N shards unchanged.
+pub const INGEST_SHARDS_ENV: &str = "TRACESYNC_TEST_INGEST_SHARDS";
+
+fn env_ingest_shards() -> Option<String> {
+    let v = std::env::var(INGEST_SHARDS_ENV).ok()?;
+    let v = v.trim();
+    (!v.is_empty()).then(|| v.to_owned())
+}
+
 /// Options of [`Daemon::start`] (flags of `tracesyncd`; None = default).
 #[derive(Clone, Debug, Default)]
 pub struct DaemonOpts {
@@ -222,8 +233,13 @@ impl Daemon {
                 cmd.arg(flag).arg(v.to_string());
             }
         }
-        cmd.args(&o.extra_args)
-            .stdin(Stdio::null())
+        cmd.args(&o.extra_args);
+        if let Some(shards) = env_ingest_shards()
+            && !o.extra_args.iter().any(|a| a == "--ingest-shards")
+        {
+            cmd.arg("--ingest-shards").arg(shards);
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .current_dir(self.dir.path());
