@@ -17,23 +17,13 @@ use std::time::{Duration, Instant};
 
 use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts, bin};
 use tracesync_tests::ring::{
-    FLEET, Fired, Pki, RATE, Window, check_snapshot, names, relay_trigger, ring_relays, stop_all,
-    wait_for,
+    FLEET, Fired, RATE, Window, check_snapshot, relay_trigger, start_fleet, stop_all, wait_for,
 };
 
 #[test]
 fn a_trigger_from_a_relay_machine_saves_every_ring_relay_and_status_shows_the_rings() {
-    let pki = Pki::new(&FLEET);
-    let mut daemon = Daemon::start(DaemonOpts {
-        tls: Some(pki.daemon()),
-        ..DaemonOpts::default()
-    });
-    let mut relays = ring_relays(&daemon, &pki);
-    let names = names(&relays);
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    daemon.wait_connected(&names, Duration::from_secs(30));
-    daemon.wait_synced(&names, Duration::from_secs(30));
-    std::thread::sleep(Duration::from_secs(3));
+    let (_pki, mut daemon, mut relays) = start_fleet();
+    let names = FLEET;
 
     // `tracesync status` shows each ring relay's fill and oldest time.
     let status = wait_ring_fill(&daemon, &names);

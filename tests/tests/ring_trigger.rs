@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts};
 use tracesync_tests::ring::{
-    FLEET, Fired, Pki, RATE, Window, check_snapshot, names, ring_relays, stop_all, trigger,
-    wait_for,
+    FLEET, Fired, RATE, Window, check_snapshot, start_fleet, stop_all, trigger, wait_for,
 };
 
 /// The window files of a relay's spool.
@@ -32,18 +31,8 @@ fn windows(spool: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn a_trigger_reaches_every_ring_relay_on_its_own_clock() {
-    let pki = Pki::new(&FLEET);
-    let mut daemon = Daemon::start(DaemonOpts {
-        tls: Some(pki.daemon()),
-        ..DaemonOpts::default()
-    });
-    let mut relays = ring_relays(&daemon, &pki);
-    let names = names(&relays);
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    daemon.wait_connected(&names, Duration::from_secs(30));
-    daemon.wait_synced(&names, Duration::from_secs(30));
-    // The ring fills for a while: the window's start is inside it.
-    std::thread::sleep(Duration::from_secs(3));
+    let (_pki, mut daemon, mut relays) = start_fleet();
+    let names = FLEET;
 
     let (code, stdout, stderr) = trigger(&daemon, "crash", "2s", "1s");
     assert_eq!(code, 0, "tracesync trigger: {stdout}{stderr}");

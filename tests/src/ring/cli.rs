@@ -1,5 +1,6 @@
 //! Firing triggers with the real commands and reading what they print.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::live::{Daemon, Relay, bin};
@@ -7,18 +8,7 @@ use crate::live::{Daemon, Relay, bin};
 /// Runs `tracesync trigger NAME --before B --after A` against the daemon:
 /// exit code, stdout, stderr.
 pub fn trigger(daemon: &Daemon, name: &str, before: &str, after: &str) -> (i32, String, String) {
-    let out = Command::new(bin("tracesync"))
-        .arg("trigger")
-        .arg(name)
-        .args(["--before", before, "--after", after, "--connect"])
-        .arg(&daemon.control)
-        .output()
-        .unwrap_or_else(|e| panic!("run tracesync trigger: {e}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_trigger("tracesync", &daemon.control, [name, before, after])
 }
 
 /// Runs `tracesync-relay trigger` on `relay`'s machine (its control
@@ -29,13 +19,22 @@ pub fn relay_trigger(
     before: &str,
     after: &str,
 ) -> (i32, String, String) {
-    let out = Command::new(bin("tracesync-relay"))
+    run_trigger("tracesync-relay", &relay.control, [name, before, after])
+}
+
+/// `PROGRAM trigger NAME --before B --after A --connect SOCKET`.
+fn run_trigger(
+    program: &str,
+    socket: &Path,
+    [name, before, after]: [&str; 3],
+) -> (i32, String, String) {
+    let out = Command::new(bin(program))
         .arg("trigger")
         .arg(name)
         .args(["--before", before, "--after", after, "--connect"])
-        .arg(&relay.control)
+        .arg(socket)
         .output()
-        .unwrap_or_else(|e| panic!("run tracesync-relay trigger: {e}"));
+        .unwrap_or_else(|e| panic!("run {program} trigger: {e}"));
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

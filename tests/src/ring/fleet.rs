@@ -1,9 +1,11 @@
 //! The ring tests' relays: a lab PKI with one certificate per relay name,
 //! and the four-relay ring fleet over mutual TLS.
 
+use std::time::Duration;
+
 use tracesync_common::tls::pki;
 
-use crate::live::{self, Daemon, DaemonTls, Relay, RelayOpts, RelayTls};
+use crate::live::{self, Daemon, DaemonOpts, DaemonTls, Relay, RelayOpts, RelayTls};
 
 /// Each synthetic generator's events per second.
 pub const RATE: u64 = 500;
@@ -54,7 +56,7 @@ impl Pki {
 /// The [`FLEET`] as ring relays over mutual TLS: three clocks seconds
 /// apart (time namespaces, or simulated offsets without them), one
 /// drifting 50 ppm.
-pub fn ring_relays(daemon: &Daemon, pki: &Pki) -> Vec<Relay> {
+fn ring_relays(daemon: &Daemon, pki: &Pki) -> Vec<Relay> {
     let namespaces = live::time_namespaces().is_ok();
     let ring = |name: &str, offset_s: i64| {
         let opts = RelayOpts {
@@ -86,7 +88,18 @@ pub fn ring_relays(daemon: &Daemon, pki: &Pki) -> Vec<Relay> {
         .collect()
 }
 
-/// The relays' names, in order.
-pub fn names(relays: &[Relay]) -> Vec<String> {
-    relays.iter().map(|r| r.name().to_owned()).collect()
+/// A daemon under mutual TLS with the [`FLEET`] of ring relays,
+/// connected and synced, their rings filled for 3 s (a window's start is
+/// inside them). The PKI's files live as long as it does.
+pub fn start_fleet() -> (Pki, Daemon, Vec<Relay>) {
+    let pki = Pki::new(&FLEET);
+    let daemon = Daemon::start(DaemonOpts {
+        tls: Some(pki.daemon()),
+        ..DaemonOpts::default()
+    });
+    let relays = ring_relays(&daemon, &pki);
+    daemon.wait_connected(&FLEET, Duration::from_secs(30));
+    daemon.wait_synced(&FLEET, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(3));
+    (pki, daemon, relays)
 }

@@ -16,7 +16,7 @@ pub mod fleet;
 pub mod snapshot;
 
 pub use cli::{Fired, relay_trigger, trigger};
-pub use fleet::{FLEET, Pki, RATE, names, ring_relays};
+pub use fleet::{FLEET, Pki, RATE, start_fleet};
 pub use snapshot::{MachineFigures, Window, check_snapshot};
 
 use std::time::{Duration, Instant};
