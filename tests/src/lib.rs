@@ -9,6 +9,7 @@ pub mod feeder;
 pub mod fuzz;
 pub mod impair;
 pub mod live;
+pub mod ring;
 pub mod run;
 pub mod tp;
 pub mod vm;

@@ -16,25 +16,12 @@
 //!
 //! Needs root (ip netns, unshare --time); skips with a notice otherwise.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tracesync_core::sync_quality::{QualityTrack, bound_us_to_ns, read_sample};
-use tracesync_protocol::reader::TraceReader;
-use tracesync_protocol::scan::scan_packet;
-use tracesync_relay::source::synthetic::read_identity;
-use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts, bin};
-use tracesync_tests::tp;
-
-const RATE: u64 = 500;
-/// Packets are placed by the latest sync point written, which may lag the
-/// estimate by the daemon's sync-point threshold (1 us by default).
-const SYNC_POINT_THRESHOLD_NS: u64 = 1_000;
-const BEFORE_NS: i64 = 2_000_000_000;
-const AFTER_NS: i64 = 1_000_000_000;
+use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts};
+use tracesync_tests::ring::{self, Fired, RATE, Window, check_snapshot, stop_all, wait_for};
 
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
@@ -137,151 +124,6 @@ fn outage() -> Duration {
     Duration::from_secs(secs.max(35))
 }
 
-fn wait_for(limit: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{}", what());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// `tracesync trigger NAME --before 2s --after 1s`: its stdout.
-fn trigger(daemon: &Daemon, name: &str) -> String {
-    let out = Command::new(bin("tracesync"))
-        .args([
-            "trigger",
-            name,
-            "--before",
-            "2s",
-            "--after",
-            "1s",
-            "--connect",
-        ])
-        .arg(&daemon.control)
-        .output()
-        .unwrap_or_else(|e| panic!("run tracesync trigger: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "tracesync trigger: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
-    text.split_once(start)
-        .and_then(|(_, rest)| rest.split_once(end))
-        .map(|(v, _)| v.trim())
-        .unwrap_or_else(|| panic!("no {start:?}..{end:?} in {text:?}"))
-}
-
-/// Each synthetic event's error bound, by (machine raw id, identity n):
-/// the machine's error-bound track value in force at the packet (its last
-/// sample before it in the file), which is at least the bound the daemon
-/// gave the packet.
-fn bounds_of(path: &Path) -> HashMap<(u32, u64), u64> {
-    let mut reader = TraceReader::new();
-    reader.push(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
-    let mut in_force: HashMap<u32, u64> = HashMap::new();
-    let mut bounds = HashMap::new();
-    while let Some(p) = reader
-        .next_packet()
-        .unwrap_or_else(|e| panic!("frames: {e}"))
-    {
-        let Ok(fields) = scan_packet(p.bytes) else {
-            continue;
-        };
-        if let Some(s) = read_sample(&fields, p.bytes) {
-            if s.track == QualityTrack::ErrorBound {
-                in_force.insert(s.raw_id, bound_us_to_ns(s.value.unwrap_or(0.0)));
-            }
-            continue;
-        }
-        if let Some(id) = read_identity(p.bytes) {
-            let machine = fields.machine_id.unwrap_or(0);
-            let bound = in_force.get(&machine).copied().unwrap_or(0);
-            bounds.insert((machine, id.n), bound);
-        }
-    }
-    bounds
-}
-
-/// Every machine's synthetic events of [t - before, t + after] are in the
-/// snapshot, each once, none missing, each at its true host time within
-/// its own error bound; the file loads alone in the trace processor.
-/// Returns each machine's worst |ts - truth| (ns).
-fn check_snapshot(path: &Path, names: &[&str], t: i64) -> Vec<u64> {
-    let scan = live::output::scan_file(path, None);
-    assert!(scan.error.is_none(), "{:?}", scan.error);
-    let bounds = bounds_of(path);
-    let (from, to) = (t - BEFORE_NS, t + AFTER_NS);
-    let mut worsts = Vec::new();
-    for name in names {
-        let machine = scan
-            .machine_names
-            .iter()
-            .find(|(_, n)| n.as_str() == *name)
-            .map(|(&m, _)| m)
-            .unwrap_or_else(|| panic!("no SystemInfo names {name} in {:?}", scan.machine_names));
-        let mut ns = Vec::new();
-        let (mut worst, mut worst_ratio, mut unbounded) = (0u64, 0f64, 0usize);
-        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
-        for e in scan.events.iter().filter(|e| e.machine == machine) {
-            assert!(!e.unsynced, "{name}: an event before any sync point");
-            ns.push(e.id.n);
-            let truth = e.id.truth_ns as i64;
-            (lo, hi) = (lo.min(truth), hi.max(truth));
-            let error = e.ts_host.abs_diff(truth);
-            worst = worst.max(error);
-            match bounds.get(&(machine, e.id.n)) {
-                Some(&bound) if bound > 0 => {
-                    let allowed = bound + SYNC_POINT_THRESHOLD_NS;
-                    assert!(
-                        error <= allowed,
-                        "{name}: event n={} {error} ns off, over its bound {allowed} ns",
-                        e.id.n
-                    );
-                    worst_ratio = worst_ratio.max(error as f64 / allowed as f64);
-                }
-                _ => unbounded += 1,
-            }
-        }
-        assert_eq!(unbounded, 0, "{name}: events without an error bound");
-        ns.sort_unstable();
-        let count = ns.len();
-        ns.dedup();
-        assert_eq!(ns.len(), count, "{name}: duplicated events");
-        assert!(count > 0, "{name}: no events");
-        let (first, last) = (ns[0], ns[count - 1]);
-        assert_eq!(
-            (last - first + 1) as usize,
-            count,
-            "{name}: events missing between n={first} and n={last}"
-        );
-        // The generator's ticks (its events come in bursts).
-        let slack = 20_000_000;
-        assert!(
-            lo <= from + slack && lo >= from - slack && hi >= to - slack && hi <= to + slack,
-            "{name}: events' true times [{lo}, {hi}] do not span the window [{from}, {to}]"
-        );
-        eprintln!(
-            "snapshot: {name}: {count} events, n {first}..={last}, max |ts - truth| {worst} ns, \
-             worst error/bound {worst_ratio:.3}"
-        );
-        worsts.push(worst);
-    }
-    if tp::require_or_skip("ring_link snapshot") {
-        let stats = tp::error_stats(path).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            stats.is_empty(),
-            "{}: error stats {stats:?}",
-            path.display()
-        );
-    }
-    worsts
-}
-
 /// The ring relay that stays (loopback, 7 s ahead) and the one to be cut
 /// off (in `link`'s namespace, 20 s ahead). Their rings span the outage
 /// and the window: a relay cut off cannot hear of the trigger before the
@@ -312,16 +154,11 @@ fn fleet(daemon: &Daemon, link: &Link, outage: Duration) -> [Relay; 2] {
     ]
 }
 
-/// Fires trigger `name`: its id, snapshot file name and host time T.
-fn fire(daemon: &Daemon, name: &str) -> (u64, String, i64) {
-    let stdout = trigger(daemon, name);
-    let id = u64::from_str_radix(between(&stdout, "(id ", ")"), 16)
-        .unwrap_or_else(|e| panic!("id in {stdout:?}: {e}"));
-    let file = between(&stdout, "; snapshot ", "\n").to_owned();
-    let t: i64 = between(&stdout, "at host time ", " ns")
-        .parse()
-        .unwrap_or_else(|e| panic!("host time in {stdout:?}: {e}"));
-    (id, file, t)
+/// Fires trigger `name` (`--before 2s --after 1s`), which must fire.
+fn fire(daemon: &Daemon, name: &str) -> Fired {
+    let (code, stdout, stderr) = ring::trigger(daemon, name, "2s", "1s");
+    assert_eq!(code, 0, "tracesync trigger: {stdout}{stderr}");
+    Fired::parse(&stdout)
 }
 
 #[test]
@@ -346,9 +183,10 @@ fn a_relay_cut_off_at_t_ships_its_window_when_the_link_is_back() {
     let cut_at = Instant::now();
     link.set(false).unwrap_or_else(|e| panic!("{e}"));
     std::thread::sleep(Duration::from_secs(1));
-    let (id, name, t) = fire(&daemon, "cut");
-    let path = daemon.output.join(&name);
-    let acked = format!("trigger {id:016x}: the daemon has the window");
+    let fired = fire(&daemon, "cut");
+    let name = &fired.snapshot;
+    let path = daemon.output.join(name);
+    let acked = fired.acked();
 
     // The relay that stayed ships its window; past the snapshot's
     // patience (30 s after the window's end) the file is written with it.
@@ -396,7 +234,13 @@ fn a_relay_cut_off_at_t_ships_its_window_when_the_link_is_back() {
         "ring_link: window acknowledged {:?} after the link came back",
         back_at.elapsed()
     );
-    check_snapshot(&path, &names, t);
+    check_snapshot(
+        "ring_link snapshot",
+        &path,
+        &names,
+        Window::two_one(fired.host_time),
+        &[],
+    );
     let written = daemon
         .log()
         .matches(&format!("snapshot {name} written"))
@@ -409,17 +253,7 @@ fn a_relay_cut_off_at_t_ships_its_window_when_the_link_is_back() {
             .any(|e| e["name"] == name.as_str() && e["complete"] == true),
         "{name} not complete in index.jsonl: {index:?}"
     );
-    for r in relays.iter_mut() {
-        let status = r.stop();
-        assert!(
-            status.success(),
-            "relay {}: {status}\n{}",
-            r.name(),
-            r.log()
-        );
-    }
-    let status = daemon.stop();
-    assert!(status.success(), "tracesyncd: {status}\n{}", daemon.log());
+    stop_all(&mut relays, &mut daemon);
 }
 
 /// A spool of 8 MiB: segments of 1 MiB, which a ring of 1 s frees.
@@ -514,7 +348,8 @@ fn a_window_mapped_with_a_young_estimate_is_inside_its_bound() {
     daemon.wait_connected(&[name], Duration::from_secs(30));
     daemon.wait_synced(&[name], Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(3));
-    let (id, _, t) = fire(&daemon, "young");
+    let fired = fire(&daemon, "young");
+    let id = fired.id;
     let taken = format!("id {id:016x}): window taken");
     wait_for(
         Duration::from_secs(5),
@@ -533,7 +368,7 @@ fn a_window_mapped_with_a_young_estimate_is_inside_its_bound() {
     std::thread::sleep(Duration::from_secs(25));
     daemon.restart();
     let back = Instant::now();
-    let acked = format!("trigger {id:016x}: the daemon has the window");
+    let acked = fired.acked();
     wait_for(
         Duration::from_secs(90),
         || relay.log().contains(&acked),
@@ -553,8 +388,14 @@ fn a_window_mapped_with_a_young_estimate_is_inside_its_bound() {
                 .is_some_and(|n| n.starts_with("snapshot-") && n.ends_with("-young.pftrace"))
         })
         .unwrap_or_else(|| panic!("no snapshot in {}", daemon.output.display()));
-    let worst = check_snapshot(&path, &[name], t);
-    assert!(worst[0] <= 1_000_000, "{worst:?}");
+    let figures = check_snapshot(
+        "ring_link snapshot",
+        &path,
+        &[name],
+        Window::two_one(fired.host_time),
+        &[],
+    );
+    assert!(figures[0].worst_error_ns <= 1_000_000, "{figures:?}");
     let status = relay.stop();
     assert!(status.success(), "{status}\n{}", relay.log());
     let status = daemon.stop();

@@ -15,155 +15,15 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tracesync_common::tls::pki;
-use tracesync_tests::live::{self, Daemon, DaemonOpts, DaemonTls, Relay, RelayOpts, RelayTls, bin};
-use tracesync_tests::tp;
-
-const RATE: u64 = 500;
-/// Packets are placed by the latest sync point written, which may lag the
-/// estimate by the daemon's sync-point threshold (1 us by default).
-const SYNC_POINT_THRESHOLD_NS: i64 = 1_000;
-/// Unused here (no relay is killed), kept for `check_snapshot`.
-const KILL_SLACK_NS: i64 = 200_000_000;
-
-/// A lab PKI: the daemon's certificate and one per relay name, as
-/// `tracesync pki` makes them (mutual TLS, as shipped).
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new(relays: &[&str]) -> Pki {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let names = ["127.0.0.1".to_owned(), "localhost".to_owned()];
-        pki::init(dir.path(), &names).unwrap_or_else(|e| panic!("pki init: {e}"));
-        for name in relays {
-            pki::issue(dir.path(), name, None).unwrap_or_else(|e| panic!("pki issue: {e}"));
-        }
-        Pki { dir }
-    }
-
-    fn daemon(&self) -> DaemonTls {
-        DaemonTls {
-            cert: self.dir.path().join("daemon.crt"),
-            key: self.dir.path().join("daemon.key"),
-            client_ca: self.dir.path().join("ca.crt"),
-        }
-    }
-
-    fn relay(&self, name: &str) -> RelayTls {
-        RelayTls {
-            ca: self.dir.path().join("ca.crt"),
-            cert: Some(self.dir.path().join(format!("{name}.crt"))),
-            key: Some(self.dir.path().join(format!("{name}.key"))),
-            server_name: None,
-        }
-    }
-}
-
-const FLEET: [&str; 4] = [
-    "ring-plus-7",
-    "ring-plus-300",
-    "ring-plus-4000",
-    "ring-drift-50ppm",
-];
-
-/// Four ring relays over mutual TLS: three clocks seconds apart
-/// (namespaces, or simulated offsets without them), one drifting 50 ppm.
-fn ring_relays(daemon: &Daemon, pki: &Pki) -> Vec<Relay> {
-    let namespaces = live::time_namespaces().is_ok();
-    let ring = |name: &str, offset_s: i64| {
-        let opts = RelayOpts {
-            extra_args: vec!["--mode".into(), "ring".into()],
-            ..RelayOpts::synthetic(name, RATE)
-        };
-        if namespaces {
-            opts.in_time_namespace(offset_s)
-        } else {
-            RelayOpts {
-                clock_offset_ns: Some(offset_s * 1_000_000_000),
-                ..opts
-            }
-        }
-    };
-    let mut specs = vec![
-        ring("ring-plus-7", 7),
-        ring("ring-plus-300", 300),
-        ring("ring-plus-4000", 4000),
-    ];
-    specs.push(RelayOpts {
-        clock_offset_ns: Some(2_500_000_000),
-        clock_drift_ppm: Some(50.0),
-        extra_args: vec!["--mode".into(), "ring".into()],
-        ..RelayOpts::synthetic("ring-drift-50ppm", RATE)
-    });
-    specs
-        .into_iter()
-        .map(|o| {
-            let tls = Some(pki.relay(&o.name));
-            Relay::start(daemon, RelayOpts { tls, ..o })
-        })
-        .collect()
-}
-
-fn names(relays: &[Relay]) -> Vec<String> {
-    relays.iter().map(|r| r.name().to_owned()).collect()
-}
-
-/// Runs `tracesync-relay trigger` on `relay`'s machine (its control
-/// socket): exit code, stdout, stderr.
-fn relay_trigger(relay: &Relay, name: &str, before: &str, after: &str) -> (i32, String, String) {
-    let out = Command::new(bin("tracesync-relay"))
-        .arg("trigger")
-        .arg(name)
-        .args(["--before", before, "--after", after, "--connect"])
-        .arg(&relay.control)
-        .output()
-        .unwrap_or_else(|e| panic!("run tracesync-relay trigger: {e}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// The trigger id `tracesync trigger` printed (`(id 0123...)`).
-fn fired_id(stdout: &str) -> u64 {
-    let hex = stdout
-        .split_once("(id ")
-        .and_then(|(_, rest)| rest.split_once(')'))
-        .map(|(id, _)| id)
-        .unwrap_or_else(|| panic!("no id in {stdout:?}"));
-    u64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("id {hex}: {e}"))
-}
-
-fn stop_all(relays: &mut [Relay], daemon: &mut Daemon) {
-    for r in relays.iter_mut() {
-        let status = r.stop();
-        assert!(
-            status.success(),
-            "relay {}: {status}\n{}",
-            r.name(),
-            r.log()
-        );
-    }
-    let status = daemon.stop();
-    assert!(status.success(), "tracesyncd: {status}\n{}", daemon.log());
-}
+use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts, bin};
+use tracesync_tests::ring::{
+    FLEET, Fired, RATE, Window, check_snapshot, relay_trigger, start_fleet, stop_all, wait_for,
+};
 
 #[test]
 fn a_trigger_from_a_relay_machine_saves_every_ring_relay_and_status_shows_the_rings() {
-    let pki = Pki::new(&FLEET);
-    let mut daemon = Daemon::start(DaemonOpts {
-        tls: Some(pki.daemon()),
-        ..DaemonOpts::default()
-    });
-    let mut relays = ring_relays(&daemon, &pki);
-    let names = names(&relays);
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    daemon.wait_connected(&names, Duration::from_secs(30));
-    daemon.wait_synced(&names, Duration::from_secs(30));
-    std::thread::sleep(Duration::from_secs(3));
+    let (_pki, mut daemon, mut relays) = start_fleet();
+    let names = FLEET;
 
     // `tracesync status` shows each ring relay's fill and oldest time.
     let status = wait_ring_fill(&daemon, &names);
@@ -205,7 +65,8 @@ fn a_trigger_from_a_relay_machine_saves_every_ring_relay_and_status_shows_the_ri
             && stdout.contains("4 ring relay(s) asked"),
         "{stdout}"
     );
-    let host_time = host_time_of(&stdout);
+    let fired = Fired::parse(&stdout);
+    let host_time = fired.host_time;
     assert!(
         (asked_at..=answered_at).contains(&host_time),
         "T {host_time} not within the command's run [{asked_at}, {answered_at}]"
@@ -215,8 +76,7 @@ fn a_trigger_from_a_relay_machine_saves_every_ring_relay_and_status_shows_the_ri
         (host_time - asked_at) / 1_000_000,
         (answered_at - asked_at) / 1_000_000
     );
-    let id = fired_id(&stdout);
-    let acked = format!("trigger {id:016x}: the daemon has the window");
+    let acked = fired.acked();
     for relay in &relays {
         wait_for(
             Duration::from_secs(40),
@@ -224,29 +84,19 @@ fn a_trigger_from_a_relay_machine_saves_every_ring_relay_and_status_shows_the_ri
             || format!("relay {}: no {acked:?}:\n{}", relay.name(), relay.log()),
         );
     }
-    let name = snapshot_name(&stdout);
-    let path = daemon.output.join(&name);
+    let name = &fired.snapshot;
+    let path = daemon.output.join(name);
     wait_for(
         Duration::from_secs(30),
         || path.exists(),
         || format!("no {name}:\n{}", daemon.log()),
     );
-    let status = daemon.status().unwrap_or_else(|e| panic!("{e}"));
-    let bounds: Vec<u64> = names
-        .iter()
-        .map(|n| {
-            live::process::machine(&status, n)
-                .map_or(0, |m| m["error_bound_ns"].as_u64().unwrap_or(0))
-        })
-        .collect();
     check_snapshot(
-        &[],
+        "ring_relay_trigger snapshot",
         &path,
         &names,
-        &bounds,
-        host_time,
-        2_000_000_000,
-        1_000_000_000,
+        Window::two_one(host_time),
+        &[],
     );
     stop_all(&mut relays, &mut daemon);
 }
@@ -473,107 +323,4 @@ fn socket_request(socket: &Path, line: &str) -> String {
     let mut answer = String::new();
     conn.read_to_string(&mut answer).unwrap_or_default();
     answer
-}
-
-/// The snapshot file name `tracesync trigger` printed.
-fn snapshot_name(stdout: &str) -> String {
-    stdout
-        .split_once("; snapshot ")
-        .map(|(_, n)| n.trim().to_owned())
-        .unwrap_or_else(|| panic!("no snapshot in {stdout:?}"))
-}
-
-fn host_time_of(stdout: &str) -> i64 {
-    stdout
-        .split_once("at host time ")
-        .and_then(|(_, rest)| rest.split_once(" ns"))
-        .and_then(|(t, _)| t.parse().ok())
-        .unwrap_or_else(|| panic!("no host time in {stdout:?}"))
-}
-
-fn wait_for(limit: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{}", what());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Every machine's synthetic events of [T - before, T + after] are in the
-/// snapshot, each once, none missing between the window's ends, each at
-/// its true host time within the window's error bound; the file loads
-/// alone in the trace processor.
-fn check_snapshot(
-    killed: &[(&str, i64)],
-    path: &Path,
-    names: &[&str],
-    bounds: &[u64],
-    t: i64,
-    before: i64,
-    after: i64,
-) {
-    let scan = live::output::scan_file(path, None);
-    assert!(scan.error.is_none(), "{:?}", scan.error);
-    let (from, to) = (t - before, t + after);
-    for (name, bound) in names.iter().zip(bounds) {
-        let machine = scan
-            .machine_names
-            .iter()
-            .find(|(_, n)| n.as_str() == *name)
-            .map(|(&m, _)| m)
-            .unwrap_or_else(|| panic!("no SystemInfo names {name} in {:?}", scan.machine_names));
-        let mut ns: Vec<u64> = Vec::new();
-        let mut worst = 0i64;
-        let mut truths = Vec::new();
-        for e in scan.events.iter().filter(|e| e.machine == machine) {
-            assert!(!e.unsynced, "{name}: an event before any sync point");
-            ns.push(e.id.n);
-            let truth = e.id.truth_ns as i64;
-            truths.push(truth);
-            worst = worst.max((e.ts_host - truth).abs());
-        }
-        ns.sort_unstable();
-        let count = ns.len();
-        ns.dedup();
-        assert_eq!(ns.len(), count, "{name}: duplicated events");
-        let (first, last) = (ns[0], ns[ns.len() - 1]);
-        assert_eq!(
-            (last - first + 1) as usize,
-            count,
-            "{name}: events missing between n={first} and n={last}"
-        );
-        let lo = truths.iter().min().copied().unwrap_or(0);
-        let hi = truths.iter().max().copied().unwrap_or(0);
-        // The generator's ticks (its events come in bursts) and the bound
-        // at each end.
-        let slack = 20_000_000;
-        // A relay killed inside the window made no events after it died.
-        let end = killed
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or(to, |&(_, at)| (at - KILL_SLACK_NS).min(to));
-        assert!(
-            lo >= from - slack && lo <= from + slack && hi <= to + slack && hi >= end - slack,
-            "{name}: events' true times [{lo}, {hi}] do not span the window [{from}, {end}]"
-        );
-        // The bound the estimate reports, and the sync point's threshold.
-        let allowed = *bound as i64 + SYNC_POINT_THRESHOLD_NS;
-        eprintln!(
-            "snapshot: {name}: {count} events, n {first}..={last}, max |ts - truth| {worst} ns, \
-             bound {allowed} ns"
-        );
-        assert!(*bound > 0, "{name}: no error bound in the status");
-        assert!(
-            worst <= allowed,
-            "{name}: max |ts - truth| {worst} ns over {allowed} ns"
-        );
-    }
-    if tp::require_or_skip("ring_trigger snapshot") {
-        let stats = tp::error_stats(path).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            stats.is_empty(),
-            "{}: error stats {stats:?}",
-            path.display()
-        );
-    }
 }
