@@ -563,6 +563,8 @@ fn finite_ns(value: f64) -> u64 {
 }
 
 #[cfg(test)]
+mod test_model;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod young_tests;

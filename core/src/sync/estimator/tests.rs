@@ -5,41 +5,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-/// Small deterministic generator (xorshift64*), so the tests need no crate.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Exponential with the given mean (ns): one-sided queueing noise.
-    fn exponential(&mut self, mean_ns: f64) -> u64 {
-        (-mean_ns * self.unit().ln()) as u64
-    }
-}
-
-/// A relay clock: relay = host + offset + (host - origin) * ppm.
-struct RelayModel {
-    offset_ns: i64,
-    drift_ppm: f64,
-    origin_ns: u64,
-}
-
-impl RelayModel {
-    fn relay(&self, host_ns: u64) -> u64 {
-        let elapsed = host_ns as f64 - self.origin_ns as f64;
-        (host_ns as i64 + self.offset_ns + (elapsed * self.drift_ppm * 1e-6) as i64) as u64
-    }
-}
+use super::test_model::{RelayModel, Rng};
 
 /// One exchange starting at host time `t1` with base one-way delay `base`
 /// and exponential queueing of mean `queue` on each leg.
