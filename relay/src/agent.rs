@@ -297,6 +297,10 @@ fn open_spool(config: &RelayConfig) -> Result<Spool, u8> {
         config.when_full,
     );
     spool_config.linger = config.linger;
+    if config.ring.mode == tracesync_protocol::trigger::RelayMode::Ring {
+        // Segments sized to the ring keep the spool on disk near its bounds.
+        spool_config.segment_bytes = crate::ring::segment_bytes(config.ring.bytes);
+    }
     match Spool::open(spool_config) {
         Ok((spool, issues)) => {
             for issue in issues {

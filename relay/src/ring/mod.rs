@@ -34,6 +34,15 @@ use std::time::Duration;
 /// acknowledged): each may hold up to the ring's bytes.
 pub const MAX_WINDOWS: usize = 4;
 
+/// The spool's segment size in ring mode: an eighth of the ring's bytes
+/// (64 KiB..=64 MiB). A segment is deleted only once every batch in it has
+/// left the ring, so the spool on disk holds the ring's bytes plus at most
+/// one segment of batches already released; derived from the spool's disk
+/// limit instead, that slack would be up to 64 MiB whatever the ring's size.
+pub fn segment_bytes(ring_bytes: u64) -> u64 {
+    (ring_bytes / 8).clamp(64 << 10, 64 << 20)
+}
+
 /// Trigger ids remembered to tell a resent trigger from a new one.
 const REMEMBERED_TRIGGERS: usize = 256;
 

@@ -153,3 +153,11 @@ fn batches_of_an_earlier_run_keep_their_times_never_decreasing() {
     ring.cut(5, 10, 1, 112 * S);
     assert_eq!(ring.held_bytes(), 0);
 }
+
+#[test]
+fn a_segment_is_an_eighth_of_the_ring_within_its_limits() {
+    assert_eq!(segment_bytes(8 << 20), 1 << 20);
+    assert_eq!(segment_bytes(1 << 20), 128 << 10);
+    assert_eq!(segment_bytes(1 << 10), 64 << 10);
+    assert_eq!(segment_bytes(1 << 40), 64 << 20);
+}
