@@ -187,6 +187,11 @@ fn read_index(dir: &Path) -> Index {
 }
 
 impl CaptureFile {
+    /// One snapshot of `dir`, with its index.jsonl line's preamble count.
+    pub fn snapshot(dir: &Path, name: &str) -> Self {
+        Self::new(dir.join(name), name.to_owned(), &read_index(dir))
+    }
+
     fn new(path: PathBuf, name: String, index: &Index) -> Self {
         let entry = index.entry(&name);
         Self {

@@ -6,15 +6,20 @@
 //! Once the capture is closed, its `.sync.jsonl` sidecars hold every
 //! sample; `probes.rs` fits each remote machine's whole capture both ways
 //! (never across a step or suspend), and `rewrite.rs` writes each rolled
-//! file again with sync points and error-bound samples from that mapping.
+//! file and each snapshot again with sync points and error-bound samples
+//! from that mapping.
 //!
 //! Invariants:
 //! - OUTDIR is a rolling capture of the same layout: the same file names
 //!   and packets in the same order (only the refined machines' sync points
-//!   and offset/bound samples differ), index.jsonl with each file's new
-//!   lengths and preamble, the sidecars, and a journal naming the last
-//!   file; every file opens alone; `merge OUTDIR`, `tail OUTDIR` and
-//!   `report OUTDIR` read it as they read DIR.
+//!   and offset/bound samples differ), snapshots included, index.jsonl
+//!   with each file's and snapshot's new lengths and preamble, the
+//!   sidecars, and a journal naming the last file; every file opens
+//!   alone; `merge OUTDIR`, `tail OUTDIR` and `report OUTDIR` read it as
+//!   they read DIR.
+//! - Each snapshot is read with a fresh reader state, as the first rolled
+//!   file (it opens alone); its packets count in the packet totals but not
+//!   in the per-machine figures (they repeat packets of the rolled files).
 //! - Nothing of DIR is changed; OUTDIR appears whole or not at all (built
 //!   in a temporary directory beside it, renamed at the end).
 //! - Deterministic: the same DIR gives byte-identical files.
@@ -33,7 +38,7 @@ use tracesync_capture::{lock, modes};
 use tracesync_common::exit;
 use tracesync_protocol::text::escape_control;
 
-use crate::merge::capture::{CaptureError, from_dir};
+use crate::merge::capture::{CaptureError, CaptureFile, from_dir};
 use rewrite::{MachineFigures, Rewriter};
 
 /// Per remote machine, what `--stats` and the table show.
@@ -59,6 +64,8 @@ pub struct MachineStats {
 #[derive(Debug, Default, Serialize)]
 pub struct RefineStats {
     pub files: usize,
+    /// Snapshots rewritten (their packets are in the totals below).
+    pub snapshots: usize,
     pub packets_read: u64,
     pub packets_written: u64,
     /// Live sync points and offset/bound samples of refined machines.
@@ -118,8 +125,8 @@ fn refuse_snapshot(path: &Path) -> Result<(), CaptureError> {
     if snapshot && path.is_file() {
         return Err(CaptureError {
             line: format!(
-                "{}: a snapshot keeps the live alignment and is not refined alone; refine its \
-                 output directory (the refined capture carries the snapshot over unchanged)",
+                "{}: a snapshot is not refined alone (its probe samples are in the capture's \
+                 sidecars); refine its output directory, which rewrites the snapshot too",
                 path.display()
             ),
             code: exit::USAGE,
@@ -128,8 +135,8 @@ fn refuse_snapshot(path: &Path) -> Result<(), CaptureError> {
     Ok(())
 }
 
-fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), CaptureError> {
-    refuse_snapshot(dir)?;
+/// DIR is a directory no running daemon writes.
+fn closed_capture(dir: &Path) -> Result<(), CaptureError> {
     if !dir.is_dir() {
         return Err(CaptureError {
             line: format!(
@@ -155,6 +162,12 @@ fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), C
             code: exit::TEMPFAIL,
         });
     }
+    Ok(())
+}
+
+fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), CaptureError> {
+    refuse_snapshot(dir)?;
+    closed_capture(dir)?;
     let capture = from_dir(dir)?;
     let out = output.map_or_else(|| default_output(dir), Path::to_path_buf);
     let staging = outdir::Staging::begin(dir, &out)?;
@@ -178,7 +191,15 @@ fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), C
             }
         }
     }
-    if let Err(e) = staging.finish(&capture, &written) {
+    let (snapshots, [read, replaced, malformed]) =
+        match snapshots(dir, &staging, &mappings, &capture.names) {
+            Ok(done) => done,
+            Err(e) => {
+                staging.abandon();
+                return Err(e);
+            }
+        };
+    if let Err(e) = staging.finish(&capture, &written, &snapshots) {
         staging.abandon();
         return Err(e);
     }
@@ -186,10 +207,15 @@ fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), C
     let names: BTreeMap<u32, String> = capture.names.iter().cloned().collect();
     let mut stats = RefineStats {
         files: capture.files.len(),
-        packets_read: rewriter.packets_read,
-        packets_written: written.iter().map(|w| w.packets).sum(),
-        packets_replaced: rewriter.packets_replaced,
-        packets_malformed: rewriter.packets_malformed,
+        snapshots: snapshots.len(),
+        packets_read: rewriter.packets_read + read,
+        packets_written: written
+            .iter()
+            .chain(snapshots.iter().map(|(_, w)| w))
+            .map(|w| w.packets)
+            .sum(),
+        packets_replaced: rewriter.packets_replaced + replaced,
+        packets_malformed: rewriter.packets_malformed + malformed,
         sidecar_files: counts.files,
         probe_samples: counts.samples,
         sidecar_lines_skipped: counts.lines_skipped,
@@ -224,6 +250,31 @@ fn refine(dir: &Path, output: Option<&Path>) -> Result<(RefineStats, PathBuf), C
         });
     }
     Ok((stats, out))
+}
+
+/// DIR's snapshots rewritten with the same mappings, each with a fresh
+/// reader state (each opens alone, as the first rolled file); what each
+/// holds, and the packets read, replaced and malformed.
+type Snapshots = (Vec<(String, rewrite::FileOut)>, [u64; 3]);
+
+fn snapshots(
+    dir: &Path,
+    staging: &outdir::Staging,
+    mappings: &BTreeMap<u32, probes::MachineMapping>,
+    names: &[(u32, String)],
+) -> Result<Snapshots, CaptureError> {
+    let mut written = Vec::new();
+    let mut counts = [0; 3];
+    for name in staging.snapshots() {
+        let mut alone = Rewriter::new(mappings, names);
+        let input = CaptureFile::snapshot(dir, &name);
+        let out = alone.file(&input, 0, &staging.path(&name))?;
+        written.push((name, out));
+        counts[0] += alone.packets_read;
+        counts[1] += alone.packets_replaced;
+        counts[2] += alone.packets_malformed;
+    }
+    Ok((written, counts))
 }
 
 /// The table printed: one line per refined machine.

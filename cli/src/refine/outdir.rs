@@ -2,8 +2,8 @@
 //! beside OUTDIR (so a failed or interrupted refine leaves no half
 //! capture), then renamed into place. Besides the rewritten files it holds
 //! their sidecars (copied: the samples are the same), DIR's snapshots
-//! (copied unchanged, with their index lines), index.jsonl with each
-//! file's new lengths, preamble and trace times, and a journal of one full
+//! (rewritten like the rolled files), index.jsonl with each rolled file's
+//! and snapshot's new lengths, preamble and trace times, and a journal of one full
 //! record naming the last file, so `tail` and `merge` name sources as in
 //! DIR and a daemon started on it would recover it as it is.
 
@@ -92,7 +92,12 @@ impl Staging {
 
     /// Writes the sidecars, index and journal, and renames the whole into
     /// OUTDIR.
-    pub fn finish(&self, capture: &Capture, written: &[FileOut]) -> Result<(), CaptureError> {
+    pub fn finish(
+        &self,
+        capture: &Capture,
+        written: &[FileOut],
+        snapshots: &[(String, FileOut)],
+    ) -> Result<(), CaptureError> {
         let io_err = |path: &Path, e: std::io::Error| CaptureError {
             line: format!("{}: {e}", path.display()),
             code: exit::IOERR,
@@ -111,22 +116,7 @@ impl Staging {
                 std::io::copy(&mut source, &mut copy).map_err(|e| io_err(&from, e))?;
             }
         }
-        // Snapshots come along unchanged (placed with the live estimate
-        // when their trigger fired), with their index lines.
-        for name in self.snapshots() {
-            let from = self.dir.join(&name);
-            if let Ok(Some(mut source)) = tracesync_common::files::open_regular(&from) {
-                let to = self.temp.join(&name);
-                let mut copy = modes::open_new_file(
-                    std::fs::OpenOptions::new().write(true).create_new(true),
-                    &to,
-                )
-                .map_err(|e| io_err(&to, e))?;
-                std::io::copy(&mut source, &mut copy).map_err(|e| io_err(&from, e))?;
-                copy.sync_all().map_err(|e| io_err(&to, e))?;
-            }
-        }
-        let index = index::encode(&self.index(capture, written))
+        let index = index::encode(&self.index(capture, written, snapshots))
             .map_err(|e| io_err(&self.temp.join(INDEX_NAME), std::io::Error::other(e)))?;
         write_synced(&self.temp.join(INDEX_NAME), &index)
             .map_err(|e| io_err(&self.temp.join(INDEX_NAME), e))?;
@@ -156,9 +146,15 @@ impl Staging {
         Ok(())
     }
 
-    /// index.jsonl of the refined files: DIR's lines with the new lengths,
-    /// preamble and trace times; a line made for a file DIR's index lacked.
-    fn index(&self, capture: &Capture, written: &[FileOut]) -> Vec<IndexEntry> {
+    /// index.jsonl of the refined files and snapshots: DIR's lines with the
+    /// new lengths, preamble and trace times; a line made for a rolled file
+    /// DIR's index lacked (a snapshot without a line keeps none, as in DIR).
+    fn index(
+        &self,
+        capture: &Capture,
+        written: &[FileOut],
+        snapshots: &[(String, FileOut)],
+    ) -> Vec<IndexEntry> {
         let mut old: HashMap<String, IndexEntry> = Index::read(&self.dir)
             .unwrap_or_default()
             .entries
@@ -170,31 +166,44 @@ impl Staging {
             let mut e = old
                 .remove(&f.name)
                 .unwrap_or_else(|| IndexEntry::found(f.name.clone(), 0));
-            e.bytes = w.bytes;
-            e.packets = w.packets;
-            e.preamble_bytes = w.preamble_bytes;
-            e.preamble_packets = Some(w.preamble_packets);
-            e.first_ts = w.first_ts;
-            e.last_ts = w.last_ts;
+            update(&mut e, w);
             e.complete = true;
             out.push(e);
         }
-        let snapshots = self.snapshots();
-        out.extend(old.into_values().filter(|e| snapshots.contains(&e.name)));
+        for (name, w) in snapshots {
+            if let Some(mut e) = old.remove(name) {
+                update(&mut e, w);
+                out.push(e);
+            }
+        }
         out
     }
 
-    /// The snapshots in DIR (`snapshot-<UTC>-<NAME>.pftrace`), by name.
-    fn snapshots(&self) -> std::collections::BTreeSet<String> {
+    /// The snapshots in DIR (`snapshot-<UTC>-<NAME>.pftrace`), by name:
+    /// regular files only (a link or anything else is left behind).
+    pub fn snapshots(&self) -> std::collections::BTreeSet<String> {
         std::fs::read_dir(&self.dir)
             .map(|entries| {
                 entries
                     .filter_map(|e| e.ok()?.file_name().into_string().ok())
                     .filter(|n| SnapshotName::parse(n).is_some())
+                    .filter(|n| {
+                        std::fs::symlink_metadata(self.dir.join(n)).is_ok_and(|m| m.is_file())
+                    })
                     .collect()
             })
             .unwrap_or_default()
     }
+}
+
+/// A refined file's figures on its index.jsonl line.
+fn update(e: &mut IndexEntry, w: &FileOut) {
+    e.bytes = w.bytes;
+    e.packets = w.packets;
+    e.preamble_bytes = w.preamble_bytes;
+    e.preamble_packets = Some(w.preamble_packets);
+    e.first_ts = w.first_ts;
+    e.last_ts = w.last_ts;
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
