@@ -8,9 +8,14 @@
 //! timeline (each once, none missing, each within the error bound the file
 //! gives it), loading alone in the trace processor.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use tracesync_cli::check::check_dir;
+use tracesync_core::sync_quality::{QualityTrack, read_sample};
+use tracesync_protocol::reader::TraceFile;
+use tracesync_protocol::scan::scan_packet;
 use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts, bin};
 use tracesync_tests::ring::{self, Fired, RATE, Window, check_snapshot, stop_all, wait_for};
 
@@ -191,11 +196,114 @@ fn the_tools_read_a_snapshot_as_they_read_rolled_files() {
         refined.join(&name).is_file(),
         "refine DIR left the snapshot out: {out}{err}"
     );
+    check_refined_snapshot(&path, &refined.join(&name));
     // refine SNAPSHOT: one line saying what to give instead, exit 64.
     let (code, _, err) = cli(&["refine".as_ref(), path.as_os_str()]);
     assert_eq!(code, 64, "refine SNAPSHOT: {err}");
     assert!(err.contains("refine its output directory"), "{err}");
     check_restart(&mut daemon, &name);
+}
+
+/// The snapshot `refine DIR` wrote: the live one's packets in the same
+/// order but for the sync points and offset/bound samples, its index line
+/// with its new length, every event inside its refined bound (no wider
+/// than the live one, as for the rolled files), opening alone in the trace
+/// processor.
+fn check_refined_snapshot(live: &Path, refined: &Path) {
+    let (live_kept, live_replaced) = packets(live);
+    let (kept, replaced) = packets(refined);
+    assert!(!kept.is_empty(), "{}: no packets", refined.display());
+    assert!(
+        kept == live_kept,
+        "{}: {} packets besides the alignment, the live snapshot {}",
+        refined.display(),
+        kept.len(),
+        live_kept.len()
+    );
+    assert!(
+        live_replaced > 0 && replaced > 0,
+        "alignment packets: live {live_replaced}, refined {replaced}"
+    );
+    let name = refined.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let out_dir = refined.parent().unwrap_or(Path::new("."));
+    let index = std::fs::read_to_string(out_dir.join("index.jsonl")).unwrap_or_default();
+    let len = std::fs::metadata(refined).map(|m| m.len()).unwrap_or(0);
+    let line = index
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no index line for {name}:\n{index}"));
+    assert_eq!(line["bytes"].as_u64(), Some(len), "{line}");
+
+    // Each alone in a directory of its own, judged against its sources.
+    let alone = |p: &Path, dir: &str| {
+        let d = out_dir.with_file_name(dir);
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::copy(p, d.join(name)).unwrap_or_else(|e| panic!("{e}"));
+        check_dir(&d).unwrap_or_else(|e| panic!("{e:?}"))
+    };
+    let live_check = alone(live, "snapshot-live");
+    let refined_check = alone(refined, "snapshot-refined");
+    assert!(!refined_check.sources.is_empty(), "no synthetic sources");
+    for (src, r) in &refined_check.sources {
+        let l = &live_check.sources[src];
+        println!(
+            "{src}: {} packets, p50/p99 bound live {}/{} ns, refined {}/{} ns; inside live {}, refined {}",
+            r.packets,
+            l.p50_bound_ns,
+            l.p99_bound_ns,
+            r.p50_bound_ns,
+            r.p99_bound_ns,
+            l.inside,
+            r.inside
+        );
+        assert_eq!(r.packets, l.packets, "{src}: packets");
+        assert_eq!(r.inside, r.packets, "{src}: outside the refined bound");
+        assert!(
+            r.p50_bound_ns <= 2 * l.p50_bound_ns + 5_000,
+            "{src}: refined p50 bound {} ns, live {} ns",
+            r.p50_bound_ns,
+            l.p50_bound_ns
+        );
+    }
+    if !tracesync_tests::tp::require_or_skip("ring_mixed refined snapshot") {
+        return;
+    }
+    let errors = tracesync_tests::tp::error_stats(refined).unwrap_or_else(|e| panic!("{e}"));
+    assert!(errors.is_empty(), "{}: {errors:?}", refined.display());
+    let count = |p: &Path| {
+        let r = tracesync_tests::tp::query(p, &["select count(*) as n from slice"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        r[0].rows
+            .first()
+            .and_then(|row| row.first())
+            .and_then(tracesync_tests::tp::as_i64)
+    };
+    let n = count(refined);
+    assert!(n.is_some_and(|n| n > 0), "{n:?} slices");
+    assert_eq!(n, count(live), "slices in the refined and live snapshot");
+}
+
+/// A trace file's packets but its sync points and offset/bound samples,
+/// and how many of those.
+fn packets(path: &Path) -> (Vec<Vec<u8>>, usize) {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut trace = TraceFile::new(std::io::BufReader::new(file)).unwrap_or_else(|e| panic!("{e}"));
+    let (mut kept, mut alignment) = (Vec::new(), 0);
+    while let Some(p) = trace.next_packet().unwrap_or_else(|e| panic!("{e}")) {
+        let fields = scan_packet(p.bytes).unwrap_or_else(|e| panic!("{e}"));
+        let aligns = fields.remote_clock_sync.is_some()
+            || read_sample(&fields, p.bytes).is_some_and(|s| {
+                matches!(s.track, QualityTrack::Offset | QualityTrack::ErrorBound)
+            });
+        if aligns {
+            alignment += 1;
+        } else {
+            kept.push(p.bytes.to_vec());
+        }
+    }
+    (kept, alignment)
 }
 
 /// A restart removes a temporary snapshot a crash left (and says so), and
