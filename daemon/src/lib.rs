@@ -25,6 +25,7 @@ pub mod control;
     reason = "the metrics module owns every series"
 )]
 pub mod metrics;
+mod ranged_keys;
 pub mod reload;
 pub mod rolling;
 pub mod server;

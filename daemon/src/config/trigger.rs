@@ -2,7 +2,7 @@
 //! triggers, range-checked while parsing (one line naming the key). They
 //! apply at start (a restart takes new values).
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use tracesync_core::trigger::TriggerConfig;
 
 const S: u64 = 1_000_000_000;
@@ -51,23 +51,8 @@ impl TriggerSection {
     }
 }
 
-macro_rules! ranged {
-    ($($name:ident: $key:literal in $lo:literal ..= $hi:literal),* $(,)?) => {$(
-        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-            let v = u64::deserialize(d)?;
-            if ($lo..=$hi).contains(&v) {
-                Ok(v)
-            } else {
-                Err(serde::de::Error::custom(format!(
-                    concat!("[trigger] ", $key, " must be in {}..={}, got {}"),
-                    $lo, $hi, v
-                )))
-            }
-        }
-    )*};
-}
-
-ranged! {
+crate::ranged_keys::ranged_keys! {
+    "trigger";
     max_per_name: "max-per-name" in 1..=100000,
     per_seconds: "per-seconds" in 1..=604800,
     remember_seconds: "remember-seconds" in 0..=86400,

@@ -1,7 +1,7 @@
 //! `[sync]` of the daemon config: the prober's schedule and the sync-point
 //! threshold, range-checked while parsing (one line naming the key).
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use tracesync_core::sync::ProberConfig;
 
@@ -103,25 +103,8 @@ impl SyncConfig {
     }
 }
 
-/// Range-checked `[sync]` keys: an out-of-range value is one line naming
-/// the key, at its position in the file.
-macro_rules! ranged {
-    ($($name:ident: $key:literal in $lo:literal ..= $hi:literal),* $(,)?) => {$(
-        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-            let v = u64::deserialize(d)?;
-            if ($lo..=$hi).contains(&v) {
-                Ok(v)
-            } else {
-                Err(serde::de::Error::custom(format!(
-                    concat!("[sync] ", $key, " must be in {}..={}, got {}"),
-                    $lo, $hi, v
-                )))
-            }
-        }
-    )*};
-}
-
-ranged! {
+crate::ranged_keys::ranged_keys! {
+    "sync";
     burst_probes: "burst-probes" in 1..=64,
     burst_interval_ms: "burst-interval-ms" in 1..=1000,
     steady_interval_ms: "steady-interval-ms" in 10..=60000,

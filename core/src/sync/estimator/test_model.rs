@@ -36,3 +36,24 @@ impl RelayModel {
         (host_ns as i64 + self.offset_ns + (elapsed * self.drift_ppm * 1e-6) as i64) as u64
     }
 }
+
+/// One exchange starting at host time `t1`, each leg's one-way delay
+/// drawn by `leg`, the relay's hold a few µs.
+pub(super) fn exchange_with(
+    model: &RelayModel,
+    rng: &mut Rng,
+    t1: u64,
+    leg: impl Fn(&mut Rng) -> u64,
+) -> [u64; 4] {
+    let forward = leg(rng);
+    let hold = 3_000 + rng.exponential(1_000.0);
+    let backward = leg(rng);
+    let t2_host = t1 + forward;
+    let t3_host = t2_host + hold;
+    [
+        t1,
+        model.relay(t2_host),
+        model.relay(t3_host),
+        t3_host + backward,
+    ]
+}

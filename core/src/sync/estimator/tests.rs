@@ -5,32 +5,12 @@ use proptest::prelude::*;
 
 use super::*;
 
-use super::test_model::{RelayModel, Rng};
+use super::test_model::{RelayModel, Rng, exchange_with};
 
 /// One exchange starting at host time `t1` with base one-way delay `base`
 /// and exponential queueing of mean `queue` on each leg.
 fn exchange(model: &RelayModel, rng: &mut Rng, t1: u64, base: u64, queue: f64) -> [u64; 4] {
     exchange_with(model, rng, t1, |rng| base + rng.exponential(queue))
-}
-
-/// [`exchange`] with each leg's one-way delay drawn by `leg`.
-fn exchange_with(
-    model: &RelayModel,
-    rng: &mut Rng,
-    t1: u64,
-    leg: impl Fn(&mut Rng) -> u64,
-) -> [u64; 4] {
-    let forward = leg(rng);
-    let hold = 3_000 + rng.exponential(1_000.0);
-    let backward = leg(rng);
-    let t2_host = t1 + forward;
-    let t3_host = t2_host + hold;
-    [
-        t1,
-        model.relay(t2_host),
-        model.relay(t3_host),
-        t3_host + backward,
-    ]
 }
 
 const START: u64 = 1_000_000_000_000;

@@ -7,28 +7,7 @@
 
 use super::*;
 
-use super::test_model::{RelayModel, Rng};
-
-/// One exchange starting at host time `t1`, each leg's one-way delay
-/// drawn by `leg`, the relay's hold a few µs.
-fn exchange_with(
-    model: &RelayModel,
-    rng: &mut Rng,
-    t1: u64,
-    leg: impl Fn(&mut Rng) -> u64,
-) -> [u64; 4] {
-    let forward = leg(rng);
-    let hold = 3_000 + rng.exponential(1_000.0);
-    let backward = leg(rng);
-    let t2_host = t1 + forward;
-    let t3_host = t2_host + hold;
-    [
-        t1,
-        model.relay(t2_host),
-        model.relay(t3_host),
-        t3_host + backward,
-    ]
-}
+use super::test_model::{RelayModel, Rng, exchange_with};
 
 const START: u64 = 1_000_000_000_000;
 
