@@ -27,14 +27,8 @@ SIZES=${BENCH_SIZES:-"30 256 1024"}
 TP_MAX=${BENCH_TP_MAX:-256}
 TMPBASE=${TMPDIR:-/tmp}
 
-if ! /usr/bin/time -f %M true >/dev/null 2>&1; then
-    echo "installing GNU time" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get install -y time >/dev/null
-    else
-        sudo apt-get install -y time >/dev/null
-    fi
-fi
+# shellcheck source=scripts/lib/bench-timing.sh
+source scripts/lib/bench-timing.sh
 
 echo "building (release)" >&2
 cargo build --release --quiet -p tracesync-cli --bin tracesync
@@ -46,10 +40,7 @@ gen=$target/release/examples/gen_chrome_json
 work=$(mktemp -d "$TMPBASE/tracesync-bench-json.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-now() { date +%s%N; }
-mb_per_s() { awk -v b="$1" -v ns="$2" 'BEGIN { printf "%.0f", b / 1e6 / (ns / 1e9) }'; }
 secs() { awk -v ns="$1" 'BEGIN { printf "%.2f s", ns / 1e9 }'; }
-mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
 
 # run_timed OUTVAR_NS OUTVAR_RSS_KIB OUTVAR_CPU_S CMD...: wall time (ns),
 # peak RSS (KiB) and CPU seconds (user + system).

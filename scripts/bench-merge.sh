@@ -24,15 +24,8 @@ small_args=()
 [ "${BENCH_SMALL:-0}" = 1 ] && small_args=(--small)
 TMPBASE=${TMPDIR:-/tmp}
 
-# GNU time for the peak RSS.
-if ! /usr/bin/time -f %M true >/dev/null 2>&1; then
-    echo "installing GNU time" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get install -y time >/dev/null
-    else
-        sudo apt-get install -y time >/dev/null
-    fi
-fi
+# shellcheck source=scripts/lib/bench-timing.sh
+source scripts/lib/bench-timing.sh
 
 echo "building (release)" >&2
 cargo build --release --quiet -p tracesync-cli --bin tracesync
@@ -44,11 +37,7 @@ gen=$target/release/examples/gen_trace
 work=$(mktemp -d "$TMPBASE/tracesync-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-now() { date +%s%N; }
-# mb_per_s BYTES NANOSECONDS
-mb_per_s() { awk -v b="$1" -v ns="$2" 'BEGIN { printf "%.0f", b / 1e6 / (ns / 1e9) }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
 
 # run_timed OUTVAR_NS OUTVAR_RSS_KIB CMD...: wall time (ns) and peak RSS (KiB).
 run_timed() {

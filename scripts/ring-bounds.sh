@@ -14,23 +14,8 @@ seconds=${3:-10}
 shift $(($# < 3 ? $# : 3))
 rates=("$@")
 [ ${#rates[@]} -gt 0 ] || rates=(1000 100000 100000000)
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin="$root/target/release"
-[ -x "$bin/tracesyncd" ] || bin="$root/target/debug"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-mkdir "$work/out"
-"$bin/tracesyncd" --listen 127.0.0.1:0 --sync-listen 127.0.0.1:0 --control "$work/c.sock" \
-    --output "$work/out" --token t --tls off >"$work/d.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do grep -q "data=127.0.0.1:" "$work/d.log" && break; sleep 0.1; done
-port=$(grep -o "data=127.0.0.1:[0-9]*" "$work/d.log" | head -1 | cut -d: -f2)
+# shellcheck source=scripts/lib/plain-daemon.sh
+source "$(dirname "$0")/lib/plain-daemon.sh"
 metric() {
     curl -s "http://127.0.0.1:$mport/metrics" | awk -v n="$1" '$1 == n { print $2 }'
 }

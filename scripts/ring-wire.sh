@@ -11,23 +11,8 @@
 set -euo pipefail
 rate=${1:-10000}
 seconds=${2:-10}
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin="$root/target/release"
-[ -x "$bin/tracesyncd" ] || bin="$root/target/debug"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-mkdir "$work/out"
-"$bin/tracesyncd" --listen 127.0.0.1:0 --sync-listen 127.0.0.1:0 --control "$work/c.sock" \
-    --output "$work/out" --token t --tls off >"$work/d.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do grep -q "data=127.0.0.1:" "$work/d.log" && break; sleep 0.1; done
-port=$(grep -o "data=127.0.0.1:[0-9]*" "$work/d.log" | head -1 | cut -d: -f2)
+# shellcheck source=scripts/lib/plain-daemon.sh
+source "$(dirname "$0")/lib/plain-daemon.sh"
 for mode in stream ring; do
     "$bin/tracesync-relay" --host "127.0.0.1:$port" --name "wire-$mode" --token t --tls off \
         --spool "$work/spool-$mode" --source "synthetic:$rate" --mode "$mode" \
