@@ -48,8 +48,11 @@ pub struct MachineReport {
     /// their last value until then.
     pub last_s: f64,
     /// Packets older than one before them in the capture (by more than
-    /// the read-back times' 2 µs).
+    /// the read-back times' 2 µs); in a snapshot, which holds one machine
+    /// after another, older than one before them of their own machine.
     pub late: u64,
+    /// Its newest data packet's time so far (a snapshot's order check).
+    newest_ts: i64,
     /// Raw probe samples in the files' `.sync.jsonl` sidecars.
     pub probe_samples: u64,
 }
@@ -68,6 +71,7 @@ impl MachineReport {
             packets: 0,
             last_s: 0.0,
             late: 0,
+            newest_ts: i64::MIN,
             probe_samples: 0,
         }
     }
@@ -179,6 +183,10 @@ pub fn collect(capture: &Capture) -> Result<Report, CaptureError> {
     let mut start: Option<i64> = None;
     let mut end = i64::MIN;
     let mut seen_any = false;
+    // A snapshot is written machine after machine, each in time order: a
+    // packet is late only against its own machine's.
+    let per_machine_order = matches!(capture.files.as_slice(), [only]
+        if tracesync_capture::names::SnapshotName::parse(&only.name).is_some());
     while let Some(p) = packets.next_packet()? {
         seen_any = true;
         if p.machine_raw_id == 0 {
@@ -223,9 +231,11 @@ pub fn collect(capture: &Capture) -> Result<Report, CaptureError> {
             }
             // Read-back times are within the sync-point threshold of the
             // daemon's: only an inversion beyond it is a late packet.
-            if p.ts.saturating_add(LATE_SLACK_NS) < end {
+            let newest = if per_machine_order { m.newest_ts } else { end };
+            if p.ts.saturating_add(LATE_SLACK_NS) < newest {
                 m.late += 1;
             }
+            m.newest_ts = m.newest_ts.max(p.ts);
         }
         end = end.max(p.ts);
     }
