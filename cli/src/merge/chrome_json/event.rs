@@ -118,7 +118,29 @@ pub struct JsonEvent {
     pub bad_field: Option<String>,
 }
 
+/// Longest string buffer an event keeps for reuse by [`JsonEvent::reset`]
+/// (a longer one is freed: the reused events stay small).
+const KEPT_CAPACITY: usize = 256;
+
 impl JsonEvent {
+    /// Back to the default, keeping the buffers of `name` and `cat` (so
+    /// the fast path, which reuses events, allocates nothing for them).
+    pub fn reset(&mut self) {
+        let mut name = std::mem::take(&mut self.name);
+        let mut cat = std::mem::take(&mut self.cat);
+        for s in [&mut name, &mut cat] {
+            s.clear();
+            if s.capacity() > KEPT_CAPACITY {
+                *s = String::new();
+            }
+        }
+        *self = Self {
+            name,
+            cat,
+            ..Self::default()
+        };
+    }
+
     /// The pid as a number (0 without one): a string pid is mapped to a
     /// number of its own by `string_id`.
     pub fn pid_number(&self, string_id: &dyn Fn(&str) -> u32) -> u32 {
