@@ -126,19 +126,45 @@ impl JsonEvent {
     /// Back to the default, keeping the buffers of `name` and `cat` (so
     /// the fast path, which reuses events, allocates nothing for them).
     pub fn reset(&mut self) {
-        let mut name = std::mem::take(&mut self.name);
-        let mut cat = std::mem::take(&mut self.cat);
-        for s in [&mut name, &mut cat] {
+        // Field by field, not a new event moved in: the event is large and
+        // this runs once per event. The pattern names every field, so a new
+        // one must be reset here too.
+        let Self {
+            phase,
+            ts,
+            dur,
+            tts,
+            tdur,
+            pid,
+            tid,
+            name,
+            cat,
+            id,
+            id2_local,
+            id2_global,
+            bind_id,
+            scope,
+            bind_enclosing,
+            flow_in,
+            flow_out,
+            args,
+            any_field,
+            bad_field,
+        } = self;
+        *phase = 0;
+        (*ts, *dur, *tts, *tdur) = (None, None, None, None);
+        (*pid, *tid) = (None, None);
+        (*id, *id2_local, *id2_global, *bind_id) = (None, None, None, None);
+        *scope = None;
+        (*bind_enclosing, *flow_in, *flow_out, *any_field) = (false, false, false, false);
+        *args = None;
+        *bad_field = None;
+        for s in [name, cat] {
             s.clear();
             if s.capacity() > KEPT_CAPACITY {
                 *s = String::new();
             }
         }
-        *self = Self {
-            name,
-            cat,
-            ..Self::default()
-        };
     }
 
     /// The pid as a number (0 without one): a string pid is mapped to a
