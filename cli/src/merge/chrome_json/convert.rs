@@ -238,15 +238,9 @@ impl Converter {
 
     /// Holds a framed packet made elsewhere (a `systemTraceEvents` line)
     /// in the window, then releases what overflows it.
-    pub fn push_framed(
-        &mut self,
-        ts: i64,
-        bytes: Vec<u8>,
-        out: &mut Vec<u8>,
-        stats: &mut JsonStats,
-    ) {
+    pub fn push_framed(&mut self, ts: i64, bytes: &[u8], out: &mut Vec<u8>, stats: &mut JsonStats) {
         self.window.hold_with(ts, KEY_OTHER, Mark::Plain, |arena| {
-            arena.extend_from_slice(&bytes)
+            arena.extend_from_slice(bytes)
         });
         self.window.release_if_full(out, stats);
     }
@@ -273,28 +267,28 @@ impl Converter {
     }
 
     /// [`Converter::push`] of an event read by the fast path, its args
-    /// already encoded as debug annotations (`annotations`, left empty).
+    /// already encoded as debug annotations (`annotations`).
     pub fn push_encoded(
         &mut self,
-        e: JsonEvent,
-        annotations: &mut Vec<u8>,
+        e: &JsonEvent,
+        annotations: &[u8],
         out: &mut Vec<u8>,
         stats: &mut JsonStats,
     ) {
-        std::mem::swap(&mut self.annotations, annotations);
+        self.annotations.clear();
+        self.annotations.extend_from_slice(annotations);
         self.push(e, out, stats);
-        std::mem::swap(&mut self.annotations, annotations);
-        annotations.clear();
+        self.annotations.clear();
     }
 
     /// Converts one event: descriptors straight into `out`, timed packets
     /// into the window (released into `out` as it fills).
-    pub fn push(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
+    pub fn push(&mut self, e: &JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
         self.convert(e, out, stats);
         self.window.release_if_full(out, stats);
     }
 
-    fn convert(&mut self, e: JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
+    fn convert(&mut self, e: &JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
         if e.phase == 0 {
             // An empty `{}` is a common filler; anything else lacks "ph".
             if e.any_field {
@@ -344,14 +338,14 @@ impl Converter {
         let thread = self.thread((pid, tid), tid_name, None, out);
         match e.phase {
             b'B' => {
-                let begin = self.begin_event(thread, &e, out);
+                let begin = self.begin_event(thread, e, out);
                 self.thread_time.open(thread, e.tts);
                 self.hold_event(ts, begin);
             }
             b'E' => {
                 // A named end closes only a slice of its name (and
                 // category), as in the trace processor.
-                let mut end = self.event(track_event::Type::SliceEnd, thread, &e);
+                let mut end = self.event(track_event::Type::SliceEnd, thread, e);
                 if e.name.is_empty() {
                     end.name_field = None;
                 }
@@ -366,7 +360,7 @@ impl Converter {
                     .flatten()
             }) {
                 Some((dur, end_ts)) => {
-                    let begin = self.begin_event(thread, &e, out);
+                    let begin = self.begin_event(thread, e, out);
                     let mark = Mark::CompleteBegin { thread, dur };
                     let seq = self.hold_event_keyed(ts, key_complete(dur), begin, mark);
                     let mut end = TrackEvent {
@@ -383,15 +377,15 @@ impl Converter {
                 }
                 None => stats.json_parser_failure += 1,
             },
-            b'i' | b'I' | b'R' => self.instant(ts, (pid, thread), &e, out, stats),
-            b'C' => self.counter(ts, pid, &e, out, stats),
-            b'M' => self.metadata((pid, tid), &e, out, stats),
+            b'i' | b'I' | b'R' => self.instant(ts, (pid, thread), e, out, stats),
+            b'C' => self.counter(ts, pid, e, out, stats),
+            b'M' => self.metadata((pid, tid), e, out, stats),
             b's' | b't' | b'f' => {
-                if let Some(flow) = v1_flow(&e, thread, stats) {
+                if let Some(flow) = v1_flow(e, thread, stats) {
                     self.hold(ts, flow);
                 }
             }
-            _ => self.async_event(ts, pid, &e, out, stats),
+            _ => self.async_event(ts, pid, e, out, stats),
         }
     }
 

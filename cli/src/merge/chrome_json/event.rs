@@ -118,7 +118,55 @@ pub struct JsonEvent {
     pub bad_field: Option<String>,
 }
 
+/// Longest string buffer an event keeps for reuse by [`JsonEvent::reset`]
+/// (a longer one is freed: the reused events stay small).
+const KEPT_CAPACITY: usize = 256;
+
 impl JsonEvent {
+    /// Back to the default, keeping the buffers of `name` and `cat` (so
+    /// the fast path, which reuses events, allocates nothing for them).
+    pub fn reset(&mut self) {
+        // Field by field, not a new event moved in: the event is large and
+        // this runs once per event. The pattern names every field, so a new
+        // one must be reset here too.
+        let Self {
+            phase,
+            ts,
+            dur,
+            tts,
+            tdur,
+            pid,
+            tid,
+            name,
+            cat,
+            id,
+            id2_local,
+            id2_global,
+            bind_id,
+            scope,
+            bind_enclosing,
+            flow_in,
+            flow_out,
+            args,
+            any_field,
+            bad_field,
+        } = self;
+        *phase = 0;
+        (*ts, *dur, *tts, *tdur) = (None, None, None, None);
+        (*pid, *tid) = (None, None);
+        (*id, *id2_local, *id2_global, *bind_id) = (None, None, None, None);
+        *scope = None;
+        (*bind_enclosing, *flow_in, *flow_out, *any_field) = (false, false, false, false);
+        *args = None;
+        *bad_field = None;
+        for s in [name, cat] {
+            s.clear();
+            if s.capacity() > KEPT_CAPACITY {
+                *s = String::new();
+            }
+        }
+    }
+
     /// The pid as a number (0 without one): a string pid is mapped to a
     /// number of its own by `string_id`.
     pub fn pid_number(&self, string_id: &dyn Fn(&str) -> u32) -> u32 {

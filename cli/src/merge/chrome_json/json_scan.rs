@@ -83,6 +83,18 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The bytes at `range` (a [`Cursor::string_at`] answer).
+    pub fn slice(&self, range: std::ops::Range<usize>) -> &'a [u8] {
+        self.bytes.get(range).unwrap_or_default()
+    }
+
+    /// [`Cursor::string`] as where its bytes are.
+    pub fn string_at(&mut self) -> Option<std::ops::Range<usize>> {
+        let s = self.string()?;
+        let end = self.pos - 1;
+        Some(end - s.len()..end)
+    }
+
     pub fn skip_ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.bytes.get(self.pos) {
             self.pos += 1;

@@ -91,8 +91,6 @@ pub struct ChromeJsonReader {
     converter: Converter,
     stats: JsonStats,
     slot: Option<StatsSlot>,
-    /// The fast path's encoded args of the event being converted.
-    args: Vec<u8>,
     out: Vec<u8>,
     pos: usize,
     /// No item is left to convert (the window may still be releasing).
@@ -115,7 +113,6 @@ impl ChromeJsonReader {
             converter,
             stats: JsonStats::default(),
             slot,
-            args: Vec::new(),
             out: Vec::with_capacity(OUT_CHUNK * 2),
             pos: 0,
             done: false,
@@ -123,37 +120,30 @@ impl ChromeJsonReader {
         }
     }
 
-    /// The next item read; a reading thread that went away ends the input.
-    fn next_msg(&mut self) -> Msg {
-        if self.at == self.batch.msgs.len() {
-            let Some(feed) = &self.feed else {
-                return Msg::End;
-            };
-            let spent = std::mem::take(&mut self.batch);
-            // Its buffers are reused, unless the reader has enough.
+    /// Hands the spent batch back and takes the next one; a reading
+    /// thread that went away ends the input.
+    fn next_batch(&mut self) {
+        let spent = std::mem::take(&mut self.batch);
+        self.at = 0;
+        let next = self.feed.as_ref().map(|feed| {
+            // Its buffers (and events) are reused, unless the reader has enough.
             let _ = feed.spent.try_send(spent);
-            match feed.batches.recv() {
-                Ok(b) => self.batch = b,
-                Err(_) => {
-                    return Msg::Fail(JsonError::Io(io::Error::other(
-                        "the JSON reading thread ended early",
-                    )));
-                }
+            feed.batches.recv()
+        });
+        let why = match next {
+            Some(Ok(b)) if !b.msgs.is_empty() => {
+                self.batch = b;
+                return;
             }
-            self.at = 0;
-            if self.batch.msgs.is_empty() {
-                return Msg::Fail(JsonError::Io(io::Error::other(
-                    "the JSON reading thread handed over nothing",
-                )));
+            None => {
+                self.batch.msgs.push(Msg::End);
+                return;
             }
-        }
-        let msg = self
-            .batch
-            .msgs
-            .get_mut(self.at)
-            .map(|m| std::mem::replace(m, Msg::End));
-        self.at += 1;
-        msg.unwrap_or(Msg::End)
+            Some(Ok(_)) => "the JSON reading thread handed over nothing",
+            Some(Err(_)) => "the JSON reading thread ended early",
+        };
+        let e = JsonError::Io(io::Error::other(why));
+        self.batch.msgs.push(Msg::Fail(e));
     }
 
     /// Converts events until a chunk of output is ready or the input ends.
@@ -170,25 +160,32 @@ impl ChromeJsonReader {
             if self.done {
                 break;
             }
-            match self.next_msg() {
+            if self.at == self.batch.msgs.len() {
+                self.next_batch();
+            }
+            // Items are read in place: the batch goes back whole, its
+            // events to be read into again on the reading thread.
+            let Some(msg) = self.batch.msgs.get_mut(self.at) else {
+                continue;
+            };
+            self.at += 1;
+            let (out, stats) = (&mut self.out, &mut self.stats);
+            match msg {
                 Msg::Fast(e, range) => {
-                    self.args.clear();
-                    if let Some(bytes) = self.batch.args.get(range) {
-                        self.args.extend_from_slice(bytes);
-                    }
-                    self.converter
-                        .push_encoded(e, &mut self.args, &mut self.out, &mut self.stats);
+                    let args = self.batch.args.get(range.clone()).unwrap_or_default();
+                    self.converter.push_encoded(e, args, out, stats);
                 }
-                Msg::Full(e) => self.converter.push(e, &mut self.out, &mut self.stats),
-                Msg::Line(ts, packet) => {
-                    self.converter
-                        .push_framed(ts, packet, &mut self.out, &mut self.stats);
-                }
+                Msg::Full(e) => self.converter.push(e, out, stats),
+                Msg::Line(ts, packet) => self.converter.push_framed(*ts, packet, out, stats),
                 Msg::End => {
-                    self.converter.finish(&mut self.out, &mut self.stats);
+                    self.converter.finish(out, stats);
                     self.done = true;
                 }
-                Msg::Fail(e) => self.fail(e),
+                Msg::Fail(_) => {
+                    if let Msg::Fail(e) = std::mem::replace(msg, Msg::End) {
+                        self.fail(e);
+                    }
+                }
             }
         }
     }

@@ -10,7 +10,11 @@
 //!   batches go through one channel, in order; an error is the last item.
 //! - Memory is bounded: at most [`IN_FLIGHT`] batches of at most
 //!   [`BATCH_EVENTS`] events (and [`BATCH_ARGS`] bytes of encoded args,
-//!   plus one event's) exist at once; their buffers are reused.
+//!   plus one event's) exist at once; their buffers are reused, and so
+//!   are their events (at most [`BATCH_EVENTS`] kept spare): the
+//!   converting half reads events in place and hands the batch back, so
+//!   an event's strings are allocated and freed on this thread, and
+//!   mostly not at all.
 //! - The thread ends by itself when the text ends, at an error, or when
 //!   the converting half is dropped; its counts go to the input's stats
 //!   slot before it ends (the converting half waits for it when dropped).
@@ -20,7 +24,7 @@ use std::ops::Range;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use super::event::{JsonEvent, parse_event};
-use super::fast_event::parse_fast;
+use super::fast_event::{Scratch, parse_fast};
 use super::scan::{EventScanner, Item};
 use super::{JsonError, JsonStats, StatsSlot};
 use crate::merge::systrace::line_to_packet;
@@ -74,6 +78,8 @@ pub fn spawn<R: Read + Send + 'static>(
         stats: JsonStats::default(),
         event: Vec::new(),
         args: Vec::new(),
+        scratch: Scratch::default(),
+        spare: Vec::new(),
     };
     let handle = std::thread::Builder::new()
         .name("tracesync-json".into())
@@ -108,13 +114,22 @@ struct Reader<R> {
     event: Vec<u8>,
     /// The fast path's encoded args of one event.
     args: Vec<u8>,
+    scratch: Scratch,
+    /// Events of spent batches, to be read into again.
+    spare: Vec<JsonEvent>,
 }
 
 impl<R: Read> Reader<R> {
     fn run(&mut self, tx: &SyncSender<Batch>, back: &Receiver<Batch>) {
         loop {
             let mut batch = back.try_recv().unwrap_or_default();
-            batch.msgs.clear();
+            for msg in batch.msgs.drain(..) {
+                if let Msg::Fast(e, _) | Msg::Full(e) = msg
+                    && self.spare.len() < BATCH_EVENTS
+                {
+                    self.spare.push(e);
+                }
+            }
             batch.args.clear();
             let last = self.fill(&mut batch);
             if tx.send(batch).is_err() || last {
@@ -130,10 +145,14 @@ impl<R: Read> Reader<R> {
             // Most events are read in place from the scanner's buffer.
             match self.scanner.event_in_buffer() {
                 Ok(Some((_, bytes))) => {
-                    if let Some((e, n)) = parse_fast(bytes, &mut self.args) {
-                        self.scanner.consume_event(n);
-                        push_fast(batch, e, &self.args);
-                        continue;
+                    let mut e = self.spare.pop().unwrap_or_default();
+                    match parse_fast(bytes, &mut e, &mut self.args, &mut self.scratch) {
+                        Some(n) => {
+                            self.scanner.consume_event(n);
+                            push_fast(batch, e, &self.args);
+                            continue;
+                        }
+                        None => self.spare.push(e),
                     }
                 }
                 Ok(None) => {}
@@ -152,11 +171,13 @@ impl<R: Read> Reader<R> {
                     }
                 }
                 Ok(Some(Item::Event(at))) => {
-                    let fast = parse_fast(&self.event, &mut self.args);
-                    if let Some((e, _)) = fast.filter(|(_, n)| *n == self.event.len()) {
+                    let mut e = self.spare.pop().unwrap_or_default();
+                    let fast = parse_fast(&self.event, &mut e, &mut self.args, &mut self.scratch);
+                    if fast == Some(self.event.len()) {
                         push_fast(batch, e, &self.args);
                         continue;
                     }
+                    self.spare.push(e);
                     match parse_event(&self.event) {
                         Ok(e) => batch.msgs.push(Msg::Full(e)),
                         Err((message, index)) => {

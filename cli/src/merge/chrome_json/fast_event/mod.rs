@@ -53,13 +53,29 @@ fn key_bit(key: &[u8]) -> Option<u32> {
     })
 }
 
-/// Reads the event object `bytes` start with, its args' annotations into
-/// `args` (cleared first): the event and the length of its object; None
-/// when it must be read the full way (or `bytes` end inside it).
-pub fn parse_fast(bytes: &[u8], args: &mut Vec<u8>) -> Option<(JsonEvent, usize)> {
+/// Buffers the fast path reuses from event to event (so reading an event
+/// allocates nothing once they have grown).
+#[derive(Default)]
+pub struct Scratch {
+    /// Entries of the args objects being read, innermost last (a stack:
+    /// each object's entries sit above its parent's).
+    entries: Vec<Entry>,
+}
+
+/// Reads the event object `bytes` start with into `e` (reset first, its
+/// strings' buffers kept), its args' annotations into `args` (cleared
+/// first): the length of its object; None when it must be read the full
+/// way (or `bytes` end inside it), `e` then holding anything.
+pub fn parse_fast(
+    bytes: &[u8],
+    e: &mut JsonEvent,
+    args: &mut Vec<u8>,
+    scratch: &mut Scratch,
+) -> Option<usize> {
     args.clear();
+    scratch.entries.clear();
     let mut c = Cursor::new(bytes);
-    let mut e = JsonEvent::default();
+    e.reset();
     let mut seen = 0u32;
     c.expect(b'{')?;
     if !c.eat(b'}') {
@@ -72,7 +88,7 @@ pub fn parse_fast(bytes: &[u8], args: &mut Vec<u8>) -> Option<(JsonEvent, usize)
                     return None;
                 }
                 seen |= 1 << i;
-                read_field(&mut e, key, &mut c, args)?;
+                read_field(e, key, &mut c, args, scratch)?;
             } else if key == b"id2" {
                 return None;
             } else {
@@ -90,7 +106,7 @@ pub fn parse_fast(bytes: &[u8], args: &mut Vec<u8>) -> Option<(JsonEvent, usize)
     }
     // Every string of the event is valid UTF-8 (checked once here).
     std::str::from_utf8(&bytes[..c.pos()]).ok()?;
-    Some((e, c.pos()))
+    Some(c.pos())
 }
 
 /// A scalar as the event's fields read it (`event::Loose`).
@@ -123,11 +139,24 @@ fn text(s: &[u8]) -> Option<String> {
     std::str::from_utf8(s).ok().map(str::to_owned)
 }
 
-fn read_field(e: &mut JsonEvent, key: &[u8], c: &mut Cursor<'_>, args: &mut Vec<u8>) -> Option<()> {
+/// A string's bytes into `to`, its buffer reused.
+fn text_into(s: &[u8], to: &mut String) -> Option<()> {
+    to.clear();
+    to.push_str(std::str::from_utf8(s).ok()?);
+    Some(())
+}
+
+fn read_field(
+    e: &mut JsonEvent,
+    key: &[u8],
+    c: &mut Cursor<'_>,
+    args: &mut Vec<u8>,
+    scratch: &mut Scratch,
+) -> Option<()> {
     match key {
         b"args" => {
             if c.peek()? == b'{' {
-                encode_args(c, args)?;
+                encode_args(c, args, &mut scratch.entries)?;
             } else {
                 c.skip_value(MAX_DEPTH)?;
             }
@@ -184,14 +213,14 @@ fn read_field(e: &mut JsonEvent, key: &[u8], c: &mut Cursor<'_>, args: &mut Vec<
             }
         }
         b"cat" | b"name" => {
-            let s = match scalar(c)? {
-                Scalar::Str(s) => text(s)?,
-                _ => String::new(),
-            };
-            if key == b"cat" {
-                e.cat = s;
+            let to = if key == b"cat" {
+                &mut e.cat
             } else {
-                e.name = s;
+                &mut e.name
+            };
+            match scalar(c)? {
+                Scalar::Str(s) => text_into(s, to)?,
+                _ => to.clear(),
             }
         }
         b"flow_in" => e.flow_in = matches!(scalar(c)?, Scalar::Bool(true)),
@@ -210,23 +239,25 @@ fn read_field(e: &mut JsonEvent, key: &[u8], c: &mut Cursor<'_>, args: &mut Vec<
     Some(())
 }
 
-/// One entry of an object: its key and where its value is.
-struct Entry<'a> {
-    key: &'a [u8],
+/// One entry of an object: where its key and its value are.
+#[derive(Clone)]
+struct Entry {
+    key: std::ops::Range<usize>,
     at: usize,
 }
 
-/// The entries of the object at the cursor, sorted by key (as a
-/// `serde_json::Map` holds them); None on a duplicate key.
-fn entries<'a>(c: &mut Cursor<'a>, depth: u32) -> Option<Vec<Entry<'a>>> {
-    let mut out = Vec::new();
+/// Pushes the entries of the object at the cursor onto `stack`, sorted by
+/// key (as a `serde_json::Map` holds them): where they start; None on a
+/// duplicate key.
+fn entries(c: &mut Cursor<'_>, depth: u32, stack: &mut Vec<Entry>) -> Option<usize> {
+    let start = stack.len();
     c.expect(b'{')?;
     if !c.eat(b'}') {
         loop {
-            let key = c.string()?;
+            let key = c.string_at()?;
             c.expect(b':')?;
             c.skip_ws();
-            out.push(Entry { key, at: c.pos() });
+            stack.push(Entry { key, at: c.pos() });
             c.skip_value(depth)?;
             if c.eat(b',') {
                 continue;
@@ -235,22 +266,31 @@ fn entries<'a>(c: &mut Cursor<'a>, depth: u32) -> Option<Vec<Entry<'a>>> {
             break;
         }
     }
-    out.sort_by(|a, b| a.key.cmp(b.key));
-    if out.windows(2).any(|w| w[0].key == w[1].key) {
+    let mine = stack.get_mut(start..)?;
+    // Unstable is enough: equal keys are refused below.
+    mine.sort_unstable_by(|a, b| c.slice(a.key.clone()).cmp(c.slice(b.key.clone())));
+    if mine
+        .windows(2)
+        .any(|w| c.slice(w[0].key.clone()) == c.slice(w[1].key.clone()))
+    {
         return None;
     }
-    Some(out)
+    Some(start)
 }
 
 /// The event's args object as TrackEvent debug annotations.
-fn encode_args(c: &mut Cursor<'_>, out: &mut Vec<u8>) -> Option<()> {
+fn encode_args(c: &mut Cursor<'_>, out: &mut Vec<u8>, stack: &mut Vec<Entry>) -> Option<()> {
     // `entries` moves the cursor past the object.
-    for entry in entries(c, MAX_DEPTH)? {
+    let start = entries(c, MAX_DEPTH, stack)?;
+    for i in start..stack.len() {
+        let entry = stack.get(i)?.clone();
         let mut v = c.at(entry.at);
+        let key = c.slice(entry.key);
         nested(out, TRACK_EVENT_ANNOTATION, |buf| {
-            annotation(Some(entry.key), &mut v, buf, MAX_DEPTH)
+            annotation(Some(key), &mut v, buf, MAX_DEPTH, stack)
         })?;
     }
+    stack.truncate(start);
     Some(())
 }
 
@@ -303,6 +343,7 @@ fn annotation(
     c: &mut Cursor<'_>,
     out: &mut Vec<u8>,
     depth: u32,
+    stack: &mut Vec<Entry>,
 ) -> Option<bool> {
     let depth = depth.checked_sub(1)?;
     if c.peek()? == b'n' {
@@ -314,12 +355,16 @@ fn annotation(
     }
     match c.peek()? {
         b'{' => {
-            for entry in entries(&mut c.clone(), depth)? {
+            let start = entries(&mut c.clone(), depth, stack)?;
+            for i in start..stack.len() {
+                let entry = stack.get(i)?.clone();
                 let mut v = c.at(entry.at);
+                let key = c.slice(entry.key);
                 nested(out, DICT_ENTRY, |buf| {
-                    annotation(Some(entry.key), &mut v, buf, depth)
+                    annotation(Some(key), &mut v, buf, depth, stack)
                 })?;
             }
+            stack.truncate(start);
             c.skip_value(depth + 1)?;
         }
         b'[' => {
@@ -327,7 +372,9 @@ fn annotation(
             if !c.eat(b']') {
                 loop {
                     c.skip_ws();
-                    nested(out, ARRAY_VALUE, |buf| annotation(None, c, buf, depth))?;
+                    nested(out, ARRAY_VALUE, |buf| {
+                        annotation(None, c, buf, depth, stack)
+                    })?;
                     if c.eat(b',') {
                         continue;
                     }

@@ -10,7 +10,7 @@ use crate::merge::chrome_json::JsonStats;
 fn full(events: &[&str]) -> (Vec<u8>, JsonStats) {
     let (mut c, mut out, mut stats) = (Converter::new("t.json"), Vec::new(), JsonStats::default());
     for e in events {
-        c.push(parse_event(e.as_bytes()).unwrap(), &mut out, &mut stats);
+        c.push(&parse_event(e.as_bytes()).unwrap(), &mut out, &mut stats);
     }
     c.finish(&mut out, &mut stats);
     (out, stats)
@@ -21,13 +21,15 @@ fn full(events: &[&str]) -> (Vec<u8>, JsonStats) {
 fn fast(events: &[&str]) -> (Vec<u8>, JsonStats, usize) {
     let (mut c, mut out, mut stats) = (Converter::new("t.json"), Vec::new(), JsonStats::default());
     let (mut args, mut read) = (Vec::new(), 0);
+    // One event and scratch for all, as the reading thread reuses them.
+    let (mut ev, mut scratch) = (JsonEvent::default(), Scratch::default());
     for e in events {
-        match parse_fast(e.as_bytes(), &mut args).filter(|(_, n)| *n == e.trim_end().len()) {
-            Some((ev, _)) => {
+        match parse_fast(e.as_bytes(), &mut ev, &mut args, &mut scratch) {
+            Some(n) if n == e.trim_end().len() => {
                 read += 1;
-                c.push_encoded(ev, &mut args, &mut out, &mut stats);
+                c.push_encoded(&ev, &args, &mut out, &mut stats);
             }
-            None => c.push(parse_event(e.as_bytes()).unwrap(), &mut out, &mut stats),
+            _ => c.push(&parse_event(e.as_bytes()).unwrap(), &mut out, &mut stats),
         }
     }
     c.finish(&mut out, &mut stats);
@@ -127,7 +129,16 @@ fn leaves_what_it_cannot_read_exactly_to_the_full_way() {
         "{\"ph\":\"X\",\"name\":\"a\u{1}\",\"ts\":1}",
         r#"{"ph":"M","name":"thread_name","args":{"name":"t"}}"#,
     ] {
-        assert!(parse_fast(e.as_bytes(), &mut Vec::new()).is_none(), "{e}");
+        assert!(
+            parse_fast(
+                e.as_bytes(),
+                &mut JsonEvent::default(),
+                &mut Vec::new(),
+                &mut Scratch::default()
+            )
+            .is_none(),
+            "{e}"
+        );
     }
 }
 
