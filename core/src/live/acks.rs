@@ -80,18 +80,26 @@ impl BatchTracker {
         BatchSeq::New { lost }
     }
 
-    /// One more packet of `seq` must be emitted before it is done.
-    pub fn add_outstanding(&mut self, seq: u64) {
+    /// `n` more packets of `seq` must be emitted before it is done (a
+    /// batch's packets are added at once; those not taken after all are
+    /// done at once too).
+    pub fn add_outstanding(&mut self, seq: u64, n: u32) {
+        if n == 0 {
+            return;
+        }
         match self.outstanding.back_mut() {
-            Some((last, n)) if *last == seq => *n += 1,
+            Some((last, count)) if *last == seq => *count = count.saturating_add(n),
             Some((last, _)) if *last > seq => {
                 // A resent batch older than the newest.
                 match self.outstanding.binary_search_by_key(&seq, |&(s, _)| s) {
-                    Ok(i) => self.outstanding[i].1 += 1,
-                    Err(i) => self.outstanding.insert(i, (seq, 1)),
+                    Ok(i) => {
+                        let count = &mut self.outstanding[i].1;
+                        *count = count.saturating_add(n);
+                    }
+                    Err(i) => self.outstanding.insert(i, (seq, n)),
                 }
             }
-            _ => self.outstanding.push_back((seq, 1)),
+            _ => self.outstanding.push_back((seq, n)),
         }
     }
 
@@ -171,10 +179,10 @@ mod tests {
     fn partial_batches_hold_the_ack() {
         let mut t = BatchTracker::starting_at(0);
         assert_eq!(t.accept(1), BatchSeq::New { lost: 0 });
-        t.add_outstanding(1);
-        t.add_outstanding(1);
+        t.add_outstanding(1, 1);
+        t.add_outstanding(1, 1);
         assert_eq!(t.accept(2), BatchSeq::New { lost: 0 });
-        t.add_outstanding(2);
+        t.add_outstanding(2, 1);
         assert_eq!(t.done_through(), 0);
         // Batch 2's packet is out first: nothing is done through 2 yet.
         t.packet_done(2);
@@ -191,9 +199,9 @@ mod tests {
     fn commit_points_ack_only_what_was_drained_before() {
         let mut t = BatchTracker::starting_at(10);
         let _ = t.accept(11);
-        t.add_outstanding(11);
+        t.add_outstanding(11, 1);
         let _ = t.accept(12);
-        t.add_outstanding(12);
+        t.add_outstanding(12, 1);
         t.packet_done(11);
         t.mark(1);
         t.packet_done(12);
@@ -209,18 +217,20 @@ mod tests {
 
     proptest::proptest! {
         /// The ends-first bookkeeping counts as a map of seq -> count
-        /// would, for any order of taken and written packets (resent
-        /// batches older than the newest included).
+        /// would, for any order of taken (several at once, or none) and
+        /// written packets (resent batches older than the newest included).
         #[test]
         fn outstanding_counts_as_a_map_would(
-            ops in proptest::collection::vec((proptest::bool::ANY, 1u64..12), 0..200)
+            ops in proptest::collection::vec((proptest::bool::ANY, 1u64..12, 0u32..4), 0..200)
         ) {
             let mut t = BatchTracker::starting_at(0);
             let mut model = std::collections::BTreeMap::<u64, u32>::new();
-            for (take, seq) in ops {
+            for (take, seq, n) in ops {
                 if take {
-                    t.add_outstanding(seq);
-                    *model.entry(seq).or_default() += 1;
+                    t.add_outstanding(seq, n);
+                    if n > 0 {
+                        *model.entry(seq).or_default() += n;
+                    }
                 } else {
                     t.packet_done(seq);
                     if let Some(n) = model.get_mut(&seq) {

@@ -115,6 +115,9 @@ impl Ingest<'_> {
         {
             self.machines.count(raw_id, reason::BATCHES_LOST, lost);
         }
+        // Every packet of the batch is taken, once; packet() gives back
+        // those it does not take.
+        relay.packets_taken(seq, packets.len());
         self.machines.seen(raw_id, now);
         let mut staged = self.scratch.take_staged();
         // The frame's length, but for the batch's few other fields.
@@ -156,7 +159,8 @@ impl Ingest<'_> {
         Ok(())
     }
 
-    /// Takes one packet of a batch; returns whether the relay's clock graph
+    /// Takes one packet of a batch (counted taken with its batch: one not
+    /// taken is done here); returns whether the relay's clock graph
     /// changed.
     #[inline]
     fn packet(&mut self, mut m: Meta, bytes: Bytes, raw_id: u32, staged: &mut Staged) -> bool {
@@ -165,6 +169,7 @@ impl Ingest<'_> {
         let mut fields = PacketFields::default();
         if scan_packet_into(&bytes, &mut fields).is_err() {
             self.machines.count(raw_id, reason::MALFORMED, 1);
+            self.not_taken(&m);
             return false;
         }
         m.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
@@ -182,10 +187,12 @@ impl Ingest<'_> {
             // the batch's caller closes the connection.
             self.machines.count(raw_id, reason::SEQUENCES_OVER_LIMIT, 1);
             self.scratch.hit_sequence_limit();
+            self.not_taken(&m);
             return false;
         };
         if !stream.accept_index(m.index) {
             self.machines.count(raw_id, reason::DUPLICATE, 1);
+            self.not_taken(&m);
             return false;
         }
         (m.clock, m.stamp_clock) = stream.clock_of(&fields);
@@ -195,6 +202,7 @@ impl Ingest<'_> {
             // Replaced by the core's own sync points, which carry the
             // estimator's mapping; the producer's would override it.
             self.machines.count(raw_id, reason::REMOTE_SYNC_REPLACED, 1);
+            self.not_taken(&m);
             return false;
         }
         let Some(relay) = self.relays.get_mut(instance) else {
@@ -209,7 +217,6 @@ impl Ingest<'_> {
                     .count(raw_id, reason::INVALID_SNAPSHOT, invalid);
             }
         }
-        relay.packet_taken(m.batch);
         let resolution = if blocked {
             Resolution::NoPath
         } else {
@@ -232,6 +239,14 @@ impl Ingest<'_> {
             Resolution::Drop(why) => self.dropped(&m, why),
         }
         changed
+    }
+
+    /// A packet of its batch is not taken after all (counted taken with
+    /// its batch): the batch does not wait for it.
+    fn not_taken(&mut self, m: &Meta) {
+        if let Some(relay) = self.relays.get_mut(m.key.0) {
+            relay.packet_done(m.batch);
+        }
     }
 
     /// Counts a dropped packet and lets its batch be acknowledged.
@@ -332,14 +347,14 @@ impl Ingest<'_> {
     /// [`Staged::queue`]).
     fn queue_staged(&mut self, staged: &mut Staged, frame_len: Option<usize>) {
         let output = &mut *self.output;
-        let now = i128::from(self.latest_now);
+        // Host now plus the slack a relay clock gets, once per batch.
+        let horizon = self.latest_now.saturating_add(CLOCK_AHEAD_SLACK_NS);
         staged.queue(frame_len, |mut queued| {
             // Past host now by more than its mapping's bound and the slack
             // a relay clock gets: no relay can have sent it yet, by its own
             // sync. Held apart (written at once, counted), it cannot stall
             // the others nor fill the queue for as long as it claims.
-            let horizon = now + i128::from(queued.err_ns) + i128::from(CLOCK_AHEAD_SLACK_NS);
-            if i128::from(queued.ts) > horizon {
+            if beyond_horizon(queued.ts, queued.err_ns, horizon) {
                 queued.set_ahead();
             }
             output.push(queued);
@@ -446,6 +461,57 @@ impl Ingest<'_> {
         self.scratch.put_staged(staged);
         if let Some(relay) = self.relays.get_mut(instance) {
             relay.restore_pending(kept, kept_bytes);
+        }
+    }
+}
+
+/// Whether `ts` is past `horizon` (host now plus the slack, saturated)
+/// by more than the bound `err_ns`: `ts > now + slack + err_ns` exactly,
+/// in `u64` (a time at or before 0 never is; `ts - err_ns` saturates at 0
+/// where the sum would be larger than `ts` anyway).
+#[inline(always)]
+fn beyond_horizon(ts: i64, err_ns: u64, horizon: u64) -> bool {
+    u64::try_from(ts).is_ok_and(|ts| ts.saturating_sub(err_ns) > horizon)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beyond_horizon_is_the_exact_sum() {
+        let slack = CLOCK_AHEAD_SLACK_NS;
+        let edges = [
+            0,
+            1,
+            slack - 1,
+            slack,
+            slack + 1,
+            1 << 62,
+            u64::MAX - slack,
+            u64::MAX,
+        ];
+        let times = [i64::MIN, -1, 0, 1, 1 << 40, i64::MAX - 1, i64::MAX];
+        for now in edges {
+            for err in edges {
+                for base in times {
+                    for d in [-2i64, -1, 0, 1, 2] {
+                        let ts = base.saturating_add(d);
+                        let exact =
+                            i128::from(ts) > i128::from(now) + i128::from(err) + i128::from(slack);
+                        let horizon = now.saturating_add(slack);
+                        assert_eq!(beyond_horizon(ts, err, horizon), exact, "{ts} {err} {now}");
+                    }
+                }
+            }
+        }
+        // At the horizon exactly, and either side of it.
+        for (now, err) in [(0, 0), (5, 3), (1 << 40, 1 << 30), (7, 1 << 62)] {
+            let at = i64::try_from(now + err + slack).unwrap();
+            for (ts, beyond) in [(at - 1, false), (at, false), (at + 1, true)] {
+                let horizon = now.saturating_add(slack);
+                assert_eq!(beyond_horizon(ts, err, horizon), beyond, "{ts} {err} {now}");
+            }
         }
     }
 }

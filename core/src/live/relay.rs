@@ -259,9 +259,17 @@ impl Relay {
         self.batches.accept(seq)
     }
 
-    /// A packet of batch `seq` was taken: the batch waits for it.
-    pub fn packet_taken(&mut self, seq: u64) {
-        self.batches.add_outstanding(seq);
+    /// `n` packets of batch `seq` are taken: the batch waits for them
+    /// (a packet not taken after all is [`Self::packet_done`]).
+    pub fn packets_taken(&mut self, seq: u64, n: usize) {
+        // A frame's packets are far fewer than 2^32 (its size is bounded):
+        // the loop only keeps the count exact on any input.
+        let mut left = n;
+        while left > 0 {
+            let k = u32::try_from(left).unwrap_or(u32::MAX);
+            self.batches.add_outstanding(seq, k);
+            left -= k as usize;
+        }
     }
 
     /// A packet of batch `seq` was dropped.
