@@ -40,7 +40,7 @@ fn a_trigger_from_a_relay_machine_saves_every_ring_relay_and_status_shows_the_ri
             (1_000_000_000..30_000_000_000).contains(&age),
             "{name}: {m}"
         );
-        let line = format!("ring on {name}: ring ");
+        let line = format!("ring on {name}: ");
         assert!(table.contains(&line), "no {line:?} in:\n{table}");
     }
     let flat = table.split_whitespace().collect::<Vec<_>>().join(" ");

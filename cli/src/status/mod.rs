@@ -374,7 +374,7 @@ fn row(m: &MachineStatus, now_ms: u64) -> [String; 14] {
     ]
 }
 
-/// `ring 42% 12.3MiB of 256.0MiB, 6000 packets, oldest 58 s ago (keeps
+/// `42% full, 12.3MiB of 256.0MiB, 6000 packets, oldest 58 s ago (keeps
 /// 120 s)`, and the windows it owes.
 fn ring_line(fill: &tracesync_core::status::RingStatus) -> String {
     let oldest = match (fill.oldest_age_ns, fill.packets_held) {
@@ -392,7 +392,7 @@ fn ring_line(fill: &tracesync_core::status::RingStatus) -> String {
         p => format!("{p:.0}"),
     };
     format!(
-        "ring {percent}% {} of {}, {} packets, {oldest} (keeps {} s){owed}",
+        "{percent}% full, {} of {}, {} packets, {oldest} (keeps {} s){owed}",
         human_bytes(fill.bytes_held),
         human_bytes(fill.bytes_limit),
         fill.packets_held,

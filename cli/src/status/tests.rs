@@ -309,8 +309,8 @@ fn the_default_view_keeps_to_80_columns_and_shows_the_problems() {
     assert!(
         // Wrapped at 80 columns.
         t.contains(
-            "ring on phone: ring 5% 12.3MiB of 256.0MiB, 6000 packets, oldest 58 s ago (keeps\n  \
-             120 s); 1 window(s) owed"
+            "ring on phone: 5% full, 12.3MiB of 256.0MiB, 6000 packets, oldest 58 s ago\n  \
+             (keeps 120 s); 1 window(s) owed"
         ),
         "{t}"
     );
