@@ -93,12 +93,7 @@ fn one_snapshot_holds_ring_and_stream_relays_windows_on_one_timeline() {
     // from the output first): `report` counts none of the ring relays'
     // packets late against another machine's (the table's last column).
     let svg = daemon.output.with_file_name("mixed.svg");
-    let (code, out, err) = cli(&[
-        "report".as_ref(),
-        path.as_os_str(),
-        "-o".as_ref(),
-        svg.as_os_str(),
-    ]);
+    let (code, out, err) = report(&path, &svg);
     assert_eq!(code, 0, "report FILE: {out}{err}");
     let late: Vec<&str> = out
         .lines()
@@ -107,6 +102,16 @@ fn one_snapshot_holds_ring_and_stream_relays_windows_on_one_timeline() {
         .collect();
     assert_eq!(late, ["0", "0"], "report FILE: {out}");
     stop_all(&mut relays, &mut daemon);
+}
+
+/// Runs `tracesync report TARGET -o SVG`: exit code, stdout, stderr.
+fn report(target: &Path, svg: &Path) -> (i32, String, String) {
+    cli(&[
+        "report".as_ref(),
+        target.as_os_str(),
+        "-o".as_ref(),
+        svg.as_os_str(),
+    ])
 }
 
 /// Runs `tracesync ARGS`: exit code, stdout, stderr.
@@ -180,20 +185,10 @@ fn the_tools_read_a_snapshot_as_they_read_rolled_files() {
         "tail FILE: {events} events of ring-alone\n{err}"
     );
     let svg = daemon.output.with_file_name("alone.svg");
-    let (code, out, err) = cli(&[
-        "report".as_ref(),
-        path.as_os_str(),
-        "-o".as_ref(),
-        svg.as_os_str(),
-    ]);
+    let (code, out, err) = report(&path, &svg);
     assert_eq!(code, 0, "report FILE: {out}{err}");
     // report and refine take the output directory with the snapshot in it.
-    let (code, out, err) = cli(&[
-        "report".as_ref(),
-        daemon.output.as_os_str(),
-        "-o".as_ref(),
-        svg.as_os_str(),
-    ]);
+    let (code, out, err) = report(&daemon.output, &svg);
     assert_eq!(code, 0, "report DIR: {out}{err}");
 
     let status = relay.stop();
