@@ -63,9 +63,12 @@ pub enum IngestEvent {
 /// output recovered for it land on the same shard), or, for a relay
 /// instance seen before under another raw id (renamed), to the shard that
 /// holds its state ([`InstanceShards`]); the other events by
-/// slot, as a shard's slots are `inner * N + shard`. Each shard has its
-/// own byte budget too, so frames queued for a shard that fell behind
-/// hold only its budget.
+/// slot, as a shard's slots are `inner * N + shard`. A ring relay's
+/// Connect goes to shard 0, the flight shard, which holds the flight
+/// recorder and so needs every ring relay's estimate and windows (a ring
+/// relay sends no batches: no output state of its machine is split from
+/// it). Each shard has its own byte budget too, so frames queued for a
+/// shard that fell behind hold only its budget.
 ///
 /// The ingest loops see their channel close once every clone is dropped
 /// (the accept loop's and every session's).
@@ -113,6 +116,7 @@ impl EventSender {
     /// full. Fails once that loop is gone (or without any loop).
     pub async fn send(&self, event: IngestEvent) -> Result<(), SendError<IngestEvent>> {
         let k = match (&event, &self.instances) {
+            (IngestEvent::Connect { hello, .. }, Some(_)) if is_ring(hello) => FLIGHT_SHARD,
             (IngestEvent::Connect { hello, .. }, Some(instances)) => {
                 let mut instances = instances
                     .lock()
@@ -128,6 +132,17 @@ impl EventSender {
     }
 }
 
+/// The shard that owns the flight recorder at N > 1 shards: the control
+/// socket's triggers, every ring relay, and the relays' TriggerRequests
+/// (forwarded by the other shards).
+pub const FLIGHT_SHARD: usize = 0;
+
+/// A Hello of a relay in ring mode.
+fn is_ring(hello: &v1::Hello) -> bool {
+    tracesync_protocol::trigger::RelayMode::from_hello(&hello.mode)
+        == Some(tracesync_protocol::trigger::RelayMode::Ring)
+}
+
 /// The shard of an event among `shards` (see [`EventSender`]; a Connect
 /// by its machine alone, without the instances' memory).
 pub fn shard_of_event(event: &IngestEvent, shards: usize) -> usize {
@@ -135,6 +150,7 @@ pub fn shard_of_event(event: &IngestEvent, shards: usize) -> usize {
         return 0;
     }
     let slot = match event {
+        IngestEvent::Connect { hello, .. } if is_ring(hello) => return FLIGHT_SHARD,
         IngestEvent::Connect { hello, .. } => {
             return tracesync_core::shard::shard_of(hello.machine_raw_id, shards);
         }
@@ -264,6 +280,25 @@ mod tests {
         assert_eq!(budget.available(), 100);
         drop((b, c));
         assert_eq!(budget.available(), 1_000);
+    }
+
+    #[test]
+    fn a_ring_relay_goes_to_the_flight_shard_whatever_its_machine() {
+        let connect = |raw_id: u32, mode: &str| IngestEvent::Connect {
+            session_id: 1,
+            hello: v1::Hello {
+                machine_raw_id: raw_id,
+                mode: mode.into(),
+                ..v1::Hello::default()
+            },
+            reply: oneshot::channel().0,
+        };
+        let on_1 = (0..1000u32)
+            .find(|&id| tracesync_core::shard::shard_of(id, 2) == 1)
+            .expect("a machine of shard 1");
+        assert_eq!(shard_of_event(&connect(on_1, ""), 2), 1);
+        assert_eq!(shard_of_event(&connect(on_1, "stream"), 2), 1);
+        assert_eq!(shard_of_event(&connect(on_1, "ring"), 2), FLIGHT_SHARD);
     }
 
     #[tokio::test]

@@ -67,6 +67,7 @@ where
         status: parts.status,
         preamble_requests: parts.preamble_requests,
         trigger_requests: parts.trigger_requests,
+        forwarded_triggers: None,
     };
     let shared = Arc::new(Shared::new(session, token, parts.probes, shutdown));
     let mut ingest_settings = ingest_settings;

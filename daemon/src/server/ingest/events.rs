@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use tracesync_core::sync::SyncEstimate;
 use tracesync_protocol::relay::{RefusalCode, v1};
 use tracesync_protocol::trigger::RelayMode;
 use tracing::debug;
@@ -13,6 +14,31 @@ use tracing::debug;
 use super::{Ingest, OUTGOING_FRAMES, SessionEntry, close};
 use crate::server::engine::{Core, Slot, Writer};
 use crate::server::events::{Close, Feedback, IngestEvent, Welcomed};
+
+/// A relay's TriggerRequest from a shard that is not the flight shard:
+/// the relay's estimate as its shard holds it, when it was received (host
+/// BOOTTIME), and the relay's session's outgoing frames for the answer.
+#[derive(Debug)]
+pub struct ForwardedTrigger {
+    slot: Slot,
+    request: v1::TriggerRequest,
+    estimate: Option<SyncEstimate>,
+    received_ns: u64,
+    outgoing: mpsc::Sender<v1::frame::Body>,
+}
+
+/// Hands the relay on `slot` its TriggerResult without waiting.
+fn answer(outgoing: &mpsc::Sender<v1::frame::Body>, slot: Slot, result: v1::TriggerResult) {
+    if outgoing
+        .try_send(v1::frame::Body::TriggerResult(result))
+        .is_err()
+    {
+        debug!(
+            slot,
+            "a TriggerResult did not fit the session's frames: dropped"
+        );
+    }
+}
 
 impl<C, W> Ingest<C, W>
 where
@@ -77,7 +103,7 @@ where
                 request,
             } => {
                 if self.is_current(slot, session_id) {
-                    self.on_trigger_request(slot, &request, now);
+                    self.on_trigger_request(slot, request, now);
                 }
                 0
             }
@@ -112,23 +138,50 @@ where
 
     /// A relay's TriggerRequest: fired through the trigger table at the
     /// relay's moment mapped to host time (or refused), answered, and sent
-    /// on to the ring relays.
-    fn on_trigger_request(&mut self, slot: Slot, request: &v1::TriggerRequest, now: u64) {
-        let result = if self.settings.relay_triggers {
-            let estimate = self.core.estimate(slot);
-            self.flight.relay_ask(slot, request, estimate.as_ref(), now)
-        } else {
-            super::flight::refusal(request, super::SHARDED_TRIGGERS)
-        };
-        if let Some(entry) = self.sessions.get(&slot) {
-            let frame = v1::frame::Body::TriggerResult(result);
-            if entry.outgoing.try_send(frame).is_err() {
-                debug!(
-                    slot,
-                    "a TriggerResult did not fit the session's frames: dropped"
-                );
+    /// on to the ring relays; on a shard that is not the flight shard,
+    /// forwarded to it with the relay's estimate (this shard holds it).
+    fn on_trigger_request(&mut self, slot: Slot, request: v1::TriggerRequest, now: u64) {
+        let estimate = self.core.estimate(slot);
+        let Some(flight_shard) = &self.settings.flight_shard else {
+            let result = self
+                .flight
+                .relay_ask(slot, &request, estimate.as_ref(), now);
+            if let Some(entry) = self.sessions.get(&slot) {
+                answer(&entry.outgoing, slot, result);
             }
+            self.send_triggers();
+            return;
+        };
+        let Some(entry) = self.sessions.get(&slot) else {
+            return;
+        };
+        let forwarded = ForwardedTrigger {
+            slot,
+            request,
+            estimate,
+            received_ns: now,
+            outgoing: entry.outgoing.clone(),
+        };
+        if let Err(e) = flight_shard.try_send(forwarded) {
+            // Full (or the flight shard is gone at shutdown): the relay
+            // hears at once rather than waiting out its 10 s.
+            let forwarded = e.into_inner();
+            crate::metrics::Event::TriggerRefused.record();
+            debug!(
+                slot,
+                "a relay's trigger did not fit the flight shard's queue: refused"
+            );
+            let result = super::flight::refusal(&forwarded.request, super::FLIGHT_BUSY);
+            answer(&entry.outgoing, slot, result);
         }
+    }
+
+    /// The flight shard's turn for a TriggerRequest another shard placed.
+    pub(super) fn on_forwarded_trigger(&mut self, f: ForwardedTrigger) {
+        let result = self
+            .flight
+            .relay_ask(f.slot, &f.request, f.estimate.as_ref(), f.received_ns);
+        answer(&f.outgoing, f.slot, result);
         self.send_triggers();
     }
 

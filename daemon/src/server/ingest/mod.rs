@@ -60,14 +60,23 @@ pub struct IngestSettings {
     pub metrics_machines: usize,
     /// The flight recorder's trigger limits (`[trigger]`).
     pub triggers: tracesync_core::trigger::TriggerConfig,
-    /// Relays' TriggerRequests are fired (false: refused with
-    /// [`SHARDED_TRIGGERS`], as a shard of several cannot fan out).
-    pub relay_triggers: bool,
+    /// None: this loop holds the flight recorder and fires relays'
+    /// TriggerRequests itself. Some (a shard of several that is not the
+    /// flight shard): each is placed on the host's clock with its relay's
+    /// estimate here and forwarded to the flight shard, which answers the
+    /// relay on its session's outgoing frames.
+    pub flight_shard: Option<mpsc::Sender<ForwardedTrigger>>,
 }
 
-/// Why a daemon at `ingest-shards` > 1 refuses triggers.
-pub const SHARDED_TRIGGERS: &str = "this daemon runs with ingest-shards > 1, which takes no \
-     triggers yet; run it with --ingest-shards 1 for the flight recorder";
+pub use events::ForwardedTrigger;
+
+/// Relays' TriggerRequests queued for the flight shard at most; one that
+/// does not fit is refused at once with [`FLIGHT_BUSY`].
+pub const FORWARDED_TRIGGERS: usize = 64;
+
+/// Why a relay's trigger is refused when the flight shard's queue is full.
+pub const FLIGHT_BUSY: &str = "the daemon's flight recorder has too many triggers queued; \
+     try again";
 
 impl IngestSettings {
     pub fn new(commit_every: Duration) -> Self {
@@ -83,7 +92,7 @@ impl IngestSettings {
             server_counters: None,
             metrics_machines: 257,
             triggers: tracesync_core::trigger::TriggerConfig::default(),
-            relay_triggers: true,
+            flight_shard: None,
         }
     }
 }
@@ -99,8 +108,12 @@ pub struct IngestIo<U, F> {
     /// Perfetto tails asking for their preamble (answered from the writer
     /// between drains); None: no control hub.
     pub preamble_requests: Option<mpsc::Receiver<PreambleRequest>>,
-    /// Triggers from the control socket (None: no control hub).
+    /// Triggers from the control socket (None: no control hub, or not
+    /// the flight shard).
     pub trigger_requests: Option<mpsc::Receiver<TriggerAsk>>,
+    /// Relays' TriggerRequests forwarded by the other shards (the flight
+    /// shard of several only).
+    pub forwarded_triggers: Option<mpsc::Receiver<ForwardedTrigger>>,
 }
 
 /// The next value of a watch; None once its sender is gone. Pending forever
@@ -125,9 +138,10 @@ async fn next_request(
     }
 }
 
-/// The next trigger; pending forever without a hub.
-async fn next_trigger(asks: &mut Option<mpsc::Receiver<TriggerAsk>>) -> Option<TriggerAsk> {
-    match asks {
+/// The next message of an optional channel; pending forever without one
+/// (no hub, or not the flight shard).
+async fn next_of<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
@@ -280,12 +294,16 @@ where
                     }
                     None => sync_open = false,
                 },
-                ask = next_trigger(&mut io.trigger_requests) => match ask {
+                ask = next_of(&mut io.trigger_requests) => match ask {
                     Some(ask) => {
                         self.flight.ask(ask, tracesync_common::clock::boottime_ns());
                         self.send_triggers();
                     }
                     None => io.trigger_requests = None,
+                },
+                forwarded = next_of(&mut io.forwarded_triggers) => match forwarded {
+                    Some(forwarded) => self.on_forwarded_trigger(forwarded),
+                    None => io.forwarded_triggers = None,
                 },
                 request = next_request(&mut io.preamble_requests) => match request {
                     // Between drains: everything written was published.

@@ -57,6 +57,33 @@ impl Port {
     }
 }
 
+/// The rolling output's current file, kept by the writer thread, for the
+/// flight shard's snapshots (staged and written in its directory).
+#[derive(Clone, Debug)]
+pub(super) struct OutputPath(Arc<Mutex<Option<PathBuf>>>);
+
+impl OutputPath {
+    pub fn new(path: Option<PathBuf>) -> Self {
+        Self(Arc::new(Mutex::new(path)))
+    }
+
+    pub fn set(&self, path: Option<PathBuf>) {
+        if path.is_some() {
+            *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = path;
+        }
+    }
+
+    pub fn get(&self) -> Option<PathBuf> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// The run being built and where it goes.
 pub(super) struct Link {
     shard: usize,
@@ -243,6 +270,11 @@ impl Core for ShardCore {
         Core::status(&self.core)
     }
 
+    fn estimate(&self, slot: Slot) -> Option<tracesync_core::sync::SyncEstimate> {
+        // The flight recorder maps trigger windows with it.
+        Core::estimate(&self.core, self.inner(slot))
+    }
+
     fn record_metrics(&self) {
         let live = (self.core.stats(), self.core.queued());
         match self.port.live.lock() {
@@ -259,6 +291,7 @@ pub(super) struct ShardSink {
     pub port: Arc<Port>,
     /// The last position `poll_commits` reported.
     pub reported: u64,
+    pub output: OutputPath,
 }
 
 impl ShardSink {
@@ -325,7 +358,16 @@ impl Writer<SyncUpdate> for ShardSink {
     }
 
     fn current_path(&self) -> Option<PathBuf> {
-        None
+        self.output.get()
+    }
+
+    fn add_index_entry(&mut self, entry: tracesync_capture::index::IndexEntry) {
+        let link = lock(&self.link);
+        let index = ToWriter::Index(Box::new(entry));
+        // Rare (one per snapshot); only a gone writer (shutdown) loses it.
+        if link.runs.send((link.shard, index)).is_err() {
+            tracing::debug!("a snapshot's index line: the writer thread has stopped");
+        }
     }
 
     fn close(self) -> io::Result<()> {

@@ -16,6 +16,18 @@
 //!   writes the host's own packets), a [`link::ShardSink`] as its writer
 //!   (written packets form a run; a commit ships it) and a
 //!   [`link::ShipFanout`] (each drain round's run is shipped at once);
+//! - shard 0 is also the flight shard ([`FLIGHT_SHARD`]): it holds the
+//!   flight recorder, takes the control socket's triggers and every ring
+//!   relay (the sessions send it their Connect), so it has every ring
+//!   relay's estimate and windows. Another shard places a relay's
+//!   TriggerRequest on the host's clock with that relay's estimate and
+//!   forwards it over a bounded channel ([`ingest::FORWARDED_TRIGGERS`],
+//!   never waited on: a full one refuses the trigger at once); the flight
+//!   shard answers on the relay's session's outgoing frames. A snapshot
+//!   is due once shard 0's runs through the window's end are durable:
+//!   the writer writes a packet only after every shard's watermark passed
+//!   it, so the whole output is durable that far. Its index line goes to
+//!   the writer thread with the runs;
 //! - runs go over one bounded channel to the writer thread
 //!   (`writer.rs`), which writes a packet once every shard's watermark
 //!   passed it, publishes to the tails, commits, and after each durable
@@ -38,7 +50,7 @@ use tracesync_core::status::StatusReport;
 use tracesync_core::sync::{ProbeSample, SyncUpdate};
 
 use super::engine::{Fanout, ProbeRegistry, Writer};
-use super::events::EventSender;
+use super::events::{EventSender, FLIGHT_SHARD};
 use super::ingest::{self, IngestIo, IngestSettings, IngestSummary};
 use super::run::{Parts, Running};
 use super::{ByteBudget, INGEST_QUEUE, INGEST_QUEUE_BYTES, SessionSettings, Shared, listener};
@@ -51,6 +63,8 @@ mod writer;
 pub(super) enum ToWriter {
     Run(Run<OutPacket>),
     SyncSamples(Vec<ProbeSample>),
+    /// A snapshot's index line (from the flight shard).
+    Index(Box<tracesync_capture::index::IndexEntry>),
     /// The shard finished (shutdown): its last run was shipped.
     Done,
 }
@@ -122,6 +136,12 @@ where
     let mut threads = Vec::new();
     let commit_every = ingest_settings.commit_every;
     let instances = InstanceShards::new(&setup.recovered, shards);
+    // The rolling output's file, for the flight shard's snapshots (the
+    // writer thread keeps it current).
+    let output_path = link::OutputPath::new(parts.writer.current_path());
+    let (flight_tx, flight_rx) = mpsc::channel(ingest::FORWARDED_TRIGGERS);
+    let mut flight_rx = Some(flight_rx);
+    let mut asks = parts.trigger_requests;
     for (k, recovered) in split_recovered(setup.recovered, shards)
         .into_iter()
         .enumerate()
@@ -144,7 +164,9 @@ where
             link: link.clone(),
             port: port.clone(),
             reported: link::NONE,
+            output: output_path.clone(),
         };
+        let flight = k == FLIGHT_SHARD;
         let (events_tx, events_rx) = mpsc::channel(INGEST_QUEUE);
         let (sync_tx, sync_rx) = mpsc::channel(INGEST_QUEUE);
         let (status_tx, status_rx) = watch::channel(Arc::new(StatusReport::default()));
@@ -154,12 +176,12 @@ where
             packets: link::ShipFanout { link },
             status: status_tx,
             preamble_requests: None,
-            trigger_requests: None,
+            trigger_requests: if flight { asks.take() } else { None },
+            forwarded_triggers: if flight { flight_rx.take() } else { None },
         };
         let mut settings = ingest_settings.clone();
         settings.server_counters = Some(shared.counters.clone());
-        // As the control socket's (`refuse_triggers`).
-        settings.relay_triggers = false;
+        settings.flight_shard = (!flight).then(|| flight_tx.clone());
         // The writer thread applies reloaded limits.
         settings.limits = None;
         threads.push(ingest::spawn(core, sink, settings, io)?);
@@ -169,6 +191,7 @@ where
         shard_syncs.push(sync_tx);
     }
     drop(runs_tx);
+    drop(flight_tx);
     let writer_parts = writer::WriterParts {
         writer: parts.writer,
         runs: runs_rx,
@@ -182,14 +205,12 @@ where
         budget,
         counters: shared.counters.clone(),
         commit_every,
+        output_path,
     };
     let writer = std::thread::Builder::new()
         .name("tracesync-merge".into())
         .spawn(move || writer::run(writer_parts))?;
     tokio::spawn(route_syncs(parts.sync_updates, shard_syncs));
-    if let Some(asks) = parts.trigger_requests {
-        tokio::spawn(refuse_triggers(asks));
-    }
     let joined = join_all(threads, writer)?;
     let tracker = TaskTracker::new();
     let accept = tokio::spawn(listener::accept_loop(
@@ -223,15 +244,6 @@ fn join_all(
                 .join()
                 .map_err(|_| io::Error::other("the writer thread panicked"))?
         })
-}
-
-/// The flight recorder's fan-out needs every ring relay's estimate in one
-/// place, which one shard of several does not have: at N > 1 a trigger is
-/// refused in a line that says how to take it.
-async fn refuse_triggers(mut asks: mpsc::Receiver<crate::control::TriggerAsk>) {
-    while let Some(ask) = asks.recv().await {
-        let _ = ask.reply.send(Err(super::ingest::SHARDED_TRIGGERS.into()));
-    }
 }
 
 async fn route_syncs(mut rx: mpsc::Receiver<SyncUpdate>, shards: Vec<mpsc::Sender<SyncUpdate>>) {

@@ -40,6 +40,8 @@ pub(super) struct WriterParts<W, F> {
     /// shard's report may be a turn older than another's).
     pub counters: Arc<crate::server::Counters>,
     pub commit_every: Duration,
+    /// The output's current file, for the flight shard.
+    pub output_path: super::link::OutputPath,
 }
 
 /// Closes the runs' budget when the writer thread ends, however it ends:
@@ -161,6 +163,7 @@ impl Turns {
                     self.merge.push(shard, run);
                 }
                 ToWriter::SyncSamples(samples) => write_samples(&mut p.writer, samples),
+                ToWriter::Index(entry) => p.writer.add_index_entry(*entry),
                 ToWriter::Done => self.done += 1,
             }
             next = p.runs.try_recv().ok();
@@ -337,10 +340,9 @@ fn publish_status<W: Writer<SyncUpdate>, F>(p: &WriterParts<W, F>, output: &Outp
         }
     }
     let Some(mut merged) = merged else { return };
-    merged.current_file = p
-        .writer
-        .current_path()
-        .map(|path| path.display().to_string());
+    let path = p.writer.current_path();
+    merged.current_file = path.as_ref().map(|path| path.display().to_string());
+    p.output_path.set(path);
     merged.output = p.writer.output_status(output.clone());
     merged.relays_refused = p.counters.refusals();
     merged.handshake_failures = p.counters.handshake_failures();

@@ -225,6 +225,17 @@ async fn serve_with(
     token: Option<&str>,
     limits: Option<watch::Receiver<crate::reload::OutputLimits>>,
 ) -> TestServer {
+    let mut ingest = IngestSettings::new(Duration::from_millis(20));
+    ingest.drain_every = Duration::from_millis(5);
+    ingest.limits = limits;
+    serve_ingest(session_settings, token, ingest).await
+}
+
+async fn serve_ingest(
+    session_settings: SessionSettings,
+    token: Option<&str>,
+    ingest: IngestSettings,
+) -> TestServer {
     let listener = listener::bind_data("127.0.0.1:0".parse().unwrap()).unwrap();
     let writer = FakeWriter::default();
     let (sync_tx, sync_updates) = mpsc::channel(4);
@@ -239,9 +250,6 @@ async fn serve_with(
         trigger_requests: None,
     };
     let shutdown = CancellationToken::new();
-    let mut ingest = IngestSettings::new(Duration::from_millis(20));
-    ingest.drain_every = Duration::from_millis(5);
-    ingest.limits = limits;
     let running = start(
         listener,
         session_settings,

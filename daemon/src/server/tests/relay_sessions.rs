@@ -298,3 +298,45 @@ async fn a_relay_trigger_is_answered_placed_at_its_receipt_without_an_estimate()
     send(&mut relay, batch(1, &[b"a"])).await;
     ack_through(&mut relay, 1).await;
 }
+
+#[tokio::test]
+async fn a_shard_forwards_a_relay_trigger_to_the_flight_shard_and_refuses_when_it_is_full() {
+    // A shard that is not the flight shard, whose flight shard takes one
+    // forwarded trigger and never gets to it.
+    let (flight, mut forwarded) = mpsc::channel(1);
+    let mut ingest = IngestSettings::new(Duration::from_millis(20));
+    ingest.flight_shard = Some(flight);
+    let server = serve_ingest(settings(4), None, ingest).await;
+    let (mut relay, _) = welcomed(&server, "").await;
+    let request = |id: u64| {
+        v1::frame::Body::TriggerRequest(v1::TriggerRequest {
+            request_id: id,
+            name: "crash".into(),
+            before_ns: 1_000_000_000,
+            after_ns: 0,
+            relay_time_ns: 5,
+            origin: "command".into(),
+        })
+    };
+    send(&mut relay, request(1)).await;
+    let first = tokio::time::timeout(Duration::from_secs(5), forwarded.recv())
+        .await
+        .expect("forwarded in time")
+        .expect("forwarded");
+    let first = format!("{first:?}");
+    assert!(
+        first.contains("request_id: 1") && first.contains("crash"),
+        "{first}"
+    );
+    // The queue holds one more: the third is refused at once, answered.
+    send(&mut relay, request(2)).await;
+    send(&mut relay, request(3)).await;
+    let Some(v1::frame::Body::TriggerResult(refused)) = recv(&mut relay).await else {
+        panic!("no TriggerResult");
+    };
+    assert_eq!(refused.request_id, 3);
+    assert!(!refused.fired);
+    assert_eq!(refused.reason, crate::server::ingest::FLIGHT_BUSY);
+    send(&mut relay, batch(1, &[b"a"])).await;
+    ack_through(&mut relay, 1).await;
+}
