@@ -103,7 +103,8 @@ impl BatchTracker {
         }
     }
 
-    /// A packet of `seq` was emitted or dropped.
+    /// A packet of `seq` was emitted or dropped (once per packet: inlined).
+    #[inline]
     pub fn packet_done(&mut self, seq: u64) {
         let i = match self.outstanding.front() {
             Some(&(first, _)) if first == seq => 0,

@@ -32,7 +32,7 @@ use super::output::Output;
 use super::packet::{Role, Stamped};
 use super::pending::{Meta, PendingPacket};
 use super::queued::{Parts, Queued, Relayed};
-use super::relay::{Resolution, Resolved};
+use super::relay::{Relay, Resolution, Resolved};
 use super::relays::Relays;
 use super::staging::IngestScratch;
 use super::staging::Staged;
@@ -128,6 +128,14 @@ impl Ingest<'_> {
         let mut clocks_changed = false;
         staged.expect(packets.iter().map(|p| p.len() + STAMP_GROWTH).sum());
         self.output.packets_in(packets.len() as u64);
+        // The relay is looked up once for the batch, not per packet.
+        let mut taking = Taking {
+            config: self.config,
+            machines: self.machines,
+            streams: self.streams,
+            scratch: self.scratch,
+            relay,
+        };
         for (k, bytes) in (0u64..).zip(packets) {
             // Indices past u64::MAX come only from a broken relay: wrap, no panic.
             let index = first_index.wrapping_add(k);
@@ -141,7 +149,7 @@ impl Ingest<'_> {
                 arrival: now,
             };
             let len = bytes.len();
-            clocks_changed |= self.packet(meta, bytes, raw_id, &mut staged);
+            clocks_changed |= taking.packet(meta, bytes, raw_id, &mut staged);
             staged.took(len + STAMP_GROWTH);
         }
         staged.expect(0);
@@ -157,96 +165,6 @@ impl Ingest<'_> {
             });
         }
         Ok(())
-    }
-
-    /// Takes one packet of a batch (counted taken with its batch: one not
-    /// taken is done here); returns whether the relay's clock graph
-    /// changed.
-    #[inline]
-    fn packet(&mut self, mut m: Meta, bytes: Bytes, raw_id: u32, staged: &mut Staged) -> bool {
-        let instance = m.key.0;
-        // Scanned in place: a returned value is copied once more.
-        let mut fields = PacketFields::default();
-        if scan_packet_into(&bytes, &mut fields).is_err() {
-            self.machines.count(raw_id, reason::MALFORMED, 1);
-            self.not_taken(&m);
-            return false;
-        }
-        m.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
-        let (relays, machines) = (&mut *self.relays, &*self.machines);
-        let limit = self.config.max_sequences_per_relay;
-        let relay_sequence = m.key.1;
-        let stream = self.streams.get_or_open(m.key, raw_id, || {
-            let open = relays
-                .get_mut(instance)
-                .is_none_or(|r| r.open_sequence(limit));
-            open.then(|| machines.src_label(raw_id, relay_sequence))
-        });
-        let Some(stream) = stream else {
-            // A sequence flood must not grow the stream table: drop, and
-            // the batch's caller closes the connection.
-            self.machines.count(raw_id, reason::SEQUENCES_OVER_LIMIT, 1);
-            self.scratch.hit_sequence_limit();
-            self.not_taken(&m);
-            return false;
-        };
-        if !stream.accept_index(m.index) {
-            self.machines.count(raw_id, reason::DUPLICATE, 1);
-            self.not_taken(&m);
-            return false;
-        }
-        (m.clock, m.stamp_clock) = stream.clock_of(&fields);
-        let blocked = stream.is_blocked();
-        let last = stream.last();
-        if fields.remote_clock_sync.is_some() {
-            // Replaced by the core's own sync points, which carry the
-            // estimator's mapping; the producer's would override it.
-            self.machines.count(raw_id, reason::REMOTE_SYNC_REPLACED, 1);
-            self.not_taken(&m);
-            return false;
-        }
-        let Some(relay) = self.relays.get_mut(instance) else {
-            return false;
-        };
-        let mut changed = false;
-        if let Some(snapshot) = fields.clock_snapshot {
-            let invalid;
-            (changed, invalid) = relay.add_snapshot(snapshot, m.key.1);
-            if invalid > 0 {
-                self.machines
-                    .count(raw_id, reason::INVALID_SNAPSHOT, invalid);
-            }
-        }
-        let resolution = if blocked {
-            Resolution::NoPath
-        } else {
-            relay.resolve(last, fields.timestamp, &m)
-        };
-        match resolution {
-            Resolution::Ready(resolved) => {
-                if Self::stage(stream, self.machines, &m, &bytes, &fields, resolved, staged)
-                    .is_err()
-                {
-                    self.dropped(&m, reason::MALFORMED);
-                }
-            }
-            Resolution::NoPath | Resolution::NoSync => {
-                // A copy: the packet is a slice of its relay's whole frame,
-                // which must not stay pinned by one pending packet.
-                let bytes = Bytes::copy_from_slice(&bytes);
-                self.push_pending(PendingPacket { meta: m, bytes });
-            }
-            Resolution::Drop(why) => self.dropped(&m, why),
-        }
-        changed
-    }
-
-    /// A packet of its batch is not taken after all (counted taken with
-    /// its batch): the batch does not wait for it.
-    fn not_taken(&mut self, m: &Meta) {
-        if let Some(relay) = self.relays.get_mut(m.key.0) {
-            relay.packet_done(m.batch);
-        }
     }
 
     /// Counts a dropped packet and lets its batch be acknowledged.
@@ -361,27 +279,6 @@ impl Ingest<'_> {
         });
     }
 
-    /// Queues a packet behind its relay's unresolvable ones. When the queue
-    /// is full the oldest is dropped (see the module docs), except for a
-    /// relay still waiting for its first sync estimate: its connection is
-    /// held back instead ([`LiveCore::held_back`](super::LiveCore::held_back)), and only frames already
-    /// on their way can overfill it, up to twice the bound.
-    fn push_pending(&mut self, p: PendingPacket) {
-        let instance = p.meta.key.0;
-        if let Some(stream) = self.streams.get_mut(&p.meta.key) {
-            stream.pending_added();
-        }
-        let Some(relay) = self.relays.get_mut(instance) else {
-            return;
-        };
-        for old in relay.push_pending(p, self.config) {
-            if let Some(stream) = self.streams.get_mut(&old.meta.key) {
-                stream.pending_removed();
-            }
-            self.dropped(&old.meta, reason::NO_PATH);
-        }
-    }
-
     /// Resolves what can be resolved of a relay's pending packets, in
     /// order; a stream whose packet still waits keeps its later ones too.
     pub(super) fn retry_pending(&mut self, instance: u64) {
@@ -461,6 +358,125 @@ impl Ingest<'_> {
         self.scratch.put_staged(staged);
         if let Some(relay) = self.relays.get_mut(instance) {
             relay.restore_pending(kept, kept_bytes);
+        }
+    }
+}
+
+/// Taking the packets of one relay's batch: the relay looked up once for
+/// the batch, beside the sub-states each packet needs.
+struct Taking<'t> {
+    config: &'t LiveConfig,
+    machines: &'t mut Machines,
+    streams: &'t mut Streams,
+    scratch: &'t mut IngestScratch,
+    relay: &'t mut Relay,
+}
+
+impl Taking<'_> {
+    /// Takes one packet of a batch (counted taken with its batch: one not
+    /// taken is done here); returns whether the relay's clock graph
+    /// changed.
+    #[inline]
+    fn packet(&mut self, mut m: Meta, bytes: Bytes, raw_id: u32, staged: &mut Staged) -> bool {
+        // Scanned in place: a returned value is copied once more.
+        let mut fields = PacketFields::default();
+        if scan_packet_into(&bytes, &mut fields).is_err() {
+            self.machines.count(raw_id, reason::MALFORMED, 1);
+            self.not_taken(&m);
+            return false;
+        }
+        m.key.1 = fields.trusted_packet_sequence_id.unwrap_or(0);
+        let (relay, machines) = (&mut *self.relay, &*self.machines);
+        let limit = self.config.max_sequences_per_relay;
+        let relay_sequence = m.key.1;
+        let stream = self.streams.get_or_open(m.key, raw_id, || {
+            relay
+                .open_sequence(limit)
+                .then(|| machines.src_label(raw_id, relay_sequence))
+        });
+        let Some(stream) = stream else {
+            // A sequence flood must not grow the stream table: drop, and
+            // the batch's caller closes the connection.
+            self.machines.count(raw_id, reason::SEQUENCES_OVER_LIMIT, 1);
+            self.scratch.hit_sequence_limit();
+            self.not_taken(&m);
+            return false;
+        };
+        if !stream.accept_index(m.index) {
+            self.machines.count(raw_id, reason::DUPLICATE, 1);
+            self.not_taken(&m);
+            return false;
+        }
+        (m.clock, m.stamp_clock) = stream.clock_of(&fields);
+        let blocked = stream.is_blocked();
+        let last = stream.last();
+        if fields.remote_clock_sync.is_some() {
+            // Replaced by the core's own sync points, which carry the
+            // estimator's mapping; the producer's would override it.
+            self.machines.count(raw_id, reason::REMOTE_SYNC_REPLACED, 1);
+            self.not_taken(&m);
+            return false;
+        }
+        let relay = &mut *self.relay;
+        let mut changed = false;
+        if let Some(snapshot) = fields.clock_snapshot {
+            let invalid;
+            (changed, invalid) = relay.add_snapshot(snapshot, m.key.1);
+            if invalid > 0 {
+                self.machines
+                    .count(raw_id, reason::INVALID_SNAPSHOT, invalid);
+            }
+        }
+        let resolution = if blocked {
+            Resolution::NoPath
+        } else {
+            relay.resolve(last, fields.timestamp, &m)
+        };
+        match resolution {
+            Resolution::Ready(resolved) => {
+                if Ingest::stage(stream, self.machines, &m, &bytes, &fields, resolved, staged)
+                    .is_err()
+                {
+                    self.dropped(&m, reason::MALFORMED);
+                }
+            }
+            Resolution::NoPath | Resolution::NoSync => {
+                // A copy: the packet is a slice of its relay's whole frame,
+                // which must not stay pinned by one pending packet.
+                let bytes = Bytes::copy_from_slice(&bytes);
+                self.push_pending(PendingPacket { meta: m, bytes });
+            }
+            Resolution::Drop(why) => self.dropped(&m, why),
+        }
+        changed
+    }
+
+    /// A packet of its batch is not taken after all (counted taken with
+    /// its batch): the batch does not wait for it.
+    fn not_taken(&mut self, m: &Meta) {
+        self.relay.packet_done(m.batch);
+    }
+
+    /// Counts a dropped packet and lets its batch be acknowledged.
+    fn dropped(&mut self, m: &Meta, why: &'static str) {
+        self.relay.packet_done(m.batch);
+        self.machines.count(self.relay.raw_id(), why, 1);
+    }
+
+    /// Queues a packet behind its relay's unresolvable ones. When the queue
+    /// is full the oldest is dropped (see the module docs), except for a
+    /// relay still waiting for its first sync estimate: its connection is
+    /// held back instead ([`LiveCore::held_back`](super::LiveCore::held_back)), and only frames already
+    /// on their way can overfill it, up to twice the bound.
+    fn push_pending(&mut self, p: PendingPacket) {
+        if let Some(stream) = self.streams.get_mut(&p.meta.key) {
+            stream.pending_added();
+        }
+        for old in self.relay.push_pending(p, self.config) {
+            if let Some(stream) = self.streams.get_mut(&old.meta.key) {
+                stream.pending_removed();
+            }
+            self.dropped(&old.meta, reason::NO_PATH);
         }
     }
 }

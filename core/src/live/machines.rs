@@ -3,6 +3,7 @@
 //! mapping; and the status rows made of it.
 
 use std::collections::BTreeMap;
+use std::collections::hash_map::{Entry, VacantEntry};
 use std::sync::Arc;
 
 use super::estimate::SyncEstimate;
@@ -113,6 +114,7 @@ impl Machine {
     /// A packet of `len` bytes with error bound `err_ns` was written;
     /// `late`: older than one written before; `refinement`: what the
     /// write-time check did to its mapping.
+    #[inline]
     pub fn wrote(&mut self, len: usize, err_ns: u64, late: bool, refinement: Option<Refinement>) {
         if late {
             self.count(reason::LATE, 1);
@@ -154,6 +156,13 @@ pub(super) struct Machines {
     rows: IdMap<u32, Machine>,
 }
 
+/// A machine's first row (out of line: see [`Machines::row`]).
+#[cold]
+#[inline(never)]
+fn new_row(vacant: VacantEntry<'_, u32, Machine>) -> &mut Machine {
+    vacant.insert(Machine::default())
+}
+
 impl Machines {
     /// The table with the host's row (raw id 0), named `host_name`.
     pub fn with_host(host_name: Option<&str>) -> Self {
@@ -162,9 +171,15 @@ impl Machines {
         machines
     }
 
-    /// The row of `raw_id`, added if missing.
+    /// The row of `raw_id`, added if missing. Looked up once per written
+    /// packet: inlined, the rare insertion (a whole default row) kept out
+    /// of line.
+    #[inline]
     pub fn row(&mut self, raw_id: u32) -> &mut Machine {
-        self.rows.entry(raw_id).or_default()
+        match self.rows.entry(raw_id) {
+            Entry::Occupied(row) => row.into_mut(),
+            Entry::Vacant(vacant) => new_row(vacant),
+        }
     }
 
     /// Names `raw_id` as the output already did (a restart): a machine

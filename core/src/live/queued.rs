@@ -151,6 +151,7 @@ impl Queued {
     /// The packet to write, with what its stream and machine say of it:
     /// `relay` is its stream's (relay instance, relay sequence), None for
     /// the daemon's own packets.
+    #[inline]
     pub fn unpack(
         self,
         relay: Option<(u64, u32)>,

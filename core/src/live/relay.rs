@@ -281,6 +281,7 @@ impl Relay {
     /// from relay BOOTTIME `relay_boottime`: its mapping checked against
     /// the probe samples taken after it (None if it has no relay time).
     #[must_use]
+    #[inline]
     pub fn packet_written(
         &mut self,
         seq: u64,

@@ -152,59 +152,48 @@ impl Staged {
                 }
             }
         }
-        if self
+        // Whether a packet keeps a slice of the buffer: if none does, the
+        // buffer is kept for the next batch (the others copy their bytes
+        // out of it); else it is shared by the slices, with no unused room
+        // behind them (packets of the batch that went pending or were
+        // dropped, growth slack): the queue counts only their bytes.
+        let shared = self
             .packets
             .iter()
-            .all(|(q, r)| r.is_none() || q.role != Role::Data)
-        {
-            // No packet keeps a slice of the buffer: it is kept for the
-            // next batch.
-            for (mut queued, range) in self.packets.drain(..) {
-                if let Some(range) = range {
-                    let head = Bytes::copy_from_slice(&self.buf[range]);
-                    queued.bytes = queued.bytes.with_head(head);
+            .any(|(q, r)| r.is_some() && q.role == Role::Data)
+            .then(|| {
+                let mut buf = std::mem::take(&mut self.buf);
+                if buf.capacity() - buf.len() > buf.len() / SLACK_DIVISOR {
+                    buf.shrink_to_fit();
                 }
-                push(queued);
-            }
-            self.buf.clear();
-            if self.buf.capacity() > STAGED_BUF_KEEP {
-                self.buf = Vec::new();
-            }
-        } else {
-            self.queue_from_buffer(push);
-        }
-        // A retry of a long pending queue stages it all at once: that
-        // burst's room is not kept for the next batch.
-        if self.packets.capacity() > STAGED_KEEP {
-            self.packets.shrink_to(STAGED_KEEP);
-        }
-    }
-
-    /// Queues the staged packets, those in the staging buffer as slices of
-    /// it (data) or copies (the roles kept for preambles).
-    fn queue_from_buffer(&mut self, mut push: impl FnMut(Queued)) {
-        let mut buf = std::mem::take(&mut self.buf);
-        // The queued slices keep the whole allocation alive, and the queue
-        // counts only their bytes: no unused room behind them (packets of
-        // the batch that went pending or were dropped, growth slack).
-        if buf.capacity() - buf.len() > buf.len() / SLACK_DIVISOR {
-            buf.shrink_to_fit();
-        }
-        let buf = Bytes::from(buf);
+                Bytes::from(buf)
+            });
+        // One loop, so `push` is called in one place (and inlined).
         for (mut queued, range) in self.packets.drain(..) {
             if let Some(range) = range {
-                let head = if queued.role == Role::Data {
-                    buf.slice(range)
-                } else {
+                let head = match &shared {
+                    Some(buf) if queued.role == Role::Data => buf.slice(range),
                     // Kept for file preambles and tail subscribers long
                     // after the batch is written: an own copy, so it does
                     // not pin the batch's whole buffer.
-                    Bytes::copy_from_slice(&buf[range])
+                    Some(buf) => Bytes::copy_from_slice(&buf[range]),
+                    None => Bytes::copy_from_slice(&self.buf[range]),
                 };
                 // The tail of a slice copied above, else none.
                 queued.bytes = queued.bytes.with_head(head);
             }
             push(queued);
+        }
+        if shared.is_none() {
+            self.buf.clear();
+            if self.buf.capacity() > STAGED_BUF_KEEP {
+                self.buf = Vec::new();
+            }
+        }
+        // A retry of a long pending queue stages it all at once: that
+        // burst's room is not kept for the next batch.
+        if self.packets.capacity() > STAGED_KEEP {
+            self.packets.shrink_to(STAGED_KEEP);
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `src` label; allocated on first use or recovered from the output.
 
 use std::collections::BTreeMap;
+use std::collections::hash_map::{Entry, VacantEntry};
 use std::sync::Arc;
 
 use tracesync_protocol::clock_ids::BOOTTIME;
@@ -128,6 +129,33 @@ impl Stream {
     }
 }
 
+/// Opens the stream of `vacant`'s key (out of line: see
+/// [`Streams::get_or_open`]).
+#[cold]
+#[inline(never)]
+fn open_stream<'s>(
+    vacant: VacantEntry<'s, StreamKey, Stream>,
+    labels: &mut IdMap<StreamId, Labels>,
+    next_id: &mut StreamId,
+    out_seq: u32,
+    raw_id: u32,
+    src: Arc<str>,
+) -> &'s mut Stream {
+    let id = allocate_id(next_id);
+    let key = *vacant.key();
+    labels.insert(id, Labels { key, src });
+    vacant.insert(Stream {
+        id,
+        out_seq,
+        raw_id,
+        written: None,
+        default_clock: None,
+        last: None,
+        pending: 0,
+        suffixes: [None, None],
+    })
+}
+
 fn allocate_id(next: &mut StreamId) -> StreamId {
     let id = *next;
     // The host's stream is StreamId::MAX.
@@ -215,30 +243,28 @@ impl Streams {
     }
 
     /// The stream of `key`. A missing one is opened for machine `raw_id`
-    /// if `open` allows it and gives its `src` label (else None).
+    /// if `open` allows it and gives its `src` label (else None). Looked
+    /// up once per packet taken: inlined, the opening kept out of line.
+    #[inline]
     pub fn get_or_open(
         &mut self,
         key: StreamKey,
         raw_id: u32,
         open: impl FnOnce() -> Option<Arc<str>>,
     ) -> Option<&mut Stream> {
-        use std::collections::hash_map::Entry;
-        match self.by_key.entry(key) {
+        let Self {
+            by_key,
+            labels,
+            next_id,
+            next_out_seq,
+            ids,
+        } = self;
+        match by_key.entry(key) {
             Entry::Occupied(stream) => Some(stream.into_mut()),
             Entry::Vacant(vacant) => {
                 let src = open()?;
-                let id = allocate_id(&mut self.next_id);
-                self.labels.insert(id, Labels { key, src });
-                Some(vacant.insert(Stream {
-                    id,
-                    out_seq: allocate_out_seq(self.ids, &mut self.next_out_seq),
-                    raw_id,
-                    written: None,
-                    default_clock: None,
-                    last: None,
-                    pending: 0,
-                    suffixes: [None, None],
-                }))
+                let out_seq = allocate_out_seq(*ids, next_out_seq);
+                Some(open_stream(vacant, labels, next_id, out_seq, raw_id, src))
             }
         }
     }
