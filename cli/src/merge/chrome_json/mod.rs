@@ -30,6 +30,7 @@ mod args;
 pub mod convert;
 pub mod event;
 mod fast_event;
+mod fast_hash;
 pub mod flows;
 pub mod framing;
 mod json_scan;

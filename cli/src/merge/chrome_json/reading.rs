@@ -41,9 +41,11 @@ const IN_FLIGHT: usize = 2;
 pub enum Msg {
     /// An event read by the fast path, its args encoded as debug
     /// annotations at this range of the batch's `args`.
-    Fast(JsonEvent, Range<usize>),
+    /// Boxed, as the spare events are: handing an event over moves a
+    /// pointer, not the large event.
+    Fast(Box<JsonEvent>, Range<usize>),
     /// An event read in full.
-    Full(JsonEvent),
+    Full(Box<JsonEvent>),
     /// A framed ftrace packet of a `systemTraceEvents` line, at its time.
     Line(i64, Vec<u8>),
     /// The text ended here.
@@ -116,7 +118,10 @@ struct Reader<R> {
     args: Vec<u8>,
     scratch: Scratch,
     /// Events of spent batches, to be read into again.
-    spare: Vec<JsonEvent>,
+    // Boxed on purpose: an event moves between the spares and the
+    // batches, a pointer is cheaper to move than the event.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<JsonEvent>>,
 }
 
 impl<R: Read> Reader<R> {
@@ -179,7 +184,7 @@ impl<R: Read> Reader<R> {
                     }
                     self.spare.push(e);
                     match parse_event(&self.event) {
-                        Ok(e) => batch.msgs.push(Msg::Full(e)),
+                        Ok(e) => batch.msgs.push(Msg::Full(Box::new(e))),
                         Err((message, index)) => {
                             batch.msgs.push(Msg::Fail(JsonError::Event {
                                 offset: at + index as u64,
@@ -203,7 +208,7 @@ impl<R: Read> Reader<R> {
     }
 }
 
-fn push_fast(batch: &mut Batch, e: JsonEvent, args: &[u8]) {
+fn push_fast(batch: &mut Batch, e: Box<JsonEvent>, args: &[u8]) {
     let at = batch.args.len();
     batch.args.extend_from_slice(args);
     batch.msgs.push(Msg::Fast(e, at..batch.args.len()));

@@ -9,7 +9,7 @@
 //! events (popped as later events start), at most [`MAX_OPEN`] of them;
 //! a spilled begin's end follows it to the same track.
 
-use std::collections::HashMap;
+use super::fast_hash::FastMap;
 
 use tracesync_protocol::perfetto::TrackDescriptor;
 use tracesync_protocol::perfetto::trace_packet::Data;
@@ -38,9 +38,9 @@ struct Thread {
 /// Where complete events go.
 #[derive(Default)]
 pub struct Spill {
-    threads: HashMap<u64, Thread>,
+    threads: FastMap<u64, Thread>,
     /// Spilled begins (by their number in the window) and their track.
-    moved: HashMap<u64, u64>,
+    moved: FastMap<u64, u64>,
 }
 
 /// The uuid of spill track `index` (1-based) of the thread track `thread`.

@@ -14,7 +14,7 @@
 //! sample; its uuid is derived from the thread track's; the thread times of
 //! open `B` slices are kept per thread, at most [`MAX_OPEN`] deep.
 
-use std::collections::{HashMap, HashSet};
+use super::fast_hash::{FastMap, FastSet};
 
 use tracesync_protocol::perfetto::counter_descriptor::BuiltinCounterType;
 use tracesync_protocol::perfetto::trace_packet::Data;
@@ -29,8 +29,8 @@ const MAX_OPEN: usize = 1024;
 /// times of their open `B` slices.
 #[derive(Default)]
 pub struct ThreadTime {
-    described: HashSet<u64>,
-    open: HashMap<u64, Vec<Option<i64>>>,
+    described: FastSet<u64>,
+    open: FastMap<u64, Vec<Option<i64>>>,
 }
 
 /// The thread-time counter track of the thread track `thread`.

@@ -29,7 +29,7 @@ use tracesync_protocol::perfetto::TracePacket;
 use tracesync_protocol::perfetto::trace_packet::Data;
 
 use super::JsonStats;
-use super::framing::framed;
+use super::framing::frame_into;
 use super::spill::Spill;
 
 /// Sort key of an end at a time: before anything else at that time.
@@ -275,7 +275,7 @@ impl Window {
             _ => None,
         };
         match track {
-            Some(uuid) => out.extend(on_track(bytes, uuid)),
+            Some(uuid) => on_track(bytes, uuid, out),
             None => out.extend_from_slice(bytes),
         }
         self.held -= bytes.len();
@@ -310,23 +310,30 @@ impl Window {
     }
 }
 
-/// A framed TrackEvent packet moved to the track `uuid` (the packet is
-/// kept as it was if it cannot be read back, which cannot happen for the
-/// packets this module is given).
-fn on_track(bytes: &[u8], uuid: u64) -> Vec<u8> {
+/// Appends a framed TrackEvent packet moved to the track `uuid`: its uuid
+/// rewritten in place ([`retrack`]), else (not expected for the packets
+/// this module is given) decoded and encoded again, or kept as it was if
+/// it cannot be read back.
+fn on_track(bytes: &[u8], uuid: u64, out: &mut Vec<u8>) {
+    if retrack::retrack(bytes, uuid, out) {
+        return;
+    }
     let Some(body) = bytes.get(1..) else {
-        return bytes.to_vec();
+        out.extend_from_slice(bytes);
+        return;
     };
     match TracePacket::decode_length_delimited(body) {
         Ok(mut p) => {
             if let Some(Data::TrackEvent(e)) = &mut p.data {
                 e.track_uuid = Some(uuid);
             }
-            framed(&p)
+            frame_into(&p, out);
         }
-        Err(_) => bytes.to_vec(),
+        Err(_) => out.extend_from_slice(bytes),
     }
 }
+
+mod retrack;
 
 #[cfg(test)]
 mod tests;

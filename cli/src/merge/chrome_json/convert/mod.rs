@@ -16,8 +16,6 @@
 //! Track uuids and string pids are hashes of the input's name and the
 //! event's fields: the same in both merge passes.
 
-use std::collections::{HashMap, HashSet};
-
 use serde_json::Value;
 use tracesync_protocol::perfetto::trace_packet::Data;
 use tracesync_protocol::perfetto::{
@@ -28,9 +26,12 @@ use tracesync_protocol::perfetto::{
 use super::JsonStats;
 use super::args::annotations;
 use super::event::{Id, Ident, JsonEvent, Scope};
+use super::fast_hash::{FastMap, FastSet};
 use super::flows::v1_flow;
 use super::framing::{frame_annotated, frame_into, packet};
 use super::thread_time::ThreadTime;
+
+mod direct;
 use super::window::{KEY_END, KEY_OTHER, Mark, Window, key_complete};
 
 /// Bytes of timed packets held back to put a file's events in order.
@@ -59,9 +60,9 @@ pub struct Converter {
     /// fast path (`fast_event`); empty otherwise.
     annotations: Vec<u8>,
     /// Process names and sort indexes written so far, by pid.
-    processes: HashMap<u32, (Option<String>, Option<i32>)>,
-    threads: HashMap<(u32, u32), (Option<String>, Option<i32>)>,
-    named_tracks: HashSet<u64>,
+    processes: FastMap<u32, (Option<String>, Option<i32>)>,
+    threads: FastMap<(u32, u32), (Option<String>, Option<i32>)>,
+    named_tracks: FastSet<u64>,
 }
 
 /// FNV-1a over `parts`, never 0 (a uuid of 0 means none).
@@ -103,9 +104,9 @@ impl Converter {
             window: Window::new(WINDOW_BYTES),
             thread_time: ThreadTime::default(),
             annotations: Vec::new(),
-            processes: HashMap::new(),
-            threads: HashMap::new(),
-            named_tracks: HashSet::new(),
+            processes: FastMap::default(),
+            threads: FastMap::default(),
+            named_tracks: FastSet::default(),
         }
     }
 
@@ -131,6 +132,10 @@ impl Converter {
     /// Writes (or rewrites, with a new name or sort index) the process's
     /// descriptor.
     fn process(&mut self, pid: u32, name: Option<String>, sort: Option<i32>, out: &mut Vec<u8>) {
+        // The common case, nothing new for a known process: no clone.
+        if name.is_none() && sort.is_none() && self.processes.contains_key(&pid) {
+            return;
+        }
         let known = self.processes.get(&pid).cloned();
         let merged = match &known {
             Some((n, s)) => (name.or_else(|| n.clone()), sort.or(*s)),
@@ -161,6 +166,9 @@ impl Converter {
     ) -> u64 {
         self.process(pid, None, None, out);
         let uuid = self.thread_uuid(pid, tid);
+        if name.is_none() && sort.is_none() && self.threads.contains_key(&(pid, tid)) {
+            return uuid;
+        }
         let known = self.threads.get(&(pid, tid)).cloned();
         let merged = match &known {
             Some((n, s)) => (name.or_else(|| n.clone()), sort.or(*s)),
@@ -337,22 +345,17 @@ impl Converter {
         }
         let thread = self.thread((pid, tid), tid_name, None, out);
         match e.phase {
+            // Without args to build or thread time to sample, slices are
+            // encoded straight into the window (`direct`).
+            b'B' if e.args.is_none() && e.tts.is_none() => self.begin_direct(ts, thread, e),
             b'B' => {
                 let begin = self.begin_event(thread, e, out);
                 self.thread_time.open(thread, e.tts);
                 self.hold_event(ts, begin);
             }
-            b'E' => {
-                // A named end closes only a slice of its name (and
-                // category), as in the trace processor.
-                let mut end = self.event(track_event::Type::SliceEnd, thread, e);
-                if e.name.is_empty() {
-                    end.name_field = None;
-                }
-                if let Some(tts) = self.thread_time.close(thread, e.tts) {
-                    self.thread_time.sample(thread, tts, &mut end, out);
-                }
-                self.hold_event_keyed(ts, KEY_END, end, Mark::Plain);
+            b'E' => self.end_slice(ts, thread, e, out),
+            b'X' if e.args.is_none() && e.tts.is_none() => {
+                self.complete_direct(ts, thread, e, stats)
             }
             b'X' => match e.dur.and_then(|d| {
                 (d >= 0)
@@ -420,15 +423,9 @@ impl Converter {
     /// `bind_id` with `flow_out` starts or continues a flow at this slice,
     /// with only `flow_in` ends it here.
     fn add_flow(&self, ev: &mut TrackEvent, e: &JsonEvent) {
-        let Some(id) = &e.bind_id else {
-            return;
-        };
-        let flow = self.track_uuid(TrackKind::Flow, &[&id_bytes(id)]);
-        if e.flow_out {
-            ev.flow_ids.push(flow);
-        } else if e.flow_in {
-            ev.terminating_flow_ids.push(flow);
-        }
+        let (flow, terminating) = self.flows(e);
+        ev.flow_ids.extend(flow);
+        ev.terminating_flow_ids.extend(terminating);
     }
 
     fn instant(
