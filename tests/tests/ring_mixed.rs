@@ -16,28 +16,8 @@ use tracesync_cli::check::check_dir;
 use tracesync_core::sync_quality::{QualityTrack, read_sample};
 use tracesync_protocol::reader::TraceFile;
 use tracesync_protocol::scan::scan_packet;
-use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts, bin};
-use tracesync_tests::ring::{self, Fired, RATE, Window, check_snapshot, stop_all, wait_for};
-
-fn relay_opts(name: &str, offset_s: i64, ring: bool) -> RelayOpts {
-    let extra_args = if ring {
-        vec!["--mode".into(), "ring".into()]
-    } else {
-        Vec::new()
-    };
-    let opts = RelayOpts {
-        extra_args,
-        ..RelayOpts::synthetic(name, RATE)
-    };
-    if live::time_namespaces().is_ok() {
-        opts.in_time_namespace(offset_s)
-    } else {
-        RelayOpts {
-            clock_offset_ns: Some(offset_s * 1_000_000_000),
-            ..opts
-        }
-    }
-}
+use tracesync_tests::live::{Daemon, DaemonOpts, Relay, bin};
+use tracesync_tests::ring::{self, Fired, Window, check_snapshot, stop_all, wait_for};
 
 /// `tracesync trigger`, which must fire: its stdout.
 fn trigger(daemon: &Daemon, name: &str, before: &str, after: &str) -> String {
@@ -50,10 +30,10 @@ fn trigger(daemon: &Daemon, name: &str, before: &str, after: &str) -> String {
 fn one_snapshot_holds_ring_and_stream_relays_windows_on_one_timeline() {
     let mut daemon = Daemon::start(DaemonOpts::default());
     let mut relays = vec![
-        Relay::start(&daemon, relay_opts("ring-plus-7", 7, true)),
-        Relay::start(&daemon, relay_opts("ring-plus-300", 300, true)),
-        Relay::start(&daemon, relay_opts("stream-plus-40", 40, false)),
-        Relay::start(&daemon, relay_opts("stream-plus-2000", 2000, false)),
+        Relay::start(&daemon, ring::relay_opts("ring-plus-7", 7, true)),
+        Relay::start(&daemon, ring::relay_opts("ring-plus-300", 300, true)),
+        Relay::start(&daemon, ring::relay_opts("stream-plus-40", 40, false)),
+        Relay::start(&daemon, ring::relay_opts("stream-plus-2000", 2000, false)),
     ];
     let names = [
         "ring-plus-7",
@@ -135,7 +115,7 @@ fn the_tools_read_a_snapshot_as_they_read_rolled_files() {
         extra_args: vec!["--retain-bytes".into(), "1".into()],
         ..DaemonOpts::default()
     });
-    let mut relay = Relay::start(&daemon, relay_opts("ring-alone", 50, true));
+    let mut relay = Relay::start(&daemon, ring::relay_opts("ring-alone", 50, true));
     daemon.wait_connected(&["ring-alone"], Duration::from_secs(30));
     daemon.wait_synced(&["ring-alone"], Duration::from_secs(30));
     // `tail DIR` follows the stream and says the snapshot when it appears.

@@ -12,32 +12,12 @@ use std::time::Duration;
 
 use tracesync_core::shard::shard_of;
 use tracesync_protocol::relay::raw_machine_id;
-use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts};
+use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay};
 use tracesync_tests::ring::{
-    self, Fired, RATE, Window, check_snapshot, relay_trigger, stop_all, wait_for,
+    self, Fired, Window, check_snapshot, relay_trigger, stop_all, wait_for,
 };
 
 const SHARDS: usize = 2;
-
-fn relay_opts(name: &str, offset_s: i64, ring: bool) -> RelayOpts {
-    let extra_args = if ring {
-        vec!["--mode".into(), "ring".into()]
-    } else {
-        Vec::new()
-    };
-    let opts = RelayOpts {
-        extra_args,
-        ..RelayOpts::synthetic(name, RATE)
-    };
-    if live::time_namespaces().is_ok() {
-        opts.in_time_namespace(offset_s)
-    } else {
-        RelayOpts {
-            clock_offset_ns: Some(offset_s * 1_000_000_000),
-            ..opts
-        }
-    }
-}
 
 /// The first name `PREFIX-N` whose machine (raw id of `<boot id>/<name>`,
 /// as a relay given a name makes it) hashes to `shard`.
@@ -86,10 +66,10 @@ fn triggers_at_two_shards_fire_once_for_every_ring_relay_whatever_their_shards()
         ..DaemonOpts::default()
     });
     let mut relays = vec![
-        Relay::start(&daemon, relay_opts(&ring0, 7, true)),
-        Relay::start(&daemon, relay_opts(&ring1, 300, true)),
-        Relay::start(&daemon, relay_opts(&stream0, 40, false)),
-        Relay::start(&daemon, relay_opts(&stream1, 2000, false)),
+        Relay::start(&daemon, ring::relay_opts(&ring0, 7, true)),
+        Relay::start(&daemon, ring::relay_opts(&ring1, 300, true)),
+        Relay::start(&daemon, ring::relay_opts(&stream0, 40, false)),
+        Relay::start(&daemon, ring::relay_opts(&stream1, 2000, false)),
     ];
     let names = [
         ring0.as_str(),

@@ -21,9 +21,31 @@ pub use snapshot::{MachineFigures, Window, check_snapshot};
 
 use std::time::{Duration, Instant};
 
-use crate::live::{Daemon, Relay};
+use crate::live::{self, Daemon, Relay, RelayOpts};
 
 /// Polls `done` every 200 ms for up to `limit`; panics with `what()` then.
+/// A synthetic relay at RATE named `name`, its clock `offset_s` seconds
+/// off (a time namespace where there is one), in ring mode if `ring`.
+pub fn relay_opts(name: &str, offset_s: i64, ring: bool) -> RelayOpts {
+    let extra_args = if ring {
+        vec!["--mode".into(), "ring".into()]
+    } else {
+        Vec::new()
+    };
+    let opts = RelayOpts {
+        extra_args,
+        ..RelayOpts::synthetic(name, RATE)
+    };
+    if live::time_namespaces().is_ok() {
+        opts.in_time_namespace(offset_s)
+    } else {
+        RelayOpts {
+            clock_offset_ns: Some(offset_s * 1_000_000_000),
+            ..opts
+        }
+    }
+}
+
 pub fn wait_for(limit: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
     let deadline = Instant::now() + limit;
     while !done() {
