@@ -21,7 +21,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts};
-use tracesync_tests::ring::{self, Fired, RATE, Window, check_snapshot, stop_all, wait_for};
+use tracesync_tests::ring::{
+    self, Fired, RATE, Window, check_snapshot, stop_all, wait_for, wait_listed,
+};
 
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
@@ -246,13 +248,7 @@ fn a_relay_cut_off_at_t_ships_its_window_when_the_link_is_back() {
         .matches(&format!("snapshot {name} written"))
         .count();
     assert_eq!(written, 2, "{}", daemon.log());
-    let index = live::output::read_index(&daemon.output);
-    assert!(
-        index
-            .iter()
-            .any(|e| e["name"] == name.as_str() && e["complete"] == true),
-        "{name} not complete in index.jsonl: {index:?}"
-    );
+    wait_listed(&daemon, name);
     stop_all(&mut relays, &mut daemon);
 }
 

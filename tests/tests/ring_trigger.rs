@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tracesync_tests::live::{self, Daemon, DaemonOpts, Relay, RelayOpts};
 use tracesync_tests::ring::{
     FLEET, Fired, RATE, Window, check_snapshot, start_fleet, stop_all, trigger, wait_for,
+    wait_listed,
 };
 
 /// The window files of a relay's spool.
@@ -77,13 +78,7 @@ fn a_trigger_reaches_every_ring_relay_on_its_own_clock() {
         || relays.iter().all(|r| windows(&r.spool).is_empty()),
         || "windows not acknowledged".into(),
     );
-    let index = live::output::read_index(&daemon.output);
-    assert!(
-        index
-            .iter()
-            .any(|e| e["name"] == name.as_str() && e["complete"] == true),
-        "{name} not in index.jsonl: {index:?}"
-    );
+    wait_listed(&daemon, name);
     check_snapshot(
         "ring_trigger snapshot",
         &path,

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use crate::live::{self, Daemon, Relay, RelayOpts};
 
-/// Polls `done` every 200 ms for up to `limit`; panics with `what()` then.
 /// A synthetic relay at RATE named `name`, its clock `offset_s` seconds
 /// off (a time namespace where there is one), in ring mode if `ring`.
 pub fn relay_opts(name: &str, offset_s: i64, ring: bool) -> RelayOpts {
@@ -46,12 +45,29 @@ pub fn relay_opts(name: &str, offset_s: i64, ring: bool) -> RelayOpts {
     }
 }
 
+/// Polls `done` every 200 ms for up to `limit`; panics with `what()` then.
 pub fn wait_for(limit: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
     let deadline = Instant::now() + limit;
     while !done() {
         assert!(Instant::now() < deadline, "{}", what());
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Waits until index.jsonl in `daemon`'s output lists snapshot `name` as
+/// complete. At one ingest shard the line is saved before the relays'
+/// windows are acknowledged; with more, the merge thread saves it shortly
+/// after.
+pub fn wait_listed(daemon: &Daemon, name: &str) {
+    let listed = || {
+        live::output::read_index(&daemon.output)
+            .iter()
+            .any(|e| e["name"] == name && e["complete"] == true)
+    };
+    wait_for(Duration::from_secs(10), listed, || {
+        let index = live::output::read_index(&daemon.output);
+        format!("{name} not complete in index.jsonl: {index:?}")
+    });
 }
 
 /// Stops every relay, then the daemon; each must exit cleanly.

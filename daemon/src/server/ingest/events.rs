@@ -197,16 +197,17 @@ where
     pub(super) fn flight_tick(&mut self, now: u64) {
         let dir = self.output_dir();
         let core = &self.core;
+        let writer = &mut self.writer;
         // Host time the output is durable through (none written: nothing).
         let output_ns = u64::try_from(self.durable_ts).unwrap_or(0);
-        let entries = self
-            .flight
-            .tick(now, output_ns, dir.as_deref(), &self.sessions, |slot| {
-                core.estimate(slot)
-            });
-        for entry in entries {
-            self.writer.add_index_entry(entry);
-        }
+        self.flight.tick(
+            now,
+            output_ns,
+            dir.as_deref(),
+            &self.sessions,
+            |slot| core.estimate(slot),
+            |entry| writer.add_index_entry(entry),
+        );
     }
 
     /// Sends each ring relay the triggers its estimate maps now.

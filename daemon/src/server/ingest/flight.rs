@@ -397,7 +397,8 @@ impl Flight {
         output_dir: Option<&Path>,
         sessions: &HashMap<Slot, SessionEntry>,
         estimate: impl Fn(Slot) -> Option<SyncEstimate>,
-    ) -> Vec<IndexEntry> {
+        mut list: impl FnMut(IndexEntry),
+    ) {
         let remember_ns = self.triggers.config().remember_ns;
         for id in self.snapshots.expire(now_ns, remember_ns) {
             if let Some(staging) = &mut self.staging {
@@ -429,7 +430,6 @@ impl Flight {
                 }
             }
         }
-        let mut entries = Vec::new();
         while let Ok(outcome) = self.done_rx.try_recv() {
             match outcome {
                 Ok(written) => {
@@ -449,12 +449,14 @@ impl Flight {
                         &written.instances,
                         written.output_whole,
                     );
+                    // Listed before the windows are acknowledged: a relay
+                    // that sees its ack finds the snapshot in the index.
+                    list(written.entry);
                     for (slot, relay) in &self.relays {
                         if written.instances.contains(&relay.instance) {
                             send_ack(sessions, *slot, written.trigger_id);
                         }
                     }
-                    entries.push(written.entry);
                 }
                 Err((id, e)) => {
                     crate::metrics::Event::SnapshotFailed.record();
@@ -464,7 +466,7 @@ impl Flight {
             }
         }
         let Some(dir) = output_dir else {
-            return entries;
+            return;
         };
         for due in self.snapshots.due(now_ns, output_ns) {
             let id = due.fired.id;
@@ -489,7 +491,6 @@ impl Flight {
                 self.snapshots.failed(id);
             }
         }
-        entries
     }
 
     pub fn is_ring(&self, slot: Slot) -> bool {
