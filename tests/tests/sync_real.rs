@@ -24,12 +24,20 @@ use tracesync_tests::live::bin;
 
 const SECONDS: u64 = 25;
 const SANE_P99_NS: u64 = 1_000_000;
-/// How much worse than live a refined p99 may be before the test fails.
-/// 10 µs while the final's windows were clipped at a capture's edges (a
-/// CI run refined the 50 ppm LAN relay of a 25 s run to 14.7 µs p99
-/// against a live 9.5 µs); 5 µs again since they keep their width there
-/// (docs/clock-sync-refine.md, "Edges of a capture").
+/// How much worse than live a refined p99 may be before the test fails:
+/// this much, plus a twentieth of the relay's median live bound. On 25 s
+/// runs both rest on the few legs near the link's floor, so they differ
+/// by an amount that grows with the link's queueing: a few µs on
+/// loopback, up to ~11 µs on the LAN profile (bound ~180 µs) and 14-16 µs
+/// on the usb profile (bound 700-1050 µs, TCP probes stamped in
+/// userspace), either way (docs/clock-sync-refine.md, "Short captures").
 const REFINED_SLACK_NS: u64 = 5_000;
+
+/// The refined p99 a relay may reach: live p99 + [`REFINED_SLACK_NS`] +
+/// 5% of its median bound.
+fn refined_limit(live_p99: u64, bound_p50: u64) -> u64 {
+    live_p99 + REFINED_SLACK_NS + bound_p50 / 20
+}
 
 fn bins() -> Bins {
     Bins {
@@ -120,9 +128,10 @@ fn check(r: &RunResult, relays: usize) {
             "{}: events outside the refined bound\n{table}",
             x.name
         );
+        let limit = refined_limit(x.merged.p99, x.bound_p50_ns);
         assert!(
-            refined.p99 <= x.merged.p99 + REFINED_SLACK_NS,
-            "{}: refined p99 {} ns, live {} ns\n{table}",
+            refined.p99 <= limit,
+            "{}: refined p99 {} ns, live {} ns (limit {limit} ns)\n{table}",
             x.name,
             refined.p99,
             x.merged.p99
