@@ -60,6 +60,8 @@ pub struct Scratch {
     /// Entries of the args objects being read, innermost last (a stack:
     /// each object's entries sit above its parent's).
     entries: Vec<Entry>,
+    /// An object's encoded entries while they are put in key order.
+    moved: Vec<u8>,
 }
 
 /// Reads the event object `bytes` start with into `e` (reset first, its
@@ -156,7 +158,7 @@ fn read_field(
     match key {
         b"args" => {
             if c.peek()? == b'{' {
-                encode_args(c, args, &mut scratch.entries)?;
+                encode_args(c, args, scratch)?;
             } else {
                 c.skip_value(MAX_DEPTH)?;
             }
@@ -239,26 +241,68 @@ fn read_field(
     Some(())
 }
 
-/// One entry of an object: where its key and its value are.
+/// One entry of an object being encoded: its key, and where its field
+/// (tag, length, annotation) was written.
 #[derive(Clone)]
 struct Entry {
     key: std::ops::Range<usize>,
-    at: usize,
+    /// The key's first eight bytes, big-endian, zero-padded: orders most
+    /// keys without reading them (a key holds no zero byte: control
+    /// characters send a string the full way).
+    prefix: u64,
+    field: std::ops::Range<usize>,
 }
 
-/// Pushes the entries of the object at the cursor onto `stack`, sorted by
-/// key (as a `serde_json::Map` holds them): where they start; None on a
-/// duplicate key.
-fn entries(c: &mut Cursor<'_>, depth: u32, stack: &mut Vec<Entry>) -> Option<usize> {
-    let start = stack.len();
+fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// The order of two entries' keys (byte order, as a `serde_json::Map`
+/// holds them).
+fn key_order(c: &Cursor<'_>, a: &Entry, b: &Entry) -> std::cmp::Ordering {
+    a.prefix
+        .cmp(&b.prefix)
+        .then_with(|| c.slice(a.key.clone()).cmp(c.slice(b.key.clone())))
+}
+
+/// Buffers of one args object's encoding.
+struct Bufs<'s> {
+    /// Entries of the objects being read, innermost last.
+    stack: &'s mut Vec<Entry>,
+    /// A copy of an object's fields while they are put in key order.
+    moved: &'s mut Vec<u8>,
+}
+
+/// Encodes the object at the cursor as one `tag` field per entry (each
+/// an annotation named by its key), in the order of their keys; None on
+/// a duplicate key. The fields are written in the text's order, then
+/// moved into key order unless they already are (the common case).
+fn object(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<u8>,
+    tag: u8,
+    depth: u32,
+    bufs: &mut Bufs<'_>,
+) -> Option<()> {
+    let start = bufs.stack.len();
+    let body = out.len();
     c.expect(b'{')?;
     if !c.eat(b'}') {
         loop {
             let key = c.string_at()?;
             c.expect(b':')?;
             c.skip_ws();
-            stack.push(Entry { key, at: c.pos() });
-            c.skip_value(depth)?;
+            let at = out.len();
+            let name = c.slice(key.clone());
+            nested(out, tag, |buf| annotation(Some(name), c, buf, depth, bufs))?;
+            bufs.stack.push(Entry {
+                prefix: key_prefix(name),
+                key,
+                field: at..out.len(),
+            });
             if c.eat(b',') {
                 continue;
             }
@@ -266,32 +310,38 @@ fn entries(c: &mut Cursor<'_>, depth: u32, stack: &mut Vec<Entry>) -> Option<usi
             break;
         }
     }
-    let mine = stack.get_mut(start..)?;
-    // Unstable is enough: equal keys are refused below.
-    mine.sort_unstable_by(|a, b| c.slice(a.key.clone()).cmp(c.slice(b.key.clone())));
-    if mine
+    let mine = bufs.stack.get_mut(start..)?;
+    // Strictly ascending: sorted, and no duplicate key.
+    if !mine
         .windows(2)
-        .any(|w| c.slice(w[0].key.clone()) == c.slice(w[1].key.clone()))
+        .all(|w| key_order(c, &w[0], &w[1]) == std::cmp::Ordering::Less)
     {
-        return None;
+        // Unstable is enough: equal keys are refused below.
+        mine.sort_unstable_by(|x, y| key_order(c, x, y));
+        if mine
+            .windows(2)
+            .any(|w| key_order(c, &w[0], &w[1]) == std::cmp::Ordering::Equal)
+        {
+            return None;
+        }
+        bufs.moved.clear();
+        bufs.moved.extend_from_slice(out.get(body..)?);
+        out.truncate(body);
+        for e in mine.iter() {
+            out.extend_from_slice(bufs.moved.get(e.field.start - body..e.field.end - body)?);
+        }
     }
-    Some(start)
+    bufs.stack.truncate(start);
+    Some(())
 }
 
 /// The event's args object as TrackEvent debug annotations.
-fn encode_args(c: &mut Cursor<'_>, out: &mut Vec<u8>, stack: &mut Vec<Entry>) -> Option<()> {
-    // `entries` moves the cursor past the object.
-    let start = entries(c, MAX_DEPTH, stack)?;
-    for i in start..stack.len() {
-        let entry = stack.get(i)?.clone();
-        let mut v = c.at(entry.at);
-        let key = c.slice(entry.key);
-        nested(out, TRACK_EVENT_ANNOTATION, |buf| {
-            annotation(Some(key), &mut v, buf, MAX_DEPTH, stack)
-        })?;
-    }
-    stack.truncate(start);
-    Some(())
+fn encode_args(c: &mut Cursor<'_>, out: &mut Vec<u8>, scratch: &mut Scratch) -> Option<()> {
+    let mut bufs = Bufs {
+        stack: &mut scratch.entries,
+        moved: &mut scratch.moved,
+    };
+    object(c, out, TRACK_EVENT_ANNOTATION, MAX_DEPTH, &mut bufs)
 }
 
 /// Appends field `tag` holding what `body` writes; a null (body answers
@@ -343,7 +393,7 @@ fn annotation(
     c: &mut Cursor<'_>,
     out: &mut Vec<u8>,
     depth: u32,
-    stack: &mut Vec<Entry>,
+    bufs: &mut Bufs<'_>,
 ) -> Option<bool> {
     let depth = depth.checked_sub(1)?;
     if c.peek()? == b'n' {
@@ -354,26 +404,14 @@ fn annotation(
         put_bytes(out, NAME, n);
     }
     match c.peek()? {
-        b'{' => {
-            let start = entries(&mut c.clone(), depth, stack)?;
-            for i in start..stack.len() {
-                let entry = stack.get(i)?.clone();
-                let mut v = c.at(entry.at);
-                let key = c.slice(entry.key);
-                nested(out, DICT_ENTRY, |buf| {
-                    annotation(Some(key), &mut v, buf, depth, stack)
-                })?;
-            }
-            stack.truncate(start);
-            c.skip_value(depth + 1)?;
-        }
+        b'{' => object(c, out, DICT_ENTRY, depth, bufs)?,
         b'[' => {
             c.expect(b'[')?;
             if !c.eat(b']') {
                 loop {
                     c.skip_ws();
                     nested(out, ARRAY_VALUE, |buf| {
-                        annotation(None, c, buf, depth, stack)
+                        annotation(None, c, buf, depth, bufs)
                     })?;
                     if c.eat(b',') {
                         continue;
