@@ -30,27 +30,54 @@ const STRING_VALUE: u8 = 0x32;
 const MAX_DEPTH: u32 = 32;
 
 /// The keys an event may hold once (a duplicate goes the full way), as
-/// a bit each.
-fn key_bit(key: &[u8]) -> Option<u32> {
-    Some(match key {
-        b"ph" => 0,
-        b"ts" => 1,
-        b"dur" => 2,
-        b"tts" => 3,
-        b"tdur" => 4,
-        b"pid" => 5,
-        b"tid" => 6,
-        b"id" => 7,
-        b"bind_id" => 8,
-        b"cat" => 9,
-        b"name" => 10,
-        b"flow_in" => 11,
-        b"flow_out" => 12,
-        b"s" => 13,
-        b"bp" => 14,
-        b"args" => 15,
+/// a bit each; the key is matched once, here.
+mod key {
+    pub const PH: u32 = 0;
+    pub const TS: u32 = 1;
+    pub const DUR: u32 = 2;
+    pub const TTS: u32 = 3;
+    pub const TDUR: u32 = 4;
+    pub const PID: u32 = 5;
+    pub const TID: u32 = 6;
+    pub const ID: u32 = 7;
+    pub const BIND_ID: u32 = 8;
+    pub const CAT: u32 = 9;
+    pub const NAME: u32 = 10;
+    pub const FLOW_IN: u32 = 11;
+    pub const FLOW_OUT: u32 = 12;
+    pub const S: u32 = 13;
+    pub const BP: u32 = 14;
+    pub const ARGS: u32 = 15;
+}
+
+fn key_bit(k: &[u8]) -> Option<u32> {
+    Some(match k {
+        b"ph" => key::PH,
+        b"ts" => key::TS,
+        b"dur" => key::DUR,
+        b"tts" => key::TTS,
+        b"tdur" => key::TDUR,
+        b"pid" => key::PID,
+        b"tid" => key::TID,
+        b"id" => key::ID,
+        b"bind_id" => key::BIND_ID,
+        b"cat" => key::CAT,
+        b"name" => key::NAME,
+        b"flow_in" => key::FLOW_IN,
+        b"flow_out" => key::FLOW_OUT,
+        b"s" => key::S,
+        b"bp" => key::BP,
+        b"args" => key::ARGS,
         _ => return None,
     })
+}
+
+/// Where the event's `name` and `cat` strings are: copied once the
+/// whole event is known to be UTF-8 (so it is checked once).
+#[derive(Default)]
+struct Strs {
+    name: Option<std::ops::Range<usize>>,
+    cat: Option<std::ops::Range<usize>>,
 }
 
 /// Buffers the fast path reuses from event to event (so reading an event
@@ -79,6 +106,7 @@ pub fn parse_fast(
     let mut c = Cursor::new(bytes);
     e.reset();
     let mut seen = 0u32;
+    let mut strs = Strs::default();
     c.expect(b'{')?;
     if !c.eat(b'}') {
         loop {
@@ -90,7 +118,7 @@ pub fn parse_fast(
                     return None;
                 }
                 seen |= 1 << i;
-                read_field(e, key, &mut c, args, scratch)?;
+                read_field(e, i, key, &mut c, args, scratch, &mut strs)?;
             } else if key == b"id2" {
                 return None;
             } else {
@@ -107,7 +135,13 @@ pub fn parse_fast(
         return None;
     }
     // Every string of the event is valid UTF-8 (checked once here).
-    std::str::from_utf8(&bytes[..c.pos()]).ok()?;
+    let text = std::str::from_utf8(bytes.get(..c.pos())?).ok()?;
+    if let Some(at) = strs.name {
+        e.name.push_str(text.get(at)?);
+    }
+    if let Some(at) = strs.cat {
+        e.cat.push_str(text.get(at)?);
+    }
     Some(c.pos())
 }
 
@@ -141,22 +175,18 @@ fn text(s: &[u8]) -> Option<String> {
     std::str::from_utf8(s).ok().map(str::to_owned)
 }
 
-/// A string's bytes into `to`, its buffer reused.
-fn text_into(s: &[u8], to: &mut String) -> Option<()> {
-    to.clear();
-    to.push_str(std::str::from_utf8(s).ok()?);
-    Some(())
-}
-
+/// Reads the value of field `bit` (its key `key`) into `e`.
 fn read_field(
     e: &mut JsonEvent,
+    bit: u32,
     key: &[u8],
     c: &mut Cursor<'_>,
     args: &mut Vec<u8>,
     scratch: &mut Scratch,
+    strs: &mut Strs,
 ) -> Option<()> {
-    match key {
-        b"args" => {
+    match bit {
+        key::ARGS => {
             if c.peek()? == b'{' {
                 encode_args(c, args, scratch)?;
             } else {
@@ -164,23 +194,23 @@ fn read_field(
             }
             return Some(());
         }
-        b"ph" => {
+        key::PH => {
             e.phase = match scalar(c)? {
                 Scalar::Str(s) => s.first().copied().unwrap_or(0),
                 _ => 0,
             }
         }
-        b"ts" | b"dur" | b"tts" | b"tdur" => {
+        key::TS | key::DUR | key::TTS | key::TDUR => {
             let ns = match scalar(c)? {
                 Scalar::Num(n) => n.us_to_ns(),
                 // A numeric string is read the full way.
                 Scalar::Str(_) => return None,
                 _ => Err("expected a number".to_string()),
             };
-            match (key, ns) {
-                (b"ts", Ok(ns)) => e.ts = Some(ns),
-                (b"dur", Ok(ns)) => e.dur = Some(ns),
-                (b"tts", Ok(ns)) => e.tts = Some(ns),
+            match (bit, ns) {
+                (key::TS, Ok(ns)) => e.ts = Some(ns),
+                (key::DUR, Ok(ns)) => e.dur = Some(ns),
+                (key::TTS, Ok(ns)) => e.tts = Some(ns),
                 (_, Ok(ns)) => e.tdur = Some(ns),
                 // The first bad field is the one named (`event::note_bad`).
                 (_, Err(why)) => {
@@ -190,44 +220,47 @@ fn read_field(
                 }
             }
         }
-        b"pid" | b"tid" => {
+        key::PID | key::TID => {
             let ident = match scalar(c)? {
                 Scalar::Str(s) => Some(Ident::Str(text(s)?)),
                 Scalar::Num(n) => Some(Ident::Num(n.as_pid())),
                 _ => None,
             };
-            if key == b"pid" {
+            if bit == key::PID {
                 e.pid = ident;
             } else {
                 e.tid = ident;
             }
         }
-        b"id" | b"bind_id" => {
+        key::ID | key::BIND_ID => {
             let id = match scalar(c)? {
                 Scalar::Str(s) => Some(Id::Str(text(s)?)),
                 Scalar::Num(n) => n.as_id().map(Id::Int),
                 _ => None,
             };
-            if key == b"id" {
+            if bit == key::ID {
                 e.id = id;
             } else {
                 e.bind_id = id;
             }
         }
-        b"cat" | b"name" => {
-            let to = if key == b"cat" {
-                &mut e.cat
+        key::CAT | key::NAME => {
+            // Copied at the end (`Strs`); a non-string leaves it empty.
+            let at = if c.peek()? == b'"' {
+                Some(c.string_at()?)
             } else {
-                &mut e.name
+                scalar(c)?;
+                None
             };
-            match scalar(c)? {
-                Scalar::Str(s) => text_into(s, to)?,
-                _ => to.clear(),
+            if bit == key::CAT {
+                strs.cat = at;
+            } else {
+                strs.name = at;
             }
         }
-        b"flow_in" => e.flow_in = matches!(scalar(c)?, Scalar::Bool(true)),
-        b"flow_out" => e.flow_out = matches!(scalar(c)?, Scalar::Bool(true)),
-        b"s" => {
+        key::FLOW_IN => e.flow_in = matches!(scalar(c)?, Scalar::Bool(true)),
+        key::FLOW_OUT => e.flow_out = matches!(scalar(c)?, Scalar::Bool(true)),
+        key::S => {
             e.scope = match scalar(c)? {
                 Scalar::Str(b"p") => Some(Scope::Process),
                 Scalar::Str(b"t") => Some(Scope::Thread),
@@ -235,7 +268,7 @@ fn read_field(
                 _ => None,
             }
         }
-        b"bp" => e.bind_enclosing = matches!(scalar(c)?, Scalar::Str(b"e")),
+        key::BP => e.bind_enclosing = matches!(scalar(c)?, Scalar::Str(b"e")),
         _ => c.skip_value(MAX_DEPTH)?,
     }
     Some(())
