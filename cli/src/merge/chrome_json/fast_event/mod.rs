@@ -201,11 +201,14 @@ fn read_field(
             }
         }
         key::TS | key::DUR | key::TTS | key::TDUR => {
-            let ns = match scalar(c)? {
-                Scalar::Num(n) => n.us_to_ns(),
-                // A numeric string is read the full way.
-                Scalar::Str(_) => return None,
-                _ => Err("expected a number".to_string()),
+            let ns = match c.peek()? {
+                b'-' | b'0'..=b'9' => c.us_to_ns()?,
+                _ => match scalar(c)? {
+                    Scalar::Num(n) => n.us_to_ns(),
+                    // A numeric string is read the full way.
+                    Scalar::Str(_) => return None,
+                    _ => Err("expected a number".to_string()),
+                },
             };
             match (bit, ns) {
                 (key::TS, Ok(ns)) => e.ts = Some(ns),

@@ -167,3 +167,51 @@ fn numbers_are_serde_jsons() {
         assert_eq!(got, Some(want), "{text}");
     }
 }
+
+#[test]
+fn timestamps_read_as_digits_are_the_doubles_rounding() {
+    // Decimals of up to three places are read as their digits; the
+    // answer must be what the double, times 1000 and rounded, gives.
+    let mut texts: Vec<String> = [
+        "0.001",
+        "-0.001",
+        "-0.000",
+        "1.000",
+        "0.5",
+        "1000000.413",
+        "1700000000123.456",
+        "1125899906842.623",
+        "1125899906842.624",
+        "9007199254740.991",
+        "12345678901234567.8",
+        "0.0001",
+        "-3.25",
+        "00.5",
+        "1.",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Spread over the range where the digits are used and past it.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let digits = x % (1 << 51);
+        let places = (x >> 60) % 4;
+        let s = digits.to_string();
+        let s = if places == 0 || s.len() <= places as usize {
+            s
+        } else {
+            let (int, frac) = s.split_at(s.len() - places as usize);
+            format!("{int}.{frac}")
+        };
+        texts.push(if x & 1 == 1 { format!("-{s}") } else { s });
+    }
+    for text in &texts {
+        let got = Cursor::new(text.as_bytes()).us_to_ns();
+        let want = Cursor::new(text.as_bytes()).number().map(Num::us_to_ns);
+        assert_eq!(got, want, "{text}");
+    }
+}
