@@ -107,6 +107,14 @@ impl<'a> Cursor<'a> {
         self.pos
     }
 
+    /// A cursor at `pos` of the same bytes.
+    pub fn at(&self, pos: usize) -> Self {
+        Self {
+            bytes: self.bytes,
+            pos,
+        }
+    }
+
     /// The bytes at `range` (a [`Cursor::string_at`] answer).
     pub fn slice(&self, range: std::ops::Range<usize>) -> &'a [u8] {
         self.bytes.get(range).unwrap_or_default()

@@ -1,13 +1,15 @@
 //! The fast path of reading one event: the common shapes of events read
 //! straight from their bytes, strings borrowed, and their `args` encoded
-//! at once as the TrackEvent's debug annotations, with no `Value` built.
+//! at once as the TrackEvent's debug annotations, with no `Value` built
+//! (but for counter and metadata events, whose args are read as values:
+//! [`values`]).
 //!
 //! Invariant: an event is read here only when the result is exactly what
 //! [`super::event::parse_event`] and [`super::convert`] make of it (the
 //! same fields, the same annotation bytes: keys in sorted order, nulls
 //! dropped); anything else (an escape in a string, a duplicate key, a
-//! number whose value might round differently, `id2`, counter and metadata
-//! events whose args are read as values, a syntax error) answers None, and
+//! number whose value might round differently, `id2`, args of counter and
+//! metadata events that are not flat, a syntax error) answers None, and
 //! the caller reads the event the full way. So this path decides nothing
 //! on its own: it only skips allocations.
 
@@ -78,6 +80,8 @@ fn key_bit(k: &[u8]) -> Option<u32> {
 struct Strs {
     name: Option<std::ops::Range<usize>>,
     cat: Option<std::ops::Range<usize>>,
+    /// Where the args object starts (its `{`).
+    args: Option<usize>,
 }
 
 /// Buffers the fast path reuses from event to event (so reading an event
@@ -131,11 +135,15 @@ pub fn parse_fast(
             break;
         }
     }
-    if matches!(e.phase, b'C' | b'M') {
-        return None;
-    }
     // Every string of the event is valid UTF-8 (checked once here).
     let text = std::str::from_utf8(bytes.get(..c.pos())?).ok()?;
+    if matches!(e.phase, b'C' | b'M') {
+        // Their args are values; no annotations (as the full reading).
+        args.clear();
+        if let Some(at) = strs.args {
+            e.args = values::args_values(text, at)?;
+        }
+    }
     if let Some(at) = strs.name {
         e.name.push_str(text.get(at)?);
     }
@@ -188,6 +196,12 @@ fn read_field(
     match bit {
         key::ARGS => {
             if c.peek()? == b'{' {
+                strs.args = Some(c.pos());
+                if matches!(e.phase, b'C' | b'M') {
+                    // Read as values at the end (`values`).
+                    c.skip_value(MAX_DEPTH)?;
+                    return Some(());
+                }
                 encode_args(c, args, scratch)?;
             } else {
                 c.skip_value(MAX_DEPTH)?;
@@ -493,3 +507,4 @@ fn annotation(
 
 #[cfg(test)]
 mod tests;
+mod values;

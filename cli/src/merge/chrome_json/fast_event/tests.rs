@@ -98,8 +98,8 @@ fn reads_what_the_full_way_reads() {
     let (got, got_stats, read) = fast(COMMON);
     assert_eq!(got_stats, want_stats);
     assert!(got == want, "converted bytes differ");
-    // All but the counter and metadata events and a string `tts`.
-    assert_eq!(read, COMMON.len() - 3);
+    // All but a string `tts`.
+    assert_eq!(read, COMMON.len() - 1);
 
     let (want, want_stats) = full(SEMANTICS);
     let (got, got_stats, read) = fast(SEMANTICS);
@@ -127,7 +127,8 @@ fn leaves_what_it_cannot_read_exactly_to_the_full_way() {
         r#"{"ph":"X","ts":1 "pid":1}"#,
         r#"{"ph":"X","ts":1,}"#,
         "{\"ph\":\"X\",\"name\":\"a\u{1}\",\"ts\":1}",
-        r#"{"ph":"M","name":"thread_name","args":{"name":"t"}}"#,
+        r#"{"ph":"M","name":"thread_name","args":{"name":{"a":1}}}"#,
+        r#"{"ph":"C","ts":1,"name":"c","args":{"a":[1]}}"#,
     ] {
         assert!(
             parse_fast(
@@ -214,4 +215,24 @@ fn timestamps_read_as_digits_are_the_doubles_rounding() {
         let want = Cursor::new(text.as_bytes()).number().map(Num::us_to_ns);
         assert_eq!(got, want, "{text}");
     }
+}
+
+#[test]
+fn counter_and_metadata_args_are_read_as_values() {
+    let events: &[&str] = &[
+        r#"{"ph":"M","pid":1,"name":"process_name","args":{"name":"p"}}"#,
+        r#"{"ph":"M","pid":1,"tid":2,"name":"thread_sort_index","args":{"sort_index":3}}"#,
+        r#"{"args":{"name":"late ph"},"pid":1,"tid":3,"name":"thread_name","ph":"M"}"#,
+        r#"{"ph":"M","pid":1,"name":"process_labels","args":{}}"#,
+        r#"{"ph":"C","pid":1,"ts":1,"name":"m","args":{"b":1.5,"a":-2,"c":"7.25","d":true,"e":null}}"#,
+        r#"{"ph":"C","pid":1,"ts":2,"name":"m","args":{"a":1,"a":18446744073709551615}}"#,
+        r#"{"args":{"x":3},"ph":"C","pid":1,"ts":3,"name":"m","id":"s"}"#,
+        r#"{"ph":"C","pid":1,"ts":4,"name":"m","args":"no"}"#,
+        r#"{"ph":"C","pid":1,"ts":5,"name":"m"}"#,
+    ];
+    let (want, want_stats) = full(events);
+    let (got, got_stats, read) = fast(events);
+    assert_eq!(got_stats, want_stats);
+    assert!(got == want, "converted bytes differ");
+    assert_eq!(read, events.len());
 }
