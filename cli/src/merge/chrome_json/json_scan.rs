@@ -60,6 +60,38 @@ const POW10: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
+/// Powers of ten as integers, up to the largest below 2^64.
+const POW10_INT: [u64; 20] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+    100_000_000_000,
+    1_000_000_000_000,
+    10_000_000_000_000,
+    100_000_000_000_000,
+    1_000_000_000_000_000,
+    10_000_000_000_000_000,
+    100_000_000_000_000_000,
+    1_000_000_000_000_000_000,
+    10_000_000_000_000_000_000,
+];
+
+/// A number written with a fraction and no exponent, as its digits.
+#[derive(Clone, Copy)]
+struct Decimal {
+    significand: u64,
+    frac_digits: u32,
+    negative: bool,
+}
+
 #[derive(Clone)]
 pub struct Cursor<'a> {
     bytes: &'a [u8],
@@ -155,26 +187,69 @@ impl<'a> Cursor<'a> {
             .then(|| self.pos += 4)
     }
 
+    /// The run of digits at the cursor: its value, its length, and
+    /// whether the value overflowed u64 (then the value is not it).
     fn digits(&mut self) -> (u64, usize, bool) {
-        let (mut v, mut n, mut overflow) = (0u64, 0, false);
-        while let Some(&b @ b'0'..=b'9') = self.bytes.get(self.pos) {
-            match v
-                .checked_mul(10)
-                .and_then(|x| x.checked_add(u64::from(b - b'0')))
-            {
-                Some(x) => v = x,
-                None => overflow = true,
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
+        // Locals, not the cursor's fields, in the loop: most numbers are
+        // a few digits, and the loop is the whole cost of reading them.
+        let (mut v, mut n) = (0u64, 0);
+        for &b in rest {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                break;
             }
+            v = v.wrapping_mul(10).wrapping_add(u64::from(d));
             n += 1;
-            self.pos += 1;
         }
-        (v, n, overflow)
+        self.pos += n;
+        // Nineteen digits always fit; a longer run is read again, checked.
+        if n <= 19 {
+            return (v, n, false);
+        }
+        let mut checked = Some(0u64);
+        for &b in &rest[..n] {
+            checked = checked
+                .and_then(|x| x.checked_mul(10))
+                .and_then(|x| x.checked_add(u64::from(b - b'0')));
+        }
+        (checked.unwrap_or(0), n, checked.is_none())
     }
 
     /// A number: integers as they are, a fraction or exponent only when
     /// it is a digit string below 2^53 scaled by at most 10^22 (a single
     /// correctly rounded operation, whichever way serde_json computes).
     pub fn number(&mut self) -> Option<Num> {
+        self.number_parts().map(|(n, _)| n)
+    }
+
+    /// A number of microseconds as nanoseconds, as [`Num::us_to_ns`]
+    /// reads it; None where [`Cursor::number`] answers None.
+    pub fn us_to_ns(&mut self) -> Option<Result<i64, String>> {
+        let (n, decimal) = self.number_parts()?;
+        if let Some(d) = decimal
+            && d.frac_digits <= 3
+        {
+            // A decimal of at most three places below 2^50 ns is exactly
+            // its digits: the double read (one rounding) times 1000 (a
+            // second) is within a quarter of a nanosecond of it, so
+            // rounding gives the digits back; and a fraction of at least
+            // 0.001 never rounds to a whole number of microseconds there.
+            let ns = d
+                .significand
+                .checked_mul(POW10_INT[3 - d.frac_digits as usize])
+                .filter(|&ns| ns < 1 << 50);
+            if let Some(ns) = ns {
+                let ns = ns as i64;
+                return Some(Ok(if d.negative { -ns } else { ns }));
+            }
+        }
+        Some(n.us_to_ns())
+    }
+
+    /// [`Cursor::number`], and for a number with a fraction and no
+    /// exponent its digits (`significand` / 10^`frac_digits`).
+    fn number_parts(&mut self) -> Option<(Num, Option<Decimal>)> {
         self.skip_ws();
         let negative = self.bytes.get(self.pos) == Some(&b'-');
         if negative {
@@ -189,22 +264,29 @@ impl<'a> Cursor<'a> {
         let mut significand = int;
         let mut exponent: i32 = 0;
         let mut float = false;
+        let mut frac_digits = 0;
         if self.bytes.get(self.pos) == Some(&b'.') {
             self.pos += 1;
             let frac_at = self.pos;
-            while let Some(&b @ b'0'..=b'9') = self.bytes.get(self.pos) {
-                significand = significand
-                    .checked_mul(10)?
-                    .checked_add(u64::from(b - b'0'))?;
-                self.pos += 1;
-            }
-            let frac_digits = self.pos - frac_at;
-            if frac_digits == 0 {
+            let (frac, n, _) = self.digits();
+            if n == 0 {
                 return None;
             }
-            exponent -= frac_digits as i32;
+            if int_digits + n <= 19 {
+                // Fits: int * 10^n + frac < 10^19.
+                significand = int * POW10_INT[n] + frac;
+            } else {
+                for &b in &self.bytes[frac_at..self.pos] {
+                    significand = significand
+                        .checked_mul(10)?
+                        .checked_add(u64::from(b - b'0'))?;
+                }
+            }
+            frac_digits = n;
+            exponent -= n as i32;
             float = true;
         }
+        let mut decimal = float;
         if let Some(b'e' | b'E') = self.bytes.get(self.pos) {
             self.pos += 1;
             let minus = match self.bytes.get(self.pos) {
@@ -221,16 +303,20 @@ impl<'a> Cursor<'a> {
             }
             exponent += if minus { -(e as i32) } else { e as i32 };
             float = true;
+            decimal = false;
         }
         if !float {
-            return Some(if !negative {
-                Num::Uint(int)
-            } else if int == 0 || int > 1 << 63 {
-                // serde_json reads -0 and beyond i64 as doubles.
-                return None;
-            } else {
-                Num::Int((int as i64).wrapping_neg())
-            });
+            return Some((
+                if !negative {
+                    Num::Uint(int)
+                } else if int == 0 || int > 1 << 63 {
+                    // serde_json reads -0 and beyond i64 as doubles.
+                    return None;
+                } else {
+                    Num::Int((int as i64).wrapping_neg())
+                },
+                None,
+            ));
         }
         if significand >= 1 << 53 {
             return None;
@@ -238,7 +324,12 @@ impl<'a> Cursor<'a> {
         let pow = *POW10.get(exponent.unsigned_abs() as usize)?;
         let f = significand as f64;
         let f = if exponent >= 0 { f * pow } else { f / pow };
-        Some(Num::Float(if negative { -f } else { f }))
+        let decimal = decimal.then_some(Decimal {
+            significand,
+            frac_digits: frac_digits as u32,
+            negative,
+        });
+        Some((Num::Float(if negative { -f } else { f }), decimal))
     }
 
     /// Skips one value, checking its syntax; at most `depth` levels of

@@ -1,13 +1,15 @@
 //! The fast path of reading one event: the common shapes of events read
 //! straight from their bytes, strings borrowed, and their `args` encoded
-//! at once as the TrackEvent's debug annotations, with no `Value` built.
+//! at once as the TrackEvent's debug annotations, with no `Value` built
+//! (but for counter and metadata events, whose args are read as values:
+//! [`values`]).
 //!
 //! Invariant: an event is read here only when the result is exactly what
 //! [`super::event::parse_event`] and [`super::convert`] make of it (the
 //! same fields, the same annotation bytes: keys in sorted order, nulls
 //! dropped); anything else (an escape in a string, a duplicate key, a
-//! number whose value might round differently, `id2`, counter and metadata
-//! events whose args are read as values, a syntax error) answers None, and
+//! number whose value might round differently, `id2`, args of counter and
+//! metadata events that are not flat, a syntax error) answers None, and
 //! the caller reads the event the full way. So this path decides nothing
 //! on its own: it only skips allocations.
 
@@ -30,27 +32,56 @@ const STRING_VALUE: u8 = 0x32;
 const MAX_DEPTH: u32 = 32;
 
 /// The keys an event may hold once (a duplicate goes the full way), as
-/// a bit each.
-fn key_bit(key: &[u8]) -> Option<u32> {
-    Some(match key {
-        b"ph" => 0,
-        b"ts" => 1,
-        b"dur" => 2,
-        b"tts" => 3,
-        b"tdur" => 4,
-        b"pid" => 5,
-        b"tid" => 6,
-        b"id" => 7,
-        b"bind_id" => 8,
-        b"cat" => 9,
-        b"name" => 10,
-        b"flow_in" => 11,
-        b"flow_out" => 12,
-        b"s" => 13,
-        b"bp" => 14,
-        b"args" => 15,
+/// a bit each; the key is matched once, here.
+mod key {
+    pub const PH: u32 = 0;
+    pub const TS: u32 = 1;
+    pub const DUR: u32 = 2;
+    pub const TTS: u32 = 3;
+    pub const TDUR: u32 = 4;
+    pub const PID: u32 = 5;
+    pub const TID: u32 = 6;
+    pub const ID: u32 = 7;
+    pub const BIND_ID: u32 = 8;
+    pub const CAT: u32 = 9;
+    pub const NAME: u32 = 10;
+    pub const FLOW_IN: u32 = 11;
+    pub const FLOW_OUT: u32 = 12;
+    pub const S: u32 = 13;
+    pub const BP: u32 = 14;
+    pub const ARGS: u32 = 15;
+}
+
+fn key_bit(k: &[u8]) -> Option<u32> {
+    Some(match k {
+        b"ph" => key::PH,
+        b"ts" => key::TS,
+        b"dur" => key::DUR,
+        b"tts" => key::TTS,
+        b"tdur" => key::TDUR,
+        b"pid" => key::PID,
+        b"tid" => key::TID,
+        b"id" => key::ID,
+        b"bind_id" => key::BIND_ID,
+        b"cat" => key::CAT,
+        b"name" => key::NAME,
+        b"flow_in" => key::FLOW_IN,
+        b"flow_out" => key::FLOW_OUT,
+        b"s" => key::S,
+        b"bp" => key::BP,
+        b"args" => key::ARGS,
         _ => return None,
     })
+}
+
+/// Where the event's `name` and `cat` strings are: copied once the
+/// whole event is known to be UTF-8 (so it is checked once).
+#[derive(Default)]
+struct Strs {
+    name: Option<std::ops::Range<usize>>,
+    cat: Option<std::ops::Range<usize>>,
+    /// Where the args object starts (its `{`).
+    args: Option<usize>,
 }
 
 /// Buffers the fast path reuses from event to event (so reading an event
@@ -60,6 +91,8 @@ pub struct Scratch {
     /// Entries of the args objects being read, innermost last (a stack:
     /// each object's entries sit above its parent's).
     entries: Vec<Entry>,
+    /// An object's encoded entries while they are put in key order.
+    moved: Vec<u8>,
 }
 
 /// Reads the event object `bytes` start with into `e` (reset first, its
@@ -77,6 +110,7 @@ pub fn parse_fast(
     let mut c = Cursor::new(bytes);
     e.reset();
     let mut seen = 0u32;
+    let mut strs = Strs::default();
     c.expect(b'{')?;
     if !c.eat(b'}') {
         loop {
@@ -88,7 +122,7 @@ pub fn parse_fast(
                     return None;
                 }
                 seen |= 1 << i;
-                read_field(e, key, &mut c, args, scratch)?;
+                read_field(e, i, key, &mut c, args, scratch, &mut strs)?;
             } else if key == b"id2" {
                 return None;
             } else {
@@ -101,11 +135,21 @@ pub fn parse_fast(
             break;
         }
     }
-    if matches!(e.phase, b'C' | b'M') {
-        return None;
-    }
     // Every string of the event is valid UTF-8 (checked once here).
-    std::str::from_utf8(&bytes[..c.pos()]).ok()?;
+    let text = std::str::from_utf8(bytes.get(..c.pos())?).ok()?;
+    if matches!(e.phase, b'C' | b'M') {
+        // Their args are values; no annotations (as the full reading).
+        args.clear();
+        if let Some(at) = strs.args {
+            e.args = values::args_values(text, at)?;
+        }
+    }
+    if let Some(at) = strs.name {
+        e.name.push_str(text.get(at)?);
+    }
+    if let Some(at) = strs.cat {
+        e.cat.push_str(text.get(at)?);
+    }
     Some(c.pos())
 }
 
@@ -139,46 +183,51 @@ fn text(s: &[u8]) -> Option<String> {
     std::str::from_utf8(s).ok().map(str::to_owned)
 }
 
-/// A string's bytes into `to`, its buffer reused.
-fn text_into(s: &[u8], to: &mut String) -> Option<()> {
-    to.clear();
-    to.push_str(std::str::from_utf8(s).ok()?);
-    Some(())
-}
-
+/// Reads the value of field `bit` (its key `key`) into `e`.
 fn read_field(
     e: &mut JsonEvent,
+    bit: u32,
     key: &[u8],
     c: &mut Cursor<'_>,
     args: &mut Vec<u8>,
     scratch: &mut Scratch,
+    strs: &mut Strs,
 ) -> Option<()> {
-    match key {
-        b"args" => {
+    match bit {
+        key::ARGS => {
             if c.peek()? == b'{' {
-                encode_args(c, args, &mut scratch.entries)?;
+                strs.args = Some(c.pos());
+                if matches!(e.phase, b'C' | b'M') {
+                    // Read as values at the end (`values`).
+                    c.skip_value(MAX_DEPTH)?;
+                    return Some(());
+                }
+                encode_args(c, args, scratch)?;
             } else {
                 c.skip_value(MAX_DEPTH)?;
             }
             return Some(());
         }
-        b"ph" => {
+        key::PH => {
             e.phase = match scalar(c)? {
                 Scalar::Str(s) => s.first().copied().unwrap_or(0),
                 _ => 0,
             }
         }
-        b"ts" | b"dur" | b"tts" | b"tdur" => {
-            let ns = match scalar(c)? {
-                Scalar::Num(n) => n.us_to_ns(),
-                // A numeric string is read the full way.
-                Scalar::Str(_) => return None,
-                _ => Err("expected a number".to_string()),
+        key::TS | key::DUR | key::TTS | key::TDUR => {
+            let ns = match c.peek()? {
+                b'-' | b'0'..=b'9' => c.us_to_ns()?,
+                _ => match scalar(c)? {
+                    Scalar::Num(n) => n.us_to_ns(),
+                    // A numeric string is read the full way.
+                    Scalar::Str(_) => return None,
+                    _ => Err("expected a number".to_string()),
+                },
             };
-            match (key, ns) {
-                (b"ts", Ok(ns)) => e.ts = Some(ns),
-                (b"dur", Ok(ns)) => e.dur = Some(ns),
-                (b"tts", Ok(ns)) => e.tts = Some(ns),
+            match (bit, ns) {
+                (key::TS, Ok(ns)) => e.ts = Some(ns),
+                (key::DUR, Ok(ns)) => e.dur = Some(ns),
+                (key::TTS, Ok(ns)) => e.tts = Some(ns),
                 (_, Ok(ns)) => e.tdur = Some(ns),
                 // The first bad field is the one named (`event::note_bad`).
                 (_, Err(why)) => {
@@ -188,44 +237,47 @@ fn read_field(
                 }
             }
         }
-        b"pid" | b"tid" => {
+        key::PID | key::TID => {
             let ident = match scalar(c)? {
                 Scalar::Str(s) => Some(Ident::Str(text(s)?)),
                 Scalar::Num(n) => Some(Ident::Num(n.as_pid())),
                 _ => None,
             };
-            if key == b"pid" {
+            if bit == key::PID {
                 e.pid = ident;
             } else {
                 e.tid = ident;
             }
         }
-        b"id" | b"bind_id" => {
+        key::ID | key::BIND_ID => {
             let id = match scalar(c)? {
                 Scalar::Str(s) => Some(Id::Str(text(s)?)),
                 Scalar::Num(n) => n.as_id().map(Id::Int),
                 _ => None,
             };
-            if key == b"id" {
+            if bit == key::ID {
                 e.id = id;
             } else {
                 e.bind_id = id;
             }
         }
-        b"cat" | b"name" => {
-            let to = if key == b"cat" {
-                &mut e.cat
+        key::CAT | key::NAME => {
+            // Copied at the end (`Strs`); a non-string leaves it empty.
+            let at = if c.peek()? == b'"' {
+                Some(c.string_at()?)
             } else {
-                &mut e.name
+                scalar(c)?;
+                None
             };
-            match scalar(c)? {
-                Scalar::Str(s) => text_into(s, to)?,
-                _ => to.clear(),
+            if bit == key::CAT {
+                strs.cat = at;
+            } else {
+                strs.name = at;
             }
         }
-        b"flow_in" => e.flow_in = matches!(scalar(c)?, Scalar::Bool(true)),
-        b"flow_out" => e.flow_out = matches!(scalar(c)?, Scalar::Bool(true)),
-        b"s" => {
+        key::FLOW_IN => e.flow_in = matches!(scalar(c)?, Scalar::Bool(true)),
+        key::FLOW_OUT => e.flow_out = matches!(scalar(c)?, Scalar::Bool(true)),
+        key::S => {
             e.scope = match scalar(c)? {
                 Scalar::Str(b"p") => Some(Scope::Process),
                 Scalar::Str(b"t") => Some(Scope::Thread),
@@ -233,32 +285,74 @@ fn read_field(
                 _ => None,
             }
         }
-        b"bp" => e.bind_enclosing = matches!(scalar(c)?, Scalar::Str(b"e")),
+        key::BP => e.bind_enclosing = matches!(scalar(c)?, Scalar::Str(b"e")),
         _ => c.skip_value(MAX_DEPTH)?,
     }
     Some(())
 }
 
-/// One entry of an object: where its key and its value are.
+/// One entry of an object being encoded: its key, and where its field
+/// (tag, length, annotation) was written.
 #[derive(Clone)]
 struct Entry {
     key: std::ops::Range<usize>,
-    at: usize,
+    /// The key's first eight bytes, big-endian, zero-padded: orders most
+    /// keys without reading them (a key holds no zero byte: control
+    /// characters send a string the full way).
+    prefix: u64,
+    field: std::ops::Range<usize>,
 }
 
-/// Pushes the entries of the object at the cursor onto `stack`, sorted by
-/// key (as a `serde_json::Map` holds them): where they start; None on a
-/// duplicate key.
-fn entries(c: &mut Cursor<'_>, depth: u32, stack: &mut Vec<Entry>) -> Option<usize> {
-    let start = stack.len();
+fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// The order of two entries' keys (byte order, as a `serde_json::Map`
+/// holds them).
+fn key_order(c: &Cursor<'_>, a: &Entry, b: &Entry) -> std::cmp::Ordering {
+    a.prefix
+        .cmp(&b.prefix)
+        .then_with(|| c.slice(a.key.clone()).cmp(c.slice(b.key.clone())))
+}
+
+/// Buffers of one args object's encoding.
+struct Bufs<'s> {
+    /// Entries of the objects being read, innermost last.
+    stack: &'s mut Vec<Entry>,
+    /// A copy of an object's fields while they are put in key order.
+    moved: &'s mut Vec<u8>,
+}
+
+/// Encodes the object at the cursor as one `tag` field per entry (each
+/// an annotation named by its key), in the order of their keys; None on
+/// a duplicate key. The fields are written in the text's order, then
+/// moved into key order unless they already are (the common case).
+fn object(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<u8>,
+    tag: u8,
+    depth: u32,
+    bufs: &mut Bufs<'_>,
+) -> Option<()> {
+    let start = bufs.stack.len();
+    let body = out.len();
     c.expect(b'{')?;
     if !c.eat(b'}') {
         loop {
             let key = c.string_at()?;
             c.expect(b':')?;
             c.skip_ws();
-            stack.push(Entry { key, at: c.pos() });
-            c.skip_value(depth)?;
+            let at = out.len();
+            let name = c.slice(key.clone());
+            nested(out, tag, |buf| annotation(Some(name), c, buf, depth, bufs))?;
+            bufs.stack.push(Entry {
+                prefix: key_prefix(name),
+                key,
+                field: at..out.len(),
+            });
             if c.eat(b',') {
                 continue;
             }
@@ -266,32 +360,38 @@ fn entries(c: &mut Cursor<'_>, depth: u32, stack: &mut Vec<Entry>) -> Option<usi
             break;
         }
     }
-    let mine = stack.get_mut(start..)?;
-    // Unstable is enough: equal keys are refused below.
-    mine.sort_unstable_by(|a, b| c.slice(a.key.clone()).cmp(c.slice(b.key.clone())));
-    if mine
+    let mine = bufs.stack.get_mut(start..)?;
+    // Strictly ascending: sorted, and no duplicate key.
+    if !mine
         .windows(2)
-        .any(|w| c.slice(w[0].key.clone()) == c.slice(w[1].key.clone()))
+        .all(|w| key_order(c, &w[0], &w[1]) == std::cmp::Ordering::Less)
     {
-        return None;
+        // Unstable is enough: equal keys are refused below.
+        mine.sort_unstable_by(|x, y| key_order(c, x, y));
+        if mine
+            .windows(2)
+            .any(|w| key_order(c, &w[0], &w[1]) == std::cmp::Ordering::Equal)
+        {
+            return None;
+        }
+        bufs.moved.clear();
+        bufs.moved.extend_from_slice(out.get(body..)?);
+        out.truncate(body);
+        for e in mine.iter() {
+            out.extend_from_slice(bufs.moved.get(e.field.start - body..e.field.end - body)?);
+        }
     }
-    Some(start)
+    bufs.stack.truncate(start);
+    Some(())
 }
 
 /// The event's args object as TrackEvent debug annotations.
-fn encode_args(c: &mut Cursor<'_>, out: &mut Vec<u8>, stack: &mut Vec<Entry>) -> Option<()> {
-    // `entries` moves the cursor past the object.
-    let start = entries(c, MAX_DEPTH, stack)?;
-    for i in start..stack.len() {
-        let entry = stack.get(i)?.clone();
-        let mut v = c.at(entry.at);
-        let key = c.slice(entry.key);
-        nested(out, TRACK_EVENT_ANNOTATION, |buf| {
-            annotation(Some(key), &mut v, buf, MAX_DEPTH, stack)
-        })?;
-    }
-    stack.truncate(start);
-    Some(())
+fn encode_args(c: &mut Cursor<'_>, out: &mut Vec<u8>, scratch: &mut Scratch) -> Option<()> {
+    let mut bufs = Bufs {
+        stack: &mut scratch.entries,
+        moved: &mut scratch.moved,
+    };
+    object(c, out, TRACK_EVENT_ANNOTATION, MAX_DEPTH, &mut bufs)
 }
 
 /// Appends field `tag` holding what `body` writes; a null (body answers
@@ -343,7 +443,7 @@ fn annotation(
     c: &mut Cursor<'_>,
     out: &mut Vec<u8>,
     depth: u32,
-    stack: &mut Vec<Entry>,
+    bufs: &mut Bufs<'_>,
 ) -> Option<bool> {
     let depth = depth.checked_sub(1)?;
     if c.peek()? == b'n' {
@@ -354,26 +454,14 @@ fn annotation(
         put_bytes(out, NAME, n);
     }
     match c.peek()? {
-        b'{' => {
-            let start = entries(&mut c.clone(), depth, stack)?;
-            for i in start..stack.len() {
-                let entry = stack.get(i)?.clone();
-                let mut v = c.at(entry.at);
-                let key = c.slice(entry.key);
-                nested(out, DICT_ENTRY, |buf| {
-                    annotation(Some(key), &mut v, buf, depth, stack)
-                })?;
-            }
-            stack.truncate(start);
-            c.skip_value(depth + 1)?;
-        }
+        b'{' => object(c, out, DICT_ENTRY, depth, bufs)?,
         b'[' => {
             c.expect(b'[')?;
             if !c.eat(b']') {
                 loop {
                     c.skip_ws();
                     nested(out, ARRAY_VALUE, |buf| {
-                        annotation(None, c, buf, depth, stack)
+                        annotation(None, c, buf, depth, bufs)
                     })?;
                     if c.eat(b',') {
                         continue;
@@ -419,3 +507,4 @@ fn annotation(
 
 #[cfg(test)]
 mod tests;
+mod values;
