@@ -120,7 +120,10 @@ impl<'a> Cursor<'a> {
         self.bytes.get(range).unwrap_or_default()
     }
 
-    /// [`Cursor::string`] as where its bytes are.
+    /// [`Cursor::string`] as where its bytes are. Not inlined: inlined
+    /// into the fast path's callers (as other changes to the crate can
+    /// make the compiler do) it costs more instructions, not fewer.
+    #[inline(never)]
     pub fn string_at(&mut self) -> Option<std::ops::Range<usize>> {
         let s = self.string()?;
         let end = self.pos - 1;

@@ -8,12 +8,20 @@
 //! - At most `limit` bytes of packets are held (plus those of the event
 //!   that tipped it over); a release lets the earliest go until half is
 //!   left, so memory is the arena (`limit` and one small record header per
-//!   packet) and one 24-byte entry per packet. No allocation per packet: a
-//!   packet is encoded straight into the arena.
+//!   packet), one 24-byte entry per packet and a merge's scratch (at most
+//!   the kept entries, reused). No allocation per packet: a packet is
+//!   encoded straight into the arena.
 //! - The arena holds its records in the order they were made (appended;
 //!   a release moves the kept ones down in place, in their order), so a
 //!   record's offset is its place in that order: the tie-break of the sort,
-//!   which therefore needs no stable sort and no scratch memory.
+//!   which therefore needs no stable sort.
+//! - The first `sorted` entries are in release order (time, key, offset):
+//!   the kept ones of the last release, whose offsets a move down keeps in
+//!   their order. A release sorts only the entries held since and merges
+//!   the two runs (on equal time and key the kept one, made earlier, first).
+//! - A record's header has room for its entry's index, written only while
+//!   the kept records are moved down: the move walks the arena in order
+//!   and finds each record's length and entry by it, with no sort.
 //! - A release hands its packets out in pieces of at most `out_chunk`
 //!   bytes (and one packet): the caller's output buffer never holds half a
 //!   window. While a release is under way nothing new should be held (it
@@ -58,9 +66,10 @@ pub enum Mark {
 }
 
 /// One held packet: its order and where its record is in the arena. The
-/// record is a kind byte, for the complete events' kinds a link (the
-/// thread of a begin, the begin's number of an end, 8 bytes) and the
-/// begin's own number (4 bytes), then the packet's `len` bytes. A
+/// record is a kind byte, the entry's index (4 bytes, see the module's
+/// invariants), for the complete events' kinds a link (the thread of a
+/// begin, the begin's number of an end, 8 bytes) and the begin's own
+/// number (4 bytes), then the packet's `len` bytes. A
 /// [`Mark::CompleteBegin`]'s `dur` is read back from its key.
 #[derive(Clone, Copy)]
 struct Held {
@@ -73,8 +82,10 @@ struct Held {
 const KIND_PLAIN: u8 = 0;
 const KIND_BEGIN: u8 = 1;
 const KIND_END: u8 = 2;
+/// The record header of a plain packet: its kind and entry index.
+const PLAIN_HEADER: usize = 1 + 4;
 /// The record header of a complete event's begin or end.
-const LINKED_HEADER: usize = 1 + 8 + 4;
+const LINKED_HEADER: usize = PLAIN_HEADER + 8 + 4;
 
 // The entry's size is what the window's memory figure counts on.
 const _: () = assert!(std::mem::size_of::<Held>() == 24);
@@ -87,6 +98,11 @@ pub struct Window {
     /// Held packets: first those of the release under way (`next..cut`
     /// still to go, sorted), then the others, kept ones first.
     entries: Vec<Held>,
+    /// How many entries from the first (of those after a release under
+    /// way) are in release order.
+    sorted: usize,
+    /// The kept run's entries while they are merged with the new ones.
+    scratch: Vec<Held>,
     next: usize,
     cut: usize,
     arena: Vec<u8>,
@@ -109,6 +125,8 @@ impl Window {
             limit: limit.min(1 << 30),
             out_chunk: usize::MAX,
             entries: Vec::new(),
+            sorted: 0,
+            scratch: Vec::new(),
             next: 0,
             cut: 0,
             arena: Vec::new(),
@@ -140,7 +158,7 @@ impl Window {
         // A complete event's begin keeps its `dur` in its key.
         let key = match mark {
             Mark::Plain => {
-                self.arena.push(KIND_PLAIN);
+                self.arena.extend_from_slice(&[KIND_PLAIN, 0, 0, 0, 0]);
                 key
             }
             Mark::CompleteBegin { thread, dur } => {
@@ -166,7 +184,7 @@ impl Window {
     }
 
     fn push_linked(&mut self, kind: u8, link: u64) {
-        self.arena.push(kind);
+        self.arena.extend_from_slice(&[kind, 0, 0, 0, 0]);
         self.arena.extend_from_slice(&link.to_le_bytes());
         self.arena.extend_from_slice(&self.made.to_le_bytes());
     }
@@ -198,10 +216,10 @@ impl Window {
     /// Sorts what is held and marks the earliest for release until at most
     /// `keep` bytes are left.
     fn start_release(&mut self, keep: usize) {
-        // Offsets are in the order made: the sort is the stable one by
+        // Offsets are in the order made: the order is the stable one by
         // (time, key). Kept packets are one sorted run, the newer ones
         // nearly sorted.
-        self.entries.sort_unstable_by_key(|h| (h.ts, h.key, h.off));
+        self.sort_entries();
         let mut held = self.held;
         let mut cut = 0;
         for h in &self.entries {
@@ -215,6 +233,48 @@ impl Window {
         self.cut = cut;
         if cut == 0 {
             self.compact();
+        }
+    }
+
+    /// Sorts the entries held since the last release and merges them with
+    /// the kept run before them.
+    fn sort_entries(&mut self) {
+        let k = self.sorted.min(self.entries.len());
+        self.sorted = self.entries.len();
+        let (kept, new) = self.entries.split_at_mut(k);
+        new.sort_unstable_by_key(|h| (h.ts, h.key, h.off));
+        let Some(first) = new.first() else {
+            return;
+        };
+        // Kept entries at or before the first new one stay where they are
+        // (kept ones were made earlier: first on equal time and key).
+        let from = kept.partition_point(|h| (h.ts, h.key) <= (first.ts, first.key));
+        if from == k {
+            return;
+        }
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&self.entries[from..k]);
+        let (mut i, mut j, mut w) = (0, k, from);
+        while let (Some(a), Some(b)) = (self.scratch.get(i), self.entries.get(j)) {
+            let take = if (a.ts, a.key) <= (b.ts, b.key) {
+                i += 1;
+                *a
+            } else {
+                j += 1;
+                *b
+            };
+            // `w < j` always: the kept ones left are still in the scratch.
+            if let Some(slot) = self.entries.get_mut(w) {
+                *slot = take;
+            }
+            w += 1;
+        }
+        // What is left of the new run is already in place.
+        for &a in self.scratch.get(i..).unwrap_or_default() {
+            if let Some(slot) = self.entries.get_mut(w) {
+                *slot = a;
+            }
+            w += 1;
         }
     }
 
@@ -244,7 +304,7 @@ impl Window {
         let Some(&kind) = self.arena.get(off) else {
             return;
         };
-        let (link, seq, start) = match self.arena.get(off + 1..off + LINKED_HEADER) {
+        let (link, seq, start) = match self.arena.get(off + PLAIN_HEADER..off + LINKED_HEADER) {
             Some(head) if kind != KIND_PLAIN => {
                 let mut link = [0; 8];
                 let mut seq = [0; 4];
@@ -256,7 +316,7 @@ impl Window {
                     off + LINKED_HEADER,
                 )
             }
-            _ => (0, 0, off + 1),
+            _ => (0, 0, off + PLAIN_HEADER),
         };
         let Some(bytes) = self.arena.get(start..start + h.len as usize) else {
             return;
@@ -282,31 +342,54 @@ impl Window {
     }
 
     /// Drops the released entries and moves the kept records down to the
-    /// arena's start, in the order they were made.
+    /// arena's start, in the order they were made: the arena is walked in
+    /// order, each record's entry found by the index written in its header.
     fn compact(&mut self) {
-        self.entries.drain(..self.cut);
+        let cut = self.cut;
         self.next = 0;
         self.cut = 0;
-        if self.ended && self.entries.is_empty() {
+        if self.ended && self.entries.len() == cut {
             // The arena of a finished file is not needed again.
             self.arena = Vec::new();
             self.entries = Vec::new();
+            self.scratch = Vec::new();
+            self.sorted = 0;
             return;
         }
-        self.entries.sort_unstable_by_key(|h| h.off);
-        let mut to = 0;
-        for h in &mut self.entries {
-            let from = h.off as usize;
-            let header = match self.arena.get(from) {
-                Some(&KIND_PLAIN) | None => 1,
-                Some(_) => LINKED_HEADER,
+        if cut == 0 {
+            return;
+        }
+        for (i, h) in self.entries.iter().enumerate() {
+            let off = h.off as usize;
+            if let Some(slot) = self.arena.get_mut(off + 1..off + PLAIN_HEADER) {
+                slot.copy_from_slice(&(i as u32).to_le_bytes());
+            }
+        }
+        let (mut from, mut to) = (0, 0);
+        while let Some(head) = self.arena.get(from..from + PLAIN_HEADER) {
+            let header = match head[0] {
+                KIND_PLAIN => PLAIN_HEADER,
+                _ => LINKED_HEADER,
+            };
+            let mut index = [0; 4];
+            index.copy_from_slice(&head[1..]);
+            let index = u32::from_le_bytes(index) as usize;
+            let Some(h) = self.entries.get_mut(index) else {
+                // Cannot happen (every record has its entry); keep what
+                // was moved.
+                break;
             };
             let end = (from + header + h.len as usize).min(self.arena.len());
-            self.arena.copy_within(from..end, to);
-            h.off = to as u32;
-            to += end - from;
+            if index >= cut {
+                self.arena.copy_within(from..end, to);
+                h.off = to as u32;
+                to += end - from;
+            }
+            from = end;
         }
         self.arena.truncate(to);
+        self.entries.drain(..cut);
+        self.sorted = self.sorted.saturating_sub(cut);
     }
 }
 
