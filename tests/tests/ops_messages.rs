@@ -7,6 +7,7 @@
 //!   holder's pid, exit 75 within 2 s, the first one's output untouched;
 //! - binary output to a terminal (`script` gives one): refused with the fix;
 //! - a merge of a file that is not a trace: one line, no output file;
+//! - a broken JSON input: its byte offset, the good file beside it merged;
 //! - startup errors of the daemon: one line; `--metrics-listen` port 0
 //!   logs the port bound; `--check-config` checks directories and files
 //!   as the service user; `pki --group`.
@@ -228,6 +229,73 @@ fn a_merge_of_a_non_trace_says_so_once_and_writes_nothing() {
     let out = child.wait_with_output().expect("wait");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stderr(&out), "");
+}
+
+/// A broken Chrome JSON input names its byte offset and what was
+/// expected, whether its first event or a later one is broken; the good
+/// file beside it still merges (exit 65), and `--strict` writes nothing.
+#[test]
+fn broken_json_names_its_byte_offset_and_the_good_file_still_merges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let event = |ts: &str| format!(r#"{{"name":"a","ph":"X","ts":{ts},"dur":2,"pid":1,"tid":1}}"#);
+    let head = r#"{"traceEvents":["#;
+    // The `x` after `1` is the first byte that cannot be read.
+    let first = format!("{head}{}]}}", event("1x"));
+    let later = format!("{head}{},{}]}}", event("1"), event("1x"));
+    std::fs::write(d.join("first.json"), &first).expect("write");
+    std::fs::write(d.join("later.json"), &later).expect("write");
+    std::fs::write(d.join("good.json"), format!("{head}{}]}}", event("5"))).expect("write");
+    let tracesync = |args: &[&str]| {
+        Command::new(bin("tracesync"))
+            .args(args)
+            .current_dir(d)
+            .output()
+            .expect("tracesync")
+    };
+    for (name, text, rest) in [
+        (
+            "first.json",
+            &first,
+            "nothing of this input is merged, fix the JSON or remove the input",
+        ),
+        (
+            "later.json",
+            &later,
+            "the events before it are merged, the rest of this input is skipped",
+        ),
+    ] {
+        let at = text.find("1x").expect("the broken ts") + 1;
+        let line = format!(
+            "tracesync: {name}: byte offset {at}: bad JSON in an event: expected `,` or `}}`; {rest}\n"
+        );
+        let out = tracesync(&["merge", "-o", "out.pftrace", name, "good.json"]);
+        eprintln!(
+            "ops-messages: {name}: exit {:?}: {}",
+            out.status.code(),
+            stderr(&out).trim_end()
+        );
+        assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
+        assert!(stderr(&out).contains(&line), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out).matches("byte offset").count(),
+            1,
+            "{}",
+            stderr(&out)
+        );
+        let merged = std::fs::metadata(d.join("out.pftrace")).expect("the good file merged");
+        assert!(merged.len() > 0);
+        std::fs::remove_file(d.join("out.pftrace")).expect("remove");
+
+        let out = tracesync(&["merge", "--strict", "-o", "s.pftrace", name, "good.json"]);
+        assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("{name}: byte offset {at}: ")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!d.join("s.pftrace").exists());
+    }
 }
 
 #[test]

@@ -344,15 +344,24 @@ fn read_fault(source: &InputSource, scan: &FileScan, e: FileReadError) -> InputF
 
 impl FileScan {
     /// An input that cannot be opened or read from its start: one fatal
-    /// fault saying so, nothing else.
+    /// fault saying so, nothing else. A JSON input whose first event is
+    /// already broken says where, as a later broken event does.
     pub fn cannot_read(source: &InputSource, e: &std::io::Error) -> Self {
+        let (offset, message) = match json_error_of(e) {
+            Some(j) => (
+                j.offset(),
+                format!("{j}; nothing of this input is merged, fix the JSON or remove the input"),
+            ),
+            None => (
+                None,
+                format!("cannot read: {e}; check that it is readable, or remove the input"),
+            ),
+        };
         Self {
             faults: vec![InputFault {
                 display: source.display.clone(),
-                offset: None,
-                message: format!(
-                    "cannot read: {e}; check that it is readable, or remove the input"
-                ),
+                offset,
+                message,
                 fatal: true,
             }],
             ..Self::default()
