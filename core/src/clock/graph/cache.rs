@@ -31,6 +31,11 @@ pub(super) struct ConversionCache {
     /// this spares them the clock index's hash lookup (SipHash: 11% of a
     /// small-packet merge's instructions).
     pub identity: (u64, u128, Option<u32>),
+    /// The last source clock found unknown: (generation, packed clock). A
+    /// merge asks the live graph about a file's private clock for every
+    /// packet before it has (or ever gets) a snapshot; this spares each ask
+    /// the clock index's hash lookup.
+    pub unknown_source: (u64, u128),
     generation: u64,
     next_slot: usize,
 }
@@ -40,6 +45,7 @@ impl Default for ConversionCache {
         Self {
             entries: [CacheEntry::default(); SLOTS],
             identity: (0, 0, None),
+            unknown_source: (0, 0),
             generation: 1,
             next_slot: 0,
         }

@@ -47,6 +47,12 @@ impl ClockGraph {
             return self.identity(src, value);
         }
         let (src_key, dst_key) = (pack(src), pack(dst));
+        if self.cache.unknown_source == (self.cache.generation(), src_key) {
+            // What the slow path would find again (known clocks change
+            // only with a snapshot, which moves the generation).
+            self.stats.clock_sync_cache_miss += 1;
+            return Err(ConvertError::UnknownSourceClock(src));
+        }
         let tag = self.cache.tag(restricted);
         // ToNs runs at most once, as soon as some entry for (src, dst) exists.
         let mut ns = None;
@@ -119,9 +125,10 @@ impl ClockGraph {
         ns: Option<i64>,
     ) -> Result<i64, ConvertError> {
         self.stats.clock_sync_cache_miss += 1;
-        let src_idx = self
-            .known_idx(src)
-            .ok_or(ConvertError::UnknownSourceClock(src))?;
+        let Some(src_idx) = self.known_idx(src) else {
+            self.cache.unknown_source = (self.cache.generation(), pack(src));
+            return Err(ConvertError::UnknownSourceClock(src));
+        };
         let dst_idx = self
             .known_idx(dst)
             .ok_or(ConvertError::UnknownTargetClock(dst))?;

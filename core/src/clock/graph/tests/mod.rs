@@ -518,3 +518,29 @@ fn identity_follows_the_clock_becoming_known() {
     assert_eq!(g.convert(other, 7, other), Ok(7));
     assert_eq!(g.convert(us, 8, us), Ok(8000));
 }
+
+/// A source clock found unknown stays unknown only until a snapshot names
+/// it: the memo of the last unknown source must not outlive the snapshot,
+/// and each ask still counts as a miss.
+#[test]
+fn unknown_source_memo_ends_with_the_snapshot_that_names_it() {
+    let mut g = ClockGraph::new();
+    let private = global(64);
+    snap(&mut g, &[(MONO, 10), (BT, 20)]);
+    for _ in 0..3 {
+        assert_eq!(
+            g.convert(private, 5, BT),
+            Err(ConvertError::UnknownSourceClock(private))
+        );
+    }
+    assert_eq!(g.stats().clock_sync_cache_miss, 3);
+    // Another unknown source replaces the memo; the first is found again.
+    let other = global(65);
+    assert_eq!(
+        g.convert(other, 5, BT),
+        Err(ConvertError::UnknownSourceClock(other))
+    );
+    snap(&mut g, &[(private, 100), (BT, 1000)]);
+    assert_eq!(g.convert(private, 105, BT), Ok(1005));
+    assert_eq!(g.convert(private, 105, MONO), Ok(995));
+}
