@@ -25,7 +25,7 @@ use super::remote::{
     MachineDefaults, SERVICE_EVENT_FIELD, default_from_snapshot, rounds_of, sync_edges,
 };
 use super::stats::MergeStats;
-use super::systrace::encode::{is_ftrace_packet, set_event_ts};
+use super::systrace::encode::{is_ftrace_packet, is_ftrace_parts, set_event_ts};
 use tracesync_core::clock::timeline::{Timeline, Unplaced};
 use tracesync_core::clock::{ClockGraph, ClockNode, ConvertError, EdgeOrigin, SnapshotClock};
 
@@ -69,6 +69,29 @@ struct CachedSuffix {
     machine_id: u32,
     appended_clock: Option<u32>,
     suffix: StampSuffix,
+}
+
+impl SequenceState {
+    /// The fields `stamp` appends to a packet of this sequence: the last
+    /// ones unless its machine id or appended clock changed.
+    fn suffix(&mut self, stamp: &Stamp, has_clock_id: bool) -> &StampSuffix {
+        let appended_clock = stamp.default_timestamp_clock_id.filter(|_| !has_clock_id);
+        let machine_id = stamp.machine_id.unwrap_or(0);
+        let cached = &mut self.suffixes[usize::from(has_clock_id)];
+        if cached
+            .as_ref()
+            .is_some_and(|c| c.machine_id != machine_id || c.appended_clock != appended_clock)
+        {
+            *cached = None;
+        }
+        &cached
+            .get_or_insert_with(|| CachedSuffix {
+                machine_id,
+                appended_clock,
+                suffix: StampSuffix::new(stamp, has_clock_id),
+            })
+            .suffix
+    }
 }
 
 /// Each of an input's sequences by its number in the input
@@ -220,43 +243,35 @@ impl<'a> InputStream<'a> {
                         default_timestamp_clock_id: Some(clock),
                         ..stamp
                     };
-                    self.split = None;
-                    self.body.clear();
-                    if stamp_by_layout(bytes, &fields.stamp_layout, &stamp, &mut self.body).is_err()
-                    {
-                        ctx.stats.packets_malformed += 1;
-                        continue;
-                    }
-                    put_varint_field(&mut self.body, field::TIMESTAMP, ts);
-                    if is_ftrace_packet(&self.body) {
-                        set_event_ts(&mut self.body, ftrace_event_time(ctx.timeline, clock, ts));
+                    let layout = &fields.stamp_layout;
+                    // As other packets: a prefix and a tail, the time last.
+                    // An ftrace event's own time is rewritten: copied.
+                    let suffix = sequence.suffix(&stamp, layout.has_clock_id);
+                    let tail = &mut self.tail;
+                    self.split = stamp_split_with_suffix_into(bytes, layout, &stamp, suffix, tail)
+                        .filter(|_| tail.push_varint_field(field::TIMESTAMP, ts))
+                        .filter(|&n| !is_ftrace_parts(&bytes[..n], tail.as_slice()));
+                    if self.split.is_none() {
+                        self.body.clear();
+                        if stamp_by_layout(bytes, layout, &stamp, &mut self.body).is_err() {
+                            ctx.stats.packets_malformed += 1;
+                            continue;
+                        }
+                        put_varint_field(&mut self.body, field::TIMESTAMP, ts);
+                        if is_ftrace_packet(&self.body) {
+                            let at = ftrace_event_time(ctx.timeline, clock, ts);
+                            set_event_ts(&mut self.body, at);
+                        }
                     }
                     self.head = Some(head);
                     return;
                 }
                 // Most packets keep a prefix of their bytes: written from
-                // the feed's batch, not copied here. The fields the stamp
-                // appends are the sequence's last ones unless its machine
-                // id or appended clock changed.
+                // the feed's batch, not copied here.
                 let layout = &fields.stamp_layout;
-                let appended_clock = stamp
-                    .default_timestamp_clock_id
-                    .filter(|_| !layout.has_clock_id);
-                let machine_id = stamp.machine_id.unwrap_or(0);
-                let cached = &mut sequence.suffixes[usize::from(layout.has_clock_id)];
-                let fresh = cached.as_ref().is_some_and(|c| {
-                    c.machine_id == machine_id && c.appended_clock == appended_clock
-                });
-                if !fresh {
-                    *cached = Some(CachedSuffix {
-                        machine_id,
-                        appended_clock,
-                        suffix: StampSuffix::new(&stamp, layout.has_clock_id),
-                    });
-                }
-                self.split = cached.as_ref().and_then(|c| {
-                    stamp_split_with_suffix_into(bytes, layout, &stamp, &c.suffix, &mut self.tail)
-                });
+                let suffix = sequence.suffix(&stamp, layout.has_clock_id);
+                self.split =
+                    stamp_split_with_suffix_into(bytes, layout, &stamp, suffix, &mut self.tail);
                 if self.split.is_none() {
                     self.body.clear();
                     if stamp_by_layout(bytes, layout, &stamp, &mut self.body).is_err() {

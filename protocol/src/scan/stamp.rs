@@ -100,13 +100,26 @@ pub const STAMP_SUFFIX_MAX: usize = 20;
 /// field into the tail (a producer's sequence_flags after its sequence id).
 pub const STAMP_MOVED_MAX: usize = 12;
 
+/// Room a tail keeps after the stamp's fields for one more varint field
+/// with a 1-byte tag (a converted packet's timestamp).
+pub const STAMP_EXTRA_MAX: usize = 11;
+
 /// Bytes that follow a packet's kept prefix once stamped, held inline (no
 /// allocation): kept bytes from after a replaced field, then the fields
-/// the stamp appends.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// the stamp appends, then at most one field pushed by the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StampTail {
-    buf: [u8; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX],
+    buf: [u8; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX + STAMP_EXTRA_MAX],
     len: u8,
+}
+
+impl Default for StampTail {
+    fn default() -> Self {
+        Self {
+            buf: [0; STAMP_MOVED_MAX + STAMP_SUFFIX_MAX + STAMP_EXTRA_MAX],
+            len: 0,
+        }
+    }
 }
 
 impl StampTail {
@@ -136,6 +149,29 @@ impl StampTail {
 
     pub fn as_slice(&self) -> &[u8] {
         &self.buf[..usize::from(self.len)]
+    }
+
+    /// Appends a varint field with a 1-byte tag (field numbers 1 to 15);
+    /// false, the tail unchanged, for another field number or where it
+    /// does not fit.
+    pub fn push_varint_field(&mut self, field: u32, mut v: u64) -> bool {
+        let at = usize::from(self.len);
+        let Some(room) = self.buf.get_mut(at..at + STAMP_EXTRA_MAX) else {
+            return false;
+        };
+        if !(1..16).contains(&field) {
+            return false;
+        }
+        room[0] = (field << 3) as u8;
+        let mut n = 1;
+        while v >= 0x80 {
+            room[n] = (v as u8) | 0x80;
+            n += 1;
+            v >>= 7;
+        }
+        room[n] = v as u8;
+        self.len += n as u8 + 1;
+        true
     }
 }
 

@@ -391,6 +391,39 @@ fn split_with_a_prebuilt_suffix_is_stamp_split() {
     assert!(split > 20, "{split}");
 }
 
+/// A field pushed after a split stamp's tail reads as if appended to the
+/// stamped packet: the split and the copy give the same bytes.
+#[test]
+fn a_field_pushed_on_a_tail_is_the_field_appended_to_the_copy() {
+    let stamp = Stamp {
+        machine_id: Some(3),
+        trusted_packet_sequence_id: Some(9),
+        default_timestamp_clock_id: Some(64),
+        strip_trusted: false,
+    };
+    for p in split_cases() {
+        let fields = scan_packet(&p).unwrap();
+        let layout = &fields.stamp_layout;
+        let suffix = StampSuffix::new(&stamp, layout.has_clock_id);
+        for ts in [0, 1, 127, 128, u64::from(u32::MAX), u64::MAX] {
+            let mut tail = StampTail::default();
+            let Some(head) = stamp_split_with_suffix_into(&p, layout, &stamp, &suffix, &mut tail)
+            else {
+                continue;
+            };
+            assert!(tail.push_varint_field(field::TIMESTAMP, ts));
+            let mut copy = Vec::new();
+            stamp_by_layout(&p, layout, &stamp, &mut copy).unwrap();
+            wire::put_varint_field(&mut copy, field::TIMESTAMP, ts);
+            assert_eq!([&p[..head], tail.as_slice()].concat(), copy, "{p:?} {ts}");
+            // One field only: a second may not fit, and 2-byte tags never do.
+            let mut other = StampTail::default();
+            assert!(!other.push_varint_field(16, 1));
+            assert!(!other.push_varint_field(0, 1));
+        }
+    }
+}
+
 /// Records what a walk reports: each field's number, its span and, for a
 /// varint whose value it asked for, the value.
 #[derive(Default)]

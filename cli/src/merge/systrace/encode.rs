@@ -100,6 +100,15 @@ pub fn is_ftrace_packet(packet: &[u8]) -> bool {
         && packet[8] == 0x08
 }
 
+/// [`is_ftrace_packet`] of the packet `head` then `tail`, not joined.
+pub fn is_ftrace_parts(head: &[u8], tail: &[u8]) -> bool {
+    let byte = |i: usize| head.get(i).or_else(|| tail.get(i - head.len())).copied();
+    head.len() + tail.len() > EVENT_TS_OFFSET + EVENT_TS_LEN
+        && byte(0) == Some(0x0a)
+        && byte(4) == Some(0x12)
+        && byte(8) == Some(0x08)
+}
+
 /// Overwrites the event timestamp of a packet laid out as [`line_packet`]
 /// makes it; false (nothing written) if it is not.
 pub fn set_event_ts(packet: &mut [u8], ts: u64) -> bool {

@@ -3,7 +3,9 @@ use std::io::Read;
 use prost::Message;
 use tracesync_protocol::perfetto::Trace;
 
-use super::encode::{EVENT_TS_LEN, EVENT_TS_OFFSET, set_event_ts};
+use super::encode::{
+    EVENT_TS_LEN, EVENT_TS_OFFSET, is_ftrace_packet, is_ftrace_parts, set_event_ts,
+};
 use super::line::{Line, parse_line, raw_prev_state};
 use super::{SystraceReader, looks_like_systrace};
 use crate::merge::conversion_stats::JsonStats;
@@ -105,6 +107,17 @@ fn the_event_timestamp_is_rewritten_in_place() {
         v |= u64::from(b & 0x7f) << (7 * i);
     }
     assert_eq!(v, 42);
+    // Cut anywhere, the two parts are judged as the whole packet is.
+    for cut in 0..=packet.len() {
+        let (head, tail) = packet.split_at(cut);
+        assert!(is_ftrace_parts(head, tail), "{cut}");
+        let short = &packet[..EVENT_TS_OFFSET + EVENT_TS_LEN];
+        let (head, tail) = short.split_at(cut.min(short.len()));
+        assert!(!is_ftrace_parts(head, tail) && !is_ftrace_packet(short));
+    }
+    let mut other = packet.clone();
+    other[4] = 0x1a;
+    assert!(!is_ftrace_parts(&other[..3], &other[3..]));
 }
 
 /// The timestamps and stats of converting `text`.
