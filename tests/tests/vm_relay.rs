@@ -182,6 +182,8 @@ fn run_script(arch: &str, args: &[&str]) -> Option<Last> {
         .arg(&script)
         .args(args)
         .env("VM_RELAY_PINGS", PINGS.to_string())
+        // Built from nothing on every run: the lighter release profile.
+        .env("VM_RELAY_PROFILE", "guest")
         .current_dir(tp::repo_root())
         .output()
         .expect("run scripts/vm-relay.sh");
