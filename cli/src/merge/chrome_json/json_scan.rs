@@ -84,6 +84,18 @@ const POW10_INT: [u64; 20] = [
     10_000_000_000_000_000_000,
 ];
 
+/// The bytes that end a string's plain run: its closing quote, a
+/// backslash, a control character, and (to be noted) any above 0x7f.
+const STRING_STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = b == b'"' as usize || b == b'\\' as usize || b < 0x20 || b > 0x7f;
+        b += 1;
+    }
+    t
+};
+
 /// A number written with a fraction and no exponent, as its digits.
 #[derive(Clone, Copy)]
 struct Decimal {
@@ -96,11 +108,24 @@ struct Decimal {
 pub struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// A string read held a byte above 0x7f: the text must be checked
+    /// as UTF-8 ([`Cursor::ascii`]).
+    non_ascii: bool,
 }
 
 impl<'a> Cursor<'a> {
     pub fn new(bytes: &'a [u8]) -> Self {
-        Self { bytes, pos: 0 }
+        Self {
+            bytes,
+            pos: 0,
+            non_ascii: false,
+        }
+    }
+
+    /// Every string read so far is ASCII. Outside strings the cursor
+    /// reads nothing but ASCII, so then the bytes read are valid UTF-8.
+    pub fn ascii(&self) -> bool {
+        !self.non_ascii
     }
 
     pub fn pos(&self) -> usize {
@@ -112,6 +137,7 @@ impl<'a> Cursor<'a> {
         Self {
             bytes: self.bytes,
             pos,
+            non_ascii: self.non_ascii,
         }
     }
 
@@ -157,19 +183,27 @@ impl<'a> Cursor<'a> {
     }
 
     /// The bytes of a string without escapes or control characters (not
-    /// checked as UTF-8 here: the caller checks the whole event once).
+    /// checked as UTF-8 here: a byte above 0x7f is noted, and the caller
+    /// checks the text then, [`Cursor::ascii`]).
     pub fn string(&mut self) -> Option<&'a [u8]> {
         self.expect(b'"')?;
         let start = self.pos;
-        let rest = &self.bytes[start..];
-        let len = rest
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-        if rest[len] != b'"' {
+        let rest = self.bytes.get(start..)?;
+        // One table look-up a byte; after a byte above 0x7f (noted) the
+        // rest is scanned without looking for more.
+        let mut len = rest.iter().position(|&b| STRING_STOP[usize::from(b)])?;
+        if rest.get(len).is_some_and(|&b| b > 0x7f) {
+            self.non_ascii = true;
+            len += rest
+                .get(len..)?
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        }
+        if rest.get(len) != Some(&b'"') {
             return None;
         }
         self.pos = start + len + 1;
-        Some(&rest[..len])
+        rest.get(..len)
     }
 
     pub fn boolean(&mut self) -> Option<bool> {
@@ -373,6 +407,30 @@ impl<'a> Cursor<'a> {
                 }
             }
             _ => self.number().map(drop),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A byte above 0x7f anywhere in a string is noted; the string's end
+    /// is found as without it.
+    #[test]
+    fn strings_note_non_ascii() {
+        for (text, want, ascii) in [
+            (&b"\"ab\"x"[..], Some(&b"ab"[..]), true),
+            (b"\"\xc3\xa9\"", Some(b"\xc3\xa9"), false),
+            (b"\"a\xff\"", Some(b"a\xff"), false),
+            (b"\"\xff\\n\"", None, false),
+            (b"\"\xff\x01\"", None, false),
+            (b"\"\xff", None, false),
+            (b"\"a\\n\"", None, true),
+        ] {
+            let mut c = Cursor::new(text);
+            assert_eq!(c.string(), want, "{text:?}");
+            assert_eq!(c.ascii(), ascii, "{text:?}");
         }
     }
 }

@@ -135,20 +135,24 @@ pub fn parse_fast(
             break;
         }
     }
-    // Every string of the event is valid UTF-8 (checked once here).
-    let text = std::str::from_utf8(bytes.get(..c.pos())?).ok()?;
+    // Every string of the event is valid UTF-8: checked here, once, when
+    // one holds a byte above 0x7f (else the event is ASCII).
+    let event = bytes.get(..c.pos())?;
+    if !c.ascii() {
+        std::str::from_utf8(event).ok()?;
+    }
     if matches!(e.phase, b'C' | b'M') {
         // Their args are values; no annotations (as the full reading).
         args.clear();
         if let Some(at) = strs.args {
-            e.args = values::args_values(text, at)?;
+            e.args = values::args_values(std::str::from_utf8(event).ok()?, at)?;
         }
     }
     if let Some(at) = strs.name {
-        e.name.push_str(text.get(at)?);
+        e.name.push_str(std::str::from_utf8(c.slice(at)).ok()?);
     }
     if let Some(at) = strs.cat {
-        e.cat.push_str(text.get(at)?);
+        e.cat.push_str(std::str::from_utf8(c.slice(at)).ok()?);
     }
     Some(c.pos())
 }
