@@ -257,6 +257,28 @@ impl<'a> Cursor<'a> {
     /// it is a digit string below 2^53 scaled by at most 10^22 (a single
     /// correctly rounded operation, whichever way serde_json computes).
     pub fn number(&mut self) -> Option<Num> {
+        // Most numbers are small non-negative integers: read here, with
+        // nothing to carry out; the rest by `number_parts`.
+        self.skip_ws();
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
+        let (mut v, mut n) = (0u64, 0);
+        for &b in rest.iter().take(19) {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            v = v * 10 + u64::from(d);
+            n += 1;
+        }
+        // Ends here (no twentieth digit, no fraction or exponent), and no
+        // leading zero: exactly `number_parts`'s integer.
+        if n > 0
+            && (n == 1 || rest.first() != Some(&b'0'))
+            && !matches!(rest.get(n), Some(b'0'..=b'9' | b'.' | b'e' | b'E'))
+        {
+            self.pos += n;
+            return Some(Num::Uint(v));
+        }
         self.number_parts().map(|(n, _)| n)
     }
 
@@ -414,6 +436,44 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The integer shortcut of [`Cursor::number`] reads what
+    /// `number_parts` reads, and stops where it stops.
+    #[test]
+    fn number_is_number_parts() {
+        for text in [
+            "0",
+            "7",
+            "01",
+            "00",
+            "0,",
+            "12}",
+            "-3",
+            "5.",
+            "5.25",
+            "1e3",
+            "2E2",
+            "9]",
+            "1234567890123456789",
+            "9999999999999999999",
+            "12345678901234567890",
+            "18446744073709551615",
+            "18446744073709551616",
+            "123456789012345678901",
+            "",
+            "x",
+            "4 ",
+        ] {
+            let mut fast = Cursor::new(text.as_bytes());
+            let mut full = Cursor::new(text.as_bytes());
+            let got = fast.number();
+            let want = full.number_parts().map(|(n, _)| n);
+            assert_eq!(got, want, "{text}");
+            if got.is_some() {
+                assert_eq!(fast.pos(), full.pos(), "{text}");
+            }
+        }
+    }
 
     /// A byte above 0x7f anywhere in a string is noted; the string's end
     /// is found as without it.
