@@ -156,7 +156,19 @@ impl<'a> Cursor<'a> {
         Some(end - s.len()..end)
     }
 
+    #[inline(always)]
     pub fn skip_ws(&mut self) {
+        // Most events are written without whitespace: one test then.
+        if let Some(&b) = self.bytes.get(self.pos)
+            && b > b' '
+        {
+            return;
+        }
+        self.skip_ws_run();
+    }
+
+    #[inline(never)]
+    fn skip_ws_run(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.bytes.get(self.pos) {
             self.pos += 1;
         }
@@ -186,8 +198,17 @@ impl<'a> Cursor<'a> {
     /// checked as UTF-8 here: a byte above 0x7f is noted, and the caller
     /// checks the text then, [`Cursor::ascii`]).
     pub fn string(&mut self) -> Option<&'a [u8]> {
-        self.expect(b'"')?;
-        let start = self.pos;
+        self.skip_ws();
+        self.string_here()
+    }
+
+    /// [`Cursor::string`] with no whitespace before it (as after a
+    /// [`Cursor::peek`]).
+    pub fn string_here(&mut self) -> Option<&'a [u8]> {
+        if self.bytes.get(self.pos) != Some(&b'"') {
+            return None;
+        }
+        let start = self.pos + 1;
         let rest = self.bytes.get(start..)?;
         // One table look-up a byte; after a byte above 0x7f (noted) the
         // rest is scanned without looking for more.
@@ -257,9 +278,15 @@ impl<'a> Cursor<'a> {
     /// it is a digit string below 2^53 scaled by at most 10^22 (a single
     /// correctly rounded operation, whichever way serde_json computes).
     pub fn number(&mut self) -> Option<Num> {
+        self.skip_ws();
+        self.number_here()
+    }
+
+    /// [`Cursor::number`] with no whitespace before it (as after a
+    /// [`Cursor::peek`]).
+    pub fn number_here(&mut self) -> Option<Num> {
         // Most numbers are small non-negative integers: read here, with
         // nothing to carry out; the rest by `number_parts`.
-        self.skip_ws();
         let rest = self.bytes.get(self.pos..).unwrap_or_default();
         let (mut v, mut n) = (0u64, 0);
         for &b in rest.iter().take(19) {

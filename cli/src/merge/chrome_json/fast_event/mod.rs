@@ -168,7 +168,7 @@ enum Scalar<'a> {
 
 fn scalar<'a>(c: &mut Cursor<'a>) -> Option<Scalar<'a>> {
     Some(match c.peek()? {
-        b'"' => Scalar::Str(c.string()?),
+        b'"' => Scalar::Str(c.string_here()?),
         b't' | b'f' => Scalar::Bool(c.boolean()?),
         b'n' => {
             c.null()?;
@@ -178,7 +178,7 @@ fn scalar<'a>(c: &mut Cursor<'a>) -> Option<Scalar<'a>> {
             c.skip_value(MAX_DEPTH)?;
             Scalar::Other
         }
-        _ => Scalar::Num(c.number()?),
+        _ => Scalar::Num(c.number_here()?),
     })
 }
 
@@ -348,7 +348,6 @@ fn object(
         loop {
             let key = c.string_at()?;
             c.expect(b':')?;
-            c.skip_ws();
             let at = out.len();
             let name = c.slice(key.clone());
             nested(out, tag, |buf| annotation(Some(name), c, buf, depth, bufs))?;
@@ -450,20 +449,20 @@ fn annotation(
     bufs: &mut Bufs<'_>,
 ) -> Option<bool> {
     let depth = depth.checked_sub(1)?;
-    if c.peek()? == b'n' {
+    let first = c.peek()?;
+    if first == b'n' {
         c.null()?;
         return Some(false);
     }
     if let Some(n) = name {
         put_bytes(out, NAME, n);
     }
-    match c.peek()? {
+    match first {
         b'{' => object(c, out, DICT_ENTRY, depth, bufs)?,
         b'[' => {
             c.expect(b'[')?;
             if !c.eat(b']') {
                 loop {
-                    c.skip_ws();
                     nested(out, ARRAY_VALUE, |buf| {
                         annotation(None, c, buf, depth, bufs)
                     })?;
@@ -476,7 +475,7 @@ fn annotation(
             }
         }
         b'"' => {
-            let s = c.string()?;
+            let s = c.string_here()?;
             put_bytes(out, STRING_VALUE, s);
         }
         b't' | b'f' => {
@@ -485,7 +484,7 @@ fn annotation(
             out.push(u8::from(b));
         }
         _ => {
-            let n = c.number()?;
+            let n = c.number_here()?;
             match n {
                 Num::Int(i) => {
                     out.push(INT_VALUE);
