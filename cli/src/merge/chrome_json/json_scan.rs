@@ -96,6 +96,21 @@ const STRING_STOP: [bool; 256] = {
     t
 };
 
+/// The run of at most `max` (at most 19) ASCII digits `rest` starts
+/// with: its value and length.
+fn digit_run(rest: &[u8], max: usize) -> (u64, usize) {
+    let (mut v, mut n) = (0u64, 0);
+    for &b in rest.iter().take(max) {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        v = v * 10 + u64::from(d);
+        n += 1;
+    }
+    (v, n)
+}
+
 /// A number written with a fraction and no exponent, as its digits.
 #[derive(Clone, Copy)]
 struct Decimal {
@@ -288,15 +303,7 @@ impl<'a> Cursor<'a> {
         // Most numbers are small non-negative integers: read here, with
         // nothing to carry out; the rest by `number_parts`.
         let rest = self.bytes.get(self.pos..).unwrap_or_default();
-        let (mut v, mut n) = (0u64, 0);
-        for &b in rest.iter().take(19) {
-            let d = b.wrapping_sub(b'0');
-            if d > 9 {
-                break;
-            }
-            v = v * 10 + u64::from(d);
-            n += 1;
-        }
+        let (v, n) = digit_run(rest, 19);
         // Ends here (no twentieth digit, no fraction or exponent), and no
         // leading zero: exactly `number_parts`'s integer.
         if n > 0
@@ -312,6 +319,14 @@ impl<'a> Cursor<'a> {
     /// A number of microseconds as nanoseconds, as [`Num::us_to_ns`]
     /// reads it; None where [`Cursor::number`] answers None.
     pub fn us_to_ns(&mut self) -> Option<Result<i64, String>> {
+        if let Some(ns) = self.plain_us_to_ns() {
+            return Some(ns);
+        }
+        self.us_to_ns_parts()
+    }
+
+    /// [`Cursor::us_to_ns`] through `number_parts`.
+    fn us_to_ns_parts(&mut self) -> Option<Result<i64, String>> {
         let (n, decimal) = self.number_parts()?;
         if let Some(d) = decimal
             && d.frac_digits <= 3
@@ -331,6 +346,41 @@ impl<'a> Cursor<'a> {
             }
         }
         Some(n.us_to_ns())
+    }
+
+    /// [`Cursor::us_to_ns`] for the common timestamps: non-negative, at
+    /// most fifteen integer digits and three decimals, no exponent; the
+    /// same answer `number_parts` leads to (an integer as its `Num`, a
+    /// decimal as its digits when below 2^50 ns). None for anything else,
+    /// the cursor then past whitespace only.
+    fn plain_us_to_ns(&mut self) -> Option<Result<i64, String>> {
+        self.skip_ws();
+        let rest = self.bytes.get(self.pos..)?;
+        let (int, n) = digit_run(rest, 16);
+        if n == 0 || n > 15 || (n > 1 && rest.first() == Some(&b'0')) {
+            return None;
+        }
+        match rest.get(n) {
+            Some(b'.') => {
+                let frac_at = rest.get(n + 1..)?;
+                // Four at most: a fourth digit sends it the long way.
+                let (frac, k) = digit_run(frac_at, 4);
+                if k == 0 || k > 3 || matches!(frac_at.get(k), Some(b'e' | b'E')) {
+                    return None;
+                }
+                let ns = (int * POW10_INT[k] + frac) * POW10_INT[3 - k];
+                if ns >= 1 << 50 {
+                    return None;
+                }
+                self.pos += n + 1 + k;
+                Some(Ok(ns as i64))
+            }
+            Some(b'e' | b'E') => None,
+            _ => {
+                self.pos += n;
+                Some(Num::Uint(int).us_to_ns())
+            }
+        }
     }
 
     /// [`Cursor::number`], and for a number with a fraction and no
@@ -498,6 +548,50 @@ mod tests {
             assert_eq!(got, want, "{text}");
             if got.is_some() {
                 assert_eq!(fast.pos(), full.pos(), "{text}");
+            }
+        }
+    }
+
+    /// The timestamp shortcut reads what `number_parts` leads to, and
+    /// stops where it stops.
+    #[test]
+    fn plain_us_to_ns_is_us_to_ns_parts() {
+        for text in [
+            "0",
+            "7",
+            "01",
+            "0.5",
+            "00.5",
+            "1.",
+            "1.5",
+            "1.25",
+            "1.125",
+            "1.1250",
+            "1.5e3",
+            "2.5E-3",
+            "3e2",
+            "-1.5",
+            "123456789012345",
+            "123456789012345.999",
+            "1234567890123456",
+            "1234567890123456.5",
+            "1125899906842.623",
+            "1125899906842.624",
+            "9223372036854775807",
+            "1.5,",
+            "2}",
+            "0.000",
+            "3.0e",
+        ] {
+            let mut fast = Cursor::new(text.as_bytes());
+            let mut full = Cursor::new(text.as_bytes());
+            let want = full.us_to_ns_parts();
+            match fast.plain_us_to_ns() {
+                Some(got) => {
+                    assert_eq!(Some(got), want, "{text}");
+                    assert_eq!(fast.pos(), full.pos(), "{text}");
+                }
+                None => assert_eq!(fast.pos(), 0, "{text}"),
             }
         }
     }
