@@ -135,20 +135,24 @@ pub fn parse_fast(
             break;
         }
     }
-    // Every string of the event is valid UTF-8 (checked once here).
-    let text = std::str::from_utf8(bytes.get(..c.pos())?).ok()?;
+    // Every string of the event is valid UTF-8: checked here, once, when
+    // one holds a byte above 0x7f (else the event is ASCII).
+    let event = bytes.get(..c.pos())?;
+    if !c.ascii() {
+        std::str::from_utf8(event).ok()?;
+    }
     if matches!(e.phase, b'C' | b'M') {
         // Their args are values; no annotations (as the full reading).
         args.clear();
         if let Some(at) = strs.args {
-            e.args = values::args_values(text, at)?;
+            e.args = values::args_values(std::str::from_utf8(event).ok()?, at)?;
         }
     }
     if let Some(at) = strs.name {
-        e.name.push_str(text.get(at)?);
+        e.name.push_str(std::str::from_utf8(c.slice(at)).ok()?);
     }
     if let Some(at) = strs.cat {
-        e.cat.push_str(text.get(at)?);
+        e.cat.push_str(std::str::from_utf8(c.slice(at)).ok()?);
     }
     Some(c.pos())
 }
@@ -164,7 +168,7 @@ enum Scalar<'a> {
 
 fn scalar<'a>(c: &mut Cursor<'a>) -> Option<Scalar<'a>> {
     Some(match c.peek()? {
-        b'"' => Scalar::Str(c.string()?),
+        b'"' => Scalar::Str(c.string_here()?),
         b't' | b'f' => Scalar::Bool(c.boolean()?),
         b'n' => {
             c.null()?;
@@ -174,7 +178,7 @@ fn scalar<'a>(c: &mut Cursor<'a>) -> Option<Scalar<'a>> {
             c.skip_value(MAX_DEPTH)?;
             Scalar::Other
         }
-        _ => Scalar::Num(c.number()?),
+        _ => Scalar::Num(c.number_here()?),
     })
 }
 
@@ -344,7 +348,6 @@ fn object(
         loop {
             let key = c.string_at()?;
             c.expect(b':')?;
-            c.skip_ws();
             let at = out.len();
             let name = c.slice(key.clone());
             nested(out, tag, |buf| annotation(Some(name), c, buf, depth, bufs))?;
@@ -446,20 +449,20 @@ fn annotation(
     bufs: &mut Bufs<'_>,
 ) -> Option<bool> {
     let depth = depth.checked_sub(1)?;
-    if c.peek()? == b'n' {
+    let first = c.peek()?;
+    if first == b'n' {
         c.null()?;
         return Some(false);
     }
     if let Some(n) = name {
         put_bytes(out, NAME, n);
     }
-    match c.peek()? {
+    match first {
         b'{' => object(c, out, DICT_ENTRY, depth, bufs)?,
         b'[' => {
             c.expect(b'[')?;
             if !c.eat(b']') {
                 loop {
-                    c.skip_ws();
                     nested(out, ARRAY_VALUE, |buf| {
                         annotation(None, c, buf, depth, bufs)
                     })?;
@@ -472,7 +475,7 @@ fn annotation(
             }
         }
         b'"' => {
-            let s = c.string()?;
+            let s = c.string_here()?;
             put_bytes(out, STRING_VALUE, s);
         }
         b't' | b'f' => {
@@ -481,7 +484,7 @@ fn annotation(
             out.push(u8::from(b));
         }
         _ => {
-            let n = c.number()?;
+            let n = c.number_here()?;
             match n {
                 Num::Int(i) => {
                     out.push(INT_VALUE);

@@ -64,6 +64,7 @@ const COMMON: &[&str] = &[
     r#"{}"#,
     r#" { "ph" : "X" , "pid" : 1 , "tid" : 2 , "ts" : 16 , "dur" : 1 , "other" : { "k" : [ 1 , 2 ] } } "#,
     r#"{"ph":"C","pid":1,"ts":17,"name":"mem","args":{"heap":5}}"#,
+    "{ \"ph\" :\t\"X\" ,\n\"pid\" : 1 , \"tid\" : \"t\" , \"ts\" : 19.5 , \"dur\" : 1 , \"name\" : \"w\" , \"cat\" :\r\n\"c\" , \"args\" : { \"b\" : [ 1 , \"s\" , null , true , { \"k\" : -2.5 } ] , \"a\" : null , \"c\" : { } , \"d\" : [ ] } }",
     r#"{"ph":"X","pid":1,"tid":2,"ts":18,"dur":1,"name":"long","args":{"s":"................................................................................................................................................................"}}"#,
 ];
 
@@ -235,4 +236,32 @@ fn counter_and_metadata_args_are_read_as_values() {
     assert_eq!(got_stats, want_stats);
     assert!(got == want, "converted bytes differ");
     assert_eq!(read, events.len());
+}
+
+#[test]
+fn non_ascii_strings_are_read_and_invalid_utf8_left() {
+    let events: &[&str] = &[
+        r#"{"ph":"X","pid":1,"tid":2,"ts":1,"dur":1,"name":"café","cat":"ü","args":{"ключ":"значение"}}"#,
+        r#"{"ph":"C","pid":1,"ts":2,"name":"m","args":{"é":1}}"#,
+    ];
+    let (want, want_stats) = full(events);
+    let (got, got_stats, read) = fast(events);
+    assert_eq!(got_stats, want_stats);
+    assert!(got == want, "converted bytes differ");
+    assert_eq!(read, events.len());
+    // Invalid UTF-8 anywhere in a string: the full way decides.
+    for bad in [
+        &b"{\"ph\":\"X\",\"name\":\"a\xff\"}"[..],
+        b"{\"ph\":\"X\",\"other\":\"\xc3\"}",
+        b"{\"ph\":\"X\",\"args\":{\"k\xe2\x82\":1}}",
+        b"{\"ph\":\"C\",\"args\":{\"k\":\"\xed\xa0\x80\"}}",
+    ] {
+        let (mut ev, mut args, mut scratch) =
+            (JsonEvent::default(), Vec::new(), Scratch::default());
+        assert_eq!(
+            parse_fast(bad, &mut ev, &mut args, &mut scratch),
+            None,
+            "{bad:?}"
+        );
+    }
 }

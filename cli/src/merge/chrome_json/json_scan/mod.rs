@@ -84,6 +84,47 @@ const POW10_INT: [u64; 20] = [
     10_000_000_000_000_000_000,
 ];
 
+/// The bytes that end a string's plain run: its closing quote, a
+/// backslash, a control character, and (to be noted) any above 0x7f.
+const STRING_STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = b == b'"' as usize || b == b'\\' as usize || b < 0x20 || b > 0x7f;
+        b += 1;
+    }
+    t
+};
+
+/// The run of at most `max` (at most 19) ASCII digits `rest` starts
+/// with: its value and length.
+fn digit_run(rest: &[u8], max: usize) -> (u64, usize) {
+    let (mut v, mut n) = (0u64, 0);
+    for &b in rest.iter().take(max) {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        v = v * 10 + u64::from(d);
+        n += 1;
+    }
+    (v, n)
+}
+
+/// The high bit of each byte of `w` (eight string bytes, the first
+/// lowest) that is a [`STRING_STOP`], and maybe of bytes above the first
+/// such one (a borrow runs upward from it): so the lowest is exact.
+#[inline(always)]
+fn string_stops(w: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // Below 0x80, a byte's high bit is set by a subtraction only when it
+    // is the quote (^ then - 1), the backslash, or below 0x20 (- 0x20).
+    let quote = (w ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES);
+    let backslash = (w ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES);
+    let control = w.wrapping_sub(ONES * 0x20);
+    (quote | backslash | control | w) & (ONES * 0x80)
+}
+
 /// A number written with a fraction and no exponent, as its digits.
 #[derive(Clone, Copy)]
 struct Decimal {
@@ -96,11 +137,24 @@ struct Decimal {
 pub struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// A string read held a byte above 0x7f: the text must be checked
+    /// as UTF-8 ([`Cursor::ascii`]).
+    non_ascii: bool,
 }
 
 impl<'a> Cursor<'a> {
     pub fn new(bytes: &'a [u8]) -> Self {
-        Self { bytes, pos: 0 }
+        Self {
+            bytes,
+            pos: 0,
+            non_ascii: false,
+        }
+    }
+
+    /// Every string read so far is ASCII. Outside strings the cursor
+    /// reads nothing but ASCII, so then the bytes read are valid UTF-8.
+    pub fn ascii(&self) -> bool {
+        !self.non_ascii
     }
 
     pub fn pos(&self) -> usize {
@@ -112,6 +166,7 @@ impl<'a> Cursor<'a> {
         Self {
             bytes: self.bytes,
             pos,
+            non_ascii: self.non_ascii,
         }
     }
 
@@ -130,7 +185,19 @@ impl<'a> Cursor<'a> {
         Some(end - s.len()..end)
     }
 
+    #[inline(always)]
     pub fn skip_ws(&mut self) {
+        // Most events are written without whitespace: one test then.
+        if let Some(&b) = self.bytes.get(self.pos)
+            && b > b' '
+        {
+            return;
+        }
+        self.skip_ws_run();
+    }
+
+    #[inline(never)]
+    fn skip_ws_run(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.bytes.get(self.pos) {
             self.pos += 1;
         }
@@ -157,19 +224,54 @@ impl<'a> Cursor<'a> {
     }
 
     /// The bytes of a string without escapes or control characters (not
-    /// checked as UTF-8 here: the caller checks the whole event once).
+    /// checked as UTF-8 here: a byte above 0x7f is noted, and the caller
+    /// checks the text then, [`Cursor::ascii`]).
     pub fn string(&mut self) -> Option<&'a [u8]> {
-        self.expect(b'"')?;
-        let start = self.pos;
-        let rest = &self.bytes[start..];
-        let len = rest
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-        if rest[len] != b'"' {
+        self.skip_ws();
+        self.string_here()
+    }
+
+    /// [`Cursor::string`] with no whitespace before it (as after a
+    /// [`Cursor::peek`]).
+    pub fn string_here(&mut self) -> Option<&'a [u8]> {
+        if self.bytes.get(self.pos) != Some(&b'"') {
+            return None;
+        }
+        let start = self.pos + 1;
+        let rest = self.bytes.get(start..)?;
+        // Eight bytes a test while eight remain, then one table look-up a
+        // byte; after a byte above 0x7f (noted) the rest is scanned
+        // without looking for more.
+        let mut len = 0;
+        loop {
+            let tail = rest.get(len..)?;
+            match tail.first_chunk::<8>() {
+                Some(w) => {
+                    let m = string_stops(u64::from_le_bytes(*w));
+                    if m != 0 {
+                        len += (m.trailing_zeros() / 8) as usize;
+                        break;
+                    }
+                    len += 8;
+                }
+                None => {
+                    len += tail.iter().position(|&b| STRING_STOP[usize::from(b)])?;
+                    break;
+                }
+            }
+        }
+        if rest.get(len).is_some_and(|&b| b > 0x7f) {
+            self.non_ascii = true;
+            len += rest
+                .get(len..)?
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        }
+        if rest.get(len) != Some(&b'"') {
             return None;
         }
         self.pos = start + len + 1;
-        Some(&rest[..len])
+        rest.get(..len)
     }
 
     pub fn boolean(&mut self) -> Option<bool> {
@@ -223,12 +325,40 @@ impl<'a> Cursor<'a> {
     /// it is a digit string below 2^53 scaled by at most 10^22 (a single
     /// correctly rounded operation, whichever way serde_json computes).
     pub fn number(&mut self) -> Option<Num> {
+        self.skip_ws();
+        self.number_here()
+    }
+
+    /// [`Cursor::number`] with no whitespace before it (as after a
+    /// [`Cursor::peek`]).
+    pub fn number_here(&mut self) -> Option<Num> {
+        // Most numbers are small non-negative integers: read here, with
+        // nothing to carry out; the rest by `number_parts`.
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
+        let (v, n) = digit_run(rest, 19);
+        // Ends here (no twentieth digit, no fraction or exponent), and no
+        // leading zero: exactly `number_parts`'s integer.
+        if n > 0
+            && (n == 1 || rest.first() != Some(&b'0'))
+            && !matches!(rest.get(n), Some(b'0'..=b'9' | b'.' | b'e' | b'E'))
+        {
+            self.pos += n;
+            return Some(Num::Uint(v));
+        }
         self.number_parts().map(|(n, _)| n)
     }
 
     /// A number of microseconds as nanoseconds, as [`Num::us_to_ns`]
     /// reads it; None where [`Cursor::number`] answers None.
     pub fn us_to_ns(&mut self) -> Option<Result<i64, String>> {
+        if let Some(ns) = self.plain_us_to_ns() {
+            return Some(ns);
+        }
+        self.us_to_ns_parts()
+    }
+
+    /// [`Cursor::us_to_ns`] through `number_parts`.
+    fn us_to_ns_parts(&mut self) -> Option<Result<i64, String>> {
         let (n, decimal) = self.number_parts()?;
         if let Some(d) = decimal
             && d.frac_digits <= 3
@@ -248,6 +378,41 @@ impl<'a> Cursor<'a> {
             }
         }
         Some(n.us_to_ns())
+    }
+
+    /// [`Cursor::us_to_ns`] for the common timestamps: non-negative, at
+    /// most fifteen integer digits and three decimals, no exponent; the
+    /// same answer `number_parts` leads to (an integer as its `Num`, a
+    /// decimal as its digits when below 2^50 ns). None for anything else,
+    /// the cursor then past whitespace only.
+    fn plain_us_to_ns(&mut self) -> Option<Result<i64, String>> {
+        self.skip_ws();
+        let rest = self.bytes.get(self.pos..)?;
+        let (int, n) = digit_run(rest, 16);
+        if n == 0 || n > 15 || (n > 1 && rest.first() == Some(&b'0')) {
+            return None;
+        }
+        match rest.get(n) {
+            Some(b'.') => {
+                let frac_at = rest.get(n + 1..)?;
+                // Four at most: a fourth digit sends it the long way.
+                let (frac, k) = digit_run(frac_at, 4);
+                if k == 0 || k > 3 || matches!(frac_at.get(k), Some(b'e' | b'E')) {
+                    return None;
+                }
+                let ns = (int * POW10_INT[k] + frac) * POW10_INT[3 - k];
+                if ns >= 1 << 50 {
+                    return None;
+                }
+                self.pos += n + 1 + k;
+                Some(Ok(ns as i64))
+            }
+            Some(b'e' | b'E') => None,
+            _ => {
+                self.pos += n;
+                Some(Num::Uint(int).us_to_ns())
+            }
+        }
     }
 
     /// [`Cursor::number`], and for a number with a fraction and no
@@ -376,3 +541,6 @@ impl<'a> Cursor<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
