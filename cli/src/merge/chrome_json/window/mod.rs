@@ -8,13 +8,13 @@
 //! - At most `limit` bytes of packets are held (plus those of the event
 //!   that tipped it over); a release lets the earliest go until half is
 //!   left, so memory is the arena (`limit` and one small record header per
-//!   packet), one 24-byte entry per packet and a merge's scratch (at most
-//!   the kept entries, reused). No allocation per packet: a packet is
+//!   packet), one 24-byte entry per packet and a sort's and merge's
+//!   scratch (at most the entries, reused). No allocation per packet: a packet is
 //!   encoded straight into the arena.
 //! - The arena holds its records in the order they were made (appended;
 //!   a release moves the kept ones down in place, in their order), so a
 //!   record's offset is its place in that order: the tie-break of the sort,
-//!   which therefore needs no stable sort.
+//!   which a stable sort of the new entries (held in that order) keeps.
 //! - The first `sorted` entries are in release order (time, key, offset):
 //!   the kept ones of the last release, whose offsets a move down keeps in
 //!   their order. A release sorts only the entries held since and merges
@@ -101,7 +101,8 @@ pub struct Window {
     /// How many entries from the first (of those after a release under
     /// way) are in release order.
     sorted: usize,
-    /// The kept run's entries while they are merged with the new ones.
+    /// The room of the new entries' sort, then the kept run's entries
+    /// while they are merged with the new ones.
     scratch: Vec<Held>,
     next: usize,
     cut: usize,
@@ -242,7 +243,7 @@ impl Window {
         let k = self.sorted.min(self.entries.len());
         self.sorted = self.entries.len();
         let (kept, new) = self.entries.split_at_mut(k);
-        new.sort_unstable_by_key(|h| (h.ts, h.key, h.off));
+        radix::sort(new, &mut self.scratch);
         let Some(first) = new.first() else {
             return;
         };
@@ -416,6 +417,7 @@ fn on_track(bytes: &[u8], uuid: u64, out: &mut Vec<u8>) {
     }
 }
 
+mod radix;
 mod retrack;
 
 #[cfg(test)]
