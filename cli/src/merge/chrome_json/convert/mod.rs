@@ -50,6 +50,9 @@ enum TrackKind {
     StringId = 7,
 }
 
+/// A track's name and sort index, as written so far.
+type Named = (Option<String>, Option<i32>);
+
 /// The state of one file's conversion.
 pub struct Converter {
     salt: u64,
@@ -60,7 +63,8 @@ pub struct Converter {
     annotations: Vec<u8>,
     /// Process names and sort indexes written so far, by pid.
     processes: FastMap<u32, (Option<String>, Option<i32>)>,
-    threads: FastMap<(u32, u32), (Option<String>, Option<i32>)>,
+    /// Thread track uuids, names and sort indexes written so far.
+    threads: FastMap<(u32, u32), (u64, Named)>,
     named_tracks: FastSet<u64>,
 }
 
@@ -177,12 +181,16 @@ impl Converter {
         sort: Option<i32>,
         out: &mut Vec<u8>,
     ) -> u64 {
+        // The common case, a known thread (its process known too).
+        if name.is_none()
+            && sort.is_none()
+            && let Some((uuid, _)) = self.threads.get(&(pid, tid))
+        {
+            return *uuid;
+        }
         self.process(pid, None, None, out);
         let uuid = self.thread_uuid(pid, tid);
-        if name.is_none() && sort.is_none() && self.threads.contains_key(&(pid, tid)) {
-            return uuid;
-        }
-        let known = self.threads.get(&(pid, tid)).cloned();
+        let known = self.threads.get(&(pid, tid)).map(|(_, k)| k.clone());
         let merged = match &known {
             Some((n, s)) => (name.or_else(|| n.clone()), sort.or(*s)),
             None => (name, sort),
@@ -200,7 +208,7 @@ impl Converter {
                 ..Default::default()
             };
             frame_into(&packet(None, Data::TrackDescriptor(d)), out);
-            self.threads.insert((pid, tid), merged);
+            self.threads.insert((pid, tid), (uuid, merged));
         }
         uuid
     }
@@ -473,8 +481,7 @@ impl Converter {
             stats.json_parser_failure += 1;
             return;
         };
-        // The track's uuid is hashed from the name's pieces: the name is
-        // only made for a new track.
+        // The uuid is hashed from the name's pieces, made only for a new track.
         let id = match &e.id {
             Some(Id::Str(id)) => Some(id.as_str()),
             _ => None,
