@@ -68,20 +68,35 @@ const TERMINATING_FLOW_ID: [u8; 2] = [0x81, 0x03];
 
 /// A varint appended to `out` (prost's `encode_varint` goes through its
 /// generic buffer trait, a byte at a time, and cost more than the rest).
-fn put_varint(mut v: u64, out: &mut Vec<u8>) {
+#[inline]
+fn put_varint(v: u64, out: &mut Vec<u8>) {
     if v < 0x80 {
         out.push(v as u8);
-        return;
+    } else {
+        put_long_varint(v, out);
+    }
+}
+
+/// [`put_varint`] of a value of two bytes or more.
+fn put_long_varint(v: u64, out: &mut Vec<u8>) {
+    // All ten bytes' groups at once, every one marked as followed; the
+    // last one used is unmarked and those after it cut off (a copy of a
+    // fixed size needs no call).
+    let n = encoded_len_varint(v);
+    let mut spread = 0_u64;
+    for i in 0..8 {
+        spread |= ((v >> (7 * i)) & 0x7f) << (8 * i);
     }
     let mut buf = [0_u8; 10];
-    let mut n = 0;
-    while v >= 0x80 && n < 9 {
-        buf[n] = (v as u8) | 0x80;
-        v >>= 7;
-        n += 1;
+    buf[..8].copy_from_slice(&(spread | 0x8080_8080_8080_8080).to_le_bytes());
+    buf[8] = ((v >> 56) as u8 & 0x7f) | 0x80;
+    buf[9] = (v >> 63) as u8;
+    if let Some(last) = buf.get_mut(n - 1) {
+        *last &= 0x7f;
     }
-    buf[n] = v as u8;
-    out.extend_from_slice(&buf[..=n]);
+    let len = out.len();
+    out.extend_from_slice(&buf);
+    out.truncate(len + n);
 }
 
 fn len_field(len: usize) -> usize {
