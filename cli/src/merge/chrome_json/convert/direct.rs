@@ -17,11 +17,12 @@ use prost::encoding::encoded_len_varint;
 use tracesync_protocol::perfetto::track_event;
 
 use super::super::JsonStats;
+use super::super::event::Id;
 use super::super::event::JsonEvent;
 use super::super::flows::v1_flow_id;
 use super::super::framing::SEQUENCE;
 use super::super::window::{KEY_END, KEY_OTHER, Mark, Window, key_complete};
-use super::{Converter, NO_NAME, TrackKind, id_bytes};
+use super::{Converter, NO_NAME, TrackKind, hash_pieces};
 
 /// One TrackEvent of the shapes this module writes.
 pub struct Direct<'a> {
@@ -222,7 +223,16 @@ impl Converter {
         let Some(id) = &e.bind_id else {
             return (None, None);
         };
-        let flow = self.track_uuid(TrackKind::Flow, &[&id_bytes(id)]);
+        // `id_bytes`'s pieces, hashed without making them one.
+        let int;
+        let pieces: [&[u8]; 2] = match id {
+            Id::Str(s) => [b"s", s.as_bytes()],
+            Id::Int(n) => {
+                int = n.to_le_bytes();
+                [b"i", &int]
+            }
+        };
+        let flow = hash_pieces(self.salt, TrackKind::Flow, &[&pieces]);
         if e.flow_out {
             (Some(flow), None)
         } else if e.flow_in {
