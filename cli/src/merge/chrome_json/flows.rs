@@ -8,9 +8,6 @@
 //! hexadecimal (an optional `0x`); any other id is counted as
 //! `flow_invalid_id` and the event dropped.
 
-use tracesync_protocol::perfetto::TrackEvent;
-use tracesync_protocol::perfetto::track_event::{LegacyEvent, NameField};
-
 use super::JsonStats;
 use super::event::{Id, JsonEvent};
 
@@ -29,28 +26,15 @@ fn flow_id(id: Option<&Id>) -> Option<u64> {
     }
 }
 
-/// The event `e` (phase `s`, `t` or `f`) on the thread track `thread`;
-/// None (counted) when its id is not one.
-pub fn v1_flow(e: &JsonEvent, thread: u64, stats: &mut JsonStats) -> Option<TrackEvent> {
-    let Some(id) = flow_id(e.id.as_ref()) else {
+/// The flow id of the v1 flow event `e` (phase `s`, `t` or `f`); None
+/// (counted) when its id is not one. The event itself is encoded by the
+/// conversion (`convert::direct`).
+pub fn v1_flow_id(e: &JsonEvent, stats: &mut JsonStats) -> Option<u64> {
+    let id = flow_id(e.id.as_ref());
+    if id.is_none() {
         stats.flow_invalid_id += 1;
-        return None;
-    };
-    Some(TrackEvent {
-        track_uuid: Some(thread),
-        name_field: (!e.name.is_empty()).then(|| NameField::Name(e.name.clone())),
-        categories: if e.cat.is_empty() {
-            Vec::new()
-        } else {
-            vec![e.cat.clone()]
-        },
-        legacy_event: Some(LegacyEvent {
-            phase: Some(i32::from(e.phase)),
-            unscoped_id: Some(id),
-            bind_to_enclosing: (e.phase == b'f').then_some(e.bind_enclosing),
-        }),
-        ..Default::default()
-    })
+    }
+    id
 }
 
 #[cfg(test)]

@@ -27,7 +27,6 @@ use super::JsonStats;
 use super::args::annotations;
 use super::event::{Id, Ident, JsonEvent, Scope};
 use super::fast_hash::{FastMap, FastSet};
-use super::flows::v1_flow;
 use super::framing::{frame_annotated, frame_into, packet};
 use super::thread_time::ThreadTime;
 
@@ -51,6 +50,9 @@ enum TrackKind {
     StringId = 7,
 }
 
+/// A track's name and sort index, as written so far.
+type Named = (Option<String>, Option<i32>);
+
 /// The state of one file's conversion.
 pub struct Converter {
     salt: u64,
@@ -61,7 +63,8 @@ pub struct Converter {
     annotations: Vec<u8>,
     /// Process names and sort indexes written so far, by pid.
     processes: FastMap<u32, (Option<String>, Option<i32>)>,
-    threads: FastMap<(u32, u32), (Option<String>, Option<i32>)>,
+    /// Thread track uuids, names and sort indexes written so far.
+    threads: FastMap<(u32, u32), (u64, Named)>,
     named_tracks: FastSet<u64>,
 }
 
@@ -74,6 +77,20 @@ fn hash(salt: u64, kind: TrackKind, parts: &[&[u8]]) -> u64 {
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
         // A separator, so ("ab","c") and ("a","bc") differ.
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h.max(1)
+}
+
+/// [`hash`] of parts each made of `pieces` (one part's bytes in pieces).
+fn hash_pieces(salt: u64, kind: TrackKind, parts: &[&[&[u8]]]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ salt ^ kind as u64;
+    for pieces in parts {
+        for &b in pieces.iter().copied().flatten() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
         h ^= 0xff;
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -164,12 +181,16 @@ impl Converter {
         sort: Option<i32>,
         out: &mut Vec<u8>,
     ) -> u64 {
+        // The common case, a known thread (its process known too).
+        if name.is_none()
+            && sort.is_none()
+            && let Some((uuid, _)) = self.threads.get(&(pid, tid))
+        {
+            return *uuid;
+        }
         self.process(pid, None, None, out);
         let uuid = self.thread_uuid(pid, tid);
-        if name.is_none() && sort.is_none() && self.threads.contains_key(&(pid, tid)) {
-            return uuid;
-        }
-        let known = self.threads.get(&(pid, tid)).cloned();
+        let known = self.threads.get(&(pid, tid)).map(|(_, k)| k.clone());
         let merged = match &known {
             Some((n, s)) => (name.or_else(|| n.clone()), sort.or(*s)),
             None => (name, sort),
@@ -187,7 +208,7 @@ impl Converter {
                 ..Default::default()
             };
             frame_into(&packet(None, Data::TrackDescriptor(d)), out);
-            self.threads.insert((pid, tid), merged);
+            self.threads.insert((pid, tid), (uuid, merged));
         }
         uuid
     }
@@ -218,10 +239,6 @@ impl Converter {
     /// annotations if the fast path encoded them.
     fn hold_event(&mut self, ts: i64, event: TrackEvent) {
         self.hold_event_keyed(ts, KEY_OTHER, event, Mark::Plain);
-    }
-
-    fn hold(&mut self, ts: i64, event: TrackEvent) {
-        self.hold_keyed(ts, KEY_OTHER, event, Mark::Plain);
     }
 
     /// Holds an event with the sort key and mark of its phase, with no
@@ -383,11 +400,7 @@ impl Converter {
             b'i' | b'I' | b'R' => self.instant(ts, (pid, thread), e, out, stats),
             b'C' => self.counter(ts, pid, e, out, stats),
             b'M' => self.metadata((pid, tid), e, out, stats),
-            b's' | b't' | b'f' => {
-                if let Some(flow) = v1_flow(e, thread, stats) {
-                    self.hold(ts, flow);
-                }
-            }
+            b's' | b't' | b'f' => self.flow_direct(ts, thread, e, stats),
             _ => self.async_event(ts, pid, e, out, stats),
         }
     }
@@ -449,6 +462,9 @@ impl Converter {
                 return;
             }
         };
+        if e.args.is_none() {
+            return self.instant_direct(ts, track, e);
+        }
         let instant = self.event(track_event::Type::Instant, track, e);
         self.hold_event(ts, instant);
     }
@@ -465,29 +481,29 @@ impl Converter {
             stats.json_parser_failure += 1;
             return;
         };
-        let mut prefix = e.name.clone();
-        if let Some(Id::Str(id)) = &e.id {
-            prefix.push_str(" id: ");
-            prefix.push_str(id);
-        }
-        prefix.push(' ');
+        // The uuid is hashed from the name's pieces, made only for a new track.
+        let id = match &e.id {
+            Some(Id::Str(id)) => Some(id.as_str()),
+            _ => None,
+        };
+        let pid_bytes = pid.to_le_bytes();
+        let parent = self.process_uuid(pid);
         for (key, value) in args {
             let Some(v) = counter_value(value) else {
                 stats.json_parser_failure += 1;
                 continue;
             };
-            let name = format!("{prefix}{key}");
-            let pid_bytes = pid.to_le_bytes();
-            let uuid = self.track_uuid(TrackKind::Counter, &[&pid_bytes, name.as_bytes()]);
-            let parent = self.process_uuid(pid);
-            self.named_track(uuid, &name, Some(parent), true, out);
-            let c = TrackEvent {
-                r#type: Some(track_event::Type::Counter as i32),
-                track_uuid: Some(uuid),
-                counter_value_field: Some(track_event::CounterValueField::DoubleCounterValue(v)),
-                ..Default::default()
+            let (name, key) = (e.name.as_bytes(), key.as_bytes());
+            let name_pieces: &[&[u8]] = match id {
+                Some(id) => &[name, b" id: ", id.as_bytes(), b" ", key],
+                None => &[name, b" ", key],
             };
-            self.hold(ts, c);
+            let uuid = hash_pieces(self.salt, TrackKind::Counter, &[&[&pid_bytes], name_pieces]);
+            if !self.named_tracks.contains(&uuid) {
+                let name = String::from_utf8_lossy(&name_pieces.concat()).into_owned();
+                self.named_track(uuid, &name, Some(parent), true, out);
+            }
+            self.counter_direct(ts, uuid, v);
         }
     }
 

@@ -8,13 +8,15 @@
 //! - At most `limit` bytes of packets are held (plus those of the event
 //!   that tipped it over); a release lets the earliest go until half is
 //!   left, so memory is the arena (`limit` and one small record header per
-//!   packet), one 24-byte entry per packet and a merge's scratch (at most
-//!   the kept entries, reused). No allocation per packet: a packet is
+//!   packet), one 24-byte entry per packet and one scratch, reused: the
+//!   radix sort's (new entries are sorted in pieces of at most an eighth
+//!   of the entries) and a merge's (the sorted entries that interleave
+//!   with a piece). No allocation per packet: a packet is
 //!   encoded straight into the arena.
 //! - The arena holds its records in the order they were made (appended;
 //!   a release moves the kept ones down in place, in their order), so a
 //!   record's offset is its place in that order: the tie-break of the sort,
-//!   which therefore needs no stable sort.
+//!   which a stable sort of the new entries (held in that order) keeps.
 //! - The first `sorted` entries are in release order (time, key, offset):
 //!   the kept ones of the last release, whose offsets a move down keeps in
 //!   their order. A release sorts only the entries held since and merges
@@ -101,7 +103,8 @@ pub struct Window {
     /// How many entries from the first (of those after a release under
     /// way) are in release order.
     sorted: usize,
-    /// The kept run's entries while they are merged with the new ones.
+    /// The room of the new entries' sort, then the kept run's entries
+    /// while they are merged with the new ones.
     scratch: Vec<Held>,
     next: usize,
     cut: usize,
@@ -239,10 +242,30 @@ impl Window {
     /// Sorts the entries held since the last release and merges them with
     /// the kept run before them.
     fn sort_entries(&mut self) {
-        let k = self.sorted.min(self.entries.len());
-        self.sorted = self.entries.len();
-        let (kept, new) = self.entries.split_at_mut(k);
-        new.sort_unstable_by_key(|h| (h.ts, h.key, h.off));
+        let len = self.entries.len();
+        let mut at = self.sorted.min(len);
+        self.sorted = len;
+        // In pieces of at most an eighth of what is held, each merged into
+        // the run before it: the radix sort's scratch stays that small.
+        let piece = (len / 8).max(1);
+        while at < len {
+            let end = (at + piece).min(len);
+            self.sort_piece(at, end);
+            at = end;
+        }
+    }
+
+    /// Sorts the entries `k..end` and merges them with the sorted run
+    /// before them.
+    fn sort_piece(&mut self, k: usize, end: usize) {
+        let Some((kept, new)) = self
+            .entries
+            .get_mut(..end)
+            .and_then(|e| e.split_at_mut_checked(k))
+        else {
+            return;
+        };
+        radix::sort(new, &mut self.scratch);
         let Some(first) = new.first() else {
             return;
         };
@@ -255,7 +278,9 @@ impl Window {
         self.scratch.clear();
         self.scratch.extend_from_slice(&self.entries[from..k]);
         let (mut i, mut j, mut w) = (0, k, from);
-        while let (Some(a), Some(b)) = (self.scratch.get(i), self.entries.get(j)) {
+        while let (Some(a), Some(b)) =
+            (self.scratch.get(i), self.entries.get(j).filter(|_| j < end))
+        {
             let take = if (a.ts, a.key) <= (b.ts, b.key) {
                 i += 1;
                 *a
@@ -416,6 +441,7 @@ fn on_track(bytes: &[u8], uuid: u64, out: &mut Vec<u8>) {
     }
 }
 
+mod radix;
 mod retrack;
 
 #[cfg(test)]
