@@ -169,19 +169,22 @@ fn binary_output_refuses_a_terminal() {
     assert!(said.starts_with('{'), "{said}");
 }
 
+/// `tracesync ARGS` run in `dir`, waited for.
+fn tracesync_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin("tracesync"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("tracesync")
+}
+
 #[test]
 fn a_merge_of_a_non_trace_says_so_once_and_writes_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     std::fs::write(d.join("notes.txt"), "hello, this is text\n").expect("write");
     std::fs::write(d.join("good.pftrace"), small_trace()).expect("write");
-    let tracesync = |args: &[&str]| {
-        Command::new(bin("tracesync"))
-            .args(args)
-            .current_dir(d)
-            .output()
-            .expect("tracesync")
-    };
+    let tracesync = |args: &[&str]| tracesync_in(d, args);
     let not_trace = "tracesync: notes.txt: not a Perfetto trace (byte offset 0: not a packet \
                      record: field 13, wire type 0 (a trace holds only field 1, \
                      length-delimited)); give a trace file (plain, gzip, .zip or .tar), or \
@@ -246,13 +249,7 @@ fn broken_json_names_its_byte_offset_and_the_good_file_still_merges() {
     std::fs::write(d.join("first.json"), &first).expect("write");
     std::fs::write(d.join("later.json"), &later).expect("write");
     std::fs::write(d.join("good.json"), format!("{head}{}]}}", event("5"))).expect("write");
-    let tracesync = |args: &[&str]| {
-        Command::new(bin("tracesync"))
-            .args(args)
-            .current_dir(d)
-            .output()
-            .expect("tracesync")
-    };
+    let tracesync = |args: &[&str]| tracesync_in(d, args);
     for (name, text, rest) in [
         (
             "first.json",
