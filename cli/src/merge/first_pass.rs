@@ -12,8 +12,9 @@ use tracesync_protocol::reader::FileReadError;
 use tracesync_protocol::scan::{FieldSink, ScanError, field, note_payload, walk_fields_into};
 
 use super::chrome_json::{JsonStats, StatsSlot, json_error_of};
-use super::inputs::InputSource;
+use super::inputs::{Held, InputSource};
 use super::packets::{InputReader, bundle_of, reader_of};
+use std::sync::Arc;
 
 /// One clock of a snapshot as written in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,8 +157,12 @@ impl<'a> FieldSink<'a> for KeptFields<'a> {
 }
 
 /// Reads one input from its start; never fails: problems become faults.
-/// A converted input with a spill that is not filled yet fills it.
+/// A converted input with a spill that is not filled yet fills it; a held
+/// one is read to its first packet only ([`scan_held`]).
 pub fn scan_input(source: &InputSource) -> FileScan {
+    if let Some(held) = &source.held {
+        return scan_held(source, held);
+    }
     let slot = source.content.is_converted().then(StatsSlot::default);
     let opened = source.open_counted(slot.clone()).and_then(|raw| {
         reader_of(match &source.spill {
@@ -177,10 +182,54 @@ pub fn scan_input(source: &InputSource) -> FileScan {
     scan
 }
 
+/// A held converted input: read to its first packet, where the conversion
+/// waits for the second pass. A converted input has no clock facts, so
+/// the first packet says all the plan needs; if the input converts to
+/// nothing, or its first packet already meets a fault, it is not held
+/// but read to its end here, as any other.
+fn scan_held(source: &InputSource, held: &Arc<Held>) -> FileScan {
+    let opened = source
+        .open_counted(Some(held.slot()))
+        .and_then(|conversion| reader_of(Box::new(held.record(conversion))));
+    let mut reader = match opened {
+        Ok(reader) => reader,
+        Err(e) => {
+            held.abandon();
+            return FileScan::cannot_read(source, &e);
+        }
+    };
+    let mut scan = FileScan::default();
+    let stopped = scan_packets_into(source, &mut reader, &mut scan, 1);
+    if stopped && scan.faults.is_empty() {
+        return scan;
+    }
+    held.abandon();
+    if stopped {
+        scan_packets_into(source, &mut reader, &mut scan, u64::MAX);
+    }
+    drop(reader);
+    scan.json = held.counts();
+    scan.note_if_empty(source);
+    scan
+}
+
 /// What the first pass keeps of the packets `reader` yields (the whole
 /// input, or a piece of it read from a record boundary on).
 pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
     let mut scan = FileScan::default();
+    scan_packets_into(source, &mut reader, &mut scan, u64::MAX);
+    scan
+}
+
+/// [`scan_packets`] into `scan`, stopping before a packet beyond the
+/// `limit`th; true if it stopped there (more may follow), false at the
+/// end of the input or at a fault that ends it.
+fn scan_packets_into(
+    source: &InputSource,
+    reader: &mut InputReader,
+    scan: &mut FileScan,
+    limit: u64,
+) -> bool {
     let fault = |offset, message: String, fatal| InputFault {
         display: source.display.clone(),
         offset,
@@ -190,12 +239,15 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
     // Most packets repeat the previous one's machine id: skip the set insert.
     let mut last_embedded = None;
     loop {
+        if scan.packets >= limit {
+            return true;
+        }
         let packet = match reader.next_packet() {
             Ok(Some(packet)) => packet,
-            Ok(None) => break,
+            Ok(None) => return false,
             Err(e) => {
-                scan.faults.push(read_fault(source, &scan, e));
-                break;
+                scan.faults.push(read_fault(source, scan, e));
+                return false;
             }
         };
         let mut fields = KeptFields {
@@ -208,8 +260,8 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
             // Its inner packets come next, as the expanding reader yields
             // them; the bundle itself is not a packet.
             if let Err(e) = reader.expand_last(range) {
-                scan.faults.push(read_fault(source, &scan, e));
-                break;
+                scan.faults.push(read_fault(source, scan, e));
+                return false;
             }
             continue;
         }
@@ -232,14 +284,13 @@ pub fn scan_packets(source: &InputSource, mut reader: InputReader) -> FileScan {
             last_embedded = Some(embedded);
         }
         let malformed = |message| fault(Some(offset), message, false);
-        note_clock_facts(&mut scan, &fields, embedded, malformed);
+        note_clock_facts(scan, &fields, embedded, malformed);
         if let Some(bytes) = fields.system_info {
             scan.system_infos
                 .entry(embedded)
                 .or_insert_with(|| bytes.to_vec());
         }
     }
-    scan
 }
 
 /// The clock facts of one packet of machine `embedded`: its ClockSnapshot
@@ -302,6 +353,16 @@ fn note_clock_facts(
             }
         }
     }
+}
+
+/// The fault that ends a held input's read in the second pass, after its
+/// first packet.
+pub fn later_fault(source: &InputSource, e: FileReadError) -> InputFault {
+    let after_first = FileScan {
+        packets: 1,
+        ..FileScan::default()
+    };
+    read_fault(source, &after_first, e)
 }
 
 /// The fault that ends the read of an input: an I/O error, or framing

@@ -4,13 +4,17 @@
 //! ([`first_pass`]) reads only clock facts and machine ids, [`plan`] turns
 //! them into machines, trace time and a complete clock graph, and the second
 //! ([`second_pass`]) streams every input again, resolving each packet and
-//! interleaving the inputs by resolved time into the [`output`].
+//! interleaving the inputs by resolved time into the [`output`]. A
+//! converted input (JSON, systrace) is converted once ([`convert_once`]):
+//! held from the first pass to the second, or spilled.
 
 pub mod capture;
 pub mod capture_out;
 pub mod chrome_json;
 pub mod command;
 pub mod conversion_stats;
+#[cfg(test)]
+mod convert_once_tests;
 pub mod feed;
 pub mod first_pass;
 pub mod first_pass_threads;
@@ -38,7 +42,7 @@ use std::path::{Path, PathBuf};
 
 use feed::OpenError;
 use first_pass::InputFault;
-use inputs::{Content, InputError, InputSource, Spill, expand_inputs};
+use inputs::{Content, Held, InputError, InputSource, MAX_HELD, Spill, expand_inputs};
 use manifest::{Manifest, ManifestError, parse_manifest};
 use output::{Format, Writer};
 use plan::{Plan, build_plan};
@@ -152,12 +156,11 @@ pub struct Prepared {
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
 /// `report` is called with each input fault as it is found. With
-/// `spill`, a converted input is converted once: the first pass leaves
-/// its protobuf in a temporary file the second pass reads.
+/// `convert_once`, a converted input is converted once ([`convert_once`]).
 pub fn prepare(
     input_paths: &[PathBuf],
     manifest_path: Option<&Path>,
-    (machine_per_file, strict, spill): (bool, bool, bool),
+    (machine_per_file, strict, once): (bool, bool, bool),
     report: &mut dyn FnMut(&InputFault),
 ) -> Result<Prepared, MergeError> {
     let mut expanded = expand_inputs(input_paths, manifest_path)?;
@@ -182,15 +185,8 @@ pub fn prepare(
     if let Some(e) = expanded.multiple_manifests() {
         return Err(e.into());
     }
-    if spill {
-        for t in expanded
-            .traces
-            .iter_mut()
-            .filter(|t| t.content.is_converted())
-        {
-            // Without a temporary file the input is converted twice.
-            t.spill = Spill::create().ok();
-        }
+    if once {
+        convert_once(&mut expanded.traces, strict);
     }
     let mut faults = Vec::new();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -235,6 +231,28 @@ pub fn prepare(
     })
 }
 
+/// How each converted input is converted once instead of in each pass:
+/// the largest [`MAX_HELD`] are held (the first pass reads them to their
+/// first packet, the second goes on from there), the others spilled (the
+/// first pass leaves their protobuf in a temporary file the second pass
+/// reads; without one, an input is converted twice). Under `--strict`
+/// none is held: every fault must be known before anything is written.
+fn convert_once(traces: &mut [InputSource], strict: bool) {
+    let mut converted: Vec<usize> = (0..traces.len())
+        .filter(|&i| traces[i].content.is_converted())
+        .collect();
+    // Stable: ties go to the earlier input.
+    converted.sort_by_key(|&i| Reverse(traces[i].stored_len()));
+    let held = if strict { 0 } else { MAX_HELD };
+    for (rank, &i) in converted.iter().enumerate() {
+        if rank < held {
+            traces[i].held = Some(Held::new());
+        } else {
+            traces[i].spill = Spill::create().ok();
+        }
+    }
+}
+
 /// The manifest's `attributes` annotate an archive; the trace processor
 /// shows them as `manifest_attribute.*` metadata only when it reads the
 /// manifest itself, and a protobuf trace has no field it reads as such:
@@ -276,7 +294,7 @@ pub(crate) fn merge_with_scan_threads(
     let Prepared {
         inputs,
         mut plan,
-        faults,
+        mut faults,
         undecodable_snapshots,
         readable_inputs,
         packets,
@@ -330,10 +348,23 @@ pub(crate) fn merge_with_scan_threads(
     let result = ThreadWriter::spawn(sink)
         .map_err(MergeError::Write)
         .and_then(|out| {
-            let threaded = feed::threaded_inputs(&packets, scan_threads);
+            // A held input is converted as it is fed: it goes first.
+            let work: Vec<u64> = inputs
+                .iter()
+                .zip(&packets)
+                .map(|(i, &p)| {
+                    if i.held.is_some() && p > 0 {
+                        u64::MAX
+                    } else {
+                        p
+                    }
+                })
+                .collect();
+            let threaded = feed::threaded_inputs(&work, scan_threads);
             let feeds = (&packets[..], &threaded[..]);
             write_merged(&inputs, feeds, &mut plan, opts.format, out, &mut stats)
         });
+    note_held_inputs(&inputs, &mut faults, &mut stats, report);
     let finished = result.and_then(|()| {
         if opts.strict && stats.strict_failures() > 0 {
             return Err(MergeError::Unplaced(stats.strict_failures()));
@@ -362,6 +393,29 @@ pub(crate) fn merge_with_scan_threads(
         })?;
     }
     Ok(MergeOutcome { stats, faults })
+}
+
+/// What the second pass found converting the held inputs: the fault that
+/// ended one (new: the first pass read only its first packet), reported
+/// now, and the conversions' counts.
+fn note_held_inputs(
+    inputs: &[InputSource],
+    faults: &mut Vec<InputFault>,
+    stats: &mut MergeStats,
+    report: &mut dyn FnMut(&InputFault),
+) {
+    for held in inputs.iter().filter_map(|i| i.held.as_ref()) {
+        if held.was_resumed() {
+            stats.json.add(&held.counts());
+        }
+        if let Some(fault) = held.take_fault() {
+            report(&fault);
+            if !faults.iter().any(|f| f.display == fault.display) {
+                stats.inputs_with_errors += 1;
+            }
+            faults.push(fault);
+        }
+    }
 }
 
 /// Whether converted ftrace events (read on BOOTTIME) are written on a

@@ -7,7 +7,8 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::super::inputs::InputSource;
+use super::super::first_pass::later_fault;
+use super::super::inputs::{Held, InputSource};
 use super::super::packets::{InputReader, bundle_of, open_reader};
 use super::packet_scan::{PacketScan, SequenceIndex};
 
@@ -191,6 +192,9 @@ pub struct Scanner {
     /// batch: it starts the next one.
     pending: Option<Option<PacketScan>>,
     sequences: SequenceIndex,
+    /// A held input (converted once, on from its first packet): a fault
+    /// here is new, kept for the merge to report.
+    held: Option<(InputSource, Arc<Held>)>,
 }
 
 impl Scanner {
@@ -202,6 +206,7 @@ impl Scanner {
             reader: Some(reader),
             pending: None,
             sequences: SequenceIndex::default(),
+            held: source.held.clone().map(|h| (source.clone(), h)),
         })
     }
 
@@ -211,6 +216,7 @@ impl Scanner {
             reader: None,
             pending: None,
             sequences: SequenceIndex::default(),
+            held: None,
         }
     }
 
@@ -235,8 +241,19 @@ impl Scanner {
             }
             batch.push(packet.bytes, scan);
         }
-        // Until the end, or a fault the first pass reported.
-        while let Ok(Some(packet)) = reader.next_packet() {
+        // Until the end, or a fault (the first pass reported it, unless
+        // the input is held).
+        loop {
+            let packet = match reader.next_packet() {
+                Ok(Some(packet)) => packet,
+                Ok(None) => break,
+                Err(e) => {
+                    if let Some((source, held)) = &self.held {
+                        held.note_fault(later_fault(source, e));
+                    }
+                    break;
+                }
+            };
             let bytes = packet.bytes;
             if batch.is_full_for(bytes.len()) || bytes.len() > batch.limits.bytes {
                 // The next batch's first packet, or a large one: its scan

@@ -20,7 +20,9 @@
 //!   and [`PacketScan`] (None for a packet the scan rejects), whichever
 //!   way the input is fed; a read or bundle error ends the input after the
 //!   packets before it, silently: the first pass reported it, with its
-//!   offset. An input that cannot be opened again is an error
+//!   offset (a held input's, which the first pass read only to its first
+//!   packet, is kept on its [`Held`](super::inputs::Held) for the merge to
+//!   report). An input that cannot be opened again is an error
 //!   ([`OpenError`]), unless the first pass found no packet in it.
 //! - Batches per input: threaded at most [`BATCHES`] ([`IN_FLIGHT`] in
 //!   the channel, one being filled, one read), reused: the merging thread

@@ -160,6 +160,7 @@ fn add_member(
                 origin,
                 content,
                 spill: None,
+                held: None,
             });
             Ok(())
         }

@@ -9,6 +9,7 @@
 mod archive;
 mod classify;
 mod error;
+mod held;
 mod source;
 mod spill;
 
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use archive::{expand_tar, expand_zip};
 use classify::{Kind, inspect};
 pub use error::InputError;
+pub use held::{Held, MAX_HELD};
 use source::Origin;
 pub use source::{Content, InputSource};
 pub use spill::Spill;
@@ -138,6 +140,7 @@ fn expand_one(path: &Path, out: &mut Inputs) -> Result<(), InputError> {
                 origin: Origin::File(path.to_path_buf()),
                 content,
                 spill: None,
+                held: None,
             });
             Ok(())
         }

@@ -12,6 +12,7 @@ use flate2::read::{DeflateDecoder, MultiGzDecoder};
 use crate::merge::chrome_json::{ChromeJsonReader, StatsSlot};
 use crate::merge::systrace::SystraceReader;
 
+use super::held::Held;
 use super::spill::Spill;
 
 /// One trace to merge: a file, or a member of an archive.
@@ -27,6 +28,10 @@ pub struct InputSource {
     /// Where the first pass leaves a converted input's protobuf for the
     /// second to read (`spill`); None to convert it in each pass.
     pub spill: Option<Arc<Spill>>,
+    /// A converted input's conversion, paused by the first pass after its
+    /// first packet for the second to go on with (`held`); None to
+    /// convert it in each pass (or through its spill).
+    pub held: Option<Arc<Held>>,
 }
 
 /// What an input's bytes are, found by content.
@@ -85,6 +90,10 @@ impl InputSource {
         // Converted once already: its counts were taken then.
         if let Some(reader) = self.spill.as_ref().and_then(|s| s.reader()) {
             return Ok(Box::new(reader));
+        }
+        // The conversion the first pass began: its counts go to the held slot.
+        if let Some(conversion) = self.held.as_ref().and_then(|h| h.resume()) {
+            return Ok(conversion);
         }
         let raw = self.open_raw()?;
         Ok(match self.content {
@@ -153,6 +162,16 @@ impl InputSource {
 }
 
 impl InputSource {
+    /// Bytes the input takes where it is stored (compressed, for a
+    /// compressed one): which converted inputs are the largest.
+    pub fn stored_len(&self) -> u64 {
+        match &self.origin {
+            Origin::File(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
+            Origin::Tar { len, .. } => *len,
+            Origin::Zip { compressed_len, .. } => *compressed_len,
+        }
+    }
+
     /// Length in bytes of a plain protobuf file input; None for an archive
     /// member or a JSON trace (neither is read in pieces).
     pub fn file_len(&self) -> Option<u64> {

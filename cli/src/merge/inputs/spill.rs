@@ -1,6 +1,7 @@
-//! A converted input (Chrome JSON, systrace) converted once: the first
-//! merge pass writes the protobuf it reads to a spill file, and the second
-//! pass reads that file instead of converting the input again.
+//! A converted input (Chrome JSON, systrace) converted once, when it is
+//! not held ([`super::held`]): the first merge pass writes the protobuf it
+//! reads to a spill file, and the second pass reads that file instead of
+//! converting the input again.
 //!
 //! Invariants:
 //! - The spill is an unnamed temporary file (in the temporary directory,
