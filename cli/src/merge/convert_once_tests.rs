@@ -83,7 +83,11 @@ fn a_fault_after_the_first_packet_is_reported_once_and_what_came_before_merges()
         // One path for both: track uuids derive from the input's name.
         let input = dir.path().join("t.json");
         std::fs::write(&input, format!("{body},")).unwrap();
-        let whole = run(&[input.clone()], &dir.path().join("cut.pftrace"), false);
+        let whole = run(
+            std::slice::from_ref(&input),
+            &dir.path().join("cut.pftrace"),
+            false,
+        );
         let text = format!("{body},{{\"ph\":\"X\" \"ts\":1}}]");
         let offset = text.rfind("\"ts\"").unwrap();
         std::fs::write(&input, text).unwrap();
