@@ -48,8 +48,7 @@ fn run(inputs: &[PathBuf], out: &Path, strict: bool) -> (MergeOutcome, Vec<u8>, 
 #[test]
 fn held_and_spilled_inputs_merge_the_same() {
     let dir = tempfile::tempdir().unwrap();
-    // More converted inputs than are held: the smallest is spilled.
-    let inputs: Vec<PathBuf> = [3000, 20_000, 500]
+    let paths: Vec<PathBuf> = [20_000, 500]
         .iter()
         .enumerate()
         .map(|(i, &n)| {
@@ -58,18 +57,16 @@ fn held_and_spilled_inputs_merge_the_same() {
             path
         })
         .collect();
-    let held = run(&inputs, &dir.path().join("held.pftrace"), false);
-    // --strict holds none: each is spilled.
-    let spilled = run(&inputs, &dir.path().join("spilled.pftrace"), true);
-    assert!(held.0.faults.is_empty(), "{:?}", held.0.faults);
-    assert!(held.1 == spilled.1, "the same merged trace");
-    assert_eq!(held.2, spilled.2, "the same --stats");
-    assert!(held.2.contains("\"json_parser_failure\": 3"), "{}", held.2);
-    assert!(
-        held.2.contains("\"json_display_time_unit\": 3"),
-        "{}",
-        held.2
-    );
+    // One converted input is held; two are spilled; --strict holds none.
+    for inputs in [&paths[..1], &paths[..]] {
+        let held = run(inputs, &dir.path().join("held.pftrace"), false);
+        let spilled = run(inputs, &dir.path().join("spilled.pftrace"), true);
+        assert!(held.0.faults.is_empty(), "{:?}", held.0.faults);
+        assert!(held.1 == spilled.1, "the same merged trace");
+        assert_eq!(held.2, spilled.2, "the same --stats");
+        let dropped = format!("\"json_parser_failure\": {}", inputs.len());
+        assert!(held.2.contains(&dropped), "{}", held.2);
+    }
 }
 
 #[test]

@@ -232,18 +232,23 @@ pub fn prepare(
 }
 
 /// How each converted input is converted once instead of in each pass:
-/// the largest [`MAX_HELD`] are held (the first pass reads them to their
-/// first packet, the second goes on from there), the others spilled (the
-/// first pass leaves their protobuf in a temporary file the second pass
-/// reads; without one, an input is converted twice). Under `--strict`
-/// none is held: every fault must be known before anything is written.
+/// held (the first pass reads it to its first packet, the second goes on
+/// from there) when there are at most [`MAX_HELD`] (the largest first),
+/// else spilled (the first pass leaves its protobuf in a temporary file
+/// the second pass reads; without one, an input is converted twice).
+/// Under `--strict` none is held: every fault must be known before
+/// anything is written.
 fn convert_once(traces: &mut [InputSource], strict: bool) {
     let mut converted: Vec<usize> = (0..traces.len())
         .filter(|&i| traces[i].content.is_converted())
         .collect();
     // Stable: ties go to the earlier input.
     converted.sort_by_key(|&i| Reverse(traces[i].stored_len()));
-    let held = if strict { 0 } else { MAX_HELD };
+    let held = if strict || converted.len() > MAX_HELD {
+        0
+    } else {
+        MAX_HELD
+    };
     for (rank, &i) in converted.iter().enumerate() {
         if rank < held {
             traces[i].held = Some(Held::new());
