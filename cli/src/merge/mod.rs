@@ -13,6 +13,7 @@ pub mod capture_out;
 pub mod chrome_json;
 pub mod command;
 pub mod conversion_stats;
+pub mod convert_once;
 #[cfg(test)]
 mod convert_once_tests;
 pub mod feed;
@@ -42,7 +43,7 @@ use std::path::{Path, PathBuf};
 
 use feed::OpenError;
 use first_pass::InputFault;
-use inputs::{Content, Held, InputError, InputSource, MAX_HELD, Spill, expand_inputs};
+use inputs::{Content, InputError, InputSource, expand_inputs};
 use manifest::{Manifest, ManifestError, parse_manifest};
 use output::{Format, Writer};
 use plan::{Plan, build_plan};
@@ -156,7 +157,8 @@ pub struct Prepared {
 
 /// Expands inputs, reads the manifest, runs the first pass and plans.
 /// `report` is called with each input fault as it is found. With
-/// `convert_once`, a converted input is converted once ([`convert_once`]).
+/// `convert_once`, a converted input is converted once
+/// ([`convert_once::convert_once`]).
 pub fn prepare(
     input_paths: &[PathBuf],
     manifest_path: Option<&Path>,
@@ -186,7 +188,7 @@ pub fn prepare(
         return Err(e.into());
     }
     if once {
-        convert_once(&mut expanded.traces, strict);
+        convert_once::convert_once(&mut expanded.traces, strict);
     }
     let mut faults = Vec::new();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -229,33 +231,6 @@ pub fn prepare(
         packets: scans.iter().map(|s| s.packets).collect(),
         json,
     })
-}
-
-/// How each converted input is converted once instead of in each pass:
-/// held (the first pass reads it to its first packet, the second goes on
-/// from there) when there are at most [`MAX_HELD`] (the largest first),
-/// else spilled (the first pass leaves its protobuf in a temporary file
-/// the second pass reads; without one, an input is converted twice).
-/// Under `--strict` none is held: every fault must be known before
-/// anything is written.
-fn convert_once(traces: &mut [InputSource], strict: bool) {
-    let mut converted: Vec<usize> = (0..traces.len())
-        .filter(|&i| traces[i].content.is_converted())
-        .collect();
-    // Stable: ties go to the earlier input.
-    converted.sort_by_key(|&i| Reverse(traces[i].stored_len()));
-    let held = if strict || converted.len() > MAX_HELD {
-        0
-    } else {
-        MAX_HELD
-    };
-    for (rank, &i) in converted.iter().enumerate() {
-        if rank < held {
-            traces[i].held = Some(Held::new());
-        } else {
-            traces[i].spill = Spill::create().ok();
-        }
-    }
 }
 
 /// The manifest's `attributes` annotate an archive; the trace processor
@@ -369,7 +344,7 @@ pub(crate) fn merge_with_scan_threads(
             let feeds = (&packets[..], &threaded[..]);
             write_merged(&inputs, feeds, &mut plan, opts.format, out, &mut stats)
         });
-    note_held_inputs(&inputs, &mut faults, &mut stats, report);
+    convert_once::note_held_inputs(&inputs, &mut faults, &mut stats, report);
     let finished = result.and_then(|()| {
         if opts.strict && stats.strict_failures() > 0 {
             return Err(MergeError::Unplaced(stats.strict_failures()));
@@ -398,29 +373,6 @@ pub(crate) fn merge_with_scan_threads(
         })?;
     }
     Ok(MergeOutcome { stats, faults })
-}
-
-/// What the second pass found converting the held inputs: the fault that
-/// ended one (new: the first pass read only its first packet), reported
-/// now, and the conversions' counts.
-fn note_held_inputs(
-    inputs: &[InputSource],
-    faults: &mut Vec<InputFault>,
-    stats: &mut MergeStats,
-    report: &mut dyn FnMut(&InputFault),
-) {
-    for held in inputs.iter().filter_map(|i| i.held.as_ref()) {
-        if held.was_resumed() {
-            stats.json.add(&held.counts());
-        }
-        if let Some(fault) = held.take_fault() {
-            report(&fault);
-            if !faults.iter().any(|f| f.display == fault.display) {
-                stats.inputs_with_errors += 1;
-            }
-            faults.push(fault);
-        }
-    }
 }
 
 /// Whether converted ftrace events (read on BOOTTIME) are written on a
