@@ -22,8 +22,10 @@
 //!   their order. A release sorts only the entries held since and merges
 //!   the two runs (on equal time and key the kept one, made earlier, first).
 //! - A record's header has room for its entry's index, written only while
-//!   the kept records are moved down: the move walks the arena in order
-//!   and finds each record's length and entry by it, with no sort.
+//!   the kept records are moved down ([`compact`]): the move walks, in
+//!   order, the records between the first kept and the last released one
+//!   and finds each one's length and entry by it, with no sort; the kept
+//!   records after them move in one copy.
 //! - A release hands its packets out in pieces of at most `out_chunk`
 //!   bytes (and one packet): the caller's output buffer never holds half a
 //!   window. While a release is under way nothing new should be held (it
@@ -365,57 +367,6 @@ impl Window {
         }
         self.held -= bytes.len();
     }
-
-    /// Drops the released entries and moves the kept records down to the
-    /// arena's start, in the order they were made: the arena is walked in
-    /// order, each record's entry found by the index written in its header.
-    fn compact(&mut self) {
-        let cut = self.cut;
-        self.next = 0;
-        self.cut = 0;
-        if self.ended && self.entries.len() == cut {
-            // The arena of a finished file is not needed again.
-            self.arena = Vec::new();
-            self.entries = Vec::new();
-            self.scratch = Vec::new();
-            self.sorted = 0;
-            return;
-        }
-        if cut == 0 {
-            return;
-        }
-        for (i, h) in self.entries.iter().enumerate() {
-            let off = h.off as usize;
-            if let Some(slot) = self.arena.get_mut(off + 1..off + PLAIN_HEADER) {
-                slot.copy_from_slice(&(i as u32).to_le_bytes());
-            }
-        }
-        let (mut from, mut to) = (0, 0);
-        while let Some(head) = self.arena.get(from..from + PLAIN_HEADER) {
-            let header = match head[0] {
-                KIND_PLAIN => PLAIN_HEADER,
-                _ => LINKED_HEADER,
-            };
-            let mut index = [0; 4];
-            index.copy_from_slice(&head[1..]);
-            let index = u32::from_le_bytes(index) as usize;
-            let Some(h) = self.entries.get_mut(index) else {
-                // Cannot happen (every record has its entry); keep what
-                // was moved.
-                break;
-            };
-            let end = (from + header + h.len as usize).min(self.arena.len());
-            if index >= cut {
-                self.arena.copy_within(from..end, to);
-                h.off = to as u32;
-                to += end - from;
-            }
-            from = end;
-        }
-        self.arena.truncate(to);
-        self.entries.drain(..cut);
-        self.sorted = self.sorted.saturating_sub(cut);
-    }
 }
 
 /// Appends a framed TrackEvent packet moved to the track `uuid`: its uuid
@@ -441,6 +392,7 @@ fn on_track(bytes: &[u8], uuid: u64, out: &mut Vec<u8>) {
     }
 }
 
+mod compact;
 mod radix;
 mod retrack;
 

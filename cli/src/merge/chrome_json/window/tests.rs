@@ -193,3 +193,72 @@ fn releases_as_a_whole_sort_of_what_is_held_does() {
     let (got, _) = run(limit, usize::MAX, &packets);
     assert_eq!(got, want);
 }
+
+/// What the window must give for packets `(ts, key, byte, len)` (`len`
+/// copies of `byte`) in a window of `limit` bytes: when more than `limit`
+/// bytes are held, everything held sorted by (time, key, order made) and
+/// the earliest let go until at most half is left; at the end, the rest.
+fn model(limit: usize, packets: &[(i64, i64, u8, usize)]) -> Vec<u8> {
+    let mut held: Vec<(i64, i64, usize, u8, usize)> = Vec::new();
+    let mut bytes = 0;
+    let mut want = Vec::new();
+    for (i, &(ts, key, byte, len)) in packets.iter().enumerate() {
+        held.push((ts, key, i, byte, len));
+        bytes += len;
+        if bytes > limit {
+            held.sort();
+            let mut cut = 0;
+            for p in &held {
+                if bytes <= limit / 2 {
+                    break;
+                }
+                bytes -= p.4;
+                cut += 1;
+            }
+            for p in held.drain(..cut) {
+                want.extend(std::iter::repeat_n(p.3, p.4));
+            }
+        }
+    }
+    held.sort();
+    for p in held {
+        want.extend(std::iter::repeat_n(p.3, p.4));
+    }
+    want
+}
+
+proptest::proptest! {
+    /// Whatever the disorder (none: each release a prefix of the arena;
+    /// a little: a few records mixed; throughout), and whatever the
+    /// packets' sizes, the kept records move down intact and in order.
+    #[test]
+    fn compaction_keeps_every_kept_packet_whatever_the_disorder(
+        spread in proptest::prop_oneof![proptest::strategy::Just(0_i64), 1_i64..8, 8_i64..400],
+        lens in proptest::collection::vec(1_usize..40, 300..1500),
+        limit in 64_usize..3000,
+        chunk in proptest::prop_oneof![proptest::strategy::Just(usize::MAX), 1_usize..200],
+    ) {
+        let keys = [KEY_OTHER, KEY_END, key_complete(3)];
+        let packets: Vec<(i64, i64, u8, usize)> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let i = i as i64;
+                let ts = i * 4 + if spread == 0 { 0 } else { (i * 7919) % spread };
+                (ts, keys[(i % 3) as usize], (i % 251) as u8, len)
+            })
+            .collect();
+        let mut w = Window::new(limit);
+        w.set_out_chunk(chunk);
+        let (mut out, mut stats) = (Vec::new(), JsonStats::default());
+        for &(ts, key, byte, len) in &packets {
+            drain_all(&mut w, &mut out, &mut stats);
+            w.hold_with(ts, key, Mark::Plain, |b| b.extend(std::iter::repeat_n(byte, len)));
+            w.release_if_full(&mut out, &mut stats);
+        }
+        w.finish(&mut out, &mut stats);
+        drain_all(&mut w, &mut out, &mut stats);
+        proptest::prop_assert!(w.arena.is_empty() && w.entries.is_empty());
+        proptest::prop_assert_eq!(out, model(limit, &packets));
+    }
+}
