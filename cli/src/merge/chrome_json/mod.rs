@@ -8,6 +8,11 @@
 //!   ([`convert::WINDOW_BYTES`] and a 24-byte entry per packet held), one
 //!   output chunk (a window's release is handed out a chunk at a time), and
 //!   one entry per process, thread and named track.
+//! - While a release is handed out, events are converted ahead between its
+//!   chunks (held only, at most until the window is full again; what they
+//!   write straight out kept until the release is done): the reading
+//!   thread need not wait for a whole release, and the bytes are those of
+//!   a conversion that waits.
 //! - The conversion is a pure function of the file's bytes and its name:
 //!   both merge passes see the same packets at the same offsets (the
 //!   merge converts once and spills, `inputs::spill`, but converts again
@@ -79,6 +84,10 @@ impl JsonError {
 
 /// How much converted output is made at a time.
 const OUT_CHUNK: usize = 256 << 10;
+/// Items converted ahead after each chunk of a release: about what the
+/// reading thread reads while a chunk goes out, so it seldom waits; the
+/// window holds a few MiB more at the release's end.
+const AHEAD_PER_CHUNK: usize = 768;
 
 /// A Chrome JSON trace read as the bytes of a Perfetto protobuf trace:
 /// the text is read on a thread of its own ([`reading`]), the events are
@@ -93,7 +102,16 @@ pub struct ChromeJsonReader {
     stats: JsonStats,
     slot: Option<StatsSlot>,
     out: Vec<u8>,
+    /// Output made at a time ([`OUT_CHUNK`]).
+    out_chunk: usize,
     pos: usize,
+    /// What events converted during a release wrote straight out
+    /// (descriptors), handed out when the release is done.
+    ahead: Vec<u8>,
+    /// Items converted ahead after each chunk of a release.
+    ahead_per_chunk: usize,
+    /// Items were converted ahead during the release under way.
+    converted_ahead: bool,
     /// No item is left to convert (the window may still be releasing).
     done: bool,
     error: Option<JsonError>,
@@ -103,9 +121,22 @@ impl ChromeJsonReader {
     /// Converts the JSON `inner` of the input named `display`; its counts
     /// go to `slot` when the reader is dropped.
     pub fn new<R: Read + Send + 'static>(inner: R, display: &str, slot: Option<StatsSlot>) -> Self {
+        let converter = Converter::new(display);
+        Self::with_converter(inner, converter, slot, OUT_CHUNK, AHEAD_PER_CHUNK)
+    }
+
+    /// [`ChromeJsonReader::new`] with `converter`, handing out `out_chunk`
+    /// bytes at a time and converting `ahead` items after each chunk of a
+    /// release.
+    fn with_converter<R: Read + Send + 'static>(
+        inner: R,
+        mut converter: Converter,
+        slot: Option<StatsSlot>,
+        out_chunk: usize,
+        ahead: usize,
+    ) -> Self {
         let (feed, thread) = reading::spawn(inner, slot.clone());
-        let mut converter = Converter::new(display);
-        converter.set_out_chunk(OUT_CHUNK);
+        converter.set_out_chunk(out_chunk);
         Self {
             feed: Some(feed),
             thread,
@@ -114,8 +145,12 @@ impl ChromeJsonReader {
             converter,
             stats: JsonStats::default(),
             slot,
-            out: Vec::with_capacity(OUT_CHUNK * 2),
+            out: Vec::with_capacity(out_chunk.saturating_mul(2).min(OUT_CHUNK * 2)),
+            out_chunk,
             pos: 0,
+            ahead: Vec::new(),
+            ahead_per_chunk: ahead,
+            converted_ahead: false,
             done: false,
             error: None,
         }
@@ -151,44 +186,104 @@ impl ChromeJsonReader {
     fn fill(&mut self) {
         self.out.clear();
         self.pos = 0;
-        while self.out.len() < OUT_CHUNK {
+        while self.out.len() < self.out_chunk {
             // A release of the window is handed out before anything new
-            // is converted: the output never holds more than a chunk.
+            // is written: the output never holds more than a chunk.
             if self.converter.releasing() {
                 self.converter.drain(&mut self.out, &mut self.stats);
+                if self.converter.releasing() {
+                    self.convert_ahead();
+                }
+                continue;
+            }
+            if self.converted_ahead {
+                // What the events converted during the release wrote
+                // straight out, where it would be had they waited for it,
+                // then the release the last of them called for.
+                self.converted_ahead = false;
+                self.out.append(&mut self.ahead);
+                self.converter
+                    .release_if_full(&mut self.out, &mut self.stats);
                 continue;
             }
             if self.done {
                 break;
             }
-            if self.at == self.batch.msgs.len() {
-                self.next_batch();
-            }
-            // Items are read in place: the batch goes back whole, its
-            // events to be read into again on the reading thread.
-            let Some(msg) = self.batch.msgs.get_mut(self.at) else {
-                continue;
-            };
-            self.at += 1;
-            let (out, stats) = (&mut self.out, &mut self.stats);
-            match msg {
-                Msg::Fast(e, range) => {
-                    let args = self.batch.args.get(range.clone()).unwrap_or_default();
-                    self.converter.push_encoded(e, args, out, stats);
-                }
-                Msg::Full(e) => self.converter.push(e, out, stats),
-                Msg::Line(ts, packet) => self.converter.push_framed(*ts, packet, out, stats),
-                Msg::End => {
-                    self.converter.finish(out, stats);
-                    self.done = true;
-                }
-                Msg::Fail(_) => {
-                    if let Msg::Fail(e) = std::mem::replace(msg, Msg::End) {
-                        self.fail(e);
+            if !self.convert_next(false) {
+                let Some(msg) = self.batch.msgs.get_mut(self.at) else {
+                    continue;
+                };
+                self.at += 1;
+                let (out, stats) = (&mut self.out, &mut self.stats);
+                match msg {
+                    Msg::End => {
+                        self.converter.finish(out, stats);
+                        self.done = true;
                     }
+                    Msg::Fail(_) => {
+                        if let Msg::Fail(e) = std::mem::replace(msg, Msg::End) {
+                            self.fail(e);
+                        }
+                    }
+                    _ => {}
                 }
             }
         }
+    }
+
+    /// Converts the next item if it is an event (or a line), taking the
+    /// next batch when this one is spent; false (nothing taken) at the
+    /// end or a failure. `ahead`: during a release, held only, what the
+    /// event writes straight out kept in `ahead`.
+    fn convert_next(&mut self, ahead: bool) -> bool {
+        if self.at == self.batch.msgs.len() {
+            self.next_batch();
+        }
+        // Items are read in place: the batch goes back whole, its events
+        // to be read into again on the reading thread.
+        let Some(msg) = self.batch.msgs.get(self.at) else {
+            return false;
+        };
+        let out = if ahead {
+            &mut self.ahead
+        } else {
+            &mut self.out
+        };
+        let stats = &mut self.stats;
+        match msg {
+            Msg::Fast(e, range) => {
+                let args = self.batch.args.get(range.clone()).unwrap_or_default();
+                self.converter.push_encoded(e, args, out, stats);
+            }
+            Msg::Full(e) => self.converter.push(e, out, stats),
+            Msg::Line(ts, packet) => self.converter.push_framed(*ts, packet, out, stats),
+            Msg::End | Msg::Fail(_) => return false,
+        }
+        self.at += 1;
+        true
+    }
+
+    /// While a release is handed out, converts up to `ahead_per_chunk`
+    /// ([`AHEAD_PER_CHUNK`]) items after each chunk of it, held until the next release: the
+    /// reading thread goes on reading instead of waiting for the whole
+    /// release to go out. The bytes are the same: nothing is released
+    /// meanwhile, and what the events write straight out follows the
+    /// release, as it would have.
+    fn convert_ahead(&mut self) {
+        if self.done {
+            return;
+        }
+        self.converter.set_holding_only(true);
+        for _ in 0..self.ahead_per_chunk {
+            // An event that fills the window ends it: the next release
+            // must start right after the one under way, as it would have
+            // after that event.
+            if self.converter.full_after_release() || !self.convert_next(true) {
+                break;
+            }
+            self.converted_ahead = true;
+        }
+        self.converter.set_holding_only(false);
     }
 
     /// The events before an error are kept: the window is released first.
@@ -202,7 +297,7 @@ impl ChromeJsonReader {
 impl Read for ChromeJsonReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.pos == self.out.len() {
-            if self.done && !self.converter.releasing() {
+            if self.done && !self.converter.releasing() && !self.converted_ahead {
                 return match self.error.take() {
                     Some(e) => Err(e.into_io()),
                     None => Ok(0),

@@ -34,8 +34,10 @@ use crate::merge::systrace::line_to_packet;
 const BATCH_EVENTS: usize = 256;
 /// Bytes of encoded args per batch.
 const BATCH_ARGS: usize = 64 << 10;
-/// Batches read ahead, and so in flight with the one being converted.
-const IN_FLIGHT: usize = 2;
+/// Batches read ahead, and so in flight with the one being converted:
+/// enough to ride out the converting half's uneven pace (a chunk of a
+/// release handed out, then events converted ahead), each ~170 KiB.
+const IN_FLIGHT: usize = 8;
 
 /// One read item.
 pub enum Msg {

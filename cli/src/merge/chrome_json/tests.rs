@@ -394,3 +394,73 @@ fn a_reader_dropped_early_stops_its_reading_thread() {
     // Counted by the reading thread, at the start of the text.
     assert_eq!(slot.lock().unwrap().json_display_time_unit, 1);
 }
+
+/// Converts `json` with a window of `window` bytes, handed out `chunk`
+/// bytes at a time, `ahead` items converted after each chunk of a
+/// release; the bytes and the counts.
+fn convert_with(json: &str, window: usize, chunk: usize, ahead: usize) -> (Vec<u8>, JsonStats) {
+    let slot = StatsSlot::default();
+    let mut reader = ChromeJsonReader::with_converter(
+        std::io::Cursor::new(json.as_bytes().to_vec()),
+        convert::Converter::with_window("t.json", window),
+        Some(slot.clone()),
+        chunk,
+        ahead,
+    );
+    let mut bytes = Vec::new();
+    reader.read_to_end(&mut bytes).unwrap();
+    drop(reader);
+    let stats = *slot.lock().unwrap();
+    (bytes, stats)
+}
+
+/// Converting ahead while a release goes out changes no byte: nothing is
+/// released meanwhile, and the descriptors the new events write straight
+/// out follow the release, as when they waited for it.
+#[test]
+fn converting_ahead_during_a_release_changes_no_byte() {
+    // A small window makes hundreds of releases; processes and threads
+    // (each a descriptor written straight out) keep appearing and are
+    // named by metadata events; complete events overlap (some spill) and
+    // times are out of order by a few events.
+    let mut json = String::from(r#"{"traceEvents":["#);
+    for i in 0..8000_u64 {
+        let ts = i * 10 + (i * 7919) % 37;
+        let pid = 1 + i / 700;
+        let tid = pid * 100 + (i / 90) % 17;
+        let event = match i % 5 {
+            0 => format!(
+                r#"{{"ph":"X","pid":{pid},"tid":{tid},"ts":{ts},"dur":{},"name":"x{}","args":{{"a":{i}}}}}"#,
+                (i % 13) * 20,
+                i % 7
+            ),
+            1 => format!(r#"{{"ph":"i","pid":{pid},"tid":{tid},"ts":{ts},"name":"in","s":"t"}}"#),
+            2 => format!(r#"{{"ph":"C","pid":{pid},"ts":{ts},"name":"c","args":{{"v":{i}}}}}"#),
+            3 => format!(
+                r#"{{"ph":"M","pid":{pid},"tid":{tid},"name":"thread_name","args":{{"name":"t{tid}"}}}}"#
+            ),
+            _ => format!(r#"{{"ph":"X","pid":{pid},"tid":{tid},"ts":{ts},"dur":3,"name":"s"}}"#),
+        };
+        json.push_str(&event);
+        json.push(',');
+    }
+    json.push_str("{}]}");
+    let waited = convert_with(&json, 4096, 512, 0);
+    let trace = Trace::decode(&waited.0[..]).unwrap();
+    let descriptors = trace
+        .packet
+        .iter()
+        .filter(|p| matches!(p.data, Some(Data::TrackDescriptor(_))))
+        .count();
+    assert!(descriptors > 100, "{descriptors} descriptors");
+    assert!(
+        waited.0.len() > 50 * 4096,
+        "{} bytes: many releases",
+        waited.0.len()
+    );
+    for ahead in [1, 7, 768] {
+        let got = convert_with(&json, 4096, 512, ahead);
+        assert!(got.0 == waited.0, "{ahead} ahead: other bytes");
+        assert_eq!(got.1, waited.1, "{ahead} ahead: other counts");
+    }
+}

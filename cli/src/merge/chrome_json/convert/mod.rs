@@ -57,6 +57,9 @@ type Named = (Option<String>, Option<i32>);
 pub struct Converter {
     salt: u64,
     window: Window,
+    /// While set, events are converted and held but nothing is released
+    /// ([`Converter::set_holding_only`]).
+    holding_only: bool,
     thread_time: ThreadTime,
     /// The debug annotations of the event being converted, encoded by the
     /// fast path (`fast_event`); empty otherwise.
@@ -116,9 +119,16 @@ fn counter_value(v: &Value) -> Option<f64> {
 impl Converter {
     /// A conversion of the input named `display` (the salt of its uuids).
     pub fn new(display: &str) -> Self {
+        Self::with_window(display, WINDOW_BYTES)
+    }
+
+    /// A converter whose window holds `window_bytes` (tests use a small
+    /// one to make many releases).
+    pub fn with_window(display: &str, window_bytes: usize) -> Self {
         Self {
             salt: hash(0, TrackKind::Global, &[display.as_bytes()]),
-            window: Window::new(WINDOW_BYTES),
+            window: Window::new(window_bytes),
+            holding_only: false,
             thread_time: ThreadTime::default(),
             annotations: Vec::new(),
             processes: FastMap::default(),
@@ -267,7 +277,17 @@ impl Converter {
         self.window.hold_with(ts, KEY_OTHER, Mark::Plain, |arena| {
             arena.extend_from_slice(bytes)
         });
-        self.window.release_if_full(out, stats);
+        if !self.holding_only {
+            self.window.release_if_full(out, stats);
+        }
+    }
+
+    /// While `on`, pushed events are converted and held, and nothing is
+    /// released (not even the release under way): the reader converts
+    /// ahead while it hands a release out, keeping what the events write
+    /// straight out until the release is done.
+    pub fn set_holding_only(&mut self, on: bool) {
+        self.holding_only = on;
     }
 
     /// Everything still held, in order: the file has ended (the rest by
@@ -279,6 +299,19 @@ impl Converter {
     /// Releases from the window hand out at most about `bytes` at a time.
     pub fn set_out_chunk(&mut self, bytes: usize) {
         self.window.set_out_chunk(bytes);
+    }
+
+    /// Whether what is held besides the release under way is more than
+    /// the window holds: [`Converter::release_if_full`] is due once it is
+    /// done.
+    pub fn full_after_release(&self) -> bool {
+        self.window.full_after_release()
+    }
+
+    /// Starts a release if the window is full (what a push does after
+    /// its event) and hands out its first piece.
+    pub fn release_if_full(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
+        self.window.release_if_full(out, stats);
     }
 
     /// Whether the window is releasing: [`Converter::drain`] has more.
@@ -310,7 +343,9 @@ impl Converter {
     /// into the window (released into `out` as it fills).
     pub fn push(&mut self, e: &JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {
         self.convert(e, out, stats);
-        self.window.release_if_full(out, stats);
+        if !self.holding_only {
+            self.window.release_if_full(out, stats);
+        }
     }
 
     fn convert(&mut self, e: &JsonEvent, out: &mut Vec<u8>, stats: &mut JsonStats) {

@@ -23,6 +23,7 @@ impl Window {
         let cut = self.cut;
         self.next = 0;
         self.cut = 0;
+        self.releasing_bytes = 0;
         if self.ended && self.entries.len() == cut {
             // The arena of a finished file is not needed again.
             self.arena = Vec::new();

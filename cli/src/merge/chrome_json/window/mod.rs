@@ -110,6 +110,8 @@ pub struct Window {
     scratch: Vec<Held>,
     next: usize,
     cut: usize,
+    /// Bytes of packets of the release under way still to go.
+    releasing_bytes: usize,
     arena: Vec<u8>,
     /// Bytes of packets held (the arena without the record headers).
     held: usize,
@@ -134,6 +136,7 @@ impl Window {
             scratch: Vec::new(),
             next: 0,
             cut: 0,
+            releasing_bytes: 0,
             arena: Vec::new(),
             held: 0,
             ended: false,
@@ -199,6 +202,12 @@ impl Window {
         self.next < self.cut
     }
 
+    /// Whether what is held besides the release under way is more than
+    /// the limit: the next release starts as soon as this one is done.
+    pub fn full_after_release(&self) -> bool {
+        self.held.saturating_sub(self.releasing_bytes) > self.limit
+    }
+
     /// Starts releasing the earlier half if the window is full, and hands
     /// out the first piece of it into `out`.
     pub fn release_if_full(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
@@ -236,6 +245,7 @@ impl Window {
         }
         self.next = 0;
         self.cut = cut;
+        self.releasing_bytes = self.held - held;
         if cut == 0 {
             self.compact();
         }
@@ -366,6 +376,7 @@ impl Window {
             None => out.extend_from_slice(bytes),
         }
         self.held -= bytes.len();
+        self.releasing_bytes = self.releasing_bytes.saturating_sub(bytes.len());
     }
 }
 
