@@ -31,6 +31,7 @@ use super::framing::{frame_annotated, frame_into, packet};
 use super::thread_time::ThreadTime;
 
 mod direct;
+mod releases;
 use super::window::{KEY_END, KEY_OTHER, Mark, Window, key_complete};
 
 /// Bytes of timed packets held back to put a file's events in order.
@@ -280,48 +281,6 @@ impl Converter {
         if !self.holding_only {
             self.window.release_if_full(out, stats);
         }
-    }
-
-    /// While `on`, pushed events are converted and held, and nothing is
-    /// released (not even the release under way): the reader converts
-    /// ahead while it hands a release out, keeping what the events write
-    /// straight out until the release is done.
-    pub fn set_holding_only(&mut self, on: bool) {
-        self.holding_only = on;
-    }
-
-    /// Everything still held, in order: the file has ended (the rest by
-    /// [`Converter::drain`] while [`Converter::releasing`]).
-    pub fn finish(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        self.window.finish(out, stats);
-    }
-
-    /// Releases from the window hand out at most about `bytes` at a time.
-    pub fn set_out_chunk(&mut self, bytes: usize) {
-        self.window.set_out_chunk(bytes);
-    }
-
-    /// Whether what is held besides the release under way is more than
-    /// the window holds: [`Converter::release_if_full`] is due once it is
-    /// done.
-    pub fn full_after_release(&self) -> bool {
-        self.window.full_after_release()
-    }
-
-    /// Starts a release if the window is full (what a push does after
-    /// its event) and hands out its first piece.
-    pub fn release_if_full(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        self.window.release_if_full(out, stats);
-    }
-
-    /// Whether the window is releasing: [`Converter::drain`] has more.
-    pub fn releasing(&self) -> bool {
-        self.window.releasing()
-    }
-
-    /// The next piece of the window's release under way.
-    pub fn drain(&mut self, out: &mut Vec<u8>, stats: &mut JsonStats) {
-        self.window.drain(out, stats);
     }
 
     /// [`Converter::push`] of an event read by the fast path, its args
