@@ -264,11 +264,11 @@ impl ChromeJsonReader {
     }
 
     /// While a release is handed out, converts up to `ahead_per_chunk`
-    /// ([`AHEAD_PER_CHUNK`]) items after each chunk of it, held until the next release: the
-    /// reading thread goes on reading instead of waiting for the whole
-    /// release to go out. The bytes are the same: nothing is released
-    /// meanwhile, and what the events write straight out follows the
-    /// release, as it would have.
+    /// ([`AHEAD_PER_CHUNK`]) items after each chunk of it, held until the
+    /// next release: the reading thread goes on reading instead of
+    /// waiting for the whole release to go out. The bytes are the same:
+    /// nothing is released meanwhile, and what the events write straight
+    /// out follows the release, as it would have.
     fn convert_ahead(&mut self) {
         if self.done {
             return;
