@@ -73,6 +73,8 @@ pub fn run(args: MergeArgs) -> u8 {
     {
         return code;
     }
+    // Before the output's temporary is made: an interrupt removes it.
+    super::interrupted::remove_temporary_on_signal(&output);
     match capture::detect(&inputs) {
         Err(e) => {
             eprintln!("tracesync: error: {e}");

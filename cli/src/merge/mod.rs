@@ -20,6 +20,7 @@ pub mod feed;
 pub mod first_pass;
 pub mod first_pass_threads;
 pub mod inputs;
+mod interrupted;
 pub mod machines;
 pub mod manifest;
 pub mod output;

@@ -158,3 +158,54 @@ fn unwritable_output() {
     assert_eq!(exit_code(&o), 73, "{}", stderr(&o));
     assert_one_line(&stderr(&o), &stats, &["cannot create"]);
 }
+
+/// Ctrl-C (SIGINT) or SIGTERM while the merged trace is written: the
+/// process ends by the signal, and neither the output nor its temporary
+/// is left behind.
+#[test]
+fn an_interrupted_merge_leaves_no_temporary() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
+
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Long enough to still be writing when the signal comes.
+    let mut json = String::from(r#"{"traceEvents":["#);
+    for i in 0..600_000_u64 {
+        json.push_str(&format!(
+            r#"{{"ph":"X","pid":1,"tid":{},"ts":{i},"dur":1,"name":"e{}"}},"#,
+            i % 4,
+            i % 9
+        ));
+    }
+    json.push_str("{}]}");
+    let input = write(d, "big.json", json.as_bytes());
+    let out = d.join("merged.pftrace");
+    let temp = d.join("merged.pftrace.tmp");
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        let mut child = std::process::Command::new(tracesync_tests::run::bin("tracesync"))
+            .args([
+                "merge",
+                "-o",
+                out.to_str().unwrap(),
+                input.to_str().unwrap(),
+            ])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while !temp.exists() {
+            assert!(child.try_wait().unwrap().is_none(), "ended before writing");
+            assert!(started.elapsed() < Duration::from_secs(120), "no temporary");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(signal as i32), "{signal}: {status}");
+        assert!(!temp.exists(), "{signal}: the temporary is left");
+        assert!(!out.exists(), "{signal}: an output is left");
+    }
+}
