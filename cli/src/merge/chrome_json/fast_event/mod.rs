@@ -52,6 +52,49 @@ mod key {
     pub const ARGS: u32 = 15;
 }
 
+/// The key at the cursor when it is one of the event's, written plainly
+/// (as nearly every writer writes them): its bit, the cursor past its
+/// closing quote. Matched on its quoted bytes, the quotes included, so
+/// only the exact key matches (`"id2"` is not `"id"`); None leaves the
+/// cursor where it was, for the key to be read as a string.
+#[inline(always)]
+fn plain_key(c: &mut Cursor<'_>) -> Option<u32> {
+    c.skip_ws();
+    let rest = c.rest();
+    let is = |quoted: &[u8]| rest.starts_with(quoted);
+    let (bit, len) = match *rest.get(1)? {
+        b'p' if is(b"\"ph\"") => (key::PH, 4),
+        b'p' if is(b"\"pid\"") => (key::PID, 5),
+        b't' if is(b"\"ts\"") => (key::TS, 4),
+        b't' if is(b"\"tid\"") => (key::TID, 5),
+        b't' if is(b"\"tts\"") => (key::TTS, 5),
+        b't' if is(b"\"tdur\"") => (key::TDUR, 6),
+        b'd' if is(b"\"dur\"") => (key::DUR, 5),
+        b'n' if is(b"\"name\"") => (key::NAME, 6),
+        b'c' if is(b"\"cat\"") => (key::CAT, 5),
+        b'a' if is(b"\"args\"") => (key::ARGS, 6),
+        b'i' if is(b"\"id\"") => (key::ID, 4),
+        b'b' if is(b"\"bp\"") => (key::BP, 4),
+        b'b' if is(b"\"bind_id\"") => (key::BIND_ID, 9),
+        b'f' if is(b"\"flow_in\"") => (key::FLOW_IN, 9),
+        b'f' if is(b"\"flow_out\"") => (key::FLOW_OUT, 10),
+        b's' if is(b"\"s\"") => (key::S, 3),
+        _ => return None,
+    };
+    c.skip(len);
+    Some(bit)
+}
+
+/// The key a bit stands for (to name a bad field).
+fn key_name(bit: u32) -> &'static str {
+    match bit {
+        key::TS => "ts",
+        key::DUR => "dur",
+        key::TTS => "tts",
+        _ => "tdur",
+    }
+}
+
 fn key_bit(k: &[u8]) -> Option<u32> {
     Some(match k {
         b"ph" => key::PH,
@@ -114,17 +157,24 @@ pub fn parse_fast(
     c.expect(b'{')?;
     if !c.eat(b'}') {
         loop {
-            let key = c.string()?;
+            let bit = match plain_key(&mut c) {
+                Some(bit) => Some(bit),
+                None => {
+                    let key = c.string()?;
+                    if key == b"id2" {
+                        return None;
+                    }
+                    key_bit(key)
+                }
+            };
             c.expect(b':')?;
             e.any_field = true;
-            if let Some(i) = key_bit(key) {
+            if let Some(i) = bit {
                 if seen & (1 << i) != 0 {
                     return None;
                 }
                 seen |= 1 << i;
-                read_field(e, i, key, &mut c, args, scratch, &mut strs)?;
-            } else if key == b"id2" {
-                return None;
+                read_field(e, i, &mut c, args, scratch, &mut strs)?;
             } else {
                 c.skip_value(MAX_DEPTH)?;
             }
@@ -182,16 +232,32 @@ fn scalar<'a>(c: &mut Cursor<'a>) -> Option<Scalar<'a>> {
     })
 }
 
+/// The phase: the first byte of a string, else 0.
+fn phase(c: &mut Cursor<'_>) -> Option<u8> {
+    // Nearly always one plain letter: read as it is.
+    if let [b'"', p, b'"', ..] = *c.rest()
+        && (0x20..0x80).contains(&p)
+        && p != b'"'
+        && p != b'\\'
+    {
+        c.skip(3);
+        return Some(p);
+    }
+    Some(match scalar(c)? {
+        Scalar::Str(s) => s.first().copied().unwrap_or(0),
+        _ => 0,
+    })
+}
+
 /// A string's bytes as an owned string.
 fn text(s: &[u8]) -> Option<String> {
     std::str::from_utf8(s).ok().map(str::to_owned)
 }
 
-/// Reads the value of field `bit` (its key `key`) into `e`.
+/// Reads the value of field `bit` into `e`.
 fn read_field(
     e: &mut JsonEvent,
     bit: u32,
-    key: &[u8],
     c: &mut Cursor<'_>,
     args: &mut Vec<u8>,
     scratch: &mut Scratch,
@@ -212,12 +278,7 @@ fn read_field(
             }
             return Some(());
         }
-        key::PH => {
-            e.phase = match scalar(c)? {
-                Scalar::Str(s) => s.first().copied().unwrap_or(0),
-                _ => 0,
-            }
-        }
+        key::PH => e.phase = phase(c)?,
         key::TS | key::DUR | key::TTS | key::TDUR => {
             let ns = match c.peek()? {
                 b'-' | b'0'..=b'9' => c.us_to_ns()?,
@@ -236,7 +297,7 @@ fn read_field(
                 // The first bad field is the one named (`event::note_bad`).
                 (_, Err(why)) => {
                     if e.bad_field.is_none() {
-                        e.bad_field = Some(format!("{}: {why}", text(key)?));
+                        e.bad_field = Some(format!("{}: {why}", key_name(bit)));
                     }
                 }
             }

@@ -170,6 +170,17 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The bytes from the cursor on.
+    pub fn rest(&self) -> &'a [u8] {
+        self.bytes.get(self.pos..).unwrap_or_default()
+    }
+
+    /// Moves past `n` bytes the caller has read from [`Cursor::rest`]
+    /// (plain ASCII outside a string's text).
+    pub fn skip(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.bytes.len());
+    }
+
     /// The bytes at `range` (a [`Cursor::string_at`] answer).
     pub fn slice(&self, range: std::ops::Range<usize>) -> &'a [u8] {
         self.bytes.get(range).unwrap_or_default()
