@@ -251,9 +251,11 @@ impl ChromeJsonReader {
         };
         let stats = &mut self.stats;
         match msg {
-            Msg::Fast(e, range) => {
+            Msg::Fast(i, range) => {
                 let args = self.batch.args.get(range.clone()).unwrap_or_default();
-                self.converter.push_encoded(e, args, out, stats);
+                if let Some(e) = self.batch.events.get(*i) {
+                    self.converter.push_encoded(e, args, out, stats);
+                }
             }
             Msg::Full(e) => self.converter.push(e, out, stats),
             Msg::Line(ts, packet) => self.converter.push_framed(*ts, packet, out, stats),

@@ -11,10 +11,14 @@
 //! - Memory is bounded: at most [`IN_FLIGHT`] batches of at most
 //!   [`BATCH_EVENTS`] events (and [`BATCH_ARGS`] bytes of encoded args,
 //!   plus one event's) exist at once; their buffers are reused, and so
-//!   are their events (at most [`BATCH_EVENTS`] kept spare): the
-//!   converting half reads events in place and hands the batch back, so
-//!   an event's strings are allocated and freed on this thread, and
-//!   mostly not at all.
+//!   are their events: the converting half reads events in place and
+//!   hands the batch back, so an event's strings are allocated and freed
+//!   on this thread, and mostly not at all.
+//! - A batch's fast-path events are its own, side by side, read into
+//!   again in the same order whenever the batch comes back: what the
+//!   converting half reads of a batch (events, their strings, args) lies
+//!   in a few runs of memory it streams through, not in events scattered
+//!   over the heap (each a cache miss between the two processors).
 //! - The thread ends by itself when the text ends, at an error, or when
 //!   the converting half is dropped; its counts go to the input's stats
 //!   slot before it ends (the converting half waits for it when dropped).
@@ -41,11 +45,10 @@ const IN_FLIGHT: usize = 8;
 
 /// One read item.
 pub enum Msg {
-    /// An event read by the fast path, its args encoded as debug
-    /// annotations at this range of the batch's `args`.
-    /// Boxed, as the spare events are: handing an event over moves a
-    /// pointer, not the large event.
-    Fast(Box<JsonEvent>, Range<usize>),
+    /// An event read by the fast path: the batch's `events` at this
+    /// index, its args encoded as debug annotations at this range of the
+    /// batch's `args`.
+    Fast(usize, Range<usize>),
     /// An event read in full.
     Full(Box<JsonEvent>),
     /// A framed ftrace packet of a `systemTraceEvents` line, at its time.
@@ -61,6 +64,8 @@ pub enum Msg {
 pub struct Batch {
     pub msgs: Vec<Msg>,
     pub args: Vec<u8>,
+    /// The fast path's events (more may be left from earlier fills).
+    pub events: Vec<JsonEvent>,
 }
 
 /// The converting half's ends of the channels.
@@ -83,7 +88,6 @@ pub fn spawn<R: Read + Send + 'static>(
         event: Vec::new(),
         args: Vec::new(),
         scratch: Scratch::default(),
-        spare: Vec::new(),
     };
     let handle = std::thread::Builder::new()
         .name("tracesync-json".into())
@@ -103,7 +107,7 @@ pub fn spawn<R: Read + Send + 'static>(
             let msgs = vec![Msg::Fail(JsonError::Io(e))];
             let _ = tx.send(Batch {
                 msgs,
-                args: Vec::new(),
+                ..Batch::default()
             });
             (Feed { batches, spent }, None)
         }
@@ -119,24 +123,13 @@ struct Reader<R> {
     /// The fast path's encoded args of one event.
     args: Vec<u8>,
     scratch: Scratch,
-    /// Events of spent batches, to be read into again.
-    // Boxed on purpose: an event moves between the spares and the
-    // batches, a pointer is cheaper to move than the event.
-    #[allow(clippy::vec_box)]
-    spare: Vec<Box<JsonEvent>>,
 }
 
 impl<R: Read> Reader<R> {
     fn run(&mut self, tx: &SyncSender<Batch>, back: &Receiver<Batch>) {
         loop {
             let mut batch = back.try_recv().unwrap_or_default();
-            for msg in batch.msgs.drain(..) {
-                if let Msg::Fast(e, _) | Msg::Full(e) = msg
-                    && self.spare.len() < BATCH_EVENTS
-                {
-                    self.spare.push(e);
-                }
-            }
+            batch.msgs.clear();
             batch.args.clear();
             let last = self.fill(&mut batch);
             if tx.send(batch).is_err() || last {
@@ -148,18 +141,20 @@ impl<R: Read> Reader<R> {
     /// Reads into `batch` until it is full; true when it holds the last
     /// item (the end, or a failure).
     fn fill(&mut self, batch: &mut Batch) -> bool {
+        // The batch's next event to read into.
+        let mut next = 0;
         while batch.msgs.len() < BATCH_EVENTS && batch.args.len() < BATCH_ARGS {
+            if next == batch.events.len() {
+                batch.events.push(JsonEvent::default());
+            }
             // Most events are read in place from the scanner's buffer.
             match self.scanner.event_in_buffer() {
                 Ok(Some((_, bytes))) => {
-                    let mut e = self.spare.pop().unwrap_or_default();
-                    match parse_fast(bytes, &mut e, &mut self.args, &mut self.scratch) {
-                        Some(n) => {
-                            self.scanner.consume_event(n);
-                            push_fast(batch, e, &self.args);
-                            continue;
-                        }
-                        None => self.spare.push(e),
+                    let e = &mut batch.events[next];
+                    if let Some(n) = parse_fast(bytes, e, &mut self.args, &mut self.scratch) {
+                        self.scanner.consume_event(n);
+                        push_fast(batch, &mut next, &self.args);
+                        continue;
                     }
                 }
                 Ok(None) => {}
@@ -178,13 +173,12 @@ impl<R: Read> Reader<R> {
                     }
                 }
                 Ok(Some(Item::Event(at))) => {
-                    let mut e = self.spare.pop().unwrap_or_default();
-                    let fast = parse_fast(&self.event, &mut e, &mut self.args, &mut self.scratch);
+                    let e = &mut batch.events[next];
+                    let fast = parse_fast(&self.event, e, &mut self.args, &mut self.scratch);
                     if fast == Some(self.event.len()) {
-                        push_fast(batch, e, &self.args);
+                        push_fast(batch, &mut next, &self.args);
                         continue;
                     }
-                    self.spare.push(e);
                     match parse_event(&self.event) {
                         Ok(e) => batch.msgs.push(Msg::Full(Box::new(e))),
                         Err((message, index)) => {
@@ -210,8 +204,11 @@ impl<R: Read> Reader<R> {
     }
 }
 
-fn push_fast(batch: &mut Batch, e: Box<JsonEvent>, args: &[u8]) {
+/// Hands over the batch's event `next`, just read by the fast path with
+/// `args`.
+fn push_fast(batch: &mut Batch, next: &mut usize, args: &[u8]) {
     let at = batch.args.len();
     batch.args.extend_from_slice(args);
-    batch.msgs.push(Msg::Fast(e, at..batch.args.len()));
+    batch.msgs.push(Msg::Fast(*next, at..batch.args.len()));
+    *next += 1;
 }
