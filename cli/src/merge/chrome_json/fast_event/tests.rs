@@ -270,3 +270,37 @@ fn non_ascii_strings_are_read_and_invalid_utf8_left() {
         );
     }
 }
+
+/// An event read into again holds what a fresh one holds: every field
+/// the reading before wrote (whole or cut short by a refusal) is reset,
+/// whichever event came before.
+#[test]
+fn an_event_read_into_again_is_a_fresh_one() {
+    let refused = [
+        r#"{"ph":"X","pid":"a","tid":"b","id":"0x1","bind_id":2,"s":"p","bp":"e","flow_in":true,"flow_out":true,"tts":1,"tdur":2,"ts":1,"dur":"x""#,
+        r#"{"ph":"C","name":"n","cat":"c","ts":true,"args":{"a":1},"ts":2}"#,
+    ];
+    let all: Vec<&str> = COMMON
+        .iter()
+        .chain(SEMANTICS)
+        .chain(&refused)
+        .copied()
+        .collect();
+    let read = |e: &mut JsonEvent, text: &str| {
+        let (mut args, mut scratch) = (Vec::new(), Scratch::default());
+        parse_fast(text.as_bytes(), e, &mut args, &mut scratch).map(|n| (n, args))
+    };
+    for before in &all {
+        for after in &all {
+            let mut reused = JsonEvent::default();
+            let _ = read(&mut reused, before);
+            let mut fresh = JsonEvent::default();
+            let want = read(&mut fresh, after);
+            assert_eq!(read(&mut reused, after), want, "{before} then {after}");
+            if want.is_some() {
+                let (got, want) = (format!("{:?}", reused), format!("{:?}", fresh));
+                assert_eq!(got, want, "{before} then {after}");
+            }
+        }
+    }
+}
