@@ -32,7 +32,7 @@ const STRING_VALUE: u8 = 0x32;
 const MAX_DEPTH: u32 = 32;
 
 /// The keys an event may hold once (a duplicate goes the full way), as
-/// a bit each; the key is matched once, here.
+/// a bit each; a key is matched once, by [`plain_key`].
 mod key {
     pub const PH: u32 = 0;
     pub const TS: u32 = 1;
@@ -95,28 +95,6 @@ fn key_name(bit: u32) -> &'static str {
     }
 }
 
-fn key_bit(k: &[u8]) -> Option<u32> {
-    Some(match k {
-        b"ph" => key::PH,
-        b"ts" => key::TS,
-        b"dur" => key::DUR,
-        b"tts" => key::TTS,
-        b"tdur" => key::TDUR,
-        b"pid" => key::PID,
-        b"tid" => key::TID,
-        b"id" => key::ID,
-        b"bind_id" => key::BIND_ID,
-        b"cat" => key::CAT,
-        b"name" => key::NAME,
-        b"flow_in" => key::FLOW_IN,
-        b"flow_out" => key::FLOW_OUT,
-        b"s" => key::S,
-        b"bp" => key::BP,
-        b"args" => key::ARGS,
-        _ => return None,
-    })
-}
-
 /// Where the event's `name` and `cat` strings are: copied once the
 /// whole event is known to be UTF-8 (so it is checked once).
 #[derive(Default)]
@@ -157,15 +135,12 @@ pub fn parse_fast(
     c.expect(b'{')?;
     if !c.eat(b'}') {
         loop {
+            // Any other key without an escape (one sends the event the
+            // full way) is not one of the event's: its value is skipped.
             let bit = match plain_key(&mut c) {
                 Some(bit) => Some(bit),
-                None => {
-                    let key = c.string()?;
-                    if key == b"id2" {
-                        return None;
-                    }
-                    key_bit(key)
-                }
+                None if c.string()? == b"id2" => return None,
+                None => None,
             };
             c.expect(b':')?;
             e.any_field = true;
