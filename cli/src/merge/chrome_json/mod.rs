@@ -87,7 +87,7 @@ const OUT_CHUNK: usize = 256 << 10;
 /// Items converted ahead after each chunk of a release: about what the
 /// reading thread reads while a chunk goes out, so it seldom waits; the
 /// window holds a few MiB more at the release's end.
-const AHEAD_PER_CHUNK: usize = 768;
+const AHEAD_PER_CHUNK: usize = 1536;
 
 /// A Chrome JSON trace read as the bytes of a Perfetto protobuf trace:
 /// the text is read on a thread of its own ([`reading`]), the events are
