@@ -86,7 +86,6 @@ pub fn spawn<R: Read + Send + 'static>(
         scanner: EventScanner::new(inner),
         stats: JsonStats::default(),
         event: Vec::new(),
-        args: Vec::new(),
         scratch: Scratch::default(),
     };
     let handle = std::thread::Builder::new()
@@ -120,8 +119,6 @@ struct Reader<R> {
     /// An event copied out of the read buffer (cut by its end, or one the
     /// fast path left).
     event: Vec<u8>,
-    /// The fast path's encoded args of one event.
-    args: Vec<u8>,
     scratch: Scratch,
 }
 
@@ -150,12 +147,14 @@ impl<R: Read> Reader<R> {
             // Most events are read in place from the scanner's buffer.
             match self.scanner.event_in_buffer() {
                 Ok(Some((_, bytes))) => {
+                    let at = batch.args.len();
                     let e = &mut batch.events[next];
-                    if let Some(n) = parse_fast(bytes, e, &mut self.args, &mut self.scratch) {
+                    if let Some(n) = parse_fast(bytes, e, &mut batch.args, &mut self.scratch) {
                         self.scanner.consume_event(n);
-                        push_fast(batch, &mut next, &self.args);
+                        push_fast(batch, &mut next, at);
                         continue;
                     }
+                    batch.args.truncate(at);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -173,12 +172,14 @@ impl<R: Read> Reader<R> {
                     }
                 }
                 Ok(Some(Item::Event(at))) => {
+                    let args_at = batch.args.len();
                     let e = &mut batch.events[next];
-                    let fast = parse_fast(&self.event, e, &mut self.args, &mut self.scratch);
+                    let fast = parse_fast(&self.event, e, &mut batch.args, &mut self.scratch);
                     if fast == Some(self.event.len()) {
-                        push_fast(batch, &mut next, &self.args);
+                        push_fast(batch, &mut next, args_at);
                         continue;
                     }
+                    batch.args.truncate(args_at);
                     match parse_event(&self.event) {
                         Ok(e) => batch.msgs.push(Msg::Full(Box::new(e))),
                         Err((message, index)) => {
@@ -204,11 +205,9 @@ impl<R: Read> Reader<R> {
     }
 }
 
-/// Hands over the batch's event `next`, just read by the fast path with
-/// `args`.
-fn push_fast(batch: &mut Batch, next: &mut usize, args: &[u8]) {
-    let at = batch.args.len();
-    batch.args.extend_from_slice(args);
+/// Hands over the batch's event `next`, just read by the fast path, its
+/// args encoded at the batch's `args` from `at` on.
+fn push_fast(batch: &mut Batch, next: &mut usize, at: usize) {
     batch.msgs.push(Msg::Fast(*next, at..batch.args.len()));
     *next += 1;
 }

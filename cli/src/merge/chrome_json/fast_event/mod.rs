@@ -117,16 +117,18 @@ pub struct Scratch {
 }
 
 /// Reads the event object `bytes` start with into `e` (reset first, its
-/// strings' buffers kept), its args' annotations into `args` (cleared
-/// first): the length of its object; None when it must be read the full
-/// way (or `bytes` end inside it), `e` then holding anything.
+/// strings' buffers kept), its args' annotations appended to `args` (so
+/// they go straight where the caller keeps them): the length of its
+/// object; None when it must be read the full way (or `bytes` end inside
+/// it), `e` then holding anything and `args` anything past its length at
+/// the call (the caller truncates it).
 pub fn parse_fast(
     bytes: &[u8],
     e: &mut JsonEvent,
     args: &mut Vec<u8>,
     scratch: &mut Scratch,
 ) -> Option<usize> {
-    args.clear();
+    let args_from = args.len();
     scratch.entries.clear();
     let mut c = Cursor::new(bytes);
     e.reset();
@@ -168,7 +170,7 @@ pub fn parse_fast(
     }
     if matches!(e.phase, b'C' | b'M') {
         // Their args are values; no annotations (as the full reading).
-        args.clear();
+        args.truncate(args_from);
         if let Some(at) = strs.args {
             e.args = values::args_values(std::str::from_utf8(event).ok()?, at)?;
         }

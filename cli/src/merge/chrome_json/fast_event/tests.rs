@@ -24,6 +24,7 @@ fn fast(events: &[&str]) -> (Vec<u8>, JsonStats, usize) {
     // One event and scratch for all, as the reading thread reuses them.
     let (mut ev, mut scratch) = (JsonEvent::default(), Scratch::default());
     for e in events {
+        args.clear();
         match parse_fast(e.as_bytes(), &mut ev, &mut args, &mut scratch) {
             Some(n) if n == e.trim_end().len() => {
                 read += 1;
