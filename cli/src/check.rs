@@ -53,7 +53,7 @@ pub struct SourceCheck {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CheckReport {
     pub files: Vec<PathBuf>,
-    /// By "<machine>/<source index>".
+    /// By `"<machine>/<source index>"`.
     pub sources: BTreeMap<String, SourceCheck>,
     /// Packets that could not be read (torn tail of a file being written).
     pub unreadable: Vec<String>,

@@ -73,7 +73,7 @@ pub enum PkiCommand {
         group: Option<String>,
     },
     /// Revoke NAME.crt: add its serial to DIR/ca.crl (made if missing), signed by DIR/ca.key.
-    /// The daemon refuses it once its [tls] crl names that file and it restarts.
+    /// The daemon refuses it once its `[tls] crl` names that file and it restarts.
     Revoke {
         /// The machine whose current certificate (NAME.crt) to revoke.
         #[arg(long)]

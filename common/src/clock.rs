@@ -151,7 +151,7 @@ impl Clock for SystemClock {
     }
 }
 
-/// Parses one line of /proc/PID/timens_offsets ("boottime <secs> <nanos>").
+/// Parses one line of /proc/PID/timens_offsets (`"boottime <secs> <nanos>"`).
 pub fn parse_timens_offset(text: &str, clock: &str) -> Option<i64> {
     text.lines().find_map(|line| {
         let mut words = line.split_whitespace();

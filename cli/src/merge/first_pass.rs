@@ -158,7 +158,7 @@ impl<'a> FieldSink<'a> for KeptFields<'a> {
 
 /// Reads one input from its start; never fails: problems become faults.
 /// A converted input with a spill that is not filled yet fills it; a held
-/// one is read to its first packet only ([`scan_held`]).
+/// one is read to its first packet only (`scan_held`).
 pub fn scan_input(source: &InputSource) -> FileScan {
     if let Some(held) = &source.held {
         return scan_held(source, held);

@@ -269,7 +269,7 @@ pub struct ProbeSample {
 /// What the prober tells the ingest loop after accepted replies.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SyncUpdate {
-    /// The live core's slot of the relay (from [`ProbeSessions::register`]).
+    /// The live core's slot of the relay (from `ProbeSessions::register`).
     pub slot: u32,
     pub session_id: u64,
     /// Latest estimate for the relay.

@@ -1,7 +1,7 @@
 //! The control socket: `tracesync status` and `tracesync tail` talk to the
 //! daemon here.
 //!
-//! Protocol: the client sends one JSON line, [`Request`]; the daemon answers
+//! Protocol: the client sends one JSON line, [`Request`](tracesync_core::control::Request); the daemon answers
 //! `{"cmd":"status"}` with one JSON line (a [`StatusReport`]) and
 //! `{"cmd":"tail",...}` with a stream (text or jsonl lines, or a raw Perfetto
 //! Trace byte stream). A refused request gets one `{"error":"..."}` line.

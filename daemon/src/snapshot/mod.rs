@@ -1,7 +1,7 @@
 //! The flight recorder's snapshots on the daemon: ring relays' Window
 //! parts staged on disk as they come ([`Staging`]), and a trigger's
 //! snapshot assembled from them off the ingest thread and written
-//! atomically ([`write`]).
+//! atomically ([`mod@write`]).
 //!
 //! Staging: each (trigger, relay instance) window is one file
 //! `.staging/window-<ID>-<INSTANCE>.parts` in the output directory, each

@@ -16,7 +16,7 @@
 //!    changes at every boot) is bound to the first certificate-authenticated
 //!    name that uses it, and so is the relay instance id: another name
 //!    presenting either is refused. Each name keeps its
-//!    [`BINDINGS_PER_NAME`] most recent raw ids and instances, so the table
+//!    [`BINDINGS_PER_NAME`](super::bindings::BINDINGS_PER_NAME) most recent raw ids and instances, so the table
 //!    is bounded by the names the CA has issued. The bindings persist in
 //!    the daemon's state directory (the output directory), so a restart
 //!    does not hand them to whoever claims first ([`super::bindings`]).

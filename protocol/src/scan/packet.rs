@@ -45,7 +45,7 @@ impl PacketFields<'_> {
         self.sequence_flags & SEQ_NEEDS_INCREMENTAL_STATE != 0
     }
 
-    /// Name of the payload field for reports ("track_event", or "field_<n>").
+    /// Name of the payload field for reports (`"track_event"`, or `"field_<n>"`).
     pub fn kind(&self) -> Kind {
         Kind(self.data_field)
     }

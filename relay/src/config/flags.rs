@@ -39,7 +39,7 @@ pub struct Flags {
     /// Android, MODEL-SERIAL from ro.product.model and ro.serialno).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
-    /// A trace source: file:PATH, unix:PATH, stdin, synthetic:RATE[,size=B][,seqs=N].
+    /// A trace source: file:PATH, unix:PATH, stdin, `synthetic:RATE[,size=B][,seqs=N]`.
     /// Repeat for several; replaces the file's list.
     #[arg(long = "source", value_name = "SPEC")]
     pub sources: Vec<String>,
@@ -71,13 +71,13 @@ pub struct Flags {
     pub window_bytes: Option<u64>,
     /// stream: send every packet as it comes; ring: keep the last
     /// --ring-seconds / --ring-bytes in the spool and send only a
-    /// trigger's window [mode].
+    /// trigger's window `[mode]`.
     #[arg(long, value_name = "MODE", value_parser = RelayMode::parse)]
     pub mode: Option<RelayMode>,
-    /// Ring mode: seconds of packets kept [ring] seconds.
+    /// Ring mode: seconds of packets kept `[ring] seconds`.
     #[arg(long, value_name = "S")]
     pub ring_seconds: Option<u64>,
-    /// Ring mode: bytes of packets kept, at most spool-disk-bytes [ring] bytes.
+    /// Ring mode: bytes of packets kept, at most spool-disk-bytes `[ring] bytes`.
     #[arg(long, value_name = "N")]
     pub ring_bytes: Option<u64>,
     /// Unix socket where `tracesync-relay trigger` reaches this relay
@@ -114,25 +114,25 @@ pub struct Flags {
     #[arg(long, value_name = "AT_S:SECS:PPM", allow_hyphen_values = true,
           value_parser = ClockSchedule::parse_slew)]
     pub clock_slew: Vec<(f64, f64, f64)>,
-    /// TLS to the daemon: required or off (plaintext) [tls] mode.
+    /// TLS to the daemon: required or off (plaintext) `[tls] mode`.
     #[arg(long, value_name = "MODE")]
     pub tls: Option<TlsMode>,
-    /// CA certificate(s) the daemon's certificate must chain to [tls] ca.
+    /// CA certificate(s) the daemon's certificate must chain to `[tls] ca`.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
-    /// This relay's certificate chain, PEM [tls] cert.
+    /// This relay's certificate chain, PEM `[tls] cert`.
     #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
-    /// This relay's private key, PEM [tls] key.
+    /// This relay's private key, PEM `[tls] key`.
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
-    /// Name the daemon's certificate must carry (default: the host of --host) [tls] server-name.
+    /// Name the daemon's certificate must carry (default: the host of --host) `[tls] server-name`.
     #[arg(long, value_name = "NAME")]
     pub tls_server_name: Option<String>,
-    /// Serve Prometheus metrics on this TCP address [metrics] listen.
+    /// Serve Prometheus metrics on this TCP address `[metrics] listen`.
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Log format: auto (journald-friendly under systemd), text or json [log] format.
+    /// Log format: auto (journald-friendly under systemd), text or json `[log] format`.
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<tracesync_common::logging::LogFormat>,
     /// Exit (78, or 77 for a certificate the daemon refuses) when a

@@ -4,7 +4,7 @@
 //! Perfetto's host derives a relayed machine's id from a hint string (the
 //! relay's boot id): FNV-1a-64 of the hint, low 32 bits, 0 mapped to 1.
 //! tracesync does the same, so one kernel is one machine; a relay given an
-//! explicit name other than the machine's own hashes "<boot_id>/<name>"
+//! explicit name other than the machine's own hashes `"<boot_id>/<name>"`
 //! instead, so several named relays on one kernel (time namespaces, the
 //! demo) are distinct machines.
 //!
@@ -22,7 +22,7 @@ const HOSTNAME_PATH: &str = "/proc/sys/kernel/hostname";
 /// The relay's machine identity, sent in Hello and in its SystemInfo.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineIdentity {
-    /// The kernel's boot id, or a pseudo one ("pseudo-<hex>") where the
+    /// The kernel's boot id, or a pseudo one (`"pseudo-<hex>"`) where the
     /// kernel has none.
     pub boot_id: String,
     pub machine_name: String,

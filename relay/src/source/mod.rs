@@ -10,7 +10,7 @@
 //! - [`spec`]: parsing `--source` values.
 //! - [`pipeline`]: the sans-IO byte -> packet path shared by file, unix
 //!   and stdin sources.
-//! - [`file`]: following a trace file being written.
+//! - [`mod@file`]: following a trace file being written.
 //! - [`stream`]: unix socket producers and stdin.
 //! - [`synthetic`]: the built-in generator.
 

@@ -10,7 +10,7 @@ use crate::live::{self, Daemon, DaemonOpts, DaemonTls, Relay, RelayOpts, RelayTl
 /// Each synthetic generator's events per second.
 pub const RATE: u64 = 500;
 
-/// The names of [`ring_relays`]'s relays, in order.
+/// The names of `ring_relays`'s relays, in order.
 pub const FLEET: [&str; 4] = [
     "ring-plus-7",
     "ring-plus-300",

@@ -90,7 +90,7 @@ const OUT_CHUNK: usize = 256 << 10;
 const AHEAD_PER_CHUNK: usize = 1536;
 
 /// A Chrome JSON trace read as the bytes of a Perfetto protobuf trace:
-/// the text is read on a thread of its own ([`reading`]), the events are
+/// the text is read on a thread of its own (`reading`), the events are
 /// converted and ordered here.
 pub struct ChromeJsonReader {
     feed: Option<Feed>,

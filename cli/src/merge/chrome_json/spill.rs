@@ -6,7 +6,7 @@
 //!
 //! Invariants: events are placed in the order they leave the window (time
 //! order); each thread keeps, per track, the ends of its open complete
-//! events (popped as later events start), at most [`MAX_OPEN`] of them;
+//! events (popped as later events start), at most `MAX_OPEN` of them;
 //! a spilled begin's end follows it to the same track.
 
 use super::fast_hash::FastMap;

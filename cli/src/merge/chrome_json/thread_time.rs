@@ -12,7 +12,7 @@
 //!
 //! Invariants: a thread's counter track is described once, before its first
 //! sample; its uuid is derived from the thread track's; the thread times of
-//! open `B` slices are kept per thread, at most [`MAX_OPEN`] deep.
+//! open `B` slices are kept per thread, at most `MAX_OPEN` deep.
 
 use super::fast_hash::{FastMap, FastSet};
 

@@ -3,10 +3,10 @@
 //! stamps them in merge order (the live clock graph is shared by all
 //! inputs, so that part stays on one thread).
 //!
-//! One code fills every batch ([`Scanner::fill`]); an input is fed one of
+//! One code fills every batch (`Scanner::fill`); an input is fed one of
 //! two ways:
 //! - threaded: a scan thread of its own fills batches ahead and sends them
-//!   over a bounded channel ([`thread`]);
+//!   over a bounded channel (`thread`);
 //! - inline: the merging thread fills the input's one batch when it has
 //!   read the last one.
 //!

@@ -37,7 +37,7 @@ pub struct PacketScan {
     pub remote_clock_sync: Option<Range<u32>>,
     pub stamp_layout: StampLayout,
     /// The packet's (machine id, sequence id) in its input's
-    /// [`SequenceIndex`]: the merging thread finds its sequence's state by
+    /// `SequenceIndex`: the merging thread finds its sequence's state by
     /// it, not by a hash lookup per packet.
     pub sequence: u32,
 }
@@ -115,7 +115,7 @@ fn defaults_clock(defaults: &[u8]) -> Option<u32> {
 
 impl PacketScan {
     /// Scans `packet` into `self`, which must hold the defaults (its
-    /// `sequence` is left to the caller's [`SequenceIndex`]), written
+    /// `sequence` is left to the caller's `SequenceIndex`), written
     /// where the batch keeps it (a scan built elsewhere and copied in was
     /// read back before its stores could be forwarded, a stall on most
     /// packets). Returns the packet's `compressed_packets` bytes, or None

@@ -14,7 +14,7 @@
 //!   the same lines inside a JSON file's `systemTraceEvents`
 //!   ([`line_to_packet`]) take that file's private clock instead.
 //! - Nothing is dropped silently: lines that are no event and events not
-//!   converted are counted in [`JsonStats`](crate::merge::conversion_stats::JsonStats).
+//!   converted are counted in [`JsonStats`].
 
 pub mod encode;
 pub mod line;

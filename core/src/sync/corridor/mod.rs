@@ -2,9 +2,9 @@
 //! midway through the widest corridor the probe legs leave open. The
 //! final mapping (`super::smoother`) fits a grid of such lines per
 //! segment; the live estimator (`super::estimator_fit`) fits one over its
-//! window with [`steady_midline`] ([`midline`] unless the legs' floor is
+//! window with `steady_midline` (`midline` unless the legs' floor is
 //! soft, `steady`); the final's lines use it too, where the floor is
-//! clearly soft ([`widest`]).
+//! clearly soft (`widest`).
 //!
 //! Each leg of an exchange bounds the relay's offset on one side only:
 //! the request left the host at t1 and reached the relay at t2, so the
@@ -24,7 +24,7 @@
 //!   keeps its hard interval and clamps into it.
 //! - **Local.** A grid point's line rests on the legs within 16 s of it
 //!   (32 or 64 s in a segment where that window does clearly better, see
-//!   [`choose_window`]), so a mapping never reaches across more than that;
+//!   `choose_window`), so a mapping never reaches across more than that;
 //!   the caller gives one segment (no step or suspend inside). A gap
 //!   without lines (no legs for more than a window) is crossed by the
 //!   cubic through its edge lines' points along the slopes of a window

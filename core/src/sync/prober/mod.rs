@@ -40,9 +40,9 @@
 //!   counted as a timeout (its late reply would be a useless sample).
 //!
 //! The operator's knobs are the daemon's `[sync]` section
-//! ([`super::config::SyncConfig`]);
+//! (`SyncConfig`);
 //! SIGHUP hands a new schedule to the running prober through the registry
-//! ([`super::ProbeSessions::set_config`]).
+//! (`ProbeSessions::set_config`).
 
 use std::collections::{HashMap, VecDeque};
 

@@ -28,11 +28,11 @@
 //!   after where the forward pass did (each at the first sample that
 //!   contradicted the other side); the samples between belong to neither.
 //!   A step below the link's queueing, which neither pass confirms, is
-//!   found by its envelopes ([`hidden_steps`]) and cut the same way.
+//!   found by its envelopes (`hidden_steps`) and cut the same way.
 //!   A run of "steps" that one line holds (a slew's pieces) is one
-//!   segment again ([`short_runs`]). A slew the estimator confirmed as
+//!   segment again (`short_runs`). A slew the estimator confirmed as
 //!   one step (a jittery link) is a ramp from one segment's line to the
-//!   next ([`slew`]), the segments fitted again without its samples.
+//!   next (`slew`), the segments fitted again without its samples.
 //!   A timestamp a segment's mapping places between the host times of its
 //!   neighbours' nearest samples may be in it; when several segments may
 //!   hold it (either side of a step), it gets a bound over all of them.

@@ -10,7 +10,7 @@
 //! and handshake and Hello share the hello timeout. Once accepted it takes
 //! a slot and its frame limit becomes `limits.max-frame-bytes`; from then
 //! on a frame that has begun must arrive whole within
-//! `limits.frame-timeout-ms` ([`FrameClock`]).
+//! `limits.frame-timeout-ms` (`FrameClock`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

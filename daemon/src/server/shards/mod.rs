@@ -11,11 +11,11 @@
 //!   shard's slots are `inner * N + shard`). A full shard channel makes
 //!   only the sessions of that shard wait. Sync updates go through a
 //!   router task by slot (a few per second per relay);
-//! - shard k runs `ingest::spawn` with [`link::ShardCore`] (its live core,
+//! - shard k runs `ingest::spawn` with `link::ShardCore` (its live core,
 //!   allocating output sequence ids from its residue class; only shard 0
-//!   writes the host's own packets), a [`link::ShardSink`] as its writer
+//!   writes the host's own packets), a `link::ShardSink` as its writer
 //!   (written packets form a run; a commit ships it) and a
-//!   [`link::ShipFanout`] (each drain round's run is shipped at once);
+//!   `link::ShipFanout` (each drain round's run is shipped at once);
 //! - shard 0 is also the flight shard ([`FLIGHT_SHARD`]): it holds the
 //!   flight recorder, takes the control socket's triggers and every ring
 //!   relay (the sessions send it their Connect), so it has every ring

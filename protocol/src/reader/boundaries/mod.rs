@@ -25,7 +25,7 @@ const MIN_CHAIN: u64 = 16;
 /// `max_packet_size` that runs back to back to the window's end (the last
 /// may run past it) is found from the first offset that has one, and the
 /// guess is its first record start at or after a quarter of the window,
-/// with at least [`MIN_CHAIN`] records after it. None if there is none.
+/// with at least `MIN_CHAIN` records after it. None if there is none.
 ///
 /// Why not the chain's first start: a packet's own bytes often frame for
 /// a record or two that lands on a true record start (a byte 0x0a, then a

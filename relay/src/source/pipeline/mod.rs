@@ -46,7 +46,7 @@ pub struct PipelineBatch {
     /// reading resumes without losing or repeating a packet.
     pub end_offset: u64,
     /// Perfetto triggers among the packets (at most
-    /// [`MAX_PER_BATCH`](super::triggers::MAX_PER_BATCH)).
+    /// [`MAX_PER_BATCH`]).
     pub triggers: Vec<PacketTrigger>,
 }
 

@@ -79,7 +79,7 @@ pub struct Generator {
 const RECENT_BUFFERS: usize = 4;
 
 impl Generator {
-    /// `src` = "<machine name>/<source index>"; `relay_ids` one per
+    /// `src` = `"<machine name>/<source index>"`; `relay_ids` one per
     /// sequence; `next_counter` the first `tracesync_n`.
     pub fn new(src: &str, relay_ids: &[u32], next_counter: u64, size: Option<usize>) -> Self {
         let sequences = relay_ids

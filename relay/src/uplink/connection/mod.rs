@@ -267,7 +267,7 @@ impl Connection {
         self.outgoing.is_closed()
     }
 
-    /// Whether at least [`LINK_QUEUE_BYTES`] wait to be written.
+    /// Whether at least `LINK_QUEUE_BYTES` wait to be written.
     pub fn is_full(&self) -> bool {
         self.queued.bytes.load(Ordering::Relaxed) >= LINK_QUEUE_BYTES
     }

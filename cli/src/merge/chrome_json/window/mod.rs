@@ -22,7 +22,7 @@
 //!   their order. A release sorts only the entries held since and merges
 //!   the two runs (on equal time and key the kept one, made earlier, first).
 //! - A record's header has room for its entry's index, written only while
-//!   the kept records are moved down ([`compact`]): the move walks, in
+//!   the kept records are moved down (`compact`): the move walks, in
 //!   order, the records between the first kept and the last released one
 //!   and finds each one's length and entry by it, with no sort; the kept
 //!   records after them move in one copy.
