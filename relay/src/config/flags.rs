@@ -39,7 +39,7 @@ pub struct Flags {
     /// Android, MODEL-SERIAL from ro.product.model and ro.serialno).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
-    /// A trace source: file:PATH, unix:PATH, stdin, `synthetic:RATE[,size=B][,seqs=N]`.
+    /// A trace source: `file:PATH`, `unix:PATH`, `stdin`, `synthetic:RATE[,size=B][,seqs=N]`.
     /// Repeat for several; replaces the file's list.
     #[arg(long = "source", value_name = "SPEC")]
     pub sources: Vec<String>,
